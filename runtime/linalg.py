@@ -1,0 +1,95 @@
+"""Dense linear algebra NumPy lacks: LU with partial pivoting and triangular solves.
+
+`np.linalg` factors and solves, but hides the factorization: it has no `lu` and no
+`triangular_solve`. Emitted code (and the primitives' reference impls) call these instead.
+Both are batched over leading dimensions and vectorized: a Python loop over the n columns,
+each step a NumPy operation on every matrix of the batch at once. No SciPy.
+
+Semantics are LAPACK's and XLA's, so the Python and StableHLO backends agree:
+  - `lu(a)` is getrf: partial pivoting by the largest magnitude in the column (the first
+    one on ties), L unit lower and U upper packed into one matrix, `pivots[i]` the row
+    swapped with row i at step i (0-based), `permutation` the resulting row order, so
+    `a[..., permutation, :] == L @ U`. Both index arrays are int32.
+  - `triangular_solve(a, b, ...)` solves `op(a) @ x = b` (left_side) or `x @ op(a) = b`,
+    `op(a)` being `a` or `a.T`; it reads only the triangle `lower` names (and not the
+    diagonal when `unit_diagonal`), so whatever is stored in the other triangle, e.g. the
+    other factor of an LU, is ignored.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["lu", "triangular_solve"]
+
+
+def _swap_last(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def triangular_solve(a, b, left_side=False, lower=False, transpose_a=False,
+                     unit_diagonal=False):
+    """Solves a triangular system for each matrix of a batch.
+
+    a: (..., m, m) if left_side else (..., n, n); b: (..., m, n), same batch dims as a.
+    Returns x of b's shape and dtype with `op(a) @ x = b` (left_side) or `x @ op(a) = b`.
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    # Reduce every case to a left-side solve `A @ X = B`: transposing a turns lower into
+    # upper, and the right-side system x @ op(a) = b is op(a).T @ x.T = b.T.
+    if transpose_a != (not left_side):
+        a, lower = _swap_last(a), not lower
+    if not left_side:
+        b = _swap_last(b)
+    x = _solve_left(a, b, lower, unit_diagonal)
+    return x if left_side else _swap_last(x)
+
+
+def _solve_left(a, b, lower, unit_diagonal):
+    """Forward (lower) or back (upper) substitution, one row of x per step."""
+    n = a.shape[-1]
+    x = np.empty(b.shape, dtype=np.result_type(a, b))
+    rows = range(n) if lower else range(n - 1, -1, -1)
+    for i in rows:
+        known = slice(0, i) if lower else slice(i + 1, n)
+        # b[i] - a[i, known] @ x[known], for every matrix in the batch.
+        row = b[..., i, :] - (a[..., i:i + 1, known] @ x[..., known, :])[..., 0, :]
+        if not unit_diagonal:
+            row = row / a[..., i, i, None]
+        x[..., i, :] = row
+    return x
+
+
+def lu(a):
+    """LU factorization with partial pivoting: returns (lu, pivots, permutation).
+
+    a: (..., m, n). lu: (..., m, n), a's dtype; pivots: (..., min(m, n)) int32;
+    permutation: (..., m) int32.
+    """
+    a = np.asarray(a)
+    *batch, m, n = a.shape
+    k = min(m, n)
+    count = int(np.prod(batch, dtype=np.int64))
+    work = np.array(a, copy=True).reshape(count, m, n)
+    pivots = np.zeros((count, k), dtype=np.int32)
+    perm = np.broadcast_to(np.arange(m, dtype=np.int32), (count, m)).copy()
+    every = np.arange(count)
+    for j in range(k):
+        p = j + np.argmax(np.abs(work[:, j:, j]), axis=-1)
+        pivots[:, j] = p
+        # Swap rows j and p of every matrix (a no-op where p == j).
+        row_j = work[every, j].copy()
+        work[every, j] = work[every, p]
+        work[every, p] = row_j
+        perm_j = perm[every, j].copy()
+        perm[every, j] = perm[every, p]
+        perm[every, p] = perm_j
+        # Multipliers below the pivot (LAPACK leaves a zero column unscaled), then the
+        # rank-1 update of the trailing block.
+        pivot = work[:, j, j]
+        nonzero = pivot != 0
+        safe = np.where(nonzero, pivot, 1)
+        work[:, j + 1:, j] = np.where(nonzero[:, None], work[:, j + 1:, j] / safe[:, None],
+                                      work[:, j + 1:, j])
+        work[:, j + 1:, j + 1:] -= work[:, j + 1:, j, None] * work[:, j, None, j + 1:]
+    return (work.reshape(a.shape), pivots.reshape(*batch, k), perm.reshape(*batch, m))

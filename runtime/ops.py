@@ -1,0 +1,19 @@
+"""Array helpers that emitted modules call where plain NumPy has no one-liner."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def trunc_divide(x, y):
+    """Integer division rounding toward zero (C and XLA semantics; NumPy's // floors)."""
+    q = np.abs(x) // np.abs(y)
+    return np.where((x < 0) != (y < 0), -q, q).astype(np.result_type(x, y))[()]
+
+
+def iota(dtype, shape, dimension):
+    """An array of `shape` counting 0, 1, ... along `dimension`."""
+    shape = tuple(shape)
+    line = np.arange(shape[dimension], dtype=dtype)
+    view = [1] * len(shape)
+    view[dimension] = shape[dimension]
+    return np.broadcast_to(line.reshape(view), shape).copy()

@@ -1,0 +1,25 @@
+"""s2s: source-to-source automatic differentiation for NumPy.
+
+Stage a plain NumPy function into an SSA jaxpr (`make_jaxpr`), run it with the NumPy
+reference interpreter (`eval_jaxpr`), and write it back out as a readable Python module
+(`emit_python`, `jit(backend="python")`).
+"""
+from s2s import config, dtypes, tree as tree_util
+from s2s import primitives as _primitives  # noqa: F401  (declares every primitive)
+from s2s import numpy_api as _numpy_api  # noqa: F401  (fills the NumPy dispatch table)
+from s2s.api import Jitted, emit_python, eval_jaxpr, jit, make_jaxpr, stop_gradient
+from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, check_jaxpr
+from s2s.errors import (ConcretizationError, S2SError, ShapeError, StagingError,
+                        UnsupportedFunctionError, UnsupportedSyntaxError)
+from s2s.frontend.args import ShapeDtype
+from s2s.tree import register_pytree_node, tree_flatten, tree_leaves, tree_map, tree_unflatten
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClosedJaxpr", "ConcretizationError", "Jaxpr", "Jitted", "S2SError", "ShapeDtype",
+    "ShapeError", "ShapedArray", "StagingError", "UnsupportedFunctionError",
+    "UnsupportedSyntaxError", "check_jaxpr", "config", "dtypes", "emit_python", "eval_jaxpr",
+    "jit", "make_jaxpr", "register_pytree_node", "stop_gradient", "tree_flatten", "tree_leaves", "tree_map",
+    "tree_unflatten", "tree_util",
+]

@@ -1,0 +1,232 @@
+"""The user-facing API: make_jaxpr, emit_python, jit, eval_jaxpr.
+
+Every entry point takes and returns pytrees. Errors that are the user's to fix surface as
+one clean compiler-style message, without s2s's internal frames.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import threading
+import weakref
+
+from s2s import tree as tree_util
+from s2s.core import ClosedJaxpr, eval_jaxpr as _eval_jaxpr
+from s2s.emit.python import EmitOptions, EmittedModule, Signature, emit_module, load_source
+from s2s.errors import S2SError
+from s2s.frontend import Staged, bind_arguments, reraise_clean, stage, underlying_function
+from s2s.frontend.args import describe_arg
+from s2s.frontend.source import function_source
+from s2s.staging import paused_gc
+from s2s.tree import leaf_paths
+
+
+def staged_or_error(fn, args, kwargs, static_argnums=(), static_argnames=(),
+                    dynamic_argnums=()) -> Staged:
+    """Stages `fn`; a user mistake is raised as one clean compiler-style error."""
+    try:
+        return stage(fn, args, kwargs, static_argnums=static_argnums,
+                     static_argnames=static_argnames, dynamic_argnums=dynamic_argnums)
+    except S2SError as e:
+        reraise_clean(e)
+
+
+def make_jaxpr(fn, static_argnums=(), static_argnames=(), dynamic_argnums=()):
+    """`make_jaxpr(f)(*args)` → the ClosedJaxpr s2s stages `f` into for those arguments."""
+    @functools.wraps(fn)
+    def make(*args, **kwargs) -> ClosedJaxpr:
+        return staged_or_error(fn, args, kwargs, static_argnums, static_argnames, dynamic_argnums).closed
+    return make
+
+
+def eval_jaxpr(closed: ClosedJaxpr, *args) -> list:
+    """Runs a ClosedJaxpr with the NumPy reference implementations; returns flat outputs."""
+    return _eval_jaxpr(closed, *args)
+
+
+# ---------------------------------------------------------------------------------------
+# Emission
+
+
+def _path_expr(param: str, path: tuple) -> str | None:
+    """`params['W1']`, `layers[0]`, `state.h`; None when a step cannot be written plainly."""
+    text = param
+    for node_type, key in path:
+        if node_type in (dict, list, tuple):
+            text += f"[{key!r}]"
+        elif hasattr(node_type, "_fields") or dataclasses.is_dataclass(node_type):
+            text += f".{key}"
+        else:
+            return None
+    return text
+
+
+def _output_builder(out_tree: tree_util.PyTreeDef):
+    """Writes the return expression for tuple/list/dict/None trees; None for other trees."""
+    def expressible(node) -> bool:
+        return node.is_leaf or (node.node_type in (tuple, list, dict, type(None))
+                                and all(expressible(c) for c in node.children))
+    if not expressible(out_tree):
+        return None
+
+    def build(node, names):
+        if node.is_leaf:
+            return next(names)
+        parts = [build(c, names) for c in node.children]
+        if node.node_type is tuple:
+            return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
+        if node.node_type is list:
+            return f"[{', '.join(parts)}]"
+        if node.node_type is dict:
+            return "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(node.aux, parts)) + "}"
+        return "None"
+
+    def render(names: list[str]) -> str:
+        text = build(out_tree, iter(names))
+        return text[1:-1] if out_tree.node_type is tuple and len(out_tree.children) > 1 else text
+    return render
+
+
+def signature_of(staged: Staged) -> Signature:
+    """The emitted function's parameters: those of the user's function with staged leaves.
+
+    A parameter whose leaves cannot be reached with plain indexing or attributes (a custom
+    pytree node) is passed as the flat list of its staged leaves, `<name>_leaves`.
+    """
+    paths = leaf_paths(staged.in_tree)
+    per_param: dict[int, list[int]] = {}
+    for leaf_index, (path, staged_leaf) in enumerate(zip(paths, staged.staged_mask)):
+        if staged_leaf:
+            per_param.setdefault(path[0][1], []).append(leaf_index)
+    params, input_exprs, hints = [], [], []
+    for param_index, leaf_indices in per_param.items():
+        name = staged.param_names[param_index]
+        exprs = [_path_expr(name, paths[i][1:]) for i in leaf_indices]
+        if any(e is None for e in exprs):
+            name = f"{name}_leaves"
+            exprs = [f"{name}[{k}]" for k in range(len(leaf_indices))]
+        params.append(name)
+        input_exprs.extend(exprs)
+        hints.extend(v.hint for v in staged.closed.jaxpr.invars[len(hints):len(hints) + len(exprs)])
+    return Signature(params, input_exprs, hints, _output_builder(staged.out_tree))
+
+
+def _header(staged: Staged, name: str) -> str:
+    source = function_source(underlying_function(staged.fn)[0])
+    shown = os.path.basename(source.filename)  # never the checkout's absolute path
+    args = ", ".join(f"{n}: {describe_arg(v)}" for n, v in zip(staged.param_names, staged.example_args))
+    lines = [f"{name}: generated by s2s from `{source.name}` ({shown}:{source.node.lineno}).",
+             "",
+             f"Specialized for ({args}).",
+             ]
+    if _output_builder(staged.out_tree) is None:
+        lines.append(f"Returns the flat leaves of {staged.out_tree}.")
+    lines.append("Do not edit: regenerate with `s2s emit`.")
+    return "\n".join(lines)
+
+
+def emitted_module(staged: Staged, name: str | None = None,
+                   options: EmitOptions | None = None) -> EmittedModule:
+    fn = staged.fn
+    name = name or getattr(fn, "__name__", "f")
+    if not name.isidentifier():
+        name = "f"
+    with paused_gc():
+        return emit_module(staged.closed, name, signature_of(staged), _header(staged, name), options)
+
+
+def emit_python(fn, *example_args, static_argnums=(), static_argnames=(), dynamic_argnums=(),
+                name: str | None = None, source_comments: bool = True, **example_kwargs) -> str:
+    """The source of a standalone module computing `fn` for arguments like the examples.
+
+    Example arguments may be arrays, `s2s.ShapeDtype`s, or static Python values. Large
+    constants are embedded compactly (base64); `s2s emit` writes them to a sidecar .npz.
+    """
+    staged = staged_or_error(fn, example_args, example_kwargs, static_argnums, static_argnames,
+                     dynamic_argnums)
+    try:
+        return emitted_module(staged, name, EmitOptions(source_comments=source_comments)).source
+    except S2SError as e:
+        reraise_clean(e)
+
+
+# ---------------------------------------------------------------------------------------
+# jit
+
+
+class Jitted:
+    """A function compiled for each kind of arguments it is called with.
+
+    backend="python" runs the emitted NumPy module (the XLA backend arrives with the
+    runtime); compiled modules are cached per staged signature.
+    """
+
+    def __init__(self, fn, static_argnums=(), static_argnames=(), dynamic_argnums=(),
+                 backend: str = "python"):
+        if backend != "python":
+            raise ValueError(f"unknown backend {backend!r}; available: 'python'")
+        self.fn = fn
+        self.static_argnums = static_argnums
+        self.static_argnames = static_argnames
+        self.dynamic_argnums = dynamic_argnums
+        self.backend = backend
+        self._compiled: "weakref.WeakKeyDictionary[Staged, object]" = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        staged = staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
+                         self.dynamic_argnums)
+        with self._lock:
+            entry = self._compiled.get(staged)
+            if entry is None:
+                name = getattr(self.fn, "__name__", "f")
+                name = name if name.isidentifier() else "f"
+                module = load_source(emitted_module(staged, name).source, name)
+                entry = (getattr(module, name), signature_of(staged))
+                self._compiled[staged] = entry
+        compiled, signature = entry
+        call_args = emitted_call_args(staged, signature, args, kwargs)
+        out = compiled(*call_args)
+        if signature.output_builder is None:
+            return staged.out_tree.unflatten(out if staged.out_tree.num_leaves != 1 else [out])
+        return out
+
+    def lower_source(self, *args, **kwargs) -> str:
+        """The emitted Python source for these arguments."""
+        return emit_python(self.fn, *args, static_argnums=self.static_argnums,
+                           static_argnames=self.static_argnames,
+                           dynamic_argnums=self.dynamic_argnums, **kwargs)
+
+
+def emitted_call_args(staged: Staged, signature: Signature, args, kwargs) -> list:
+    """The emitted function's arguments for a call of the user's function."""
+    names, values = bind_arguments(staged.fn, args, kwargs)
+    by_name = dict(zip(names, values))
+    out = []
+    for param in signature.params:
+        if param in by_name:
+            out.append(by_name[param])
+            continue
+        # `<name>_leaves`: the staged leaves of an argument that holds a custom pytree node.
+        index = names.index(param[: -len("_leaves")])
+        leaves, treedef = tree_util.tree_flatten(values)
+        out.append([leaf for leaf, path, staged_leaf in zip(leaves, leaf_paths(treedef), staged.staged_mask)
+                    if staged_leaf and path[0][1] == index])
+    return out
+
+
+def jit(fn=None, *, static_argnums=(), static_argnames=(), dynamic_argnums=(),
+        backend: str = "python"):
+    """`@s2s.jit` or `s2s.jit(f, static_argnums=...)`."""
+    if fn is None:
+        return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
+                                 dynamic_argnums=dynamic_argnums, backend=backend)
+    return Jitted(fn, static_argnums, static_argnames, dynamic_argnums, backend)
+
+
+def stop_gradient(x):
+    """The value of `x` (a pytree), treated as a constant by differentiation."""
+    from s2s.primitives.elementwise import stop_gradient as stop_gradient_p
+    return tree_util.tree_map(stop_gradient_p.bind, x)

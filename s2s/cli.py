@@ -1,0 +1,120 @@
+"""The `s2s` command line: `s2s jaxpr` and `s2s emit`.
+
+    s2s jaxpr path/to/mod.py:fn --args 'f32[128,784], f32[784]'
+    s2s emit  path/to/mod.py:fn --args 'f32[128,784], f32[784]' --out generated/
+
+Argument specs are `dtype[dims]` (f32, f64, i32, i64, bool, ...), Python numbers for
+static arguments, and dicts/lists/tuples of those for pytree arguments. A mistake in the
+user's code is printed as a compiler error (file:line:col, the line, a caret) with exit
+status 1; a bad command line exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import os
+import sys
+import zipfile
+
+import numpy as np
+
+from s2s.errors import S2SError
+
+
+def load_target(target: str):
+    """`path/to/mod.py:fn` → the function object (the module is imported from its path)."""
+    path, sep, attr = target.rpartition(":")
+    if not sep or not path or not attr:
+        raise SystemExit(f"s2s: expected MODULE.py:FUNCTION, got {target!r}")
+    if not os.path.exists(path):
+        raise SystemExit(f"s2s: no such file: {path}")
+    module_name = os.path.splitext(os.path.basename(path))[0]
+    directory = os.path.dirname(os.path.abspath(path))
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SystemExit(f"s2s: {path} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """An .npz whose bytes depend only on the arrays (fixed timestamps, sorted names)."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name in sorted(arrays):
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            archive.writestr(info, buffer.getvalue())
+
+
+def _static_argnums(text: str | None) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(",") if p.strip()) if text else ()
+
+
+def cmd_jaxpr(args) -> int:
+    from s2s.api import make_jaxpr
+    from s2s.frontend.args import parse_arg_specs
+    fn = load_target(args.target)
+    example = parse_arg_specs(args.args or "")
+    print(make_jaxpr(fn, static_argnums=_static_argnums(args.static_argnums))(*example))
+    return 0
+
+
+def cmd_emit(args) -> int:
+    from s2s.api import emitted_module, staged_or_error
+    from s2s.emit.python import EmitOptions
+    from s2s.frontend.args import parse_arg_specs
+    fn = load_target(args.target)
+    example = parse_arg_specs(args.args or "")
+    staged = staged_or_error(fn, example, {}, _static_argnums(args.static_argnums))
+    name = args.name or fn.__name__
+    options = EmitOptions(source_comments=not args.no_comments, const_mode="sidecar",
+                          sidecar_name=f"{name}.npz")
+    module = emitted_module(staged, name, options)
+    if args.out is None:
+        sys.stdout.write(module.source)
+        if module.sidecar:
+            print("s2s: large constants need --out DIR to be written", file=sys.stderr)
+            return 2
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    out_path = os.path.join(args.out, f"{name}.py")
+    with open(out_path, "w", newline="\n") as f:
+        f.write(module.source)
+    if module.sidecar:
+        write_npz(os.path.join(args.out, f"{name}.npz"), module.sidecar)
+    print(out_path)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="s2s", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help in [("jaxpr", "print the jaxpr a function stages into"),
+                       ("emit", "write the readable Python module for a function")]:
+        p = sub.add_parser(name, help=help)
+        p.add_argument("target", help="path/to/module.py:function")
+        p.add_argument("--args", default="", help="argument specs, e.g. 'f32[128,784], f32[784]'")
+        p.add_argument("--static-argnums", default=None, help="comma-separated argument indices")
+        if name == "emit":
+            p.add_argument("--out", default=None, help="directory to write NAME.py (and NAME.npz)")
+            p.add_argument("--name", default=None, help="name of the emitted function")
+            p.add_argument("--no-comments", action="store_true", help="omit # file:line comments")
+    args = parser.parse_args(argv)
+    try:
+        return {"jaxpr": cmd_jaxpr, "emit": cmd_emit}[args.command](args)
+    except S2SError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+"""The IR: typed SSA programs in the style of JAX's jaxprs.
+
+A `Jaxpr` is a list of equations `outvars = primitive[params] invars`, each output
+variable bound exactly once. A `ClosedJaxpr` pairs a jaxpr with the values of its
+constant variables. Every pass reads and writes ClosedJaxprs; the printer makes any
+intermediate inspectable, `check_jaxpr` catches malformed ones early, and `eval_jaxpr`
+with the primitives' NumPy impls is the semantic reference for every backend.
+
+Elementwise primitives follow NumPy's broadcasting rules (operands of equal dtype,
+shapes that broadcast); everything else is explicit.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.errors import ShapeError
+from s2s.source_info import SourceInfo, UNKNOWN
+
+
+class ShapedArray:
+    """The abstract value of an array: shape, dtype and whether its dtype is weak."""
+
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape, dtype, weak_type: bool = False):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = bool(weak_type)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def update(self, shape=None, dtype=None, weak_type=None) -> ShapedArray:
+        return ShapedArray(self.shape if shape is None else shape,
+                           self.dtype if dtype is None else dtype,
+                           self.weak_type if weak_type is None else weak_type)
+
+    def strip_weak_type(self) -> ShapedArray:
+        return self.update(weak_type=False) if self.weak_type else self
+
+    def str_short(self) -> str:
+        return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+    def __eq__(self, other):
+        return (isinstance(other, ShapedArray) and self.shape == other.shape
+                and self.dtype == other.dtype and self.weak_type == other.weak_type)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype, self.weak_type))
+
+    def __repr__(self):
+        return f"ShapedArray({self.str_short()}{', weak_type=True' if self.weak_type else ''})"
+
+
+def aval_of_value(value) -> ShapedArray:
+    """The abstract value of a concrete Python or NumPy value."""
+    if isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic):
+        return ShapedArray((), dtypes.dtype_of_python_scalar(value), weak_type=True)
+    array = np.asarray(value)
+    return ShapedArray(array.shape, dtypes.canonicalize_dtype(array.dtype))
+
+
+class Var:
+    """An SSA variable. `hint` is the user's name for it, used by the Python emitter."""
+
+    __slots__ = ("aval", "hint")
+
+    def __init__(self, aval: ShapedArray, hint: str | None = None):
+        self.aval = aval
+        self.hint = hint
+
+    def __repr__(self):
+        return f"Var({self.hint or '?'}:{self.aval.str_short()})"
+
+
+class Literal:
+    """A scalar constant written inline in an equation."""
+
+    __slots__ = ("value", "aval")
+
+    def __init__(self, value, aval: ShapedArray):
+        if aval.shape != ():
+            raise ValueError("literals are scalars; arrays are constants")
+        self.value = value
+        self.aval = aval
+
+    def __repr__(self):
+        return f"Literal({self.value!r}:{self.aval.str_short()})"
+
+
+Atom = Var | Literal
+
+
+class Primitive:
+    """An operation of the IR.
+
+    Declared once with its shape/dtype rule (`abstract_eval(*avals, **params)`) and its
+    NumPy implementation (`impl(*arrays, **params)`). Each pass keeps its own table of
+    rules keyed by primitive; family modules in `s2s/primitives/` fill every table for
+    the primitives they declare.
+    """
+
+    def __init__(self, name: str, abstract_eval: Callable, impl: Callable,
+                 multiple_results: bool = False):
+        if name in PRIMITIVES:
+            raise ValueError(f"primitive {name!r} declared twice")
+        self.name = name
+        self.abstract_eval = abstract_eval
+        self.impl = impl
+        self.multiple_results = multiple_results
+        PRIMITIVES[name] = self
+
+    def bind(self, *args, **params):
+        """Stages the primitive into the active builder, or runs it on NumPy values."""
+        from s2s import staging
+        return staging.bind(self, args, params)
+
+    def __repr__(self):
+        return self.name
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+class JaxprEqn:
+    __slots__ = ("primitive", "invars", "outvars", "params", "source_info")
+
+    def __init__(self, primitive: Primitive, invars: list, outvars: list[Var],
+                 params: dict, source_info: SourceInfo = UNKNOWN):
+        self.primitive = primitive
+        self.invars = list(invars)
+        self.outvars = list(outvars)
+        self.params = dict(params)
+        self.source_info = source_info
+
+    def __repr__(self):
+        return f"JaxprEqn({self.primitive.name}, {self.invars} -> {self.outvars})"
+
+
+class Jaxpr:
+    __slots__ = ("constvars", "invars", "outvars", "eqns")
+
+    def __init__(self, constvars, invars, outvars, eqns):
+        self.constvars = list(constvars)
+        self.invars = list(invars)
+        self.outvars = list(outvars)
+        self.eqns = list(eqns)
+
+    @property
+    def in_avals(self) -> list[ShapedArray]:
+        return [v.aval for v in self.invars]
+
+    @property
+    def out_avals(self) -> list[ShapedArray]:
+        return [v.aval for v in self.outvars]
+
+    def __str__(self):
+        return pp_jaxpr(self)
+
+
+class ClosedJaxpr:
+    """A jaxpr together with the values of its constvars."""
+
+    __slots__ = ("jaxpr", "consts")
+
+    def __init__(self, jaxpr: Jaxpr, consts):
+        if len(consts) != len(jaxpr.constvars):
+            raise ValueError("a ClosedJaxpr needs one value per constvar")
+        self.jaxpr = jaxpr
+        self.consts = list(consts)
+
+    @property
+    def in_avals(self):
+        return self.jaxpr.in_avals
+
+    @property
+    def out_avals(self):
+        return self.jaxpr.out_avals
+
+    @property
+    def eqns(self):
+        return self.jaxpr.eqns
+
+    def __str__(self):
+        return pp_jaxpr(self.jaxpr)
+
+    def __repr__(self):
+        return pp_jaxpr(self.jaxpr)
+
+
+# ---------------------------------------------------------------------------------------
+# Pretty-printing
+
+
+def _short_names():
+    """a, b, ..., z, ba, bb, ... as JAX names jaxpr variables."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for size in itertools.count(1):
+        for combo in itertools.product(letters, repeat=size):
+            if size > 1 and combo[0] == "a":
+                continue
+            yield "".join(combo)
+
+
+def format_param(value) -> str:
+    if isinstance(value, np.dtype):
+        return dtypes.short_name(value)
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return dtypes.short_name(np.dtype(value))
+    if isinstance(value, ClosedJaxpr | Jaxpr):
+        return "{ " + pp_jaxpr(value.jaxpr if isinstance(value, ClosedJaxpr) else value).strip() + " }"
+    if isinstance(value, tuple):
+        inner = ", ".join(format_param(v) for v in value)
+        return f"({inner}{',' if len(value) == 1 else ''})"
+    return repr(value)
+
+
+def format_literal(lit: Literal) -> str:
+    value = lit.value
+    if isinstance(value, np.generic):
+        value = value.item()
+    return f"{value!r}:{lit.aval.str_short()}"
+
+
+def pp_jaxpr(jaxpr: Jaxpr) -> str:
+    """Prints `{ lambda consts ; args . let eqns in (outs,) }` as JAX does."""
+    names: dict[Var, str] = {}
+    fresh = _short_names()
+
+    def name(v: Atom, binding: bool = False) -> str:
+        if isinstance(v, Literal):
+            return format_literal(v)
+        if v not in names:
+            names[v] = next(fresh)
+        return f"{names[v]}:{v.aval.str_short()}" if binding else names[v]
+
+    consts = " ".join(name(v, True) for v in jaxpr.constvars)
+    args = " ".join(name(v, True) for v in jaxpr.invars)
+    lines = []
+    for eqn in jaxpr.eqns:
+        outs = " ".join(name(v, True) for v in eqn.outvars)
+        params = ""
+        if eqn.params:
+            params = "[" + ", ".join(f"{k}={format_param(v)}"
+                                     for k, v in sorted(eqn.params.items())) + "]"
+        ins = " ".join(name(v) for v in eqn.invars)
+        lines.append(f"{outs} = {eqn.primitive.name}{params} {ins}".rstrip())
+    outs = ", ".join(name(v) for v in jaxpr.outvars)
+    outs = f"({outs}{',' if len(jaxpr.outvars) == 1 else ''})"
+    head = f"{{ lambda {consts + ' ' if consts else ''}; {args}."
+    if len(lines) <= 1:
+        body = f" {lines[0]}" if lines else ""
+        text = f"{head} let{body} in {outs} }}"
+        if len(text) <= 100:
+            return text
+    return "\n".join([f"{head} let"] + [f"    {l}" for l in lines] + [f"  in {outs} }}"])
+
+
+# ---------------------------------------------------------------------------------------
+# Checking
+
+
+class JaxprTypeError(Exception):
+    """A malformed jaxpr: always a bug in s2s, never the user's mistake."""
+
+
+def check_jaxpr(jaxpr: Jaxpr | ClosedJaxpr) -> None:
+    """Checks SSA (each var bound once, defined before use) and every equation's types."""
+    if isinstance(jaxpr, ClosedJaxpr):
+        jaxpr = jaxpr.jaxpr
+    defined: set[int] = set()
+
+    def bind(v: Var, where: str):
+        if not isinstance(v, Var):
+            raise JaxprTypeError(f"{where}: binds a non-variable {v!r}")
+        if id(v) in defined:
+            raise JaxprTypeError(f"{where}: variable {v!r} bound twice")
+        defined.add(id(v))
+
+    def read(v: Atom, where: str):
+        if isinstance(v, Literal):
+            return
+        if id(v) not in defined:
+            raise JaxprTypeError(f"{where}: variable {v!r} used before it is defined")
+
+    for v in jaxpr.constvars:
+        bind(v, "constvars")
+    for v in jaxpr.invars:
+        bind(v, "invars")
+    for i, eqn in enumerate(jaxpr.eqns):
+        where = f"equation {i} ({eqn.primitive.name})"
+        for v in eqn.invars:
+            read(v, where)
+        try:
+            expected = eqn.primitive.abstract_eval(*[v.aval for v in eqn.invars], **eqn.params)
+        except ShapeError as e:
+            raise JaxprTypeError(f"{where}: {e.what}") from None
+        expected = list(expected) if eqn.primitive.multiple_results else [expected]
+        if len(expected) != len(eqn.outvars):
+            raise JaxprTypeError(f"{where}: {len(eqn.outvars)} outputs, rule says {len(expected)}")
+        for out, aval in zip(eqn.outvars, expected):
+            if out.aval.strip_weak_type() != aval.strip_weak_type():
+                raise JaxprTypeError(f"{where}: output typed {out.aval.str_short()}, "
+                                     f"rule says {aval.str_short()}")
+            bind(out, where)
+    for v in jaxpr.outvars:
+        read(v, "outvars")
+
+
+# ---------------------------------------------------------------------------------------
+# Reference interpreter
+
+
+def literal_value(lit: Literal):
+    return np.asarray(lit.value, dtype=lit.aval.dtype)[()]
+
+
+def eval_jaxpr(closed: ClosedJaxpr, *args) -> list:
+    """Runs a closed jaxpr on NumPy values with each primitive's impl; returns the outputs."""
+    jaxpr = closed.jaxpr
+    if len(args) != len(jaxpr.invars):
+        raise TypeError(f"jaxpr takes {len(jaxpr.invars)} arguments, got {len(args)}")
+    env: dict[Var, Any] = {}
+
+    def read(v: Atom):
+        return literal_value(v) if isinstance(v, Literal) else env[v]
+
+    for v, value in zip(jaxpr.constvars, closed.consts):
+        env[v] = value
+    for v, value in zip(jaxpr.invars, args):
+        env[v] = np.asarray(value, dtype=v.aval.dtype)
+    for eqn in jaxpr.eqns:
+        outs = eqn.primitive.impl(*map(read, eqn.invars), **eqn.params)
+        if not eqn.primitive.multiple_results:
+            outs = [outs]
+        for v, value in zip(eqn.outvars, outs):
+            env[v] = value
+    return [read(v) for v in jaxpr.outvars]

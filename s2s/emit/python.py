@@ -1,0 +1,261 @@
+"""ClosedJaxpr → the source of a standalone, readable Python module.
+
+The module imports only `numpy` and `s2s_runtime`. It reads like NumPy a person would
+write: variables keep the user's names (`h`, `h_1`, ...), single-use temporaries are
+inlined into the expression that uses them (`h = np.tanh(x @ W1 + b1)`), each statement
+can carry a `# file.py:LINE` comment pointing at the source, and dead equations are not
+written at all. The output is deterministic byte for byte: nothing depends on ids, hash
+order or the absolute path of the checkout.
+"""
+from __future__ import annotations
+
+import base64
+import keyword
+import linecache
+import math
+import re
+import types
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import ClosedJaxpr, Literal, Var
+from s2s.emit.pyexpr import ATOM, UNARY, Expr, dtype_text, python_rules
+
+# Rules whose NumPy spelling types a bare Python scalar operand like the array beside it
+# (NEP 50), so `x * 0.5` can be written instead of `x * np.float32(0.5)`.
+BARE_SCALAR_OK = {"add", "sub", "mul", "div", "pow", "max", "min", "atan2", "rem", "eq", "ne",
+                  "lt", "le", "gt", "ge", "and", "or", "xor", "select", "clamp"}
+
+INLINE_MAX_CHARS = 72          # longer expressions get a name of their own
+LARGE_CONST_ELEMENTS = 1000    # larger constants are never written as literals
+_RESERVED = {"np", "rt"} | set(keyword.kwlist)
+
+
+@dataclass
+class EmitOptions:
+    source_comments: bool = True
+    # "embed": large constants inline as base64; "sidecar": loaded from an .npz beside the
+    # module (the name given in `sidecar_name`), whose arrays are returned in `sidecar`.
+    const_mode: str = "embed"
+    sidecar_name: str | None = None
+
+
+@dataclass
+class Signature:
+    """How the emitted function's parameters map onto the jaxpr's flat inputs and outputs.
+
+    `params`: the def's parameter names; `input_exprs[i]`: a Python expression over those
+    parameters that yields flat input i (`params['W1']`); `output_builder`: writes the
+    return expression from the flat outputs' expressions (None: a flat tuple or single).
+    """
+    params: list[str]
+    input_exprs: list[str]
+    input_hints: list[str | None]
+    output_builder: Callable[[list[str]], str] | None = None
+
+
+@dataclass
+class EmittedModule:
+    source: str
+    sidecar: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class _Names:
+    """Allocates readable, unique Python identifiers: h, h_1, h_2 ..."""
+
+    def __init__(self, taken=()):
+        self.taken = set(_RESERVED) | set(taken)
+        self.next_suffix: dict[str, int] = {}   # stem -> the first suffix not yet tried
+
+    def fresh(self, hint: str | None, default: str = "t") -> str:
+        base = _identifier(hint) if hint else default
+        if base not in self.taken:
+            self.taken.add(base)
+            return base
+        stem = re.sub(r"_\d+$", "", base)
+        i = self.next_suffix.get(stem, 1)
+        while f"{stem}_{i}" in self.taken:
+            i += 1
+        self.next_suffix[stem] = i + 1
+        name = f"{stem}_{i}"
+        self.taken.add(name)
+        return name
+
+
+def _identifier(hint: str) -> str:
+    name = re.sub(r"\W", "_", hint)
+    if not name or name[0].isdigit():
+        name = "v_" + name
+    return name
+
+
+def literal_expr(lit: Literal, bare_ok: bool) -> Expr:
+    value = lit.value.item() if isinstance(lit.value, np.generic) else lit.value
+    dtype = lit.aval.dtype
+    if dtype.kind == "b":
+        text = repr(bool(value))
+    elif dtype.kind in "iu":
+        text = repr(int(value))
+    elif dtype.kind == "f":
+        v = float(value)
+        text = "np.inf" if v == math.inf else "-np.inf" if v == -math.inf else \
+            "np.nan" if math.isnan(v) else repr(v)
+    else:
+        text = repr(complex(value))
+    default = {"b": dtypes.bool_, "i": dtypes.default_int(), "u": None,
+               "f": dtypes.default_float(), "c": dtypes.complex128}[dtype.kind]
+    # A bare `True` is a Python int to `~` and `-`: bools are written bare only beside arrays.
+    if (lit.aval.weak_type and bare_ok) or (dtype == default and dtype.kind != "b"):
+        return Expr(text, UNARY if text.startswith("-") else ATOM)
+    return Expr(f"{dtype_text(dtype)}({text})")
+
+
+def _float_text(v) -> str:
+    """The shortest text that reads back as the same value of v's own dtype."""
+    if np.isnan(v):
+        return "np.nan"
+    if np.isinf(v):
+        return "np.inf" if v > 0 else "-np.inf"
+    return str(v)
+
+
+def _const_source(name: str, value: np.ndarray, options: EmitOptions, sidecar: dict) -> str:
+    value = np.asarray(value)
+    if value.size == 0:
+        return f"{name} = np.zeros({tuple(value.shape)!r}, dtype={dtype_text(value.dtype)})"
+    if value.size <= LARGE_CONST_ELEMENTS:
+        listed = np.array2string(value, separator=", ", threshold=LARGE_CONST_ELEMENTS + 1,
+                                 max_line_width=88, floatmode="unique",
+                                 formatter={"float_kind": _float_text})
+        listed = listed.replace("\n", "\n" + " " * (len(name) + 13))
+        return f"{name} = np.array({listed}, dtype={dtype_text(value.dtype)})"
+    if options.const_mode == "sidecar":
+        sidecar[name] = value
+        return f"{name} = _consts[{name!r}]"
+    raw = base64.b64encode(np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<")).tobytes()).decode()
+    chunks = [raw[i:i + 76] for i in range(0, len(raw), 76)]
+    body = "\n".join(f"    {c!r}" for c in chunks)
+    return (f"{name} = rt.array_from_base64(\n{body},\n"
+            f"    {value.dtype.name!r}, {tuple(value.shape)!r})")
+
+
+def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: str,
+                options: EmitOptions | None = None) -> EmittedModule:
+    options = options or EmitOptions()
+    jaxpr = closed.jaxpr
+    names = _Names(taken=[name] + signature.params)
+    module_names = _Names(taken=[name] + ["_consts"])
+    exprs: dict[Var, Expr] = {}
+    sidecar: dict[str, np.ndarray] = {}
+
+    # Liveness: which equations produce something used, and how often each var is read.
+    uses: dict[Var, int] = {}
+    for v in jaxpr.outvars:
+        if isinstance(v, Var):
+            uses[v] = uses.get(v, 0) + 1
+    live_eqns = []
+    for eqn in reversed(jaxpr.eqns):
+        if not any(uses.get(v) for v in eqn.outvars):
+            continue
+        live_eqns.append(eqn)
+        for v in eqn.invars:
+            if isinstance(v, Var):
+                uses[v] = uses.get(v, 0) + 1
+    live_eqns.reverse()
+    outvar_set = {v for v in jaxpr.outvars if isinstance(v, Var)}
+
+    const_lines = []
+    for var, value in zip(jaxpr.constvars, closed.consts):
+        if not uses.get(var):
+            continue
+        const_name = module_names.fresh(var.hint, "c")
+        names.taken.add(const_name)
+        const_lines.append(_const_source(const_name, value, options, sidecar))
+        exprs[var] = Expr(const_name)
+
+    body: list[str] = []
+    for var, source, hint in zip(jaxpr.invars, signature.input_exprs, signature.input_hints):
+        if source in signature.params:
+            exprs[var] = Expr(source)
+        elif uses.get(var):
+            local = names.fresh(hint or var.hint, "x")
+            body.append(f"{local} = {source}")
+            exprs[var] = Expr(local)
+
+    for eqn in live_eqns:
+        bare_ok = eqn.primitive.name in BARE_SCALAR_OK and any(
+            isinstance(v, Var) for v in eqn.invars)
+        operands = [literal_expr(v, bare_ok) if isinstance(v, Literal) else exprs[v]
+                    for v in eqn.invars]
+        rule = python_rules.get(eqn.primitive)
+        if rule is None:
+            raise NotImplementedError(f"no Python emission rule for {eqn.primitive.name}")
+        expr = rule(eqn, *operands)
+        comment = f"  # {eqn.source_info.short()}" if (
+            options.source_comments and eqn.source_info.line) else ""
+        if eqn.primitive.multiple_results:
+            targets = []
+            for v in eqn.outvars:
+                if uses.get(v):
+                    targets.append(names.fresh(v.hint))
+                    exprs[v] = Expr(targets[-1])
+                else:
+                    targets.append("_")
+            body.append(f"{', '.join(targets)} = {expr.text}{comment}")
+            continue
+        (out,) = eqn.outvars
+        if (out.hint is None and uses.get(out) == 1 and out not in outvar_set
+                and len(expr.text) <= INLINE_MAX_CHARS):
+            exprs[out] = expr
+            continue
+        local = names.fresh(out.hint)
+        body.append(f"{local} = {expr.text}{comment}")
+        exprs[out] = Expr(local)
+
+    outs = [literal_expr(v, False).text if isinstance(v, Literal) else exprs[v].text
+            for v in jaxpr.outvars]
+    if signature.output_builder is not None:
+        body.append(f"return {signature.output_builder(outs)}")
+    elif len(outs) == 1:
+        body.append(f"return {outs[0]}")
+    else:
+        body.append(f"return {', '.join(outs)}" if outs else "return ()")
+
+    lines = ['"""' + header.strip() + '\n"""', "import numpy as np", "import s2s_runtime as rt", "",
+             f"__all__ = [{name!r}]", ""]
+    if sidecar:
+        lines += [f"_consts = rt.load_npz(__file__, {options.sidecar_name!r})"]
+    if const_lines:
+        lines += const_lines + [""]
+    lines += ["", f"def {name}({', '.join(signature.params)}):"]
+    lines += [f"    {line}" for line in body]
+    source = "\n".join(lines) + "\n"
+    return EmittedModule(source, sidecar)
+
+
+def flat_signature(closed: ClosedJaxpr, arg_names=None) -> Signature:
+    invars = closed.jaxpr.invars
+    allocator = _Names()
+    params = [allocator.fresh(arg_names[i] if arg_names else v.hint, "x")
+              for i, v in enumerate(invars)]
+    return Signature(params, params, list(params))
+
+
+def emit_jaxpr_source(closed: ClosedJaxpr, name: str = "f", arg_names=None,
+                      options: EmitOptions | None = None) -> str:
+    """The module for a jaxpr taken as a function of its flat inputs (for tests and tools)."""
+    header = f"Generated by s2s from a jaxpr with inputs ({', '.join(a.str_short() for a in closed.in_avals)})."
+    return emit_module(closed, name, flat_signature(closed, arg_names), header, options).source
+
+
+def load_source(source: str, name: str, filename: str | None = None) -> types.ModuleType:
+    """Executes emitted source as a module, registered with linecache for tracebacks."""
+    filename = filename or f"<s2s generated {name}>"
+    module = types.ModuleType(f"s2s_generated_{name}")
+    module.__file__ = filename
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), module.__dict__)
+    return module

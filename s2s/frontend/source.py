@@ -1,0 +1,148 @@
+"""Finding a function's AST and classifying its names.
+
+The whole file a function lives in is parsed once with gast (so line and column numbers
+are the file's own, and lambdas in the middle of a line are found exactly), and analysed
+once with beniget, whose def-use chains say which names each function binds locally.
+Free names are then resolved through the function object itself — its closure cells,
+its `__globals__`, the builtins — never by guessing from the text.
+"""
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import linecache
+
+import beniget
+import gast
+
+from s2s.errors import StagingError, UnsupportedSyntaxError
+from s2s.source_info import SourceInfo
+
+
+@dataclasses.dataclass
+class ParsedFile:
+    tree: gast.Module
+    duc: beniget.DefUseChains
+    lines: list[str]
+
+
+_parsed_files: dict[tuple[str, int], ParsedFile] = {}
+
+
+def _parse_file(filename: str, lines: list[str]) -> ParsedFile:
+    text = "".join(lines)
+    key = (filename, hash(text))
+    parsed = _parsed_files.get(key)
+    if parsed is None:
+        tree = gast.parse(text)
+        duc = beniget.DefUseChains(filename)
+        duc.visit(tree)
+        parsed = ParsedFile(tree, duc, lines)
+        _parsed_files[key] = parsed
+    return parsed
+
+
+@dataclasses.dataclass
+class FunctionSource:
+    """A function's AST node, the file it is in, and the names its body binds."""
+    node: gast.FunctionDef | gast.Lambda
+    filename: str
+    name: str
+    local_names: frozenset[str]   # names bound in the function's own scope (args included)
+    _infos: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def info(self, node) -> SourceInfo:
+        """Where `node` is, as a SourceInfo (made once per node: staging asks often)."""
+        info = self._infos.get(node)
+        if info is None:
+            info = self._infos[node] = self._make_info(node)
+        return info
+
+    def _make_info(self, node) -> SourceInfo:
+        line = getattr(node, "lineno", None) or self.node.lineno
+        col = getattr(node, "col_offset", 0) + 1
+        end_col = None
+        if getattr(node, "end_lineno", None) == line and getattr(node, "end_col_offset", None):
+            end_col = node.end_col_offset + 1
+        return SourceInfo(self.filename, line, col, self.name, end_col)
+
+
+# Code objects and nested AST nodes -> FunctionSource. Both are small and long-lived.
+_sources: dict = {}
+
+
+def local_names_of(parsed: ParsedFile, node) -> frozenset[str]:
+    return frozenset(d.name() for d in parsed.duc.locals.get(node, ()))
+
+
+def function_source(fn) -> FunctionSource:
+    """The AST of a Python function or lambda, found in its file by line and column."""
+    code = fn.__code__
+    cached = _sources.get(code)
+    if cached is not None:
+        return cached
+    filename = code.co_filename
+    lines = linecache.getlines(filename, fn.__globals__)
+    if not lines:
+        raise StagingError(
+            f"cannot read the source of {fn.__qualname__} (defined in {filename})",
+            "s2s reads the function's source text: define it in a file (or a notebook cell), "
+            "not with exec() or at an interactive prompt without history")
+    parsed = _parse_file(filename, lines)
+    node = _find_node(parsed.tree, code)
+    if node is None:
+        raise StagingError(
+            f"cannot find the definition of {fn.__qualname__} in {filename}:{code.co_firstlineno}",
+            "the file on disk may have changed since it was imported; re-import it")
+    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed, node))
+    _sources[code] = source
+    return source
+
+
+def _find_node(tree, code):
+    line = code.co_firstlineno
+    if code.co_name == "<lambda>":
+        lambdas = [n for n in gast.walk(tree) if isinstance(n, gast.Lambda) and n.lineno == line]
+        if len(lambdas) > 1:
+            arg_names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+            lambdas = [n for n in lambdas
+                       if tuple(a.id for a in n.args.args + n.args.kwonlyargs) == arg_names] or lambdas
+        if len(lambdas) > 1:
+            # Several lambdas with the same arguments on one line: match the body's column.
+            columns = {pos[2] for pos in code.co_positions() if pos[2] is not None}
+            lambdas = [n for n in lambdas if n.body.col_offset in columns] or lambdas
+        return lambdas[0] if lambdas else None
+    for n in gast.walk(tree):
+        if isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef)) and n.name == code.co_name:
+            first = min([n.lineno] + [d.lineno for d in n.decorator_list])
+            if line in (first, n.lineno):
+                return n
+    return None
+
+
+def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
+    """The FunctionSource of a def or lambda nested in a function being staged."""
+    cached = _sources.get(node)
+    if cached is not None:
+        return cached
+    lines = linecache.getlines(parent.filename)
+    parsed = _parse_file(parent.filename, lines)
+    name = getattr(node, "name", "<lambda>")
+    source = FunctionSource(node, parent.filename, f"{parent.name}.<locals>.{name}",
+                            local_names_of(parsed, node))
+    _sources[node] = source
+    return source
+
+
+BUILTINS = vars(builtins)
+
+
+def check_supported_scope(source: FunctionSource) -> None:
+    """Rejects `global` and `nonlocal`, which would make staging write outside the function."""
+    for node in gast.walk(source.node):
+        if isinstance(node, (gast.Global, gast.Nonlocal)):
+            kind = "global" if isinstance(node, gast.Global) else "nonlocal"
+            raise UnsupportedSyntaxError(
+                f"`{kind}` statements are not supported in staged functions",
+                "return the new value instead of assigning to an outer variable",
+                source.info(node))

@@ -1,0 +1,829 @@
+"""The staging walk: runs a function's AST with staged arrays in place of its array inputs.
+
+Python values that do not depend on the array arguments — ints, shapes, tuples, strings,
+module constants — stay concrete and the walk computes with them directly, so loops over
+`range(n_layers)`, `if x.ndim == 2` and list building happen now, at staging time. Every
+array operation (operators, `np.*` calls, methods) is staged into the active builder, even
+when its inputs are constants, so `np.ones((300, 1024, 1024))` becomes a small equation,
+not a 1.2 GB literal. Calls to other user functions are staged by walking their source too,
+so equations point at the line of whichever file they came from.
+
+Whenever Python itself needs a concrete value from a staged one (`if x.sum() > 0`,
+`int(x)`, `range(x)`), ConcretizationError points at that line. Syntax that cannot be
+staged raises UnsupportedSyntaxError at its line.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import inspect
+import operator
+import sysconfig
+import threading
+import types
+from typing import Any
+
+import gast
+import numpy as np
+
+from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError,
+                        UnsupportedFunctionError, UnsupportedSyntaxError)
+from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope,
+                                 function_source, nested_function_source)
+from s2s.numpy_api import NUMPY_IMPLS
+from s2s.staging import Tracer, current_builder
+
+_STDLIB = sysconfig.get_paths()["stdlib"]
+MAX_STAGING_DEPTH = 200
+
+# NumPy functions that build arrays from static arguments alone: always staged (as iota,
+# broadcasts ...), never run eagerly, so their results never become baked constants.
+CREATION_FUNCTIONS = {np.zeros, np.ones, np.full, np.empty, np.eye, np.identity, np.arange,
+                      np.linspace, np.tri, np.zeros_like, np.ones_like, np.full_like,
+                      np.empty_like, np.array, np.asarray}
+
+# Python operators on arrays, as the NumPy functions that implement them.
+BINARY_OPERATORS = {
+    gast.Add: (operator.add, np.add), gast.Sub: (operator.sub, np.subtract),
+    gast.Mult: (operator.mul, np.multiply), gast.Div: (operator.truediv, np.true_divide),
+    gast.FloorDiv: (operator.floordiv, np.floor_divide), gast.Mod: (operator.mod, np.remainder),
+    gast.Pow: (operator.pow, np.power), gast.MatMult: (operator.matmul, np.matmul),
+    gast.BitAnd: (operator.and_, np.bitwise_and), gast.BitOr: (operator.or_, np.bitwise_or),
+    gast.BitXor: (operator.xor, np.bitwise_xor), gast.LShift: (operator.lshift, np.left_shift),
+    gast.RShift: (operator.rshift, np.right_shift),
+}
+UNARY_OPERATORS = {
+    gast.USub: (operator.neg, np.negative), gast.UAdd: (operator.pos, np.positive),
+    gast.Invert: (operator.invert, np.invert),
+}
+COMPARISONS = {
+    gast.Eq: (operator.eq, np.equal), gast.NotEq: (operator.ne, np.not_equal),
+    gast.Lt: (operator.lt, np.less), gast.LtE: (operator.le, np.less_equal),
+    gast.Gt: (operator.gt, np.greater), gast.GtE: (operator.ge, np.greater_equal),
+    gast.Is: (operator.is_, None), gast.IsNot: (operator.is_not, None),
+    gast.In: (lambda a, b: a in b, None), gast.NotIn: (lambda a, b: a not in b, None),
+}
+
+UNSUPPORTED_STATEMENTS = {
+    gast.Try: ("try/except", "s2s stages the function once; errors cannot be caught at run time. "
+               "Check conditions on static values before calling"),
+    gast.With: ("`with` blocks", "move the context manager outside the staged function"),
+    gast.AsyncWith: ("`async with`", "staged functions are synchronous"),
+    gast.AsyncFor: ("`async for`", "staged functions are synchronous"),
+    gast.AsyncFunctionDef: ("async functions", "staged functions are synchronous"),
+    gast.ClassDef: ("class definitions inside a staged function",
+                    "define the class at module level"),
+    gast.Match: ("`match` statements", "use if/elif on static values"),
+}
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+class _Break(Exception):
+    pass
+
+
+class _Continue(Exception):
+    pass
+
+
+class Scope:
+    """The variables of one function activation, with lexical parents for nested defs."""
+
+    def __init__(self, source: FunctionSource, fn_globals: dict, closure: dict,
+                 parent: Scope | None):
+        self.source = source
+        self.vars: dict[str, Any] = {}
+        self.globals = fn_globals
+        self.closure = closure
+        self.parent = parent
+
+    def lookup(self, name: str, node) -> Any:
+        scope = self
+        while scope is not None:
+            if name in scope.vars:
+                return scope.vars[name]
+            if name in scope.source.local_names:
+                raise StagingError(f"local variable {name!r} is used before it is assigned",
+                                   f"assign {name} before this line")
+            if name in scope.closure:
+                return scope.closure[name]
+            scope = scope.parent
+        if name in self.globals:
+            return self.globals[name]
+        if name in BUILTINS:
+            return BUILTINS[name]
+        raise StagingError(f"name {name!r} is not defined", "define it or import it")
+
+    def bound_names_of(self, value) -> list[str]:
+        """Names in this activation bound to exactly this object (for aliasing checks)."""
+        return [n for n, v in self.vars.items() if v is value]
+
+
+class StagedFunction:
+    """A def or lambda created while staging: calling it stages its body in place."""
+
+    def __init__(self, source: FunctionSource, parent: Scope, defaults: list, kw_defaults: dict):
+        self.source = source
+        self.parent = parent
+        self.signature = _signature_of(source.node.args, defaults, kw_defaults)
+
+    def __call__(self, *args, **kwargs):
+        bound = _bind(self.signature, args, kwargs, self.source.name)
+        scope = Scope(self.source, self.parent.globals, {}, self.parent)
+        return FunctionWalker(scope).run(bound)
+
+    def __repr__(self):
+        return f"<staged function {self.source.name}>"
+
+
+def _signature_of(args: gast.arguments, defaults: list, kw_defaults: dict) -> inspect.Signature:
+    P = inspect.Parameter
+    params = []
+    positional = args.posonlyargs + args.args
+    first_default = len(positional) - len(defaults)
+    for i, a in enumerate(positional):
+        kind = P.POSITIONAL_ONLY if i < len(args.posonlyargs) else P.POSITIONAL_OR_KEYWORD
+        default = defaults[i - first_default] if i >= first_default else P.empty
+        params.append(P(a.id, kind, default=default))
+    if args.vararg:
+        params.append(P(args.vararg.id, P.VAR_POSITIONAL))
+    for a in args.kwonlyargs:
+        params.append(P(a.id, P.KEYWORD_ONLY, default=kw_defaults.get(a.id, P.empty)))
+    if args.kwarg:
+        params.append(P(args.kwarg.id, P.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+def _bind(signature: inspect.Signature, args, kwargs, name: str) -> dict:
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise StagingError(f"{name}() called with the wrong arguments: {e}",
+                           f"call it as {name}{signature}") from None
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def stage_python_function(fn, args, kwargs, self_arg=None):
+    """Stages a call of a plain Python function (module-level, nested, lambda, method)."""
+    source = function_source(fn)
+    check_supported_scope(source)
+    if fn.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        raise UnsupportedSyntaxError(f"{source.name} is a generator or coroutine, which cannot be staged",
+                                     "return a list or tuple instead of yielding",
+                                     source.info(source.node))
+    closure = {}
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                closure[name] = cell.cell_contents
+            except ValueError:  # an empty cell: the name is not bound yet
+                pass
+    if self_arg is not None:
+        args = (self_arg,) + tuple(args)
+    signature = inspect.signature(fn, follow_wrapped=False)
+    bound = _bind(signature, args, kwargs, source.name)
+    scope = Scope(source, fn.__globals__, closure, None)
+    return FunctionWalker(scope).run(bound)
+
+
+_staging_state = threading.local()
+
+
+def _call_stack() -> list:
+    """(function node, static arguments) of the calls being staged, innermost last."""
+    if not hasattr(_staging_state, "stack"):
+        _staging_state.stack = []
+    return _staging_state.stack
+
+
+def _is_staged(value) -> bool:
+    if isinstance(value, Tracer):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_is_staged(v) for v in value)
+    if isinstance(value, dict):
+        return any(_is_staged(v) for v in value.values())
+    return False
+
+
+def _is_array_constant(value) -> bool:
+    return isinstance(value, np.ndarray) and value.ndim > 0
+
+
+def _is_static_scalar_tree(value) -> bool:
+    """Python/NumPy scalars, strings, None, dtypes and containers of them: never staged."""
+    if isinstance(value, (list, tuple)):
+        return all(_is_static_scalar_tree(v) for v in value)
+    if isinstance(value, dict):
+        return all(_is_static_scalar_tree(v) for v in value.values())
+    return not (isinstance(value, Tracer) or _is_array_constant(value))
+
+
+class FunctionWalker:
+    """Walks one function body. Statements are executed; expressions return values."""
+
+    def __init__(self, scope: Scope):
+        self.scope = scope
+        self.source = scope.source
+
+    # --- entry -------------------------------------------------------------------------
+
+    def run(self, bound_args: dict):
+        node = self.source.node
+        for name, value in bound_args.items():
+            self.assign_name(name, value)
+        key = (id(node), tuple((k, _static_key(v)) for k, v in bound_args.items()))
+        stack = _call_stack()
+        if key in stack or len(stack) >= MAX_STAGING_DEPTH:
+            raise UnsupportedSyntaxError(
+                f"{self.source.name} calls itself with the same static arguments: "
+                "recursion on staged values cannot be unrolled",
+                "recursion must end on static values (e.g. a Python int depth); "
+                "otherwise write a loop")
+        stack.append(key)
+        try:
+            if isinstance(node, gast.Lambda):
+                return self.expr(node.body)
+            try:
+                self.block(node.body)
+            except _Return as r:
+                return r.value
+            return None
+        finally:
+            stack.pop()
+
+    # --- statements --------------------------------------------------------------------
+
+    def block(self, statements):
+        for stmt in statements:
+            self.stmt(stmt)
+
+    def stmt(self, node):
+        try:
+            method = getattr(self, "stmt_" + type(node).__name__, None)
+            if method is None:
+                what, help = UNSUPPORTED_STATEMENTS.get(
+                    type(node), (f"`{type(node).__name__}` statements", "rewrite without it"))
+                raise UnsupportedSyntaxError(f"{what} are not supported in staged functions",
+                                             help)
+            method(node)
+        except (_Return, _Break, _Continue):
+            raise
+        except S2SError as e:
+            raise e.at(self.source.info(node))
+
+    def stmt_Expr(self, node):
+        self.expr(node.value)
+
+    def stmt_Pass(self, node):
+        pass
+
+    def stmt_Return(self, node):
+        raise _Return(None if node.value is None else self.expr(node.value))
+
+    def stmt_Assign(self, node):
+        value = self.expr(node.value)
+        for target in node.targets:
+            self.assign(target, value)
+
+    def stmt_AnnAssign(self, node):
+        if node.value is not None:
+            self.assign(node.target, self.expr(node.value))
+
+    def stmt_AugAssign(self, node):
+        target = node.target
+        python_op, numpy_fn = BINARY_OPERATORS[type(node.op)]
+        if isinstance(target, gast.Name):
+            current = self.scope.lookup(target.id, target)
+            new = self.operate(python_op, numpy_fn, current, self.expr(node.value), node)
+            if isinstance(current, Tracer):
+                new = self._in_place_result(target.id, current, new)
+            self.assign_name(target.id, new)
+            return
+        if isinstance(target, gast.Subscript):
+            obj = self.expr(target.value)
+            self._reject_array_store(obj, target)
+            index = self.expr(target.slice)
+            obj[index] = self.operate(python_op, numpy_fn, obj[index], self.expr(node.value), node)
+            return
+        if isinstance(target, gast.Attribute):
+            obj = self.expr(target.value)
+            setattr(obj, target.attr, self.operate(python_op, numpy_fn, getattr(obj, target.attr),
+                                                   self.expr(node.value), node))
+            return
+        raise UnsupportedSyntaxError("this augmented assignment target is not supported")
+
+    def _in_place_result(self, name: str, current: Tracer, new):
+        """`x += v` on an array: NumPy updates x in place, keeping its dtype.
+
+        s2s rebinds `x` to a new value, which means the same as long as no other name
+        refers to the old array; if one does, NumPy would change it too, so we refuse.
+        """
+        others = [n for n in self.scope.bound_names_of(current) if n != name]
+        if others:
+            raise UnsupportedSyntaxError(
+                f"`{name}` is updated in place but the same array is also bound to "
+                f"`{others[0]}`; NumPy would change `{others[0]}` too",
+                f"write `{name} = {name} + ...` (a new array) or copy first: "
+                f"`{others[0]} = {others[0]}.copy()`")
+        if isinstance(new, Tracer) and new.dtype != current.dtype:
+            if not np.can_cast(new.dtype, current.dtype, casting="same_kind"):
+                raise StagingError(
+                    f"in-place update cannot store {new.dtype} results into the "
+                    f"{current.dtype} array `{name}` (NumPy raises UFuncTypeError here)",
+                    f"write `{name} = {name} + ...` to get a new {new.dtype} array")
+            new = new.astype(current.dtype)
+        return new
+
+    def stmt_If(self, node):
+        test = self.expr(node.test)
+        if self.truth(test, node.test, "an `if` condition"):
+            self.block(node.body)
+        else:
+            self.block(node.orelse)
+
+    def stmt_While(self, node):
+        while self.truth(self.expr(node.test), node.test, "a `while` condition"):
+            try:
+                self.block(node.body)
+            except _Break:
+                return
+            except _Continue:
+                continue
+        self.block(node.orelse)
+
+    def stmt_For(self, node):
+        iterable = self.expr(node.iter)
+        if isinstance(iterable, Tracer) and not iterable.shape:
+            raise StagingError("iteration over a 0-d array")
+        try:
+            iterator = iter(iterable)
+        except TypeError as e:
+            raise StagingError(f"cannot loop over this value: {e}") from None
+        for item in iterator:
+            self.assign(node.target, item)
+            try:
+                self.block(node.body)
+            except _Break:
+                return
+            except _Continue:
+                continue
+        self.block(node.orelse)
+
+    def stmt_Break(self, node):
+        raise _Break()
+
+    def stmt_Continue(self, node):
+        raise _Continue()
+
+    def stmt_Assert(self, node):
+        if not self.truth(self.expr(node.test), node.test, "an `assert`"):
+            message = "" if node.msg is None else f": {self.expr(node.msg)}"
+            raise StagingError(f"assertion failed while staging{message}")
+
+    def stmt_Raise(self, node):
+        exc = None if node.exc is None else self.expr(node.exc)
+        if isinstance(exc, type) and issubclass(exc, BaseException):
+            exc = exc()
+        description = f"{type(exc).__name__}: {exc}" if exc is not None else "an exception"
+        error = StagingError(f"the function raised {description} while being staged",
+                             "this `raise` ran for the arguments given (their static values "
+                             "and shapes); call the function with arguments it accepts")
+        error.original = exc
+        raise error
+
+    def stmt_FunctionDef(self, node):
+        if node.decorator_list:
+            raise UnsupportedSyntaxError("decorators on nested functions are not supported",
+                                         "apply the decorator at module level")
+        self.assign_name(node.name, self._make_function(node))
+
+    def stmt_Import(self, node):
+        for alias in node.names:
+            module = __import__(alias.name)
+            if alias.asname:
+                for part in alias.name.split(".")[1:]:
+                    module = getattr(module, part)
+            self.assign_name(alias.asname or alias.name.split(".")[0], module)
+
+    def stmt_ImportFrom(self, node):
+        module = __import__(node.module, fromlist=[a.name for a in node.names], level=node.level
+                            ) if node.level == 0 else None
+        if module is None:
+            raise UnsupportedSyntaxError("relative imports inside staged functions are not supported",
+                                         "import at module level")
+        for alias in node.names:
+            self.assign_name(alias.asname or alias.name, getattr(module, alias.name))
+
+    def stmt_Delete(self, node):
+        for target in node.targets:
+            if isinstance(target, gast.Name):
+                self.scope.vars.pop(target.id, None)
+            else:
+                obj = self.expr(target.value)
+                self._reject_array_store(obj, target)
+                del obj[self.expr(target.slice)]
+
+    def stmt_Global(self, node):
+        raise UnsupportedSyntaxError("`global` statements are not supported in staged functions",
+                                     "return the new value instead of assigning a global")
+
+    stmt_Nonlocal = stmt_Global
+
+    # --- assignment --------------------------------------------------------------------
+
+    def assign(self, target, value):
+        if isinstance(target, gast.Name):
+            self.assign_name(target.id, value)
+        elif isinstance(target, (gast.Tuple, gast.List)):
+            self._unpack(target, value)
+        elif isinstance(target, gast.Subscript):
+            obj = self.expr(target.value)
+            self._reject_array_store(obj, target)
+            obj[self.expr(target.slice)] = value
+        elif isinstance(target, gast.Attribute):
+            setattr(self.expr(target.value), target.attr, value)
+        elif isinstance(target, gast.Starred):
+            raise UnsupportedSyntaxError("a starred target must be inside a tuple or list")
+        else:
+            raise UnsupportedSyntaxError(f"cannot assign to {type(target).__name__}")
+
+    def _unpack(self, target, value):
+        if isinstance(value, Tracer):
+            value = list(value)
+        try:
+            items = list(value)
+        except TypeError:
+            raise StagingError(f"cannot unpack a {type(value).__name__}") from None
+        starred = [i for i, e in enumerate(target.elts) if isinstance(e, gast.Starred)]
+        n = len(target.elts)
+        if not starred:
+            if len(items) != n:
+                raise StagingError(f"cannot unpack {len(items)} values into {n} names")
+            for elt, item in zip(target.elts, items):
+                self.assign(elt, item)
+            return
+        s = starred[0]
+        after = n - s - 1
+        if len(items) < n - 1:
+            raise StagingError(f"not enough values to unpack (expected at least {n - 1}, got {len(items)})")
+        for elt, item in zip(target.elts[:s], items[:s]):
+            self.assign(elt, item)
+        self.assign(target.elts[s].value, items[s:len(items) - after])
+        for elt, item in zip(target.elts[s + 1:], items[len(items) - after:]):
+            self.assign(elt, item)
+
+    def assign_name(self, name: str, value):
+        if isinstance(value, Tracer) and value.variable.hint is None:
+            value.variable.hint = name
+        self.scope.vars[name] = value
+
+    def _reject_array_store(self, obj, target):
+        if isinstance(obj, (Tracer, np.ndarray)):
+            raise UnsupportedSyntaxError(
+                "in-place updates of arrays (`x[i] = v`, `x[i] += v`) are not supported yet",
+                "build a new array instead, e.g. with np.where(mask, v, x), np.concatenate, "
+                "or np.stack of the pieces")
+
+    # --- expressions -------------------------------------------------------------------
+
+    def expr(self, node):
+        builder = current_builder()
+        saved = builder.source_info if builder is not None else None
+        if builder is not None:
+            builder.source_info = self.source.info(node)
+        try:
+            method = getattr(self, "expr_" + type(node).__name__, None)
+            if method is None:
+                raise UnsupportedSyntaxError(
+                    f"`{type(node).__name__}` expressions are not supported in staged functions",
+                    "rewrite the expression with supported syntax")
+            return method(node)
+        except S2SError as e:
+            raise e.at(self.source.info(node))
+        except (_Return, _Break, _Continue):
+            raise
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError,
+                OverflowError, RecursionError) as e:
+            error = StagingError(f"{type(e).__name__}: {e}",
+                                 "this Python error was raised while s2s ran the expression "
+                                 "above; fix the expression (or the values it was given)")
+            error.original = e
+            raise error.at(self.source.info(node)) from None
+        finally:
+            if builder is not None:
+                builder.source_info = saved
+
+    def expr_Constant(self, node):
+        return node.value
+
+    def expr_Name(self, node):
+        value = self.scope.lookup(node.id, node)
+        if _is_array_constant(value):
+            builder = current_builder()
+            if builder is not None:
+                builder.name_constant(value, node.id)
+        return value
+
+    def expr_Attribute(self, node):
+        obj = self.expr(node.value)
+        if isinstance(obj, Tracer) and not hasattr(obj, node.attr):
+            raise UnsupportedFunctionError(
+                f"the ndarray attribute or method `.{node.attr}` is not supported on staged arrays",
+                "see the README's table of supported NumPy functions and methods")
+        return getattr(obj, node.attr)
+
+    def expr_Subscript(self, node):
+        obj = self.expr(node.value)
+        index = self.expr(node.slice)
+        if _is_array_constant(obj) and current_builder() is not None:
+            from s2s.numpy_api.indexing import getitem
+            return getitem(obj, index)
+        return obj[index]
+
+    def expr_Slice(self, node):
+        part = lambda n: None if n is None else self.expr(n)
+        return slice(part(node.lower), part(node.upper), part(node.step))
+
+    def expr_Tuple(self, node):
+        return tuple(self._elements(node.elts))
+
+    def expr_List(self, node):
+        return list(self._elements(node.elts))
+
+    def expr_Set(self, node):
+        return set(self._elements(node.elts))
+
+    def _elements(self, elts):
+        out = []
+        for e in elts:
+            if isinstance(e, gast.Starred):
+                out.extend(self.expr(e.value))
+            else:
+                out.append(self.expr(e))
+        return out
+
+    def expr_Dict(self, node):
+        out = {}
+        for k, v in zip(node.keys, node.values):
+            if k is None:
+                out.update(self.expr(v))
+            else:
+                out[self.expr(k)] = self.expr(v)
+        return out
+
+    def expr_JoinedStr(self, node):
+        parts = []
+        for v in node.values:
+            parts.append(v.value if isinstance(v, gast.Constant) else self.expr(v))
+        return "".join(str(p) for p in parts)
+
+    def expr_FormattedValue(self, node):
+        value = self.expr(node.value)
+        if isinstance(value, Tracer):
+            raise UnsupportedSyntaxError("formatting a staged array into a string is not supported",
+                                         "format static values (shapes, Python numbers) only")
+        spec = "" if node.format_spec is None else self.expr(node.format_spec)
+        conv = {-1: lambda v: v, 115: str, 114: repr, 97: ascii}[node.conversion]
+        return format(conv(value), spec)
+
+    def expr_BinOp(self, node):
+        python_op, numpy_fn = BINARY_OPERATORS[type(node.op)]
+        return self.operate(python_op, numpy_fn, self.expr(node.left), self.expr(node.right), node)
+
+    def expr_UnaryOp(self, node):
+        operand = self.expr(node.operand)
+        if isinstance(node.op, gast.Not):
+            return not self.truth(operand, node.operand, "`not`")
+        python_op, numpy_fn = UNARY_OPERATORS[type(node.op)]
+        if self._stages(operand):
+            return self._numpy(numpy_fn)(operand)
+        return python_op(operand)
+
+    def expr_BoolOp(self, node):
+        what = "`and`" if isinstance(node.op, gast.And) else "`or`"
+        value = None
+        for operand in node.values:
+            value = self.expr(operand)
+            truth = self.truth(value, operand, what, logical=True)
+            if isinstance(node.op, gast.And) and not truth:
+                return value
+            if isinstance(node.op, gast.Or) and truth:
+                return value
+        return value
+
+    def expr_Compare(self, node):
+        left = self.expr(node.left)
+        result = True
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.expr(right_node)
+            python_op, numpy_fn = COMPARISONS[type(op)]
+            if numpy_fn is not None and (self._stages(left) or self._stages(right)):
+                value = self._numpy(numpy_fn)(left, right)
+            else:
+                value = python_op(left, right)
+            if len(node.ops) == 1:
+                return value
+            if not self.truth(value, node, "a chained comparison", logical=True):
+                return value
+            result, left = value, right
+        return result
+
+    def expr_IfExp(self, node):
+        if self.truth(self.expr(node.test), node.test, "a conditional expression"):
+            return self.expr(node.body)
+        return self.expr(node.orelse)
+
+    def expr_Lambda(self, node):
+        return self._make_function(node)
+
+    def expr_Starred(self, node):
+        raise UnsupportedSyntaxError("a starred expression is only allowed in calls, lists and tuples")
+
+    def expr_ListComp(self, node):
+        return self._comprehension(node, lambda out, n: out.append(self.expr(n.elt)), [])
+
+    def expr_SetComp(self, node):
+        return self._comprehension(node, lambda out, n: out.add(self.expr(n.elt)), set())
+
+    def expr_GeneratorExp(self, node):
+        # Evaluated eagerly: `sum(x ** 2 for x in xs)` means the same with a list.
+        return iter(self.expr_ListComp(node))
+
+    def expr_DictComp(self, node):
+        def add(out, n):
+            out[self.expr(n.key)] = self.expr(n.value)
+        return self._comprehension(node, add, {})
+
+    def _comprehension(self, node, add, out):
+        # Comprehension variables are local to the comprehension, as in Python 3.
+        saved = dict(self.scope.vars)
+
+        def loop(generators):
+            if not generators:
+                add(out, node)
+                return
+            gen = generators[0]
+            for item in self.expr(gen.iter):
+                self.assign(gen.target, item)
+                if all(self.truth(self.expr(c), c, "a comprehension filter") for c in gen.ifs):
+                    loop(generators[1:])
+        try:
+            loop(node.generators)
+        finally:
+            targets = {n.id for g in node.generators for n in gast.walk(g.target)
+                       if isinstance(n, gast.Name)}
+            for name in targets:
+                if name in saved:
+                    self.scope.vars[name] = saved[name]
+                else:
+                    self.scope.vars.pop(name, None)
+        return out
+
+    def expr_NamedExpr(self, node):
+        value = self.expr(node.value)
+        self.assign(node.target, value)
+        return value
+
+    def expr_Yield(self, node):
+        raise UnsupportedSyntaxError("generators (`yield`) cannot be staged",
+                                     "return a list or tuple instead")
+
+    expr_YieldFrom = expr_Yield
+
+    def expr_Await(self, node):
+        raise UnsupportedSyntaxError("`await` cannot be staged", "staged functions are synchronous")
+
+    def expr_Call(self, node):
+        fn = self.expr(node.func)
+        args = self._elements(node.args)
+        kwargs = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                kwargs.update(self.expr(kw.value))
+            else:
+                kwargs[kw.arg] = self.expr(kw.value)
+        return self.call(fn, args, kwargs, node)
+
+    # --- calls -------------------------------------------------------------------------
+
+    def call(self, fn, args, kwargs, node):
+        numpy_impl = NUMPY_IMPLS.get(fn) if _hashable(fn) else None
+        if numpy_impl is not None:
+            if fn not in CREATION_FUNCTIONS and _is_static_scalar_tree((args, kwargs)):
+                result = fn(*args, **kwargs)   # e.g. np.sqrt(d_k), np.prod(x.shape)
+                if not _is_array_constant(result):
+                    return result
+            return numpy_impl(*args, **kwargs)
+        module = getattr(fn, "__module__", None) or ""
+        if module == "numpy.random" or module.startswith("numpy.random."):
+            raise UnsupportedFunctionError(
+                f"np.random.{getattr(fn, '__name__', '?')} inside a staged function would be "
+                "frozen at staging time",
+                "draw random numbers outside and pass them in as an argument")
+        if (module == "numpy" or module.startswith("numpy.")) and not isinstance(fn, type):
+            if _is_static_scalar_tree((args, kwargs)):
+                return fn(*args, **kwargs)
+            name = getattr(fn, "__name__", repr(fn))
+            raise UnsupportedFunctionError(
+                f"np.{name} is not supported on arrays by s2s",
+                "see the README's table of supported NumPy functions; "
+                "write it with supported functions")
+        if fn is builtins.print and _is_staged((args, kwargs)):
+            raise UnsupportedSyntaxError(
+                "print() of a staged array: its value is only known when the function runs",
+                "print shapes and dtypes (x.shape, x.dtype) instead, or print the result outside")
+        if fn in (builtins.min, builtins.max) and _is_staged(args):
+            name = fn.__name__
+            raise ConcretizationError(
+                f"the builtin {name}() compares staged arrays as Python bools",
+                f"use np.{'minimum' if name == 'min' else 'maximum'}(a, b) or np.{name}(x)")
+        if isinstance(fn, functools.partial):
+            return self.call(fn.func, list(fn.args) + list(args), {**fn.keywords, **kwargs}, node)
+        if isinstance(fn, StagedFunction):
+            return fn(*args, **kwargs)
+        if isinstance(fn, types.MethodType) and _is_user_function(fn.__func__):
+            return stage_python_function(fn.__func__, args, kwargs, self_arg=fn.__self__)
+        if _is_user_function(fn):
+            return stage_python_function(fn, args, kwargs)
+        if (not isinstance(fn, (type, types.BuiltinFunctionType, types.FunctionType,
+                                types.MethodType)) and callable(fn)):
+            call_method = getattr(type(fn), "__call__", None)
+            if _is_user_function(call_method):
+                return stage_python_function(call_method, args, kwargs, self_arg=fn)
+        if getattr(fn, "__module__", "") == "math" and _is_staged((args, kwargs)):
+            raise ConcretizationError(
+                f"math.{fn.__name__} needs a Python number, but got a staged array",
+                f"use np.{fn.__name__} for arrays")
+        return fn(*args, **kwargs)
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _stages(self, value) -> bool:
+        return isinstance(value, Tracer) or (_is_array_constant(value)
+                                             and current_builder() is not None)
+
+    def _numpy(self, numpy_fn):
+        impl = NUMPY_IMPLS.get(numpy_fn)
+        if impl is None:
+            raise UnsupportedFunctionError(f"the operator for np.{numpy_fn.__name__} is not supported on arrays")
+        return impl
+
+    def operate(self, python_op, numpy_fn, left, right, node):
+        if self._stages(left) or self._stages(right):
+            return self._numpy(numpy_fn)(left, right)
+        return python_op(left, right)
+
+    def truth(self, value, node, what: str, logical: bool = False) -> bool:
+        if isinstance(value, Tracer):
+            help = CONCRETE_HELP
+            if logical:
+                help = ("combine array conditions with `&`, `|`, `~` or np.logical_and / "
+                        "np.logical_or, and choose values with np.where(cond, a, b)")
+            raise ConcretizationError(
+                f"{what} needs a Python bool, but this is a staged array "
+                f"({value.aval.str_short()}) whose value is only known when the function runs",
+                help, self.source.info(node))
+        return bool(value)
+
+    def _make_function(self, node) -> StagedFunction:
+        source = nested_function_source(self.source, node)
+        check_supported_scope(source)
+        defaults = [self.expr(d) for d in node.args.defaults]
+        kw_defaults = {a.id: self.expr(d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults)
+                       if d is not None}
+        return StagedFunction(source, self.scope, defaults, kw_defaults)
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+        return True
+    except TypeError:
+        return False
+
+
+def _is_user_function(fn) -> bool:
+    """Pure-Python functions outside NumPy, s2s and the standard library are staged."""
+    if not isinstance(fn, types.FunctionType):
+        return False
+    module = fn.__module__ or ""
+    if module.split(".")[0] in ("numpy", "s2s", "s2s_runtime"):
+        return False
+    return not fn.__code__.co_filename.startswith(_STDLIB)
+
+
+def _static_key(value):
+    """A hashable stand-in for an argument, for detecting unbounded recursion."""
+    if isinstance(value, Tracer):
+        return ("staged", value.aval)
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return ("unhashable", id(value))

@@ -1,0 +1,162 @@
+"""Shared machinery of the NumPy surface: the dispatch table and dtype promotion.
+
+`@implements(np.tanh)` maps a NumPy function object to the s2s function that stages it;
+the front end looks calls up here, so `np.tanh`, `numpy.tanh` and `from numpy import tanh`
+all reach the same rule. Every s2s function here also works eagerly on NumPy values.
+
+Promotion happens here, visibly: operands are converted to their common dtype with
+`convert_element_type` before an elementwise primitive sees them, and Python scalars
+become weak-typed literals of that dtype, exactly as NumPy 2 (NEP 50) types them.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import Literal, ShapedArray, aval_of_value
+from s2s.errors import ShapeError
+from s2s.primitives import elementwise as ew
+from s2s.staging import Tracer
+
+NUMPY_IMPLS: dict[Callable, Callable] = {}
+
+
+def implements(*numpy_functions):
+    """Registers the decorated function as s2s's version of each NumPy function given."""
+    def register(fn):
+        for np_fn in numpy_functions:
+            NUMPY_IMPLS[np_fn] = fn
+        return fn
+    return register
+
+
+PY_SCALARS = (bool, int, float, complex)
+
+
+def is_python_scalar(x) -> bool:
+    return isinstance(x, PY_SCALARS) and not isinstance(x, np.generic)
+
+
+def aval(x) -> ShapedArray:
+    if isinstance(x, Tracer):
+        return x.aval
+    if isinstance(x, Literal):
+        return x.aval
+    if isinstance(x, (list, tuple)):
+        return aval_of_value(np.asarray(x))
+    return aval_of_value(x)
+
+
+def shape(x) -> tuple[int, ...]:
+    return aval(x).shape
+
+
+def dtype(x) -> np.dtype:
+    return aval(x).dtype
+
+
+def ndim(x) -> int:
+    return len(shape(x))
+
+
+def asarray(x):
+    """Accepts a Tracer, an array, a scalar or a (nested) list of them; returns an operand."""
+    if isinstance(x, (Tracer, np.ndarray, np.generic, Literal)) or is_python_scalar(x):
+        return x
+    if isinstance(x, (list, tuple)):
+        if any(isinstance(leaf, Tracer) for leaf in _flat(x)):
+            from s2s.numpy_api.shaping import stack
+            return stack([asarray(e) for e in x])
+        return np.asarray(x)
+    raise TypeError(f"expected an array, got {type(x).__name__}: {x!r}")
+
+
+def _flat(x):
+    if isinstance(x, (list, tuple)):
+        for e in x:
+            yield from _flat(e)
+    else:
+        yield x
+
+
+def _cast_scalar(value, to: np.dtype):
+    kind = to.kind
+    if kind == "b":
+        return bool(value)
+    if kind in "iu":
+        return int(value)
+    if kind == "f":
+        return float(value)
+    return complex(value)
+
+
+def convert(x, to, weak_type: bool = False):
+    """`x` as dtype `to`: a staged conversion, or a retyped literal for Python scalars."""
+    to = np.dtype(to)
+    if is_python_scalar(x):
+        return Literal(_cast_scalar(x, to), ShapedArray((), to, weak_type=True))
+    if isinstance(x, Literal):
+        if x.aval.dtype == to:
+            return x
+        return Literal(_cast_scalar(x.value, to), ShapedArray((), to, x.aval.weak_type))
+    current = aval(x)
+    if current.dtype == to and current.weak_type == weak_type:
+        return x
+    if isinstance(x, np.generic):
+        return x.astype(to)
+    return ew.convert_element_type.bind(x, new_dtype=to, weak_type=weak_type)
+
+
+def result_dtype(*xs) -> tuple[np.dtype, bool]:
+    return dtypes.result_type(*[(aval(x).dtype, aval(x).weak_type) for x in xs])
+
+
+def promote(*xs):
+    """Converts operands to their NumPy result dtype; returns them as a list."""
+    xs = [asarray(x) for x in xs]
+    to, weak = result_dtype(*xs)
+    return [x if (aval(x).dtype == to and not is_python_scalar(x)) else convert(x, to, weak)
+            for x in xs]
+
+
+def float_dtype_for(dt: np.dtype, weak: bool = False) -> np.dtype:
+    """The floating dtype NumPy's float-only ufuncs compute in for inputs of dtype `dt`."""
+    dt = np.dtype(dt)
+    if dtypes.is_inexact(dt):
+        return dt
+    if weak:
+        return dtypes.default_float()
+    return dtypes.canonicalize_dtype(np.result_type(dt, np.float16))
+
+
+def to_float(x):
+    """Converts integer and boolean operands as `np.exp` and friends do."""
+    x = asarray(x)
+    a = aval(x)
+    to = float_dtype_for(a.dtype, a.weak_type)
+    if a.dtype == to and not is_python_scalar(x):
+        return x
+    return convert(x, to, a.weak_type)
+
+
+def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    if not isinstance(axis, (int, np.integer)):
+        raise ShapeError(f"{what} must be a static Python int, got {axis!r}")
+    axis = int(axis)
+    if not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(f"{what} {axis} is out of bounds for an array of dimension {ndim}")
+    return axis % max(ndim, 1)
+
+
+def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    """None means every axis; an int or a tuple of ints otherwise (NumPy's `axis=`)."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(normalize_axis(a, ndim) for a in axis)
+        if len(set(axes)) != len(axes):
+            raise ShapeError(f"repeated axis in {tuple(axis)}")
+        return axes
+    return (normalize_axis(axis, ndim),)

@@ -1,0 +1,449 @@
+"""NumPy indexing, staged: `x[index]`, np.take, np.take_along_axis, np.compress.
+
+`getitem(x, index)` implements NumPy's indexing rules with the structural and indexing
+primitives, choosing the cheapest one for each kind of index:
+
+- static ints and slices (negative steps included) become one `slice`, a `squeeze` of
+  the axes the ints picked and a `rev` of the axes read backwards (emitted as `x[2, ::-1]`
+  reads: `x[2, :][::-1]`);
+- `None` (and `...`) insert axes with one `expand_dims`;
+- a staged scalar integer becomes `dynamic_slice` of size 1 and a `squeeze`, its
+  negative values wrapped with a `select`;
+- integer arrays (static NumPy arrays or staged values) and static boolean masks (turned
+  into integer arrays with `np.nonzero` at staging time) become one `gather`, followed by
+  a `transpose` when NumPy's rule puts the indexed dimensions in the middle: where the
+  advanced indices sit next to each other their dimensions replace them, otherwise they
+  come first. A scalar int counts as an advanced index when an array index is present,
+  and `None`, `:` or `...` (even an empty one) between advanced indices separate them.
+
+A boolean mask that is itself staged has a data-dependent result shape and is refused
+with a hint to use np.where. Static out-of-range indices raise NumPy's message; staged
+indices cannot be checked, and are clamped into range as XLA clamps them.
+"""
+from __future__ import annotations
+
+import builtins
+import operator
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.errors import ConcretizationError, ShapeError
+from s2s.numpy_api._base import aval, convert, implements, normalize_axis
+from s2s.numpy_api.shaping import (broadcast_to, operand, ravel, static_int, transpose)
+from s2s.primitives import elementwise as ew
+from s2s.primitives import indexing as ix
+from s2s.primitives import structural as st
+from s2s.staging import Tracer
+
+_VALID_INDICES = ("only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) "
+                  "and integer or boolean arrays are valid indices")
+
+STAGED_MASK_HELP = (
+    "the number of selected elements depends on the mask's values, so the result's shape "
+    "is unknown while staging. Keep the shape with `np.where(mask, x, 0)` (or a masked "
+    "reduction such as `np.sum(np.where(mask, x, 0))`), or pass the mask as a static "
+    "NumPy array")
+
+SLICE_HELP = (
+    "slice bounds must be known when the function is staged (Python ints, values computed "
+    "from shapes). For a fixed-size window at a staged offset use a dynamic slice, e.g. "
+    "`s2s.numpy_api.indexing.dynamic_slice(x, (i,), (size,))`")
+
+
+# ---------------------------------------------------------------------------------------
+# Index normalization
+
+
+def _out_of_bounds(index, axis: int, size: int) -> ShapeError:
+    return ShapeError(f"index {index} is out of bounds for axis {axis} with size {size}")
+
+
+def _static_index_array(array: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """Bounds-checks a static integer index array; returns it non-negative, default int."""
+    bad = (array < -size) | (array >= size)
+    if np.any(bad):
+        raise _out_of_bounds(int(array[bad].flat[0]), axis, size)
+    return np.where(array < 0, array + size, array).astype(dtypes.default_int())
+
+
+def _wrap_negative(index, size: int):
+    """`index + size` where a staged index is negative (NumPy's negative indexing)."""
+    dt = aval(index).dtype
+    if dtypes.is_integer(dt) and np.iinfo(dt).min < 0:
+        if np.iinfo(dt).max < size:
+            index = convert(index, dtypes.default_int())
+            dt = aval(index).dtype
+        negative = ew.lt.bind(index, convert(0, dt))
+        return ew.select.bind(negative, ew.add.bind(index, convert(size, dt)), index)
+    return index
+
+
+def _index_array(index, axis: int, size: int):
+    """An integer index array, non-negative: checked statically, or wrapped when staged."""
+    if isinstance(index, Tracer):
+        return _wrap_negative(index, size)
+    return _static_index_array(np.asarray(index), axis, size)
+
+
+def _broadcast_indices(arrays):
+    shapes = [aval(a).shape for a in arrays]
+    try:
+        batch = ew.broadcast_shapes(*shapes)
+    except ShapeError:
+        raise ShapeError("shape mismatch: indexing arrays could not be broadcast together "
+                         "with shapes " + " ".join(_shape_str(s) for s in shapes)) from None
+    return batch, [a if aval(a).shape == batch else broadcast_to(a, batch) for a in arrays]
+
+
+def _shape_str(shape) -> str:
+    return "(" + ",".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+# ---------------------------------------------------------------------------------------
+# Classifying the entries of an index
+
+
+class _Entry:
+    """One entry of the index tuple: kind, value, and its position in the tuple."""
+
+    __slots__ = ("kind", "value", "item")
+
+    def __init__(self, kind: str, value, item: int):
+        self.kind = kind      # new, ellipsis, slice, int, dyn, array, mask, bool0
+        self.value = value
+        self.item = item
+
+
+def _classify(entry, item: int) -> _Entry:
+    if entry is None:
+        return _Entry("new", None, item)
+    if entry is Ellipsis:
+        return _Entry("ellipsis", None, item)
+    if isinstance(entry, builtins.slice):
+        return _Entry("slice", entry, item)
+    if isinstance(entry, (bool, np.bool_)):
+        return _Entry("bool0", bool(entry), item)
+    if isinstance(entry, (int, np.integer)):
+        return _Entry("int", int(entry), item)
+    if isinstance(entry, Tracer):
+        dt = entry.dtype
+        if dtypes.is_bool(dt):
+            raise ShapeError(
+                f"boolean mask indexing needs a static mask, but this mask is a staged array "
+                f"({entry.aval.str_short()})", STAGED_MASK_HELP)
+        if not dtypes.is_integer(dt):
+            raise ShapeError("arrays used as indices must be of integer (or boolean) type, "
+                             f"got {entry.aval.str_short()}")
+        return _Entry("dyn" if entry.ndim == 0 else "array", entry, item)
+    if isinstance(entry, (list, tuple)):
+        if any(isinstance(leaf, Tracer) for leaf in _leaves(entry)):
+            from s2s.numpy_api.shaping import stack
+            return _classify(stack([operand(e) for e in entry]), item)
+        try:
+            entry = np.asarray(entry)
+        except ValueError:
+            raise ShapeError(_VALID_INDICES) from None
+        if entry.size == 0 and entry.dtype.kind == "f":
+            entry = entry.astype(dtypes.default_int())   # `x[[]]`: an empty integer index
+    if isinstance(entry, np.ndarray):
+        if entry.dtype == np.bool_:
+            return _Entry("bool0" if entry.ndim == 0 else "mask",
+                          bool(entry) if entry.ndim == 0 else entry, item)
+        if not np.issubdtype(entry.dtype, np.integer):
+            if entry.dtype == object:
+                raise ShapeError(_VALID_INDICES)
+            raise ShapeError("arrays used as indices must be of integer (or boolean) type")
+        if entry.ndim == 0:
+            return _Entry("int", int(entry), item)
+        return _Entry("array", entry, item)
+    raise ShapeError(_VALID_INDICES + f", got {type(entry).__name__}: {entry!r}")
+
+
+def _leaves(x):
+    if isinstance(x, (list, tuple)):
+        for e in x:
+            yield from _leaves(e)
+    else:
+        yield x
+
+
+def _static_bound(value, what: str):
+    if value is None:
+        return None
+    if isinstance(value, Tracer):
+        raise ConcretizationError(
+            f"a slice {what} must be static, but it is a staged array "
+            f"({value.aval.str_short()})", SLICE_HELP)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ShapeError("slice indices must be integers or None or have an __index__ "
+                         f"method, got {value!r}") from None
+
+
+def _static_slice(s: builtins.slice, size: int):
+    """(start, limit, stride, reversed) of an XLA slice equal to `s` on an axis of `size`."""
+    start, stop, step = (_static_bound(s.start, "start"), _static_bound(s.stop, "stop"),
+                         _static_bound(s.step, "step"))
+    if step == 0:
+        raise ShapeError("slice step cannot be zero")
+    start, stop, step = builtins.slice(start, stop, step).indices(size)
+    count = len(range(start, stop, step))
+    if step > 0:
+        return start, max(stop, start), step, False
+    if count == 0:
+        return 0, 0, 1, False
+    last = start + (count - 1) * step          # the lowest index taken
+    return last, start + 1, -step, True
+
+
+# ---------------------------------------------------------------------------------------
+# getitem
+
+
+def getitem(x, index):
+    """`x[index]` with NumPy's semantics (basic and advanced indexing)."""
+    x = operand(x)
+    shape = aval(x).shape
+    entries = [_classify(e, k) for k, e in
+               enumerate(index if isinstance(index, tuple) else (index,))]
+
+    # Expand the ellipsis.
+    if sum(e.kind == "ellipsis" for e in entries) > 1:
+        raise ShapeError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 if e.kind in ("slice", "int", "dyn", "array") else
+                   e.value.ndim if e.kind == "mask" else 0 for e in entries)
+    if consumed > len(shape):
+        raise ShapeError(f"too many indices for array: array is {len(shape)}-dimensional, "
+                         f"but {consumed} were indexed")
+    has_array = any(e.kind in ("array", "mask", "bool0") for e in entries)
+
+    # One spec per axis of `y`, which is x with the new axes (None, scalar booleans) added.
+    specs: list[tuple[str, object, int | None]] = []   # (kind, value, item)
+    sizes: list[int] = []
+    new_axes: list[int] = []
+    axis = 0                                           # the next axis of x
+    for e in entries:
+        if e.kind == "new":
+            new_axes.append(len(specs))
+            specs.append(("slice", builtins.slice(None), e.item))
+            sizes.append(1)
+        elif e.kind == "bool0":
+            # x[True] adds an axis of length 1 and x[False] one of length 0: a new axis
+            # indexed by the integer array [0] or [].
+            new_axes.append(len(specs))
+            specs.append(("adv", np.zeros(int(e.value), dtypes.default_int()), e.item))
+            sizes.append(1)
+        elif e.kind == "ellipsis":
+            for _ in range(len(shape) - consumed):
+                specs.append(("slice", builtins.slice(None), e.item))
+                sizes.append(shape[axis])
+                axis += 1
+        elif e.kind == "mask":
+            mask = e.value
+            for j, n in enumerate(mask.shape):
+                if axis + j >= len(shape) or shape[axis + j] != n:
+                    raise ShapeError(
+                        f"boolean index did not match indexed array along axis {axis + j}; "
+                        f"size of axis is {shape[axis + j]} but size of corresponding "
+                        f"boolean axis is {n}")
+            for j, positions in enumerate(np.nonzero(mask)):
+                specs.append(("adv", positions.astype(dtypes.default_int()), e.item))
+                sizes.append(shape[axis + j])
+            axis += mask.ndim
+        else:
+            size = shape[axis]
+            if e.kind == "int":
+                if not -size <= e.value < size:
+                    raise _out_of_bounds(e.value, axis, size)
+                specs.append(("int", e.value % size, e.item))
+            elif e.kind == "array":
+                specs.append(("adv", _index_array(e.value, axis, size), e.item))
+            elif e.kind == "dyn":
+                if size == 0:
+                    raise ShapeError(f"index is out of bounds for axis {axis} with size 0")
+                specs.append(("dyn", e.value, e.item))
+            else:
+                specs.append(("slice", e.value, e.item))
+            sizes.append(size)
+            axis += 1
+    while axis < len(shape):
+        specs.append(("slice", builtins.slice(None), None))
+        sizes.append(shape[axis])
+        axis += 1
+
+    y = st.expand_dims.bind(x, dimensions=tuple(new_axes)) if new_axes else x
+
+    # Static ints and slices: one slice, a squeeze of the ints' axes (so that emitted code
+    # reads `x[2, 1:3]`), then one rev for the negative steps.
+    starts, limits, strides, reversed_axes = [], [], [], []
+    for i, ((kind, value, _), size) in enumerate(zip(specs, sizes)):
+        if kind == "slice":
+            start, limit, stride, flipped = _static_slice(value, size)
+            if flipped:
+                reversed_axes.append(i)
+        elif kind == "int":
+            start, limit, stride = value, value + 1, 1
+        else:
+            start, limit, stride = 0, size, 1
+        starts.append(start)
+        limits.append(limit)
+        strides.append(stride)
+    if starts != [0] * len(sizes) or limits != sizes or strides != [1] * len(sizes):
+        y = st.slice.bind(y, start_indices=tuple(starts), limit_indices=tuple(limits),
+                          strides=tuple(strides))
+    ints = [i for i, (kind, _, _) in enumerate(specs) if kind == "int"]
+    if ints:
+        y = st.squeeze.bind(y, dimensions=tuple(ints))
+    axis_of = {}                                   # spec -> axis of y, for specs still there
+    for i, (kind, _, _) in enumerate(specs):
+        if kind != "int":
+            axis_of[i] = len(axis_of)
+    if reversed_axes:
+        y = st.rev.bind(y, dimensions=tuple(axis_of[i] for i in reversed_axes))
+
+    # Staged scalar indices: a dynamic slice of size 1 on their axes, squeezed away.
+    dynamic = [i for i, (kind, _, _) in enumerate(specs) if kind == "dyn"]
+    if dynamic:
+        starts_by_axis = {axis_of[i]: _wrap_negative(specs[i][1], sizes[i]) for i in dynamic}
+        y_shape = aval(y).shape
+        y = st.dynamic_slice.bind(
+            y, *[starts_by_axis.get(a, 0) for a in range(len(y_shape))],
+            slice_sizes=tuple(1 if a in starts_by_axis else d for a, d in enumerate(y_shape)))
+        y = st.squeeze.bind(y, dimensions=tuple(sorted(starts_by_axis)))
+    dropped = tuple(ints + dynamic)
+
+    advanced = [i for i, (kind, _, _) in enumerate(specs) if kind == "adv"]
+    if not advanced:
+        return y
+
+    # Advanced indices: one gather over the kept axes they index.
+    kept = [i for i in range(len(specs)) if i not in dropped]   # the axes of y, in order
+    batch, indices = _broadcast_indices([specs[i][1] for i in advanced])
+    out = ix.gather.bind(y, *indices, axes=tuple(kept.index(i) for i in advanced))
+
+    # NumPy's placement: adjacent advanced indices put their dimensions where they are.
+    items = {specs[i][2] for i in advanced}
+    if has_array:
+        items |= {specs[i][2] for i in dropped}
+    if max(items) - min(items) + 1 != len(items):
+        return out
+    first = min(i for i, (_, _, item) in enumerate(specs) if item in items)
+    before = sum(1 for i in kept if i < first and specs[i][0] != "adv")
+    if before == 0:
+        return out
+    nb, rest = len(batch), aval(out).ndim - len(batch)
+    perm = (tuple(range(nb, nb + before)) + tuple(range(nb))
+            + tuple(range(nb + before, nb + rest)))
+    return transpose(out, perm)
+
+
+# ---------------------------------------------------------------------------------------
+# take, take_along_axis, compress
+
+
+@implements(np.take)
+def take(a, indices, axis=None, out=None, mode="raise"):
+    """np.take. Staged indices are clamped whatever the mode ("raise" cannot raise)."""
+    if out is not None:
+        raise ShapeError("take(..., out=) is not supported; use the returned array")
+    a = operand(a)
+    if axis is None:
+        a, axis = ravel(a), 0
+    axis = normalize_axis(static_int(axis, "axis"), aval(a).ndim)
+    size = aval(a).shape[axis]
+    if isinstance(indices, (list, tuple)):
+        indices = operand(indices)
+    if isinstance(indices, Tracer):
+        if dtypes.is_bool(indices.dtype):
+            indices = convert(indices, dtypes.default_int())
+        dt = indices.dtype
+        if mode == "clip":
+            indices = ew.clamp.bind(convert(0, dt), indices, convert(max(size - 1, 0), dt))
+        elif mode == "wrap":
+            rem = ew.rem.bind(indices, convert(size, dt))
+            indices = _wrap_negative(rem, size)
+    elif mode in ("clip", "wrap"):
+        static = np.asarray(indices).astype(dtypes.default_int())
+        indices = np.clip(static, 0, size - 1) if mode == "clip" else np.mod(static, size)
+        if np.ndim(indices) == 0:
+            indices = int(indices)
+    elif mode != "raise":
+        raise ShapeError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
+    if isinstance(indices, np.ndarray) and indices.dtype == np.bool_:
+        indices = indices.astype(dtypes.default_int())
+    return getitem(a, (builtins.slice(None),) * axis + (indices,))
+
+
+@implements(np.take_along_axis)
+def take_along_axis(arr, indices, axis=-1):
+    arr, indices = operand(arr), operand(indices)
+    if axis is None:
+        if aval(indices).ndim != 1:
+            raise ShapeError("when axis=None, `indices` must have a single dimension.")
+        arr, axis = ravel(arr), 0
+    ndim = aval(arr).ndim
+    if aval(indices).ndim != ndim:
+        raise ShapeError("`indices` and `arr` must have the same number of dimensions")
+    if ndim == 0:
+        raise ShapeError("take_along_axis needs arrays of at least one dimension")
+    if not dtypes.is_integer(aval(indices).dtype):
+        raise ShapeError("`indices` must be an integer array")
+    axis = normalize_axis(static_int(axis, "axis"), ndim)
+    shape, index_shape = aval(arr).shape, aval(indices).shape
+    batch = []
+    for d, (n, m) in enumerate(zip(shape, index_shape)):
+        if d == axis or n == m or n == 1:
+            batch.append(m)
+        elif m == 1:
+            batch.append(n)
+        else:
+            raise ShapeError("shape mismatch: indexing arrays could not be broadcast together "
+                             f"with shapes {_shape_str(index_shape)} {_shape_str(shape)}")
+    batch = tuple(batch)
+    indices = broadcast_to(_index_array(indices, axis, shape[axis]), batch)
+    # Every other axis is indexed by its own position: an iota of the result's shape.
+    index_arrays = [indices if d == axis else
+                    ew.iota.bind(dtype=dtypes.default_int(), shape=batch, dimension=d)
+                    for d in range(ndim)]
+    return ix.gather.bind(arr, *index_arrays, axes=tuple(range(ndim)))
+
+
+@implements(np.compress)
+def compress(condition, a, axis=None, out=None):
+    """np.compress with a static condition (a staged one has a data-dependent shape)."""
+    if isinstance(condition, Tracer):
+        raise ShapeError("np.compress needs a static condition, but this one is staged "
+                         f"({condition.aval.str_short()})", STAGED_MASK_HELP)
+    condition = np.asarray(condition, dtype=bool)
+    if condition.ndim != 1:
+        raise ShapeError("condition must be a 1-d array")
+    a = operand(a)
+    if axis is None:
+        a, axis = ravel(a), 0
+    axis = normalize_axis(static_int(axis, "axis"), aval(a).ndim)
+    positions = np.nonzero(condition)[0]
+    return take(a, positions.astype(dtypes.default_int()), axis=axis)
+
+
+# ---------------------------------------------------------------------------------------
+# Dynamic slices (lax-style; the NumPy surface has no spelling for them)
+
+
+def dynamic_slice(x, start_indices, slice_sizes):
+    """`x[i:i+n, j:j+m]` with staged starts clamped so the window fits (XLA's rule)."""
+    x = operand(x)
+    starts = list(start_indices)
+    if len(starts) != aval(x).ndim:
+        raise ShapeError(f"dynamic_slice needs one start index per dimension of a "
+                         f"{aval(x).ndim}-d array, got {len(starts)}")
+    sizes = tuple(static_int(s, "a slice size") for s in slice_sizes)
+    return st.dynamic_slice.bind(x, *starts, slice_sizes=sizes)
+
+
+def dynamic_update_slice(x, update, start_indices):
+    """A copy of `x` with `update` written at the (clamped) staged starts."""
+    x, update = operand(x), operand(update)
+    update = convert(update, aval(x).dtype, aval(x).weak_type)
+    return st.dynamic_update_slice.bind(x, update, *list(start_indices))

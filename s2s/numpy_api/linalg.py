@@ -1,0 +1,731 @@
+"""NumPy's products and `np.linalg`, staged onto dot_general and the factorizations.
+
+Every product (`@`, dot, vdot, inner, outer, tensordot, einsum, kron) becomes one
+`dot_general` per pair of operands, plus the reshapes, transposes and reductions that put
+NumPy's result layout on XLA's fixed one (batch, lhs free, rhs free). Solves, inverses and
+determinants go through `lu` and two triangular solves, as LAPACK's gesv does.
+
+Result dtypes are NumPy's. The products treat a Python scalar as NumPy does here: as a
+strongly typed 0-d array (`np.dot(x32, 2.0)` is float64), unlike the arithmetic operators.
+`np.linalg` computes integers in float64 and mixed float32/float64 in float64, and rejects
+float16.
+
+Differences from NumPy, by design: singular matrices give inf/nan from solve, inv and det
+instead of raising LinAlgError (as XLA's do); norm has no 'nuc', 2 or -2 matrix norms
+(they need an SVD).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import Literal, ShapedArray
+from s2s.errors import ShapeError, UnsupportedFunctionError
+from s2s.numpy_api._base import (aval, asarray, convert, implements, is_python_scalar,
+                                 normalize_axis, promote)
+from s2s.primitives import elementwise as ew
+from s2s.primitives import linalg as la
+from s2s.staging import Tracer
+
+# ---------------------------------------------------------------------------------------
+# Helpers: operands, structural ops, reductions, masks
+
+
+def _strong(x):
+    """An operand as `np.asarray` would type it: Python scalars become strong 0-d arrays.
+
+    A weak-typed staged value stands for a Python scalar, so it becomes strong as well.
+    """
+    x = asarray(x)
+    if is_python_scalar(x):
+        value = np.asarray(x)
+        return value.astype(dtypes.canonicalize_dtype(value.dtype))[()]
+    if isinstance(x, Literal) and x.aval.weak_type:
+        return _literal(x.value, x.aval.dtype)
+    if isinstance(x, Tracer) and x.weak_type:
+        return convert(x, x.dtype, weak_type=False)
+    return x
+
+
+def _operands(*xs):
+    """NumPy's products: strong operands promoted to their common dtype."""
+    return promote(*[_strong(x) for x in xs])
+
+
+def _shape(x) -> tuple[int, ...]:
+    return aval(x).shape
+
+
+def _ndim(x) -> int:
+    return len(aval(x).shape)
+
+
+def _dtype(x) -> np.dtype:
+    return aval(x).dtype
+
+
+def _shape_text(shape) -> str:
+    return str(tuple(shape)).replace(",)", ")")
+
+
+def _structural():
+    from s2s.primitives import structural  # lazily: written alongside this module
+    return structural
+
+
+def _reshape(x, shape):
+    shape = tuple(int(d) for d in shape)
+    if _shape(x) == shape:
+        return x
+    return _structural().reshape.bind(x, new_sizes=shape)
+
+
+def _transpose(x, perm):
+    perm = tuple(int(p) for p in perm)
+    if perm == tuple(range(len(perm))):
+        return x
+    return _structural().transpose.bind(x, permutation=perm)
+
+
+def _broadcast_to(x, shape):
+    """Broadcasts `x` (NumPy rules, aligned right) to `shape`."""
+    shape = tuple(shape)
+    if _shape(x) == shape:
+        return x
+    dims = tuple(range(len(shape) - _ndim(x), len(shape)))
+    return _structural().broadcast_in_dim.bind(x, shape=shape, broadcast_dimensions=dims)
+
+
+def _swap_last(x):
+    n = _ndim(x)
+    return _transpose(x, list(range(n - 2)) + [n - 1, n - 2])
+
+
+def _reductions():
+    from s2s.primitives import reductions  # lazily: written alongside this module
+    return reductions
+
+
+def _reduce(kind: str, x, axes):
+    """reduce_{sum,prod,max,min} over `axes`, keeping x's dtype (or/and for booleans)."""
+    axes = tuple(sorted(int(a) for a in axes))
+    if not axes:
+        return x
+    red = _reductions()
+    if _dtype(x) == dtypes.bool_:
+        kind = {"sum": "or", "max": "or", "prod": "and", "min": "and"}[kind]
+    return getattr(red, f"reduce_{kind}").bind(x, axes=axes)
+
+
+def _zero(dtype):
+    return convert(0, dtype)
+
+
+def _literal(value, dtype):
+    """A strong scalar of `dtype`, for operands of elementwise primitives."""
+    return Literal(np.asarray(value, dtype=dtype)[()], ShapedArray((), dtype))
+
+
+def _iota(dtype, shape, dimension):
+    return ew.iota.bind(dtype=np.dtype(dtype), shape=tuple(shape), dimension=dimension)
+
+
+def _diagonal(x, axis1: int, axis2: int, offset: int = 0):
+    """np.diagonal: the diagonal of axis1 and axis2, as a new last axis."""
+    from s2s.numpy_api.shaping import diagonal  # lazily: written alongside this module
+    return diagonal(x, offset, axis1, axis2)
+
+
+def _dot_general(a, b, lc, rc, lb=(), rb=()):
+    return la.dot_general.bind(
+        a, b, dimension_numbers=((tuple(lc), tuple(rc)), (tuple(lb), tuple(rb))),
+        preferred_element_type=None)
+
+
+def _broadcast_batch(name: str, *shapes) -> tuple[int, ...]:
+    try:
+        return ew.broadcast_shapes(*shapes)
+    except ShapeError as e:
+        raise ShapeError(f"{name}: batch dimensions do not broadcast: {e.what}") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Products
+
+
+def _no_out(name: str, out=None, **kwargs):
+    if out is not None:
+        raise UnsupportedFunctionError(f"{name}(..., out=) is not supported: s2s arrays are "
+                                       f"immutable", "use the returned array")
+    if kwargs:
+        raise UnsupportedFunctionError(f"{name} does not support the arguments "
+                                       f"{', '.join(sorted(kwargs))}")
+
+
+@implements(np.matmul, np.linalg.matmul)
+def matmul(a, b, /, out=None, **kwargs):
+    """`a @ b`: matrix products over broadcast leading (batch) dimensions."""
+    _no_out("np.matmul", out, **kwargs)
+    a, b = _operands(a, b)
+    sa, sb = _shape(a), _shape(b)
+    for i, s in enumerate((sa, sb)):
+        if not s:
+            raise ShapeError(f"matmul: operand {i} is a scalar, which has no dimensions to "
+                             f"multiply", "use `*` to multiply by a scalar")
+    k_a = sa[-1]
+    k_b = sb[0] if len(sb) == 1 else sb[-2]
+    if k_a != k_b:
+        raise ShapeError(f"matmul: shapes {_shape_text(sa)} and {_shape_text(sb)} do not "
+                         f"align: {k_a} (last dim of the first) != {k_b} "
+                         f"({'only' if len(sb) == 1 else 'second-to-last'} dim of the second)")
+    la_, lb_ = len(sa), len(sb)
+    if lb_ == 1:
+        return _dot_general(a, b, (la_ - 1,), (0,))
+    if la_ == 1:
+        return _dot_general(a, b, (0,), (lb_ - 2,))
+    if lb_ == 2:        # (..., m, k) @ (k, n): b has no batch dims to pair up
+        return _dot_general(a, b, (la_ - 1,), (0,))
+    if la_ == 2:        # (m, k) @ (..., k, n): (m, ..., n), then m moves behind the batch
+        out = _dot_general(a, b, (1,), (lb_ - 2,))
+        nb = lb_ - 2
+        return _transpose(out, list(range(1, nb + 1)) + [0, nb + 1])
+    batch = _broadcast_batch("matmul", sa[:-2], sb[:-2])
+    a = _broadcast_to(a, batch + sa[-2:])
+    b = _broadcast_to(b, batch + sb[-2:])
+    nb = len(batch)
+    return _dot_general(a, b, (nb + 1,), (nb,), tuple(range(nb)), tuple(range(nb)))
+
+
+def _not_aligned(sa, sb, da, db):
+    return ShapeError(f"shapes {_shape_text(sa)} and {_shape_text(sb)} not aligned: "
+                      f"{sa[da]} (dim {da}) != {sb[db]} (dim {db})")
+
+
+@implements(np.dot)
+def dot(a, b, out=None):
+    """np.dot: sums over the last axis of a and the second-to-last (or only) axis of b."""
+    _no_out("np.dot", out)
+    a, b = _operands(a, b)
+    sa, sb = _shape(a), _shape(b)
+    if not sa or not sb:
+        return ew.mul.bind(a, b)
+    da, db = len(sa) - 1, max(len(sb) - 2, 0)
+    if sa[da] != sb[db]:
+        raise _not_aligned(sa, sb, da, db)
+    return _dot_general(a, b, (da,), (db,))
+
+
+@implements(np.linalg.multi_dot)
+def multi_dot(arrays):
+    """Chained np.dot, left to right (NumPy picks the cheapest order; values agree)."""
+    arrays = list(arrays)
+    if len(arrays) < 2:
+        raise ShapeError("multi_dot needs at least two arrays")
+    out = arrays[0]
+    for x in arrays[1:]:
+        out = dot(out, x)
+    return out
+
+
+@implements(np.vdot)
+def vdot(a, b):
+    """The dot product of the flattened arrays (conjugating a, which must be real here)."""
+    a, b = _operands(a, b)
+    if _dtype(a).kind == "c":
+        raise UnsupportedFunctionError("np.vdot of complex arrays is not supported")
+    na, nb = math.prod(_shape(a)), math.prod(_shape(b))
+    if na != nb:
+        raise ShapeError(f"vdot: arrays of {na} and {nb} elements cannot be multiplied "
+                         f"element by element")
+    return _dot_general(_reshape(a, (na,)), _reshape(b, (nb,)), (0,), (0,))
+
+
+@implements(np.inner)
+def inner(a, b):
+    """Sums over the last axes of both: shape a.shape[:-1] + b.shape[:-1]."""
+    a, b = _operands(a, b)
+    sa, sb = _shape(a), _shape(b)
+    if not sa or not sb:
+        return ew.mul.bind(a, b)
+    if sa[-1] != sb[-1]:
+        raise ShapeError(f"inner: shapes {_shape_text(sa)} and {_shape_text(sb)} differ in "
+                         f"their last dimension ({sa[-1]} != {sb[-1]})")
+    return _dot_general(a, b, (len(sa) - 1,), (len(sb) - 1,))
+
+
+@implements(np.outer, np.linalg.outer)
+def outer(a, b):
+    """The outer product of the flattened arrays."""
+    a, b = _operands(a, b)
+    a = _reshape(a, (math.prod(_shape(a)),))
+    b = _reshape(b, (math.prod(_shape(b)),))
+    return _dot_general(a, b, (), ())
+
+
+def _axes_list(axes, ndim: int) -> list[int]:
+    if isinstance(axes, (int, np.integer)):
+        axes = [axes]
+    return [normalize_axis(a, ndim, "tensordot axis") for a in axes]
+
+
+@implements(np.tensordot, np.linalg.tensordot)
+def tensordot(a, b, axes=2):
+    """Sums over `axes` (the last n of a with the first n of b, or two sequences)."""
+    a, b = _operands(a, b)
+    sa, sb = _shape(a), _shape(b)
+    if isinstance(axes, (int, np.integer)):
+        n = int(axes)
+        if n < 0 or n > len(sa) or n > len(sb):
+            raise ShapeError(f"tensordot: cannot contract {n} axes of arrays of shapes "
+                             f"{_shape_text(sa)} and {_shape_text(sb)}")
+        axes_a, axes_b = list(range(len(sa) - n, len(sa))), list(range(n))
+    else:
+        try:
+            axes_a, axes_b = axes
+        except (TypeError, ValueError):
+            raise ShapeError(f"tensordot: axes must be an int or a pair of sequences, got "
+                             f"{axes!r}") from None
+        axes_a, axes_b = _axes_list(axes_a, len(sa)), _axes_list(axes_b, len(sb))
+    if len(axes_a) != len(axes_b):
+        raise ShapeError(f"tensordot: {len(axes_a)} axes of a paired with {len(axes_b)} of b")
+    for x, y in zip(axes_a, axes_b):
+        if sa[x] != sb[y]:
+            raise ShapeError(f"tensordot: shape-mismatch for sum: axis {x} of "
+                             f"{_shape_text(sa)} has {sa[x]}, axis {y} of {_shape_text(sb)} "
+                             f"has {sb[y]}")
+    if len(set(axes_a)) != len(axes_a) or len(set(axes_b)) != len(axes_b):
+        raise ShapeError("tensordot: repeated axis")
+    return _dot_general(a, b, axes_a, axes_b)
+
+
+@implements(np.kron)
+def kron(a, b):
+    """The Kronecker product: blocks a[i, j] * b, as one broadcast multiply and a reshape."""
+    a, b = _operands(a, b)
+    sa, sb = _shape(a), _shape(b)
+    nd = max(len(sa), len(sb))
+    sa, sb = (1,) * (nd - len(sa)) + sa, (1,) * (nd - len(sb)) + sb
+    a = _reshape(a, [d for s in sa for d in (s, 1)])
+    b = _reshape(b, [d for s in sb for d in (1, s)])
+    return _reshape(ew.mul.bind(a, b), [x * y for x, y in zip(sa, sb)])
+
+
+# ---------------------------------------------------------------------------------------
+# einsum
+
+
+class _Ellipsis(int):
+    """The label of an ellipsis dimension: its position counted from the right."""
+
+
+def _parse_spec(spec: str, what: str) -> tuple[list[str], bool]:
+    labels, has_ellipsis, i = [], False, 0
+    while i < len(spec):
+        if spec.startswith("...", i):
+            if has_ellipsis:
+                raise ShapeError(f"einsum: {what} contains '...' more than once")
+            labels.append("...")
+            has_ellipsis = True
+            i += 3
+            continue
+        c = spec[i]
+        if not ("a" <= c <= "z" or "A" <= c <= "Z"):
+            raise ShapeError(f"einsum: invalid subscript {c!r} in {what}: subscripts must be "
+                             f"letters")
+        labels.append(c)
+        i += 1
+    return labels, has_ellipsis
+
+
+def _expand_ellipsis(labels: list[str], ndim: int, what: str) -> list:
+    letters = [l for l in labels if l != "..."]
+    extra = ndim - len(letters)
+    if extra < 0 or (extra > 0 and "..." not in labels):
+        raise ShapeError(f"einsum: {what} has {len(letters)} subscripts for an operand of "
+                         f"{ndim} dimensions")
+    out = []
+    for l in labels:
+        out.extend([_Ellipsis(extra - 1 - j) for j in range(extra)] if l == "..." else [l])
+    return out
+
+
+@implements(np.einsum)
+def einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="safe",
+           optimize=False):
+    """Einstein summation, as dot_generals contracting the operands pairwise, left to right.
+
+    Diagonals (a label repeated in one operand) are taken with np.diagonal; labels that one
+    operand has and the output lacks are summed first; size-1 dimensions broadcast.
+    """
+    _no_out("np.einsum", out)
+    if not isinstance(subscripts, str):
+        raise UnsupportedFunctionError(
+            "np.einsum with interleaved operands and sublists is not supported",
+            "write the subscripts as a string: np.einsum('ij,jk->ik', a, b)")
+    if not 1 <= len(operands) <= 3:
+        raise UnsupportedFunctionError(f"np.einsum of {len(operands)} operands is not "
+                                       f"supported (1 to 3 are)",
+                                       "split it into several einsums")
+    spec = subscripts.replace(" ", "")
+    explicit = "->" in spec
+    inputs, _, output = spec.partition("->")
+    in_specs = inputs.split(",")
+    if len(in_specs) != len(operands):
+        raise ShapeError(f"einsum: {subscripts!r} names {len(in_specs)} operands, "
+                         f"{len(operands)} were given")
+    xs = _operands(*operands)
+    if dtype is not None:
+        dtype = dtypes.canonicalize_dtype(dtype)
+        if not all(np.can_cast(_dtype(x), dtype, casting) for x in xs):
+            raise ShapeError(f"einsum: cannot cast {_dtype(xs[0])} to {dtype} under "
+                             f"casting={casting!r}")
+        xs = [convert(x, dtype) for x in xs]
+
+    labels = []
+    for i, (s, x) in enumerate(zip(in_specs, xs)):
+        parsed, _ = _parse_spec(s, f"operand {i}'s subscripts {s!r}")
+        labels.append(_expand_ellipsis(parsed, _ndim(x), f"operand {i}'s subscripts {s!r}"))
+    n_ellipsis = max((sum(isinstance(l, _Ellipsis) for l in ls) for ls in labels), default=0)
+    ellipsis_labels = [_Ellipsis(j) for j in reversed(range(n_ellipsis))]
+    if explicit:
+        parsed, has_ellipsis = _parse_spec(output, f"the output subscripts {output!r}")
+        if n_ellipsis and not has_ellipsis:
+            raise ShapeError(f"einsum: {subscripts!r}: the operands have '...' dimensions "
+                             f"but the output has no '...' to put them in")
+        out_labels = []
+        for l in parsed:
+            out_labels.extend(ellipsis_labels if l == "..." else [l])
+        seen = set()
+        for l in out_labels:
+            if l in seen:
+                raise ShapeError(f"einsum: output subscript {l!r} appears more than once")
+            seen.add(l)
+        for l in out_labels:
+            if not isinstance(l, _Ellipsis) and not any(l in ls for ls in labels):
+                raise ShapeError(f"einsum: output subscript {l!r} appears in no operand")
+    else:
+        counts = {}
+        for ls in labels:
+            for l in ls:
+                if not isinstance(l, _Ellipsis):
+                    counts[l] = counts.get(l, 0) + 1
+        out_labels = ellipsis_labels + sorted(l for l, c in counts.items() if c == 1)
+
+    # 1. Diagonals: a label repeated within one operand.
+    for i in range(len(xs)):
+        xs[i], labels[i] = _take_diagonals(xs[i], labels[i])
+    # 2. Sizes agree or broadcast from 1; operands drop the size-1 dims that broadcast.
+    sizes: dict = {}
+    for x, ls in zip(xs, labels):
+        for l, n in zip(ls, _shape(x)):
+            if sizes.get(l, 1) not in (1, n) and n != 1:
+                raise ShapeError(f"einsum: subscript {_label_text(l)} has size {sizes[l]} in "
+                                 f"one operand and {n} in another")
+            sizes[l] = n if sizes.get(l, 1) == 1 else sizes[l]
+    for i, (x, ls) in enumerate(zip(xs, labels)):
+        keep = [j for j, l in enumerate(ls) if not (_shape(x)[j] == 1 and sizes[l] != 1)]
+        if len(keep) != len(ls):
+            xs[i] = _reshape(x, [_shape(x)[j] for j in keep])
+            labels[i] = [ls[j] for j in keep]
+    # 3. Contract pairwise, left to right, summing each label once nothing later needs it.
+    x, ls = xs[0], labels[0]
+    for i in range(1, len(xs)):
+        y, ms = xs[i], labels[i]
+        later = set(out_labels).union(*[set(l) for l in labels[i + 1:]])
+        x, ls = _sum_unneeded(x, ls, later | set(ms))
+        y, ms = _sum_unneeded(y, ms, later | set(ls))
+        batch = [l for l in ls if l in ms and l in later]
+        contract = [l for l in ls if l in ms and l not in later]
+        x = _dot_general(x, y, [ls.index(l) for l in contract], [ms.index(l) for l in contract],
+                         [ls.index(l) for l in batch], [ms.index(l) for l in batch])
+        ls = batch + [l for l in ls if l not in ms] + [l for l in ms if l not in ls]
+    x, ls = _sum_unneeded(x, ls, set(out_labels))
+    return _transpose(x, [ls.index(l) for l in out_labels])
+
+
+def _label_text(label) -> str:
+    return "'...'" if isinstance(label, _Ellipsis) else repr(label)
+
+
+def _take_diagonals(x, labels):
+    labels = list(labels)
+    while True:
+        repeated = next((l for l in labels if labels.count(l) > 1), None)
+        if repeated is None:
+            return x, labels
+        p = labels.index(repeated)
+        q = labels.index(repeated, p + 1)
+        shape = _shape(x)
+        if shape[p] != shape[q]:
+            raise ShapeError(f"einsum: subscript {_label_text(repeated)} is repeated over "
+                             f"dimensions of sizes {shape[p]} and {shape[q]}")
+        x = _diagonal(x, p, q)
+        labels = [l for j, l in enumerate(labels) if j not in (p, q)] + [repeated]
+
+
+def _sum_unneeded(x, labels, needed):
+    axes = [j for j, l in enumerate(labels) if l not in needed]
+    if not axes:
+        return x, labels
+    return _reduce("sum", x, axes), [l for l in labels if l in needed]
+
+
+# ---------------------------------------------------------------------------------------
+# trace
+
+
+@implements(np.trace)
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    """The sum along a diagonal: np.sum of np.diagonal, as NumPy computes it."""
+    from s2s.numpy_api.reductions import sum as np_sum
+    _no_out("np.trace", out)
+    a = _strong(a)
+    nd = _ndim(a)
+    if nd < 2:
+        raise ShapeError(f"trace needs an array of at least 2 dimensions, got shape "
+                         f"{_shape_text(_shape(a))}")
+    axis1, axis2 = normalize_axis(axis1, nd, "axis1"), normalize_axis(axis2, nd, "axis2")
+    if axis1 == axis2:
+        raise ShapeError("trace: axis1 and axis2 cannot be the same")
+    if not isinstance(offset, (int, np.integer)):
+        raise ShapeError(f"trace: offset must be a static int, got {offset!r}")
+    return np_sum(_diagonal(a, axis1, axis2, int(offset)), axis=-1, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# np.linalg
+
+
+def _linalg_dtype(name: str, *xs) -> np.dtype:
+    """np.linalg's computation dtype: single precision only if every operand is."""
+    kinds = [_dtype(x) for x in xs]
+    for d in kinds:
+        if d == dtypes.float16:
+            raise ShapeError(f"{name}: array type float16 is unsupported in linalg",
+                             "convert to float32 first")
+    single = all(d in (dtypes.float32, dtypes.complex64) for d in kinds)
+    complex_ = any(d.kind == "c" for d in kinds)
+    dt = {(False, False): dtypes.float64, (True, False): dtypes.float32,
+          (False, True): dtypes.complex128, (True, True): dtypes.complex64}[single, complex_]
+    return dtypes.canonicalize_dtype(dt)
+
+
+def _matrices(name: str, *xs):
+    """Strong operands converted to np.linalg's dtype; a checked to be square matrices."""
+    xs = [_strong(x) for x in xs]
+    dt = _linalg_dtype(name, *xs)
+    xs = [convert(x, dt) for x in xs]
+    sa = _shape(xs[0])
+    if len(sa) < 2:
+        raise ShapeError(f"{name}: {len(sa)}-dimensional array given. Array must be at least "
+                         f"two-dimensional")
+    if sa[-1] != sa[-2]:
+        raise ShapeError(f"{name}: last 2 dimensions of the array must be square, got shape "
+                         f"{_shape_text(sa)}")
+    return xs
+
+
+def _real_only(name: str, x):
+    if _dtype(x).kind == "c":
+        raise UnsupportedFunctionError(f"{name} of complex arrays is not supported")
+
+
+@implements(np.linalg.cholesky)
+def cholesky(a, upper=False):
+    """The lower Cholesky factor L with a = L @ L.T (its transpose if upper=True)."""
+    (a,) = _matrices("cholesky", a)
+    factor = la.cholesky.bind(a)
+    if upper:
+        _real_only("cholesky(upper=True)", a)
+        return _swap_last(factor)
+    return factor
+
+
+def _permutation_matrix(perm, dtype):
+    """P with P[..., i, j] = (perm[..., i] == j), so P @ a == a[..., perm, :]."""
+    shape = _shape(perm)
+    n = shape[-1]
+    column = _reshape(perm, shape + (1,))
+    onehot = ew.eq.bind(column, _iota(_dtype(perm), (n,), 0))
+    return ew.convert_element_type.bind(onehot, new_dtype=np.dtype(dtype), weak_type=False)
+
+
+def _permute_rows(b, perm):
+    """b[..., perm, :], batched: perm indexes b's rows within each matrix of the batch."""
+    from s2s.primitives import indexing  # lazily: written alongside this module
+    shape = _shape(perm)
+    nb = len(shape) - 1
+    batch_index = [_iota(_dtype(perm), shape, d) for d in range(nb)]
+    return indexing.gather.bind(b, *batch_index, perm, axes=tuple(range(nb + 1)))
+
+
+def _lu_solve(lu, perm, b):
+    """x with a @ x = b from a's LU factors: U^-1 L^-1 (P @ b)."""
+    pb = _permute_rows(b, perm)
+    y = la.triangular_solve.bind(lu, pb, left_side=True, lower=True, transpose_a=False,
+                                 unit_diagonal=True)
+    return la.triangular_solve.bind(lu, y, left_side=True, lower=False, transpose_a=False,
+                                    unit_diagonal=False)
+
+
+@implements(np.linalg.solve)
+def solve(a, b):
+    """x with a @ x = b; b is a vector if 1-D, else a stack of matrices (NumPy 2)."""
+    a, b = _matrices("solve", a, b)
+    sa, sb = _shape(a), _shape(b)
+    n = sa[-1]
+    if len(sb) == 0:
+        raise ShapeError("solve: b must be at least one-dimensional")
+    rows = sb[0] if len(sb) == 1 else sb[-2]
+    if rows != n:
+        raise ShapeError(f"solve: a of shape {_shape_text(sa)} and b of shape "
+                         f"{_shape_text(sb)} do not align: {n} != {rows}")
+    if len(sb) == 1:
+        batch = sa[:-2]
+        b_mat = _broadcast_to(_reshape(b, (n, 1)), batch + (n, 1))
+    else:
+        batch = _broadcast_batch("solve", sa[:-2], sb[:-2])
+        a = _broadcast_to(a, batch + sa[-2:])
+        b_mat = _broadcast_to(b, batch + sb[-2:])
+    lu, _, perm = la.lu.bind(a)
+    x = _lu_solve(lu, perm, b_mat)
+    return _reshape(x, batch + (n,)) if len(sb) == 1 else x
+
+
+@implements(np.linalg.inv)
+def inv(a):
+    """a^-1 = U^-1 L^-1 P, from a's LU factors."""
+    (a,) = _matrices("inv", a)
+    lu, _, perm = la.lu.bind(a)
+    y = la.triangular_solve.bind(lu, _permutation_matrix(perm, _dtype(a)), left_side=True,
+                                 lower=True, transpose_a=False, unit_diagonal=True)
+    return la.triangular_solve.bind(lu, y, left_side=True, lower=False, transpose_a=False,
+                                    unit_diagonal=False)
+
+
+def _lu_diagonal_and_sign(a):
+    """U's diagonal and the sign of the row permutation (-1 per pivot that swapped rows)."""
+    lu, pivots, _ = la.lu.bind(a)
+    nd = _ndim(lu)
+    diag = _diagonal(lu, nd - 2, nd - 1)
+    steps = _iota(dtypes.int32, _shape(pivots)[-1:], 0)
+    swapped = ew.ne.bind(pivots, steps)
+    dt = _dtype(lu)
+    flips = ew.select.bind(swapped, _literal(-1, dt), _literal(1, dt))
+    return diag, _reduce("prod", flips, (nd - 2,))
+
+
+@implements(np.linalg.det)
+def det(a):
+    """prod(diag(U)) times the sign of LU's row permutation."""
+    (a,) = _matrices("det", a)
+    diag, sign = _lu_diagonal_and_sign(a)
+    return ew.mul.bind(sign, _reduce("prod", diag, (_ndim(diag) - 1,)))
+
+
+class SlogdetResult(NamedTuple):
+    sign: object
+    logabsdet: object
+
+
+@implements(np.linalg.slogdet)
+def slogdet(a):
+    """(sign, log|det|) from LU: sums of logs rather than a product that can overflow."""
+    (a,) = _matrices("slogdet", a)
+    _real_only("np.linalg.slogdet", a)
+    diag, sign = _lu_diagonal_and_sign(a)
+    last = (_ndim(diag) - 1,)
+    sign = ew.mul.bind(sign, _reduce("prod", ew.sign.bind(diag), last))
+    logabsdet = _reduce("sum", ew.log.bind(ew.abs.bind(diag)), last)
+    return SlogdetResult(sign, logabsdet)
+
+
+# ---------------------------------------------------------------------------------------
+# norm
+
+
+def _keepdims(x, nd: int, axes) -> object:
+    shape = list(_shape(x))
+    for axis in sorted(axes):
+        shape.insert(axis, 1)
+    return _reshape(x, shape)
+
+
+def _is(ord, value) -> bool:
+    return not isinstance(ord, str) and ord is not None and ord == value
+
+
+@implements(np.linalg.norm)
+def norm(x, ord=None, axis=None, keepdims=False):
+    """Vector norms (any ord) and matrix norms ('fro', 1, -1, inf, -inf), as np.linalg.norm."""
+    x = _strong(x)
+    dt = _dtype(x)
+    if not dtypes.is_inexact(dt):
+        x = convert(x, dtypes.default_float())
+    _real_only("np.linalg.norm", x)
+    dt = _dtype(x)
+    nd = _ndim(x)
+    if axis is None:
+        if ord is None or (ord in ("f", "fro") and nd == 2) or (_is(ord, 2) and nd == 1):
+            out = ew.sqrt.bind(_reduce("sum", ew.mul.bind(x, x), range(nd)))
+            return _reshape(out, (1,) * nd) if keepdims else out
+        if nd not in (1, 2):
+            raise ShapeError("norm: improper number of dimensions to norm: an ord needs a "
+                             "vector or a matrix, or axis=")
+        axes = tuple(range(nd))
+    elif isinstance(axis, (tuple, list)):
+        axes = tuple(normalize_axis(a, nd) for a in axis)
+    else:
+        axes = (normalize_axis(axis, nd),)
+    if len(axes) == 1:
+        out = _vector_norm(x, ord, axes, dt)
+    elif len(axes) == 2:
+        if axes[0] == axes[1]:
+            raise ShapeError("norm: duplicate axes given")
+        out = _matrix_norm(x, ord, axes)
+    else:
+        raise ShapeError("norm: improper number of dimensions to norm: axis names "
+                         f"{len(axes)} axes (1 or 2 are norms)")
+    return _keepdims(out, nd, axes) if keepdims else out
+
+
+def _vector_norm(x, ord, axes, dt):
+    if isinstance(ord, str):
+        raise ShapeError(f"norm: invalid norm order {ord!r} for vectors")
+    if ord is None or _is(ord, 2):
+        return ew.sqrt.bind(_reduce("sum", ew.mul.bind(x, x), axes))
+    if _is(ord, np.inf):
+        return _reduce("max", ew.abs.bind(x), axes)
+    if _is(ord, -np.inf):
+        return _reduce("min", ew.abs.bind(x), axes)
+    if _is(ord, 0):
+        nonzero = ew.ne.bind(x, _zero(dt))
+        return _reduce("sum", ew.convert_element_type.bind(nonzero, new_dtype=dt,
+                                                           weak_type=False), axes)
+    if _is(ord, 1):
+        return _reduce("sum", ew.abs.bind(x), axes)
+    if isinstance(ord, Tracer):
+        raise ShapeError("norm: ord must be a static number")
+    p = float(ord)
+    total = _reduce("sum", ew.pow.bind(ew.abs.bind(x), _literal(p, dt)), axes)
+    return ew.pow.bind(total, _literal(1.0 / p, dt))
+
+
+def _matrix_norm(x, ord, axes):
+    row, col = axes
+    if ord is None or ord in ("fro", "f"):
+        return ew.sqrt.bind(_reduce("sum", ew.mul.bind(x, x), axes))
+    if ord == "nuc" or _is(ord, 2) or _is(ord, -2):
+        raise UnsupportedFunctionError(
+            f"np.linalg.norm(ord={ord!r}) of a matrix needs singular values, which s2s "
+            f"does not compute", "use ord='fro', 1, -1, np.inf or -np.inf")
+    if _is(ord, 1) or _is(ord, -1):
+        sums, along = _reduce("sum", ew.abs.bind(x), (row,)), col - (col > row)
+    elif _is(ord, np.inf) or _is(ord, -np.inf):
+        sums, along = _reduce("sum", ew.abs.bind(x), (col,)), row - (row > col)
+    else:
+        raise ShapeError(f"norm: invalid norm order {ord!r} for matrices")
+    return _reduce("max" if ord > 0 else "min", sums, (along,))

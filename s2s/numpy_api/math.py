@@ -1,0 +1,969 @@
+"""NumPy's elementwise functions (ufuncs and friends) on staged and concrete values.
+
+Every function here types its result exactly as NumPy 2 does: operands are promoted with
+NEP 50 (Python scalars are weak and take the dtype of the array they meet), integer and
+boolean inputs of float-only functions become the float NumPy computes in (`int8 → f16`,
+`int32 → f64`), `/` of integers is float64, and booleans follow NumPy's loops
+(`True + True` is a logical or, `bool // bool` is int8, `-bool` is an error).
+
+Two flavours of each binary function exist. The NumPy function (`add`, registered for
+`np.add`) always returns a *strong* array, as a NumPy ufunc does even for Python scalar
+arguments (`np.sqrt(2.0)` is an `np.float64`, which promotes `float32` arrays to float64).
+The operator form (`add.operator`, used by `Tracer.__add__`) keeps the result weak when
+every operand is weak: a weak staged value stands for a Python scalar, and Python scalar
+arithmetic gives Python scalars.
+
+NumPy's floor division and modulo are built from the truncating `div`/`rem` primitives
+plus a select that corrects the sign, the way NumPy's own `npy_divmod` does.
+"""
+from __future__ import annotations
+
+import math as _pymath
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import Literal, ShapedArray
+from s2s.errors import ShapeError, UnsupportedFunctionError, UnsupportedSyntaxError
+from s2s.numpy_api._base import (asarray, aval, convert, float_dtype_for, implements,
+                                 is_python_scalar, result_dtype)
+from s2s.primitives import elementwise as ew
+from s2s.staging import Tracer
+
+# ---------------------------------------------------------------------------------------
+# Operand preparation
+
+
+def _scalar_as(value, to: np.dtype):
+    """A Python (or NumPy) scalar as the Python scalar type of dtype `to`, range-checked."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    kind = to.kind
+    if kind == "b":
+        return bool(value)
+    if kind in "iu":
+        if isinstance(value, int) and not isinstance(value, bool):
+            info = np.iinfo(to)
+            if not info.min <= value <= info.max:
+                raise OverflowError(f"Python integer {value} out of bounds for {to}")
+        return int(value)
+    if kind == "f":
+        return float(value)
+    return complex(value)
+
+
+def lit(value, to, weak: bool = True) -> Literal:
+    """A scalar literal of dtype `to`. Internal constants are weak so they never decide
+    whether a result is weak."""
+    to = np.dtype(to)
+    return Literal(_scalar_as(value, to), ShapedArray((), to, weak))
+
+
+def _cast(x, to: np.dtype, weak: bool):
+    """`x` as dtype `to`. Python scalars stay weak literals (written bare in emitted code);
+    `_cast_all` makes one operand strong where the result must be."""
+    if is_python_scalar(x):
+        return lit(x, to, True)
+    if isinstance(x, Literal):
+        return lit(x.value, to, x.aval.weak_type)
+    a = aval(x)
+    if a.dtype == to:
+        return x
+    return convert(x, to, weak_type=a.weak_type and weak)
+
+
+def _cast_all(xs, to: np.dtype, weak: bool) -> list:
+    """Converts operands to `to`. When `weak` is False, makes sure one operand is strong
+    (retagging a literal is free; a weak staged value needs a convert)."""
+    out = [_cast(x, to, weak) for x in xs]
+    if not weak and out and all(aval(o).weak_type for o in out):
+        lits = [i for i, o in enumerate(out) if isinstance(o, Literal)]
+        if lits:
+            for i in lits:
+                out[i] = Literal(out[i].value, out[i].aval.update(weak_type=False))
+        else:
+            out[0] = convert(out[0], to, weak_type=False)
+    return out
+
+
+def _prep(xs, weak_ok: bool, dtype_rule=None):
+    """Promotes operands as NumPy does. Returns (operands, dtype, weak).
+
+    `dtype_rule(dtype, weak) -> dtype` adjusts the promoted dtype (to a float, say).
+    """
+    xs = [asarray(x) for x in xs]
+    dt, all_weak = result_dtype(*xs)
+    if dtype_rule is _float_rule:
+        dt = _float_result_dtype(xs)
+    elif dtype_rule is not None:
+        dt = dtypes.canonicalize_dtype(dtype_rule(dt, all_weak))
+    weak = weak_ok and all_weak
+    return _cast_all(xs, dt, weak), dt, weak
+
+
+def _float_rule(dt, weak):
+    """Marks a float-only ufunc; `_prep` then types it with `_float_result_dtype`."""
+    return float_dtype_for(dt)
+
+
+def _float_result_dtype(xs) -> np.dtype:
+    """The float dtype NumPy's float-only ufuncs pick (the loop every input casts to
+    safely): each strong integer input needs its own float (int8, uint8 → f16; int16 → f32;
+    int32 → f64), a weak input first takes the dtype the strong ones give it
+    (`int8_array, 2` → int8 → f16, but `bool_array, 2` → int64 → f64)."""
+    avals = [aval(x) for x in xs]
+    strong = [(a.dtype, False) for a in avals if not a.weak_type]
+    floats = []
+    for a in avals:
+        dt = a.dtype
+        if a.weak_type and strong:
+            dt, _ = dtypes.result_type((a.dtype, True), *strong)
+        floats.append(float_dtype_for(dt))
+    return dtypes.canonicalize_dtype(np.result_type(*floats))
+
+
+def _bool_to_int8(dt, weak):
+    return dtypes.int8 if dtypes.is_bool(dt) else dt
+
+
+def _materialize(x):
+    """A literal operand as a staged (or NumPy) value, so functions never return Literals."""
+    if isinstance(x, Literal):
+        return ew.convert_element_type.bind(x, new_dtype=x.aval.dtype, weak_type=x.aval.weak_type)
+    return x
+
+
+def _bool_error(name: str, instead: str):
+    raise ShapeError(f"numpy boolean {name} is not supported, use {instead} instead")
+
+
+# ---------------------------------------------------------------------------------------
+# The ufunc wrapper: NumPy's keyword arguments, registration, the operator form
+
+_IGNORED_UFUNC_KWARGS = {"casting", "order", "subok"}
+
+
+def _ufunc(np_fns, nin: int, name: str | None = None):
+    """Wraps `core(*operands, weak_ok)` as NumPy function(s) `np_fns`.
+
+    The wrapper accepts NumPy's ufunc keywords: `dtype=` casts the inputs first; `out=`
+    and `where=` (in-place and masked updates) are rejected with a compiler error.
+    `wrapper.operator(*xs)` is the weak-preserving form for Python operators.
+    """
+    def deco(core):
+        fname = name or core.__name__.lstrip("_")
+
+        def fn(*args, out=None, where=True, dtype=None, **kwargs):
+            if len(args) == nin + 1:
+                args, out = args[:nin], args[nin]
+            if len(args) != nin:
+                raise TypeError(f"{fname}() takes {nin} positional argument"
+                                f"{'s' if nin > 1 else ''} but {len(args)} were given")
+            unknown = set(kwargs) - _IGNORED_UFUNC_KWARGS
+            if unknown:
+                raise TypeError(f"{fname}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+            if out is not None:
+                raise UnsupportedSyntaxError(
+                    f"np.{fname}(..., out=...) writes into an existing array; s2s does not "
+                    f"support in-place updates", f"assign the result instead: y = np.{fname}(...)")
+            if where is not True:
+                raise UnsupportedFunctionError(
+                    f"np.{fname}(..., where=...) is not supported",
+                    f"compute everywhere and choose with np.where(mask, np.{fname}(...), other)")
+            if dtype is not None:
+                dt = dtypes.canonicalize_dtype(dtype)
+                args = _cast_all([asarray(a) for a in args], dt, False)
+            return core(*args, weak_ok=False)
+
+        fn.__name__ = fn.__qualname__ = fname
+        fn.__doc__ = core.__doc__
+        fn.operator = lambda *xs: core(*xs, weak_ok=True)
+        fn.core = core
+        implements(*np_fns)(fn)
+        return fn
+    return deco
+
+
+def _np(*names):
+    """The NumPy functions among `names` that exist in this NumPy version."""
+    return [getattr(np, n) for n in names if hasattr(np, n)]
+
+
+# ---------------------------------------------------------------------------------------
+# Arithmetic
+
+
+@_ufunc(_np("add"), 2)
+def add(x1, x2, *, weak_ok=False):
+    (a, b), dt, _ = _prep([x1, x2], weak_ok)
+    if dtypes.is_bool(dt):
+        return ew.or_.bind(a, b)
+    return ew.add.bind(a, b)
+
+
+@_ufunc(_np("subtract"), 2)
+def subtract(x1, x2, *, weak_ok=False):
+    (a, b), dt, _ = _prep([x1, x2], weak_ok)
+    if dtypes.is_bool(dt):
+        _bool_error("subtract, the `-` operator,", "the bitwise_xor, the `^` operator, "
+                    "or the logical_xor function")
+    return ew.sub.bind(a, b)
+
+
+@_ufunc(_np("multiply"), 2)
+def multiply(x1, x2, *, weak_ok=False):
+    (a, b), dt, _ = _prep([x1, x2], weak_ok)
+    if dtypes.is_bool(dt):
+        return ew.and_.bind(a, b)
+    return ew.mul.bind(a, b)
+
+
+def _true_divide_rule(dt, weak):
+    return dt if dtypes.is_inexact(dt) else dtypes.default_float()
+
+
+@_ufunc(_np("divide", "true_divide"), 2, name="divide")
+def divide(x1, x2, *, weak_ok=False):
+    """True division: integers and booleans divide as float64, as in NumPy."""
+    (a, b), _, _ = _prep([x1, x2], weak_ok, _true_divide_rule)
+    return ew.div.bind(a, b)
+
+
+true_divide = divide
+
+
+def _literal_value(x: Literal):
+    """The value a literal has in its dtype (1e-50 is 0 in float32)."""
+    with np.errstate(all="ignore"):
+        return np.asarray(x.value, dtype=x.aval.dtype)[()]
+
+
+def _floor_fix(r, b, dt):
+    """Where the truncated remainder `r` and divisor `b` differ in sign (r != 0).
+
+    A concrete divisor folds to one comparison: `r < 0` for b >= 0, `r > 0` for b < 0.
+    """
+    zero = lit(0, dt)
+    if isinstance(b, Literal):
+        return (ew.gt if _literal_value(b) < 0 else ew.lt).bind(r, zero)
+    return ew.and_.bind(ew.ne.bind(r, zero),
+                        ew.ne.bind(ew.lt.bind(r, zero), ew.lt.bind(b, zero)))
+
+
+def _divmod_core(x1, x2, weak_ok, want_div: bool, want_mod: bool):
+    (a, b), dt, _ = _prep([x1, x2], weak_ok, _bool_to_int8)
+    if dtypes.is_inexact(dt):
+        # NumPy's npy_divmod: mod = fmod(a, b); div = (a - mod) / b; fix the sign; round.
+        mod = ew.rem.bind(a, b)
+        fix = _floor_fix(mod, b, dt)
+        div = None
+        if want_div:
+            div = ew.div.bind(ew.sub.bind(a, mod), b)
+            div = ew.round.bind(ew.select.bind(fix, ew.sub.bind(div, lit(1, dt)), div))
+            # Division by zero gives a / b (±inf or nan), not nan.
+            if not isinstance(b, Literal):
+                div = ew.select.bind(ew.eq.bind(b, lit(0, dt)), ew.div.bind(a, b), div)
+            elif _literal_value(b) == 0:
+                div = ew.div.bind(a, b)
+        if want_mod:
+            mod = ew.select.bind(fix, ew.add.bind(mod, b), mod)
+        return div, mod
+    if dtypes.is_integer(dt) and np.dtype(dt).kind == "u":
+        return (ew.div.bind(a, b) if want_div else None), (ew.rem.bind(a, b) if want_mod else None)
+    r = ew.rem.bind(a, b)
+    fix = _floor_fix(r, b, dt)
+    div = mod = None
+    if want_div:
+        q = ew.div.bind(a, b)
+        div = ew.select.bind(fix, ew.sub.bind(q, lit(1, dt)), q)
+    if want_mod:
+        mod = ew.select.bind(fix, ew.add.bind(r, b), r)
+    return div, mod
+
+
+@_ufunc(_np("floor_divide"), 2)
+def floor_divide(x1, x2, *, weak_ok=False):
+    """`//`: division rounding toward minus infinity."""
+    return _divmod_core(x1, x2, weak_ok, True, False)[0]
+
+
+@_ufunc(_np("remainder", "mod"), 2, name="remainder")
+def remainder(x1, x2, *, weak_ok=False):
+    """`%`: the remainder with the sign of the divisor (Python's and NumPy's modulo)."""
+    return _divmod_core(x1, x2, weak_ok, False, True)[1]
+
+
+mod = remainder
+
+
+def divmod_(x1, x2, *, weak_ok=False):
+    """`divmod(x1, x2)`: (x1 // x2, x1 % x2), sharing the truncated remainder."""
+    return _divmod_core(x1, x2, weak_ok, True, True)
+
+
+@implements(np.divmod)
+def _np_divmod(x1, x2, out=None):
+    if out is not None:
+        raise UnsupportedSyntaxError("np.divmod(..., out=...) is an in-place update",
+                                     "assign the result instead: q, r = np.divmod(x, y)")
+    return divmod_(x1, x2)
+
+
+@_ufunc(_np("fmod"), 2)
+def fmod(x1, x2, *, weak_ok=False):
+    """The remainder with the sign of the dividend (C's fmod)."""
+    (a, b), _, _ = _prep([x1, x2], weak_ok, _bool_to_int8)
+    return ew.rem.bind(a, b)
+
+
+def _static_int(x):
+    """The value of a concrete integer exponent, or None."""
+    if isinstance(x, (bool, int, np.integer, np.bool_)):
+        return int(x)
+    if isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "iu":
+        return int(x)
+    return None
+
+
+@_ufunc(_np("power"), 2)
+def power(x1, x2, *, weak_ok=False):
+    """`**`. A concrete integer exponent stages `integer_pow` (exact, and its derivative
+    needs no log); anything else stages `pow` on floats."""
+    x1, x2 = asarray(x1), asarray(x2)
+    n = _static_int(x2)
+    dt, all_weak = result_dtype(x1, x2)
+    if dtypes.is_bool(dt):
+        dt = dtypes.int8
+    weak = weak_ok and all_weak
+    if n is not None and not dtypes.is_inexact(dt) and n < 0:
+        if not weak:
+            raise ValueError("Integers to negative integer powers are not allowed.")
+        dt = dtypes.default_float()    # Python: 2 ** -1 == 0.5
+    if n is not None:
+        (a,) = _cast_all([x1], dt, weak)
+        return ew.integer_pow.bind(a, y=n)
+    if not dtypes.is_inexact(dt):
+        raise UnsupportedFunctionError(
+            f"integer power with a staged integer exponent ({aval(x1).str_short()} ** "
+            f"{aval(x2).str_short()}) is not supported",
+            "use a concrete Python int exponent (x ** 3), or compute in floats: "
+            "x.astype(float) ** y")
+    a, b = _cast_all([x1, x2], dt, weak)
+    return ew.pow.bind(a, b)
+
+
+@_ufunc(_np("float_power"), 2)
+def float_power(x1, x2, *, weak_ok=False):
+    """Power computed in float64 (complex128 for complex inputs)."""
+    def rule(dt, weak):
+        return dtypes.complex128 if dt.kind == "c" else dtypes.float64
+    (a, b), _, _ = _prep([x1, x2], weak_ok, rule)
+    return ew.pow.bind(a, b)
+
+
+@_ufunc(_np("negative"), 1)
+def negative(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok)
+    if dtypes.is_bool(dt):
+        _bool_error("negative, the `-` operator,", "the `~` operator or the logical_not function")
+    return ew.neg.bind(a)
+
+
+@_ufunc(_np("positive"), 1)
+def positive(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok)
+    if dtypes.is_bool(dt):
+        raise ShapeError("numpy boolean positive, the unary `+` operator, is not supported")
+    return _materialize(a)
+
+
+@_ufunc(_np("absolute"), 1, name="absolute")
+def absolute(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok)
+    if dtypes.is_bool(dt) or dt.kind == "u":
+        return _materialize(a)
+    return ew.abs.bind(a)
+
+
+abs = absolute
+
+
+@_ufunc(_np("fabs"), 1)
+def fabs(x, *, weak_ok=False):
+    (a,), _, _ = _prep([x], weak_ok, _float_rule)
+    return ew.abs.bind(a)
+
+
+@_ufunc(_np("sign"), 1)
+def sign(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok)
+    if dtypes.is_bool(dt):
+        raise ShapeError("np.sign is not defined for booleans (NumPy has no loop for it)")
+    return ew.sign.bind(a)
+
+
+@_ufunc(_np("square"), 1)
+def square(x, *, weak_ok=False):
+    (a,), _, _ = _prep([x], weak_ok, _bool_to_int8)
+    return ew.integer_pow.bind(a, y=2)
+
+
+@_ufunc(_np("reciprocal"), 1)
+def reciprocal(x, *, weak_ok=False):
+    """1 / x in x's dtype (integers divide truncating, as NumPy's integer loop does)."""
+    (a,), dt, _ = _prep([x], weak_ok, _bool_to_int8)
+    return ew.div.bind(lit(1, dt), a)
+
+
+# ---------------------------------------------------------------------------------------
+# Float-only unary functions
+
+
+def _float_unary(np_names, prim, name=None):
+    @_ufunc(_np(*np_names), 1, name=name or np_names[0])
+    def core(x, *, weak_ok=False):
+        (a,), _, _ = _prep([x], weak_ok, _float_rule)
+        return prim.bind(a)
+    core.__doc__ = f"np.{np_names[0]}: the `{prim.name}` primitive on floats."
+    return core
+
+
+exp = _float_unary(["exp"], ew.exp)
+expm1 = _float_unary(["expm1"], ew.expm1)
+log = _float_unary(["log"], ew.log)
+log1p = _float_unary(["log1p"], ew.log1p)
+sqrt = _float_unary(["sqrt"], ew.sqrt)
+cbrt = _float_unary(["cbrt"], ew.cbrt)
+sin = _float_unary(["sin"], ew.sin)
+cos = _float_unary(["cos"], ew.cos)
+tan = _float_unary(["tan"], ew.tan)
+arcsin = _float_unary(["arcsin"], ew.asin)
+arccos = _float_unary(["arccos"], ew.acos)
+arctan = _float_unary(["arctan"], ew.atan)
+sinh = _float_unary(["sinh"], ew.sinh)
+cosh = _float_unary(["cosh"], ew.cosh)
+tanh = _float_unary(["tanh"], ew.tanh)
+arcsinh = _float_unary(["arcsinh"], ew.asinh)
+arccosh = _float_unary(["arccosh"], ew.acosh)
+arctanh = _float_unary(["arctanh"], ew.atanh)
+
+
+@_ufunc(_np("exp2"), 1)
+def exp2(x, *, weak_ok=False):
+    """2 ** x, as pow(2, x): exact at integers."""
+    (a,), dt, _ = _prep([x], weak_ok, _float_rule)
+    return ew.pow.bind(lit(2.0, dt), a)
+
+
+def _log_base(np_name, base):
+    @_ufunc(_np(np_name), 1, name=np_name)
+    def core(x, *, weak_ok=False):
+        (a,), dt, _ = _prep([x], weak_ok, _float_rule)
+        return ew.div.bind(ew.log.bind(a), lit(_pymath.log(base), dt))
+    core.__doc__ = f"np.{np_name}: log(x) / log({base})."
+    return core
+
+
+log2 = _log_base("log2", 2)
+log10 = _log_base("log10", 10)
+
+
+def _unary_not_exported(prim):
+    def fn(x):
+        (a,), _, _ = _prep([x], False, _float_rule)
+        return prim.bind(a)
+    fn.__name__ = prim.name
+    fn.__doc__ = f"The `{prim.name}` primitive on floats (integers convert as np.exp's do)."
+    return fn
+
+
+# Special functions without a NumPy name (scipy.special's erf, gammaln, psi, expit).
+erf = _unary_not_exported(ew.erf)
+lgamma = _unary_not_exported(ew.lgamma)
+digamma = _unary_not_exported(ew.digamma)
+logistic = _unary_not_exported(ew.logistic)
+
+
+@_ufunc(_np("deg2rad", "radians"), 1, name="deg2rad")
+def deg2rad(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok, _float_rule)
+    return ew.mul.bind(a, lit(np.pi / 180.0, dt))
+
+
+@_ufunc(_np("rad2deg", "degrees"), 1, name="rad2deg")
+def rad2deg(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok, _float_rule)
+    return ew.mul.bind(a, lit(180.0 / np.pi, dt))
+
+
+radians = deg2rad
+degrees = rad2deg
+
+
+@implements(np.sinc)
+def sinc(x):
+    """sin(pi x) / (pi x), 1 at 0 — computed as NumPy does (pi x is nudged to eps at 0),
+    which also makes every non-float input float64."""
+    x = asarray(x)
+    a = aval(x)
+    dt = a.dtype if dtypes.is_inexact(a.dtype) else dtypes.default_float()
+    (x,) = _cast_all([x], dt, False)
+    x = ew.mul.bind(x, lit(np.pi, dt))
+    eps = float(np.finfo(dt).eps) if dt.kind == "f" else 1e-20
+    y = ew.select.bind(ew.ne.bind(x, lit(0, dt)), x, lit(eps, dt))
+    return ew.div.bind(ew.sin.bind(y), y)
+
+
+# ---------------------------------------------------------------------------------------
+# Binary float functions
+
+
+@_ufunc(_np("arctan2"), 2)
+def arctan2(x1, x2, *, weak_ok=False):
+    (a, b), _, _ = _prep([x1, x2], weak_ok, _float_rule)
+    return ew.atan2.bind(a, b)
+
+
+@_ufunc(_np("hypot"), 2)
+def hypot(x1, x2, *, weak_ok=False):
+    """sqrt(x1² + x2²) without overflow: big * sqrt(1 + (small / big)²)."""
+    (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
+    a, b = ew.abs.bind(a), ew.abs.bind(b)
+    big, small = ew.max.bind(a, b), ew.min.bind(a, b)
+    big_is_zero = ew.eq.bind(big, lit(0, dt))
+    ratio = ew.div.bind(small, ew.select.bind(big_is_zero, lit(1, dt), big))
+    out = ew.mul.bind(big, ew.sqrt.bind(ew.add.bind(lit(1, dt), ew.integer_pow.bind(ratio, y=2))))
+    return ew.select.bind(ew.eq.bind(big, lit(np.inf, dt)), big, out)
+
+
+@_ufunc(_np("logaddexp"), 2)
+def logaddexp(x1, x2, *, weak_ok=False):
+    """log(exp(x1) + exp(x2)) = max + log1p(exp(-|x1 - x2|)); equal infinities give x1 + x2."""
+    (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
+    amax = ew.max.bind(a, b)
+    delta = ew.sub.bind(a, b)
+    soft = ew.add.bind(amax, ew.log1p.bind(ew.exp.bind(ew.neg.bind(ew.abs.bind(delta)))))
+    return ew.select.bind(ew.ne.bind(delta, delta), ew.add.bind(a, b), soft)
+
+
+@_ufunc(_np("logaddexp2"), 2)
+def logaddexp2(x1, x2, *, weak_ok=False):
+    """log2(2**x1 + 2**x2) = max + log1p(2 ** -|x1 - x2|) / log(2)."""
+    (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
+    amax = ew.max.bind(a, b)
+    delta = ew.sub.bind(a, b)
+    tail = ew.log1p.bind(ew.pow.bind(lit(2.0, dt), ew.neg.bind(ew.abs.bind(delta))))
+    soft = ew.add.bind(amax, ew.div.bind(tail, lit(_pymath.log(2.0), dt)))
+    return ew.select.bind(ew.ne.bind(delta, delta), ew.add.bind(a, b), soft)
+
+
+@_ufunc(_np("heaviside"), 2)
+def heaviside(x1, x2, *, weak_ok=False):
+    """0 for x1 < 0, x2 at 0, 1 for x1 > 0 (nan stays nan): (sign(x1) + 1) / 2 off zero."""
+    (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
+    step = ew.mul.bind(ew.add.bind(ew.sign.bind(a), lit(1, dt)), lit(0.5, dt))
+    return ew.select.bind(ew.eq.bind(a, lit(0, dt)), b, step)
+
+
+# ---------------------------------------------------------------------------------------
+# Rounding
+
+
+@_ufunc(_np("floor"), 1)
+def floor(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok)
+    return ew.floor.bind(a) if dtypes.is_inexact(dt) else _materialize(a)
+
+
+@_ufunc(_np("ceil"), 1)
+def ceil(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok)
+    return ew.ceil.bind(a) if dtypes.is_inexact(dt) else _materialize(a)
+
+
+def _trunc_float(a, dt):
+    return ew.select.bind(ew.lt.bind(a, lit(0, dt)), ew.ceil.bind(a), ew.floor.bind(a))
+
+
+@_ufunc(_np("trunc"), 1)
+def trunc(x, *, weak_ok=False):
+    """Rounds toward zero: ceil below zero, floor above."""
+    (a,), dt, _ = _prep([x], weak_ok)
+    return _trunc_float(a, dt) if dtypes.is_inexact(dt) else _materialize(a)
+
+
+@implements(*_np("fix"))
+def fix(x, out=None):
+    if out is not None:
+        raise UnsupportedSyntaxError("np.fix(..., out=...) is an in-place update",
+                                     "assign the result instead: y = np.fix(x)")
+    return trunc(x)
+
+
+@_ufunc(_np("rint"), 1)
+def rint(x, *, weak_ok=False):
+    """Rounds half to even; integers and booleans become floats, as in NumPy."""
+    integral = not dtypes.is_inexact(aval(asarray(x)).dtype)
+    (a,), dt, _ = _prep([x], weak_ok, _float_rule)
+    if integral:
+        return _materialize(a)      # already integral: the conversion is the rounding
+    return ew.round.bind(a)
+
+
+def round(a, decimals=0, out=None):
+    """np.round: half to even at `decimals` digits, as NumPy computes it
+    (rint(x * 10**d) / 10**d); integers stay integers."""
+    if out is not None:
+        raise UnsupportedSyntaxError("np.round(..., out=...) is an in-place update",
+                                     "assign the result instead: y = np.round(x)")
+    decimals = _static_decimals(decimals)
+    (x,), dt, _ = _prep([a], False)
+    if dtypes.is_bool(dt):
+        if decimals != 0:
+            raise ShapeError("np.round of a boolean array with decimals != 0 is not "
+                             "supported (NumPy cannot cast the result back to bool)")
+        (x,), dt, _ = _prep([x], False, _float_rule)
+    if dtypes.is_inexact(dt):
+        if decimals == 0:
+            return ew.round.bind(x)
+        if decimals > 0:
+            f = lit(10.0 ** decimals, dt)
+            return ew.div.bind(ew.round.bind(ew.mul.bind(x, f)), f)
+        f = lit(10.0 ** -decimals, dt)
+        return ew.mul.bind(ew.round.bind(ew.div.bind(x, f)), f)
+    if decimals >= 0:
+        return _materialize(x)
+    # Integers with negative decimals round in float64 and convert back, as NumPy does.
+    f64 = dtypes.default_float()
+    y = convert(x, f64)
+    f = lit(10.0 ** -decimals, f64)
+    y = ew.mul.bind(ew.round.bind(ew.div.bind(y, f)), f)
+    return convert(y, dt)
+
+
+def _static_decimals(decimals) -> int:
+    if isinstance(decimals, Tracer):
+        raise UnsupportedFunctionError("np.round's `decimals` must be a concrete int, "
+                                       "not a staged value")
+    return int(decimals)
+
+
+around = round
+implements(*_np("round", "around"))(round)
+
+
+# ---------------------------------------------------------------------------------------
+# Maximum, minimum, clip, where
+
+
+@_ufunc(_np("maximum"), 2)
+def maximum(x1, x2, *, weak_ok=False):
+    """Elementwise max; nan propagates."""
+    (a, b), dt, _ = _prep([x1, x2], weak_ok)
+    if dtypes.is_bool(dt):
+        return ew.or_.bind(a, b)
+    return ew.max.bind(a, b)
+
+
+@_ufunc(_np("minimum"), 2)
+def minimum(x1, x2, *, weak_ok=False):
+    """Elementwise min; nan propagates."""
+    (a, b), dt, _ = _prep([x1, x2], weak_ok)
+    if dtypes.is_bool(dt):
+        return ew.and_.bind(a, b)
+    return ew.min.bind(a, b)
+
+
+def _fmaxmin(x1, x2, weak_ok, prim, bool_prim):
+    (a, b), dt, _ = _prep([x1, x2], weak_ok)
+    if dtypes.is_bool(dt):
+        return bool_prim.bind(a, b)
+    if not dtypes.is_inexact(dt):
+        return prim.bind(a, b)
+    # Ignore a nan: where one side is nan, use the other (nan only if both are).
+    a2 = ew.select.bind(ew.ne.bind(a, a), b, a)
+    b2 = ew.select.bind(ew.ne.bind(b, b), a, b)
+    return prim.bind(a2, b2)
+
+
+@_ufunc(_np("fmax"), 2)
+def fmax(x1, x2, *, weak_ok=False):
+    """Elementwise max ignoring nan."""
+    return _fmaxmin(x1, x2, weak_ok, ew.max, ew.or_)
+
+
+@_ufunc(_np("fmin"), 2)
+def fmin(x1, x2, *, weak_ok=False):
+    """Elementwise min ignoring nan."""
+    return _fmaxmin(x1, x2, weak_ok, ew.min, ew.and_)
+
+
+_NO_VALUE = object()
+
+
+@implements(np.clip)
+def clip(a, a_min=_NO_VALUE, a_max=_NO_VALUE, out=None, *, min=_NO_VALUE, max=_NO_VALUE,
+         **kwargs):
+    """min(max(a, a_min), a_max), promoting all three as NumPy does; None drops a bound."""
+    if out is not None:
+        raise UnsupportedSyntaxError("np.clip(..., out=...) is an in-place update",
+                                     "assign the result instead: y = np.clip(x, lo, hi)")
+    if min is not _NO_VALUE:
+        if a_min is not _NO_VALUE:
+            raise TypeError("clip() got both a_min and min")
+        a_min = min
+    if max is not _NO_VALUE:
+        if a_max is not _NO_VALUE:
+            raise TypeError("clip() got both a_max and max")
+        a_max = max
+    lo = None if a_min is _NO_VALUE else a_min
+    hi = None if a_max is _NO_VALUE else a_max
+    bounds = [b for b in (lo, hi) if b is not None]
+    ops, dt, _ = _prep([a] + bounds, False)
+    x = ops[0]
+    lo_op = ops[1] if lo is not None else None
+    hi_op = ops[-1] if hi is not None else None
+    if lo_op is not None and hi_op is not None and not dtypes.is_bool(dt):
+        return ew.clamp.bind(lo_op, x, hi_op)
+    if lo_op is not None:
+        x = (ew.or_ if dtypes.is_bool(dt) else ew.max).bind(x, lo_op)
+    if hi_op is not None:
+        x = (ew.and_ if dtypes.is_bool(dt) else ew.min).bind(x, hi_op)
+    return _materialize(x)
+
+
+def _to_bool(x):
+    """NumPy's truthiness of an operand: x != 0 (already-boolean operands pass)."""
+    a = aval(x)
+    if dtypes.is_bool(a.dtype):
+        return x
+    if isinstance(x, Literal):
+        return lit(bool(x.value), dtypes.bool_, a.weak_type)
+    return ew.ne.bind(x, lit(0, a.dtype))
+
+
+@implements(np.where)
+def where(condition, x=_NO_VALUE, y=_NO_VALUE):
+    """np.where(condition, x, y): the `select` primitive, with x and y promoted together."""
+    if x is _NO_VALUE or y is _NO_VALUE:
+        if x is _NO_VALUE and y is _NO_VALUE:
+            raise UnsupportedFunctionError(
+                "np.where(condition) with one argument returns the indices where condition "
+                "is true; their number depends on the data, so the result has no static shape",
+                "use the three-argument form np.where(condition, x, y), or a mask: "
+                "np.sum(np.where(condition, values, 0))")
+        raise TypeError("np.where() takes either 1 or 3 arguments")
+    (cond,), _, _ = _prep([condition], False)
+    pred = _to_bool(cond)
+    (a, b), _, _ = _prep([x, y], False)
+    return ew.select.bind(pred, a, b)
+
+
+# ---------------------------------------------------------------------------------------
+# Floating-point classification and cleanup
+
+
+@_ufunc(_np("isnan"), 1)
+def isnan(x, *, weak_ok=False):
+    """x != x (always False for integers)."""
+    (a,), _, _ = _prep([x], weak_ok)
+    return ew.ne.bind(a, a)
+
+
+@_ufunc(_np("isinf"), 1)
+def isinf(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok)
+    if not dtypes.is_inexact(dt):
+        return ew.ne.bind(a, a)
+    return ew.eq.bind(ew.abs.bind(a), lit(np.inf, dt))
+
+
+@_ufunc(_np("isfinite"), 1)
+def isfinite(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok)
+    if not dtypes.is_inexact(dt):
+        return ew.eq.bind(a, a)
+    return ew.is_finite.bind(a)
+
+
+@implements(np.nan_to_num)
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """nan → `nan`, +inf → `posinf` (default: the largest finite float), -inf → `neginf`."""
+    (a,), dt, _ = _prep([x], False)
+    if not dtypes.is_inexact(dt):
+        return _materialize(a)
+    if dt.kind == "c":
+        raise UnsupportedFunctionError("np.nan_to_num on complex arrays is not supported")
+    info = np.finfo(dt)
+    posinf = float(info.max) if posinf is None else posinf
+    neginf = float(info.min) if neginf is None else neginf
+    nan_v, pos_v, neg_v = _cast_all([nan, posinf, neginf], dt, True)
+    a = ew.select.bind(ew.ne.bind(a, a), nan_v, a)
+    a = ew.select.bind(ew.eq.bind(a, lit(np.inf, dt)), pos_v, a)
+    return ew.select.bind(ew.eq.bind(a, lit(-np.inf, dt)), neg_v, a)
+
+
+def _real_only(name, x):
+    (a,), dt, _ = _prep([x], False)
+    if dt.kind == "c":
+        raise UnsupportedFunctionError(f"np.{name} of complex arrays is not supported yet")
+    return a, dt
+
+
+def _python_attribute(value, name):
+    """np.real(3) is `(3).real`: a Python scalar's attribute, still a (weak) Python scalar."""
+    result = getattr(value, name)
+    return _materialize(lit(result, dtypes.dtype_of_python_scalar(result), weak=True))
+
+
+@implements(np.real)
+def real(val):
+    if is_python_scalar(val):
+        return _python_attribute(val, "real")
+    a, _ = _real_only("real", val)
+    return _materialize(a)
+
+
+@implements(np.imag)
+def imag(val):
+    if is_python_scalar(val):
+        return _python_attribute(val, "imag")
+    a, dt = _real_only("imag", val)
+    from s2s.numpy_api import creation
+    return creation.zeros_like(a)
+
+
+@_ufunc(_np("conjugate"), 1, name="conjugate")
+def conjugate(x, *, weak_ok=False):
+    (a,), dt, _ = _prep([x], weak_ok, _bool_to_int8)
+    if dt.kind == "c":
+        raise UnsupportedFunctionError("np.conjugate of complex arrays is not supported yet")
+    return _materialize(a)
+
+
+conj = conjugate
+
+
+# ---------------------------------------------------------------------------------------
+# Comparisons
+
+
+def _not(x):
+    """Bitwise not; a boolean literal is negated here (Python's `~True` is -2)."""
+    if isinstance(x, Literal) and dtypes.is_bool(x.aval.dtype):
+        return Literal(not x.value, x.aval)
+    return ew.not_.bind(x)
+
+
+def _comparison(np_name, prim, bool_form):
+    """`bool_form(a, b)` compares booleans with logic (the ordering primitives take numbers)."""
+    @_ufunc(_np(np_name), 2, name=np_name)
+    def core(x1, x2, *, weak_ok=False):
+        constant = _out_of_range_comparison(np_name, x1, x2, weak_ok)
+        if constant is not None:
+            return constant
+        (a, b), dt, _ = _prep([x1, x2], weak_ok)
+        if dtypes.is_bool(dt) and bool_form is not None:
+            return bool_form(a, b)
+        return prim.bind(a, b)
+    core.__doc__ = f"np.{np_name}: the `{prim.name}` primitive after NumPy's promotion."
+    return core
+
+
+_PY_COMPARE = {"equal": lambda a, b: a == b, "not_equal": lambda a, b: a != b,
+               "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b,
+               "greater": lambda a, b: a > b, "greater_equal": lambda a, b: a >= b}
+
+
+def _out_of_range_comparison(np_name, x1, x2, weak_ok):
+    """NumPy 2 compares an integer array with a Python int its dtype cannot hold
+    (`uint8_array > -1`) correctly: the answer is the same for every element."""
+    xs = [asarray(x1), asarray(x2)]
+    dt, _ = result_dtype(*xs)
+    if not dtypes.is_integer(dt):
+        return None
+    for i, x in enumerate(xs):
+        if is_python_scalar(x) and not isinstance(x, bool) and isinstance(x, int):
+            info = np.iinfo(dt)
+            if info.min <= x <= info.max:
+                continue
+            other = xs[1 - i]
+            if is_python_scalar(other):
+                return None
+            inside = int(info.min)
+            answer = _PY_COMPARE[np_name](*((inside, x) if i == 1 else (x, inside)))
+            (o,), _, _ = _prep([other], weak_ok)
+            return (ew.eq if answer else ew.ne).bind(o, o)
+    return None
+
+
+equal = _comparison("equal", ew.eq, None)
+not_equal = _comparison("not_equal", ew.ne, None)
+less = _comparison("less", ew.lt, lambda a, b: ew.and_.bind(_not(a), b))
+less_equal = _comparison("less_equal", ew.le, lambda a, b: ew.or_.bind(_not(a), b))
+greater = _comparison("greater", ew.gt, lambda a, b: ew.and_.bind(a, _not(b)))
+greater_equal = _comparison("greater_equal", ew.ge, lambda a, b: ew.or_.bind(a, _not(b)))
+
+
+# ---------------------------------------------------------------------------------------
+# Logic and bits
+
+
+def _logical_operands(xs, weak_ok):
+    ops = []
+    for x in xs:
+        (a,), _, _ = _prep([x], weak_ok)
+        ops.append(_to_bool(a))
+    return ops
+
+
+@_ufunc(_np("logical_and"), 2)
+def logical_and(x1, x2, *, weak_ok=False):
+    return ew.and_.bind(*_logical_operands([x1, x2], weak_ok))
+
+
+@_ufunc(_np("logical_or"), 2)
+def logical_or(x1, x2, *, weak_ok=False):
+    return ew.or_.bind(*_logical_operands([x1, x2], weak_ok))
+
+
+@_ufunc(_np("logical_xor"), 2)
+def logical_xor(x1, x2, *, weak_ok=False):
+    return ew.xor.bind(*_logical_operands([x1, x2], weak_ok))
+
+
+@_ufunc(_np("logical_not"), 1)
+def logical_not(x, *, weak_ok=False):
+    return _materialize(_not(*_logical_operands([x], weak_ok)))
+
+
+def _bitwise(np_name, prim):
+    @_ufunc(_np(np_name), 2, name=np_name)
+    def core(x1, x2, *, weak_ok=False):
+        (a, b), dt, _ = _prep([x1, x2], weak_ok)
+        if not (dtypes.is_integer(dt) or dtypes.is_bool(dt)):
+            raise ShapeError(f"np.{np_name} needs integer or boolean operands, got "
+                             f"{aval(x1).str_short() if not is_python_scalar(x1) else type(x1).__name__}"
+                             f" and {aval(x2).str_short() if not is_python_scalar(x2) else type(x2).__name__}")
+        return prim.bind(a, b)
+    core.__doc__ = f"np.{np_name} on integers and booleans."
+    return core
+
+
+bitwise_and = _bitwise("bitwise_and", ew.and_)
+bitwise_or = _bitwise("bitwise_or", ew.or_)
+bitwise_xor = _bitwise("bitwise_xor", ew.xor)
+
+
+@_ufunc(_np("invert", "bitwise_not"), 1, name="invert")
+def invert(x, *, weak_ok=False):
+    """`~`: bitwise not (logical not on booleans)."""
+    (a,), dt, _ = _prep([x], weak_ok)
+    if not (dtypes.is_integer(dt) or dtypes.is_bool(dt)):
+        raise ShapeError(f"np.invert (the `~` operator) needs integer or boolean operands, "
+                         f"got {aval(a).str_short()}")
+    return _materialize(_not(a))
+
+
+bitwise_not = invert
+

@@ -1,0 +1,626 @@
+"""NumPy's reductions, cumulative reductions, sorting and statistics on staged values.
+
+Each function takes NumPy's arguments (`axis=` None, an int, a tuple, negative;
+`keepdims=`; `dtype=` where NumPy has it) and returns NumPy's result dtype exactly:
+`np.sum` of int32 or bool is int64, `np.mean` of an int is float64, of float16 is float16
+(summed in float32, as NumPy does). The widening is an explicit `convert_element_type`
+before the dtype-preserving primitive of `s2s/primitives/reductions.py`; `keepdims` is an
+`expand_dims` afterwards. Everything works staged (on Tracers inside a JaxprBuilder) and
+eagerly (on NumPy arrays and Python scalars, which count as arrays, as in NumPy).
+
+What differs from NumPy, on purpose:
+  - `out=` is not supported (s2s functions return new arrays).
+  - `argsort` and `sort` are always stable (NumPy's default quicksort may order ties
+    differently; `kind=` is accepted and ignored). NaNs sort last, as in NumPy.
+  - `average` with weights does not raise ZeroDivisionError when the weights sum to zero
+    (that needs the values); the result is inf/nan instead.
+  - `var`/`std` of complex arrays are not supported; `median` takes NaN semantics from
+    NumPy (a NaN anywhere in the slice gives NaN) but not its RuntimeWarnings.
+  - `where=` is supported by sum, prod, max, min, all, any, mean, nansum and nanmean,
+    not by var/std/median/average.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import math
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import Literal
+from s2s.errors import ShapeError, StagingError
+from s2s.numpy_api._base import (aval, asarray, convert, dtype as dtype_of, implements,
+                                 is_python_scalar, normalize_axes, normalize_axis,
+                                 shape as shape_of)
+from s2s.primitives import elementwise as ew
+from s2s.primitives import reductions as red
+
+__all__ = ["all", "amax", "amin", "any", "argmax", "argmin", "argsort", "average",
+           "count_nonzero", "cumprod", "cumsum", "max", "mean", "median", "min", "nanmean",
+           "nansum", "prod", "ptp", "sort", "std", "sum", "var"]
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def _structural():
+    """The structural primitives (reshape, expand_dims ...), imported when first needed."""
+    from s2s.primitives import structural
+    return structural
+
+
+def _operand(a):
+    """`a` as an array operand: Python scalars and lists become (strong) NumPy values."""
+    x = asarray(a)
+    if is_python_scalar(x):
+        x = np.asarray(x, dtype=dtypes.dtype_of_python_scalar(x))[()]
+    if isinstance(x, (np.ndarray, np.generic)):
+        canonical = dtypes.canonicalize_dtype(x.dtype)
+        if canonical != x.dtype:
+            x = x.astype(canonical)
+    return x
+
+
+def _no_out(out, name: str) -> None:
+    if out is not None:
+        raise StagingError(f"np.{name}(..., out=...) is not supported",
+                           f"assign the result instead: `result = np.{name}(...)`")
+
+
+def _static_bool(value, what: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise StagingError(f"{what} must be a static Python bool, got {value!r}")
+    return bool(value)
+
+
+def _dtype_arg(dtype) -> np.dtype | None:
+    return None if dtype is None else dtypes.canonicalize_dtype(np.dtype(dtype))
+
+
+def _axes(axis, ndim: int) -> tuple[int, ...]:
+    """Normalized, sorted axes. NumPy accepts axis 0 (or -1) of a 0-d array: nothing."""
+    if isinstance(axis, list):
+        axis = tuple(axis)
+    axes = tuple(sorted(normalize_axes(axis, ndim)))
+    return axes if ndim else ()
+
+
+def _to(x, dt: np.dtype):
+    """`x` converted to `dt`, or `x` itself when it already has that dtype."""
+    return x if dtype_of(x) == dt else convert(x, dt)
+
+
+def _lit(value, dt: np.dtype) -> Literal:
+    """A weak scalar of dtype `dt`: it adopts its partner's dtype, as `x / 2.0` does."""
+    return convert(value, dt, weak_type=True)
+
+
+def _reshape(x, new_shape):
+    new_shape = tuple(int(d) for d in new_shape)
+    if shape_of(x) == new_shape:
+        return x
+    return _structural().reshape.bind(x, new_sizes=new_shape)
+
+
+def _flatten(x):
+    return _reshape(x, (aval(x).size,))
+
+
+def _broadcast_to(x, new_shape):
+    new_shape = tuple(new_shape)
+    old = shape_of(x)
+    if old == new_shape:
+        return x
+    lead = len(new_shape) - len(old)
+    if lead < 0 or builtins.any(d not in (1, n) for d, n in zip(old, new_shape[lead:])):
+        raise ShapeError(f"cannot broadcast an array of shape {old} to shape {new_shape}")
+    return _structural().broadcast_in_dim.bind(
+        x, shape=new_shape, broadcast_dimensions=tuple(range(lead, len(new_shape))))
+
+
+def _expand(out, axes):
+    """`out` with new length-1 axes at positions `axes` of the result (`s[:, None]`)."""
+    if not axes:
+        return out
+    return _structural().expand_dims.bind(out, dimensions=tuple(sorted(axes)))
+
+
+def _finish(out, in_shape, axes, keepdims: bool):
+    """Applies `keepdims`: the reduced axes come back with length 1."""
+    if _static_bool(keepdims, "keepdims"):
+        return _expand(out, axes)
+    return out
+
+
+def _count(in_shape, axes) -> int:
+    return math.prod(in_shape[a] for a in axes)
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_default_dtype(np_name: str, dt: np.dtype) -> np.dtype:
+    """The result dtype NumPy gives `np.<np_name>` of an array of `dt` (int32 sums to int64)."""
+    result = getattr(np, np_name)(np.zeros((1,), dt))
+    return dtypes.canonicalize_dtype(np.asarray(result).dtype)
+
+
+def _where_mask(x, where, fill):
+    """`x` where `where` holds and `fill` elsewhere (the reduction's identity)."""
+    if where is True:
+        return x
+    where = _operand(where)
+    if dtype_of(where) != dtypes.bool_:
+        where = convert(where, dtypes.bool_)
+    return _broadcast_to(ew.select.bind(where, x, _lit(fill, dtype_of(x))), shape_of(x))
+
+
+def _is_nan(x):
+    return ew.ne.bind(x, x)
+
+
+# ---------------------------------------------------------------------------------------
+# sum, prod
+
+
+def _sum_like(name, prim, bool_prim, combine, bool_combine, identity, a, axis, dtype,
+              out, keepdims, initial, where):
+    _no_out(out, name)
+    x = _operand(a)
+    in_shape = shape_of(x)
+    axes = _axes(axis, len(in_shape))
+    acc = _dtype_arg(dtype) or _numpy_default_dtype(name, dtype_of(x))
+    x = _to(x, acc)
+    is_bool = acc == dtypes.bool_
+    x = _where_mask(x, where, bool(identity) if is_bool else identity)
+    result = (bool_prim if is_bool else prim).bind(x, axes=axes)
+    if initial is not None:
+        result = (bool_combine if is_bool else combine).bind(result, _to(_operand(initial), acc))
+    return _finish(result, in_shape, axes, keepdims)
+
+
+@implements(np.sum)
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    """np.sum: bool and narrow ints widen to the default int; `dtype=bool` is a logical or."""
+    return _sum_like("sum", red.reduce_sum, red.reduce_or, ew.add, ew.or_, 0, a, axis,
+                     dtype, out, keepdims, initial, where)
+
+
+@implements(np.prod)
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    """np.prod: widens like np.sum; `dtype=bool` is a logical and."""
+    return _sum_like("prod", red.reduce_prod, red.reduce_and, ew.mul, ew.and_, 1, a, axis,
+                     dtype, out, keepdims, initial, where)
+
+
+# ---------------------------------------------------------------------------------------
+# max, min, ptp
+
+
+def _max_like(name, prim, combine, bool_combine, a, axis, out, keepdims, initial, where):
+    _no_out(out, name)
+    x = _operand(a)
+    in_shape = shape_of(x)
+    axes = _axes(axis, len(in_shape))
+    dt = dtype_of(x)
+    combine = bool_combine if dt == dtypes.bool_ else combine
+    if where is not True:
+        if initial is None:
+            raise StagingError(f"np.{name}(..., where=...) needs initial= (NumPy's rule: "
+                               f"the reduction has no identity)")
+        x = _where_mask(x, where, initial)
+    if initial is not None and builtins.any(in_shape[a] == 0 for a in axes):
+        # An empty reduction with an initial value is the initial value.
+        result = _broadcast_to(_to(_operand(initial), dt),
+                               tuple(d for i, d in enumerate(in_shape) if i not in axes))
+    else:
+        result = prim.bind(x, axes=axes)
+        if initial is not None:
+            result = combine.bind(result, _to(_operand(initial), dt))
+    return _finish(result, in_shape, axes, keepdims)
+
+
+@implements(np.max, np.amax)
+def max(a, axis=None, out=None, keepdims=False, initial=None, where=True):
+    """np.max: NaNs propagate; reducing a zero-length axis needs `initial=`."""
+    return _max_like("max", red.reduce_max, ew.max, ew.or_, a, axis, out, keepdims,
+                     initial, where)
+
+
+@implements(np.min, np.amin)
+def min(a, axis=None, out=None, keepdims=False, initial=None, where=True):
+    """np.min: NaNs propagate; reducing a zero-length axis needs `initial=`."""
+    return _max_like("min", red.reduce_min, ew.min, ew.and_, a, axis, out, keepdims,
+                     initial, where)
+
+
+amax, amin = max, min
+
+
+@implements(np.ptp)
+def ptp(a, axis=None, out=None, keepdims=False):
+    """np.ptp: max - min in the input dtype (integers wrap around, as in NumPy)."""
+    x = _operand(a)
+    if dtype_of(x) == dtypes.bool_:
+        raise ShapeError("np.ptp of a boolean array is not supported (NumPy has no boolean "
+                         "subtract); convert it to an integer dtype first")
+    hi = max(x, axis, out, keepdims)
+    lo = min(x, axis, None, keepdims)
+    return ew.sub.bind(hi, lo)
+
+
+# ---------------------------------------------------------------------------------------
+# all, any, count_nonzero
+
+
+def _as_bool(x):
+    return x if dtype_of(x) == dtypes.bool_ else convert(x, dtypes.bool_)
+
+
+@implements(np.all)
+def all(a, axis=None, out=None, keepdims=False, *, where=True):
+    """np.all: every element nonzero (NaN counts as true)."""
+    _no_out(out, "all")
+    x = _as_bool(_operand(a))
+    axes = _axes(axis, aval(x).ndim)
+    result = red.reduce_and.bind(_where_mask(x, where, True), axes=axes)
+    return _finish(result, shape_of(x), axes, keepdims)
+
+
+@implements(np.any)
+def any(a, axis=None, out=None, keepdims=False, *, where=True):
+    """np.any: some element nonzero (NaN counts as true)."""
+    _no_out(out, "any")
+    x = _as_bool(_operand(a))
+    axes = _axes(axis, aval(x).ndim)
+    result = red.reduce_or.bind(_where_mask(x, where, False), axes=axes)
+    return _finish(result, shape_of(x), axes, keepdims)
+
+
+@implements(np.count_nonzero)
+def count_nonzero(a, axis=None, *, keepdims=False):
+    """np.count_nonzero: an intp count of the nonzero elements."""
+    x = _as_bool(_operand(a))
+    axes = _axes(axis, aval(x).ndim)
+    index = dtypes.canonicalize_dtype(np.intp)
+    return _finish(red.reduce_sum.bind(convert(x, index), axes=axes), shape_of(x), axes,
+                   keepdims)
+
+
+# ---------------------------------------------------------------------------------------
+# mean, var, std, average
+
+
+def _mean_dtypes(dt: np.dtype, dtype) -> tuple[np.dtype, np.dtype]:
+    """(accumulation dtype, result dtype) of np.mean, as NumPy's _methods._mean picks them."""
+    requested = _dtype_arg(dtype)
+    if requested is not None:
+        return requested, requested
+    if dtypes.is_integer(dt) or dtypes.is_bool(dt):
+        return dtypes.default_float(), dtypes.default_float()
+    if dt == dtypes.float16:
+        return dtypes.float32, dtypes.float16
+    return dt, dt
+
+
+def _divide(total, count, acc: np.dtype):
+    """`total / count` in `acc`; an integer `acc` divides in floats and truncates, as NumPy."""
+    if dtypes.is_inexact(acc):
+        divisor = _lit(count, acc) if not _is_staged_or_array(count) else _to(count, acc)
+        return ew.div.bind(total, divisor)
+    f = dtypes.default_float()
+    divisor = _lit(count, f) if not _is_staged_or_array(count) else _to(count, f)
+    return convert(ew.div.bind(convert(total, f), divisor), acc)
+
+
+def _is_staged_or_array(value) -> bool:
+    return not isinstance(value, (int, float, np.integer, np.floating))
+
+
+@implements(np.mean)
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    """np.mean: ints and bools average in float64; float16 sums in float32."""
+    _no_out(out, "mean")
+    x = _operand(a)
+    in_shape = shape_of(x)
+    axes = _axes(axis, len(in_shape))
+    acc, result_dtype = _mean_dtypes(dtype_of(x), dtype)
+    if acc == dtypes.bool_:
+        raise StagingError("np.mean(..., dtype=bool) is not supported")
+    x = _to(x, acc)
+    if where is True:
+        count = _count(in_shape, axes)
+    else:
+        count = red.reduce_sum.bind(_where_mask(_ones_like(x), where, 0), axes=axes)
+        x = _where_mask(x, where, 0)
+    total = red.reduce_sum.bind(x, axes=axes)
+    result = _to(_divide(total, count, acc), result_dtype)
+    return _finish(result, in_shape, axes, keepdims)
+
+
+def _ones_like(x):
+    """An array of ones shaped and typed like `x` (a staged broadcast of a scalar)."""
+    one = np.ones((), dtype_of(x))[()]
+    return _broadcast_to(one, shape_of(x)) if shape_of(x) else one
+
+
+def _var(name, a, axis, dtype, out, ddof, keepdims, where, mean_arg, correction):
+    _no_out(out, name)
+    if where is not True:
+        raise StagingError(f"np.{name}(..., where=...) is not supported")
+    if mean_arg is not None:
+        raise StagingError(f"np.{name}(..., mean=...) is not supported")
+    if correction is not None:
+        if ddof != 0:
+            raise StagingError(f"np.{name}: ddof and correction cannot both be given")
+        ddof = correction
+    x = _operand(a)
+    dt = dtype_of(x)
+    if dtypes.is_inexact(dt) and not dtypes.is_float(dt):
+        raise ShapeError(f"np.{name} of a complex array is not supported yet")
+    in_shape = shape_of(x)
+    axes = _axes(axis, len(in_shape))
+    requested = _dtype_arg(dtype)
+    acc = requested or (dtypes.default_float() if not dtypes.is_inexact(dt) else dt)
+    if not dtypes.is_float(acc):
+        raise ShapeError(f"np.{name}(..., dtype={acc.name}) is not supported: the variance "
+                         f"needs a floating dtype")
+    n = _count(in_shape, axes)
+    # As NumPy's _methods._var: the mean (kept dims) in `acc`, deviations in the promoted
+    # dtype of input and mean, their squares summed in `acc`, divided by n - ddof.
+    m = _expand(_divide(red.reduce_sum.bind(_to(x, acc), axes=axes), n, acc), axes)
+    dev_dtype = dtypes.canonicalize_dtype(np.result_type(dt, acc))
+    dev = ew.sub.bind(_to(x, dev_dtype), _to(m, dev_dtype))
+    sq = red.reduce_sum.bind(_to(ew.mul.bind(dev, dev), acc), axes=axes)
+    result = _divide(sq, builtins.max(n - ddof, 0), acc)
+    return _finish(result, in_shape, axes, keepdims)
+
+
+@implements(np.var)
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True,
+        mean=None, correction=None):
+    """np.var: mean squared deviation, divided by n - ddof; ints give float64."""
+    return _var("var", a, axis, dtype, out, ddof, keepdims, where, mean, correction)
+
+
+@implements(np.std)
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True,
+        mean=None, correction=None):
+    """np.std: the square root of np.var."""
+    return ew.sqrt.bind(_var("std", a, axis, dtype, out, ddof, keepdims, where, mean,
+                             correction))
+
+
+@implements(np.average)
+def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
+    """np.average: the mean, or sum(a * w) / sum(w) along `axis` with weights."""
+    x = _operand(a)
+    in_shape = shape_of(x)
+    axes = _axes(axis, len(in_shape))
+    returned = _static_bool(returned, "returned")
+    if weights is None:
+        avg = mean(x, axis, keepdims=keepdims)
+        if not returned:
+            return avg
+        # NumPy's scale: how many values each mean averages, shaped like the mean.
+        avg_aval = aval(avg)
+        scale = aval(x).size / avg_aval.size if avg_aval.size else np.nan
+        return avg, _broadcast_to(np.asarray(scale, dtype=avg_aval.dtype)[()], avg_aval.shape)
+    w = _operand(weights)
+    dt, wdt = dtype_of(x), dtype_of(w)
+    if dtypes.is_integer(dt) or dtypes.is_bool(dt):
+        result_dtype = np.result_type(dt, wdt, np.float64)
+    else:
+        result_dtype = np.result_type(dt, wdt)
+    result_dtype = dtypes.canonicalize_dtype(result_dtype)
+    w_shape = shape_of(w)
+    if w_shape != in_shape:
+        if axis is None:
+            raise ShapeError("np.average: axis must be specified when the shapes of a and "
+                             "weights differ")
+        user_axes = normalize_axes(tuple(axis) if isinstance(axis, list) else axis,
+                                   len(in_shape))
+        if w_shape != tuple(in_shape[ax] for ax in user_axes):
+            raise ShapeError("np.average: shape of weights must be consistent with the shape "
+                             "of a along the specified axis")
+        if list(user_axes) != sorted(user_axes):
+            w = _transpose(w, tuple(int(i) for i in np.argsort(user_axes)))
+        # Weights along `axis` only: give them length-1 axes elsewhere, then broadcast.
+        w = _reshape(w, tuple(d if i in axes else 1 for i, d in enumerate(in_shape)))
+    w_full = _broadcast_to(_to(w, result_dtype), in_shape)
+    scale = sum(w_full, axes, keepdims=keepdims)
+    total = sum(ew.mul.bind(_to(x, result_dtype), w_full), axes, keepdims=keepdims)
+    avg = ew.div.bind(total, scale)
+    return (avg, scale) if returned else avg
+
+
+def _transpose(x, permutation):
+    structural = _structural()
+    if not hasattr(structural, "transpose"):
+        raise ShapeError("this needs the transpose primitive, which s2s does not have yet")
+    return structural.transpose.bind(x, permutation=tuple(permutation))
+
+
+# ---------------------------------------------------------------------------------------
+# nansum, nanmean
+
+
+@implements(np.nansum)
+def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    """np.nansum: NaNs count as zero."""
+    x = _operand(a)
+    if dtypes.is_inexact(dtype_of(x)):
+        x = ew.select.bind(_is_nan(x), _lit(0, dtype_of(x)), x)
+    return sum(x, axis, dtype, out, keepdims, initial, where)
+
+
+@implements(np.nanmean)
+def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    """np.nanmean: the mean of the non-NaN elements (NaN where there are none)."""
+    x = _operand(a)
+    if not dtypes.is_inexact(dtype_of(x)):
+        return mean(x, axis, dtype, out, keepdims, where=where)
+    _no_out(out, "nanmean")
+    nan = _is_nan(x)
+    if where is not True:   # left out: NaNs, and whatever `where` excludes
+        nan = _broadcast_to(ew.select.bind(_as_bool(_operand(where)), nan,
+                                           _lit(True, dtypes.bool_)), shape_of(x))
+    index = dtypes.canonicalize_dtype(np.intp)
+    count = sum(ew.not_.bind(_broadcast_to(nan, shape_of(x))), axis, index, keepdims=keepdims)
+    total = sum(ew.select.bind(nan, _lit(0, dtype_of(x)), x), axis, dtype, keepdims=keepdims)
+    acc = dtype_of(total)
+    return _divide(total, count, acc)
+
+
+# ---------------------------------------------------------------------------------------
+# argmax, argmin
+
+
+def _arg(name, prim, a, axis, out, keepdims):
+    _no_out(out, name)
+    x = _operand(a)
+    in_shape = shape_of(x)
+    index = dtypes.canonicalize_dtype(np.intp)
+    keepdims = _static_bool(keepdims, "keepdims")
+    if axis is None or not in_shape:
+        if axis is not None:
+            normalize_axis(axis, 0)
+        result = prim.bind(_flatten(x), axis=0, index_dtype=index)
+        return _expand(result, tuple(range(len(in_shape)))) if keepdims else result
+    ax = normalize_axis(axis, len(in_shape))
+    result = prim.bind(x, axis=ax, index_dtype=index)
+    return _finish(result, in_shape, (ax,), keepdims)
+
+
+@implements(np.argmax)
+def argmax(a, axis=None, out=None, *, keepdims=False):
+    """np.argmax: the first maximal index (the first NaN, if any); axis=None flattens."""
+    return _arg("argmax", red.argmax, a, axis, out, keepdims)
+
+
+@implements(np.argmin)
+def argmin(a, axis=None, out=None, *, keepdims=False):
+    """np.argmin: the first minimal index (the first NaN, if any); axis=None flattens."""
+    return _arg("argmin", red.argmin, a, axis, out, keepdims)
+
+
+# ---------------------------------------------------------------------------------------
+# cumsum, cumprod
+
+
+def _cumulative(name, prim, bool_prim, a, axis, dtype, out):
+    _no_out(out, name)
+    x = _operand(a)
+    if axis is None or not shape_of(x):
+        if axis is not None:
+            normalize_axis(axis, 0)
+        x, ax = _flatten(x), 0
+    else:
+        ax = normalize_axis(axis, aval(x).ndim)
+    acc = _dtype_arg(dtype) or _numpy_default_dtype(name, dtype_of(x))
+    x = _to(x, acc)
+    return (bool_prim if acc == dtypes.bool_ else prim).bind(x, axis=ax, reverse=False)
+
+
+@implements(np.cumsum)
+def cumsum(a, axis=None, dtype=None, out=None):
+    """np.cumsum: widens like np.sum; axis=None scans the flattened array."""
+    return _cumulative("cumsum", red.cumsum, red.cummax, a, axis, dtype, out)
+
+
+@implements(np.cumprod)
+def cumprod(a, axis=None, dtype=None, out=None):
+    """np.cumprod: widens like np.prod; axis=None scans the flattened array."""
+    return _cumulative("cumprod", red.cumprod, red.cummin, a, axis, dtype, out)
+
+
+# ---------------------------------------------------------------------------------------
+# sort, argsort, median
+
+
+def _sort_operand(a, axis, order, name):
+    if order is not None:
+        raise StagingError(f"np.{name}(..., order=...) is not supported (no structured dtypes)")
+    x = _operand(a)
+    if axis is None:
+        return _flatten(x), 0
+    if not shape_of(x) and name == "argsort":   # NumPy gives argsort(0-d) == [0]
+        if axis != -1:
+            normalize_axis(axis, 0)
+        return _flatten(x), 0
+    return x, normalize_axis(axis, aval(x).ndim)
+
+
+@implements(np.sort)
+def sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """np.sort along `axis` (None: the flattened array); NaNs last."""
+    x, ax = _sort_operand(a, axis, order, "sort")
+    if not shape_of(x):
+        raise ShapeError(f"np.sort: axis {axis} is out of bounds for an array of dimension 0")
+    (result,) = red.sort.bind(x, dimension=ax, num_keys=1)
+    return result
+
+
+@implements(np.argsort)
+def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """np.argsort, always stable: sorts (a, iota) by a and keeps the permuted iota."""
+    x, ax = _sort_operand(a, axis, order, "argsort")
+    index = dtypes.canonicalize_dtype(np.intp)
+    iota = ew.iota.bind(dtype=index, shape=shape_of(x), dimension=ax)
+    _, order_ = red.sort.bind(x, iota, dimension=ax, num_keys=1)
+    return order_
+
+
+@implements(np.median)
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """np.median: the middle of the sorted values (the mean of the middle two for an even
+    count), a NaN if the slice has one; ints give float64, as np.mean."""
+    _no_out(out, "median")
+    x = _operand(a)
+    in_shape = shape_of(x)
+    axes = _axes(axis, len(in_shape))
+    if len(in_shape) and axis is None:
+        work, ax = _flatten(x), 0
+    elif not in_shape:
+        work, ax = _reshape(x, (1,)), 0
+    elif not axes:   # axis=(): each element is its own slice
+        work, ax = _expand(x, (len(in_shape),)), len(in_shape)
+    elif len(axes) == 1:
+        work, ax = x, axes[0]
+    else:
+        work, ax = _merge_axes(x, axes)
+    n = shape_of(work)[ax]
+    acc, result_dtype = _mean_dtypes(dtype_of(x), None)
+    (ordered,) = red.sort.bind(work, dimension=ax, num_keys=1)
+
+    def element(i):   # `ordered[:, i]`: the i-th smallest of each slice
+        structural = _structural()
+        starts = tuple(i if d == ax else 0 for d in range(len(shape_of(work))))
+        limits = tuple(i + 1 if d == ax else size for d, size in enumerate(shape_of(work)))
+        picked = structural.slice.bind(ordered, start_indices=starts, limit_indices=limits)
+        return _to(structural.squeeze.bind(picked, dimensions=(ax,)), acc)
+
+    if n == 0:   # NumPy: the mean of an empty slice, 0 / 0
+        result = _divide(red.reduce_sum.bind(_to(ordered, acc), axes=(ax,)), 0, acc)
+    elif n % 2:
+        result = element(n // 2)
+    else:        # NumPy's mean of the middle two: their sum over 2
+        result = _divide(ew.add.bind(element(n // 2 - 1), element(n // 2)), 2, acc)
+    if n and dtypes.is_inexact(dtype_of(x)):
+        # NaNs sort last: the slice has one exactly when its largest element is one.
+        largest = element(n - 1)
+        result = ew.select.bind(_is_nan(largest), _lit(float("nan"), acc), result)
+    # The reduced axis leaves the others in their order (merging keeps them in order too).
+    return _finish(_to(result, result_dtype), in_shape, axes, keepdims)
+
+
+def _merge_axes(x, axes):
+    """`x` with `axes` brought together into one axis; returns (array, that axis)."""
+    in_shape = shape_of(x)
+    if list(axes) != list(range(axes[0], axes[0] + len(axes))):
+        rest = [i for i in range(len(in_shape)) if i not in axes]
+        x = _transpose(x, tuple(rest) + tuple(axes))
+        in_shape = shape_of(x)
+        axes = tuple(range(len(rest), len(in_shape)))
+    lo, hi = axes[0], axes[-1] + 1
+    merged = in_shape[:lo] + (math.prod(in_shape[lo:hi]),) + in_shape[hi:]
+    return _reshape(x, merged), lo

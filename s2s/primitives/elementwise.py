@@ -1,0 +1,290 @@
+"""Elementwise primitives: unary math, binary arithmetic, comparisons, logic, select, clamp,
+dtype conversion and iota.
+
+Module attributes are named after the primitives, so some shadow builtins (`max`, `abs`,
+`round`, `pow`): code here that needs the builtin spells it `builtins.max`.
+
+n-ary elementwise primitives take operands of one dtype whose shapes broadcast by NumPy's
+rules; the result has the broadcast shape. (Front-end code converts dtypes explicitly, so
+every promotion is visible in the jaxpr.) The result is weak-typed only when every
+operand is.
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+import s2s_runtime as rt
+
+from s2s import dtypes
+from s2s.core import Literal, Primitive, ShapedArray
+from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
+from s2s.errors import ShapeError
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """NumPy's broadcasting of shapes, raising ShapeError with NumPy's wording."""
+    ndim = builtins.max((len(s) for s in shapes), default=0)
+    result = []
+    for axis in range(ndim):
+        size = 1
+        for s in shapes:
+            d = s[axis - ndim + len(s)] if axis - ndim + len(s) >= 0 else 1
+            if d != 1:
+                if size not in (1, d):
+                    raise ShapeError(
+                        "operands could not be broadcast together with shapes "
+                        + " ".join(str(tuple(s)).replace(",)", ")") for s in shapes))
+                size = d
+        result.append(size)
+    return tuple(result)
+
+
+_KINDS = {
+    "float": (dtypes.is_inexact, "a floating-point"),
+    "numeric": (lambda d: not dtypes.is_bool(d), "a numeric"),
+    "integer": (lambda d: dtypes.is_integer(d) or dtypes.is_bool(d), "an integer or boolean"),
+    "any": (lambda d: True, "any"),
+}
+
+
+def _check_operands(name: str, avals, kind: str):
+    first = avals[0].dtype
+    for a in avals[1:]:
+        if a.dtype != first:
+            raise ShapeError(f"{name} needs operands of one dtype, got "
+                             + ", ".join(x.str_short() for x in avals))
+    accepts, what = _KINDS[kind]
+    if not accepts(first):
+        raise ShapeError(f"{name} needs {what} dtype, got {avals[0].str_short()}")
+
+
+def _elementwise_abstract(name: str, kind: str, out_dtype=None):
+    def abstract_eval(*avals, **params):
+        _check_operands(name, avals, kind)
+        shape = broadcast_shapes(*[a.shape for a in avals])
+        weak = all(a.weak_type for a in avals)
+        return ShapedArray(shape, avals[0].dtype if out_dtype is None else out_dtype, weak)
+    return abstract_eval
+
+
+def _keep_dtype(np_fn):
+    """NumPy impl that keeps the operand dtype (NumPy itself can upcast some scalar cases)."""
+    def impl(*args, **params):
+        out = np_fn(*args)
+        return np.asarray(out, dtype=np.result_type(*args))[()]
+    return impl
+
+
+# ---------------------------------------------------------------------------------------
+# Unary
+
+UNARY: dict[str, Primitive] = {}
+
+
+def _unary(name: str, np_fn, emit: str, kind: str = "float"):
+    """Declares `name` with impl `np_fn` (dtype kept) emitted as `emit(x)`."""
+    prim = Primitive(name, _elementwise_abstract(name, kind), _keep_dtype(np_fn))
+    register(prim, lambda eqn, x: call(emit, x))
+    UNARY[name] = prim
+    return prim
+
+
+exp = _unary("exp", np.exp, "np.exp")
+log = _unary("log", np.log, "np.log")
+log1p = _unary("log1p", np.log1p, "np.log1p")
+expm1 = _unary("expm1", np.expm1, "np.expm1")
+sin = _unary("sin", np.sin, "np.sin")
+cos = _unary("cos", np.cos, "np.cos")
+tan = _unary("tan", np.tan, "np.tan")
+asin = _unary("asin", np.arcsin, "np.arcsin")
+acos = _unary("acos", np.arccos, "np.arccos")
+atan = _unary("atan", np.arctan, "np.arctan")
+sinh = _unary("sinh", np.sinh, "np.sinh")
+cosh = _unary("cosh", np.cosh, "np.cosh")
+tanh = _unary("tanh", np.tanh, "np.tanh")
+asinh = _unary("asinh", np.arcsinh, "np.arcsinh")
+acosh = _unary("acosh", np.arccosh, "np.arccosh")
+atanh = _unary("atanh", np.arctanh, "np.arctanh")
+sqrt = _unary("sqrt", np.sqrt, "np.sqrt")
+cbrt = _unary("cbrt", np.cbrt, "np.cbrt")
+logistic = _unary("logistic", rt.logistic, "rt.logistic")
+erf = _unary("erf", rt.erf, "rt.erf")
+lgamma = _unary("lgamma", rt.lgamma, "rt.lgamma")
+digamma = _unary("digamma", rt.digamma, "rt.digamma")
+floor = _unary("floor", np.floor, "np.floor")
+ceil = _unary("ceil", np.ceil, "np.ceil")
+round = _unary("round", np.round, "np.round")   # half to even, as NumPy rounds
+abs = _unary("abs", np.abs, "np.abs", kind="numeric")
+sign = _unary("sign", np.sign, "np.sign", kind="numeric")
+is_finite = Primitive("is_finite", _elementwise_abstract("is_finite", "float", dtypes.bool_),
+                      lambda x: np.isfinite(x))
+register(is_finite, lambda eqn, x: call("np.isfinite", x))
+
+rsqrt = Primitive("rsqrt", _elementwise_abstract("rsqrt", "float"), _keep_dtype(lambda x: 1 / np.sqrt(x)))
+register(rsqrt, lambda eqn, x: binop("/", Expr("1"), call("np.sqrt", x)))
+
+neg = Primitive("neg", _elementwise_abstract("neg", "numeric"), _keep_dtype(np.negative))
+register(neg, lambda eqn, x: unop("-", x))
+
+not_ = Primitive("not", _elementwise_abstract("not", "integer"), np.invert)
+
+
+def _emit_not(eqn, x):
+    if isinstance(eqn.invars[0], Literal) and dtypes.is_bool(eqn.invars[0].aval.dtype):
+        x = call("np.bool_", x)   # a bare `~True` is Python's int -2, not False
+    return unop("~", x)
+
+
+register(not_, _emit_not)
+
+
+def _integer_pow_abstract(x, *, y: int):
+    # NumPy's rule (the NumPy surface raises the same): 1 / x**k has no integer value.
+    if y < 0 and not dtypes.is_inexact(x.dtype):
+        raise ShapeError(f"integer_pow with a negative exponent ({y}) needs a floating-point "
+                         f"dtype, got {x.str_short()}")
+    return _elementwise_abstract("integer_pow", "numeric")(x)
+
+
+def _integer_pow_impl(x, *, y: int):
+    return np.asarray(x ** y if y >= 0 else 1 / x ** -y, dtype=x.dtype)[()]
+
+
+integer_pow = Primitive("integer_pow", _integer_pow_abstract, _integer_pow_impl)
+register(integer_pow, lambda eqn, x: binop("**", x, Expr(str(eqn.params["y"]))
+                                           if eqn.params["y"] >= 0
+                                           else unop("-", Expr(str(-eqn.params["y"])))))
+
+# ---------------------------------------------------------------------------------------
+# Binary arithmetic
+
+
+def _binary(name: str, np_fn, emit, kind: str = "numeric", out_dtype=None):
+    """`emit` is an operator ("+") or a function name ("np.maximum")."""
+    impl = _keep_dtype(np_fn) if out_dtype is None else (lambda x, y: np_fn(x, y))
+    prim = Primitive(name, _elementwise_abstract(name, kind, out_dtype), impl)
+    if emit.startswith("np.") or emit.startswith("rt."):
+        register(prim, lambda eqn, x, y: call(emit, x, y))
+    else:
+        register(prim, lambda eqn, x, y: binop(emit, x, y))
+    return prim
+
+
+add = _binary("add", np.add, "+")
+sub = _binary("sub", np.subtract, "-")
+mul = _binary("mul", np.multiply, "*")
+max = _binary("max", np.maximum, "np.maximum")
+min = _binary("min", np.minimum, "np.minimum")
+atan2 = _binary("atan2", np.arctan2, "np.arctan2", kind="float")
+rem = _binary("rem", np.fmod, "np.fmod")        # sign of the dividend, like C and XLA
+pow = Primitive("pow", _elementwise_abstract("pow", "float"), _keep_dtype(np.power))
+# `**` of two Python floats is complex for a negative base; np.power gives NaN, like XLA.
+register(pow, lambda eqn, x, y: binop("**", x, y) if eqn.outvars[0].aval.shape
+         else call("np.power", x, y))
+
+
+def _div_impl(x, y):
+    if np.issubdtype(np.result_type(x, y), np.integer):
+        return rt.trunc_divide(x, y)
+    return np.asarray(np.true_divide(x, y), dtype=np.result_type(x, y))[()]
+
+
+def _emit_div(eqn, x, y):
+    if dtypes.is_integer(eqn.outvars[0].aval.dtype):
+        return call("rt.trunc_divide", x, y)
+    return binop("/", x, y)
+
+
+# Floats divide; integers divide rounding toward zero (XLA's rule). NumPy's `//` floors:
+# the NumPy surface builds floor division out of this and a correction.
+div = Primitive("div", _elementwise_abstract("div", "numeric"), _div_impl)
+register(div, _emit_div)
+
+# ---------------------------------------------------------------------------------------
+# Comparisons and logic
+
+eq = _binary("eq", np.equal, "==", kind="any", out_dtype=dtypes.bool_)
+ne = _binary("ne", np.not_equal, "!=", kind="any", out_dtype=dtypes.bool_)
+lt = _binary("lt", np.less, "<", out_dtype=dtypes.bool_)
+le = _binary("le", np.less_equal, "<=", out_dtype=dtypes.bool_)
+gt = _binary("gt", np.greater, ">", out_dtype=dtypes.bool_)
+ge = _binary("ge", np.greater_equal, ">=", out_dtype=dtypes.bool_)
+and_ = _binary("and", np.bitwise_and, "&", kind="integer")
+or_ = _binary("or", np.bitwise_or, "|", kind="integer")
+xor = _binary("xor", np.bitwise_xor, "^", kind="integer")
+
+# ---------------------------------------------------------------------------------------
+# select, clamp
+
+
+def _select_abstract(pred, on_true, on_false):
+    if pred.dtype != dtypes.bool_:
+        raise ShapeError(f"select needs a boolean predicate, got {pred.str_short()}")
+    _check_operands("select", [on_true, on_false], "any")
+    shape = broadcast_shapes(pred.shape, on_true.shape, on_false.shape)
+    return ShapedArray(shape, on_true.dtype, on_true.weak_type and on_false.weak_type)
+
+
+# select(pred, on_true, on_false) is np.where: broadcasting, as everything elementwise.
+select = Primitive("select", _select_abstract,
+                   lambda p, a, b: np.asarray(np.where(p, a, b), dtype=np.result_type(a, b))[()])
+register(select, lambda eqn, p, a, b: call("np.where", p, a, b))
+
+
+def _clamp_abstract(lo, x, hi):
+    _check_operands("clamp", [lo, x, hi], "numeric")
+    return ShapedArray(broadcast_shapes(lo.shape, x.shape, hi.shape), x.dtype,
+                       lo.weak_type and x.weak_type and hi.weak_type)
+
+
+# clamp(lo, x, hi) = np.clip(x, lo, hi): min(max(x, lo), hi), so lo wins nothing over hi.
+clamp = Primitive("clamp", _clamp_abstract,
+                  lambda lo, x, hi: np.asarray(np.minimum(np.maximum(x, lo), hi), dtype=x.dtype)[()])
+register(clamp, lambda eqn, lo, x, hi: call("np.clip", x, lo, hi))
+
+# ---------------------------------------------------------------------------------------
+# convert_element_type, iota
+
+
+def _convert_abstract(x, *, new_dtype, weak_type):
+    return ShapedArray(x.shape, new_dtype, weak_type)
+
+
+def _convert_impl(x, *, new_dtype, weak_type):
+    return np.asarray(x).astype(new_dtype)[()]
+
+
+def _emit_convert(eqn, x):
+    dtype = eqn.params["new_dtype"]
+    if eqn.invars[0].aval.shape == ():
+        return call(dtype_text(dtype), x)
+    return method(x, "astype", Expr(dtype_text(dtype)))
+
+
+convert_element_type = Primitive("convert_element_type", _convert_abstract, _convert_impl)
+register(convert_element_type, _emit_convert)
+
+
+def _iota_abstract(*, dtype, shape, dimension):
+    if not 0 <= dimension < len(shape):
+        raise ShapeError(f"iota dimension {dimension} out of range for shape {shape}")
+    return ShapedArray(shape[::-1], dtype)
+
+
+def _emit_iota(eqn):
+    dtype, shape, dim = (eqn.params[k] for k in ("dtype", "shape", "dimension"))
+    if len(shape) == 1:
+        return call("np.arange", Expr(str(shape[0])), dtype=Expr(dtype_text(dtype)))
+    return call("rt.iota", Expr(dtype_text(dtype)), Expr(repr(tuple(shape))), Expr(str(dim)))
+
+
+iota = Primitive("iota", _iota_abstract,
+                 lambda *, dtype, shape, dimension: rt.iota(dtype, shape, dimension))
+register(iota, _emit_iota)
+
+# ---------------------------------------------------------------------------------------
+# stop_gradient: the identity, whose derivative is zero. Written out as the value itself.
+
+stop_gradient = Primitive("stop_gradient", lambda x: x, lambda x: x)
+register(stop_gradient, lambda eqn, x: x)

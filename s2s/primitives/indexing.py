@@ -1,0 +1,113 @@
+"""Indexing primitives: gather (integer-array indexing) and its transpose, scatter_add.
+
+`gather(operand, *indices, axes)` is NumPy's `operand[i0, i1, ...]` with the integer
+index arrays applied to the distinct operand axes `axes` (in the order given). The index
+arrays have one common shape B (the NumPy surface broadcasts them beforehand) and are
+non-negative (it normalizes negative indices too). The result has shape
+`B + (operand dims not in axes, in order)`: this one layout, whatever the axes, is what
+keeps the rules simple; the NumPy surface transposes afterwards where NumPy's own rule
+puts the indexed dimensions elsewhere.
+
+`scatter_add(operand, updates, *indices, axes)` returns a copy of `operand` with `updates`
+(shaped like gather's result) added at those positions; repeated positions accumulate,
+as `np.add.at` does. It is gather's transpose.
+
+Out-of-range indices are clamped into range, as XLA's gather clamps them (scatter_add
+clamps the same way so the two stay transposes of each other). Emitted code writes
+`x[i, j]` for in-range indices, so an out-of-range index there raises NumPy's IndexError
+instead.
+"""
+from __future__ import annotations
+
+import numpy as np
+from s2s_runtime import indexing as rt_indexing
+
+from s2s import dtypes
+from s2s.core import Primitive, ShapedArray
+from s2s.emit.pyexpr import Expr, call, py_value, register, subscript
+from s2s.errors import ShapeError
+
+
+def _check_gather_operands(name: str, operand: ShapedArray, indices, axes) -> tuple:
+    axes = tuple(axes)
+    if not indices:
+        raise ShapeError(f"{name} needs at least one index array")
+    if len(indices) != len(axes):
+        raise ShapeError(f"{name} needs one axis per index array, got {len(indices)} index "
+                         f"arrays and axes {axes}")
+    for a in axes:
+        if not isinstance(a, (int, np.integer)) or not 0 <= a < operand.ndim:
+            raise ShapeError(f"{name}: axes {axes} out of range for an operand of shape "
+                             f"{operand.shape}")
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"{name}: repeated axis in axes {axes}")
+    batch = indices[0].shape
+    for i in indices:
+        if not dtypes.is_integer(i.dtype):
+            raise ShapeError(f"{name} index arrays must have an integer dtype, got {i.str_short()}")
+        if i.shape != batch:
+            raise ShapeError(f"{name} index arrays must all have one shape, got "
+                             + ", ".join(str(j.shape) for j in indices))
+    if int(np.prod(batch, dtype=np.int64)) > 0:
+        for a in axes:
+            if operand.shape[a] == 0:
+                raise ShapeError(f"{name}: cannot index axis {a} of size 0 (operand shape "
+                                 f"{operand.shape})")
+    rest = tuple(d for i, d in enumerate(operand.shape) if i not in axes)
+    return batch + rest
+
+
+def _gather_abstract(operand, *indices, axes):
+    shape = _check_gather_operands("gather", operand, indices, axes)
+    return ShapedArray(shape, operand.dtype, operand.weak_type)
+
+
+def _gather_impl(operand, *indices, axes):
+    return rt_indexing.gather(operand, indices, axes)
+
+
+def _emit_gather(eqn, operand, *indices):
+    axes = tuple(eqn.params["axes"])
+    by_axis = dict(zip(axes, (i.text for i in indices)))
+    batch_ndim = eqn.invars[1].aval.ndim
+    if sorted(axes) == list(range(len(axes))) or batch_ndim == 0:
+        # Leading axes, or scalar indices (no batch dimensions to place): plain NumPy
+        # indexing already yields B + remaining dims.
+        items = [by_axis.get(a, ":") for a in range(max(axes) + 1)]
+        return subscript(operand, ", ".join(items))
+    moved = call("np.moveaxis", operand,
+                 Expr(py_value(axes[0] if len(axes) == 1 else axes)),
+                 Expr(py_value(0 if len(axes) == 1 else tuple(range(len(axes))))))
+    return subscript(moved, ", ".join(i.text for i in indices))
+
+
+gather = Primitive("gather", _gather_abstract, _gather_impl)
+register(gather, _emit_gather)
+
+
+def _scatter_add_abstract(operand, updates, *indices, axes):
+    shape = _check_gather_operands("scatter_add", operand, indices, axes)
+    if dtypes.is_bool(operand.dtype):
+        raise ShapeError(f"scatter_add needs a numeric operand, got {operand.str_short()}")
+    if updates.dtype != operand.dtype:
+        raise ShapeError(f"scatter_add needs updates of the operand's dtype, got operand "
+                         f"{operand.str_short()} and updates {updates.str_short()}")
+    if updates.shape != shape:
+        raise ShapeError(f"scatter_add: updates of shape {updates.shape} do not match the "
+                         f"indexed shape {shape} (index shape + remaining operand dims)")
+    return ShapedArray(operand.shape, operand.dtype, operand.weak_type)
+
+
+def _scatter_add_impl(operand, updates, *indices, axes):
+    return rt_indexing.scatter_add(operand, updates, indices, axes)
+
+
+def _emit_scatter_add(eqn, operand, updates, *indices):
+    texts = [i.text for i in indices]
+    index_tuple = f"({texts[0]},)" if len(texts) == 1 else f"({', '.join(texts)})"
+    return call("rt.scatter_add", operand, updates, Expr(index_tuple),
+                Expr(py_value(tuple(eqn.params["axes"]))))
+
+
+scatter_add = Primitive("scatter_add", _scatter_add_abstract, _scatter_add_impl)
+register(scatter_add, _emit_scatter_add)

@@ -1,0 +1,280 @@
+"""Reductions, arg-reductions, cumulative reductions and sort.
+
+Every primitive here keeps its operand's dtype (`reduce_sum` of int32 is int32, unlike
+`np.sum`): the NumPy surface (`s2s/numpy_api/reductions.py`) converts first, so each
+widening NumPy performs is a visible `convert_element_type` in the jaxpr. Axis
+parameters are static, normalized (non-negative, in range) and hashable:
+
+  reduce_{sum,prod,max,min,and,or}[axes]   axes: tuple of distinct axes, () reduces nothing
+  argmax / argmin[axis, index_dtype]       first occurrence wins ties; a NaN wins as in NumPy
+  cum{sum,prod,max,min}[axis, reverse]     inclusive scans; reverse scans from the end
+  sort[dimension, num_keys]                n operands of one shape, sorted together along
+                                           `dimension` by the first num_keys of them
+                                           (lexicographically, stable, NaNs last)
+
+`sort` has multiple results; `argsort` is `sort(x, iota)` keeping the second result.
+Like NumPy, max/min and argmax/argmin have no identity, so reducing a zero-length axis is
+a shape error rather than a silent -inf.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from s2s_runtime.sorting import sort_multi
+
+from s2s import dtypes
+from s2s.core import Primitive, ShapedArray
+from s2s.emit.pyexpr import Expr, call, dtype_text, method, register, subscript
+from s2s.errors import ShapeError
+
+# ---------------------------------------------------------------------------------------
+# Parameter checks shared by the shape rules
+
+
+def _check_axis(name: str, axis, ndim: int, what: str = "axis") -> None:
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise ShapeError(f"{name}: {what} must be a static Python int, got {axis!r}")
+    if not 0 <= axis < ndim:
+        raise ShapeError(f"{name}: {what} {axis} is out of bounds for an array of "
+                         f"dimension {ndim}")
+
+
+def _check_axes(name: str, axes, ndim: int) -> None:
+    if not isinstance(axes, tuple):
+        raise ShapeError(f"{name}: axes must be a tuple of ints, got {axes!r}")
+    for a in axes:
+        _check_axis(name, a, ndim)
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"{name}: repeated axis in {axes}")
+
+
+def _check_dtype(name: str, x: ShapedArray, kind: str) -> None:
+    if kind == "numeric" and dtypes.is_bool(x.dtype):
+        raise ShapeError(f"{name} needs a numeric dtype, got {x.str_short()}; "
+                         f"convert booleans to an integer dtype first")
+    if kind == "bool" and not dtypes.is_bool(x.dtype):
+        raise ShapeError(f"{name} needs a boolean operand, got {x.str_short()}")
+
+
+def _reduced_shape(shape, axes) -> tuple[int, ...]:
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+# ---------------------------------------------------------------------------------------
+# Emission helpers
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_accumulates_in(np_reduce: str, dtype: np.dtype) -> np.dtype:
+    """The dtype `np.sum`/`np.prod`/`np.cumsum`/`np.cumprod` picks by default for `dtype`."""
+    return np.asarray(getattr(np, np_reduce)(np.zeros((1,), dtype))).dtype
+
+
+def _dtype_kwarg(np_reduce: str, dtype: np.dtype) -> dict:
+    """`dtype=np.int32` where NumPy would otherwise widen (int32 sums to int64)."""
+    if _numpy_accumulates_in(np_reduce, np.dtype(dtype)) != dtype:
+        return {"dtype": Expr(dtype_text(dtype))}
+    return {}
+
+
+def _axis_kwarg(axes: tuple, ndim: int) -> dict:
+    """`axis=1`, `axis=(0, 2)`, or nothing when every axis is reduced."""
+    if len(axes) == ndim:   # distinct and in range, so every axis
+        return {}
+    if len(axes) == 1:
+        return {"axis": axes[0]}
+    return {"axis": tuple(sorted(axes))}
+
+
+# ---------------------------------------------------------------------------------------
+# reduce_*
+
+
+def _reduce_abstract(name: str, kind: str, has_identity: bool):
+    def abstract_eval(x: ShapedArray, *, axes):
+        _check_dtype(name, x, kind)
+        _check_axes(name, axes, x.ndim)
+        if not has_identity and any(x.shape[a] == 0 for a in axes):
+            raise ShapeError(f"{name} over a zero-length axis of {x.str_short()}: the "
+                             f"reduction has no identity (NumPy raises here too)")
+        return ShapedArray(_reduced_shape(x.shape, axes), x.dtype, x.weak_type)
+    return abstract_eval
+
+
+def _reduce_impl(np_fn, pass_dtype: bool):
+    def impl(x, *, axes):
+        x = np.asarray(x)
+        kwargs = {"dtype": x.dtype} if pass_dtype else {}
+        return np.asarray(np_fn(x, axis=axes, **kwargs), dtype=x.dtype)[()]
+    return impl
+
+
+def _reduce_rule(method_name: str, dtype_from: str | None):
+    def rule(eqn, x: Expr) -> Expr:
+        operand = eqn.invars[0].aval
+        kwargs = _axis_kwarg(eqn.params["axes"], operand.ndim)
+        if dtype_from is not None:
+            kwargs.update(_dtype_kwarg(dtype_from, operand.dtype))
+        if operand.ndim == 0:   # a literal or a Python scalar at run time: `3.0.sum()` fails
+            return call(f"np.{method_name}", x, **kwargs)
+        return method(x, method_name, **kwargs)
+    return rule
+
+
+def _reduction(name: str, np_fn, method_name: str, kind: str, has_identity: bool = True,
+               pass_dtype: bool = False) -> Primitive:
+    prim = Primitive(name, _reduce_abstract(name, kind, has_identity),
+                     _reduce_impl(np_fn, pass_dtype))
+    register(prim, _reduce_rule(method_name, method_name if pass_dtype else None))
+    return prim
+
+
+reduce_sum = _reduction("reduce_sum", np.sum, "sum", "numeric", pass_dtype=True)
+reduce_prod = _reduction("reduce_prod", np.prod, "prod", "numeric", pass_dtype=True)
+reduce_max = _reduction("reduce_max", np.max, "max", "any", has_identity=False)
+reduce_min = _reduction("reduce_min", np.min, "min", "any", has_identity=False)
+reduce_and = _reduction("reduce_and", np.all, "all", "bool")
+reduce_or = _reduction("reduce_or", np.any, "any", "bool")
+
+REDUCTIONS = {p.name: p for p in (reduce_sum, reduce_prod, reduce_max, reduce_min,
+                                  reduce_and, reduce_or)}
+
+# ---------------------------------------------------------------------------------------
+# argmax, argmin
+
+
+def _arg_abstract(name: str):
+    def abstract_eval(x: ShapedArray, *, axis, index_dtype):
+        _check_axis(name, axis, x.ndim)
+        if not dtypes.is_integer(index_dtype):
+            raise ShapeError(f"{name}: index_dtype must be an integer dtype, got "
+                             f"{np.dtype(index_dtype).name}")
+        if x.shape[axis] == 0:
+            raise ShapeError(f"{name} of an empty sequence: axis {axis} of {x.str_short()} "
+                             f"has length 0")
+        return ShapedArray(_reduced_shape(x.shape, (axis,)), index_dtype)
+    return abstract_eval
+
+
+def _arg_impl(np_fn):
+    def impl(x, *, axis, index_dtype):
+        return np.asarray(np_fn(np.asarray(x), axis=axis)).astype(index_dtype)[()]
+    return impl
+
+
+def _arg_rule(np_name: str):
+    def rule(eqn, x: Expr) -> Expr:
+        axis, index_dtype = eqn.params["axis"], np.dtype(eqn.params["index_dtype"])
+        ndim = eqn.invars[0].aval.ndim
+        expr = call(np_name, x) if ndim == 1 else call(np_name, x, axis=axis)
+        if index_dtype != np.dtype(np.intp):
+            expr = method(expr, "astype", Expr(dtype_text(index_dtype)))
+        return expr
+    return rule
+
+
+argmax = Primitive("argmax", _arg_abstract("argmax"), _arg_impl(np.argmax))
+argmin = Primitive("argmin", _arg_abstract("argmin"), _arg_impl(np.argmin))
+register(argmax, _arg_rule("np.argmax"))
+register(argmin, _arg_rule("np.argmin"))
+
+# ---------------------------------------------------------------------------------------
+# Cumulative reductions
+
+
+def _cum_abstract(name: str, kind: str):
+    def abstract_eval(x: ShapedArray, *, axis, reverse):
+        _check_dtype(name, x, kind)
+        _check_axis(name, axis, x.ndim)
+        if not isinstance(reverse, bool):
+            raise ShapeError(f"{name}: reverse must be a bool, got {reverse!r}")
+        return x
+    return abstract_eval
+
+
+def _cum_impl(scan):
+    def impl(x, *, axis, reverse):
+        x = np.asarray(x)
+        if reverse:
+            return np.flip(scan(np.flip(x, axis), axis), axis).astype(x.dtype)
+        return np.asarray(scan(x, axis), dtype=x.dtype)
+    return impl
+
+
+def _flip(x: Expr, axis: int, ndim: int) -> Expr:
+    return subscript(x, "::-1") if ndim == 1 else call("np.flip", x, axis=axis)
+
+
+def _cum_rule(fn: str, dtype_from: str | None, default_axis: int | None):
+    """`default_axis`: the axis `fn` scans when none is given (None: it flattens)."""
+    def rule(eqn, x: Expr) -> Expr:
+        axis, reverse = eqn.params["axis"], eqn.params["reverse"]
+        operand = eqn.invars[0].aval
+        kwargs = {} if (operand.ndim == 1 or axis == default_axis) else {"axis": axis}
+        if dtype_from is not None:
+            kwargs.update(_dtype_kwarg(dtype_from, operand.dtype))
+        if not reverse:
+            return call(fn, x, **kwargs)
+        return _flip(call(fn, _flip(x, axis, operand.ndim), **kwargs), axis, operand.ndim)
+    return rule
+
+
+def _cumulative(name: str, scan, kind: str, fn: str, dtype_from, default_axis) -> Primitive:
+    prim = Primitive(name, _cum_abstract(name, kind), _cum_impl(scan))
+    register(prim, _cum_rule(fn, dtype_from, default_axis))
+    return prim
+
+
+cumsum = _cumulative("cumsum", lambda x, a: np.cumsum(x, axis=a, dtype=x.dtype), "numeric",
+                     "np.cumsum", "cumsum", None)
+cumprod = _cumulative("cumprod", lambda x, a: np.cumprod(x, axis=a, dtype=x.dtype), "numeric",
+                      "np.cumprod", "cumprod", None)
+cummax = _cumulative("cummax", lambda x, a: np.maximum.accumulate(x, axis=a), "any",
+                     "np.maximum.accumulate", None, 0)
+cummin = _cumulative("cummin", lambda x, a: np.minimum.accumulate(x, axis=a), "any",
+                     "np.minimum.accumulate", None, 0)
+
+CUMULATIVE = {p.name: p for p in (cumsum, cumprod, cummax, cummin)}
+
+# ---------------------------------------------------------------------------------------
+# sort
+
+
+def _sort_abstract(*operands: ShapedArray, dimension, num_keys):
+    if not operands:
+        raise ShapeError("sort needs at least one operand")
+    shape = operands[0].shape
+    for op in operands[1:]:
+        if op.shape != shape:
+            raise ShapeError("sort needs operands of one shape, got "
+                             + ", ".join(o.str_short() for o in operands))
+    _check_axis("sort", dimension, len(shape), "dimension")
+    if not isinstance(num_keys, int) or not 1 <= num_keys <= len(operands):
+        raise ShapeError(f"sort: num_keys must be between 1 and {len(operands)} "
+                         f"(the number of operands), got {num_keys!r}")
+    return list(operands)
+
+
+def _sort_impl(*operands, dimension, num_keys):
+    return list(sort_multi(*operands, axis=dimension, num_keys=num_keys))
+
+
+def _emit_sort(eqn, *operands: Expr) -> Expr:
+    """`np.sort(x)` for one operand, else `rt.sort_multi(...)`, a tuple the emitter unpacks.
+
+    The emitter writes `a, b = <expr>` for several results and `a = <expr>` for a single
+    one, so the one-operand case is the sorted array itself, not a 1-tuple.
+    """
+    dimension, num_keys = eqn.params["dimension"], eqn.params["num_keys"]
+    ndim = eqn.invars[0].aval.ndim
+    kwargs = {} if dimension == ndim - 1 else {"axis": dimension}
+    if len(operands) == 1:
+        return call("np.sort", operands[0], **kwargs)
+    if num_keys != 1:
+        kwargs["num_keys"] = num_keys
+    return call("rt.sort_multi", *operands, **kwargs)
+
+
+sort = Primitive("sort", _sort_abstract, _sort_impl, multiple_results=True)
+register(sort, _emit_sort)

@@ -1,0 +1,455 @@
+"""Structural primitives: they move, copy and pick elements without computing new values.
+
+broadcast_in_dim, reshape, transpose, squeeze, expand_dims, concatenate, pad, slice,
+dynamic_slice, dynamic_update_slice and rev (a flip). Their parameters are static Python
+ints and tuples; only dynamic_slice and dynamic_update_slice take staged start indices,
+and those are clamped into range as XLA clamps them, so a window always fits.
+
+Every result keeps its operand's dtype and weak type. Emission writes the NumPy a person
+would write (`x.reshape(2, 3)`, `x.T`, `x[:, 1:3]`, `np.concatenate([a, b], axis=1)`),
+and calls `rt.` helpers only where NumPy has no one-liner with the same meaning
+(clamped dynamic slices, negative or interior padding).
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+from s2s_runtime import indexing as rt_indexing
+
+from s2s import dtypes
+from s2s.core import Literal, Primitive, ShapedArray
+from s2s.emit.pyexpr import (ATOM, Expr, call, dtype_text, method, py_value, register, slice_text,
+                             subscript)
+from s2s.errors import ShapeError
+
+# ---------------------------------------------------------------------------------------
+# Shared checks
+
+
+def _check_axes(name: str, dims, ndim: int, what: str = "dimensions") -> tuple[int, ...]:
+    dims = tuple(dims)
+    for d in dims:
+        if not isinstance(d, (int, np.integer)) or not 0 <= d < ndim:
+            raise ShapeError(f"{name}: {what} {dims} out of range for an array of rank {ndim}")
+    if len(set(dims)) != len(dims):
+        raise ShapeError(f"{name}: repeated axis in {what} {dims}")
+    return dims
+
+
+def _check_shape(name: str, shape) -> tuple[int, ...]:
+    shape = tuple(shape)
+    if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+        raise ShapeError(f"{name}: shape {shape} must hold non-negative ints")
+    return shape
+
+
+def _check_start_indices(name: str, operand: ShapedArray, starts) -> None:
+    if len(starts) != operand.ndim:
+        raise ShapeError(f"{name} needs one start index per dimension of the "
+                         f"{operand.ndim}-d operand, got {len(starts)}")
+    for s in starts:
+        if s.shape != () or not dtypes.is_integer(s.dtype):
+            raise ShapeError(f"{name} start indices must be integer scalars, got {s.str_short()}")
+
+
+def _shape_text(shape) -> str:
+    return py_value(tuple(shape))
+
+
+def _literal_operand_safe(rule):
+    """Wraps a unary rule: a literal (a 0-d constant) operand becomes `np.full(shape, v)`.
+
+    Literal text such as `0.0` carries no dtype and has no methods, so `0.0.reshape(1)`
+    or `np.broadcast_to(0.0, s)` would be wrong (or float64); the result of any of these
+    primitives on a scalar constant is that constant at the output shape and dtype.
+    """
+    def wrapped(eqn, x, *rest):
+        if isinstance(eqn.invars[0], Literal):
+            out = eqn.outvars[0].aval
+            if out.shape == ():
+                return call(dtype_text(out.dtype), x)
+            return call("np.full", Expr(_shape_text(out.shape)), x,
+                        dtype=Expr(dtype_text(out.dtype)))
+        return rule(eqn, x, *rest)
+    return wrapped
+
+
+def _index_text(items) -> str:
+    """`a, b, c` for a subscript, trailing full slices dropped; `...` if nothing is left."""
+    items = list(items)
+    while items and items[-1] == ":":
+        items.pop()
+    if not items:
+        return "..."
+    return ", ".join(items)
+
+
+# ---------------------------------------------------------------------------------------
+# broadcast_in_dim
+
+
+def _broadcast_in_dim_abstract(x, *, shape, broadcast_dimensions):
+    shape = _check_shape("broadcast_in_dim", shape)
+    bd = tuple(broadcast_dimensions)
+    if len(bd) != x.ndim:
+        raise ShapeError(f"broadcast_in_dim: broadcast_dimensions {bd} must name one output "
+                         f"dimension for each of the operand's {x.ndim} dimensions")
+    _check_axes("broadcast_in_dim", bd, len(shape), "broadcast_dimensions")
+    if list(bd) != sorted(bd):
+        raise ShapeError(f"broadcast_in_dim: broadcast_dimensions {bd} must be increasing")
+    for i, d in enumerate(bd):
+        if x.shape[i] not in (1, shape[d]):
+            raise ShapeError(f"broadcast_in_dim: cannot broadcast operand of shape {x.shape} "
+                             f"to {shape}: operand dimension {i} has size {x.shape[i]}, "
+                             f"output dimension {d} has size {shape[d]}")
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+def _broadcast_in_dim_impl(x, *, shape, broadcast_dimensions):
+    x = np.asarray(x)
+    view = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        view[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(view), shape)
+
+
+def _emit_broadcast_in_dim(eqn, x):
+    shape, bd = eqn.params["shape"], tuple(eqn.params["broadcast_dimensions"])
+    ndim_in = eqn.invars[0].aval.ndim
+    if bd != tuple(range(len(shape) - ndim_in, len(shape))):
+        # Insert the new axes NumPy style (`x[:, None]`) so that plain broadcasting applies.
+        first = bd[0] if bd else len(shape)
+        items = [":" if d in bd else "None" for d in range(first, len(shape))]
+        x = subscript(x, _index_text(items))
+    return call("np.broadcast_to", x, Expr(_shape_text(shape)))
+
+
+broadcast_in_dim = Primitive("broadcast_in_dim", _broadcast_in_dim_abstract, _broadcast_in_dim_impl)
+register(broadcast_in_dim, _literal_operand_safe(_emit_broadcast_in_dim))
+
+# ---------------------------------------------------------------------------------------
+# reshape
+
+
+def _reshape_abstract(x, *, new_sizes):
+    new_sizes = _check_shape("reshape", new_sizes)
+    size = int(np.prod(new_sizes, dtype=np.int64))
+    if size != x.size:
+        raise ShapeError(f"cannot reshape array of size {x.size} into shape "
+                         f"{_shape_text(new_sizes)}")
+    return ShapedArray(new_sizes, x.dtype, x.weak_type)
+
+
+def _emit_reshape(eqn, x):
+    sizes = eqn.params["new_sizes"]
+    args = [Expr(str(d)) for d in sizes] if sizes else [Expr("()")]
+    return method(x, "reshape", *args)
+
+
+reshape = Primitive("reshape", _reshape_abstract,
+                    lambda x, *, new_sizes: np.reshape(x, new_sizes))
+register(reshape, _literal_operand_safe(_emit_reshape))
+
+# ---------------------------------------------------------------------------------------
+# transpose
+
+
+def _transpose_abstract(x, *, permutation):
+    perm = tuple(permutation)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"transpose: permutation {perm} is not a permutation of the "
+                         f"{x.ndim} axes of an array of shape {x.shape}")
+    return ShapedArray(tuple(x.shape[p] for p in perm), x.dtype, x.weak_type)
+
+
+def _emit_transpose(eqn, x):
+    perm = tuple(eqn.params["permutation"])
+    if perm == (1, 0):
+        return Expr(f"{x.wrap(ATOM)}.T")
+    return method(x, "transpose", *[Expr(str(p)) for p in perm])
+
+
+transpose = Primitive("transpose", _transpose_abstract,
+                      lambda x, *, permutation: np.transpose(x, permutation))
+register(transpose, _literal_operand_safe(_emit_transpose))
+
+# ---------------------------------------------------------------------------------------
+# squeeze, expand_dims
+
+
+def _squeeze_abstract(x, *, dimensions):
+    dims = _check_axes("squeeze", dimensions, x.ndim)
+    for d in dims:
+        if x.shape[d] != 1:
+            raise ShapeError(f"cannot select an axis to squeeze out which has size not equal "
+                             f"to one (axis {d} of shape {x.shape})")
+    return ShapedArray(tuple(s for i, s in enumerate(x.shape) if i not in dims),
+                       x.dtype, x.weak_type)
+
+
+def _axis_arg(dims):
+    dims = tuple(sorted(dims))
+    return dims[0] if len(dims) == 1 else dims
+
+
+def _emit_squeeze(eqn, x):
+    dims = eqn.params["dimensions"]
+    if isinstance(x, SlicedExpr) and all(d in x.singles for d in dims):
+        items = [str(x.singles[axis]) if axis in dims else item
+                 for axis, item in enumerate(x.items)]
+        return subscript(x.base, _index_text(items))
+    return call("np.squeeze", x, axis=_axis_arg(dims))
+
+
+squeeze = Primitive("squeeze", _squeeze_abstract,
+                    lambda x, *, dimensions: np.squeeze(x, axis=tuple(dimensions)))
+register(squeeze, _literal_operand_safe(_emit_squeeze))
+
+
+def _expand_dims_abstract(x, *, dimensions):
+    out_ndim = x.ndim + len(dimensions)
+    dims = _check_axes("expand_dims", dimensions, out_ndim)
+    shape = iter(x.shape)
+    return ShapedArray(tuple(1 if i in dims else next(shape) for i in range(out_ndim)),
+                       x.dtype, x.weak_type)
+
+
+def _emit_expand_dims(eqn, x):
+    dims = set(eqn.params["dimensions"])
+    out_ndim = eqn.outvars[0].aval.ndim
+    items = ["None" if i in dims else ":" for i in range(out_ndim)]
+    leading = 0
+    while leading < len(items) and items[leading] == ":":
+        leading += 1
+    if leading >= 2 and all(item == "None" for item in items[leading:]):
+        # `x[..., None]` rather than `x[:, :, None]` when only new axes are at the end.
+        items = ["..."] + items[leading:]
+    return subscript(x, _index_text(items))
+
+
+expand_dims = Primitive("expand_dims", _expand_dims_abstract,
+                        lambda x, *, dimensions: np.expand_dims(x, tuple(dimensions)))
+register(expand_dims, _literal_operand_safe(_emit_expand_dims))
+
+# ---------------------------------------------------------------------------------------
+# concatenate
+
+
+def _concatenate_abstract(*xs, dimension):
+    if not xs:
+        raise ShapeError("need at least one array to concatenate")
+    first = xs[0]
+    if first.ndim == 0:
+        raise ShapeError("zero-dimensional arrays cannot be concatenated")
+    if not isinstance(dimension, (int, np.integer)) or not 0 <= dimension < first.ndim:
+        raise ShapeError(f"concatenate: dimension {dimension} out of range for arrays of "
+                         f"rank {first.ndim}")
+    for i, x in enumerate(xs[1:], 1):
+        if x.dtype != first.dtype:
+            raise ShapeError("concatenate needs operands of one dtype, got "
+                             + ", ".join(a.str_short() for a in xs))
+        if x.ndim != first.ndim:
+            raise ShapeError(f"all the input arrays must have same number of dimensions, but "
+                             f"the array at index 0 has {first.ndim} dimension(s) and the "
+                             f"array at index {i} has {x.ndim} dimension(s)")
+        for d in range(first.ndim):
+            if d != dimension and x.shape[d] != first.shape[d]:
+                raise ShapeError(
+                    f"all the input array dimensions except for the concatenation axis must "
+                    f"match exactly, but along dimension {d}, the array at index 0 has size "
+                    f"{first.shape[d]} and the array at index {i} has size {x.shape[d]}")
+    shape = list(first.shape)
+    shape[dimension] = sum(x.shape[dimension] for x in xs)
+    return ShapedArray(shape, first.dtype, all(x.weak_type for x in xs))
+
+
+def _emit_concatenate(eqn, *xs):
+    arrays = Expr("[" + ", ".join(x.text for x in xs) + "]")
+    dim = eqn.params["dimension"]
+    return call("np.concatenate", arrays, axis=dim) if dim else call("np.concatenate", arrays)
+
+
+concatenate = Primitive("concatenate", _concatenate_abstract,
+                        lambda *xs, dimension: np.concatenate(xs, axis=dimension))
+register(concatenate, _emit_concatenate)
+
+# ---------------------------------------------------------------------------------------
+# pad
+
+
+def _pad_abstract(x, padding_value, *, padding_config):
+    config = tuple(tuple(c) for c in padding_config)
+    if padding_value.shape != () or padding_value.dtype != x.dtype:
+        raise ShapeError(f"pad needs a scalar padding value of the operand's dtype "
+                         f"{x.str_short()}, got {padding_value.str_short()}")
+    if len(config) != x.ndim or any(len(c) != 3 for c in config):
+        raise ShapeError(f"pad needs one (low, high, interior) triple per dimension of the "
+                         f"{x.ndim}-d operand, got {config}")
+    shape = []
+    for d, (lo, hi, interior) in zip(x.shape, config):
+        if interior < 0:
+            raise ShapeError(f"pad: interior padding must be non-negative, got {config}")
+        size = lo + hi + d + max(d - 1, 0) * interior
+        if size < 0:
+            raise ShapeError(f"pad: padding {config} of shape {x.shape} leaves a negative size")
+        shape.append(size)
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+def _pad_impl(x, padding_value, *, padding_config):
+    return rt_indexing.pad(x, padding_value, padding_config)
+
+
+def _emit_pad(eqn, x, value):
+    config = tuple(eqn.params["padding_config"])
+    if any(interior for _, _, interior in config):
+        return call("rt.pad", x, value, Expr(py_value(config)))
+    if all(lo <= 0 and hi <= 0 for lo, hi, _ in config):     # pure cropping: a slice
+        items = [slice_text(-lo, hi if hi else None) for lo, hi, _ in config]
+        return subscript(x, _index_text(items))
+    if any(lo < 0 or hi < 0 for lo, hi, _ in config):
+        return call("rt.pad", x, value, Expr(py_value(config)))
+    pairs = tuple((lo, hi) for lo, hi, _ in config)
+    width = pairs                       # np.pad's pad_width: per axis, one pair, or one int
+    if len(set(pairs)) == 1:
+        width = pairs[0] if pairs[0][0] != pairs[0][1] else pairs[0][0]
+    literal = eqn.invars[1]
+    if isinstance(literal, Literal) and literal.value == 0:
+        return call("np.pad", x, Expr(py_value(width)))
+    return call("np.pad", x, Expr(py_value(width)), constant_values=value)
+
+
+pad = Primitive("pad", _pad_abstract, _pad_impl)
+register(pad, _literal_operand_safe(_emit_pad))
+
+# ---------------------------------------------------------------------------------------
+# slice
+
+
+def _slice_params(x, start_indices, limit_indices, strides):
+    strides = (1,) * x.ndim if strides is None else tuple(strides)
+    starts, limits = tuple(start_indices), tuple(limit_indices)
+    if not len(starts) == len(limits) == len(strides) == x.ndim:
+        raise ShapeError(f"slice needs start, limit and stride for each of the {x.ndim} "
+                         f"dimensions, got {starts}, {limits}, {strides}")
+    return starts, limits, strides
+
+
+def _slice_abstract(x, *, start_indices, limit_indices, strides=None):
+    starts, limits, strides = _slice_params(x, start_indices, limit_indices, strides)
+    shape = []
+    for d, start, limit, stride in zip(x.shape, starts, limits, strides):
+        if stride < 1:
+            raise ShapeError(f"slice strides must be positive, got {strides}")
+        if not 0 <= start <= limit <= d:
+            raise ShapeError(f"slice [{starts}, {limits}) out of range for shape {x.shape}")
+        shape.append((limit - start + stride - 1) // stride)
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+def _slice_impl(x, *, start_indices, limit_indices, strides=None):
+    x = np.asarray(x)
+    strides = (1,) * x.ndim if strides is None else strides
+    return x[tuple(builtins.slice(s, l, st)
+                   for s, l, st in zip(start_indices, limit_indices, strides))]
+
+
+class SlicedExpr(Expr):
+    """`x[1:2, :, 3:5]`, remembering its parts: a squeeze of the axes that hold one element
+    turns it into `x[1, :, 3:5]`, the way a person indexes with an int."""
+
+    __slots__ = ("base", "items", "singles")
+
+    def __init__(self, base: Expr, items: list[str], singles: dict[int, int]):
+        super().__init__(subscript(base, _index_text(items)).text)
+        self.base = base
+        self.items = items        # one per axis of the operand
+        self.singles = singles    # axis -> start, for axes sliced to one element, stride 1
+
+
+def _emit_slice(eqn, x):
+    shape = eqn.invars[0].aval.shape
+    p = eqn.params
+    strides = p.get("strides") or (1,) * len(shape)
+    items, singles = [], {}
+    bounds = zip(shape, p["start_indices"], p["limit_indices"], strides)
+    for axis, (d, s, l, st) in enumerate(bounds):
+        items.append(slice_text(s, None if l == d else l, st))
+        if l - s == 1:
+            singles[axis] = s
+    return SlicedExpr(x, items, singles)
+
+
+slice = Primitive("slice", _slice_abstract, _slice_impl)
+register(slice, _literal_operand_safe(_emit_slice))
+
+# ---------------------------------------------------------------------------------------
+# dynamic_slice, dynamic_update_slice
+
+
+def _dynamic_slice_abstract(x, *starts, slice_sizes):
+    _check_start_indices("dynamic_slice", x, starts)
+    sizes = _check_shape("dynamic_slice", slice_sizes)
+    if len(sizes) != x.ndim or any(s > d for s, d in zip(sizes, x.shape)):
+        raise ShapeError(f"dynamic_slice: slice sizes {sizes} do not fit in shape {x.shape}")
+    return ShapedArray(sizes, x.dtype, x.weak_type)
+
+
+def _emit_dynamic_slice(eqn, x, *starts):
+    return call("rt.dynamic_slice", x, Expr(_tuple_text(starts)),
+                Expr(_shape_text(eqn.params["slice_sizes"])))
+
+
+def _tuple_text(exprs) -> str:
+    texts = [e.text for e in exprs]
+    return f"({texts[0]},)" if len(texts) == 1 else f"({', '.join(texts)})"
+
+
+dynamic_slice = Primitive(
+    "dynamic_slice", _dynamic_slice_abstract,
+    lambda x, *starts, slice_sizes: rt_indexing.dynamic_slice(x, starts, slice_sizes))
+register(dynamic_slice, _emit_dynamic_slice)
+
+
+def _dynamic_update_slice_abstract(x, update, *starts):
+    _check_start_indices("dynamic_update_slice", x, starts)
+    if update.dtype != x.dtype:
+        raise ShapeError(f"dynamic_update_slice needs an update of the operand's dtype, got "
+                         f"operand {x.str_short()} and update {update.str_short()}")
+    if update.ndim != x.ndim or any(u > d for u, d in zip(update.shape, x.shape)):
+        raise ShapeError(f"dynamic_update_slice: update of shape {update.shape} does not fit "
+                         f"in operand of shape {x.shape}")
+    return ShapedArray(x.shape, x.dtype, x.weak_type)
+
+
+def _emit_dynamic_update_slice(eqn, x, update, *starts):
+    return call("rt.dynamic_update_slice", x, update, Expr(_tuple_text(starts)))
+
+
+dynamic_update_slice = Primitive(
+    "dynamic_update_slice", _dynamic_update_slice_abstract,
+    lambda x, update, *starts: rt_indexing.dynamic_update_slice(x, update, starts))
+register(dynamic_update_slice, _emit_dynamic_update_slice)
+
+# ---------------------------------------------------------------------------------------
+# rev
+
+
+def _rev_abstract(x, *, dimensions):
+    _check_axes("rev", dimensions, x.ndim)
+    return ShapedArray(x.shape, x.dtype, x.weak_type)
+
+
+def _emit_rev(eqn, x):
+    dims = tuple(sorted(eqn.params["dimensions"]))
+    if not dims:
+        return x
+    if dims == (0,):
+        return subscript(x, "::-1")
+    return call("np.flip", x, axis=_axis_arg(dims))
+
+
+rev = Primitive("rev", _rev_abstract,
+                lambda x, *, dimensions: np.flip(x, axis=tuple(dimensions)))
+register(rev, _literal_operand_safe(_emit_rev))

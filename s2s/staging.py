@@ -1,0 +1,246 @@
+"""Building jaxprs: the builder that collects equations and the staged values it hands out.
+
+The front end's AST walk and every pass that writes a new jaxpr use the same builder:
+`Primitive.bind` appends an equation to the innermost active builder and returns
+`Tracer`s for its outputs. Outside any builder, `bind` just runs the NumPy impl, so the
+NumPy surface also works eagerly (handy in tests and at the REPL).
+
+Values reach a builder in four ways: arguments (`new_arg`), Python scalars (weak-typed
+literals), NumPy scalars (strong literals) and NumPy arrays or tracers of an enclosing
+builder (constants: constvars whose values travel in the ClosedJaxpr).
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+from typing import Any
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Primitive, ShapedArray, Var,
+                      aval_of_value, literal_value)
+from s2s.errors import CONCRETE_HELP, ConcretizationError
+from s2s.source_info import SourceInfo, UNKNOWN
+
+_state = threading.local()
+
+
+def _builders() -> list["JaxprBuilder"]:
+    if not hasattr(_state, "builders"):
+        _state.builders = []
+    return _state.builders
+
+
+def current_builder() -> "JaxprBuilder | None":
+    stack = _builders()
+    return stack[-1] if stack else None
+
+
+class Tracer:
+    """A staged array: a variable of the jaxpr being built, with NumPy's array interface.
+
+    Operators and ndarray methods are installed by `s2s.numpy_api`. Anything that needs
+    a concrete value (`bool`, `int`, `float`, `range`) raises ConcretizationError.
+    """
+
+    __slots__ = ("builder", "variable")
+    # Make NumPy's own operators defer to ours: `ndarray + Tracer` calls Tracer.__radd__.
+    __array_priority__ = 1000
+    __array_ufunc__ = None
+
+    def __init__(self, builder: "JaxprBuilder", variable: Var):
+        self.builder = builder
+        self.variable = variable   # not `var`: that is ndarray.var, the variance
+
+    @property
+    def aval(self) -> ShapedArray:
+        return self.variable.aval
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.variable.aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.variable.aval.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.variable.aval.ndim
+
+    @property
+    def size(self) -> int:
+        return self.variable.aval.size
+
+    @property
+    def weak_type(self) -> bool:
+        return self.variable.aval.weak_type
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def _concrete(self, what: str):
+        raise ConcretizationError(
+            f"{what} needs a concrete value, but this is a staged array "
+            f"({self.aval.str_short()}) whose value is only known when the function runs",
+            CONCRETE_HELP)
+
+    def __bool__(self):
+        self._concrete("using an array as a Python bool (in `if`, `while`, `and`, `or`, `not`)")
+
+    def __int__(self):
+        self._concrete("int()")
+
+    def __float__(self):
+        self._concrete("float()")
+
+    def __complex__(self):
+        self._concrete("complex()")
+
+    def __index__(self):
+        self._concrete("using an array as a Python integer (range(), an index, a shape)")
+
+    def tolist(self):
+        self._concrete(".tolist()")
+
+    def item(self):
+        self._concrete(".item()")
+
+    def __array__(self, dtype=None, copy=None):
+        self._concrete("converting to a NumPy array")
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        hint = f" {self.variable.hint}" if self.variable.hint else ""
+        return f"Tracer<{self.aval.str_short()}{hint}>"
+
+
+class JaxprBuilder:
+    """Collects equations into a jaxpr. Use as a context manager to make it current."""
+
+    def __init__(self):
+        self.invars: list[Var] = []
+        self.eqns: list[JaxprEqn] = []
+        self.constvars: list[Var] = []
+        self.consts: list[Any] = []
+        self._const_index: dict[int, Var] = {}   # id(const value) -> its constvar
+        self._const_names: dict[int, str] = {}    # id(const value) -> the user's name for it
+        self._const_keepalive: list[Any] = []     # keeps the ids above unique while building
+        self.source_info: SourceInfo = UNKNOWN
+
+    def __enter__(self):
+        _builders().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        popped = _builders().pop()
+        assert popped is self, "builders must be exited in the order they were entered"
+
+    @contextlib.contextmanager
+    def at(self, source_info: SourceInfo):
+        """Equations added inside get `source_info`."""
+        saved, self.source_info = self.source_info, source_info
+        try:
+            yield
+        finally:
+            self.source_info = saved
+
+    def new_arg(self, aval: ShapedArray, hint: str | None = None) -> Tracer:
+        var = Var(aval, hint)
+        self.invars.append(var)
+        return Tracer(self, var)
+
+    def atom(self, value) -> Var | Literal:
+        """The jaxpr atom that stands for `value` in this builder."""
+        if isinstance(value, Literal):
+            return value
+        if isinstance(value, Tracer):
+            if value.builder is self:
+                return value.variable
+            return self._constvar(value, value.aval)
+        if isinstance(value, (bool, int, float, complex, np.generic)):
+            aval = aval_of_value(value)
+            if isinstance(value, np.generic):
+                value = value.astype(aval.dtype)
+            return Literal(value, aval)
+        if isinstance(value, np.ndarray):
+            if value.ndim == 0:
+                return self.atom(value[()])
+            value = value.astype(dtypes.canonicalize_dtype(value.dtype), copy=False)
+            return self._constvar(value, aval_of_value(value))
+        raise TypeError(f"s2s cannot stage a value of type {type(value).__name__}: {value!r}")
+
+    def name_constant(self, value, name: str) -> None:
+        """Remembers the user's name for a constant (a global array), for readable output."""
+        self._const_names.setdefault(id(value), name)
+        self._const_keepalive.append(value)
+
+    def _constvar(self, value, aval: ShapedArray) -> Var:
+        var = self._const_index.get(id(value))
+        if var is None:
+            var = Var(aval, self._const_names.get(id(value)))
+            self._const_index[id(value)] = var
+            self._const_keepalive.append(value)
+            self.constvars.append(var)
+            self.consts.append(value)
+        return var
+
+    def add_eqn(self, primitive: Primitive, args, params: dict):
+        invars = [self.atom(a) for a in args]
+        out_avals = primitive.abstract_eval(*[v.aval for v in invars], **params)
+        if not primitive.multiple_results:
+            out_avals = [out_avals]
+        outvars = [Var(aval) for aval in out_avals]
+        self.eqns.append(JaxprEqn(primitive, invars, outvars, params, self.source_info))
+        tracers = [Tracer(self, v) for v in outvars]
+        return tracers if primitive.multiple_results else tracers[0]
+
+    def build(self, outs) -> ClosedJaxpr:
+        outvars = [self.atom(o) for o in outs]
+        return ClosedJaxpr(Jaxpr(self.constvars, self.invars, outvars, self.eqns), self.consts)
+
+
+@contextlib.contextmanager
+def paused_gc():
+    """Pauses Python's cyclic garbage collector while a big IR is built.
+
+    Staging and emission allocate many small objects that form no cycles; the collector's
+    generational passes over the growing graph made staging cost grow faster than the
+    number of equations (measured: 25 us/eqn at 1k equations, 46 at 4k; flat with this).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def bind(primitive: Primitive, args, params: dict):
+    builder = current_builder()
+    if builder is None:
+        for a in args:
+            if isinstance(a, Tracer):
+                builder = a.builder
+                break
+    if builder is not None:
+        return builder.add_eqn(primitive, args, params)
+    # Eagerly: check the shape rule so errors match staged behaviour, then run NumPy.
+    values = [literal_value(a) if isinstance(a, Literal) else np.asarray(a) for a in args]
+    primitive.abstract_eval(*[aval_of_value(v) for v in values], **params)
+    return primitive.impl(*values, **params)
+
+
+def is_staged(value) -> bool:
+    return isinstance(value, Tracer)

@@ -1,0 +1,200 @@
+"""Pytrees: nested containers of arrays that every s2s API takes and returns.
+
+Containers are tuple, list, dict (keys in sorted order, as JAX does, so the flattened
+order never depends on insertion order), None (no leaves), namedtuples, dataclasses,
+and any class registered with `register_pytree_node`. Everything else is a leaf.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+
+class _NodeKind(NamedTuple):
+    name: str
+    flatten: Callable[[Any], tuple[list, Any]]        # value -> (children, aux data)
+    unflatten: Callable[[Any, list], Any]             # (aux data, children) -> value
+
+
+_registry: dict[type, _NodeKind] = {}
+
+
+def register_pytree_node(cls: type, flatten_fn: Callable, unflatten_fn: Callable) -> None:
+    """Registers a container class.
+
+    `flatten_fn(value) -> (children, aux_data)`; `unflatten_fn(aux_data, children) -> value`.
+    `aux_data` must be hashable and comparable: it is part of cache keys.
+    """
+    _registry[cls] = _NodeKind(cls.__qualname__, lambda v: tuple(flatten_fn(v)),
+                               lambda aux, ch: unflatten_fn(aux, list(ch)))
+
+
+def _sorted_keys(d: dict) -> list:
+    try:
+        return sorted(d)
+    except TypeError:  # keys of mixed, unorderable types: fall back to a stable order
+        return sorted(d, key=repr)
+
+
+register_pytree_node(tuple, lambda t: (list(t), None), lambda _, ch: tuple(ch))
+register_pytree_node(list, lambda l: (list(l), None), lambda _, ch: list(ch))
+register_pytree_node(type(None), lambda _: ([], None), lambda _a, _c: None)
+register_pytree_node(
+    dict,
+    lambda d: ([d[k] for k in _sorted_keys(d)], tuple(_sorted_keys(d))),
+    lambda keys, ch: dict(zip(keys, ch)),
+)
+
+
+def _node_kind(value) -> _NodeKind | None:
+    cls = type(value)
+    kind = _registry.get(cls)
+    if kind is not None:
+        return kind
+    if isinstance(value, tuple) and hasattr(cls, "_fields"):  # namedtuple
+        return _NodeKind(cls.__qualname__, lambda v: (list(v), None),
+                         lambda _, ch, cls=cls: cls(*ch))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = tuple(f.name for f in dataclasses.fields(value))
+        return _NodeKind(cls.__qualname__, lambda v: ([getattr(v, n) for n in names], names),
+                         lambda _, ch, cls=cls, names=names: cls(**dict(zip(names, ch))))
+    return None
+
+
+class PyTreeDef:
+    """The shape of a pytree without its leaves. Hashable, so it can key caches."""
+
+    __slots__ = ("node_type", "aux", "children", "num_leaves", "_hash")
+
+    def __init__(self, node_type, aux, children: tuple[PyTreeDef, ...]):
+        self.node_type = node_type          # the container class, or None for a leaf
+        self.aux = aux
+        self.children = children
+        self.num_leaves = 1 if node_type is None else sum(c.num_leaves for c in children)
+        self._hash = hash((node_type, _hashable(aux), children))
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.node_type is None
+
+    def __eq__(self, other):
+        return (isinstance(other, PyTreeDef) and self.node_type is other.node_type
+                and self.aux == other.aux and self.children == other.children)
+
+    def __hash__(self):
+        return self._hash
+
+    def __repr__(self):
+        return f"PyTreeDef({self._describe()})"
+
+    def _describe(self) -> str:
+        if self.is_leaf:
+            return "*"
+        inner = ", ".join(c._describe() for c in self.children)
+        if self.node_type is tuple:
+            return f"({inner}{',' if len(self.children) == 1 else ''})"
+        if self.node_type is list:
+            return f"[{inner}]"
+        if self.node_type is dict:
+            return "{" + ", ".join(f"{k!r}: {c._describe()}" for k, c in zip(self.aux, self.children)) + "}"
+        if self.node_type is type(None):
+            return "None"
+        return f"{self.node_type.__qualname__}({inner})"
+
+    def unflatten(self, leaves):
+        leaves = list(leaves)
+        if len(leaves) != self.num_leaves:
+            raise ValueError(f"tree {self} expects {self.num_leaves} leaves, got {len(leaves)}")
+        it = iter(leaves)
+        return self._build(it)
+
+    def _build(self, it):
+        if self.is_leaf:
+            return next(it)
+        children = [c._build(it) for c in self.children]
+        return _node_kind_for_type(self.node_type, self.aux).unflatten(self.aux, children)
+
+
+def _node_kind_for_type(node_type, aux) -> _NodeKind:
+    kind = _registry.get(node_type)
+    if kind is not None:
+        return kind
+    if hasattr(node_type, "_fields"):
+        return _NodeKind(node_type.__qualname__, None, lambda _, ch: node_type(*ch))
+    return _NodeKind(node_type.__qualname__, None,
+                     lambda names, ch: node_type(**dict(zip(names, ch))))
+
+
+def _hashable(aux):
+    try:
+        hash(aux)
+        return aux
+    except TypeError:
+        return repr(aux)
+
+
+def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None) -> tuple[list, PyTreeDef]:
+    leaves: list = []
+
+    def walk(value) -> PyTreeDef:
+        kind = None if (is_leaf is not None and is_leaf(value)) else _node_kind(value)
+        if kind is None:
+            leaves.append(value)
+            return PyTreeDef(None, None, ())
+        children, aux = kind.flatten(value)
+        return PyTreeDef(type(value), aux, tuple(walk(c) for c in children))
+
+    treedef = walk(tree)
+    return leaves, treedef
+
+
+def tree_unflatten(treedef: PyTreeDef, leaves):
+    return treedef.unflatten(leaves)
+
+
+def tree_leaves(tree, is_leaf=None) -> list:
+    return tree_flatten(tree, is_leaf)[0]
+
+
+def tree_structure(tree, is_leaf=None) -> PyTreeDef:
+    return tree_flatten(tree, is_leaf)[1]
+
+
+def tree_map(fn: Callable, tree, *rest, is_leaf=None):
+    leaves, treedef = tree_flatten(tree, is_leaf)
+    others = [_flatten_like(treedef, r) for r in rest]
+    return treedef.unflatten(fn(*xs) for xs in zip(leaves, *others))
+
+
+def _flatten_like(treedef: PyTreeDef, other) -> list:
+    leaves, other_def = tree_flatten(other)
+    if other_def != treedef:
+        raise ValueError(f"tree structures differ: {treedef} vs {other_def}")
+    return leaves
+
+
+def leaf_paths(treedef: PyTreeDef) -> list[tuple]:
+    """For each leaf, the path of (container type, key) steps that reaches it.
+
+    Keys are dict keys, sequence indices, or attribute names for namedtuples and
+    dataclasses; the Python emitter turns them into `params['W1']` or `state.h`.
+    """
+    paths: list[tuple] = []
+
+    def walk(node: PyTreeDef, prefix: tuple):
+        if node.is_leaf:
+            paths.append(prefix)
+            return
+        if node.node_type is dict:
+            keys = node.aux
+        elif hasattr(node.node_type, "_fields"):
+            keys = node.node_type._fields
+        elif dataclasses.is_dataclass(node.node_type):
+            keys = node.aux
+        else:
+            keys = range(len(node.children))
+        for key, child in zip(keys, node.children):
+            walk(child, prefix + ((node.node_type, key),))
+
+    walk(treedef, ())
+    return paths

@@ -1,0 +1,314 @@
+"""Bad input: every mistake is a compiler-style error at the right line, with a caret.
+
+Each function below marks the line the error must point at with a `# ERROR` comment.
+"""
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+import s2s
+from s2s import (ConcretizationError, ShapeError, StagingError, UnsupportedFunctionError,
+                 UnsupportedSyntaxError)
+
+G = 1.0
+x3 = np.arange(3.0)
+x4 = np.arange(4.0)
+m23 = np.ones((2, 3))
+
+
+def marked_line(fn) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    for offset, line in enumerate(lines):
+        if "# ERROR" in line:
+            return start + offset
+    raise AssertionError(f"{fn.__name__} has no '# ERROR' marker")
+
+
+def expect_error(fn, error_class, *args, at=None, contains=None, **kwargs):
+    with pytest.raises(error_class) as info:
+        s2s.make_jaxpr(fn)(*args, **kwargs)
+    error = info.value
+    message = str(error)
+    line = marked_line(at or fn)
+    assert error.where is not None, message
+    assert error.where.line == line, f"error at line {error.where.line}, expected {line}:\n{message}"
+    assert f":{line}:" in message.splitlines()[0]
+    assert "^" in message, message
+    assert "help:" in message, message
+    assert error.__cause__ is None and error.__suppress_context__
+    if contains:
+        assert contains in message, message
+    return error
+
+
+# --- concretization -----------------------------------------------------------------------
+
+def branch_on_value(x):
+    if x.sum() > 0:  # ERROR
+        return x
+    return -x
+
+
+def int_of_array(x):
+    n = int(x[0])  # ERROR
+    return x * n
+
+
+def range_of_array(x):
+    total = 0.0
+    for i in range(x.shape[0] * x[0]):  # ERROR
+        total = total + i
+    return total
+
+
+def while_on_value(x):
+    while x.max() > 1:  # ERROR
+        x = x / 2
+    return x
+
+
+def and_of_arrays(x, y):
+    return x > 0 and y > 0  # ERROR
+
+
+def not_of_array(x):
+    return not x  # ERROR
+
+
+def float_of_sum(x):
+    return float(x.sum())  # ERROR
+
+
+def ifexp_on_value(x):
+    return x if x.sum() > 0 else -x  # ERROR
+
+
+def math_on_array(x):
+    return math.exp(x)  # ERROR
+
+
+def builtin_max_of_arrays(x, y):
+    return max(x, y)  # ERROR
+
+
+def assert_on_value(x):
+    assert x.sum() > 0  # ERROR
+    return x
+
+
+def tolist_of_array(x):
+    return x.tolist()  # ERROR
+
+
+@pytest.mark.parametrize("fn, args, contains", [
+    (branch_on_value, (x3,), "np.where"),
+    (int_of_array, (x3,), "int()"),
+    (range_of_array, (x3,), "Python integer"),
+    (while_on_value, (x3,), "`while`"),
+    (and_of_arrays, (x3, x3), "logical_and"),
+    (not_of_array, (x3,), "`not`"),
+    (float_of_sum, (x3,), "float()"),
+    (ifexp_on_value, (x3,), "conditional expression"),
+    (math_on_array, (x3,), "np.exp"),
+    (builtin_max_of_arrays, (x3, x3), "np.maximum"),
+    (assert_on_value, (x3,), "`assert`"),
+    (tolist_of_array, (x3,), ".tolist()"),
+])
+def test_concretization_errors(fn, args, contains):
+    expect_error(fn, ConcretizationError, *args, contains=contains)
+
+
+# --- unsupported syntax -------------------------------------------------------------------
+
+def generator(x):  # ERROR
+    yield x
+
+
+def try_except(x):
+    try:  # ERROR
+        return np.log(x)
+    except ValueError:
+        return x
+
+
+def uses_global(x):
+    global G  # ERROR
+    G = 2.0
+    return x
+
+
+def prints_array(x):
+    print(x)  # ERROR
+    return x
+
+
+def recurses(x):
+    return recurses(x * 0.5)  # ERROR
+
+
+def in_place_update(x):
+    x[0] = 1.0  # ERROR
+    return x
+
+
+def with_block(x):
+    with open("/dev/null"):  # ERROR
+        return x
+
+
+def defines_class(x):
+    class Inner:  # ERROR
+        pass
+    return x
+
+
+def uses_nonlocal(x):
+    y = 1.0
+
+    def inner():
+        nonlocal y  # ERROR
+        y = 2.0
+    inner()
+    return x * y
+
+
+def aliased_in_place(x):
+    y = x * 2.0
+    z = y
+    y += 1.0  # ERROR
+    return y + z
+
+
+def formats_array(x):
+    name = f"value {x}"  # ERROR
+    return x
+
+
+def sorts_in_place(x):
+    x.sort()  # ERROR
+    return x
+
+
+@pytest.mark.parametrize("fn, contains", [
+    (generator, "generator"),
+    (try_except, "try/except"),
+    (uses_global, "global"),
+    (prints_array, "print()"),
+    (recurses, "recursion"),
+    (in_place_update, "in-place"),
+    (with_block, "`with`"),
+    (defines_class, "class"),
+    (uses_nonlocal, "nonlocal"),
+    (aliased_in_place, "also bound to `z`"),
+    (formats_array, "formatting"),
+    (sorts_in_place, "np.sort"),
+])
+def test_unsupported_syntax(fn, contains):
+    expect_error(fn, UnsupportedSyntaxError, x3, contains=contains)
+
+
+# --- names, calls, shapes, functions --------------------------------------------------------
+
+def undefined_name(x):
+    return x * not_defined_anywhere  # ERROR  # noqa: F821
+
+
+def used_before_assignment(x):
+    y = x + z  # ERROR
+    z = 1.0
+    return y
+
+
+def add_mismatch(x, y):
+    return x + y  # ERROR
+
+
+def matmul_mismatch(a, b):
+    return a @ b  # ERROR
+
+
+def bad_reshape(x):
+    return x.reshape(5, 2)  # ERROR
+
+
+def bad_axis(x):
+    return x.sum(axis=3)  # ERROR
+
+
+def unsupported_numpy(x):
+    return np.fft.fft(x)  # ERROR
+
+
+def random_inside(x):
+    return x + np.random.normal(size=3)  # ERROR
+
+
+def helper_with_bug(h):
+    return h @ np.ones((5, 5))  # ERROR
+
+
+def calls_buggy_helper(x):
+    return helper_with_bug(x) + 1.0
+
+
+def two_args(a, b):
+    return a + b
+
+
+def wrong_arity(x):
+    return two_args(x)  # ERROR
+
+
+def raises_in_static_branch(x, mode):
+    if mode not in ("sum", "mean"):
+        raise ValueError(f"unknown mode {mode}")  # ERROR
+    return x.sum()
+
+
+def staged_mask(x):
+    return x[x > 0]  # ERROR
+
+
+def returns_string(x):  # ERROR
+    return "done"
+
+
+@pytest.mark.parametrize("fn, error_class, args, contains", [
+    (undefined_name, StagingError, (x3,), "not defined"),
+    (used_before_assignment, StagingError, (x3,), "before it is assigned"),
+    (add_mismatch, ShapeError, (x3, x4), "broadcast"),
+    (matmul_mismatch, ShapeError, (m23, m23), None),
+    (bad_reshape, ShapeError, (x3,), None),
+    (bad_axis, ShapeError, (x3,), "axis"),
+    (unsupported_numpy, UnsupportedFunctionError, (x3,), "fft"),
+    (random_inside, UnsupportedFunctionError, (x3,), "argument"),
+    (wrong_arity, StagingError, (x3,), "two_args"),
+    (raises_in_static_branch, StagingError, (x3, "max"), "unknown mode max"),
+    (staged_mask, s2s.S2SError, (x3,), "np.where"),
+    (returns_string, StagingError, (x3,), "str"),
+])
+def test_other_errors(fn, error_class, args, contains):
+    expect_error(fn, error_class, *args, contains=contains)
+
+
+def test_error_inside_a_helper_points_into_the_helper():
+    error = expect_error(calls_buggy_helper, ShapeError, m23, at=helper_with_bug)
+    assert error.where.function == "helper_with_bug"
+
+
+def test_unhashable_static_argument_is_a_clear_error():
+    with pytest.raises(StagingError, match="unhashable"):
+        s2s.make_jaxpr(lambda x, n: x * len(n), static_argnums=1)(x3, {1, 2})
+
+
+def test_error_names_the_file_and_shows_the_line():
+    error = expect_error(branch_on_value, ConcretizationError, x3)
+    message = str(error)
+    assert message.startswith(__file__)
+    assert "if x.sum() > 0:" in message
+    caret_line = message.splitlines()[2]
+    source_line = message.splitlines()[1]
+    # The caret sits under the start of the offending expression.
+    assert source_line[caret_line.index("^")] == "x"

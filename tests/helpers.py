@@ -1,0 +1,101 @@
+"""Shared test helpers: hold a staged function to NumPy through every backend.
+
+`check_staged(s2s_fn, numpy_fn, *args)` stages `s2s_fn` on abstract versions of `args`
+(NumPy arrays become staged arguments; Python ints, tuples, None ... are passed through
+as static values), then checks:
+  1. the jaxpr is well-formed (`check_jaxpr`),
+  2. `eval_jaxpr` on the concrete args equals `numpy_fn(*args)` (values, shape, dtype),
+  3. the emitted Python module, executed, equals it too.
+It returns the ClosedJaxpr so a test can also assert on its equations.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from s2s.core import aval_of_value, check_jaxpr, eval_jaxpr
+from s2s.emit.python import emit_jaxpr_source, load_source
+from s2s.staging import JaxprBuilder
+
+
+def _is_array_arg(a) -> bool:
+    return isinstance(a, (np.ndarray, np.generic, float))
+
+
+def stage(s2s_fn, *args):
+    """Stages `s2s_fn`; array (and float) args become jaxpr inputs. Returns (closed, outs_is_tuple)."""
+    with JaxprBuilder() as builder:
+        staged_args = [builder.new_arg(aval_of_value(a)) if _is_array_arg(a) else a for a in args]
+        out = s2s_fn(*staged_args)
+        multiple = isinstance(out, (tuple, list))
+        closed = builder.build(list(out) if multiple else [out])
+    return closed, multiple
+
+
+def assert_same(actual, expected, rtol=1e-6, atol=1e-6, what=""):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}shape {actual.shape} != NumPy's {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{what}dtype {actual.dtype} != NumPy's {expected.dtype}"
+    if expected.dtype.kind in "biu":
+        np.testing.assert_array_equal(actual, expected, err_msg=what)
+    else:
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
+
+
+def check_staged(s2s_fn, numpy_fn, *args, rtol=1e-6, atol=1e-6):
+    closed, multiple = stage(s2s_fn, *args)
+    check_jaxpr(closed)
+    array_args = [a for a in args if _is_array_arg(a)]
+    expected = numpy_fn(*args)
+    expected = list(expected) if multiple else [expected]
+
+    got = eval_jaxpr(closed, *array_args)
+    for g, e in zip(got, expected, strict=True):
+        assert_same(g, e, rtol, atol, "eval_jaxpr: ")
+
+    source = emit_jaxpr_source(closed, "f")
+    module = load_source(source, "f")
+    emitted = module.f(*array_args)
+    emitted = list(emitted) if multiple and len(expected) > 1 else [emitted]
+    for g, e in zip(emitted, expected, strict=True):
+        assert_same(g, e, rtol, atol, "emitted module: ")
+    return closed
+
+
+def check_function(fn, *args, rtol=1e-6, atol=1e-6, static_argnums=(), **kwargs):
+    """Holds a user function staged by the front end to the function itself, run by NumPy.
+
+    Compares NumPy's result with eval_jaxpr of `s2s.make_jaxpr(fn)`, with the module
+    `s2s.emit_python(fn)` writes, and with `s2s.jit(fn)`. Returns the ClosedJaxpr.
+    """
+    import s2s
+    expected = fn(*args, **kwargs)
+    closed = s2s.make_jaxpr(fn, static_argnums=static_argnums)(*args, **kwargs)
+    check_jaxpr(closed)
+    staged = s2s.api.staged_or_error(fn, args, kwargs, static_argnums)
+    staged_inputs = [leaf for leaf, m in zip(s2s.tree_leaves(staged.example_args), staged.staged_mask) if m]
+    got = staged.out_tree.unflatten(eval_jaxpr(closed, *staged_inputs))
+    _compare_trees(got, expected, rtol, atol, "eval_jaxpr: ")
+
+    source = s2s.emit_python(fn, *args, static_argnums=static_argnums, **kwargs)
+    assert "import jax" not in source
+    name = getattr(fn, "__name__", "f")
+    name = name if name.isidentifier() else "f"
+    module = load_source(source, name)
+    call_args = s2s.api.emitted_call_args(staged, s2s.api.signature_of(staged), args, kwargs)
+    emitted = getattr(module, name)(*call_args)
+    if s2s.api.signature_of(staged).output_builder is None:
+        emitted = staged.out_tree.unflatten(emitted if staged.out_tree.num_leaves != 1 else [emitted])
+    _compare_trees(emitted, expected, rtol, atol, "emitted module: ")
+
+    jitted = s2s.jit(fn, static_argnums=static_argnums)(*args, **kwargs)
+    _compare_trees(jitted, expected, rtol, atol, "jit: ")
+    return closed
+
+
+def _compare_trees(got, expected, rtol, atol, what):
+    import s2s
+    got_leaves, got_tree = s2s.tree_flatten(got)
+    exp_leaves, exp_tree = s2s.tree_flatten(expected)
+    assert got_tree == exp_tree, f"{what}tree {got_tree} != {exp_tree}"
+    for g, e in zip(got_leaves, exp_leaves):
+        assert_same(g, e, rtol, atol, what)

@@ -1,0 +1,62 @@
+"""Pytrees: flatten/unflatten round trips for every container kind."""
+import collections
+import dataclasses
+
+import numpy as np
+import pytest
+
+import s2s
+from s2s.tree import leaf_paths, tree_flatten, tree_map, tree_structure, tree_unflatten
+
+Point = collections.namedtuple("Point", "x y")
+
+
+@dataclasses.dataclass
+class State:
+    h: object
+    c: object
+
+
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+s2s.register_pytree_node(Pair, lambda p: ((p.a, p.b), None), lambda _, ch: Pair(*ch))
+
+
+@pytest.mark.parametrize("tree", [
+    1.0, (1, 2), [1, (2, 3)], {"b": 1, "a": [2, 3]}, None, (None, 1), Point(1, 2),
+    State(h=1, c=(2, 3)), {"p": Point(x=[1], y={"z": 2})},
+])
+def test_round_trip(tree):
+    leaves, treedef = tree_flatten(tree)
+    assert tree_unflatten(treedef, leaves) == tree
+
+
+def test_dict_leaves_in_sorted_key_order():
+    assert tree_flatten({"b": 2, "a": 1})[0] == [1, 2]
+
+
+def test_registered_node():
+    leaves, treedef = tree_flatten(Pair(1, (2, 3)))
+    assert leaves == [1, 2, 3]
+    rebuilt = tree_unflatten(treedef, [4, 5, 6])
+    assert (rebuilt.a, rebuilt.b) == (4, (5, 6))
+
+
+def test_tree_map_and_structure_equality():
+    assert tree_map(lambda a, b: a + b, {"x": 1, "y": (2,)}, {"x": 10, "y": (20,)}) == {"x": 11, "y": (22,)}
+    assert tree_structure((1, {"a": 2})) == tree_structure((3, {"a": 4}))
+    assert tree_structure((1, 2)) != tree_structure([1, 2])
+    with pytest.raises(ValueError):
+        tree_map(lambda a, b: a, (1, 2), (1, 2, 3))
+
+
+def test_leaf_paths():
+    _, treedef = tree_flatten({"W": np.zeros(1), "layers": [Point(1, 2)]})
+    assert [[k for _, k in p] for p in leaf_paths(treedef)] == [["W"], ["layers", 0, "x"], ["layers", 0, "y"]]
+
+
+def test_none_has_no_leaves():
+    assert tree_flatten(None)[0] == []
