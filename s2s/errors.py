@@ -12,9 +12,12 @@ from s2s.source_info import SourceInfo
 class S2SError(Exception):
     """Base class of every error that is the user's to fix."""
 
+    # What to write instead, when the place that raises has nothing more specific to say.
+    default_help = "fix the code at this line"
+
     def __init__(self, what: str, help: str | None = None, where: SourceInfo | None = None):
         self.what = what
-        self.help = help
+        self.help = help or self.default_help
         self.where = where
         super().__init__(what)
 
@@ -41,10 +44,8 @@ class S2SError(Exception):
 class ShapeError(S2SError, ValueError):
     """Operands whose shapes or dtypes a primitive cannot accept."""
 
-    def __init__(self, what: str, help: str | None = None, where: SourceInfo | None = None):
-        super().__init__(what, help or (
-            "the operands' shapes or dtypes do not fit this operation: check them "
-            "(x.shape, x.dtype), and reshape, transpose or convert explicitly"), where)
+    default_help = ("the operands' shapes or dtypes do not fit this operation: check them "
+                    "(x.shape, x.dtype), and reshape, transpose or convert explicitly")
 
 
 class ConcretizationError(S2SError):
@@ -54,9 +55,15 @@ class ConcretizationError(S2SError):
 class UnsupportedSyntaxError(S2SError):
     """Python syntax or a construct that s2s cannot stage."""
 
+    default_help = ("rewrite it with the constructs the README lists under "
+                    "'How staging reads your code'")
+
 
 class UnsupportedFunctionError(S2SError):
     """A call to a NumPy (or other library) function that s2s has no rule for."""
+
+    default_help = ("see the README's table of supported NumPy functions and write it with "
+                    "those")
 
 
 class StagingError(S2SError):

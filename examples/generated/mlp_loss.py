@@ -18,5 +18,4 @@ def loss(params, x, y):
     logits = h @ W2 + b2  # mlp.py:27
     shifted = logits - logits.max(axis=1)[:, None]  # mlp.py:31
     logp = shifted - np.log(np.exp(shifted).sum(axis=1)[:, None])  # mlp.py:32
-    t = -((y * logp).sum(axis=1).sum() / 128.0)  # mlp.py:38
-    return t
+    return -((y * logp).sum(axis=1).sum() / 128.0)

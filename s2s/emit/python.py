@@ -165,7 +165,6 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
             if isinstance(v, Var):
                 uses[v] = uses.get(v, 0) + 1
     live_eqns.reverse()
-    outvar_set = {v for v in jaxpr.outvars if isinstance(v, Var)}
 
     const_lines = []
     for var, value in zip(jaxpr.constvars, closed.consts):
@@ -207,8 +206,8 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
             body.append(f"{', '.join(targets)} = {expr.text}{comment}")
             continue
         (out,) = eqn.outvars
-        if (out.hint is None and uses.get(out) == 1 and out not in outvar_set
-                and len(expr.text) <= INLINE_MAX_CHARS):
+        # A nameless value read once is written where it is read (an output: in `return`).
+        if out.hint is None and uses.get(out) == 1 and len(expr.text) <= INLINE_MAX_CHARS:
             exprs[out] = expr
             continue
         local = names.fresh(out.hint)

@@ -61,8 +61,12 @@ def underlying_function(fn):
                        "pass a function defined with def or lambda")
 
 
-def bind_arguments(fn, args, kwargs) -> tuple[list[str], tuple]:
-    """Binds call arguments to `fn`'s signature; returns parameter names and values."""
+def bind_arguments(fn, args, kwargs, explicit: set | None = None) -> tuple[list[str], tuple]:
+    """Binds call arguments to `fn`'s signature; returns parameter names and values.
+
+    Parameters left to their defaults are included; their names are not added to
+    `explicit` (when given), which collects the parameters the caller passed.
+    """
     py_fn, self_arg = underlying_function(fn)
     signature = inspect.signature(py_fn)
     call_args = ((self_arg,) if self_arg is not None else ()) + tuple(args)
@@ -71,6 +75,8 @@ def bind_arguments(fn, args, kwargs) -> tuple[list[str], tuple]:
     except TypeError as e:
         raise StagingError(f"{py_fn.__qualname__}() called with the wrong arguments: {e}",
                            f"call it as {py_fn.__qualname__}{signature}") from None
+    if explicit is not None:
+        explicit.update(bound.arguments)
     bound.apply_defaults()
     items = list(bound.arguments.items())
     if self_arg is not None:
@@ -103,7 +109,10 @@ def _leaf_hint(param: str, path: tuple) -> str:
 def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
           dynamic_argnums=()) -> Staged:
     kwargs = kwargs or {}
-    names, values = bind_arguments(fn, args, kwargs)
+    passed: set[str] = set()
+    names, values = bind_arguments(fn, args, kwargs, passed)
+    # Defaults the caller did not pass are part of the function, not inputs: static.
+    static_argnames = tuple(static_argnames) + tuple(n for n in names if n not in passed)
     static_argnums = _normalize_argnums(static_argnums, len(names))
     dynamic_argnums = _normalize_argnums(dynamic_argnums, len(names))
     in_leaves, in_tree = tree_flatten(values)

@@ -67,6 +67,10 @@ _TOKEN = re.compile(r"""\s*(?:
 )""", re.VERBOSE)
 
 
+_SPEC_HELP = ("write specs like 'f32[128,784], f32[784]', numbers for static arguments, "
+              "or dicts/lists/tuples of them: \"{'W': f32[3,4]}, (f64[], 2)\"")
+
+
 def parse_arg_specs(text: str) -> list:
     """Parses a comma-separated list of argument specs into example arguments."""
     tokens = _tokenize(text)
@@ -86,9 +90,7 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
             break
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:
-            raise StagingError(f"cannot parse argument spec {text!r} at {text[pos:]!r}",
-                               "write specs like 'f32[128,784], f32[784]', a number, or "
-                               "a dict/list/tuple of them")
+            raise StagingError(f"cannot parse argument spec {text!r} at {text[pos:]!r}", _SPEC_HELP)
         kind = m.lastgroup
         tokens.append((kind, m.group(kind)))
         pos = m.end()
@@ -108,13 +110,14 @@ class _SpecParser:
     def expect(self, punct: str):
         kind, value = self.peek()
         if value != punct:
-            raise StagingError(f"argument spec {self.text!r}: expected {punct!r}, found {value!r}")
+            raise StagingError(f"argument spec {self.text!r}: expected {punct!r}, found {value!r}",
+                               _SPEC_HELP)
         self.i += 1
 
     def value(self):
         kind, tok = self.peek()
         if kind is None:
-            raise StagingError(f"argument spec {self.text!r} ends too early")
+            raise StagingError(f"argument spec {self.text!r} ends too early", _SPEC_HELP)
         self.i += 1
         if kind == "spec":
             name, dims = tok.split("[", 1)
@@ -145,7 +148,7 @@ class _SpecParser:
                     self.expect(",")
             self.expect("}")
             return out
-        raise StagingError(f"argument spec {self.text!r}: unexpected {tok!r}")
+        raise StagingError(f"argument spec {self.text!r}: unexpected {tok!r}", _SPEC_HELP)
 
     def _sequence(self, close: str) -> list:
         items = []

@@ -347,32 +347,36 @@ class FunctionWalker:
         else:
             self.block(node.orelse)
 
+    def _loop_body(self, body) -> bool:
+        """Runs one iteration of a static loop; False when it ends with `break`."""
+        try:
+            self.block(body)
+        except _Break:
+            return False
+        except _Continue:
+            pass
+        return True
+
     def stmt_While(self, node):
         while self.truth(self.expr(node.test), node.test, "a `while` condition"):
-            try:
-                self.block(node.body)
-            except _Break:
+            if not self._loop_body(node.body):
                 return
-            except _Continue:
-                continue
         self.block(node.orelse)
 
     def stmt_For(self, node):
         iterable = self.expr(node.iter)
         if isinstance(iterable, Tracer) and not iterable.shape:
-            raise StagingError("iteration over a 0-d array")
+            raise StagingError("iteration over a 0-d array",
+                               "loop over a 1-d or higher array, or over range(n)")
         try:
             iterator = iter(iterable)
         except TypeError as e:
-            raise StagingError(f"cannot loop over this value: {e}") from None
+            raise StagingError(f"cannot loop over this value: {e}",
+                               "loop over a list, tuple, range or array") from None
         for item in iterator:
             self.assign(node.target, item)
-            try:
-                self.block(node.body)
-            except _Break:
+            if not self._loop_body(node.body):
                 return
-            except _Continue:
-                continue
         self.block(node.orelse)
 
     def stmt_Break(self, node):
@@ -384,7 +388,9 @@ class FunctionWalker:
     def stmt_Assert(self, node):
         if not self.truth(self.expr(node.test), node.test, "an `assert`"):
             message = "" if node.msg is None else f": {self.expr(node.msg)}"
-            raise StagingError(f"assertion failed while staging{message}")
+            raise StagingError(f"assertion failed while staging{message}",
+                               "the assert checks static values (shapes, Python numbers) of "
+                               "these arguments; call the function with arguments it accepts")
 
     def stmt_Raise(self, node):
         exc = None if node.exc is None else self.expr(node.exc)
@@ -459,19 +465,22 @@ class FunctionWalker:
         try:
             items = list(value)
         except TypeError:
-            raise StagingError(f"cannot unpack a {type(value).__name__}") from None
+            raise StagingError(f"cannot unpack a {type(value).__name__}",
+                               "unpack a tuple, list or array") from None
         starred = [i for i, e in enumerate(target.elts) if isinstance(e, gast.Starred)]
         n = len(target.elts)
         if not starred:
             if len(items) != n:
-                raise StagingError(f"cannot unpack {len(items)} values into {n} names")
+                raise StagingError(f"cannot unpack {len(items)} values into {n} names",
+                                   f"use {len(items)} names, or a starred name (`a, *rest = ...`)")
             for elt, item in zip(target.elts, items):
                 self.assign(elt, item)
             return
         s = starred[0]
         after = n - s - 1
         if len(items) < n - 1:
-            raise StagingError(f"not enough values to unpack (expected at least {n - 1}, got {len(items)})")
+            raise StagingError(f"not enough values to unpack (expected at least {n - 1}, got {len(items)})",
+                               "use fewer names on the left")
         for elt, item in zip(target.elts[:s], items[:s]):
             self.assign(elt, item)
         self.assign(target.elts[s].value, items[s:len(items) - after])

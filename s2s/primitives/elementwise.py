@@ -17,7 +17,7 @@ import numpy as np
 import s2s_runtime as rt
 
 from s2s import dtypes
-from s2s.core import Literal, Primitive, ShapedArray
+from s2s.core import Primitive, ShapedArray
 from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
 
@@ -128,15 +128,7 @@ neg = Primitive("neg", _elementwise_abstract("neg", "numeric"), _keep_dtype(np.n
 register(neg, lambda eqn, x: unop("-", x))
 
 not_ = Primitive("not", _elementwise_abstract("not", "integer"), np.invert)
-
-
-def _emit_not(eqn, x):
-    if isinstance(eqn.invars[0], Literal) and dtypes.is_bool(eqn.invars[0].aval.dtype):
-        x = call("np.bool_", x)   # a bare `~True` is Python's int -2, not False
-    return unop("~", x)
-
-
-register(not_, _emit_not)
+register(not_, lambda eqn, x: unop("~", x))
 
 
 def _integer_pow_abstract(x, *, y: int):
@@ -269,7 +261,7 @@ register(convert_element_type, _emit_convert)
 def _iota_abstract(*, dtype, shape, dimension):
     if not 0 <= dimension < len(shape):
         raise ShapeError(f"iota dimension {dimension} out of range for shape {shape}")
-    return ShapedArray(shape[::-1], dtype)
+    return ShapedArray(shape, dtype)
 
 
 def _emit_iota(eqn):
