@@ -7,10 +7,10 @@ from s2s_runtime.indexing import dynamic_slice, dynamic_update_slice, gather, pa
 from s2s_runtime.linalg import lu, triangular_solve
 from s2s_runtime.ops import iota, trunc_divide
 from s2s_runtime.sorting import sort_multi, sort_order
-from s2s_runtime.special import digamma, erf, lgamma, logistic
+from s2s_runtime.special import digamma, erf, lgamma, logistic, polygamma
 
 __all__ = [
     "array_from_base64", "digamma", "dynamic_slice", "dynamic_update_slice", "erf", "gather",
-    "iota", "lgamma", "load_npz", "logistic", "lu", "pad", "scatter_add", "sort_multi",
+    "iota", "lgamma", "load_npz", "logistic", "lu", "pad", "polygamma", "scatter_add", "sort_multi",
     "sort_order", "triangular_solve", "trunc_divide",
 ]

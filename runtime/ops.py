@@ -6,8 +6,10 @@ import numpy as np
 
 def trunc_divide(x, y):
     """Integer division rounding toward zero (C and XLA semantics; NumPy's // floors)."""
-    q = np.abs(x) // np.abs(y)
-    return np.where((x < 0) != (y < 0), -q, q).astype(np.result_type(x, y))[()]
+    # Not via abs and negation: abs(int8 -128) is -128, and negating unsigned values warns.
+    q, r = np.divmod(x, y)
+    q = q + ((r != 0) & ((x < 0) != (y < 0)))   # floor is one below trunc there; q < 0
+    return np.asarray(q).astype(np.result_type(x, y))[()]
 
 
 def iota(dtype, shape, dimension):

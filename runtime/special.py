@@ -75,3 +75,32 @@ def logistic(x):
     with np.errstate(over="ignore"):
         e = np.exp(-np.abs(x))
         return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)[()]
+
+
+# Bernoulli numbers B_2k, k = 1..7, for the asymptotic series of polygamma.
+_BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6)
+
+
+def polygamma(n: int, x):
+    """psi^(n)(x) for n >= 1: recurrence up to x >= 15, then the asymptotic series."""
+    if n < 1:
+        raise ValueError("polygamma here is for n >= 1; use digamma for n = 0")
+    x = _floating(x)
+    dtype = x.dtype
+    z = x.astype(np.float64)
+    sign = -1.0 if n % 2 == 0 else 1.0      # (-1)^(n+1)
+    fact = math.factorial
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        valid = (z > -100) & ~((z <= 0) & (z == np.floor(z)))
+        z = np.where(valid, z, 20.0)
+        shift = np.zeros_like(z)
+        steps = int(max(0.0, math.ceil(15.0 - float(np.min(z, initial=15.0)))))
+        for _ in range(steps):
+            small = z < 15.0
+            shift = shift + np.where(small, sign * fact(n) / z ** (n + 1), 0.0)
+            z = np.where(small, z + 1.0, z)
+        series = fact(n - 1) / z ** n + fact(n) / (2 * z ** (n + 1))
+        for k, b in enumerate(_BERNOULLI, start=1):
+            series = series + b * fact(2 * k + n - 1) / (fact(2 * k) * z ** (2 * k + n))
+        result = np.where(valid, sign * series + shift, np.nan)
+    return result.astype(dtype)[()]

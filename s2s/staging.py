@@ -244,3 +244,29 @@ def bind(primitive: Primitive, args, params: dict):
 
 def is_staged(value) -> bool:
     return isinstance(value, Tracer)
+
+
+def inline_jaxpr(closed: ClosedJaxpr, args) -> list:
+    """Stages every equation of `closed` into the current builder, applied to `args`.
+
+    Variable names (hints) and source locations carry over, so a jaxpr built by a pass and
+    inlined into a user's function still reads with the user's names and lines.
+    """
+    builder = current_builder()
+    jaxpr = closed.jaxpr
+    env: dict[Var, Any] = {}
+
+    def read(v):
+        return v if isinstance(v, Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, closed.consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        with builder.at(eqn.source_info):
+            outs = eqn.primitive.bind(*map(read, eqn.invars), **eqn.params)
+        outs = outs if eqn.primitive.multiple_results else [outs]
+        for v, out in zip(eqn.outvars, outs):
+            if isinstance(out, Tracer) and out.variable.hint is None:
+                out.variable.hint = v.hint
+            env[v] = out
+    return [read(v) for v in jaxpr.outvars]

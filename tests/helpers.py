@@ -99,3 +99,45 @@ def _compare_trees(got, expected, rtol, atol, what):
     assert got_tree == exp_tree, f"{what}tree {got_tree} != {exp_tree}"
     for g, e in zip(got_leaves, exp_leaves):
         assert_same(g, e, rtol, atol, what)
+
+
+def check_derivatives(s2s_fn, jax_fn, *args, rtol=1e-6, atol=1e-6, seed=0):
+    """jvp and vjp of `s2s_fn` at `args` against jax's of `jax_fn` (the same math in jnp).
+
+    Tangents and cotangents are random, of each value's own dtype. Returns nothing;
+    fails with the first mismatch.
+    """
+    import jax
+    import s2s
+    rng = np.random.default_rng(seed)
+
+    def like(x):
+        x = np.asarray(x)
+        return rng.standard_normal(x.shape).astype(x.dtype) if x.dtype.kind == "f" else np.zeros(x.shape, jax.dtypes.float0)
+
+    tangents = tuple(like(a) for a in args)
+    out, t_out = s2s.jvp(s2s_fn, args, tangents)
+    j_out, j_t_out = jax.jvp(jax_fn, args, tangents)
+    _compare_loose(out, j_out, rtol, atol, "jvp primal: ")
+    _compare_loose(t_out, j_t_out, rtol, atol, "jvp tangent: ")
+
+    out, vjp_fn = s2s.vjp(s2s_fn, *args)
+    cotangent = s2s.tree_map(like, out)
+    cts = vjp_fn(cotangent)
+    _, j_vjp = jax.vjp(jax_fn, *args)
+    j_cts = j_vjp(s2s.tree_map(lambda c: np.asarray(c), cotangent))
+    for i, (c, jc, a) in enumerate(zip(cts, j_cts, args)):
+        if np.asarray(a).dtype.kind == "f":
+            _compare_loose(c, jc, rtol, atol, f"vjp cotangent of argument {i}: ")
+
+
+def _compare_loose(got, expected, rtol, atol, what):
+    """Values and shapes (dtypes may differ where jax's differ from NumPy's)."""
+    import s2s
+    got_leaves = s2s.tree_leaves(got)
+    exp_leaves = [np.asarray(e) for e in s2s.tree_leaves(expected)]
+    assert len(got_leaves) == len(exp_leaves), f"{what}{len(got_leaves)} leaves != {len(exp_leaves)}"
+    for g, e in zip(got_leaves, exp_leaves):
+        g = np.asarray(g)
+        assert g.shape == e.shape, f"{what}shape {g.shape} != jax's {e.shape}"
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=what)

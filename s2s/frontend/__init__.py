@@ -47,6 +47,8 @@ _cache_lock = threading.Lock()
 
 def underlying_function(fn):
     """The Python function whose source is staged, and the `self` to prepend, if any."""
+    if getattr(fn, "__s2s_transform__", False):
+        return fn, None   # an s2s-derived function: called directly on staged values
     if isinstance(fn, types.MethodType):
         return fn.__func__, fn.__self__
     if isinstance(fn, types.FunctionType):
@@ -132,7 +134,9 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     if hit is not None:
         return hit
 
-    function_source(py_fn)  # a clear error now if the source cannot be read
+    transformed = getattr(py_fn, "__s2s_transform__", False)
+    if not transformed:
+        function_source(py_fn)  # a clear error now if the source cannot be read
     with paused_gc(), JaxprBuilder() as builder:
         staged_leaves = []
         for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths):
@@ -142,14 +146,18 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
                 staged_leaves.append(leaf)
         staged_values = in_tree.unflatten(staged_leaves)
         call_kwargs = dict(zip(names, staged_values))
-        out = _call_by_name(py_fn, self_arg, call_kwargs)
+        call_args, call_kwargs = _split_by_kind(py_fn, self_arg, call_kwargs)
+        if transformed:
+            out = py_fn(*call_args, **call_kwargs)
+        else:
+            out = stage_python_function(py_fn, call_args, call_kwargs, self_arg=self_arg)
         out_leaves, out_tree = tree_flatten(out)
         for leaf in out_leaves:
             if not (isinstance(leaf, Tracer) or is_staged_leaf(leaf) or isinstance(leaf, (bool, int))):
                 raise StagingError(
                     f"{py_fn.__qualname__} returns a {type(leaf).__name__}, which is not an array",
                     "return arrays, numbers, or tuples/lists/dicts of them",
-                    function_source(py_fn).info(function_source(py_fn).node))
+                    None if transformed else function_source(py_fn).info(function_source(py_fn).node))
         closed = builder.build(out_leaves)
     result = Staged(fn, closed, names, in_tree, mask,
                     [None if m else l for l, m in zip(in_leaves, mask)], out_tree, values)
@@ -158,8 +166,9 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     return result
 
 
-def _call_by_name(py_fn, self_arg, call_kwargs: dict):
-    """Calls `py_fn` with parameters given by name (positional-only and *args respected)."""
+def _split_by_kind(py_fn, self_arg, call_kwargs: dict) -> tuple[list, dict]:
+    """Positional and keyword arguments for parameters given by name (respecting
+    positional-only parameters and *args/**kwargs)."""
     signature = inspect.signature(py_fn)
     args, kwargs = [], {}
     params = list(signature.parameters.values())
@@ -177,7 +186,7 @@ def _call_by_name(py_fn, self_arg, call_kwargs: dict):
             args.append(value)
         else:
             kwargs[p.name] = value
-    return stage_python_function(py_fn, args, kwargs, self_arg=self_arg)
+    return args, kwargs
 
 
 def _normalize_argnums(argnums, count: int) -> frozenset[int]:

@@ -49,6 +49,8 @@ def aval_of_arg(leaf) -> ShapedArray:
     """The abstract value a staged argument leaf gets (Python floats stay weak, as in NumPy)."""
     if isinstance(leaf, ShapeDtype):
         return ShapedArray(leaf.shape, dtypes.canonicalize_dtype(leaf.dtype))
+    if hasattr(leaf, "aval") and isinstance(leaf.aval, ShapedArray):   # a staged value
+        return leaf.aval
     if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
         return ShapedArray((), dtypes.dtype_of_python_scalar(leaf), weak_type=True)
     array = np.asarray(leaf)

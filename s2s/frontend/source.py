@@ -29,13 +29,20 @@ class ParsedFile:
 _parsed_files: dict[tuple[str, int], ParsedFile] = {}
 
 
+class _QuietDefUseChains(beniget.DefUseChains):
+    """beniget prints its warnings (unbound names ...) to stdout; staging reports its own."""
+
+    def warn(self, msg, node):
+        pass
+
+
 def _parse_file(filename: str, lines: list[str]) -> ParsedFile:
     text = "".join(lines)
     key = (filename, hash(text))
     parsed = _parsed_files.get(key)
     if parsed is None:
         tree = gast.parse(text)
-        duc = beniget.DefUseChains(filename)
+        duc = _QuietDefUseChains(filename)
         duc.visit(tree)
         parsed = ParsedFile(tree, duc, lines)
         _parsed_files[key] = parsed
@@ -135,6 +142,39 @@ def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
 
 
 BUILTINS = vars(builtins)
+
+
+def classify_names(fn) -> dict[str, str]:
+    """Every name `fn`'s own body reads: 'argument', 'local', 'closure', 'global' or 'builtin'.
+
+    Locals and arguments come from beniget's scope analysis of the source; the rest is
+    resolved through the function object (closure cells, `__globals__`, builtins), the
+    same order the staging walk looks names up in. Unresolvable names are 'undefined'.
+    """
+    source = function_source(fn)
+    node = source.node
+    arg_names = {a.id for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
+    arg_names |= {a.id for a in (node.args.vararg, node.args.kwarg) if a is not None}
+    nested = {id(n) for inner in gast.walk(node) if inner is not node and isinstance(
+        inner, (gast.FunctionDef, gast.Lambda)) for n in gast.walk(inner)}
+    kinds: dict[str, str] = {}
+    for n in gast.walk(node):
+        if not (isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load)) or id(n) in nested:
+            continue
+        name = n.id
+        if name in arg_names:
+            kinds[name] = "argument"
+        elif name in source.local_names:
+            kinds[name] = "local"
+        elif name in fn.__code__.co_freevars:
+            kinds[name] = "closure"
+        elif name in fn.__globals__:
+            kinds[name] = "global"
+        elif name in BUILTINS:
+            kinds[name] = "builtin"
+        else:
+            kinds[name] = "undefined"
+    return kinds
 
 
 def check_supported_scope(source: FunctionSource) -> None:

@@ -117,6 +117,12 @@ ceil = _unary("ceil", np.ceil, "np.ceil")
 round = _unary("round", np.round, "np.round")   # half to even, as NumPy rounds
 abs = _unary("abs", np.abs, "np.abs", kind="numeric")
 sign = _unary("sign", np.sign, "np.sign", kind="numeric")
+# polygamma(x; n): the n-th derivative of digamma (n >= 1), which digamma's derivative needs.
+polygamma = Primitive("polygamma", _elementwise_abstract("polygamma", "float"),
+                      lambda x, *, n: rt.polygamma(n, x))
+register(polygamma, lambda eqn, x: call("rt.polygamma", Expr(str(eqn.params["n"])), x))
+UNARY["polygamma"] = polygamma
+
 is_finite = Primitive("is_finite", _elementwise_abstract("is_finite", "float", dtypes.bool_),
                       lambda x: np.isfinite(x))
 register(is_finite, lambda eqn, x: call("np.isfinite", x))
@@ -280,3 +286,271 @@ register(iota, _emit_iota)
 
 stop_gradient = Primitive("stop_gradient", lambda x: x, lambda x: x)
 register(stop_gradient, lambda eqn, x: x)
+
+# add_any: the sum of two cotangents (or tangents) of one type, made by AD itself.
+add_any = Primitive("add_any", _elementwise_abstract("add_any", "any"), _keep_dtype(np.add))
+register(add_any, lambda eqn, x, y: binop("+", x, y))
+
+# ---------------------------------------------------------------------------------------
+# Derivatives. Tangent rules read like the math: `t` is the input tangent, `x` the input,
+# `y` the output. Written with the NumPy surface, so they stage readable equations.
+
+from s2s.numpy_api import math as snp  # noqa: E402  (the surface is built on these primitives)
+from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
+from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast  # noqa: E402
+from s2s.passes.transpose import is_linear  # noqa: E402
+
+_UNARY_TANGENTS = {
+    exp: lambda x, y, t: t * y,
+    log: lambda x, y, t: t / x,
+    log1p: lambda x, y, t: t / (1 + x),
+    expm1: lambda x, y, t: t * (y + 1),
+    sin: lambda x, y, t: t * snp.cos(x),
+    cos: lambda x, y, t: -(t * snp.sin(x)),
+    tan: lambda x, y, t: t * (1 + y * y),
+    asin: lambda x, y, t: t / snp.sqrt(1 - x * x),
+    acos: lambda x, y, t: -(t / snp.sqrt(1 - x * x)),
+    atan: lambda x, y, t: t / (1 + x * x),
+    sinh: lambda x, y, t: t * snp.cosh(x),
+    cosh: lambda x, y, t: t * snp.sinh(x),
+    tanh: lambda x, y, t: t * (1 - y * y),
+    asinh: lambda x, y, t: t / snp.sqrt(x * x + 1),
+    acosh: lambda x, y, t: t / snp.sqrt(x * x - 1),
+    atanh: lambda x, y, t: t / (1 - x * x),
+    sqrt: lambda x, y, t: t / (2 * y),
+    rsqrt: lambda x, y, t: t * (-0.5 * y / x),
+    cbrt: lambda x, y, t: t / (3 * y * y),
+    logistic: lambda x, y, t: t * (y * (1 - y)),
+    erf: lambda x, y, t: t * (1.1283791670955126 * snp.exp(-(x * x))),   # 2 / sqrt(pi)
+    lgamma: lambda x, y, t: t * digamma.bind(x),
+    digamma: lambda x, y, t: t * polygamma.bind(x, n=1),
+    abs: lambda x, y, t: t * snp.sign(x),
+}
+
+
+def _make_unary_jvp(prim, tangent_of):
+    def rule(primals, tangents, **params):
+        (x,), (t,) = primals, tangents
+        y = prim.bind(x, **params)
+        return y, tangent_of(x, y, t)
+    return rule
+
+
+for _prim, _tangent_of in _UNARY_TANGENTS.items():
+    _jvp.register(_prim, _make_unary_jvp(_prim, _tangent_of))
+
+
+def _zero_tangent_jvp(prim):
+    """Piecewise-constant or non-float results: the tangent is zero everywhere."""
+    def rule(primals, tangents, **params):
+        y = prim.bind(*primals, **params)
+        return y, Zero(tangent_aval(y.aval))
+    return rule
+
+
+for _prim in (floor, ceil, round, sign, is_finite, not_, eq, ne, lt, le, gt, ge, and_, or_, xor,
+              stop_gradient, iota):
+    _jvp.register(_prim, _zero_tangent_jvp(_prim))
+
+
+def _spread(t, shape):
+    """A tangent broadcast to the output shape (only where an operand was smaller)."""
+    from s2s.numpy_api.shaping import broadcast_to
+    return t if tuple(t.shape) == tuple(shape) else broadcast_to(t, shape)
+
+
+def _sum_tangents(shape, *terms):
+    """Adds the nonzero terms (each a thunk, called only if its tangent is nonzero)."""
+    total = None
+    for tangent, term in terms:
+        if is_zero(tangent):
+            continue
+        value = term()
+        total = value if total is None else total + value
+    return _spread(total, shape)
+
+
+def _add_jvp(primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    out = add.bind(x, y)
+    return out, _sum_tangents(out.shape, (tx, lambda: tx), (ty, lambda: ty))
+
+
+def _sub_jvp(primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    out = sub.bind(x, y)
+    if is_zero(ty):
+        return out, _spread(tx, out.shape)
+    return out, _spread(-ty if is_zero(tx) else tx - ty, out.shape)
+
+
+def _mul_jvp(primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    out = mul.bind(x, y)
+    return out, _sum_tangents(out.shape, (tx, lambda: tx * y), (ty, lambda: x * ty))
+
+
+def _div_jvp(primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    out = div.bind(x, y)
+    if dtypes.is_integer(out.dtype):
+        return out, Zero(tangent_aval(out.aval))
+    return out, _sum_tangents(out.shape, (tx, lambda: tx / y), (ty, lambda: -(out * ty) / y))
+
+
+def _pow_jvp(primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    out = pow.bind(x, y)
+
+    def d_base():
+        return tx * (y * pow.bind(x, y - 1))
+
+    def d_exponent():   # log(x) * x**y, taken as 0 where x == 0 (the limit for y > 0)
+        safe = snp.where(x == 0, 1, x)
+        return ty * (out * snp.log(safe))
+    return out, _sum_tangents(out.shape, (tx, d_base), (ty, d_exponent))
+
+
+def _integer_pow_jvp(primals, tangents, *, y):
+    (x,), (t,) = primals, tangents
+    out = integer_pow.bind(x, y=y)
+    if y == 0:
+        return out, Zero(tangent_aval(out.aval))
+    if y == 1:
+        return out, t
+    power = x if y == 2 else integer_pow.bind(x, y=y - 1)
+    return out, t * (y * power)
+
+
+def _minmax_jvp(prim, picks_x):
+    """max/min: the tangent of the operand that wins; ties split it evenly (as JAX does)."""
+    def rule(primals, tangents):
+        (x, y), (tx, ty) = primals, tangents
+        out = prim.bind(x, y)
+        tx, ty = (_spread(instantiate(t), out.shape) for t in (tx, ty))
+        x_wins, y_wins = picks_x(x, y), picks_x(y, x)
+        return out, snp.where(x_wins, tx, snp.where(y_wins, ty, (tx + ty) / 2))
+    return rule
+
+
+def _atan2_jvp(primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    out = atan2.bind(x, y)
+    denominator = x * x + y * y
+    return out, _sum_tangents(out.shape, (tx, lambda: tx * y / denominator),
+                              (ty, lambda: -(ty * x) / denominator))
+
+
+def _rem_jvp(primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    out = rem.bind(x, y)
+    if dtypes.is_integer(out.dtype):
+        return out, Zero(tangent_aval(out.aval))
+    return out, _sum_tangents(out.shape, (tx, lambda: tx), (ty, lambda: -(ty * snp.trunc(x / y))))
+
+
+def _select_jvp(primals, tangents):
+    (p, a, b), (_, ta, tb) = primals, tangents
+    out = select.bind(p, a, b)
+    if is_zero(ta) and is_zero(tb):
+        return out, Zero(tangent_aval(out.aval))
+    ta, tb = instantiate(ta), instantiate(tb)
+    return out, _spread(select.bind(p, ta, tb), out.shape)
+
+
+def _clamp_jvp(primals, tangents):
+    (lo, x, hi), (tlo, tx, thi) = primals, tangents
+    out = clamp.bind(lo, x, hi)
+    shape = out.shape
+    terms = [(tx, lambda: snp.where((x >= lo) & (x <= hi), tx, 0)),
+             (tlo, lambda: snp.where(x < lo, tlo, 0)),
+             (thi, lambda: snp.where(x > hi, thi, 0))]
+    return out, _sum_tangents(shape, *terms)
+
+
+def _convert_jvp(primals, tangents, *, new_dtype, weak_type):
+    (x,), (t,) = primals, tangents
+    out = convert_element_type.bind(x, new_dtype=new_dtype, weak_type=weak_type)
+    if not (dtypes.is_inexact(new_dtype) and dtypes.is_inexact(x.dtype)):
+        return out, Zero(tangent_aval(out.aval))
+    return out, convert_element_type.bind(t, new_dtype=new_dtype, weak_type=False)
+
+
+def _linear_jvp(prim):
+    def rule(primals, tangents, **params):
+        out = prim.bind(*primals, **params)
+        return out, _spread(prim.bind(*[instantiate(t) for t in tangents], **params), out.shape)
+    return rule
+
+
+for _prim, _rule in [(add, _add_jvp), (sub, _sub_jvp), (mul, _mul_jvp), (div, _div_jvp),
+                     (pow, _pow_jvp), (integer_pow, _integer_pow_jvp),
+                     (max, _minmax_jvp(max, lambda a, b: a > b)),
+                     (min, _minmax_jvp(min, lambda a, b: a < b)),
+                     (atan2, _atan2_jvp), (rem, _rem_jvp), (select, _select_jvp),
+                     (clamp, _clamp_jvp), (convert_element_type, _convert_jvp),
+                     (neg, _linear_jvp(neg)), (add_any, _linear_jvp(add_any))]:
+    _jvp.register(_prim, _rule)
+
+
+def _polygamma_jvp(primals, tangents, *, n):
+    (x,), (t,) = primals, tangents
+    return polygamma.bind(x, n=n), t * polygamma.bind(x, n=n + 1)
+
+
+_jvp.register(polygamma, _polygamma_jvp)
+
+# ---------------------------------------------------------------------------------------
+# Transposes of the linear ones. `ct` is the output cotangent; a linear operand is a
+# LinearInput marker, the other operands are values.
+
+
+def _map_ct(ct, fn):
+    """`fn(ct)`, or the symbolic zero itself: rules never compute with zeros."""
+    return ct if is_zero(ct) else fn(ct)
+
+
+def _add_transpose(ct, x, y):
+    return [unbroadcast(ct, x.aval.shape) if is_linear(x) else None,
+            unbroadcast(ct, y.aval.shape) if is_linear(y) else None]
+
+
+def _sub_transpose(ct, x, y):
+    return [unbroadcast(ct, x.aval.shape) if is_linear(x) else None,
+            unbroadcast(_map_ct(ct, lambda c: -c), y.aval.shape) if is_linear(y) else None]
+
+
+def _mul_transpose(ct, x, y):
+    if is_linear(x) and is_linear(y):
+        raise _transpose.NonLinearEquationError("mul of two linear values is not linear")
+    if is_linear(x):
+        return [unbroadcast(_map_ct(ct, lambda c: c * y), x.aval.shape), None]
+    return [None, unbroadcast(_map_ct(ct, lambda c: x * c), y.aval.shape)]
+
+
+def _div_transpose(ct, x, y):
+    if is_linear(y):
+        raise _transpose.NonLinearEquationError("division by a linear value is not linear")
+    return [unbroadcast(_map_ct(ct, lambda c: c / y), x.aval.shape), None]
+
+
+def _neg_transpose(ct, x):
+    return [_map_ct(ct, lambda c: -c)]
+
+
+def _convert_transpose(ct, x, *, new_dtype, weak_type):
+    if is_zero(ct):
+        return [Zero(x.aval.strip_weak_type())]
+    return [convert_element_type.bind(ct, new_dtype=x.aval.dtype, weak_type=False)]
+
+
+def _select_transpose(ct, p, a, b):
+    return [None] + [unbroadcast(_map_ct(ct, keep), operand.aval.shape) if is_linear(operand) else None
+                     for operand, keep in ((a, lambda c: snp.where(p, c, 0)),
+                                           (b, lambda c: snp.where(p, 0, c)))]
+
+
+for _prim, _rule in [(add, _add_transpose), (add_any, _add_transpose), (sub, _sub_transpose),
+                     (mul, _mul_transpose), (div, _div_transpose), (neg, _neg_transpose),
+                     (convert_element_type, _convert_transpose), (select, _select_transpose)]:
+    _transpose.register(_prim, _rule)

@@ -111,3 +111,51 @@ def _emit_scatter_add(eqn, operand, updates, *indices):
 
 scatter_add = Primitive("scatter_add", _scatter_add_abstract, _scatter_add_impl)
 register(scatter_add, _emit_scatter_add)
+
+# ---------------------------------------------------------------------------------------
+# Derivatives. gather is linear in its operand and scatter_add in (operand, updates)
+# jointly; the index arrays are integers and get no tangent or cotangent. They are each
+# other's transposes: gather reads positions, scatter_add adds back to them (repeated
+# indices accumulate, as the cotangent of an element read twice must).
+
+from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
+from s2s.passes.tangents import Zero, instantiate, is_zero, zeros  # noqa: E402
+from s2s.passes.transpose import is_linear  # noqa: E402
+
+
+def _gather_jvp(primals, tangents, *, axes):
+    operand, *indices = primals
+    out = gather.bind(operand, *indices, axes=axes)
+    return out, gather.bind(tangents[0], *indices, axes=axes)
+
+
+def _scatter_add_jvp(primals, tangents, *, axes):
+    operand, updates, *indices = primals
+    t_operand, t_updates = tangents[:2]
+    out = scatter_add.bind(operand, updates, *indices, axes=axes)
+    if is_zero(t_updates):   # nothing added to the operand's tangent
+        return out, t_operand
+    return out, scatter_add.bind(instantiate(t_operand), t_updates, *indices, axes=axes)
+
+
+_jvp.register(gather, _gather_jvp)
+_jvp.register(scatter_add, _scatter_add_jvp)
+
+
+def _gather_transpose(ct, operand, *indices, axes):
+    if is_zero(ct):
+        return [Zero(operand.aval)] + [None] * len(indices)
+    zeros_operand = zeros(operand.aval.strip_weak_type())
+    return [scatter_add.bind(zeros_operand, ct, *indices, axes=axes)] + [None] * len(indices)
+
+
+def _scatter_add_transpose(ct, operand, updates, *indices, axes):
+    if is_zero(ct):
+        return ([Zero(a.aval) if is_linear(a) else None for a in (operand, updates)]
+                + [None] * len(indices))
+    ct_updates = gather.bind(ct, *indices, axes=axes) if is_linear(updates) else None
+    return [ct if is_linear(operand) else None, ct_updates] + [None] * len(indices)
+
+
+_transpose.register(gather, _gather_transpose)
+_transpose.register(scatter_add, _scatter_add_transpose)

@@ -453,3 +453,177 @@ def _emit_rev(eqn, x):
 rev = Primitive("rev", _rev_abstract,
                 lambda x, *, dimensions: np.flip(x, axis=tuple(dimensions)))
 register(rev, _literal_operand_safe(_emit_rev))
+
+# ---------------------------------------------------------------------------------------
+# Derivatives. Every primitive here is linear in its array operands (not in the start
+# indices of the dynamic slices; pad jointly in operand and padding value), so each
+# tangent is the same primitive applied to the tangents, and each transpose moves the
+# cotangent back to where the operand's elements came from: a broadcast sums, a slice
+# pads with zeros, a pad slices, a concatenate splits.
+
+from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
+from s2s.passes.tangents import Zero, instantiate, is_zero, zeros  # noqa: E402
+from s2s.passes.transpose import is_linear  # noqa: E402
+
+
+def _zero_scalar(dtype):
+    """A typed scalar 0 (staged as a literal, so no equation computes it)."""
+    return np.zeros((), dtype)[()]
+
+
+def _linear_unary_jvp(prim):
+    def rule(primals, tangents, **params):
+        (x,), (t,) = primals, tangents
+        return prim.bind(x, **params), prim.bind(t, **params)
+    return rule
+
+
+def _concatenate_jvp(primals, tangents, *, dimension):
+    out = concatenate.bind(*primals, dimension=dimension)
+    return out, concatenate.bind(*[instantiate(t) for t in tangents], dimension=dimension)
+
+
+def _pad_jvp(primals, tangents, *, padding_config):
+    (x, padding_value), (t, t_value) = primals, tangents
+    out = pad.bind(x, padding_value, padding_config=padding_config)
+    t_value = _zero_scalar(out.dtype) if is_zero(t_value) else t_value
+    return out, pad.bind(instantiate(t), t_value, padding_config=padding_config)
+
+
+def _dynamic_slice_jvp(primals, tangents, *, slice_sizes):
+    x, *starts = primals
+    out = dynamic_slice.bind(x, *starts, slice_sizes=slice_sizes)
+    return out, dynamic_slice.bind(tangents[0], *starts, slice_sizes=slice_sizes)
+
+
+def _dynamic_update_slice_jvp(primals, tangents):
+    x, update, *starts = primals
+    t_x, t_update = tangents[:2]
+    out = dynamic_update_slice.bind(x, update, *starts)
+    return out, dynamic_update_slice.bind(instantiate(t_x), instantiate(t_update), *starts)
+
+
+for _prim in (broadcast_in_dim, reshape, transpose, squeeze, expand_dims, slice, rev):
+    _jvp.register(_prim, _linear_unary_jvp(_prim))
+for _prim, _rule in [(concatenate, _concatenate_jvp), (pad, _pad_jvp),
+                     (dynamic_slice, _dynamic_slice_jvp),
+                     (dynamic_update_slice, _dynamic_update_slice_jvp)]:
+    _jvp.register(_prim, _rule)
+
+# ---------------------------------------------------------------------------------------
+# Transposes. `ct` is the output cotangent; a linear operand is a LinearInput marker, the
+# others (start indices, a constant padding value) are values and get no cotangent.
+
+
+def _unless_zero(rule):
+    """Rules never compute with a symbolic zero: each linear operand's cotangent is zero."""
+    def wrapped(ct, *args, **params):
+        if is_zero(ct):
+            return [Zero(a.aval) if is_linear(a) else None for a in args]
+        return rule(ct, *args, **params)
+    return wrapped
+
+
+def _broadcast_in_dim_transpose(ct, x, *, shape, broadcast_dimensions):
+    """Sums over the new dimensions and over the size-1 dimensions that were stretched."""
+    from s2s.primitives.reductions import reduce_sum
+    stretched = [d for i, d in enumerate(broadcast_dimensions)
+                 if x.aval.shape[i] == 1 and shape[d] != 1]
+    new = [d for d in range(len(shape)) if d not in broadcast_dimensions]
+    axes = tuple(sorted(new + stretched))
+    summed = reduce_sum.bind(ct, axes=axes) if axes else ct
+    if tuple(summed.shape) != x.aval.shape:
+        summed = reshape.bind(summed, new_sizes=x.aval.shape)
+    return [summed]
+
+
+def _reshape_transpose(ct, x, *, new_sizes):
+    return [reshape.bind(ct, new_sizes=x.aval.shape)]
+
+
+def _transpose_transpose(ct, x, *, permutation):
+    inverse = tuple(int(p) for p in np.argsort(permutation))
+    return [transpose.bind(ct, permutation=inverse)]
+
+
+def _squeeze_transpose(ct, x, *, dimensions):
+    return [expand_dims.bind(ct, dimensions=tuple(sorted(dimensions)))]
+
+
+def _expand_dims_transpose(ct, x, *, dimensions):
+    return [squeeze.bind(ct, dimensions=tuple(sorted(dimensions)))]
+
+
+def _concatenate_transpose(ct, *xs, dimension):
+    """Each linear operand gets its own stretch of the cotangent along `dimension`."""
+    cts, offset = [], 0
+    for x in xs:
+        size = x.aval.shape[dimension]
+        if is_linear(x):
+            starts = [0] * ct.ndim
+            limits = list(ct.shape)
+            starts[dimension], limits[dimension] = offset, offset + size
+            cts.append(slice.bind(ct, start_indices=tuple(starts), limit_indices=tuple(limits),
+                                  strides=None))
+        else:
+            cts.append(None)
+        offset += size
+    return cts
+
+
+def _pad_transpose(ct, x, padding_value, *, padding_config):
+    """The operand's cotangent is read back where its elements were placed: undo the edge
+    padding (a negative edge cropped, so it pads with zeros) and take every
+    (interior + 1)-th element. The padding value was copied to every other position: its
+    cotangent is the sum of the cotangent there, the total less the operand's part."""
+    from s2s.primitives.reductions import reduce_sum
+    unpad = tuple((-lo, -hi, 0) for lo, hi, _ in padding_config)
+    unpadded = pad.bind(ct, _zero_scalar(ct.dtype), padding_config=unpad)
+    ct_x = slice.bind(unpadded, start_indices=(0,) * ct.ndim,
+                      limit_indices=tuple(unpadded.shape),
+                      strides=tuple(interior + 1 for _, _, interior in padding_config))
+    ct_value = None
+    if is_linear(padding_value):
+        every = tuple(range(ct.ndim))
+        ct_value = reduce_sum.bind(ct, axes=every) - reduce_sum.bind(ct_x, axes=every)
+    return [ct_x if is_linear(x) else None, ct_value]
+
+
+def _slice_transpose(ct, x, *, start_indices, limit_indices, strides=None):
+    """Zeros around (and, for strides, between) the sliced elements: a pad."""
+    strides = (1,) * ct.ndim if strides is None else tuple(strides)
+    config = []
+    for d, n, start, stride in zip(x.aval.shape, ct.shape, start_indices, strides):
+        end = start + (n - 1) * stride + 1 if n else start   # one past the last element read
+        config.append((start, d - end, stride - 1 if n else 0))
+    return [pad.bind(ct, _zero_scalar(ct.dtype), padding_config=tuple(config))]
+
+
+def _dynamic_slice_transpose(ct, x, *starts, slice_sizes):
+    zeros_x = zeros(x.aval.strip_weak_type())
+    return [dynamic_update_slice.bind(zeros_x, ct, *starts)] + [None] * len(starts)
+
+
+def _dynamic_update_slice_transpose(ct, x, update, *starts):
+    """The operand's cotangent is ct with the overwritten window zeroed; the update's is
+    that window (both clamp the starts alike, so they agree on where it lies)."""
+    ct_x = ct_update = None
+    if is_linear(x):
+        ct_x = dynamic_update_slice.bind(ct, zeros(update.aval.strip_weak_type()), *starts)
+    if is_linear(update):
+        ct_update = dynamic_slice.bind(ct, *starts, slice_sizes=update.aval.shape)
+    return [ct_x, ct_update] + [None] * len(starts)
+
+
+def _rev_transpose(ct, x, *, dimensions):
+    return [rev.bind(ct, dimensions=dimensions)]
+
+
+for _prim, _rule in [(broadcast_in_dim, _broadcast_in_dim_transpose),
+                     (reshape, _reshape_transpose), (transpose, _transpose_transpose),
+                     (squeeze, _squeeze_transpose), (expand_dims, _expand_dims_transpose),
+                     (concatenate, _concatenate_transpose), (pad, _pad_transpose),
+                     (slice, _slice_transpose), (dynamic_slice, _dynamic_slice_transpose),
+                     (dynamic_update_slice, _dynamic_update_slice_transpose),
+                     (rev, _rev_transpose)]:
+    _transpose.register(_prim, _unless_zero(_rule))

@@ -125,6 +125,16 @@ def digamma_oracle(x):
         return np.asarray(digamma(np.asarray(x, np.float64))).astype(x.dtype)[()]
 
 
+def polygamma_oracle(n):
+    jax = pytest.importorskip("jax")
+    from jax.scipy.special import polygamma
+
+    def oracle(x):
+        with jax.enable_x64(True):
+            return np.asarray(polygamma(n, np.asarray(x, np.float64))).astype(x.dtype)[()]
+    return oracle
+
+
 def logistic_oracle(x):
     return 1 / (1 + np.exp(-x))
 
@@ -174,6 +184,7 @@ UNARY_CASES = {
 # name -> (primitive, NumPy reference, dtypes, domain of x, domain of y)
 BINARY_CASES = {
     "add": (ew.add, np.add, FLOATS + WIDE_INTS, span(-1000, 1000), span(-1000, 1000)),
+    "add_any": (ew.add_any, np.add, FLOATS + WIDE_INTS, span(-1000, 1000), span(-1000, 1000)),
     "sub": (ew.sub, np.subtract, FLOATS + WIDE_INTS, span(-1000, 1000), span(-1000, 1000)),
     "mul": (ew.mul, np.multiply, FLOATS + WIDE_INTS, span(-1000, 1000), span(-1000, 1000)),
     "max": (ew.max, np.maximum, FLOATS + INTS, span(-100, 100), span(-100, 100)),
@@ -194,14 +205,15 @@ BINARY_CASES = {
 }
 
 BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "is_finite"}
-OTHER = {"select", "clamp", "convert_element_type", "iota", "stop_gradient", "integer_pow"}
+OTHER = {"select", "clamp", "convert_element_type", "iota", "stop_gradient", "integer_pow",
+         "polygamma"}
 
 
 def test_every_elementwise_primitive_is_tested_and_emittable():
     declared = {p.name for p in vars(ew).values() if isinstance(p, Primitive)}
     tested = set(UNARY_CASES) | set(BINARY_CASES) | OTHER
     assert declared == tested, (declared - tested, tested - declared)
-    assert set(ew.UNARY) <= set(UNARY_CASES)
+    assert set(ew.UNARY) <= set(UNARY_CASES) | {"polygamma"}
     for name in tested:
         assert PRIMITIVES[name] in python_rules, name
 
@@ -245,6 +257,26 @@ def test_integer_pow_matches_numpy(data, y):
     domain = span(-10, 10) if y >= 0 else away_from_zero(0.25, 4)
     x = data.draw(hnp.arrays(dtype, shapes(), elements=domain(dtype)))
     check_staged(lambda a: ew.integer_pow.bind(a, y=y), lambda a: np.power(a, y), x, **_tol(dtype))
+
+
+@SETTINGS
+@given(data=st.data(), n=st.integers(1, 3), dtype=st.sampled_from(FLOATS))
+def test_polygamma_matches_jax_on_positive_x(data, n, dtype):
+    """jax.scipy.special.polygamma is right for x > 0 only; tests/runtime covers x < 0."""
+    dtype = np.dtype(dtype)
+    x = data.draw(hnp.arrays(dtype, shapes(), elements=span(2.0 ** -4, 50)(dtype)))
+    closed = check_staged(lambda a: ew.polygamma.bind(a, n=n), polygamma_oracle(n), x,
+                          **_tol(dtype))
+    assert closed.out_avals[0] == ShapedArray(x.shape, dtype)
+
+
+def test_polygamma_shape_rule_and_emission():
+    weak = ShapedArray((2, 1), np.float32, weak_type=True)
+    assert ew.polygamma.abstract_eval(weak, n=2) == weak
+    with pytest.raises(ShapeError, match="floating-point"):
+        ew.polygamma.abstract_eval(ShapedArray((3,), np.int32), n=1)
+    closed, _ = stage(lambda a: ew.polygamma.bind(a, n=2), X)
+    assert "rt.polygamma(2, x)" in emit_jaxpr_source(closed, "f", arg_names=["x"])
 
 
 @SETTINGS
@@ -329,6 +361,14 @@ def test_rem_and_div_round_toward_zero(dtype):
     if np.dtype(dtype).kind == "i":
         assert_same(ew.div.bind(x, y), np.array([3, -3, -3, 3, 0, 2], dtype=dtype))
         check_staged(ew.div.bind, trunc_div_oracle, x, y)
+
+
+def test_integer_division_of_the_minimum_value():
+    x = np.array([-128, 127, -128, -128], dtype=np.int8)
+    y = np.array([3, -3, -3, -128], dtype=np.int8)
+    closed = check_staged(ew.div.bind, trunc_div_oracle, x, y)
+    assert_same(ew.div.bind(x, y), np.array([-42, -42, 42, 1], dtype=np.int8))
+    assert closed.out_avals[0] == ShapedArray((4,), np.int8)
 
 
 def test_integer_division_of_scalars():
@@ -567,6 +607,14 @@ EMISSION_CASES = [
      lambda: np.arange(4, dtype=np.int32), (), "", "np.arange(4, dtype=np.int32)"),
     (lambda: ew.iota.bind(dtype=np.dtype(np.float32), shape=(2, 3), dimension=1),
      lambda: np.indices((2, 3), dtype=np.float32)[1], (), "", "rt.iota(np.float32, (2, 3), 1)"),
+    # Scalar literals: Python's (weak, float64) written bare, NumPy's typed.
+    (lambda a: ew.add.bind(a, 2.0), lambda a: a + 2.0, (X,), "x", "x + 2.0"),
+    (lambda a: ew.mul.bind(a, np.float32(0.5)), lambda a: a * np.float32(0.5), (X32,), "x",
+     "x * np.float32(0.5)"),
+    (lambda a: ew.div.bind(a, np.int32(2)), lambda a: trunc_div_oracle(a, np.int32(2)), (I,), "x",
+     "rt.trunc_divide(x, np.int32(2))"),
+    (lambda a: ew.select.bind(ew.gt.bind(a, 2.0), a, 0.0), lambda a: np.where(a > 2, a, 0.0),
+     (X,), "x", "np.where(x > 2.0, x, 0.0)"),
     # Precedence: parentheses exactly where Python needs them.
     (lambda a, b: ew.mul.bind(ew.add.bind(a, b), b), lambda a, b: (a + b) * b, (X, X), "xy",
      "(x + y) * y"),

@@ -1,0 +1,479 @@
+"""The autodiff API: jvp, linearize, vjp, linear_transpose, grad, value_and_grad, jacfwd,
+jacrev, hessian.
+
+Reverse mode is built the JAX way: the JVP of the staged function (`passes/jvp.py`),
+partial evaluation with primals known and tangents unknown (`passes/partial_eval.py`),
+then transposition of the linear part (`passes/transpose.py`). `grad` fuses the forward
+jaxpr and the transposed one into a single jaxpr, cleaned by DCE and CSE, so its emitted
+module reads as a forward pass with the user's names followed by a backward pass with
+`_bar` cotangents.
+
+Derived functions are `Transformed` objects. Called on NumPy values they run (the
+derivative jaxpr compiled to Python once per kind of arguments); called on staged values
+— inside make_jaxpr, emit_python, jit, or another transform — they stage the derivative's
+equations in place. So transforms compose: `grad(grad(f))`, `jacfwd(jacrev(f))`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
+from s2s.emit.python import emit_jaxpr_source, load_source
+from s2s.errors import S2SError, StagingError
+from s2s.frontend import Staged, reraise_clean, stage
+from s2s.passes.cse import cse
+from s2s.passes.dce import dce
+from s2s.passes.jvp import jvp_jaxpr
+from s2s.passes.partial_eval import partial_eval_jaxpr
+from s2s.passes.transpose import transpose_jaxpr
+from s2s.staging import JaxprBuilder, Tracer, current_builder, inline_jaxpr, paused_gc
+from s2s.tree import leaf_paths, tree_flatten, tree_leaves
+
+__all__ = ["grad", "hessian", "jacfwd", "jacrev", "jvp", "linear_transpose", "linearize",
+           "value_and_grad", "vjp"]
+
+
+# ---------------------------------------------------------------------------------------
+# Running a derived jaxpr: compiled once when called on NumPy values, inlined when staged.
+
+_compiled: "weakref.WeakKeyDictionary[ClosedJaxpr, Callable]" = weakref.WeakKeyDictionary()
+
+
+def run(closed: ClosedJaxpr, flat_args: list) -> list:
+    """The outputs of `closed` on `flat_args`: staged in place when staging, else computed."""
+    if current_builder() is not None or any(isinstance(a, Tracer) for a in flat_args):
+        return inline_jaxpr(closed, flat_args)
+    fn = _compiled.get(closed)
+    if fn is None:
+        fn = load_source(emit_jaxpr_source(closed, "f"), "f").f
+        _compiled[closed] = fn
+    out = fn(*flat_args)
+    return list(out) if len(closed.jaxpr.outvars) != 1 else [out]
+
+
+def _staged(fn, args, kwargs) -> Staged:
+    try:
+        return stage(fn, args, kwargs)
+    except S2SError as e:
+        reraise_clean(e)
+
+
+def _flat_inputs(staged: Staged, args, kwargs) -> list:
+    """The values of the staged (jaxpr-input) leaves of this call's arguments."""
+    from s2s.frontend import bind_arguments
+    _, values = bind_arguments(staged.fn, args, kwargs)
+    return [leaf for leaf, m in zip(tree_leaves(values), staged.staged_mask) if m]
+
+
+def _float_mask(avals) -> list[bool]:
+    return [dtypes.is_differentiable(a.dtype) for a in avals]
+
+
+def _zeros_like_leaf(leaf):
+    return np.zeros(np.shape(leaf), dtypes.float0)
+
+
+def _select_outputs(closed: ClosedJaxpr, keep: list[bool]) -> ClosedJaxpr:
+    jaxpr = closed.jaxpr
+    outs = [v for v, k in zip(jaxpr.outvars, keep) if k]
+    return dce(ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outs, jaxpr.eqns), closed.consts))
+
+
+def _clean(closed: ClosedJaxpr) -> ClosedJaxpr:
+    return dce(cse(dce(closed)))
+
+
+@dataclasses.dataclass
+class _VjpParts:
+    forward: ClosedJaxpr      # inputs -> outputs + residuals
+    backward: ClosedJaxpr     # residuals + output cotangents -> input cotangents (diff inputs)
+    num_residuals: int
+
+
+def _vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool]) -> _VjpParts:
+    """linearize (jvp + partial eval) and transpose, for the outputs flagged in `diff_out`."""
+    n_in, n_out = len(closed.jaxpr.invars), len(closed.jaxpr.outvars)
+    jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=diff_out)
+    # Keep every primal output and the tangents of the differentiated outputs.
+    keep = [True] * n_out + [True] * sum(diff_out)
+    jvp_closed = _select_outputs(jvp_closed, keep)
+    pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
+                            instantiate=[False] * n_out + [True] * sum(diff_out))
+    backward = transpose_jaxpr(pe.unknown, [False] * pe.num_residuals + [True] * sum(diff))
+    return _VjpParts(pe.known, backward, pe.num_residuals)
+
+
+# ---------------------------------------------------------------------------------------
+# Transformed functions
+
+
+class Transformed:
+    """A function derived by an s2s transform (see the module docstring)."""
+
+    __s2s_transform__ = True
+
+    def __init__(self, fn, name: str, derive: Callable[[Staged], "Derived"]):
+        # updated=(): copying fn's __dict__ would overwrite these attributes when fn is
+        # itself Transformed (grad(grad(f))).
+        functools.update_wrapper(self, fn, updated=())
+        self.fn = fn
+        self.transform = name
+        self._derive = derive
+        self._cache: "weakref.WeakKeyDictionary[Staged, Derived]" = weakref.WeakKeyDictionary()
+        inner = getattr(fn, "__name__", "f")
+        self.__name__ = f"{name}_{inner}" if inner.isidentifier() else name
+        self.__qualname__ = self.__name__
+
+    def describe(self) -> str:
+        inner = self.fn.describe() if isinstance(self.fn, Transformed) else getattr(self.fn, "__qualname__", "f")
+        return f"{self.transform}({inner})"
+
+    def __call__(self, *args, **kwargs):
+        staged = _staged(self.fn, args, kwargs)
+        derived = self._cache.get(staged)
+        if derived is None:
+            try:
+                with paused_gc():
+                    derived = self._derive(staged)
+            except S2SError as e:
+                reraise_clean(e)
+            self._cache[staged] = derived
+        outs = run(derived.closed, _flat_inputs(staged, args, kwargs))
+        return derived.assemble(outs, args, kwargs)
+
+    def __repr__(self):
+        return f"<s2s {self.describe()}>"
+
+
+@dataclasses.dataclass
+class Derived:
+    closed: ClosedJaxpr
+    assemble: Callable[[list, tuple, dict], Any]   # flat outputs (+ the call) -> result pytree
+
+
+def _argnums_tuple(argnums) -> tuple[int, ...]:
+    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+
+def _diff_leaves(staged: Staged, argnums: tuple[int, ...], allow_int: bool, what: str):
+    """Per jaxpr input: differentiated or not; checks every leaf of the argnums arguments."""
+    n_params = len(staged.param_names)
+    for a in argnums:
+        if not -n_params <= a < n_params:
+            raise StagingError(f"{what}: argnums {a} is out of range for {n_params} arguments",
+                               f"use argnums between 0 and {n_params - 1}")
+    argnums = tuple(a % n_params for a in argnums)
+    paths = leaf_paths(staged.in_tree)
+    diff = []
+    for path, staged_leaf, leaf in zip(paths, staged.staged_mask, tree_leaves(staged.example_args)):
+        param = path[0][1]
+        if param not in argnums:
+            if staged_leaf:
+                diff.append(False)
+            continue
+        aval = None
+        if staged_leaf:
+            aval = staged.closed.jaxpr.invars[len(diff)].aval
+        if aval is None or not dtypes.is_differentiable(aval.dtype):
+            if not allow_int:
+                kind = "a static value" if aval is None else f"of dtype {aval.dtype}"
+                raise StagingError(
+                    f"{what} with respect to argument {staged.param_names[param]!r}, which holds "
+                    f"{kind} ({leaf!r:.40})" if aval is None else
+                    f"{what} with respect to argument {staged.param_names[param]!r} {kind}: "
+                    "only floating-point inputs have gradients",
+                    "pass allow_int=True to get float0 zeros for it, or differentiate with "
+                    "respect to float arguments only (argnums=...)")
+        if staged_leaf:
+            diff.append(aval is not None and dtypes.is_differentiable(aval.dtype))
+    return argnums, diff
+
+
+def _assemble_arg_cotangents(staged: Staged, argnums, diff, cts: list, args, kwargs):
+    """Cotangents in the structure of the argnums arguments (float0 for the rest)."""
+    from s2s.frontend import bind_arguments
+    _, values = bind_arguments(staged.fn, args, kwargs)
+    leaves, treedef = tree_flatten(values)
+    paths = leaf_paths(treedef)
+    ct_iter = iter(cts)
+    staged_index = 0
+    per_param: dict[int, list] = {a: [] for a in argnums}
+    for leaf, path, staged_leaf in zip(leaves, paths, staged.staged_mask):
+        param = path[0][1]
+        is_diff = staged_leaf and diff[staged_index]
+        if staged_leaf:
+            staged_index += 1
+        if param in per_param:
+            per_param[param].append(next(ct_iter) if is_diff else _zeros_like_leaf(leaf))
+    results = []
+    for a in argnums:
+        sub = values[a]
+        results.append(tree_flatten(sub)[1].unflatten(per_param[a]))
+    return results
+
+
+def _check_scalar_output(staged: Staged, has_aux: bool, what: str):
+    out_avals = staged.closed.out_avals
+    if has_aux:
+        if not (staged.out_tree.node_type in (tuple, list) and len(staged.out_tree.children) == 2):
+            raise StagingError(f"{what}(has_aux=True) needs the function to return a pair "
+                               "(output, aux)", "return `value, aux`")
+        n_primary = staged.out_tree.children[0].num_leaves
+    else:
+        n_primary = len(out_avals)
+    if n_primary != 1 or out_avals[0].shape != () or not dtypes.is_inexact(out_avals[0].dtype):
+        shown = ", ".join(a.str_short() for a in out_avals[:n_primary])
+        raise StagingError(
+            f"{what} needs a function with one scalar floating-point output, but "
+            f"{getattr(staged.fn, '__qualname__', 'it')} returns ({shown})",
+            "reduce the output to a scalar (e.g. .sum()), or use jacrev / vjp for "
+            "non-scalar outputs")
+    return n_primary
+
+
+def _grad_derive(argnums, has_aux, allow_int, with_value, what):
+    def derive(staged: Staged) -> Derived:
+        argnums_t, diff = _diff_leaves(staged, _argnums_tuple(argnums), allow_int, what)
+        _check_scalar_output(staged, has_aux, what)
+        closed = staged.closed
+        n_out = len(closed.jaxpr.outvars)
+        diff_out = [i == 0 for i in range(n_out)]
+        parts = _vjp_parts(closed, diff, diff_out)
+        out_aval = closed.out_avals[0]
+        with JaxprBuilder() as builder:
+            args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]
+            forward = inline_jaxpr(parts.forward, args)
+            outs, residuals = forward[:n_out], forward[n_out:]
+            seed = Literal(1.0, ShapedArray((), out_aval.dtype))
+            cts = inline_jaxpr(parts.backward, list(residuals) + [seed])
+            result = builder.build((list(outs) if with_value else list(outs[1:])) + list(cts))
+        fused = _clean(result)
+        n_values = n_out if with_value else n_out - 1
+
+        def assemble(flat, args, kwargs):
+            values, cts = flat[:n_values], flat[n_values:]
+            grads = _assemble_arg_cotangents(staged, argnums_t, diff, cts, args, kwargs)
+            grads = grads[0] if isinstance(argnums, int) else tuple(grads)
+            if with_value:
+                out = staged.out_tree.unflatten(values)
+                return (out, grads) if not has_aux else ((out[0], out[1]), grads)
+            if has_aux:
+                aux = staged.out_tree.children[1].unflatten(values)
+                return grads, aux
+            return grads
+        return Derived(fused, assemble)
+    return derive
+
+
+def grad(fn=None, argnums=0, has_aux: bool = False, allow_int: bool = False):
+    """The gradient of a scalar function with respect to argument(s) `argnums`.
+
+    Usable as `s2s.grad(f)` or as a decorator, bare (`@s2s.grad`) or with arguments
+    (`@s2s.grad(argnums=1)`). With `has_aux`, f returns `(value, aux)` and the result is
+    `(grads, aux)`. Integer arguments have no gradient: an error names them, unless
+    `allow_int=True`, which gives float0 zeros.
+    """
+    if fn is None:
+        return functools.partial(grad, argnums=argnums, has_aux=has_aux, allow_int=allow_int)
+    return Transformed(fn, "grad", _grad_derive(argnums, has_aux, allow_int, False, "grad"))
+
+
+def value_and_grad(fn=None, argnums=0, has_aux: bool = False, allow_int: bool = False):
+    """`(f(x), grad(f)(x))` in one pass; with `has_aux`, `((value, aux), grads)`."""
+    if fn is None:
+        return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux,
+                                 allow_int=allow_int)
+    return Transformed(fn, "value_and_grad",
+                       _grad_derive(argnums, has_aux, allow_int, True, "value_and_grad"))
+
+
+# ---------------------------------------------------------------------------------------
+# jvp, linearize, vjp, linear_transpose
+
+
+def _tangent_leaves(staged: Staged, tangents, primals) -> list:
+    leaves, treedef = tree_flatten(tuple(tangents))
+    _, primal_tree = tree_flatten(tuple(primals))
+    if treedef != primal_tree:
+        raise StagingError(f"tangents have structure {treedef} but primals have {primal_tree}",
+                           "pass one tangent per primal leaf, in the same structure")
+    return [t for t, m in zip(leaves, staged.staged_mask) if m]
+
+
+def jvp(fn, primals, tangents):
+    """`(fn(*primals), tangent of fn at primals along tangents)`, as pytrees."""
+    staged = _staged(fn, tuple(primals), {})
+    closed = staged.closed
+    diff = _float_mask(closed.in_avals)
+    jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=True)
+    flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
+    outs = run(jvp_closed, _flat_inputs(staged, tuple(primals), {}) + flat_t)
+    n = len(closed.jaxpr.outvars)
+    return staged.out_tree.unflatten(outs[:n]), staged.out_tree.unflatten(outs[n:])
+
+
+def linearize(fn, *primals):
+    """`(fn(*primals), f_jvp)` where `f_jvp(*tangents)` evaluates only the linear part."""
+    staged = _staged(fn, primals, {})
+    closed = staged.closed
+    diff = _float_mask(closed.in_avals)
+    n_in, n_out = len(closed.jaxpr.invars), len(closed.jaxpr.outvars)
+    jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=True)
+    pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
+                            instantiate=[False] * n_out + [True] * n_out)
+    forward = run(pe.known, _flat_inputs(staged, primals, {}))
+    outs, residuals = forward[:n_out], forward[n_out:]
+
+    def f_jvp(*tangents):
+        flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
+        return staged.out_tree.unflatten(run(pe.unknown, list(residuals) + flat_t))
+    return staged.out_tree.unflatten(outs), f_jvp
+
+
+def vjp(fn, *primals, has_aux: bool = False):
+    """`(fn(*primals), vjp_fn)`; `vjp_fn(cotangent)` returns one cotangent per primal.
+
+    With `has_aux`, fn returns `(out, aux)` and vjp returns `(out, vjp_fn, aux)`.
+    """
+    staged = _staged(fn, primals, {})
+    closed = staged.closed
+    n_out = len(closed.jaxpr.outvars)
+    diff = _float_mask(closed.in_avals)
+    n_primary = staged.out_tree.children[0].num_leaves if has_aux else n_out
+    diff_out = [i < n_primary and dtypes.is_differentiable(a.dtype)
+                for i, a in enumerate(closed.out_avals)]
+    parts = _vjp_parts(closed, diff, diff_out)
+    forward = run(parts.forward, _flat_inputs(staged, primals, {}))
+    outs, residuals = forward[:n_out], forward[n_out:]
+    out_tree = staged.out_tree.children[0] if has_aux else staged.out_tree
+    argnums = tuple(range(len(primals)))
+
+    def vjp_fn(cotangent):
+        ct_leaves, ct_tree = tree_flatten(cotangent)
+        if ct_tree != out_tree:
+            raise StagingError(f"vjp_fn got a cotangent of structure {ct_tree}, but the "
+                               f"function's output has structure {out_tree}",
+                               "pass a cotangent with the output's structure")
+        cts = [c for c, d in zip(ct_leaves, diff_out) if d]
+        in_cts = run(parts.backward, list(residuals) + cts)
+        return tuple(_assemble_arg_cotangents(staged, argnums, diff, in_cts, primals, {}))
+
+    if has_aux:
+        out = staged.out_tree.unflatten(outs)
+        return out[0], vjp_fn, out[1]
+    return staged.out_tree.unflatten(outs), vjp_fn
+
+
+def linear_transpose(fn, *primals):
+    """The transpose of a linear `fn`, evaluated at example `primals` (only their types matter)."""
+    staged = _staged(fn, primals, {})
+    closed = staged.closed
+    n_in = len(closed.jaxpr.invars)
+    # Parts that read no input (constants) become residuals; the rest must be linear.
+    pe = partial_eval_jaxpr(closed, [True] * n_in, instantiate=True)
+    residuals = run(pe.known, [])
+    backward = transpose_jaxpr(pe.unknown, [False] * pe.num_residuals + [True] * n_in)
+    argnums = tuple(range(len(primals)))
+    diff = [True] * n_in
+
+    def transposed(cotangent):
+        ct_leaves, _ = tree_flatten(cotangent)
+        in_cts = run(backward, list(residuals) + ct_leaves)
+        return tuple(_assemble_arg_cotangents(staged, argnums, diff, in_cts, primals, {}))
+    return transposed
+
+
+# ---------------------------------------------------------------------------------------
+# Jacobians and the Hessian (one basis vector at a time; batching arrives with vmap)
+
+
+def _one_hot(index: int, aval: ShapedArray):
+    """A staged one-hot array of `aval`'s shape with a 1 at flat position `index`."""
+    from s2s.numpy_api import creation, shaping
+    flat = creation.arange(aval.size) == index
+    return shaping.reshape(flat.astype(aval.dtype), aval.shape)
+
+
+def _stack_jacobian(columns: list, out_aval: ShapedArray, in_aval: ShapedArray, out_major: bool):
+    from s2s.numpy_api import shaping
+    stacked = shaping.stack(columns, axis=0 if out_major else -1)
+    return shaping.reshape(stacked, out_aval.shape + in_aval.shape)
+
+
+def _jac_derive(argnums, mode: str):
+    def derive(staged: Staged) -> Derived:
+        argnums_t, diff = _diff_leaves(staged, _argnums_tuple(argnums), False, mode)
+        closed = staged.closed
+        n_out = len(closed.jaxpr.outvars)
+        in_avals = [a for a, d in zip(closed.in_avals, diff) if d]
+        out_avals = closed.out_avals
+        for a in out_avals:
+            if not dtypes.is_inexact(a.dtype):
+                raise StagingError(f"{mode} needs floating-point outputs, got {a.str_short()}",
+                                   "convert the output to a float type")
+        with JaxprBuilder() as builder:
+            args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]
+            blocks = [[None] * len(in_avals) for _ in out_avals]
+            if mode == "jacrev":
+                parts = _vjp_parts(closed, diff, [True] * n_out)
+                forward = inline_jaxpr(parts.forward, args)
+                residuals = forward[n_out:]
+                for o, out_aval in enumerate(out_avals):
+                    rows = [[] for _ in in_avals]
+                    for k in range(out_aval.size):
+                        cts = [_one_hot(k, a) if i == o else _zeros(a) for i, a in enumerate(out_avals)]
+                        for j, ct in enumerate(inline_jaxpr(parts.backward, list(residuals) + cts)):
+                            rows[j].append(ct)
+                    for j, in_aval in enumerate(in_avals):
+                        blocks[o][j] = _stack_jacobian(rows[j], out_aval, in_aval, True)
+            else:
+                jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=True)
+                cols = [[[] for _ in in_avals] for _ in out_avals]
+                for j, in_aval in enumerate(in_avals):
+                    for k in range(in_aval.size):
+                        tangents = [_one_hot(k, a) if i == j else _zeros(a) for i, a in enumerate(in_avals)]
+                        outs = inline_jaxpr(jvp_closed, args + tangents)[n_out:]
+                        for o, t in enumerate(outs):
+                            cols[o][j].append(t)
+                for o, out_aval in enumerate(out_avals):
+                    for j, in_aval in enumerate(in_avals):
+                        blocks[o][j] = _stack_jacobian(cols[o][j], out_aval, in_aval, False)
+            result = builder.build([b for row in blocks for b in row])
+        fused = _clean(result)
+        n_in = len(in_avals)
+
+        def assemble(flat, args, kwargs):
+            per_out = []
+            for o in range(n_out):
+                row = flat[o * n_in:(o + 1) * n_in]
+                trees = _assemble_arg_cotangents(staged, argnums_t, diff, row, args, kwargs)
+                per_out.append(trees[0] if isinstance(argnums, int) else tuple(trees))
+            return staged.out_tree.unflatten(per_out)
+        return Derived(fused, assemble)
+    return derive
+
+
+def _zeros(aval: ShapedArray):
+    from s2s.passes.tangents import zeros
+    return zeros(aval)
+
+
+def jacrev(fn, argnums=0):
+    """The Jacobian by reverse mode: one backward pass per output element."""
+    return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev"))
+
+
+def jacfwd(fn, argnums=0):
+    """The Jacobian by forward mode: one tangent pass per input element."""
+    return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd"))
+
+
+def hessian(fn, argnums=0):
+    """The Hessian: forward over reverse, `jacfwd(jacrev(fn))`."""
+    return jacfwd(jacrev(fn, argnums), argnums)

@@ -1,0 +1,103 @@
+"""Forward mode: the JVP transform of a jaxpr, as an interpreter with a rule per primitive.
+
+`jvp_jaxpr(closed, nonzero)` builds a jaxpr that computes the original outputs and their
+tangents from the original inputs and the tangents of the inputs flagged in `nonzero`.
+Each equation is handled by `jvp_rules[primitive]`:
+
+    rule(primals: list, tangents: list, **params) -> (primal_out, tangent_out)
+
+where a tangent is a staged value or a symbolic `Zero`; for a primitive with multiple
+results both outputs are lists. An equation whose tangents are all `Zero` is just
+re-staged, and its outputs' tangents are `Zero`: no rule runs, so a function that ignores
+an argument costs nothing for it. Rules are written with the NumPy surface or
+`Primitive.bind`, so they read like the math they implement.
+
+Variable names carry over: a primal keeps its user name (`h`), its tangent is `h_dot`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from s2s.core import ClosedJaxpr, Literal, Primitive
+from s2s.passes.tangents import Zero, instantiate, tangent_aval
+from s2s.staging import JaxprBuilder, Tracer, paused_gc
+
+jvp_rules: dict[Primitive, Callable] = {}
+
+
+def register(primitive: Primitive, rule: Callable) -> None:
+    jvp_rules[primitive] = rule
+
+
+def tangent_hint(hint: str | None) -> str | None:
+    return None if hint is None else f"{hint}_dot"
+
+
+def _name(value, hint):
+    if isinstance(value, Tracer) and value.variable.hint is None and hint is not None:
+        value.variable.hint = hint
+
+
+def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, list]:
+    """Stages the JVP of `closed` into the current builder; returns (primals, tangents) out."""
+    from s2s.staging import current_builder
+    builder = current_builder()
+    jaxpr = closed.jaxpr
+    primal_env, tangent_env = {}, {}
+
+    def read(v):
+        if isinstance(v, Literal):
+            return v, Zero(tangent_aval(v.aval))
+        return primal_env[v], tangent_env[v]
+
+    for v, value in zip(jaxpr.constvars, closed.consts):
+        primal_env[v], tangent_env[v] = value, Zero(tangent_aval(v.aval))
+    for v, p, t in zip(jaxpr.invars, primals, tangents):
+        primal_env[v], tangent_env[v] = p, t
+    for eqn in jaxpr.eqns:
+        ins, in_tangents = zip(*map(read, eqn.invars)) if eqn.invars else ((), ())
+        with builder.at(eqn.source_info):
+            if all(isinstance(t, Zero) for t in in_tangents):
+                outs = eqn.primitive.bind(*ins, **eqn.params)
+                outs = outs if eqn.primitive.multiple_results else [outs]
+                out_tangents = [Zero(tangent_aval(v.aval)) for v in eqn.outvars]
+            else:
+                rule = jvp_rules.get(eqn.primitive)
+                if rule is None:
+                    raise NotImplementedError(f"no jvp rule for {eqn.primitive.name}")
+                outs, out_tangents = rule(list(ins), list(in_tangents), **eqn.params)
+                if not eqn.primitive.multiple_results:
+                    outs, out_tangents = [outs], [out_tangents]
+        for v, p, t in zip(eqn.outvars, outs, out_tangents):
+            _name(p, v.hint)
+            _name(t, tangent_hint(v.hint))
+            primal_env[v], tangent_env[v] = p, t
+    out = [read(v) for v in jaxpr.outvars]
+    return [p for p, _ in out], [t for _, t in out]
+
+
+def jvp_jaxpr(closed: ClosedJaxpr, nonzero: list[bool], instantiate_out: bool | list[bool] = True
+              ) -> tuple[ClosedJaxpr, list[bool]]:
+    """The JVP of `closed` as a jaxpr: (primals, nonzero tangents) → (primals, tangents).
+
+    Returns the jaxpr and, per output, whether its tangent is nonzero (symbolic zero
+    outputs are instantiated when `instantiate_out` says so, and then count as nonzero).
+    """
+    jaxpr = closed.jaxpr
+    if isinstance(instantiate_out, bool):
+        instantiate_out = [instantiate_out] * len(jaxpr.outvars)
+    with paused_gc(), JaxprBuilder() as builder:
+        primals = [builder.new_arg(v.aval, v.hint) for v in jaxpr.invars]
+        tangents = [builder.new_arg(tangent_aval(v.aval), tangent_hint(v.hint)) if nz
+                    else Zero(tangent_aval(v.aval)) for v, nz in zip(jaxpr.invars, nonzero)]
+        outs, out_tangents = jvp_eqns(closed, primals, tangents)
+        out_nonzero = []
+        final_tangents = []
+        for t, inst in zip(out_tangents, instantiate_out):
+            if isinstance(t, Zero) and inst:
+                t = instantiate(t)
+            out_nonzero.append(not isinstance(t, Zero))
+            if not isinstance(t, Zero):
+                final_tangents.append(t)
+        result = builder.build(list(outs) + final_tangents)
+    return result, out_nonzero

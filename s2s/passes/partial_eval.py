@@ -1,0 +1,76 @@
+"""Partial evaluation: split a jaxpr into the part computable from known inputs and the rest.
+
+`partial_eval_jaxpr(closed, unknowns)` returns
+
+    known:   known inputs          → known outputs, residuals
+    unknown: residuals, unknown inputs → unknown outputs
+
+An equation is unknown when any of its inputs is; everything else runs in the known
+jaxpr. Residuals are exactly the known values that unknown equations (or unknown
+outputs) read, after dead-code elimination of both sides, so nothing is saved that the
+unknown side does not use.
+
+`linearize = jvp + partial_eval`: with primals known and tangents unknown, the known
+jaxpr is the forward pass and the unknown one is linear in the tangents.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from s2s.core import ClosedJaxpr, Jaxpr, Var
+from s2s.passes.dce import dce_jaxpr
+
+
+@dataclasses.dataclass
+class PartialEval:
+    known: ClosedJaxpr        # known inputs -> known outputs + residuals
+    unknown: ClosedJaxpr      # residuals + unknown inputs -> unknown outputs
+    out_unknowns: list[bool]  # per original output
+    num_residuals: int
+
+
+def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
+                       instantiate: bool | list[bool] = False) -> PartialEval:
+    """Splits `closed`. Outputs flagged in `instantiate` are made unknown even if known
+    (they are then passed through as residuals), so the caller gets a fixed layout."""
+    jaxpr = closed.jaxpr
+    if isinstance(instantiate, bool):
+        instantiate = [instantiate] * len(jaxpr.outvars)
+    unknown_vars: set[Var] = {v for v, u in zip(jaxpr.invars, unknowns) if u}
+    known_eqns, unknown_eqns = [], []
+    for eqn in jaxpr.eqns:
+        if any(isinstance(v, Var) and v in unknown_vars for v in eqn.invars):
+            unknown_eqns.append(eqn)
+            unknown_vars.update(eqn.outvars)
+        else:
+            known_eqns.append(eqn)
+
+    out_unknowns = [(isinstance(v, Var) and v in unknown_vars) or inst
+                    for v, inst in zip(jaxpr.outvars, instantiate)]
+
+    # Residuals: known vars read on the unknown side (inputs of unknown equations, and
+    # outputs that are known values but must be produced by the unknown jaxpr).
+    residuals: list[Var] = []
+    seen: set[Var] = set()
+
+    def add_residual(v):
+        if isinstance(v, Var) and v not in unknown_vars and v not in seen:
+            seen.add(v)
+            residuals.append(v)
+
+    unknown_jaxpr_outs = [v for v, u in zip(jaxpr.outvars, out_unknowns) if u]
+    live_unknown = dce_jaxpr(Jaxpr([], [], unknown_jaxpr_outs, unknown_eqns), prune_invars=False)
+    for eqn in live_unknown.eqns:
+        for v in eqn.invars:
+            add_residual(v)
+    for v in unknown_jaxpr_outs:
+        add_residual(v)
+
+    known_invars = [v for v, u in zip(jaxpr.invars, unknowns) if not u]
+    known_outs = [v for v, u in zip(jaxpr.outvars, out_unknowns) if not u]
+    known = Jaxpr(jaxpr.constvars, known_invars, known_outs + residuals, known_eqns)
+    known = dce_jaxpr(known, prune_invars=False)
+    unknown_invars = [v for v, u in zip(jaxpr.invars, unknowns) if u]
+    unknown = Jaxpr([], residuals + unknown_invars, unknown_jaxpr_outs, live_unknown.eqns)
+    return PartialEval(ClosedJaxpr(known, closed.consts), ClosedJaxpr(unknown, []),
+                       out_unknowns, len(residuals))

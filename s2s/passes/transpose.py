@@ -1,0 +1,121 @@
+"""Transposition of linear jaxprs: the backward pass of reverse mode.
+
+`transpose_jaxpr(closed, linear)` takes a jaxpr that is linear in the inputs flagged in
+`linear` (the others are residuals: constants of the linear map) and builds
+
+    residuals, cotangents of the outputs → cotangents of the linear inputs
+
+by walking the equations backwards. Only linear equations ever reach it (partial
+evaluation moved everything else to the forward pass); a non-linear one is a bug and
+fails loudly. Each primitive's rule in `transpose_rules`:
+
+    rule(cts, *args, **params) -> list with one cotangent (or None) per argument
+
+gets the output cotangent(s) (`Zero` when symbolic) and the arguments, where a linear
+one is a `LinearInput(aval)` marker and the others are their values. Cotangents are
+accumulated with `add_any`, kept as symbolic zeros until needed, and popped from the
+environment when read: in SSA each is read once, so memory is released as the backward
+pass proceeds.
+
+Names carry over: the cotangent of `h_dot` (the tangent of `h`) is `h_bar`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from s2s.core import ClosedJaxpr, Literal, Primitive, ShapedArray, Var
+from s2s.passes.tangents import Zero, add_tangents, instantiate
+from s2s.staging import JaxprBuilder, Tracer, current_builder, paused_gc
+
+transpose_rules: dict[Primitive, Callable] = {}
+
+
+def register(primitive: Primitive, rule: Callable) -> None:
+    transpose_rules[primitive] = rule
+
+
+class LinearInput:
+    """Marks an argument the equation is linear in (JAX calls it an undefined primal)."""
+
+    __slots__ = ("aval",)
+
+    def __init__(self, aval: ShapedArray):
+        self.aval = aval
+
+    def __repr__(self):
+        return f"LinearInput({self.aval.str_short()})"
+
+
+def is_linear(x) -> bool:
+    return isinstance(x, LinearInput)
+
+
+def cotangent_hint(hint: str | None) -> str | None:
+    if hint is None:
+        return None
+    return (hint[:-len("_dot")] if hint.endswith("_dot") else hint) + "_bar"
+
+
+class NonLinearEquationError(AssertionError):
+    """A non-linear equation reached transposition: a bug in a jvp rule or partial eval."""
+
+
+def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: list) -> list:
+    """Stages the transpose into the current builder.
+
+    `args[i]` is the value of non-linear input i (ignored for linear ones); returns the
+    cotangent of every linear input (a value or `Zero`), in input order.
+    """
+    jaxpr = closed.jaxpr
+    builder = current_builder()
+    linear_vars: set[Var] = {v for v, lin in zip(jaxpr.invars, linear) if lin}
+    values: dict[Var, object] = {v: c for v, c in zip(jaxpr.constvars, closed.consts)}
+    values.update({v: a for v, a, lin in zip(jaxpr.invars, args, linear) if not lin})
+    for eqn in jaxpr.eqns:  # every equation must depend on a linear input
+        if any(isinstance(v, Var) and v in linear_vars for v in eqn.invars):
+            linear_vars.update(eqn.outvars)
+        else:
+            raise NonLinearEquationError(
+                f"transpose reached `{eqn.primitive.name}`, which reads no linear input; "
+                "partial evaluation should have moved it to the forward pass")
+
+    cts: dict[Var, object] = {}
+
+    def write(v, ct):
+        if ct is None or not isinstance(v, Var) or v not in linear_vars:
+            return
+        if isinstance(ct, Tracer) and ct.variable.hint is None:
+            ct.variable.hint = cotangent_hint(v.hint)
+        cts[v] = add_tangents(cts.pop(v, Zero(v.aval)), ct)
+
+    for v, ct in zip(jaxpr.outvars, cts_out):
+        write(v, ct)
+
+    for eqn in reversed(jaxpr.eqns):
+        outs = [cts.pop(v, Zero(v.aval)) for v in eqn.outvars]
+        if all(isinstance(c, Zero) for c in outs):
+            continue
+        rule = transpose_rules.get(eqn.primitive)
+        if rule is None:
+            raise NonLinearEquationError(f"{eqn.primitive.name} is not linear (no transpose rule)")
+        ins = [LinearInput(v.aval) if isinstance(v, Var) and v in linear_vars
+               else (v if isinstance(v, Literal) else values[v]) for v in eqn.invars]
+        with builder.at(eqn.source_info):
+            in_cts = rule(outs if eqn.primitive.multiple_results else outs[0], *ins, **eqn.params)
+        for v, ct in zip(eqn.invars, in_cts):
+            write(v, ct)
+    return [cts.pop(v, Zero(v.aval)) for v, lin in zip(jaxpr.invars, linear) if lin]
+
+
+def transpose_jaxpr(closed: ClosedJaxpr, linear: list[bool]) -> ClosedJaxpr:
+    """(non-linear inputs, output cotangents) → cotangents of the linear inputs."""
+    jaxpr = closed.jaxpr
+    with paused_gc(), JaxprBuilder() as builder:
+        args = [None if lin else builder.new_arg(v.aval, v.hint)
+                for v, lin in zip(jaxpr.invars, linear)]
+        cts_out = [builder.new_arg(v.aval, cotangent_hint(getattr(v, "hint", None)))
+                   for v in jaxpr.outvars]
+        cts_in = backward_pass(closed, linear, args, cts_out)
+        lin_avals = [v.aval for v, lin in zip(jaxpr.invars, linear) if lin]
+        result = builder.build([instantiate(c) for c, _ in zip(cts_in, lin_avals)])
+    return result
