@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# The tangent dtype of integer and boolean values (jax's float0): carries no data. Emitted
+# modules name it `rt.float0` where a jaxpr holds float0 zeros.
+float0 = np.dtype([("float0", np.void, 0)])
+
 
 def trunc_divide(x, y):
     """Integer division rounding toward zero (C and XLA semantics; NumPy's // floors)."""

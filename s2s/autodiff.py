@@ -118,14 +118,15 @@ class Transformed:
 
     __s2s_transform__ = True
 
-    def __init__(self, fn, name: str, derive: Callable[[Staged], "Derived"]):
+    def __init__(self, fn, name: str, derive: Callable[[Staged, tuple], "Derived"]):
         # updated=(): copying fn's __dict__ would overwrite these attributes when fn is
         # itself Transformed (grad(grad(f))).
         functools.update_wrapper(self, fn, updated=())
         self.fn = fn
         self.transform = name
         self._derive = derive
-        self._cache: "weakref.WeakKeyDictionary[Staged, Derived]" = weakref.WeakKeyDictionary()
+        # Staged -> {number of positional arguments: Derived} (argnums count positionals).
+        self._cache: "weakref.WeakKeyDictionary[Staged, dict]" = weakref.WeakKeyDictionary()
         inner = getattr(fn, "__name__", "f")
         self.__name__ = f"{name}_{inner}" if inner.isidentifier() else name
         self.__qualname__ = self.__name__
@@ -136,14 +137,15 @@ class Transformed:
 
     def __call__(self, *args, **kwargs):
         staged = _staged(self.fn, args, kwargs)
-        derived = self._cache.get(staged)
+        per_staged = self._cache.setdefault(staged, {})
+        derived = per_staged.get(len(args))
         if derived is None:
             try:
                 with paused_gc():
-                    derived = self._derive(staged)
+                    derived = self._derive(staged, args)
             except S2SError as e:
                 reraise_clean(e)
-            self._cache[staged] = derived
+            per_staged[len(args)] = derived
         outs = run(derived.closed, _flat_inputs(staged, args, kwargs))
         return derived.assemble(outs, args, kwargs)
 
@@ -161,61 +163,68 @@ def _argnums_tuple(argnums) -> tuple[int, ...]:
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
-def _diff_leaves(staged: Staged, argnums: tuple[int, ...], allow_int: bool, what: str):
-    """Per jaxpr input: differentiated or not; checks every leaf of the argnums arguments."""
-    n_params = len(staged.param_names)
+def _positional_leaf_ranges(args: tuple) -> list[range]:
+    """For each positional argument, the indices of its leaves among the call's leaves.
+
+    Positional arguments' leaves come first when the bound arguments are flattened (the
+    parameters they fill come first, *args included), so they are consecutive ranges.
+    """
+    ranges, start = [], 0
+    for a in args:
+        n = len(tree_leaves(a))
+        ranges.append(range(start, start + n))
+        start += n
+    return ranges
+
+
+def _diff_leaves(staged: Staged, args: tuple, argnums: tuple[int, ...], allow_int: bool,
+                 what: str) -> tuple[tuple[int, ...], list[bool]]:
+    """Which jaxpr inputs are differentiated: the float leaves of positional args `argnums`.
+
+    A leaf of those arguments without a gradient (an int, static or staged) is an error
+    naming the argument, unless `allow_int` (it then gets float0 zeros).
+    """
     for a in argnums:
-        if not -n_params <= a < n_params:
-            raise StagingError(f"{what}: argnums {a} is out of range for {n_params} arguments",
-                               f"use argnums between 0 and {n_params - 1}")
-    argnums = tuple(a % n_params for a in argnums)
-    paths = leaf_paths(staged.in_tree)
+        if not -len(args) <= a < len(args):
+            raise StagingError(f"{what}: argnums {a} is out of range for {len(args)} positional "
+                               "arguments", f"use argnums between 0 and {len(args) - 1}")
+    argnums = tuple(a % len(args) for a in argnums)
+    ranges = _positional_leaf_ranges(args)
+    wanted = {i: a for a in argnums for i in ranges[a]}
+    in_avals = iter(staged.closed.in_avals)
     diff = []
-    for path, staged_leaf, leaf in zip(paths, staged.staged_mask, tree_leaves(staged.example_args)):
-        param = path[0][1]
-        if param not in argnums:
-            if staged_leaf:
-                diff.append(False)
-            continue
-        aval = None
+    for index, (leaf, staged_leaf) in enumerate(zip(tree_leaves(staged.example_args), staged.staged_mask)):
+        aval = next(in_avals) if staged_leaf else None
+        differentiable = aval is not None and dtypes.is_differentiable(aval.dtype)
+        if index in wanted and not differentiable and not allow_int:
+            kind = "a static value" if aval is None else f"dtype {aval.dtype}"
+            raise StagingError(
+                f"{what} with respect to positional argument {wanted[index]} "
+                f"({staged.param_names[min(wanted[index], len(staged.param_names) - 1)]!r}), which "
+                f"holds {kind}: only floating-point inputs have gradients",
+                "pass allow_int=True to get float0 zeros for it, or differentiate with respect "
+                "to float arguments only (argnums=...)")
         if staged_leaf:
-            aval = staged.closed.jaxpr.invars[len(diff)].aval
-        if aval is None or not dtypes.is_differentiable(aval.dtype):
-            if not allow_int:
-                kind = "a static value" if aval is None else f"of dtype {aval.dtype}"
-                raise StagingError(
-                    f"{what} with respect to argument {staged.param_names[param]!r}, which holds "
-                    f"{kind} ({leaf!r:.40})" if aval is None else
-                    f"{what} with respect to argument {staged.param_names[param]!r} {kind}: "
-                    "only floating-point inputs have gradients",
-                    "pass allow_int=True to get float0 zeros for it, or differentiate with "
-                    "respect to float arguments only (argnums=...)")
-        if staged_leaf:
-            diff.append(aval is not None and dtypes.is_differentiable(aval.dtype))
+            diff.append(index in wanted and differentiable)
     return argnums, diff
 
 
-def _assemble_arg_cotangents(staged: Staged, argnums, diff, cts: list, args, kwargs):
-    """Cotangents in the structure of the argnums arguments (float0 for the rest)."""
-    from s2s.frontend import bind_arguments
-    _, values = bind_arguments(staged.fn, args, kwargs)
-    leaves, treedef = tree_flatten(values)
-    paths = leaf_paths(treedef)
-    ct_iter = iter(cts)
-    staged_index = 0
-    per_param: dict[int, list] = {a: [] for a in argnums}
-    for leaf, path, staged_leaf in zip(leaves, paths, staged.staged_mask):
-        param = path[0][1]
-        is_diff = staged_leaf and diff[staged_index]
+def _arg_cotangents(staged: Staged, args: tuple, argnums, diff, cts: list) -> list:
+    """One cotangent tree per argument in `argnums` (float0 zeros where no gradient)."""
+    leaves = tree_leaves(args)
+    ranges = _positional_leaf_ranges(args)
+    by_leaf, ct_iter, staged_index = {}, iter(cts), 0
+    for index, staged_leaf in enumerate(staged.staged_mask):
         if staged_leaf:
+            if diff[staged_index]:
+                by_leaf[index] = next(ct_iter)
             staged_index += 1
-        if param in per_param:
-            per_param[param].append(next(ct_iter) if is_diff else _zeros_like_leaf(leaf))
-    results = []
+    out = []
     for a in argnums:
-        sub = values[a]
-        results.append(tree_flatten(sub)[1].unflatten(per_param[a]))
-    return results
+        _, treedef = tree_flatten(args[a])
+        out.append(treedef.unflatten([by_leaf[i] if i in by_leaf else _zeros_like_leaf(leaves[i])
+                                      for i in ranges[a]]))
+    return out
 
 
 def _check_scalar_output(staged: Staged, has_aux: bool, what: str):
@@ -238,8 +247,8 @@ def _check_scalar_output(staged: Staged, has_aux: bool, what: str):
 
 
 def _grad_derive(argnums, has_aux, allow_int, with_value, what):
-    def derive(staged: Staged) -> Derived:
-        argnums_t, diff = _diff_leaves(staged, _argnums_tuple(argnums), allow_int, what)
+    def derive(staged: Staged, call_args: tuple) -> Derived:
+        argnums_t, diff = _diff_leaves(staged, call_args, _argnums_tuple(argnums), allow_int, what)
         _check_scalar_output(staged, has_aux, what)
         closed = staged.closed
         n_out = len(closed.jaxpr.outvars)
@@ -258,7 +267,7 @@ def _grad_derive(argnums, has_aux, allow_int, with_value, what):
 
         def assemble(flat, args, kwargs):
             values, cts = flat[:n_values], flat[n_values:]
-            grads = _assemble_arg_cotangents(staged, argnums_t, diff, cts, args, kwargs)
+            grads = _arg_cotangents(staged, args, argnums_t, diff, cts)
             grads = grads[0] if isinstance(argnums, int) else tuple(grads)
             if with_value:
                 out = staged.out_tree.unflatten(values)
@@ -352,7 +361,6 @@ def vjp(fn, *primals, has_aux: bool = False):
     forward = run(parts.forward, _flat_inputs(staged, primals, {}))
     outs, residuals = forward[:n_out], forward[n_out:]
     out_tree = staged.out_tree.children[0] if has_aux else staged.out_tree
-    argnums = tuple(range(len(primals)))
 
     def vjp_fn(cotangent):
         ct_leaves, ct_tree = tree_flatten(cotangent)
@@ -362,7 +370,7 @@ def vjp(fn, *primals, has_aux: bool = False):
                                "pass a cotangent with the output's structure")
         cts = [c for c, d in zip(ct_leaves, diff_out) if d]
         in_cts = run(parts.backward, list(residuals) + cts)
-        return tuple(_assemble_arg_cotangents(staged, argnums, diff, in_cts, primals, {}))
+        return tuple(_arg_cotangents(staged, primals, range(len(primals)), diff, in_cts))
 
     if has_aux:
         out = staged.out_tree.unflatten(outs)
@@ -379,13 +387,12 @@ def linear_transpose(fn, *primals):
     pe = partial_eval_jaxpr(closed, [True] * n_in, instantiate=True)
     residuals = run(pe.known, [])
     backward = transpose_jaxpr(pe.unknown, [False] * pe.num_residuals + [True] * n_in)
-    argnums = tuple(range(len(primals)))
     diff = [True] * n_in
 
     def transposed(cotangent):
         ct_leaves, _ = tree_flatten(cotangent)
         in_cts = run(backward, list(residuals) + ct_leaves)
-        return tuple(_assemble_arg_cotangents(staged, argnums, diff, in_cts, primals, {}))
+        return tuple(_arg_cotangents(staged, primals, range(len(primals)), diff, in_cts))
     return transposed
 
 
@@ -407,8 +414,8 @@ def _stack_jacobian(columns: list, out_aval: ShapedArray, in_aval: ShapedArray, 
 
 
 def _jac_derive(argnums, mode: str):
-    def derive(staged: Staged) -> Derived:
-        argnums_t, diff = _diff_leaves(staged, _argnums_tuple(argnums), False, mode)
+    def derive(staged: Staged, call_args: tuple) -> Derived:
+        argnums_t, diff = _diff_leaves(staged, call_args, _argnums_tuple(argnums), False, mode)
         closed = staged.closed
         n_out = len(closed.jaxpr.outvars)
         in_avals = [a for a, d in zip(closed.in_avals, diff) if d]
@@ -452,7 +459,7 @@ def _jac_derive(argnums, mode: str):
             per_out = []
             for o in range(n_out):
                 row = flat[o * n_in:(o + 1) * n_in]
-                trees = _assemble_arg_cotangents(staged, argnums_t, diff, row, args, kwargs)
+                trees = _arg_cotangents(staged, args, argnums_t, diff, row)
                 per_out.append(trees[0] if isinstance(argnums, int) else tuple(trees))
             return staged.out_tree.unflatten(per_out)
         return Derived(fused, assemble)

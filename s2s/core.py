@@ -217,7 +217,8 @@ def format_param(value) -> str:
     if isinstance(value, type) and issubclass(value, np.generic):
         return dtypes.short_name(np.dtype(value))
     if isinstance(value, ClosedJaxpr | Jaxpr):
-        return "{ " + pp_jaxpr(value.jaxpr if isinstance(value, ClosedJaxpr) else value).strip() + " }"
+        text = pp_jaxpr(value.jaxpr if isinstance(value, ClosedJaxpr) else value)
+        return text.replace("\n", "\n    ")
     if isinstance(value, tuple):
         inner = ", ".join(format_param(v) for v in value)
         return f"({inner}{',' if len(value) == 1 else ''})"

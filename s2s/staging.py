@@ -246,11 +246,12 @@ def is_staged(value) -> bool:
     return isinstance(value, Tracer)
 
 
-def inline_jaxpr(closed: ClosedJaxpr, args) -> list:
+def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset()) -> list:
     """Stages every equation of `closed` into the current builder, applied to `args`.
 
     Variable names (hints) and source locations carry over, so a jaxpr built by a pass and
-    inlined into a user's function still reads with the user's names and lines.
+    inlined into a user's function still reads with the user's names and lines. Equations
+    of the call primitives in `expand_calls` are replaced by their `call` jaxpr's equations.
     """
     builder = current_builder()
     jaxpr = closed.jaxpr
@@ -262,9 +263,13 @@ def inline_jaxpr(closed: ClosedJaxpr, args) -> list:
     env.update(zip(jaxpr.constvars, closed.consts))
     env.update(zip(jaxpr.invars, args))
     for eqn in jaxpr.eqns:
+        ins = [read(v) for v in eqn.invars]
         with builder.at(eqn.source_info):
-            outs = eqn.primitive.bind(*map(read, eqn.invars), **eqn.params)
-        outs = outs if eqn.primitive.multiple_results else [outs]
+            if eqn.primitive in expand_calls:
+                outs = inline_jaxpr(eqn.params["call"], ins, expand_calls)
+            else:
+                outs = eqn.primitive.bind(*ins, **eqn.params)
+                outs = outs if eqn.primitive.multiple_results else [outs]
         for v, out in zip(eqn.outvars, outs):
             if isinstance(out, Tracer) and out.variable.hint is None:
                 out.variable.hint = v.hint

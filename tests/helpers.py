@@ -141,3 +141,16 @@ def _compare_loose(got, expected, rtol, atol, what):
         g = np.asarray(g)
         assert g.shape == e.shape, f"{what}shape {g.shape} != jax's {e.shape}"
         np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=what)
+
+
+def with_numpy(fn, np_module):
+    """A copy of `fn` whose module-level `np` (and that of the functions of its module it
+    calls) is `np_module`: the same source run by autograd.numpy or jax.numpy as an oracle."""
+    import types
+    namespace = dict(fn.__globals__)
+    namespace["np"] = np_module
+    for name, value in list(namespace.items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == fn.__module__:
+            namespace[name] = types.FunctionType(value.__code__, namespace, value.__name__,
+                                                 value.__defaults__, value.__closure__)
+    return types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)

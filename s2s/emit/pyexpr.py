@@ -44,6 +44,9 @@ class Expr:
 
 python_rules: dict = {}   # Primitive -> rule(eqn, *operands: Expr) -> Expr
 
+# Call primitives (custom_jvp_call ...) whose `call` jaxpr the emitter writes out in place.
+INLINED_BEFORE_EMISSION: set = set()
+
 
 def register(primitive, rule: Callable) -> None:
     python_rules[primitive] = rule

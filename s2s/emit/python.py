@@ -93,8 +93,10 @@ def _identifier(hint: str) -> str:
 
 
 def literal_expr(lit: Literal, bare_ok: bool) -> Expr:
-    value = lit.value.item() if isinstance(lit.value, np.generic) else lit.value
     dtype = lit.aval.dtype
+    if dtype == dtypes.float0:   # a scalar float0 zero (the tangent of a 0-d int or bool)
+        return Expr(f"np.zeros((), {dtype_text(dtype)})")
+    value = lit.value.item() if isinstance(lit.value, np.generic) else lit.value
     if dtype.kind == "b":
         text = repr(bool(value))
     elif dtype.kind in "iu":
@@ -145,6 +147,8 @@ def _const_source(name: str, value: np.ndarray, options: EmitOptions, sidecar: d
 def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: str,
                 options: EmitOptions | None = None) -> EmittedModule:
     options = options or EmitOptions()
+    from s2s.passes.inline import inline_calls
+    closed = inline_calls(closed)
     jaxpr = closed.jaxpr
     names = _Names(taken=[name] + signature.params)
     module_names = _Names(taken=[name] + ["_consts"])

@@ -28,11 +28,12 @@ def _params_key(params: dict):
         return None  # parameters we cannot compare (sub-jaxprs): never merged
 
 
-def _identity_operand(eqn, invars):
+def _identity_operand(eqn, invars, filled: dict):
     """The operand an equation merely passes through (`x * 1`, `x + 0`), if any.
 
-    Differentiation makes these (the cotangent seed is a literal 1); dropping them keeps
-    emitted derivatives free of `1.0 * t` noise.
+    Differentiation makes these (the cotangent seed is a literal 1, and the transpose of a
+    sum broadcasts it); dropping them keeps emitted derivatives free of `1.0 * t` noise.
+    `filled` maps variables that are a broadcast literal to that literal's value.
     """
     name = eqn.primitive.name
     if name not in ("mul", "add", "add_any", "sub") or len(invars) != 2:
@@ -41,8 +42,9 @@ def _identity_operand(eqn, invars):
     out = eqn.outvars[0].aval
     candidates = [(0, 1), (1, 0)] if name != "sub" else [(0, 1)]
     for keep, other in candidates:
-        lit, var = invars[other], invars[keep]
-        if (isinstance(lit, Literal) and isinstance(var, Var) and lit.value == unit
+        constant, var = invars[other], invars[keep]
+        value = constant.value if isinstance(constant, Literal) else filled.get(constant)
+        if (value is not None and isinstance(var, Var) and value == unit
                 and var.aval.shape == out.shape and var.aval.dtype == out.dtype):
             return var
     return None
@@ -52,6 +54,7 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
     jaxpr = closed.jaxpr
     rename: dict[Var, Var] = {}
     seen: dict[tuple, list[Var]] = {}
+    filled: dict[Var, object] = {}   # var -> the literal it is a broadcast of
     eqns = []
 
     def sub(v):
@@ -59,10 +62,14 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
 
     for eqn in jaxpr.eqns:
         invars = [sub(v) for v in eqn.invars]
-        passthrough = _identity_operand(eqn, invars)
+        passthrough = _identity_operand(eqn, invars, filled)
         if passthrough is not None:
             rename[eqn.outvars[0]] = passthrough
+            if passthrough.hint is None:
+                passthrough.hint = eqn.outvars[0].hint
             continue
+        if eqn.primitive.name == "broadcast_in_dim" and isinstance(invars[0], Literal):
+            filled[eqn.outvars[0]] = invars[0].value
         params_key = _params_key(eqn.params)
         key = None
         if params_key is not None:

@@ -1,2 +1,3 @@
 """Primitive families. Importing this package declares every primitive with all its rules."""
-from s2s.primitives import elementwise, indexing, linalg, reductions, structural  # noqa: F401
+from s2s.primitives import (custom_derivatives, elementwise, indexing, linalg,  # noqa: F401
+                            reductions, structural)

@@ -251,3 +251,240 @@ def _lu_abstract(a):
 # LAPACK getrf: (lu, pivots, permutation) with a[..., permutation, :] = L @ U.
 lu = Primitive("lu", _lu_abstract, lambda a: list(rt_linalg.lu(a)), multiple_results=True)
 register(lu, lambda eqn, a: call("rt.lu", a))
+
+# ---------------------------------------------------------------------------------------
+# Derivatives. Rules read like the math: `x` is a primal, `x_dot` its tangent, `ct` an
+# output cotangent. They stage with the NumPy surface and the primitives above, so the
+# derivative code reads as `a_dot @ b + a @ b_dot`, `solve(L, ...)`, `np.tril(...)`.
+# Real dtypes only (the NumPy surface has no complex conjugation yet).
+
+from s2s.numpy_api import creation as _creation, shaping as _shaping  # noqa: E402
+from s2s.numpy_api._base import aval as _value_aval, convert as _convert  # noqa: E402
+from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
+from s2s.passes.tangents import Zero, is_zero, tangent_aval  # noqa: E402
+from s2s.passes.transpose import is_linear  # noqa: E402
+
+
+def _aval(x) -> ShapedArray:
+    """The abstract value of a staged value, a constant or a LinearInput marker."""
+    return x.aval if is_linear(x) else _value_aval(x)
+
+
+def _add_terms(*terms):
+    """The sum of the terms that are not symbolic zeros (None if all are)."""
+    total = None
+    for term in terms:
+        if term is None or is_zero(term):
+            continue
+        total = term if total is None else total + term
+    return total
+
+
+def _argsort(values) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argsort(list(values), kind="stable"))
+
+
+def _mT(x):
+    """The transpose of each matrix of a batch (the last two axes swapped)."""
+    n = _aval(x).ndim
+    return _shaping.transpose(x, tuple(range(n - 2)) + (n - 1, n - 2))
+
+
+def _matmul(a, b):
+    """Batched `a @ b` for equal batch dims, as one dot_general (it emits as `a @ b`)."""
+    nb = _aval(a).ndim - 2
+    batch = tuple(range(nb))
+    return dot_general.bind(a, b, dimension_numbers=(((nb + 1,), (nb,)), (batch, batch)),
+                            preferred_element_type=None)
+
+
+def _solve(a, b, **flags):
+    return triangular_solve.bind(a, b, **flags)
+
+
+# dot_general: bilinear. The jvp is the product rule; each transpose is another
+# dot_general of the cotangent with the other operand, contracting what the product kept.
+
+
+def _dot_general_jvp(primals, tangents, *, dimension_numbers, preferred_element_type=None):
+    (lhs, rhs), (lhs_dot, rhs_dot) = primals, tangents
+    params = dict(dimension_numbers=dimension_numbers,
+                  preferred_element_type=preferred_element_type)
+    out = dot_general.bind(lhs, rhs, **params)
+    out_dot = _add_terms(None if is_zero(lhs_dot) else dot_general.bind(lhs_dot, rhs, **params),
+                         None if is_zero(rhs_dot) else dot_general.bind(lhs, rhs_dot, **params))
+    return out, out_dot
+
+
+def _same_dtype(ct, other):
+    """With preferred_element_type the cotangent's dtype can differ from the operands':
+    the transposed product is then computed in the cotangent's (wider) dtype."""
+    if _aval(other).dtype != _aval(ct).dtype:
+        other = _convert(other, _aval(ct).dtype)
+    return other
+
+
+def _as_operand(x_bar, aval):
+    """A cotangent in its operand's dtype (computed in a wider one by _same_dtype)."""
+    return _convert(x_bar, aval.dtype) if _aval(x_bar).dtype != aval.dtype else x_bar
+
+
+def _dot_general_transpose(ct, lhs, rhs, *, dimension_numbers, preferred_element_type=None):
+    """The cotangent ct has the output layout [batch, lhs kept, rhs kept].
+
+    lhs_bar = ct · rhs, contracting ct's rhs-kept dims with rhs's kept dims; it comes out
+    as [batch, lhs kept, lhs contracting (in rhs's order)] and is permuted back to lhs's
+    layout. rhs_bar = lhs · ct likewise, with lhs first so that the common cases read
+    `a.T @ ct` rather than a transposed `ct.T @ a`.
+    """
+    if is_linear(lhs) and is_linear(rhs):
+        raise _transpose.NonLinearEquationError(
+            "dot_general of two linear values is not linear")
+    (lc, rc), (lb, rb) = dimension_numbers
+    lhs_aval, rhs_aval = _aval(lhs), _aval(rhs)
+    lhs_kept = free_dims(lhs_aval.ndim, lc, lb)
+    rhs_kept = free_dims(rhs_aval.ndim, rc, rb)
+    nb = len(lb)
+    ct_batch = tuple(range(nb))
+    ct_lhs_kept = tuple(range(nb, nb + len(lhs_kept)))
+    ct_rhs_kept = tuple(range(nb + len(lhs_kept), nb + len(lhs_kept) + len(rhs_kept)))
+    if is_linear(lhs):
+        if is_zero(ct):
+            return [Zero(tangent_aval(lhs_aval)), None]
+        product = dot_general.bind(
+            ct, _same_dtype(ct, rhs),
+            dimension_numbers=((ct_rhs_kept, tuple(rhs_kept)), (ct_batch, tuple(rb))),
+            preferred_element_type=None)
+        # Its free rhs dims are rhs's contracting dims in rhs's order: lc sorted by rc.
+        layout = list(lb) + lhs_kept + [lc[i] for i in _argsort(rc)]
+        lhs_bar = _shaping.transpose(product, _argsort(layout))
+        return [_as_operand(lhs_bar, lhs_aval), None]
+    if is_zero(ct):
+        return [None, Zero(tangent_aval(rhs_aval))]
+    product = dot_general.bind(
+        _same_dtype(ct, lhs), ct,
+        dimension_numbers=((tuple(lhs_kept), ct_lhs_kept), (tuple(lb), ct_batch)),
+        preferred_element_type=None)
+    # [batch, lhs's contracting dims in lhs's order (= rc sorted by lc), rhs kept]
+    layout = list(rb) + [rc[i] for i in _argsort(lc)] + rhs_kept
+    rhs_bar = _shaping.transpose(product, _argsort(layout))
+    return [None, _as_operand(rhs_bar, rhs_aval)]
+
+
+_jvp.register(dot_general, _dot_general_jvp)
+_transpose.register(dot_general, _dot_general_transpose)
+
+
+# cholesky: from L Lᵀ = A, L⁻¹ Ȧ L⁻ᵀ = L⁻¹ L̇ + (L⁻¹ L̇)ᵀ, whose lower triangle with a halved
+# diagonal is L⁻¹ L̇ (Murray 2016, arXiv:1602.07527). Ȧ is symmetrized first, as JAX's
+# cholesky symmetrizes its input, so the gradient is a symmetric matrix.
+
+
+def _lower_half_diagonal(x):
+    """Φ(X): the lower triangle of X with its diagonal halved."""
+    n = _aval(x).shape[-1]
+    return _shaping.tril(x) / (1 + _creation.eye(n, dtype=_aval(x).dtype))
+
+
+def _cholesky_jvp(primals, tangents):
+    (a,), (a_dot,) = primals, tangents
+    L = cholesky.bind(a)
+    a_dot = (a_dot + _mT(a_dot)) / 2
+    # L⁻¹ Ȧ L⁻ᵀ: a right-side solve with Lᵀ, then a left-side one with L.
+    a_dot_Lt = _solve(L, a_dot, left_side=False, lower=True, transpose_a=True,
+                      unit_diagonal=False)
+    Li_a_dot_Lt = _solve(L, a_dot_Lt, left_side=True, lower=True, transpose_a=False,
+                         unit_diagonal=False)
+    return L, _matmul(L, _lower_half_diagonal(Li_a_dot_Lt))
+
+
+_jvp.register(cholesky, _cholesky_jvp)
+
+
+# triangular_solve(a, b) = op(a)⁻¹ b (left side) or b op(a)⁻¹: linear in b; in a,
+# differentiating op(a) x = b gives op(ȧ) x + op(a) ẋ = 0. So ẋ = solve(a, ḃ − op(ȧ) x),
+# with ȧ masked to the triangle the solve reads.
+
+
+def _triangle_read(a_dot, lower: bool, unit_diagonal: bool):
+    """The part of ȧ the solve depends on: its lower (or upper) triangle, without the
+    diagonal when the diagonal is taken to be ones."""
+    k = 1 if unit_diagonal else 0
+    return _shaping.tril(a_dot, -k) if lower else _shaping.triu(a_dot, k)
+
+
+def _triangular_solve_jvp(primals, tangents, *, left_side, lower, transpose_a, unit_diagonal):
+    (a, b), (a_dot, b_dot) = primals, tangents
+    flags = dict(left_side=left_side, lower=lower, transpose_a=transpose_a,
+                 unit_diagonal=unit_diagonal)
+    x = triangular_solve.bind(a, b, **flags)
+    rhs_dot = None if is_zero(b_dot) else b_dot
+    if not is_zero(a_dot):
+        op_a_dot = _triangle_read(a_dot, lower, unit_diagonal)
+        if transpose_a:
+            op_a_dot = _mT(op_a_dot)
+        change = _matmul(op_a_dot, x) if left_side else _matmul(x, op_a_dot)
+        rhs_dot = -change if rhs_dot is None else rhs_dot - change
+    return x, triangular_solve.bind(a, rhs_dot, **flags)
+
+
+def _triangular_solve_transpose(ct, a, b, *, left_side, lower, transpose_a, unit_diagonal):
+    """x = op(a)⁻¹ b has b̄ = op(a)⁻ᵀ x̄ (and x = b op(a)⁻¹ has b̄ = x̄ op(a)⁻ᵀ)."""
+    if is_linear(a):
+        raise _transpose.NonLinearEquationError(
+            "triangular_solve is linear in b only, but its matrix a is a linear value")
+    if is_zero(ct):
+        return [None, Zero(tangent_aval(_aval(b)))]
+    b_bar = triangular_solve.bind(a, ct, left_side=left_side, lower=lower,
+                                  transpose_a=not transpose_a, unit_diagonal=unit_diagonal)
+    return [None, b_bar]
+
+
+_jvp.register(triangular_solve, _triangular_solve_jvp)
+_transpose.register(triangular_solve, _triangular_solve_transpose)
+
+
+# lu: P A = L U, so L⁻¹ P Ȧ U⁻¹ = L⁻¹ L̇ + U̇ U⁻¹, strictly lower plus upper; hence
+# L̇ = L · tril(L⁻¹ P Ȧ U⁻¹, −1) and U̇ = triu(L⁻¹ P Ȧ U⁻¹) · U (De Hoog, Anderssen and
+# Lukas). The packed factor's tangent is L̇ + U̇; pivots and permutation are integers.
+
+
+def _lu_factors(lu_, m: int, n: int):
+    """Square L (m × m, unit lower) and U (n × n, upper) from the packed m × n factor.
+
+    A tall matrix's L gets identity columns on the right and a wide matrix's U an identity
+    block below: any values would do there, as long as the factors are square and
+    invertible, since L̇ and U̇ are zero in those blocks.
+    """
+    dtype = _aval(lu_).dtype
+    batch = _aval(lu_).shape[:-2]
+    L = _shaping.tril(lu_[..., :, :m] if m < n else lu_, -1)
+    if m > n:
+        L = _shaping.concatenate([L, _creation.zeros(batch + (m, m - n), dtype=dtype)], axis=-1)
+    L = L + _creation.eye(m, dtype=dtype)
+    U = lu_[..., :n, :] if m > n else lu_
+    if m < n:
+        identity_rows = _creation.eye(n - m, n, k=m, dtype=dtype)
+        U = _shaping.concatenate([U, _shaping.broadcast_to(identity_rows, batch + (n - m, n))],
+                                 axis=-2)
+    return L, _shaping.triu(U)
+
+
+def _lu_jvp(primals, tangents):
+    from s2s.numpy_api.linalg import _permute_rows
+    (a,), (a_dot,) = primals, tangents
+    lu_, pivots, permutation = lu.bind(a)
+    m, n = _aval(a).shape[-2:]
+    L, U = _lu_factors(lu_, m, n)
+    pa_dot = _permute_rows(a_dot, permutation)
+    Li_pa_dot = _solve(L, pa_dot, left_side=True, lower=True, transpose_a=False,
+                       unit_diagonal=True)
+    Li_pa_dot_Ui = _solve(U, Li_pa_dot, left_side=False, lower=False, transpose_a=False,
+                          unit_diagonal=False)
+    lu_dot = (_matmul(L, _shaping.tril(Li_pa_dot_Ui, -1))
+              + _matmul(_shaping.triu(Li_pa_dot_Ui), U))
+    return ([lu_, pivots, permutation],
+            [lu_dot, Zero(tangent_aval(_aval(pivots))), Zero(tangent_aval(_aval(permutation)))])
+
+
+_jvp.register(lu, _lu_jvp)

@@ -278,3 +278,243 @@ def _emit_sort(eqn, *operands: Expr) -> Expr:
 
 sort = Primitive("sort", _sort_abstract, _sort_impl, multiple_results=True)
 register(sort, _emit_sort)
+
+# ---------------------------------------------------------------------------------------
+# Derivatives. `x` is the operand, `y` the result, `t` the operand's tangent. Sums and
+# scans of sums are linear; the others are written so that their tangents stay linear in
+# `t` (a mask, a weight or a permutation computed from the primals, then a sum or a
+# gather of `t`) and so that they are right where a naive formula divides by zero.
+
+from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
+from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval  # noqa: E402
+from s2s.primitives import elementwise as _ew  # noqa: E402
+
+
+def _st():
+    """The structural primitives (imported when a rule runs: they import this module)."""
+    from s2s.primitives import structural
+    return structural
+
+
+def _kept(ndim: int, axes) -> tuple[int, ...]:
+    return tuple(d for d in range(ndim) if d not in axes)
+
+
+def _broadcast_back(y, shape, axes):
+    """`y`, reduced over `axes`, broadcast back to the operand's `shape`."""
+    return _st().broadcast_in_dim.bind(y, shape=tuple(shape),
+                                       broadcast_dimensions=_kept(len(shape), axes))
+
+
+def _as(mask, dtype):
+    return _ew.convert_element_type.bind(mask, new_dtype=dtype, weak_type=False)
+
+
+def _scalar(value, dtype):
+    """A typed scalar, staged as a literal."""
+    return np.asarray(value, dtype)[()]
+
+
+def _iota(shape, dimension):
+    index = dtypes.canonicalize_dtype(np.intp)
+    return _ew.iota.bind(dtype=index, shape=tuple(shape), dimension=dimension)
+
+
+def _shift(x, axis: int, reverse: bool, fill):
+    """`x` moved one step along the scan direction, `fill` entering at the start: the
+    value just before each position (`out[i] = x[i - 1]`, or `x[i + 1]` when reversed)."""
+    config = [(0, 0, 0)] * x.ndim
+    config[axis] = (-1, 1, 0) if reverse else (1, -1, 0)
+    return _st().pad.bind(x, _scalar(fill, x.dtype), padding_config=tuple(config))
+
+
+def _take_along(t, index, axis: int):
+    """`np.take_along_axis(t, index, axis)` for an in-range `index` of `t`'s shape."""
+    from s2s.primitives.indexing import gather
+    shape = tuple(t.shape)
+    indices = [index if d == axis else _iota(shape, d) for d in range(len(shape))]
+    return gather.bind(t, *indices, axes=tuple(range(len(shape))))
+
+
+def _differentiable(value) -> bool:
+    return dtypes.is_differentiable(value.dtype)
+
+
+def _zero_tangent_jvp(prim):
+    """Boolean and index results (all, any, argmax, argmin): their tangent is zero."""
+    def rule(primals, tangents, **params):
+        y = prim.bind(*primals, **params)
+        if prim.multiple_results:
+            return y, [Zero(tangent_aval(v.aval)) for v in y]
+        return y, Zero(tangent_aval(y.aval))
+    return rule
+
+
+for _prim in (reduce_and, reduce_or, argmax, argmin):
+    _jvp.register(_prim, _zero_tangent_jvp(_prim))
+
+
+def _reduce_sum_jvp(primals, tangents, *, axes):
+    (x,), (t,) = primals, tangents
+    y = reduce_sum.bind(x, axes=axes)
+    if not _differentiable(y):
+        return y, Zero(tangent_aval(y.aval))
+    return y, reduce_sum.bind(t, axes=axes)
+
+
+def _extremum_jvp(prim):
+    """max/min: the tangent at the extremum; ties share it evenly, as in JAX:
+    `sum(t * at_extremum) / count(at_extremum)`."""
+    def rule(primals, tangents, *, axes):
+        (x,), (t,) = primals, tangents
+        y = prim.bind(x, axes=axes)
+        if not _differentiable(y):
+            return y, Zero(tangent_aval(y.aval))
+        if not axes:
+            return y, t
+        at_extremum = _as(_ew.eq.bind(x, _broadcast_back(y, x.shape, axes)), t.dtype)
+        count = reduce_sum.bind(at_extremum, axes=axes)
+        return y, reduce_sum.bind(t * at_extremum, axes=axes) / count
+    return rule
+
+
+def _exclusive_products(x, axis: int):
+    """For each position, the product of the other elements of its slice along `axis`:
+    (product of those before) * (product of those after). No division, so it is right
+    where the slice has zeros."""
+    before = _shift(cumprod.bind(x, axis=axis, reverse=False), axis, False, 1)
+    after = _shift(cumprod.bind(x, axis=axis, reverse=True), axis, True, 1)
+    return before * after
+
+
+def _product_of_others(x, axes):
+    """The product of the other elements reduced with each one (its partial derivative of
+    `reduce_prod`). Several axes are first merged into one, last axis."""
+    st = _st()
+    if len(axes) == 1:
+        return _exclusive_products(x, axes[0])
+    shape = tuple(x.shape)
+    kept = _kept(len(shape), axes)
+    permutation = kept + tuple(axes)
+    moved = x if permutation == tuple(range(len(shape))) else \
+        st.transpose.bind(x, permutation=permutation)
+    moved_shape = tuple(shape[d] for d in permutation)
+    merged_shape = moved_shape[:len(kept)] + (int(np.prod(moved_shape[len(kept):])),)
+    merged = st.reshape.bind(moved, new_sizes=merged_shape)
+    others = _exclusive_products(merged, len(kept))
+    others = st.reshape.bind(others, new_sizes=moved_shape)
+    if permutation == tuple(range(len(shape))):
+        return others
+    return st.transpose.bind(others, permutation=tuple(int(p) for p in np.argsort(permutation)))
+
+
+def _reduce_prod_jvp(primals, tangents, *, axes):
+    (x,), (t,) = primals, tangents
+    y = reduce_prod.bind(x, axes=axes)
+    if not _differentiable(y):
+        return y, Zero(tangent_aval(y.aval))
+    if not axes:
+        return y, t
+    return y, reduce_sum.bind(t * _product_of_others(x, axes), axes=axes)
+
+
+def _cumsum_jvp(primals, tangents, *, axis, reverse):
+    (x,), (t,) = primals, tangents
+    y = cumsum.bind(x, axis=axis, reverse=reverse)
+    if not _differentiable(y):
+        return y, Zero(tangent_aval(y.aval))
+    return y, cumsum.bind(t, axis=axis, reverse=reverse)
+
+
+def _cumprod_jvp(primals, tangents, *, axis, reverse):
+    """d y_i = sum_{j <= i} t_j * prod_{k <= i, k != j} x_k, in three regimes along the scan:
+
+      before the first zero   every factor is nonzero: y_i * sum_{j <= i} t_j / x_j
+      up to the second zero   only the zero's own term survives: t_z * (y_i with x_z := 1)
+      after the second zero   every term has a zero factor: 0
+    """
+    (x,), (t,) = primals, tangents
+    y = cumprod.bind(x, axis=axis, reverse=reverse)
+    if not _differentiable(y):
+        return y, Zero(tangent_aval(y.aval))
+
+    def scan_sum(v):
+        return cumsum.bind(v, axis=axis, reverse=reverse)
+
+    index = dtypes.canonicalize_dtype(np.intp)
+    is_zero_ = _ew.eq.bind(x, _scalar(0, x.dtype))
+    zeros_so_far = scan_sum(_as(is_zero_, index))
+    first_zero = is_zero_ & (zeros_so_far == 1)
+    zero = _scalar(0, y.dtype)
+    before = _ew.select.bind(zeros_so_far == 0, y, zero)
+    safe_x = _ew.select.bind(is_zero_, _scalar(1, x.dtype), x)
+    without_first_zero = cumprod.bind(_ew.select.bind(first_zero, _scalar(1, x.dtype), x),
+                                      axis=axis, reverse=reverse)
+    after_one = _ew.select.bind(zeros_so_far == 1, without_first_zero, zero)
+    t_at_first_zero = _ew.select.bind(first_zero, t, zero)
+    return y, before * scan_sum(t / safe_x) + after_one * scan_sum(t_at_first_zero)
+
+
+def _running_extremum_jvp(prim):
+    """cummax/cummin: the tangent of the element the running extremum came from (with
+    ties, the first one reached by the scan), gathered with `take_along_axis`."""
+    def rule(primals, tangents, *, axis, reverse):
+        (x,), (t,) = primals, tangents
+        y = prim.bind(x, axis=axis, reverse=reverse)
+        if not _differentiable(y):
+            return y, Zero(tangent_aval(y.aval))
+        n = x.shape[axis]
+        iota = _iota(x.shape, axis)
+        index = iota.dtype
+        first = _ew.eq.bind(iota, _scalar(n - 1 if reverse else 0, index))
+        # A new extremum starts where the running value changes (or at the first element).
+        starts = first | _ew.ne.bind(y, _shift(y, axis, reverse, 0))
+        # Its position, carried along the scan: the latest start reached so far (the
+        # largest index going forward, the smallest going backward).
+        marked = _ew.select.bind(starts, iota, _scalar(n - 1 if reverse else 0, index))
+        source = (cummin if reverse else cummax).bind(marked, axis=axis, reverse=reverse)
+        return y, _take_along(t, source, axis)
+    return rule
+
+
+def _sort_jvp(primals, tangents, *, dimension, num_keys):
+    """Every operand is permuted alike: sort an iota along with them to get the
+    permutation, and gather each tangent with it."""
+    shape = primals[0].shape
+    *outs, permutation = sort.bind(*primals, _iota(shape, dimension), dimension=dimension,
+                                   num_keys=num_keys)
+    out_tangents = [Zero(tangent_aval(y.aval)) if is_zero(t) or not _differentiable(y)
+                    else _take_along(t, permutation, dimension)
+                    for y, t in zip(outs, tangents)]
+    return outs, out_tangents
+
+
+for _prim, _rule in [(reduce_sum, _reduce_sum_jvp),
+                     (reduce_max, _extremum_jvp(reduce_max)),
+                     (reduce_min, _extremum_jvp(reduce_min)),
+                     (reduce_prod, _reduce_prod_jvp), (cumsum, _cumsum_jvp),
+                     (cumprod, _cumprod_jvp),
+                     (cummax, _running_extremum_jvp(cummax)),
+                     (cummin, _running_extremum_jvp(cummin)),
+                     (sort, _sort_jvp)]:
+    _jvp.register(_prim, _rule)
+
+# ---------------------------------------------------------------------------------------
+# Transposes of the linear ones: a sum spreads its cotangent back over what it summed; a
+# running sum's cotangent is the running sum of the cotangents from the other end.
+
+
+def _reduce_sum_transpose(ct, x, *, axes):
+    if is_zero(ct):
+        return [Zero(x.aval.strip_weak_type())]
+    return [_broadcast_back(ct, x.aval.shape, axes)]
+
+
+def _cumsum_transpose(ct, x, *, axis, reverse):
+    if is_zero(ct):
+        return [Zero(x.aval.strip_weak_type())]
+    return [cumsum.bind(ct, axis=axis, reverse=not reverse)]
+
+
+_transpose.register(reduce_sum, _reduce_sum_transpose)
+_transpose.register(cumsum, _cumsum_transpose)

@@ -578,10 +578,12 @@ def _pad_transpose(ct, x, padding_value, *, padding_config):
     cotangent is the sum of the cotangent there, the total less the operand's part."""
     from s2s.primitives.reductions import reduce_sum
     unpad = tuple((-lo, -hi, 0) for lo, hi, _ in padding_config)
-    unpadded = pad.bind(ct, _zero_scalar(ct.dtype), padding_config=unpad)
-    ct_x = slice.bind(unpadded, start_indices=(0,) * ct.ndim,
-                      limit_indices=tuple(unpadded.shape),
-                      strides=tuple(interior + 1 for _, _, interior in padding_config))
+    ct_x = ct
+    if any(lo or hi for lo, hi, _ in unpad):
+        ct_x = pad.bind(ct_x, _zero_scalar(ct.dtype), padding_config=unpad)
+    if any(interior for _, _, interior in padding_config):
+        ct_x = slice.bind(ct_x, start_indices=(0,) * ct.ndim, limit_indices=tuple(ct_x.shape),
+                          strides=tuple(interior + 1 for _, _, interior in padding_config))
     ct_value = None
     if is_linear(padding_value):
         every = tuple(range(ct.ndim))

@@ -193,7 +193,7 @@ def gram_schmidt_norms(A):
 def pairwise_distances(X):
     sq = np.sum(X ** 2, axis=1)
     d2 = sq[:, None] + sq[None, :] - 2 * X @ X.T
-    return np.sqrt(np.maximum(d2, 0.0))
+    return np.sqrt(np.maximum(d2, 0.0) + 1e-9)   # smooth where a distance is 0
 
 
 def rbf_kernel(X, Y, gamma=0.5):

@@ -1,0 +1,319 @@
+"""grad of realistic functions against autograd, Hessians against jax, and the API's
+contracts: symbolic zeros, float0 for integers, has_aux, argnums, errors."""
+import numpy as np
+import pytest
+
+import s2s
+from s2s.test_util import check_grads
+from tests.frontend import test_realistic as realistic
+from tests.helpers import with_numpy
+
+autograd = pytest.importorskip("autograd")
+anp = pytest.importorskip("autograd.numpy")
+
+
+def squared_norm_of(fn):
+    """A scalar loss of any function's outputs: the sum of squares of every output leaf."""
+    def loss(*args):
+        return sum(np.sum(leaf * leaf) for leaf in s2s.tree_leaves(fn(*args)))
+    return loss
+
+
+def float_argnums(args):
+    return tuple(i for i, a in enumerate(args)
+                 if isinstance(a, (np.ndarray, dict, list)) and all(
+                     np.asarray(l).dtype.kind == "f" for l in s2s.tree_leaves(a))
+                 and s2s.tree_leaves(a))
+
+
+# autograd cannot trace these (dataclass/namedtuple pytrees, ops it lacks); s2s's own
+# derivative checks (finite differences, jax) cover them below.
+NOT_FOR_AUTOGRAD = {"namedtuple_params", "dataclass_module", "cumulative_returns",
+                    "integer_and_bool_math", "one_hot_accuracy", "static_shape_branch"}
+# autograd cannot trace these (in-place `+=` on an ndarray, transpose(*axes), diagonal of
+# a box); jax, running the same source with jax.numpy, is their oracle instead.
+JAX_ORACLE = {"power_series_exp", "multi_head_attention", "gp_marginal_likelihood"}
+GRAD_CASES = [c for c in realistic.CASES if c[0] not in NOT_FOR_AUTOGRAD and float_argnums(c[2])]
+AUTOGRAD_CASES = [c for c in GRAD_CASES if c[0] not in JAX_ORACLE]
+
+
+def tolerance(args):
+    single = any(np.asarray(l).dtype == np.float32 for l in s2s.tree_leaves(args))
+    return dict(rtol=2e-5, atol=1e-6) if single else dict(rtol=1e-6, atol=1e-8)
+
+
+def oracle_grad(name, fn, argnums):
+    if name in JAX_ORACLE:
+        import jax
+        import jax.numpy as jnp
+        return jax.grad(squared_norm_of(with_numpy(fn, jnp)), argnums=argnums)
+    return autograd.grad(squared_norm_of(with_numpy(fn, anp)), argnum=argnums)
+
+
+def test_at_least_forty_functions_against_autograd():
+    assert len(AUTOGRAD_CASES) >= 40
+
+
+@pytest.mark.parametrize("name, fn, args", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_grad_matches_autograd(name, fn, args):
+    argnums = float_argnums(args)
+    ours = s2s.grad(squared_norm_of(fn), argnums=argnums)(*args)
+    theirs = oracle_grad(name, fn, argnums)(*args)
+    for o, t in zip(s2s.tree_leaves(ours), s2s.tree_leaves(theirs)):
+        np.testing.assert_allclose(o, t, **tolerance(args))
+
+
+@pytest.mark.parametrize("name, fn, args", AUTOGRAD_CASES[::4], ids=[c[0] for c in AUTOGRAD_CASES[::4]])
+def test_emitted_gradient_module_matches_autograd(name, fn, args):
+    argnums = float_argnums(args)
+    grad_fn = s2s.grad(squared_norm_of(fn), argnums=argnums)
+    source = s2s.emit_python(grad_fn, *args)
+    assert "import jax" not in source and "autograd" not in source
+    namespace = {}
+    exec(compile(source, f"<{name}>", "exec"), namespace)
+    staged = s2s.api.staged_or_error(grad_fn, args, {})
+    emitted = namespace[grad_fn.__name__](*s2s.api.emitted_call_args(staged, s2s.api.signature_of(staged), args, {}))
+    theirs = oracle_grad(name, fn, argnums)(*args)
+    for o, t in zip(s2s.tree_leaves(emitted), s2s.tree_leaves(theirs)):
+        np.testing.assert_allclose(o, t, **tolerance(args))
+
+
+# --- second derivatives against jax -------------------------------------------------------
+
+def poly(x):
+    return np.sum(x ** 4 - 3 * x ** 2 + x)
+
+
+def rosenbrock(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def log_sum_exp(x):
+    m = np.max(x)
+    return m + np.log(np.sum(np.exp(x - m)))
+
+
+def quadratic_form(x):
+    A = np.array([[2.0, 0.5, 0.0], [0.5, 1.0, 0.3], [0.0, 0.3, 3.0]])
+    return x @ A @ x
+
+
+def softplus_sum(x):
+    return np.sum(np.log1p(np.exp(x)))
+
+
+def tanh_net(x):
+    W = np.array([[0.3, -0.2, 0.5], [0.1, 0.4, -0.3], [-0.5, 0.2, 0.1]])
+    return np.sum(np.tanh(W @ np.tanh(W @ x)))
+
+
+def trig_mix(x):
+    return np.sum(np.sin(x) * np.cos(2 * x) + np.sqrt(1 + x ** 2))
+
+
+def rational(x):
+    return np.sum(x / (1 + x ** 2))
+
+
+def entropy(x):
+    p = np.exp(x) / np.sum(np.exp(x))
+    return -np.sum(p * np.log(p))
+
+
+def norm_and_exp(x):
+    return np.sqrt(np.sum(x ** 2)) + np.exp(np.mean(x))
+
+
+HESSIAN_CASES = [poly, rosenbrock, log_sum_exp, quadratic_form, softplus_sum, tanh_net,
+                 trig_mix, rational, entropy, norm_and_exp]
+
+
+@pytest.mark.parametrize("fn", HESSIAN_CASES, ids=[f.__name__ for f in HESSIAN_CASES])
+def test_hessian_matches_jax(fn):
+    import jax
+    import jax.numpy as jnp
+    x = np.array([0.3, -0.7, 1.1])
+    np.testing.assert_allclose(s2s.hessian(fn)(x), jax.hessian(with_numpy(fn, jnp))(x), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("fn", HESSIAN_CASES[:5], ids=[f.__name__ for f in HESSIAN_CASES[:5]])
+def test_check_grads_second_order(fn):
+    check_grads(fn, (np.array([0.3, -0.7, 1.1]),), order=2)
+
+
+def test_grad_of_grad_of_grad():
+    third = s2s.grad(s2s.grad(s2s.grad(lambda x: np.sin(x) * x ** 3)))
+    x = 0.4
+    expected = -np.cos(x) * x ** 3 - 9 * np.sin(x) * x ** 2 + 18 * np.cos(x) * x + 6 * np.sin(x)
+    np.testing.assert_allclose(third(x), expected, rtol=1e-10)
+
+
+def test_check_grads_catches_a_wrong_rule(monkeypatch):
+    from s2s.passes import jvp as jvp_pass
+    from s2s.primitives import elementwise as ew
+    monkeypatch.setitem(jvp_pass.jvp_rules, ew.sin, lambda p, t: (ew.sin.bind(*p), t[0] * 2.0))
+    with pytest.raises(AssertionError):
+        check_grads(lambda x: np.sin(x).sum(), (np.array([0.1, 0.2]),), order=1)
+
+
+# --- API contracts --------------------------------------------------------------------------
+
+def ignores_y(x, y):
+    return np.sum(np.tanh(x))
+
+
+def test_symbolic_zeros_do_no_work_for_an_ignored_argument():
+    closed = s2s.make_jaxpr(s2s.grad(ignores_y, argnums=1))(np.ones(3), np.ones(3))
+    assert [e.primitive.name for e in closed.eqns] == ["broadcast_in_dim"]
+    grads = s2s.grad(ignores_y, argnums=(0, 1))(np.ones(3), np.ones(3))
+    np.testing.assert_array_equal(grads[1], np.zeros(3))
+
+
+def scaled(x, n):
+    return np.sum(x) * n
+
+
+def test_integer_arguments_need_allow_int():
+    with pytest.raises(s2s.StagingError, match="'n'"):
+        s2s.grad(scaled, argnums=1)(np.ones(3), 2)
+    gx, gn = s2s.grad(scaled, argnums=(0, 1), allow_int=True)(np.ones(3), 2)
+    assert gn.dtype == s2s.dtypes.float0
+    np.testing.assert_array_equal(gx, [2.0, 2.0, 2.0])
+
+
+def with_aux(x):
+    return np.sum(x ** 2), {"norm": np.sqrt(np.sum(x ** 2))}
+
+
+def test_has_aux_and_value_and_grad():
+    x = np.array([3.0, 4.0])
+    g, aux = s2s.grad(with_aux, has_aux=True)(x)
+    np.testing.assert_allclose(g, 2 * x)
+    np.testing.assert_allclose(aux["norm"], 5.0)
+    (value, aux), g = s2s.value_and_grad(with_aux, has_aux=True)(x)
+    np.testing.assert_allclose(value, 25.0)
+    value, g = s2s.value_and_grad(lambda x: np.sum(x ** 3))(x)
+    np.testing.assert_allclose(g, 3 * x ** 2)
+
+
+def test_grad_needs_a_scalar_output():
+    with pytest.raises(s2s.StagingError, match="scalar"):
+        s2s.grad(lambda x: x * 2)(np.ones(3))
+
+
+def test_grad_as_a_decorator():
+    @s2s.grad
+    def f(x):
+        return np.sum(x ** 2)
+
+    @s2s.grad(argnums=1)
+    def g(x, y):
+        return np.sum(x * y)
+
+    np.testing.assert_allclose(f(np.ones(2)), [2.0, 2.0])
+    np.testing.assert_allclose(g(np.arange(2.0), np.ones(2)), [0.0, 1.0])
+
+
+def test_jvp_vjp_linearize_linear_transpose():
+    def f(x, y):
+        return np.sin(x) * y, np.sum(x)
+    x, y = np.array([0.1, 0.2]), np.array([1.0, 2.0])
+    tx, ty = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    (out, s), (t_out, t_s) = s2s.jvp(f, (x, y), (tx, ty))
+    np.testing.assert_allclose(t_out, np.cos(x) * tx * y + np.sin(x) * ty)
+    np.testing.assert_allclose(t_s, 1.0)
+    out2, f_jvp = s2s.linearize(f, x, y)
+    np.testing.assert_allclose(f_jvp(tx, ty)[0], t_out)
+    out3, vjp_fn = s2s.vjp(f, x, y)
+    cx, cy = vjp_fn((np.ones(2), 1.0))
+    np.testing.assert_allclose(cx, np.cos(x) * y + 1.0)
+    np.testing.assert_allclose(cy, np.sin(x))
+    transpose = s2s.linear_transpose(lambda v: 3.0 * v + v[::-1], x)
+    np.testing.assert_allclose(transpose(np.array([1.0, 10.0]))[0], [13.0, 31.0])
+
+
+def test_jacobians_match_jax():
+    import jax
+    import jax.numpy as jnp
+
+    def f(x):
+        return np.tanh(x) * np.sum(x ** 2)
+    x = np.array([0.1, -0.4, 0.9])
+    expected = jax.jacobian(with_numpy(f, jnp))(x)
+    np.testing.assert_allclose(s2s.jacrev(f)(x), expected, rtol=1e-10)
+    np.testing.assert_allclose(s2s.jacfwd(f)(x), expected, rtol=1e-10)
+
+
+def test_stop_gradient_blocks_derivatives():
+    g = s2s.grad(lambda x: np.sum(s2s.stop_gradient(x) * x))(np.array([2.0, 3.0]))
+    np.testing.assert_allclose(g, [2.0, 3.0])
+
+
+@s2s.custom_jvp
+def log1pexp(x):
+    return np.log1p(np.exp(x))
+
+
+@log1pexp.defjvp
+def log1pexp_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return log1pexp(x), t * (1 - 1 / (1 + np.exp(x)))
+
+
+def log1pexp_loss(x):
+    return np.sum(log1pexp(x))
+
+
+@s2s.custom_vjp
+def clip_gradient(x, lo, hi):
+    return x
+
+
+def clip_fwd(x, lo, hi):
+    return x, (lo, hi)
+
+
+def clip_bwd(res, g):
+    lo, hi = res
+    return np.clip(g, lo, hi), None, None
+
+
+clip_gradient.defvjp(clip_fwd, clip_bwd)
+
+
+def test_custom_jvp_gives_a_stable_gradient_where_autodiff_overflows():
+    x = np.array([1.0, 100.0, 1000.0, -30.0])
+    g = s2s.grad(log1pexp_loss)(x)
+    np.testing.assert_allclose(g, 1 / (1 + np.exp(-np.array([1.0, 100.0, 700.0, -30.0]))),
+                               rtol=1e-12, atol=1e-15)
+    assert np.all(np.isfinite(g))
+    source = s2s.emit_python(s2s.grad(log1pexp_loss), x)
+    assert "np.log1p" not in source and "np.exp(x)" in source
+
+
+def test_custom_jvp_primal_is_inlined_in_emitted_code():
+    source = s2s.emit_python(log1pexp_loss, np.ones(2))
+    assert "np.log1p(np.exp(x))" in source
+
+
+def test_custom_vjp_replaces_the_backward_pass():
+    def loss(x):
+        return np.sum(clip_gradient(x, -1.0, 1.0) * 5.0)
+    np.testing.assert_allclose(s2s.grad(loss)(np.ones(3)), [1.0, 1.0, 1.0])
+
+
+def test_custom_jvp_with_nondiff_argnums_and_defjvps():
+    def scale_impl(n, x):
+        return x * n
+    scale = s2s.custom_jvp(scale_impl, nondiff_argnums=(0,))
+
+    def scale_jvp(n, primals, tangents):
+        return scale(n, primals[0]), tangents[0] * (n + 1)   # deliberately not the true rule
+    scale.defjvp(scale_jvp)
+    g = s2s.grad(lambda x: np.sum(scale(3, x)))(np.ones(2))
+    np.testing.assert_allclose(g, [4.0, 4.0])
+
+    sq = s2s.custom_jvp(lambda x, y: x * y)
+    sq.defjvps(lambda t, ans, x, y: t * y, lambda t, ans, x, y: t * x)
+    np.testing.assert_allclose(s2s.grad(lambda a, b: np.sum(sq(a, b)), argnums=(0, 1))(
+        np.array([2.0]), np.array([5.0])), ([5.0], [2.0]))
