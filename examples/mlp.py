@@ -32,6 +32,11 @@ def log_softmax(logits):
     return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
 
 
+# What `s2s emit examples/mlp.py --out DIR` writes and `s2s check` keeps fresh: the loss,
+# its gradient, value-and-gradient, and forward- and reverse-mode derivative functions.
+@s2s.export("{'W1': f32[784,512], 'b1': f32[512], 'W2': f32[512,10], 'b2': f32[10]}, "
+            "f32[128,784], f32[128,10]",
+            transforms=("primal", "grad", "value_and_grad", "jvp", "vjp"))
 def loss(params, x, y):
     """Mean softmax cross-entropy of the MLP's predictions against one-hot labels `y`."""
     logp = log_softmax(predict(params, x))

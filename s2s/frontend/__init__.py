@@ -99,11 +99,13 @@ def _leaf_mode(param_index: int, name: str, leaf, static_argnums, static_argname
 
 
 def _leaf_hint(param: str, path: tuple) -> str:
-    """A readable name for an argument leaf: the dict key or field if it is a name."""
+    """A readable name for an argument leaf: the dict key or field if it is a name (with
+    the parameter's `_dot`/`_bar` suffix, so `params_dot['W1']` reads as `W1_dot`)."""
     if path:
         _, key = path[-1]
         if isinstance(key, str) and key.isidentifier():
-            return key
+            suffix = next((s for s in ("_dot", "_bar") if param.endswith(s)), "")
+            return key + suffix
         return f"{param}_{'_'.join(str(k) for _, k in path)}"
     return param
 

@@ -7,9 +7,7 @@ import sys
 import pytest
 
 from tests.golden.cases import CASES
-from tests.golden.regenerate import HERE, golden_texts
-
-ROOT = os.path.dirname(os.path.dirname(HERE))
+from tests.golden.regenerate import DERIVATIVES, EXPORTING_MODULE, HERE, ROOT, golden_texts
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -37,3 +35,57 @@ def test_golden_modules_import_only_numpy_and_the_runtime(name):
     source = golden_texts(name)[f"{name}.py"]
     imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     assert imports == ["import numpy as np", "import s2s_runtime as rt"]
+
+
+def test_committed_derivative_files_are_fresh():
+    """The CI review workflow: `s2s check` passes on the committed derivative files."""
+    result = subprocess.run([sys.executable, "-m", "s2s", "check", EXPORTING_MODULE, "--against", DERIVATIVES],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "5 generated files are up to date" in result.stdout
+
+
+def test_check_fails_with_a_diff_when_a_file_is_stale(tmp_path):
+    subprocess.run([sys.executable, "-m", "s2s", "emit", EXPORTING_MODULE, "--out", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True)
+    stale = tmp_path / "grad_loss.py"
+    stale.write_text(stale.read_text().replace("np.tanh", "np.sinh"))
+    (tmp_path / "vjp_loss.py").unlink()
+    result = subprocess.run([sys.executable, "-m", "s2s", "check", EXPORTING_MODULE, "--against", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "-    h = np.sinh(" in result.stdout and "+    h = np.tanh(" in result.stdout
+    assert "missing" in result.stdout and "vjp_loss.py" in result.stdout
+
+
+@pytest.mark.parametrize("filename", ["grad_loss.py", "value_and_grad_loss.py", "jvp_loss.py", "vjp_loss.py"])
+def test_derivative_files_run_and_agree_with_autograd(filename):
+    autograd = pytest.importorskip("autograd")
+    import autograd.numpy as anp
+    import numpy as np
+    from examples import mlp
+    from s2s.emit.python import load_source
+    from tests.helpers import with_numpy
+    with open(os.path.join(ROOT, DERIVATIVES, filename)) as f:
+        module = load_source(f.read(), filename[:-3])
+    rng = np.random.default_rng(0)
+    params = mlp.init_params(rng)
+    x = rng.standard_normal((128, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
+    expected = autograd.grad(with_numpy(mlp.loss, anp))(params, x, y)
+    fn = getattr(module, filename[:-3])
+    if filename == "grad_loss.py":
+        got = fn(params, x, y)
+    elif filename == "value_and_grad_loss.py":
+        value, got = fn(params, x, y)
+        np.testing.assert_allclose(value, mlp.loss(params, x, y), rtol=1e-5)
+    elif filename == "vjp_loss.py":
+        value, (got, _, _) = fn(params, x, y, np.float32(1.0))
+    else:
+        direction = {k: np.ones_like(v) for k, v in params.items()}
+        _, tangent = fn(params, x, y, direction, np.zeros_like(x), np.zeros_like(y))
+        got_inner = sum(float(np.vdot(expected[k], direction[k])) for k in params)
+        np.testing.assert_allclose(tangent, got_inner, rtol=1e-3)
+        return
+    for k in params:
+        np.testing.assert_allclose(got[k], expected[k], rtol=2e-4, atol=1e-6)

@@ -1,0 +1,149 @@
+"""Declaring what to emit: `@s2s.export(...)`, for `s2s emit`, `s2s check` (and compile).
+
+    @s2s.export("{'W': f32[784,10], 'b': f32[10]}, f32[128,784], f32[128,10]",
+                transforms=("primal", "grad", "jvp", "vjp"))
+    def loss(params, x, y):
+        ...
+
+The decorator records the argument types and the transforms wanted on the function and
+returns it unchanged, so the module stays plain NumPy. `s2s emit mod.py --out DIR` writes
+one file per (function, transform) — `loss.py`, `grad_loss.py`, `jvp_loss.py`,
+`vjp_loss.py` — and `s2s check mod.py --against DIR` regenerates them in memory and fails
+with a unified diff when a committed file is stale or missing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+from s2s import autodiff
+from s2s.errors import StagingError
+from s2s.frontend import stage
+from s2s.frontend.args import ShapeDtype, parse_arg_specs
+
+TRANSFORMS = ("primal", "grad", "value_and_grad", "jvp", "vjp")
+
+
+@dataclasses.dataclass
+class Export:
+    fn: object
+    args: tuple
+    transforms: tuple[str, ...]
+    name: str
+    argnums: int | tuple[int, ...]
+
+    def targets(self):
+        """(file stem, function to emit) for each transform, in a fixed order."""
+        for transform in self.transforms:
+            if transform == "primal":
+                yield self.name, self.fn
+            elif transform in ("grad", "value_and_grad"):
+                maker = autodiff.grad if transform == "grad" else autodiff.value_and_grad
+                yield f"{transform}_{self.name}", maker(self.fn, argnums=self.argnums)
+            else:
+                maker = jvp_function if transform == "jvp" else vjp_function
+                yield f"{transform}_{self.name}", maker(self.fn)
+
+    def example_args(self, transform: str) -> tuple:
+        """The emit-time arguments: jvp takes tangents too, vjp the output cotangent."""
+        if transform == "jvp":
+            return self.args + self.args
+        if transform == "vjp":
+            staged = stage(self.fn, self.args)
+            cotangent = staged.out_tree.unflatten(
+                [ShapeDtype(a.shape, a.dtype) for a in staged.closed.out_avals])
+            return self.args + (cotangent,)
+        return self.args
+
+
+def export(*args, transforms=("primal", "grad"), name: str | None = None, argnums=0):
+    """Declares a function for `s2s emit`/`s2s check`. `args`: one spec string
+    ('f32[128,784], f32[784]') or example arguments (ShapeDtypes, arrays, static values:
+    Python ints stay static, as everywhere). `argnums` is what grad differentiates."""
+    if len(args) == 1 and isinstance(args[0], str):
+        args = tuple(parse_arg_specs(args[0]))
+    unknown = [t for t in transforms if t not in TRANSFORMS]
+    if unknown:
+        raise ValueError(f"unknown transforms {unknown}; choose from {TRANSFORMS}")
+
+    def declare(fn):
+        record = Export(fn, tuple(args), tuple(transforms), name or fn.__name__, argnums)
+        exports = fn.__dict__.setdefault("__s2s_exports__", [])
+        exports.append(record)
+        return fn
+    return declare
+
+
+def emit_exports(module, source_comments: bool = True) -> dict[str, "EmittedModule"]:
+    """File name -> emitted module, for every (function, transform) `module` exports."""
+    from s2s.api import emitted_module, staged_or_error
+    from s2s.emit.python import EmitOptions
+    files = {}
+    for record in exports_of(module):
+        for transform, (stem, target) in zip(record.transforms, record.targets()):
+            staged = staged_or_error(target, record.example_args(transform), {})
+            options = EmitOptions(source_comments=source_comments, const_mode="sidecar",
+                                  sidecar_name=f"{stem}.npz")
+            files[f"{stem}.py"] = emitted_module(staged, stem, options)
+    return files
+
+
+def exports_of(module) -> list[Export]:
+    """Every export declared by functions of `module`, in source order."""
+    found = []
+    for value in vars(module).values():
+        for record in getattr(value, "__s2s_exports__", ()):
+            if getattr(value, "__module__", None) == module.__name__:
+                found.append(record)
+    found.sort(key=lambda r: (inspect.getsourcelines(r.fn)[1], r.name))
+    names = [stem for r in found for stem, _ in r.targets()]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise StagingError(f"two exports would write the same files: {duplicates}",
+                           "give one of them a different name=... in @s2s.export")
+    return found
+
+
+class _DerivedWithSignature:
+    """jvp/vjp of `fn` as one function with an explicit signature, for emission."""
+
+    __s2s_transform__ = True
+
+    def __init__(self, fn, transform: str, parameters, call):
+        self.fn = fn
+        self.transform = transform
+        self.__name__ = f"{transform}_{fn.__name__}"
+        self.__qualname__ = self.__name__
+        self.__signature__ = inspect.Signature(parameters)
+        self._call = call
+
+    def describe(self) -> str:
+        return f"{self.transform}({self.fn.__qualname__})"
+
+    def __call__(self, *args, **kwargs):
+        bound = self.__signature__.bind(*args, **kwargs)
+        return self._call(*bound.args)
+
+
+def _params(names):
+    return [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+
+
+def jvp_function(fn):
+    """`jvp_f(*primals, *tangents) -> (out, out_dot)`: tangents named `<arg>_dot`."""
+    names = list(inspect.signature(fn).parameters)
+    n = len(names)
+    return _DerivedWithSignature(
+        fn, "jvp", _params(names + [f"{p}_dot" for p in names]),
+        lambda *a: autodiff.jvp(fn, a[:n], a[n:]))
+
+
+def vjp_function(fn):
+    """`vjp_f(*primals, out_bar) -> (out, (arg_bar, ...))`: the forward pass, then the
+    backward pass for the given output cotangent."""
+    names = list(inspect.signature(fn).parameters)
+
+    def call(*a):
+        out, vjp_fn = autodiff.vjp(fn, *a[:-1])
+        return out, vjp_fn(a[-1])
+    return _DerivedWithSignature(fn, "vjp", _params(names + ["out_bar"]), call)
