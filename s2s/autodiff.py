@@ -106,7 +106,7 @@ def _vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool]) -> _
     pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
                             instantiate=[False] * n_out + [True] * sum(diff_out))
     backward = transpose_jaxpr(pe.unknown, [False] * pe.num_residuals + [True] * sum(diff))
-    return _VjpParts(pe.known, backward, pe.num_residuals)
+    return _VjpParts(_clean(pe.known), _clean(backward), pe.num_residuals)
 
 
 # ---------------------------------------------------------------------------------------
@@ -320,7 +320,7 @@ def jvp(fn, primals, tangents):
     staged = _staged(fn, tuple(primals), {})
     closed = staged.closed
     diff = _float_mask(closed.in_avals)
-    jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=True)
+    jvp_closed = _clean(jvp_jaxpr(closed, diff, instantiate_out=True)[0])
     flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
     outs = run(jvp_closed, _flat_inputs(staged, tuple(primals), {}) + flat_t)
     n = len(closed.jaxpr.outvars)
@@ -336,12 +336,13 @@ def linearize(fn, *primals):
     jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=True)
     pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
                             instantiate=[False] * n_out + [True] * n_out)
-    forward = run(pe.known, _flat_inputs(staged, primals, {}))
+    forward = run(_clean(pe.known), _flat_inputs(staged, primals, {}))
     outs, residuals = forward[:n_out], forward[n_out:]
+    linear = _clean(pe.unknown)
 
     def f_jvp(*tangents):
         flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
-        return staged.out_tree.unflatten(run(pe.unknown, list(residuals) + flat_t))
+        return staged.out_tree.unflatten(run(linear, list(residuals) + flat_t))
     return staged.out_tree.unflatten(outs), f_jvp
 
 

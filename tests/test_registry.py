@@ -5,6 +5,7 @@ import s2s  # noqa: F401  (declares every primitive)
 from s2s.core import PRIMITIVES
 from s2s.emit.pyexpr import INLINED_BEFORE_EMISSION, python_rules
 from s2s.passes.jvp import jvp_rules
+from s2s.passes.transpose import transpose_rules
 
 # A call primitive's emission is its inlined body.
 RULE_TABLES = {"python emission": {**python_rules, **{p: "inlined" for p in INLINED_BEFORE_EMISSION}},
@@ -35,3 +36,18 @@ def test_every_primitive_has_a_rule_in_every_table(table):
 def test_every_primitive_has_abstract_eval_and_impl():
     for prim in PRIMITIVES.values():
         assert callable(prim.abstract_eval) and callable(prim.impl), prim
+
+
+# Primitives linear in (some of) their operands: transposition must handle each of them.
+LINEAR_PRIMITIVES = """
+add sub neg add_any mul div convert_element_type select broadcast_in_dim reshape transpose
+squeeze expand_dims concatenate pad slice dynamic_slice dynamic_update_slice rev gather
+scatter_add reduce_sum cumsum dot_general triangular_solve custom_vjp_lin
+""".split()
+
+
+def test_every_linear_primitive_has_a_transpose_rule():
+    missing = [n for n in LINEAR_PRIMITIVES if PRIMITIVES[n] not in transpose_rules]
+    assert not missing, f"linear primitives without a transpose rule: {missing}"
+    unexpected = sorted(p.name for p in transpose_rules if p.name not in LINEAR_PRIMITIVES)
+    assert not unexpected, f"transpose rules for primitives not listed as linear: {unexpected}"

@@ -84,15 +84,20 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
     def write(v, ct):
         if ct is None or not isinstance(v, Var) or v not in linear_vars:
             return
+        cts[v] = add_tangents(cts.pop(v, Zero(v.aval)), ct)
+
+    def pop(v):
+        """The finished cotangent of `v`, named after it (`h_bar`) unless named already."""
+        ct = cts.pop(v, Zero(v.aval))
         if isinstance(ct, Tracer) and ct.variable.hint is None:
             ct.variable.hint = cotangent_hint(v.hint)
-        cts[v] = add_tangents(cts.pop(v, Zero(v.aval)), ct)
+        return ct
 
     for v, ct in zip(jaxpr.outvars, cts_out):
         write(v, ct)
 
     for eqn in reversed(jaxpr.eqns):
-        outs = [cts.pop(v, Zero(v.aval)) for v in eqn.outvars]
+        outs = [pop(v) for v in eqn.outvars]
         if all(isinstance(c, Zero) for c in outs):
             continue
         rule = transpose_rules.get(eqn.primitive)
@@ -104,7 +109,7 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
             in_cts = rule(outs if eqn.primitive.multiple_results else outs[0], *ins, **eqn.params)
         for v, ct in zip(eqn.invars, in_cts):
             write(v, ct)
-    return [cts.pop(v, Zero(v.aval)) for v, lin in zip(jaxpr.invars, linear) if lin]
+    return [pop(v) for v, lin in zip(jaxpr.invars, linear) if lin]
 
 
 def transpose_jaxpr(closed: ClosedJaxpr, linear: list[bool]) -> ClosedJaxpr:

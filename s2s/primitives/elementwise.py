@@ -324,7 +324,7 @@ _UNARY_TANGENTS = {
     erf: lambda x, y, t: t * (1.1283791670955126 * snp.exp(-(x * x))),   # 2 / sqrt(pi)
     lgamma: lambda x, y, t: t * digamma.bind(x),
     digamma: lambda x, y, t: t * polygamma.bind(x, n=1),
-    abs: lambda x, y, t: t * snp.sign(x),
+    abs: lambda x, y, t: snp.where(x >= 0, t, -t),   # slope 1 at 0, as JAX's abs has
 }
 
 
@@ -462,9 +462,10 @@ def _clamp_jvp(primals, tangents):
     (lo, x, hi), (tlo, tx, thi) = primals, tangents
     out = clamp.bind(lo, x, hi)
     shape = out.shape
+    # lo > hi clamps everything to hi (min is applied last), so lo then gets nothing.
     terms = [(tx, lambda: snp.where((x >= lo) & (x <= hi), tx, 0)),
-             (tlo, lambda: snp.where(x < lo, tlo, 0)),
-             (thi, lambda: snp.where(x > hi, thi, 0))]
+             (tlo, lambda: snp.where((x < lo) & (lo <= hi), tlo, 0)),
+             (thi, lambda: snp.where((x > hi) | (lo > hi), thi, 0))]
     return out, _sum_tangents(shape, *terms)
 
 

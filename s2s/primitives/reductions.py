@@ -286,7 +286,7 @@ register(sort, _emit_sort)
 # gather of `t`) and so that they are right where a naive formula divides by zero.
 
 from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
-from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval  # noqa: E402
+from s2s.passes.tangents import Zero, is_zero, tangent_aval  # noqa: E402
 from s2s.primitives import elementwise as _ew  # noqa: E402
 
 
@@ -344,8 +344,6 @@ def _zero_tangent_jvp(prim):
     """Boolean and index results (all, any, argmax, argmin): their tangent is zero."""
     def rule(primals, tangents, **params):
         y = prim.bind(*primals, **params)
-        if prim.multiple_results:
-            return y, [Zero(tangent_aval(v.aval)) for v in y]
         return y, Zero(tangent_aval(y.aval))
     return rule
 

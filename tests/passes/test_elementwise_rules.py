@@ -1,0 +1,572 @@
+"""Derivative rules of the elementwise primitives, held to jax's.
+
+Each test writes one function twice, with the NumPy surface (or `prim.bind` where NumPy
+has no spelling: rsqrt, polygamma, add_any; `snp.erf` ... for scipy.special's functions)
+and with jax.numpy / jax.scipy.special / jax.lax, and `check_derivatives` compares s2s.jvp
+and s2s.vjp with jax's on hypothesis-drawn shapes, dtypes (float64, and float32 with a
+looser tolerance) and values in each function's domain, away from the points where it is
+not differentiable. Binary (and ternary) operands have different shapes that broadcast,
+so the transposes must sum cotangents back to each operand's shape; Python-scalar operands
+(`x * 2.0`, `2.0 ** x`) are literals with no tangent.
+
+The non-differentiable points get deterministic tests of JAX's conventions: max/min ties
+split the tangent evenly, abs has slope 1 at 0. Then the piecewise-constant and boolean
+primitives (floor, comparisons, logic, stop_gradient ...) give exact zeros, the Hessians
+of a few compositions match jax.hessian, and powers are differentiable at 0.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import s2s
+from s2s.core import Primitive
+from s2s.numpy_api import math as snp
+from s2s.passes.jvp import jvp_rules
+from s2s.passes.transpose import transpose_rules
+from s2s.primitives import elementwise as ew
+from tests.helpers import check_derivatives
+
+SETTINGS = settings(max_examples=10, deadline=None)
+FLOATS = [np.float64, np.float32]
+
+
+def tol(dtype) -> dict:
+    if np.dtype(dtype) == np.float32:
+        return dict(rtol=2e-4, atol=2e-5)
+    return dict(rtol=1e-9, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------
+# Values in a domain. A domain is `(rng, shape) -> float64 values`.
+
+
+def span(lo, hi):
+    """Uniform in [lo, hi]."""
+    return lambda rng, shape: rng.uniform(lo, hi, shape)
+
+
+def away_from_zero(lo, hi):
+    """Magnitudes uniform in [lo, hi], either sign."""
+    return lambda rng, shape: rng.uniform(lo, hi, shape) * rng.choice([-1.0, 1.0], shape)
+
+
+def values(domain, shape, dtype, seed):
+    return np.asarray(domain(np.random.default_rng(seed), shape)).astype(dtype)
+
+
+@st.composite
+def arrays(draw, domain, dtype=None, max_dims=3, max_side=3):
+    """One array of a drawn shape (0-d included) and float dtype."""
+    shape = draw(hnp.array_shapes(min_dims=0, max_dims=max_dims, max_side=max_side))
+    dtype = draw(st.sampled_from(FLOATS)) if dtype is None else dtype
+    return values(domain, shape, dtype, draw(st.integers(0, 2 ** 16)))
+
+
+@st.composite
+def broadcasting(draw, *domains):
+    """One array per domain, of one float dtype, with shapes that broadcast together."""
+    shapes = draw(hnp.mutually_broadcastable_shapes(num_shapes=len(domains), min_dims=0,
+                                                    max_dims=3, max_side=3))
+    dtype = draw(st.sampled_from(FLOATS))
+    seed = draw(st.integers(0, 2 ** 16))
+    return tuple(values(d, s, dtype, seed + i)
+                 for i, (d, s) in enumerate(zip(domains, shapes.input_shapes)))
+
+
+def primitives_in(fn, *args) -> set[str]:
+    return {eqn.primitive.name for eqn in s2s.make_jaxpr(fn)(*args).jaxpr.eqns}
+
+
+# ---------------------------------------------------------------------------------------
+# Every primitive of the family has its rules, and a test below
+
+
+ZERO_DERIVATIVE = {"floor", "ceil", "round", "sign", "eq", "ne", "lt", "le", "gt", "ge",
+                   "and", "or", "xor", "not", "is_finite", "stop_gradient"}
+LINEAR = {"add", "add_any", "sub", "mul", "div", "neg", "convert_element_type", "select"}
+
+
+def test_every_elementwise_primitive_has_a_jvp_rule_and_the_linear_ones_a_transpose():
+    declared = {p for p in vars(ew).values() if isinstance(p, Primitive)}
+    assert not {p.name for p in declared if p not in jvp_rules}
+    assert not {name for name in LINEAR if getattr(ew, name) not in transpose_rules}
+
+
+def test_every_elementwise_primitive_is_tested_here():
+    declared = {p.name for p in vars(ew).values() if isinstance(p, Primitive)}
+    tested = (set(UNARY) | set(BINARY) | ZERO_DERIVATIVE
+              | {"polygamma", "integer_pow", "select", "clamp", "convert_element_type"})
+    # iota has no operands: there is nothing to differentiate.
+    assert declared - {"iota"} == tested, (declared - tested, tested - declared)
+
+
+# ---------------------------------------------------------------------------------------
+# Unary functions
+
+
+def logistic(x):
+    return 1 / (1 + jnp.exp(-x))
+
+
+# name -> (the NumPy-surface function, jax's, domain)
+UNARY = {
+    "exp": (np.exp, jnp.exp, span(-5, 5)),
+    "log": (np.log, jnp.log, span(0.1, 10)),
+    "log1p": (np.log1p, jnp.log1p, span(-0.9, 10)),
+    "expm1": (np.expm1, jnp.expm1, span(-5, 5)),
+    "sin": (np.sin, jnp.sin, span(-5, 5)),
+    "cos": (np.cos, jnp.cos, span(-5, 5)),
+    "tan": (np.tan, jnp.tan, span(-1.3, 1.3)),
+    "asin": (np.arcsin, jnp.arcsin, span(-0.95, 0.95)),
+    "acos": (np.arccos, jnp.arccos, span(-0.95, 0.95)),
+    "atan": (np.arctan, jnp.arctan, span(-10, 10)),
+    "sinh": (np.sinh, jnp.sinh, span(-4, 4)),
+    "cosh": (np.cosh, jnp.cosh, span(-4, 4)),
+    "tanh": (np.tanh, jnp.tanh, span(-4, 4)),
+    "asinh": (np.arcsinh, jnp.arcsinh, span(-10, 10)),
+    "acosh": (np.arccosh, jnp.arccosh, span(1.1, 10)),
+    "atanh": (np.arctanh, jnp.arctanh, span(-0.95, 0.95)),
+    "sqrt": (np.sqrt, jnp.sqrt, span(0.1, 10)),
+    "rsqrt": (ew.rsqrt.bind, jax.lax.rsqrt, span(0.1, 10)),
+    "cbrt": (np.cbrt, jnp.cbrt, away_from_zero(0.1, 10)),
+    "logistic": (snp.logistic, jax.nn.sigmoid, span(-6, 6)),
+    "erf": (snp.erf, jsp.erf, span(-3, 3)),
+    "lgamma": (snp.lgamma, jsp.gammaln, span(0.2, 8)),
+    "digamma": (snp.digamma, jsp.digamma, span(0.2, 8)),
+    "abs": (np.abs, jnp.abs, away_from_zero(0.1, 5)),
+    "neg": (np.negative, jnp.negative, span(-5, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@SETTINGS
+@given(data=st.data())
+def test_unary(name, data):
+    numpy_fn, jax_fn, domain = UNARY[name]
+    x = data.draw(arrays(domain), label="x")
+
+    def f(x):
+        return numpy_fn(x)
+
+    assert name in primitives_in(f, x)
+    check_derivatives(f, jax_fn, x, **tol(x.dtype))
+
+
+@SETTINGS
+@given(arrays(span(0.3, 5)), st.integers(1, 3))
+def test_polygamma(x, n):
+    def f(x):
+        return ew.polygamma.bind(x, n=n)
+
+    check_derivatives(f, lambda x: jsp.polygamma(n, x), x, **tol(x.dtype))
+
+
+@SETTINGS
+@given(arrays(away_from_zero(0.3, 3)), st.integers(-3, 5))
+def test_integer_pow(x, n):
+    def f(x):
+        return x ** n
+
+    assert n in (0, 1) or "integer_pow" in primitives_in(f, x)
+    check_derivatives(f, lambda x: x ** n, x, **tol(x.dtype))
+
+
+@SETTINGS
+@given(arrays(span(-3, 3)))
+def test_square_and_operator_neg(x):
+    def f(x):
+        return -np.square(x) + np.power(x, 3)
+
+    check_derivatives(f, lambda x: -jnp.square(x) + jnp.power(x, 3), x, **tol(x.dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# Binary functions, on operands of different shapes that broadcast
+
+
+def add(x, y):
+    return x + y
+
+
+def sub(x, y):
+    return x - y
+
+
+def mul(x, y):
+    return x * y
+
+
+def div(x, y):
+    return x / y
+
+
+def power(x, y):
+    return x ** y
+
+
+def maximum(x, y):
+    return np.maximum(x, y)
+
+
+def minimum(x, y):
+    return np.minimum(x, y)
+
+
+def arctan2(x, y):
+    return np.arctan2(x, y)
+
+
+def fmod(x, y):
+    return np.fmod(x, y)
+
+
+def add_any(x, y):
+    return ew.add_any.bind(x, y)
+
+
+# name -> (the NumPy-surface function, jax's, domain of x, domain of y). Continuous
+# random values make max/min ties and fmod's jumps (x / y an integer) vanishingly rare.
+BINARY = {
+    "add": (add, jnp.add, span(-5, 5), span(-5, 5)),
+    "sub": (sub, jnp.subtract, span(-5, 5), span(-5, 5)),
+    "mul": (mul, jnp.multiply, span(-5, 5), span(-5, 5)),
+    "div": (div, jnp.divide, span(-5, 5), away_from_zero(0.5, 3)),
+    "pow": (power, jnp.power, span(0.2, 3), span(-2, 2)),
+    "max": (maximum, jnp.maximum, span(-5, 5), span(-5, 5)),
+    "min": (minimum, jnp.minimum, span(-5, 5), span(-5, 5)),
+    "atan2": (arctan2, jnp.arctan2, span(-3, 3), span(-3, 3)),
+    "rem": (fmod, jnp.fmod, span(-5, 5), away_from_zero(0.5, 2)),
+    "add_any": (add_any, jnp.add, span(-5, 5), span(-5, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@SETTINGS
+@given(data=st.data())
+def test_binary_broadcasting(name, data):
+    f, jax_fn, x_domain, y_domain = BINARY[name]
+    x, y = data.draw(broadcasting(x_domain, y_domain), label="x, y")
+    assert name in primitives_in(f, x, y)
+    check_derivatives(f, jax_fn, x, y, **tol(x.dtype))
+
+
+# Python-scalar operands: literals in the jaxpr, with no tangent and no cotangent.
+
+
+def times_two(x):
+    return x * 2.0
+
+
+def plus_then_minus(x):
+    return 1.5 - (x + 0.5)
+
+
+def reciprocal_scaled(x):
+    return 3.0 / x + x / 4.0
+
+
+def two_to_the(x):
+    return 2.0 ** x
+
+
+def to_the_half(x):
+    return x ** 0.5
+
+
+def cubed_minus_inverse(x):
+    return x ** 3 - x ** -1
+
+
+def relu_capped(x):
+    return np.minimum(np.maximum(x, 0.25), 1.0)
+
+
+def angles(x):
+    return np.arctan2(x, 2.0) + np.arctan2(1.0, x)
+
+
+def remainders(x):
+    return np.fmod(x, 0.75) + np.fmod(7.0, x)
+
+
+def clipped(x):
+    return np.clip(x, -0.5, 0.5)
+
+
+def where_scalar(x):
+    return np.where(x > 1.0, x, 0.5)
+
+
+SCALAR_CASES = [
+    (times_two, lambda x: x * 2.0),
+    (plus_then_minus, lambda x: 1.5 - (x + 0.5)),
+    (reciprocal_scaled, lambda x: 3.0 / x + x / 4.0),
+    (two_to_the, lambda x: 2.0 ** x),
+    (to_the_half, lambda x: x ** 0.5),
+    (cubed_minus_inverse, lambda x: x ** 3 - x ** -1),
+    (relu_capped, lambda x: jnp.minimum(jnp.maximum(x, 0.25), 1.0)),
+    (angles, lambda x: jnp.arctan2(x, 2.0) + jnp.arctan2(1.0, x)),
+    (remainders, lambda x: jnp.fmod(x, 0.75) + jnp.fmod(7.0, x)),
+    (clipped, lambda x: jnp.clip(x, -0.5, 0.5)),
+    (where_scalar, lambda x: jnp.where(x > 1.0, x, 0.5)),
+]
+
+
+@pytest.mark.parametrize("f, jax_fn", SCALAR_CASES, ids=[c[0].__name__ for c in SCALAR_CASES])
+@SETTINGS
+@given(data=st.data())
+def test_python_scalar_operands(f, jax_fn, data):
+    # Positive and away from 1: the domain of x ** 0.5 and 7 / x, no kinks of the clips.
+    x = data.draw(arrays(span(0.1, 3)), label="x")
+    check_derivatives(f, jax_fn, x, **tol(x.dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# select, clamp, convert_element_type
+
+
+@SETTINGS
+@given(broadcasting(span(-1, 1), span(-5, 5), span(-5, 5)))
+def test_select_broadcasting(operands):
+    def f(c, a, b):
+        return np.where(c > 0, a, b)
+
+    assert "select" in primitives_in(f, *operands)
+    check_derivatives(f, lambda c, a, b: jnp.where(c > 0, a, b), *operands, **tol(operands[0].dtype))
+
+
+@SETTINGS
+@given(broadcasting(span(-3, 3), span(-1.5, -0.2), span(0.2, 1.5)), st.booleans())
+def test_clamp_broadcasting(operands, swapped):
+    x, lo, hi = operands
+    if swapped:     # lo > hi: np.clip gives hi everywhere, and lo gets no gradient
+        lo, hi = hi, lo
+
+    def f(x, lo, hi):
+        return np.clip(x, lo, hi)
+
+    assert "clamp" in primitives_in(f, x, lo, hi)
+    check_derivatives(f, jnp.clip, x, lo, hi, **tol(x.dtype))
+
+
+def test_clamp_with_bounds_the_wrong_way_round_differentiates_hi_only():
+    x, lo, hi = np.array([-1.0, 0.5, 2.0]), np.array(1.0), np.array(0.0)
+
+    def f(x, lo, hi):
+        return np.sum(np.clip(x, lo, hi))
+
+    grads = s2s.grad(f, argnums=(0, 1, 2))(x, lo, hi)
+    np.testing.assert_array_equal(grads[0], [0.0, 0.0, 0.0])
+    assert grads[1] == 0.0 and grads[2] == 3.0
+    check_derivatives(f, lambda x, lo, hi: jnp.sum(jnp.clip(x, lo, hi)), x, lo, hi)
+
+
+@SETTINGS
+@given(arrays(span(-5, 5)))
+def test_convert_between_floats(x):
+    other = np.float32 if x.dtype == np.float64 else np.float64
+
+    def f(x):
+        return np.sin(x).astype(other) * 2.0
+
+    assert "convert_element_type" in primitives_in(f, x)
+    check_derivatives(f, lambda x: jnp.sin(x).astype(other) * 2.0, x, **tol(np.float32))
+
+
+@SETTINGS
+@given(arrays(away_from_zero(0.1, 5)))
+def test_convert_to_int_has_no_tangent(x):
+    def f(x):
+        return x.astype(np.int32) * x
+
+    check_derivatives(f, lambda x: x.astype(jnp.int32) * x, x, **tol(x.dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# Non-differentiable points: JAX's conventions
+
+
+def test_max_min_ties_split_the_tangent_evenly():
+    x, y = np.array([1.0, 2.0, -3.0, 0.5]), np.array([1.0, 0.0, -3.0, 4.0])
+    ones, zeros = np.ones(4), np.zeros(4)
+    _, t = s2s.jvp(maximum, (x, y), (ones, zeros))
+    np.testing.assert_array_equal(t, [0.5, 1.0, 0.5, 0.0])
+    _, t = s2s.jvp(minimum, (x, y), (ones, zeros))
+    np.testing.assert_array_equal(t, [0.5, 0.0, 0.5, 1.0])
+    for f, jax_fn in [(maximum, jnp.maximum), (minimum, jnp.minimum)]:
+        check_derivatives(f, jax_fn, x, y)
+        # Broadcast: the tied scalar gets half of each tied element's cotangent.
+        check_derivatives(f, jax_fn, np.array([[1.0, 2.0], [2.0, 3.0]]), np.array(2.0))
+
+
+def test_relu_at_zero_has_slope_one_half():
+    def relu(x):
+        return np.sum(np.maximum(x, 0.0))
+
+    x = np.array([-1.0, 0.0, 2.0])
+    np.testing.assert_array_equal(s2s.grad(relu)(x), [0.0, 0.5, 1.0])
+    np.testing.assert_array_equal(s2s.grad(relu)(x), jax.grad(lambda x: jnp.sum(jnp.maximum(x, 0.0)))(x))
+
+
+def test_abs_at_zero_has_slope_one():
+    def f(x):
+        return np.sum(np.abs(x))
+
+    x = np.array([0.0, -0.0, 1.5, -2.0])
+    np.testing.assert_array_equal(s2s.grad(f)(x), [1.0, 1.0, 1.0, -1.0])
+    np.testing.assert_array_equal(s2s.grad(f)(x), jax.grad(lambda x: jnp.sum(jnp.abs(x)))(x))
+    check_derivatives(absolute, jnp.abs, x)
+
+
+def absolute(x):
+    return np.abs(x)
+
+
+# ---------------------------------------------------------------------------------------
+# Piecewise-constant and boolean primitives: exactly zero derivatives
+
+
+def rounding(x, y):
+    return np.floor(x) + np.ceil(y) * np.round(x) - np.sign(x * y)
+
+
+def comparisons(x, y):
+    below = (x < y) | (x <= -y)
+    above = (x > y) & (x >= 0.5 * y)
+    same = (x == y) ^ (x != 2.0 * y)
+    return np.where(below, 1.0, 0.0) + np.where(above, 2.0, 0.0) + np.where(same, 4.0, 0.0)
+
+
+def logic(x, y):
+    mask = np.logical_xor(np.logical_and(x > 0, y > 0), np.logical_or(x < -1, ~(y < 1)))
+    return np.where(np.logical_not(mask) & np.isfinite(x / y), 3.0, -1.0)
+
+
+def stopped(x, y):
+    return s2s.stop_gradient(x * y) + s2s.stop_gradient(np.exp(x))
+
+
+def jax_rounding(x, y):
+    return jnp.floor(x) + jnp.ceil(y) * jnp.round(x) - jnp.sign(x * y)
+
+
+def jax_comparisons(x, y):
+    below = (x < y) | (x <= -y)
+    above = (x > y) & (x >= 0.5 * y)
+    same = (x == y) ^ (x != 2.0 * y)
+    return jnp.where(below, 1.0, 0.0) + jnp.where(above, 2.0, 0.0) + jnp.where(same, 4.0, 0.0)
+
+
+def jax_logic(x, y):
+    mask = jnp.logical_xor(jnp.logical_and(x > 0, y > 0), jnp.logical_or(x < -1, ~(y < 1)))
+    return jnp.where(jnp.logical_not(mask) & jnp.isfinite(x / y), 3.0, -1.0)
+
+
+def jax_stopped(x, y):
+    return jax.lax.stop_gradient(x * y) + jax.lax.stop_gradient(jnp.exp(x))
+
+
+ZERO_CASES = [
+    (rounding, jax_rounding, {"floor", "ceil", "round", "sign"}),
+    (comparisons, jax_comparisons, {"lt", "le", "gt", "ge", "eq", "ne", "or", "and", "xor"}),
+    (logic, jax_logic, {"and", "or", "xor", "not", "is_finite"}),
+    (stopped, jax_stopped, {"stop_gradient"}),
+]
+
+
+@pytest.mark.parametrize("f, jax_fn, prims", ZERO_CASES, ids=[c[0].__name__ for c in ZERO_CASES])
+@SETTINGS
+@given(data=st.data())
+def test_zero_derivatives(f, jax_fn, prims, data):
+    x, y = data.draw(broadcasting(away_from_zero(0.1, 3), away_from_zero(0.1, 3)), label="x, y")
+    assert prims <= primitives_in(f, x, y)
+    out, t = s2s.jvp(f, (x, y), (np.ones_like(x), np.ones_like(y)))
+    assert not np.any(t)
+    _, vjp_fn = s2s.vjp(f, x, y)
+    ct_x, ct_y = vjp_fn(np.ones_like(out))
+    assert not np.any(ct_x) and not np.any(ct_y)
+    assert ct_x.shape == x.shape and ct_y.shape == y.shape
+    check_derivatives(f, jax_fn, x, y, **tol(x.dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# Second derivatives: forward over reverse through the rules
+
+
+def smooth(x):
+    return np.sum(np.sin(x) * np.exp(x) / (1 + x ** 2))
+
+
+def saturating(x):
+    return np.sum(np.tanh(x) ** 3 + np.log1p(x * x) - snp.logistic(x) * snp.erf(x))
+
+
+def angular(x):
+    return np.sum(np.arctan2(x, 1.5 + np.cos(x)) * np.sqrt(x * x + 1.0) + np.cbrt(x + 4.0))
+
+
+def powers(x):
+    return np.sum(np.exp(x) ** 1.5 + 2.0 ** x + x ** 3 + snp.lgamma(x + 2.0) + np.maximum(x, 0.3) * x)
+
+
+HESSIAN_CASES = [
+    (smooth, lambda x: jnp.sum(jnp.sin(x) * jnp.exp(x) / (1 + x ** 2))),
+    (saturating, lambda x: jnp.sum(jnp.tanh(x) ** 3 + jnp.log1p(x * x)
+                                   - jax.nn.sigmoid(x) * jsp.erf(x))),
+    (angular, lambda x: jnp.sum(jnp.arctan2(x, 1.5 + jnp.cos(x)) * jnp.sqrt(x * x + 1.0)
+                                + jnp.cbrt(x + 4.0))),
+    (powers, lambda x: jnp.sum(jnp.exp(x) ** 1.5 + 2.0 ** x + x ** 3 + jsp.gammaln(x + 2.0)
+                               + jnp.maximum(x, 0.3) * x)),
+]
+
+
+@pytest.mark.parametrize("f, jax_fn", HESSIAN_CASES, ids=[c[0].__name__ for c in HESSIAN_CASES])
+def test_hessian(f, jax_fn):
+    x = np.array([-0.7, 0.2, 1.1])
+    np.testing.assert_allclose(s2s.hessian(f)(x), jax.hessian(jax_fn)(x), rtol=1e-9, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------
+# Powers at zero
+
+
+def cube(x):
+    return x ** 3
+
+
+def square(x):
+    return x ** 2
+
+
+def sum_of_powers(x, y):
+    return np.sum(x ** y)
+
+
+def test_grad_of_integer_pow_at_zero():
+    for f, jax_fn in [(cube, lambda x: x ** 3), (square, lambda x: x ** 2)]:
+        g = s2s.grad(f)(np.float64(0.0))
+        assert np.isfinite(g) and g == jax.grad(jax_fn)(0.0) == 0.0
+        h = s2s.grad(s2s.grad(f))(np.float64(0.0))
+        assert np.isfinite(h) and h == jax.grad(jax.grad(jax_fn))(0.0)
+
+
+@pytest.mark.parametrize("y", [1.0, 1.5, 2.0, 3.0])
+def test_grad_of_pow_at_zero(y):
+    got = s2s.grad(power, argnums=(0, 1))(np.float64(0.0), np.float64(y))
+    expected = jax.grad(lambda x, y: x ** y, argnums=(0, 1))(0.0, y)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    # Among other values, with the exponent broadcast.
+    x = np.array([0.0, 0.5, 2.0])
+    got = s2s.grad(sum_of_powers, argnums=(0, 1))(x, np.float64(y))
+    expected = jax.grad(lambda x, y: jnp.sum(x ** y), argnums=(0, 1))(x, y)
+    assert all(np.all(np.isfinite(g)) for g in got)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-12)
