@@ -402,11 +402,15 @@ def _pow_jvp(primals, tangents):
     (x, y), (tx, ty) = primals, tangents
     out = pow.bind(x, y)
 
+    # Primitives on the primals: x or y may be a literal (`x ** 0.5`, `2.0 ** x`), which
+    # has no operators, and a weak one whose dtype a Python `1` must not widen.
+    one = snp.lit(1, y.aval.dtype)
+
     def d_base():
-        return tx * (y * pow.bind(x, y - 1))
+        return tx * (y * pow.bind(x, sub.bind(y, one)))
 
     def d_exponent():   # log(x) * x**y, taken as 0 where x == 0 (the limit for y > 0)
-        safe = snp.where(x == 0, 1, x)
+        safe = snp.where(eq.bind(x, snp.lit(0, x.aval.dtype)), 1, x)
         return ty * (out * snp.log(safe))
     return out, _sum_tangents(out.shape, (tx, d_base), (ty, d_exponent))
 
@@ -436,7 +440,7 @@ def _minmax_jvp(prim, picks_x):
 def _atan2_jvp(primals, tangents):
     (x, y), (tx, ty) = primals, tangents
     out = atan2.bind(x, y)
-    denominator = x * x + y * y
+    denominator = mul.bind(x, x) + mul.bind(y, y)   # mul.bind: x or y may be a literal
     return out, _sum_tangents(out.shape, (tx, lambda: tx * y / denominator),
                               (ty, lambda: -(ty * x) / denominator))
 
@@ -462,10 +466,11 @@ def _clamp_jvp(primals, tangents):
     (lo, x, hi), (tlo, tx, thi) = primals, tangents
     out = clamp.bind(lo, x, hi)
     shape = out.shape
+    # Primitives, not operators: the bounds may be literals (np.clip(x, 0.0, 1.0)).
     # lo > hi clamps everything to hi (min is applied last), so lo then gets nothing.
-    terms = [(tx, lambda: snp.where((x >= lo) & (x <= hi), tx, 0)),
-             (tlo, lambda: snp.where((x < lo) & (lo <= hi), tlo, 0)),
-             (thi, lambda: snp.where((x > hi) | (lo > hi), thi, 0))]
+    terms = [(tx, lambda: snp.where(and_.bind(ge.bind(x, lo), le.bind(x, hi)), tx, 0)),
+             (tlo, lambda: snp.where(and_.bind(lt.bind(x, lo), le.bind(lo, hi)), tlo, 0)),
+             (thi, lambda: snp.where(or_.bind(gt.bind(x, hi), gt.bind(lo, hi)), thi, 0))]
     return out, _sum_tangents(shape, *terms)
 
 
