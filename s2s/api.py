@@ -159,17 +159,20 @@ def emit_python(fn, *example_args, static_argnums=(), static_argnames=(), dynami
 # jit
 
 
+BACKENDS = ("python", "xla")
+
+
 class Jitted:
     """A function compiled for each kind of arguments it is called with.
 
-    backend="python" runs the emitted NumPy module (the XLA backend arrives with the
-    runtime); compiled modules are cached per staged signature.
+    backend="python" runs the emitted NumPy module; backend="xla" lowers the jaxpr to
+    StableHLO and runs it through jaxlib. Compiled code is cached per staged signature.
     """
 
     def __init__(self, fn, static_argnums=(), static_argnames=(), dynamic_argnums=(),
                  backend: str = "python"):
-        if backend != "python":
-            raise ValueError(f"unknown backend {backend!r}; available: 'python'")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; available: {', '.join(map(repr, BACKENDS))}")
         self.fn = fn
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
@@ -182,6 +185,8 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         staged = staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
                          self.dynamic_argnums)
+        if self.backend == "xla":
+            return self._call_xla(staged, args, kwargs)
         with self._lock:
             entry = self._compiled.get(staged)
             if entry is None:
@@ -197,11 +202,84 @@ class Jitted:
             return staged.out_tree.unflatten(out if staged.out_tree.num_leaves != 1 else [out])
         return out
 
+    def _call_xla(self, staged: Staged, args, kwargs):
+        from s2s.emit.stablehlo import lower
+        from s2s_runtime.xla import Executable
+        with self._lock:
+            executable = self._compiled.get(staged)
+            if executable is None:
+                jaxpr = staged.closed.jaxpr
+                try:
+                    text = lower(staged.closed)
+                except S2SError as e:
+                    reraise_clean(e)
+                executable = Executable(text, [v.aval.dtype for v in jaxpr.constvars + jaxpr.invars])
+                self._compiled[staged] = executable
+        _, values = bind_arguments(staged.fn, args, kwargs)
+        flat = [leaf for leaf, m in zip(tree_util.tree_leaves(values), staged.staged_mask) if m]
+        return staged.out_tree.unflatten(executable(*staged.closed.consts, *flat))
+
+    def lower(self, *args, **kwargs) -> "Lowered":
+        """The StableHLO this function lowers to for these arguments (JAX's `.lower`)."""
+        from s2s.emit.stablehlo import lower
+        staged = staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
+                                 self.dynamic_argnums)
+        try:
+            return Lowered(lower(staged.closed), staged)
+        except S2SError as e:
+            reraise_clean(e)
+
     def lower_source(self, *args, **kwargs) -> str:
         """The emitted Python source for these arguments."""
         return emit_python(self.fn, *args, static_argnums=self.static_argnums,
                            static_argnames=self.static_argnames,
                            dynamic_argnums=self.dynamic_argnums, **kwargs)
+
+
+class Lowered:
+    """A function lowered to StableHLO: `.as_text()`, `.as_hlo_text()`, `.compile()`."""
+
+    def __init__(self, text: str, staged: Staged):
+        self.text = text
+        self.staged = staged
+
+    def as_text(self) -> str:
+        return self.text
+
+    def as_hlo_text(self) -> str:
+        from s2s_runtime.xla import hlo_text
+        return hlo_text(self.text)
+
+    def compile(self) -> "Compiled":
+        from s2s_runtime.xla import Executable
+        jaxpr = self.staged.closed.jaxpr
+        return Compiled(Executable(self.text, [v.aval.dtype for v in jaxpr.constvars + jaxpr.invars]))
+
+
+class Compiled:
+    """A compiled executable: its optimized HLO and XLA's memory and cost figures."""
+
+    def __init__(self, executable):
+        self.executable = executable
+
+    def as_hlo_text(self) -> str:
+        return self.executable.optimized_hlo_text()
+
+    def memory_analysis(self):
+        return self.executable.memory_analysis()
+
+    def cost_analysis(self):
+        return self.executable.cost_analysis()
+
+
+def devices() -> list:
+    """The devices XLA runs on (CPU; S2S_NUM_CPU_DEVICES sets how many, before first use)."""
+    from s2s_runtime.xla import devices as runtime_devices
+    return runtime_devices()
+
+
+def device_count() -> int:
+    return len(devices())
 
 
 def emitted_call_args(staged: Staged, signature: Signature, args, kwargs) -> list:

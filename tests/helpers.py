@@ -154,3 +154,20 @@ def with_numpy(fn, np_module):
             namespace[name] = types.FunctionType(value.__code__, namespace, value.__name__,
                                                  value.__defaults__, value.__closure__)
     return types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def check_lowered(s2s_fn, numpy_fn, *args, rtol=1e-6, atol=1e-6):
+    """Stages `s2s_fn`, lowers it to StableHLO, compiles it with jaxlib, runs it, and
+    compares every output with `numpy_fn(*args)` (values and shapes; dtypes too)."""
+    from s2s.emit.stablehlo import lower
+    from s2s_runtime.xla import Executable
+    closed, multiple = stage(s2s_fn, *args)
+    array_args = [a for a in args if _is_array_arg(a)]
+    text = lower(closed)
+    exe = Executable(text, [v.aval.dtype for v in closed.jaxpr.constvars + closed.jaxpr.invars])
+    got = exe(*closed.consts, *array_args)
+    expected = numpy_fn(*args)
+    expected = list(expected) if multiple else [expected]
+    for g, e in zip(got, expected, strict=True):
+        assert_same(g, e, rtol, atol, "XLA: ")
+    return text

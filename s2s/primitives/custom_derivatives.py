@@ -87,10 +87,17 @@ _jvp.register(custom_vjp_lin, _lin_jvp)
 _transpose.register(custom_vjp_lin, _lin_transpose)
 
 
-def _emit_lin(eqn, *operands):
+def _emit_lin(*args):
+    """Python emission and lowering alike: only forward mode would ever need this."""
+    eqn = next(a for a in args if hasattr(a, "params"))
     _lin_impl(**eqn.params)
 
 
 from s2s.emit.pyexpr import register as _register_python  # noqa: E402
 
 _register_python(custom_vjp_lin, _emit_lin)
+
+# Call primitives are inlined before lowering; custom_vjp_lin only runs in reverse mode.
+from s2s.emit import stablehlo as _hlo  # noqa: E402
+
+_hlo.register(custom_vjp_lin, _emit_lin)

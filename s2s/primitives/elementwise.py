@@ -560,3 +560,127 @@ for _prim, _rule in [(add, _add_transpose), (add_any, _add_transpose), (sub, _su
                      (mul, _mul_transpose), (div, _div_transpose), (neg, _neg_transpose),
                      (convert_element_type, _convert_transpose), (select, _select_transpose)]:
     _transpose.register(_prim, _rule)
+
+# ---------------------------------------------------------------------------------------
+# StableHLO lowering. Operands arrive already broadcast to the output shape.
+
+from s2s.emit import stablehlo as _hlo  # noqa: E402
+
+_HLO_UNARY = {
+    neg: "stablehlo.negate", exp: "stablehlo.exponential", log: "stablehlo.log",
+    log1p: "stablehlo.log_plus_one", expm1: "stablehlo.exponential_minus_one",
+    sin: "stablehlo.sine", cos: "stablehlo.cosine", tan: "chlo.tan", tanh: "stablehlo.tanh",
+    logistic: "stablehlo.logistic", sqrt: "stablehlo.sqrt", rsqrt: "stablehlo.rsqrt",
+    cbrt: "stablehlo.cbrt", abs: "stablehlo.abs", sign: "stablehlo.sign",
+    floor: "stablehlo.floor", ceil: "stablehlo.ceil", round: "stablehlo.round_nearest_even",
+    not_: "stablehlo.not", asin: "chlo.asin", acos: "chlo.acos", atan: "chlo.atan",
+    sinh: "chlo.sinh", cosh: "chlo.cosh", asinh: "chlo.asinh", acosh: "chlo.acosh",
+    atanh: "chlo.atanh", erf: "chlo.erf", lgamma: "chlo.lgamma", digamma: "chlo.digamma",
+}
+_HLO_BINARY = {
+    add: "stablehlo.add", add_any: "stablehlo.add", sub: "stablehlo.subtract",
+    mul: "stablehlo.multiply", div: "stablehlo.divide", pow: "stablehlo.power",
+    max: "stablehlo.maximum", min: "stablehlo.minimum", atan2: "stablehlo.atan2",
+    rem: "stablehlo.remainder", and_: "stablehlo.and", or_: "stablehlo.or", xor: "stablehlo.xor",
+}
+_HLO_COMPARE = {eq: "EQ", ne: "NE", lt: "LT", le: "LE", gt: "GT", ge: "GE"}
+
+
+def _lower_unary(op):
+    def rule(ctx, eqn, x):
+        t = _hlo.out_type(eqn)
+        if op.startswith("chlo."):
+            return [ctx.op(f"{op} {x} : {t} -> {t}", _hlo.hint(eqn))]
+        return [ctx.op(f"{op} {x} : {t}", _hlo.hint(eqn))]
+    return rule
+
+
+def _lower_binary(op):
+    def rule(ctx, eqn, x, y):
+        return [ctx.op(f"{op} {x}, {y} : {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+    return rule
+
+
+def _compare_type(dtype) -> str:
+    if dtypes.is_inexact(dtype):
+        return "FLOAT"
+    return "UNSIGNED" if np.dtype(dtype).kind in "ub" else "SIGNED"
+
+
+def _lower_compare(direction):
+    def rule(ctx, eqn, x, y):
+        t = _hlo.tensor_type(eqn.invars[0].aval.update(shape=eqn.outvars[0].aval.shape))
+        return [ctx.op(f"stablehlo.compare {direction}, {x}, {y}, "
+                       f"{_compare_type(eqn.invars[0].aval.dtype)} : ({t}, {t}) -> {_hlo.out_type(eqn)}",
+                       _hlo.hint(eqn))]
+    return rule
+
+
+def _lower_integer_pow(ctx, eqn, x):
+    t, aval, y = _hlo.out_type(eqn), eqn.outvars[0].aval, eqn.params["y"]
+    if y == 0:
+        return [ctx.constant(1, aval.dtype, aval.shape)]
+    result, base, n = None, x, builtins.abs(y)
+    while n:                       # exponentiation by squaring
+        if n & 1:
+            result = base if result is None else ctx.op(f"stablehlo.multiply {result}, {base} : {t}")
+        n >>= 1
+        if n:
+            base = ctx.op(f"stablehlo.multiply {base}, {base} : {t}")
+    if y < 0:
+        one = ctx.constant(1, aval.dtype, aval.shape)
+        result = ctx.op(f"stablehlo.divide {one}, {result} : {t}")
+    return [result]
+
+
+def _lower_is_finite(ctx, eqn, x):
+    return [ctx.op(f"stablehlo.is_finite {x} : ({_hlo.tensor_type(eqn.invars[0].aval)}) -> "
+                   f"{_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+def _lower_polygamma(ctx, eqn, x):
+    aval = eqn.outvars[0].aval
+    order = ctx.constant(eqn.params["n"], aval.dtype, aval.shape)
+    t = _hlo.out_type(eqn)
+    return [ctx.op(f"chlo.polygamma {order}, {x} : {t}, {t} -> {t}", _hlo.hint(eqn))]
+
+
+def _lower_select(ctx, eqn, p, a, b):
+    pred_t = _hlo.tensor_type(ShapedArray(eqn.outvars[0].aval.shape, dtypes.bool_))
+    return [ctx.op(f"stablehlo.select {p}, {a}, {b} : {pred_t}, {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+def _lower_clamp(ctx, eqn, lo, x, hi):
+    t = _hlo.out_type(eqn)
+    return [ctx.op(f"stablehlo.clamp {lo}, {x}, {hi} : ({t}, {t}, {t}) -> {t}", _hlo.hint(eqn))]
+
+
+def _lower_convert(ctx, eqn, x):
+    source, new_dtype = _hlo.tensor_type(eqn.invars[0].aval), eqn.params["new_dtype"]
+    if eqn.invars[0].aval.dtype == np.dtype(new_dtype):
+        return [x]
+    if np.dtype(new_dtype) == dtypes.bool_:   # NumPy: nonzero is True
+        zero = ctx.constant(0, eqn.invars[0].aval.dtype, eqn.invars[0].aval.shape)
+        t = _hlo.tensor_type(eqn.invars[0].aval.strip_weak_type())
+        return [ctx.op(f"stablehlo.compare NE, {x}, {zero}, {_compare_type(eqn.invars[0].aval.dtype)} : "
+                       f"({t}, {t}) -> {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+    return [ctx.op(f"stablehlo.convert {x} : ({source}) -> {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+def _lower_iota(ctx, eqn):
+    return [ctx.op(f"stablehlo.iota dim = {eqn.params['dimension']} : {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn))]
+
+
+for _prim, _op in _HLO_UNARY.items():
+    _hlo.register(_prim, _lower_unary(_op), broadcasting=True)
+for _prim, _op in _HLO_BINARY.items():
+    _hlo.register(_prim, _lower_binary(_op), broadcasting=True)
+for _prim, _direction in _HLO_COMPARE.items():
+    _hlo.register(_prim, _lower_compare(_direction), broadcasting=True)
+for _prim, _rule in [(integer_pow, _lower_integer_pow), (is_finite, _lower_is_finite),
+                     (polygamma, _lower_polygamma), (select, _lower_select),
+                     (clamp, _lower_clamp), (convert_element_type, _lower_convert)]:
+    _hlo.register(_prim, _rule, broadcasting=True)
+_hlo.register(iota, _lower_iota)
+_hlo.register(stop_gradient, lambda ctx, eqn, x: [x])

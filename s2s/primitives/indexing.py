@@ -159,3 +159,92 @@ def _scatter_add_transpose(ct, operand, updates, *indices, axes):
 
 _transpose.register(gather, _gather_transpose)
 _transpose.register(scatter_add, _scatter_add_transpose)
+
+# ---------------------------------------------------------------------------------------
+# StableHLO lowering. The k index arrays (common shape B, rank nb) are converted to one
+# integer type and stacked into one B + (k,) tensor whose trailing dimension is the index
+# vector; `axes` (in the order given) is its start_index_map. Each selected axis is a
+# collapsed (size-1) slice dimension and every other operand dimension is a full window,
+# so the result (or the updates) is B + the remaining operand dims, in order: the window
+# dims are nb, nb + 1, .... XLA's gather clamps starts into range, as the impl does; its
+# scatter drops out-of-range updates instead, so scatter_add clamps the indices first.
+
+from s2s.emit import stablehlo as _hlo  # noqa: E402
+
+_HLO_INDEX_DTYPE = np.dtype(np.int64)
+
+
+def _lower_index_vector(ctx, eqn, indices, first: int, *, clamp: bool):
+    """The index arrays as one B + (k,) tensor of int64 (clamped into range if asked)."""
+    operand = eqn.invars[0].aval
+    axes = tuple(eqn.params["axes"])
+    batch = eqn.invars[first].aval.shape
+    one_t = _hlo.tensor_type(ShapedArray(batch, _HLO_INDEX_DTYPE))
+    column_t = _hlo.tensor_type(ShapedArray(batch + (1,), _HLO_INDEX_DTYPE))
+    columns = []
+    for v, name, axis in zip(eqn.invars[first:], indices, axes):
+        if v.aval.dtype != _HLO_INDEX_DTYPE:
+            name = ctx.op(f"stablehlo.convert {name} : ({_hlo.tensor_type(v.aval)}) -> {one_t}",
+                          "index")
+        if clamp:
+            lo = ctx.constant(0, _HLO_INDEX_DTYPE)
+            hi = ctx.constant(max(operand.shape[axis] - 1, 0), _HLO_INDEX_DTYPE)
+            scalar_t = _hlo.tensor_type(ShapedArray((), _HLO_INDEX_DTYPE))
+            name = ctx.op(f"stablehlo.clamp {lo}, {name}, {hi} : ({scalar_t}, {one_t}, "
+                          f"{scalar_t}) -> {one_t}", "index")
+        columns.append(ctx.op(f"stablehlo.reshape {name} : ({one_t}) -> {column_t}", "index"))
+    if len(columns) == 1:
+        return columns[0], column_t
+    stacked_t = _hlo.tensor_type(ShapedArray(batch + (len(columns),), _HLO_INDEX_DTYPE))
+    stacked = ctx.op(f"stablehlo.concatenate {', '.join(columns)}, dim = {len(batch)} : "
+                     f"({', '.join([column_t] * len(columns))}) -> {stacked_t}", "indices")
+    return stacked, stacked_t
+
+
+def _dimension_numbers(eqn, first: int):
+    operand = eqn.invars[0].aval
+    axes = tuple(int(a) for a in eqn.params["axes"])
+    nb = eqn.invars[first].aval.ndim
+    window = [nb + i for i in range(operand.ndim - len(axes))]
+    return axes, nb, window
+
+
+def _ints(values) -> str:
+    return ", ".join(str(int(v)) for v in values)
+
+
+def _lower_gather(ctx, eqn, operand, *indices, **_):
+    aval = eqn.invars[0].aval
+    index, index_t = _lower_index_vector(ctx, eqn, indices, 1, clamp=False)
+    axes, nb, window = _dimension_numbers(eqn, 1)
+    sizes = [1 if d in axes else n for d, n in enumerate(aval.shape)]
+    numbers = (f"#stablehlo.gather<offset_dims = [{_ints(window)}], "
+               f"collapsed_slice_dims = [{_ints(sorted(axes))}], "
+               f"start_index_map = [{_ints(axes)}], index_vector_dim = {nb}>")
+    return [ctx.op(f'"stablehlo.gather"({operand}, {index}) <{{dimension_numbers = {numbers}, '
+                   f'indices_are_sorted = false, slice_sizes = array<i64: {_ints(sizes)}>}}> : '
+                   f"({_hlo.tensor_type(aval)}, {index_t}) -> {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn))]
+
+
+def _lower_scatter_add(ctx, eqn, operand, updates, *indices, **_):
+    aval = eqn.invars[0].aval
+    index, index_t = _lower_index_vector(ctx, eqn, indices, 2, clamp=True)
+    axes, nb, window = _dimension_numbers(eqn, 2)
+    numbers = (f"#stablehlo.scatter<update_window_dims = [{_ints(window)}], "
+               f"inserted_window_dims = [{_ints(sorted(axes))}], "
+               f"scatter_dims_to_operand_dims = [{_ints(axes)}], index_vector_dim = {nb}>")
+    scalar_t = _hlo.tensor_type(ShapedArray((), aval.dtype))
+    a, b, s = ctx.fresh("lhs"), ctx.fresh("rhs"), ctx.fresh("sum")
+    region = (f"({{\n      ^bb0({a}: {scalar_t}, {b}: {scalar_t}):\n"
+              f"        {s} = stablehlo.add {a}, {b} : {scalar_t}\n"
+              f"        stablehlo.return {s} : {scalar_t}\n    }})")
+    return [ctx.op(f'"stablehlo.scatter"({operand}, {index}, {updates}) '
+                   f"<{{indices_are_sorted = false, scatter_dimension_numbers = {numbers}, "
+                   f"unique_indices = false}}> {region} : ({_hlo.tensor_type(aval)}, {index_t}, "
+                   f"{_hlo.tensor_type(eqn.invars[1].aval)}) -> {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn))]
+
+
+_hlo.register(gather, _lower_gather)
+_hlo.register(scatter_add, _lower_scatter_add)

@@ -488,3 +488,191 @@ def _lu_jvp(primals, tangents):
 
 
 _jvp.register(lu, _lu_jvp)
+
+# ---------------------------------------------------------------------------------------
+# StableHLO lowering. dot_general, cholesky and triangular_solve are StableHLO ops (XLA
+# expands the last two on CPU, no LAPACK custom call needed). `lu` has no op: it lowers to
+# unrolled getrf steps for the static min(m, n) (partial pivoting on the first largest
+# |a[i, j]|, row swaps as selects, then the rank-1 update), batched over leading dims, so
+# the module runs on a jaxlib without jax's LAPACK targets registered.
+
+from s2s.emit import stablehlo as _hlo  # noqa: E402
+from s2s.primitives.reductions import lower_arg_reduce as _lower_arg_reduce  # noqa: E402
+
+
+def _tt(shape, dtype) -> str:
+    return _hlo.tensor_type(ShapedArray(tuple(shape), dtype))
+
+
+def _lower_dot_general(ctx, eqn, a, b, **_):
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    lhs, rhs = (v.aval for v in eqn.invars)
+    out = eqn.outvars[0].aval
+    if lhs.dtype != out.dtype:   # preferred_element_type: compute in the result's dtype
+        lt, rt_ = _tt(lhs.shape, out.dtype), _tt(rhs.shape, out.dtype)
+        a = ctx.op(f"stablehlo.convert {a} : ({_hlo.tensor_type(lhs)}) -> {lt}")
+        b = ctx.op(f"stablehlo.convert {b} : ({_hlo.tensor_type(rhs)}) -> {rt_}")
+        lhs, rhs = ShapedArray(lhs.shape, out.dtype), ShapedArray(rhs.shape, out.dtype)
+
+    def dims(ds):
+        return f"[{', '.join(str(d) for d in ds)}]"
+    parts = []
+    if lb:
+        parts.append(f"batching_dims = {dims(lb)} x {dims(rb)}")
+    parts.append(f"contracting_dims = {dims(lc)} x {dims(rc)}")
+    return [ctx.op(f"stablehlo.dot_general {a}, {b}, {', '.join(parts)} : "
+                   f"({_hlo.tensor_type(lhs)}, {_hlo.tensor_type(rhs)}) -> {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn))]
+
+
+def _triangle_mask(ctx, shape, lower: bool, strict: bool = False) -> str:
+    """A boolean tensor of `shape` (matrices last) true on the lower (or upper) triangle."""
+    nd = len(shape)
+    it = _tt(shape, dtypes.int32)
+    rows = ctx.op(f"stablehlo.iota dim = {nd - 2} : {it}")
+    cols = ctx.op(f"stablehlo.iota dim = {nd - 1} : {it}")
+    direction = ("GT" if strict else "GE") if lower else ("LT" if strict else "LE")
+    return ctx.op(f"stablehlo.compare {direction}, {rows}, {cols}, SIGNED : ({it}, {it}) -> "
+                  f"{_tt(shape, dtypes.bool_)}")
+
+
+def _lower_cholesky(ctx, eqn, a, **_):
+    aval = eqn.outvars[0].aval
+    t = _hlo.out_type(eqn)
+    factor = ctx.op(f'"stablehlo.cholesky"({a}) <{{lower = true}}> : ({t}) -> {t}')
+    keep = _triangle_mask(ctx, aval.shape, lower=True)
+    zero = ctx.constant(0, aval.dtype, aval.shape)
+    return [ctx.op(f"stablehlo.select {keep}, {factor}, {zero} : "
+                   f"{_tt(aval.shape, dtypes.bool_)}, {t}", _hlo.hint(eqn))]
+
+
+def _lower_triangular_solve(ctx, eqn, a, b, **_):
+    p = eqn.params
+    transpose = "TRANSPOSE" if p["transpose_a"] else "NO_TRANSPOSE"
+    flag = lambda v: "true" if v else "false"  # noqa: E731
+    return [ctx.op(f'"stablehlo.triangular_solve"({a}, {b}) <{{left_side = {flag(p["left_side"])}, '
+                   f'lower = {flag(p["lower"])}, transpose_a = #stablehlo<transpose {transpose}>, '
+                   f'unit_diagonal = {flag(p["unit_diagonal"])}}}> : '
+                   f"({_hlo.tensor_type(eqn.invars[0].aval)}, {_hlo.tensor_type(eqn.invars[1].aval)}) "
+                   f"-> {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+def _lower_lu(ctx, eqn, a, **_):
+    aval = eqn.invars[0].aval
+    if np.dtype(aval.dtype).kind == "c":
+        from s2s.errors import UnsupportedFunctionError
+        raise UnsupportedFunctionError("complex lu cannot be lowered to StableHLO yet",
+                                       "use backend='python' for this function")
+    dtype, i32 = aval.dtype, dtypes.int32
+    *batch, m, n = aval.shape
+    batch = tuple(batch)
+    nb = len(batch)
+    k = min(m, n)
+    shape = tuple(aval.shape)
+    t, bt = _tt(shape, dtype), _tt(shape, dtypes.bool_)
+    col_shape = batch + (m,)
+    ct = _tt(col_shape, dtype)
+
+    def slice_(x, x_shape, starts, limits, x_dtype=dtype):
+        out_shape = [hi - lo for lo, hi in zip(starts, limits)]
+        arr = lambda v: f"array<i64: {', '.join(str(int(i)) for i in v)}>"  # noqa: E731
+        return ctx.op(f'"stablehlo.slice"({x}) <{{limit_indices = {arr(limits)}, start_indices = '
+                      f'{arr(starts)}, strides = {arr([1] * len(starts))}}}> : '
+                      f"({_tt(x_shape, x_dtype)}) -> {_tt(out_shape, x_dtype)}")
+
+    def bcast(x, x_shape, dims, to_shape, x_dtype):
+        return ctx.op(f"stablehlo.broadcast_in_dim {x}, dims = [{', '.join(map(str, dims))}] : "
+                      f"({_tt(x_shape, x_dtype)}) -> {_tt(to_shape, x_dtype)}")
+
+    def select(p, x, y, s, x_dtype):
+        return ctx.op(f"stablehlo.select {p}, {x}, {y} : {_tt(s, dtypes.bool_)}, {_tt(s, x_dtype)}")
+
+    def cmp(direction, x, y, s, x_dtype, kind):
+        return ctx.op(f"stablehlo.compare {direction}, {x}, {y}, {kind} : "
+                      f"({_tt(s, x_dtype)}, {_tt(s, x_dtype)}) -> {_tt(s, dtypes.bool_)}")
+
+    rows = ctx.op(f"stablehlo.iota dim = {nb} : {_tt(shape, i32)}")
+    cols = ctx.op(f"stablehlo.iota dim = {nb + 1} : {_tt(shape, i32)}")
+    col_rows = ctx.op(f"stablehlo.iota dim = {nb} : {_tt(col_shape, i32)}")
+    perm = ctx.op(f"stablehlo.iota dim = {nb} : {_tt(col_shape, i32)}", "perm")
+    pivots = []
+    zeros = [0] * nb
+    for j in range(k):
+        # The pivot: the first largest |a[i, j]| over rows i >= j.
+        col = slice_(a, shape, zeros + [0, j], list(batch) + [m, j + 1])
+        col = ctx.op(f"stablehlo.reshape {col} : ({_tt(batch + (m, 1), dtype)}) -> {ct}")
+        mag = ctx.op(f"stablehlo.abs {col} : {ct}")
+        jc = ctx.constant(j, i32, col_shape)
+        above = cmp("LT", col_rows, jc, col_shape, i32, "SIGNED")
+        minus = ctx.constant(-1, dtype, col_shape)
+        mag = select(above, minus, mag, col_shape, dtype)
+        p = _lower_arg_reduce(ctx, mag, ShapedArray(col_shape, dtype), nb, i32, True)
+        pivots.append(p)
+        # Swap rows j and p (of the matrix and of the permutation), as selects.
+        p_full = bcast(p, batch, list(range(nb)), shape, i32)
+        j_full = ctx.constant(j, i32, shape)
+        is_p = cmp("EQ", rows, p_full, shape, i32, "SIGNED")
+        is_j = cmp("EQ", rows, j_full, shape, i32, "SIGNED")
+        zero = ctx.constant(0, dtype, ())
+        # row p, read exactly: a select, then a sum that adds only zeros to it
+        row_p_sel = select(is_p, a, ctx.constant(0, dtype, shape), shape, dtype)
+        row_p = ctx.op(f"stablehlo.reduce({row_p_sel} init: {zero}) applies stablehlo.add across "
+                       f"dimensions = [{nb}] : ({t}, {_tt((), dtype)}) -> {_tt(batch + (n,), dtype)}")
+        row_j = slice_(a, shape, zeros + [j, 0], list(batch) + [j + 1, n])
+        row_j = ctx.op(f"stablehlo.reshape {row_j} : ({_tt(batch + (1, n), dtype)}) -> "
+                       f"{_tt(batch + (n,), dtype)}")
+        row_dims = list(range(nb)) + [nb + 1]
+        row_p_full = bcast(row_p, batch + (n,), row_dims, shape, dtype)
+        row_j_full = bcast(row_j, batch + (n,), row_dims, shape, dtype)
+        a = select(is_j, row_p_full, select(is_p, row_j_full, a, shape, dtype), shape, dtype)
+        pj = bcast(p, batch, list(range(nb)), col_shape, i32)
+        perm_is_p = cmp("EQ", col_rows, pj, col_shape, i32, "SIGNED")
+        perm_is_j = cmp("EQ", col_rows, ctx.constant(j, i32, col_shape), col_shape, i32, "SIGNED")
+        perm_p = ctx.op(f"stablehlo.reduce({select(perm_is_p, perm, ctx.constant(0, i32, col_shape), col_shape, i32)} "
+                        f"init: {ctx.constant(0, i32)}) applies stablehlo.add across dimensions = [{nb}] : "
+                        f"({_tt(col_shape, i32)}, {_tt((), i32)}) -> {_tt(batch, i32)}")
+        perm_j = slice_(perm, col_shape, zeros + [j], list(batch) + [j + 1], i32)
+        perm_j = ctx.op(f"stablehlo.reshape {perm_j} : ({_tt(batch + (1,), i32)}) -> {_tt(batch, i32)}")
+        perm = select(perm_is_j, bcast(perm_p, batch, list(range(nb)), col_shape, i32),
+                      select(perm_is_p, bcast(perm_j, batch, list(range(nb)), col_shape, i32), perm,
+                             col_shape, i32), col_shape, i32)
+        # Multipliers below the pivot (a zero pivot leaves its column unscaled, as LAPACK),
+        # then the rank-1 update of the trailing block.
+        pivot = slice_(a, shape, zeros + [j, j], list(batch) + [j + 1, j + 1])
+        pivot = ctx.op(f"stablehlo.reshape {pivot} : ({_tt(batch + (1, 1), dtype)}) -> {_tt(batch, dtype)}")
+        pivot_full = bcast(pivot, batch, list(range(nb)), shape, dtype)
+        is_zero = cmp("EQ", pivot_full, ctx.constant(0, dtype, shape), shape, dtype, "FLOAT")
+        safe = select(is_zero, ctx.constant(1, dtype, shape), pivot_full, shape, dtype)
+        col = slice_(a, shape, zeros + [0, j], list(batch) + [m, j + 1])
+        col = ctx.op(f"stablehlo.reshape {col} : ({_tt(batch + (m, 1), dtype)}) -> {ct}")
+        col_full = bcast(col, col_shape, list(range(nb + 1)), shape, dtype)
+        scaled = ctx.op(f"stablehlo.divide {col_full}, {safe} : {t}")
+        scaled = select(is_zero, col_full, scaled, shape, dtype)
+        row = slice_(a, shape, zeros + [j, 0], list(batch) + [j + 1, n])
+        row = ctx.op(f"stablehlo.reshape {row} : ({_tt(batch + (1, n), dtype)}) -> "
+                     f"{_tt(batch + (n,), dtype)}")
+        row_full = bcast(row, batch + (n,), row_dims, shape, dtype)
+        product = ctx.op(f"stablehlo.multiply {scaled}, {row_full} : {t}")
+        updated = ctx.op(f"stablehlo.subtract {a}, {product} : {t}")
+        below = cmp("GT", rows, j_full, shape, i32, "SIGNED")
+        at_col = cmp("EQ", cols, j_full, shape, i32, "SIGNED")
+        right = cmp("GT", cols, j_full, shape, i32, "SIGNED")
+        below_at = ctx.op(f"stablehlo.and {below}, {at_col} : {bt}")
+        below_right = ctx.op(f"stablehlo.and {below}, {right} : {bt}")
+        a = select(below_at, scaled, select(below_right, updated, a, shape, dtype), shape, dtype)
+    piv_shape = batch + (k,)
+    if k == 0:
+        piv = ctx.constant(0, i32, piv_shape) if piv_shape else ctx.constant(0, i32)
+    else:
+        pieces = [ctx.op(f"stablehlo.reshape {p} : ({_tt(batch, i32)}) -> {_tt(batch + (1,), i32)}")
+                  for p in pivots]
+        piv = pieces[0] if k == 1 else ctx.op(
+            f"stablehlo.concatenate {', '.join(pieces)}, dim = {nb} : "
+            f"({', '.join([_tt(batch + (1,), i32)] * k)}) -> {_tt(piv_shape, i32)}")
+    return [a, piv, perm]
+
+
+_hlo.register(dot_general, _lower_dot_general)
+_hlo.register(cholesky, _lower_cholesky)
+_hlo.register(triangular_solve, _lower_triangular_solve)
+_hlo.register(lu, _lower_lu)

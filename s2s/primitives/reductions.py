@@ -516,3 +516,242 @@ def _cumsum_transpose(ct, x, *, axis, reverse):
 
 _transpose.register(reduce_sum, _reduce_sum_transpose)
 _transpose.register(cumsum, _cumsum_transpose)
+
+# ---------------------------------------------------------------------------------------
+# StableHLO lowering. Reductions are `stablehlo.reduce` from the operation's identity;
+# argmax/argmin a variadic reduce of (value, iota) whose reducer keeps NumPy's answer
+# whatever order XLA combines in (the first NaN, else the first extremum); scans are
+# `stablehlo.reduce_window` with a window as long as the axis, padded in front; sort is
+# `stablehlo.sort` with a lexicographic comparator that orders like NumPy (NaNs last).
+
+from s2s.emit import stablehlo as _hlo  # noqa: E402
+
+
+def _ttype(shape, dtype) -> str:
+    return _hlo.tensor_type(ShapedArray(tuple(shape), dtype))
+
+
+def _compare_kind(dtype) -> str:
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return "FLOAT"
+    if dtype.kind in "iu" or dtype == dtypes.bool_:
+        return "UNSIGNED" if dtype.kind in "ub" else "SIGNED"
+    raise _unsupported(dtype)
+
+
+def _unsupported(dtype):
+    from s2s.errors import UnsupportedFunctionError
+    return UnsupportedFunctionError(f"{np.dtype(dtype).name} reductions cannot be lowered to "
+                                    f"StableHLO yet", "use backend='python' for this function")
+
+
+def _compare(ctx, direction, a, b, dtype, kind=None):
+    t = _ttype((), dtype)
+    return ctx.op(f"stablehlo.compare {direction}, {a}, {b}, {kind or _compare_kind(dtype)} : "
+                  f"({t}, {t}) -> tensor<i1>")
+
+
+def _region_op(ctx, name, operands, in_types, out_types, arg_types, body, attrs, hint=None):
+    """A generic-form op with one region: `body(*block_args)` stages the region's ops
+    with `ctx` and returns the (name, type) pairs it yields."""
+    args = [ctx.fresh("r") for _ in arg_types]
+    saved, ctx.lines = ctx.lines, []
+    returned = body(*args)
+    inner, ctx.lines = ctx.lines, saved
+    result = ctx.fresh(hint)
+    n = len(out_types)
+    head = f"{result}:{n}" if n > 1 else result
+    ctx.lines.append(f'{head} = "{name}"({", ".join(operands)}) <{{{attrs}}}> ({{')
+    ctx.lines.append(f"^bb0({', '.join(f'{a}: {t}' for a, t in zip(args, arg_types))}):")
+    ctx.lines.extend(f"  {line}" for line in inner)
+    ctx.lines.append(f"  stablehlo.return {', '.join(r for r, _ in returned)} : "
+                     f"{', '.join(t for _, t in returned)}")
+    ctx.lines.append(f"}}) : ({', '.join(in_types)}) -> ({', '.join(out_types)}){ctx.location}")
+    return [f"{result}#{i}" for i in range(n)] if n > 1 else [result]
+
+
+def _array(values) -> str:
+    return f"array<i64: {', '.join(str(int(v)) for v in values)}>" if len(values) else "array<i64>"
+
+
+def _lowest(dtype):
+    dtype = np.dtype(dtype)
+    if dtype == dtypes.bool_:
+        return False
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _highest(dtype):
+    dtype = np.dtype(dtype)
+    if dtype == dtypes.bool_:
+        return True
+    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
+
+
+def _combiner(kind: str, dtype) -> tuple[str, object]:
+    """(the StableHLO op, its identity) of a reduction kind for `dtype`."""
+    is_bool = np.dtype(dtype) == dtypes.bool_
+    if kind == "sum":
+        return ("stablehlo.or" if is_bool else "stablehlo.add"), 0
+    if kind == "prod":
+        return ("stablehlo.and" if is_bool else "stablehlo.multiply"), 1
+    if kind == "max":
+        return ("stablehlo.or" if is_bool else "stablehlo.maximum"), _lowest(dtype)
+    if kind == "min":
+        return ("stablehlo.and" if is_bool else "stablehlo.minimum"), _highest(dtype)
+    if kind == "and":
+        return "stablehlo.and", True
+    return "stablehlo.or", False
+
+
+def _reduce_text(ctx, x, aval, axes, kind, hint=None):
+    """`x` (of `aval`) reduced over `axes` with the combiner of `kind`."""
+    if np.dtype(aval.dtype).kind == "c":
+        raise _unsupported(aval.dtype)
+    op, identity = _combiner(kind, aval.dtype)
+    init = ctx.constant(identity, aval.dtype)
+    out = _ttype(_reduced_shape(aval.shape, axes), aval.dtype)
+    dims = ", ".join(str(a) for a in sorted(axes))
+    return ctx.op(f"stablehlo.reduce({x} init: {init}) applies {op} across dimensions = [{dims}] : "
+                  f"({_hlo.tensor_type(aval)}, {_ttype((), aval.dtype)}) -> {out}", hint)
+
+
+def _lower_reduce(kind: str):
+    def rule(ctx, eqn, x, **_):
+        axes = eqn.params["axes"]
+        if not axes:
+            return [x]
+        return [_reduce_text(ctx, x, eqn.invars[0].aval, axes, kind, _hlo.hint(eqn))]
+    return rule
+
+
+def lower_arg_reduce(ctx, x, aval, axis: int, index_dtype, maximum: bool, hint=None) -> str:
+    """The index of the first maximum (or minimum) of `x` along `axis`; a NaN counts as
+    beyond every number, and the first NaN wins, as in NumPy."""
+    dtype = np.dtype(aval.dtype)
+    index_dtype = np.dtype(index_dtype)
+    if dtype.kind == "c":
+        raise _unsupported(dtype)
+    iota = ctx.op(f"stablehlo.iota dim = {axis} : {_ttype(aval.shape, index_dtype)}")
+    init = ctx.constant(_lowest(dtype) if maximum else _highest(dtype), dtype)
+    zero = ctx.constant(0, index_dtype)
+    vt, it = _ttype((), dtype), _ttype((), index_dtype)
+    floating = dtype.kind == "f"
+
+    def body(a, ia, b, ib):
+        better = _compare(ctx, "GT" if maximum else "LT", a, b, dtype)
+        tie = _compare(ctx, "EQ", a, b, dtype)
+        if floating:
+            a_nan = _compare(ctx, "NE", a, a, dtype)
+            b_nan = _compare(ctx, "NE", b, b, dtype)
+            b_num = ctx.op(f"stablehlo.not {b_nan} : tensor<i1>")
+            a_only = ctx.op(f"stablehlo.and {a_nan}, {b_num} : tensor<i1>")
+            better = ctx.op(f"stablehlo.or {better}, {a_only} : tensor<i1>")
+            both = ctx.op(f"stablehlo.and {a_nan}, {b_nan} : tensor<i1>")
+            tie = ctx.op(f"stablehlo.or {tie}, {both} : tensor<i1>")
+        first = _compare(ctx, "LT", ia, ib, index_dtype)
+        tie_first = ctx.op(f"stablehlo.and {tie}, {first} : tensor<i1>")
+        take = ctx.op(f"stablehlo.or {better}, {tie_first} : tensor<i1>")
+        value = ctx.op(f"stablehlo.select {take}, {a}, {b} : tensor<i1>, {vt}")
+        index = ctx.op(f"stablehlo.select {take}, {ia}, {ib} : tensor<i1>, {it}")
+        return [(value, vt), (index, it)]
+
+    out_shape = _reduced_shape(aval.shape, (axis,))
+    _, index = _region_op(
+        ctx, "stablehlo.reduce", [x, iota, init, zero],
+        [_hlo.tensor_type(aval), _ttype(aval.shape, index_dtype), vt, it],
+        [_ttype(out_shape, dtype), _ttype(out_shape, index_dtype)],
+        [vt, it, vt, it], body, f"dimensions = {_array([axis])}", hint)
+    return index
+
+
+def _lower_arg(maximum: bool):
+    def rule(ctx, eqn, x, **_):
+        return [lower_arg_reduce(ctx, x, eqn.invars[0].aval, eqn.params["axis"],
+                                 eqn.params["index_dtype"], maximum, _hlo.hint(eqn))]
+    return rule
+
+
+def _lower_cumulative(kind: str):
+    def rule(ctx, eqn, x, **_):
+        axis, reverse = eqn.params["axis"], eqn.params["reverse"]
+        aval = eqn.invars[0].aval
+        if np.dtype(aval.dtype).kind == "c":
+            raise _unsupported(aval.dtype)
+        t = _hlo.tensor_type(aval)
+        n = aval.shape[axis]
+        if n == 0:
+            return [x]
+        if reverse:
+            x = ctx.op(f"stablehlo.reverse {x}, dims = [{axis}] : {t}")
+        op, identity = _combiner(kind, aval.dtype)
+        init = ctx.constant(identity, aval.dtype)
+        st = _ttype((), aval.dtype)
+        ndim = aval.ndim
+        window = [n if d == axis else 1 for d in range(ndim)]
+        padding = ", ".join(f"[{n - 1 if d == axis else 0}, 0]" for d in range(ndim))
+        attrs = (f"padding = dense<[{padding}]> : tensor<{ndim}x2xi64>, "
+                 f"window_dimensions = {_array(window)}, window_strides = {_array([1] * ndim)}")
+
+        def body(a, b):
+            return [(ctx.op(f"{op} {a}, {b} : {st}"), st)]
+
+        (out,) = _region_op(ctx, "stablehlo.reduce_window", [x, init], [t, st], [t],
+                            [st, st], body, attrs, None if reverse else _hlo.hint(eqn))
+        if reverse:
+            out = ctx.op(f"stablehlo.reverse {out}, dims = [{axis}] : {t}", _hlo.hint(eqn))
+        return [out]
+    return rule
+
+
+def _sort_key(ctx, v, dtype):
+    """A float key with -0.0 made 0.0 and every NaN the positive quiet NaN, so that the
+    total order sorts like NumPy (-0.0 ties 0.0, NaNs last)."""
+    t = _ttype((), dtype)
+    zero = ctx.constant(0, dtype)
+    is_zero_ = _compare(ctx, "EQ", v, zero, dtype)
+    v = ctx.op(f"stablehlo.select {is_zero_}, {zero}, {v} : tensor<i1>, {t}")
+    is_nan = _compare(ctx, "NE", v, v, dtype)
+    nan = ctx.constant(np.nan, dtype)
+    return ctx.op(f"stablehlo.select {is_nan}, {nan}, {v} : tensor<i1>, {t}")
+
+
+def _lower_sort(ctx, eqn, *operands, **_):
+    dimension, num_keys = eqn.params["dimension"], eqn.params["num_keys"]
+    avals = [v.aval for v in eqn.invars]
+    for aval in avals[:num_keys]:
+        _compare_kind(aval.dtype)   # raises for complex keys
+    scalar_types = [_ttype((), a.dtype) for a in avals]
+    arg_types = [t for t in scalar_types for _ in (0, 1)]
+
+    def body(*args):
+        less = None
+        for k in reversed(range(num_keys)):
+            dtype = np.dtype(avals[k].dtype)
+            a, b = args[2 * k], args[2 * k + 1]
+            kind = _compare_kind(dtype)
+            if dtype.kind == "f":
+                a, b, kind = _sort_key(ctx, a, dtype), _sort_key(ctx, b, dtype), "TOTALORDER"
+            lt = _compare(ctx, "LT", a, b, dtype, kind)
+            if less is None:
+                less = lt
+            else:
+                eq = _compare(ctx, "EQ", a, b, dtype, kind)
+                rest = ctx.op(f"stablehlo.and {eq}, {less} : tensor<i1>")
+                less = ctx.op(f"stablehlo.or {lt}, {rest} : tensor<i1>")
+        return [(less, "tensor<i1>")]
+
+    types = [_hlo.tensor_type(a) for a in avals]
+    return _region_op(ctx, "stablehlo.sort", list(operands), types, types, arg_types, body,
+                      f"dimension = {dimension} : i64, is_stable = true", _hlo.hint(eqn))
+
+
+for _prim, _kind in [(reduce_sum, "sum"), (reduce_prod, "prod"), (reduce_max, "max"),
+                     (reduce_min, "min"), (reduce_and, "and"), (reduce_or, "or")]:
+    _hlo.register(_prim, _lower_reduce(_kind))
+for _prim, _kind in [(cumsum, "sum"), (cumprod, "prod"), (cummax, "max"), (cummin, "min")]:
+    _hlo.register(_prim, _lower_cumulative(_kind))
+_hlo.register(argmax, _lower_arg(True))
+_hlo.register(argmin, _lower_arg(False))
+_hlo.register(sort, _lower_sort)

@@ -629,3 +629,113 @@ for _prim, _rule in [(broadcast_in_dim, _broadcast_in_dim_transpose),
                      (dynamic_update_slice, _dynamic_update_slice_transpose),
                      (rev, _rev_transpose)]:
     _transpose.register(_prim, _unless_zero(_rule))
+
+# ---------------------------------------------------------------------------------------
+# StableHLO lowering. None of these broadcast their operands; a scalar literal operand
+# arrives as a 0-d constant, which every rule below accepts like any other operand.
+
+from s2s.emit import stablehlo as _hlo  # noqa: E402
+
+
+def _in_type(eqn, i: int = 0) -> str:
+    return _hlo.tensor_type(eqn.invars[i].aval)
+
+
+def _ints(values) -> str:
+    return ", ".join(str(int(v)) for v in values)
+
+
+def _lower_broadcast_in_dim(ctx, eqn, x, **_):
+    dims = _ints(eqn.params["broadcast_dimensions"])
+    return [ctx.op(f"stablehlo.broadcast_in_dim {x}, dims = [{dims}] : "
+                   f"({_in_type(eqn)}) -> {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+def _lower_reshape(ctx, eqn, x, **_):
+    """reshape, squeeze and expand_dims: all the same row-major relabelling."""
+    if eqn.invars[0].aval.shape == eqn.outvars[0].aval.shape:
+        return [x]
+    return [ctx.op(f"stablehlo.reshape {x} : ({_in_type(eqn)}) -> {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn))]
+
+
+def _lower_transpose(ctx, eqn, x, **_):
+    perm = _ints(eqn.params["permutation"])
+    return [ctx.op(f"stablehlo.transpose {x}, dims = [{perm}] : "
+                   f"({_in_type(eqn)}) -> {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+def _lower_concatenate(ctx, eqn, *xs, **_):
+    if len(xs) == 1:
+        return [xs[0]]
+    types = ", ".join(_in_type(eqn, i) for i in range(len(xs)))
+    return [ctx.op(f"stablehlo.concatenate {', '.join(xs)}, dim = {int(eqn.params['dimension'])} : "
+                   f"({types}) -> {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+def _lower_pad(ctx, eqn, x, value, **_):
+    config = [tuple(c) for c in eqn.params["padding_config"]]
+    low, high, interior = (_ints(c[k] for c in config) for k in range(3))
+    value_type = _hlo.tensor_type(ShapedArray((), eqn.invars[0].aval.dtype))
+    return [ctx.op(f"stablehlo.pad {x}, {value}, low = [{low}], high = [{high}], "
+                   f"interior = [{interior}] : ({_in_type(eqn)}, {value_type}) -> "
+                   f"{_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+def _lower_slice(ctx, eqn, x, **_):
+    p = eqn.params
+    ndim = eqn.invars[0].aval.ndim
+    strides = p.get("strides") or (1,) * ndim
+    ranges = ", ".join(f"{int(s)}:{int(l)}" if st == 1 else f"{int(s)}:{int(l)}:{int(st)}"
+                       for s, l, st in zip(p["start_indices"], p["limit_indices"], strides))
+    return [ctx.op(f"stablehlo.slice {x} [{ranges}] : ({_in_type(eqn)}) -> {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn))]
+
+
+_HLO_INDEX_DTYPE = np.dtype(np.int64)
+
+
+def _lower_starts(ctx, eqn, starts, first: int):
+    """The start index operands converted to one integer type (XLA clamps them itself,
+    into [0, dim - size], as the impl does). Returns (names, their scalar type)."""
+    t = _hlo.tensor_type(ShapedArray((), _HLO_INDEX_DTYPE))
+    names = []
+    for v, name in zip(eqn.invars[first:], starts):
+        if v.aval.dtype != _HLO_INDEX_DTYPE:
+            name = ctx.op(f"stablehlo.convert {name} : ({_hlo.tensor_type(v.aval)}) -> {t}", "start")
+        names.append(name)
+    return names, t
+
+
+def _lower_dynamic_slice(ctx, eqn, x, *starts, **_):
+    names, t = _lower_starts(ctx, eqn, starts, 1)
+    sizes = _ints(eqn.params["slice_sizes"])
+    operands = ", ".join([x] + names)
+    types = ", ".join([_in_type(eqn)] + [t] * len(names))
+    return [ctx.op(f"stablehlo.dynamic_slice {operands}, sizes = [{sizes}] : ({types}) -> "
+                   f"{_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+def _lower_dynamic_update_slice(ctx, eqn, x, update, *starts, **_):
+    names, t = _lower_starts(ctx, eqn, starts, 2)
+    operands = ", ".join([x, update] + names)
+    types = ", ".join([_in_type(eqn), _in_type(eqn, 1)] + [t] * len(names))
+    return [ctx.op(f"stablehlo.dynamic_update_slice {operands} : ({types}) -> "
+                   f"{_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+def _lower_rev(ctx, eqn, x, **_):
+    dims = tuple(sorted(eqn.params["dimensions"]))
+    if not dims:
+        return [x]
+    return [ctx.op(f"stablehlo.reverse {x}, dims = [{_ints(dims)}] : {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn))]
+
+
+for _prim, _rule in [(broadcast_in_dim, _lower_broadcast_in_dim), (reshape, _lower_reshape),
+                     (squeeze, _lower_reshape), (expand_dims, _lower_reshape),
+                     (transpose, _lower_transpose), (concatenate, _lower_concatenate),
+                     (pad, _lower_pad), (slice, _lower_slice),
+                     (dynamic_slice, _lower_dynamic_slice),
+                     (dynamic_update_slice, _lower_dynamic_update_slice), (rev, _lower_rev)]:
+    _hlo.register(_prim, _rule)

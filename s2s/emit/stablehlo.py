@@ -1,0 +1,170 @@
+"""ClosedJaxpr → StableHLO as MLIR text, which jaxlib compiles (`runtime/xla.py`).
+
+Readable like the Python emitter's output: one op per line, SSA names derived from the
+jaxpr's variable names (`%h`, `%h_1`), and `loc("file.py":LINE:COL)` on every op from the
+equation's source info, so XLA's HLO metadata points at the user's lines. Constants of the
+jaxpr become leading parameters of `@main` (the module stays small however big they are).
+
+Each primitive has a rule in `stablehlo_rules`:
+
+    rule(ctx, eqn, *operands: str) -> list[str]    (the SSA names of the results)
+
+NumPy-style implicit broadcasting is handled here, once: operands of the primitives in
+`BROADCASTING` are broadcast to the equation's output shape before their rule runs.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import ClosedJaxpr, Literal, ShapedArray, Var
+from s2s.errors import UnsupportedFunctionError
+
+stablehlo_rules: dict = {}
+BROADCASTING: set = set()   # primitives whose operands broadcast NumPy-style
+
+
+def register(primitive, rule, broadcasting: bool = False) -> None:
+    stablehlo_rules[primitive] = rule
+    if broadcasting:
+        BROADCASTING.add(primitive)
+
+
+_ELEMENT = {"b": None, "f": "f", "i": "i", "u": "ui", "c": "complex"}
+
+
+def element_type(dtype) -> str:
+    dtype = np.dtype(dtype)
+    if dtype == dtypes.bool_:
+        return "i1"
+    if dtype.kind == "c":
+        return f"complex<f{dtype.itemsize * 4}>"
+    return f"{_ELEMENT[dtype.kind]}{dtype.itemsize * 8}"
+
+
+def tensor_type(aval) -> str:
+    dims = "".join(f"{d}x" for d in aval.shape)
+    return f"tensor<{dims}{element_type(aval.dtype)}>"
+
+
+def scalar_text(value, dtype) -> str:
+    """An exact MLIR literal for one element: hex bits for floats, decimal for ints."""
+    dtype = np.dtype(dtype)
+    if dtype == dtypes.bool_:
+        return "true" if bool(value) else "false"
+    if dtype.kind in "iu":
+        return str(int(value))
+    if dtype.kind == "f":
+        bits = np.asarray(value, dtype).view(f"u{dtype.itemsize}").item()
+        return f"0x{bits:0{dtype.itemsize * 2}X}"
+    raise UnsupportedFunctionError(f"constants of dtype {dtype} cannot be lowered to StableHLO yet")
+
+
+def _location(info) -> str:
+    if not info.line:
+        return ""
+    name = info.file.replace("\\", "\\\\").replace('"', '\\"')
+    return f' loc("{name}":{info.line}:{info.col})'
+
+
+class LoweringContext:
+    """Collects the ops of one function body."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self._taken: set[str] = set()
+        self._next: dict[str, int] = {}
+        self.location = ""
+
+    def fresh(self, hint: str | None = None) -> str:
+        base = re.sub(r"\W", "_", hint) if hint else "v"
+        if base[0].isdigit():
+            base = "v" + base
+        name, i = base, self._next.get(base, 0)
+        while name in self._taken:
+            i += 1
+            name = f"{base}_{i}"
+        self._next[base] = i
+        self._taken.add(name)
+        return f"%{name}"
+
+    def op(self, text: str, hint: str | None = None) -> str:
+        """Appends `%name = text` with the current location; returns %name."""
+        name = self.fresh(hint)
+        self.lines.append(f"{name} = {text}{self.location}")
+        return name
+
+    def constant(self, value, dtype, shape=()) -> str:
+        scalar = self.op(f"stablehlo.constant dense<{scalar_text(value, dtype)}> : "
+                         f"{tensor_type(ShapedArray((), dtype))}", "c")
+        return self.broadcast(scalar, ShapedArray((), dtype), tuple(shape)) if shape else scalar
+
+    def broadcast(self, name: str, aval: ShapedArray, shape: tuple[int, ...]) -> str:
+        """NumPy broadcasting of `name` (of `aval`) to `shape`, as one broadcast_in_dim."""
+        shape = tuple(shape)
+        if aval.shape == shape:
+            return name
+        lead = len(shape) - len(aval.shape)
+        dims = list(range(lead, len(shape)))
+        source = name
+        if any(d == 1 and shape[lead + i] != 1 for i, d in enumerate(aval.shape)):
+            kept = [i for i, d in enumerate(aval.shape) if not (d == 1 and shape[lead + i] != 1)]
+            squeezed = ShapedArray([aval.shape[i] for i in kept], aval.dtype)
+            source = self.op(f"stablehlo.reshape {name} : ({tensor_type(aval)}) -> {tensor_type(squeezed)}")
+            dims = [lead + i for i in kept]
+            aval = squeezed
+        target = ShapedArray(shape, aval.dtype)
+        return self.op(f"stablehlo.broadcast_in_dim {source}, dims = [{', '.join(map(str, dims))}] : "
+                       f"({tensor_type(aval)}) -> {tensor_type(target)}")
+
+
+def lower(closed: ClosedJaxpr, name: str = "main") -> str:
+    """The StableHLO module of `closed` as MLIR text; `@main` takes (consts..., args...)."""
+    from s2s.passes.inline import inline_calls
+    closed = inline_calls(closed)
+    jaxpr = closed.jaxpr
+    ctx = LoweringContext()
+    env: dict[Var, str] = {}
+    params = []
+    for v in list(jaxpr.constvars) + list(jaxpr.invars):
+        env[v] = ctx.fresh(v.hint or "arg")
+        params.append(f"{env[v]}: {tensor_type(v.aval)}")
+
+    def read(v):
+        if isinstance(v, Literal):
+            return ctx.constant(v.value, v.aval.dtype)
+        return env[v]
+
+    for eqn in jaxpr.eqns:
+        rule = stablehlo_rules.get(eqn.primitive)
+        if rule is None:
+            raise UnsupportedFunctionError(f"{eqn.primitive.name} has no StableHLO lowering yet",
+                                           "use backend='python' for this function")
+        ctx.location = _location(eqn.source_info)
+        operands = [read(v) for v in eqn.invars]
+        if eqn.primitive in BROADCASTING:
+            shape = eqn.outvars[0].aval.shape
+            operands = [ctx.broadcast(o, v.aval.strip_weak_type(), shape)
+                        for o, v in zip(operands, eqn.invars)]
+        outs = rule(ctx, eqn, *operands)
+        for v, out in zip(eqn.outvars, outs):
+            env[v] = out
+        ctx.location = ""
+
+    results = [read(v) for v in jaxpr.outvars]
+    out_types = [tensor_type(v.aval) for v in jaxpr.outvars]
+    body = "\n".join(f"    {line}" for line in ctx.lines)
+    ret = f"    return {', '.join(results)} : {', '.join(out_types)}" if results else "    return"
+    return (f"module @{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n"
+            f"  func.func public @main({', '.join(params)}) -> ({', '.join(out_types)}) {{\n"
+            f"{body}\n{ret}\n  }}\n}}\n")
+
+
+def out_type(eqn, i: int = 0) -> str:
+    return tensor_type(eqn.outvars[i].aval)
+
+
+def hint(eqn, i: int = 0) -> str | None:
+    return eqn.outvars[i].hint
