@@ -74,8 +74,34 @@ class Executable:
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]
         self.text = mlir_text
         device_list = xla_client.DeviceList((self.device,))
-        self._exe = client().compile_and_load(mlir_text, device_list, xla_client.CompileOptions())
+        from . import disk_cache
+        from jaxlib import version as jaxlib_version
+        cl = client()
+        self._exe, self.cache_hit = disk_cache.get_or_compile(
+            (mlir_text, jaxlib_version.__version__, cl.platform, "default-options", str(len(device_list))),
+            lambda: cl.compile_and_load(mlir_text, device_list, xla_client.CompileOptions()),
+            cl.serialize_executable,
+            lambda b: cl.deserialize_executable(b, device_list, xla_client.CompileOptions()))
         self._sharding = xla_client.SingleDeviceSharding(self.device)
+
+    @classmethod
+    def from_serialized(cls, data: bytes, in_dtypes, device=None) -> "Executable":
+        """An executable loaded from `serialize()`'s bytes (same jaxlib version only)."""
+        from jaxlib import xla_client
+        self = cls.__new__(cls)
+        self._xla_client = xla_client
+        self.device = device or devices()[0]
+        self.in_dtypes = [np.dtype(d) for d in in_dtypes]
+        self.text = None
+        self.cache_hit = False
+        self._exe = client().deserialize_executable(
+            bytes(data), xla_client.DeviceList((self.device,)), xla_client.CompileOptions())
+        self._sharding = xla_client.SingleDeviceSharding(self.device)
+        return self
+
+    def serialize(self) -> bytes:
+        """The compiled executable as bytes, for `from_serialized` (never pickled)."""
+        return client().serialize_executable(self._exe)
 
     def __call__(self, *args) -> list[np.ndarray]:
         xc = self._xla_client

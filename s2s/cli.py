@@ -1,9 +1,10 @@
-"""The `s2s` command line: `s2s jaxpr`, `s2s emit` and `s2s check`.
+"""The `s2s` command line: `s2s jaxpr`, `s2s emit`, `s2s check` and `s2s compile`.
 
     s2s jaxpr path/to/mod.py:fn --args 'f32[128,784], f32[784]'
     s2s emit  path/to/mod.py:fn --args 'f32[128,784], f32[784]' --out generated/
     s2s emit  path/to/mod.py --out derivatives/            # every @s2s.export of the module
     s2s check path/to/mod.py --against derivatives/        # exit 1 with a diff if stale
+    s2s compile path/to/pkg/ --out build/ -j 4             # .mlir, .hlo.txt, .exe + manifest.json
 
 Argument specs are `dtype[dims]` (f32, f64, i32, i64, bool, ...), Python numbers for
 static arguments, and dicts/lists/tuples of those for pytree arguments. A mistake in the
@@ -160,9 +161,17 @@ def main(argv=None) -> int:
             p.add_argument("--against", required=True, help="directory of committed generated files")
         if name != "jaxpr":
             p.add_argument("--no-comments", action="store_true", help="omit # file:line comments")
+    p = sub.add_parser("compile", help="compile every @s2s.export of modules or package folders "
+                                        "to StableHLO, HLO and XLA executables, with a manifest")
+    p.add_argument("paths", nargs="+", help="module files, or folders searched for them")
+    p.add_argument("--out", required=True, help="directory for NAME.mlir/.hlo.txt/.exe and manifest.json")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="parallel worker processes")
+    p.add_argument("--force", action="store_true", help="recompile entries that are up to date")
     args = parser.parse_args(argv)
+    from s2s.batch_compile import cmd_compile
     try:
-        return {"jaxpr": cmd_jaxpr, "emit": cmd_emit, "check": cmd_check}[args.command](args)
+        return {"jaxpr": cmd_jaxpr, "emit": cmd_emit, "check": cmd_check,
+                "compile": cmd_compile}[args.command](args)
     except S2SError as e:
         print(str(e), file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ class _Values:
 
 
 values = _Values()
+_key: tuple | None = None   # cache_key(), recomputed after each update
 
 
 def update(name: str, value) -> None:
@@ -22,9 +23,14 @@ def update(name: str, value) -> None:
     known = [f.name for f in dataclasses.fields(_Values)]
     if name not in known:
         raise ValueError(f"unknown s2s config option {name!r}; known options: {', '.join(known)}")
+    global _key
     setattr(values, name, value)
+    _key = None
 
 
 def cache_key() -> tuple:
-    """The part of every cache key that depends on configuration."""
-    return dataclasses.astuple(values)
+    """The part of every cache key that depends on configuration (asked on every call)."""
+    global _key
+    if _key is None:
+        _key = dataclasses.astuple(values)
+    return _key

@@ -63,6 +63,20 @@ def underlying_function(fn):
                        "pass a function defined with def or lambda")
 
 
+_signatures: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def signature_of(fn) -> inspect.Signature:
+    """`inspect.signature`, remembered per function: every call of a jitted function binds."""
+    try:
+        signature = _signatures.get(fn)
+    except TypeError:   # not weak-referenceable
+        return inspect.signature(fn)
+    if signature is None:
+        signature = _signatures[fn] = inspect.signature(fn)
+    return signature
+
+
 def bind_arguments(fn, args, kwargs, explicit: set | None = None) -> tuple[list[str], tuple]:
     """Binds call arguments to `fn`'s signature; returns parameter names and values.
 
@@ -70,7 +84,7 @@ def bind_arguments(fn, args, kwargs, explicit: set | None = None) -> tuple[list[
     `explicit` (when given), which collects the parameters the caller passed.
     """
     py_fn, self_arg = underlying_function(fn)
-    signature = inspect.signature(py_fn)
+    signature = signature_of(py_fn)
     call_args = ((self_arg,) if self_arg is not None else ()) + tuple(args)
     try:
         bound = signature.bind(*call_args, **kwargs)
@@ -171,7 +185,7 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
 def _split_by_kind(py_fn, self_arg, call_kwargs: dict) -> tuple[list, dict]:
     """Positional and keyword arguments for parameters given by name (respecting
     positional-only parameters and *args/**kwargs)."""
-    signature = inspect.signature(py_fn)
+    signature = signature_of(py_fn)
     args, kwargs = [], {}
     params = list(signature.parameters.values())
     if self_arg is not None:

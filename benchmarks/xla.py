@@ -1,0 +1,178 @@
+"""s2s's XLA backend (`s2s.jit(f, backend="xla")`) against `jax.jit`, in the same run.
+
+    python benchmarks/xla.py           # full size
+    python benchmarks/xla.py --tiny    # what the test suite runs
+
+(1) dispatch: a cache-hit call of `x * 2.0 + 1.0` on 4 float32 elements, per call;
+(2) steady state: jit(grad) of a 784-512-512-10 tanh MLP, batch 128, float32, softmax
+    cross-entropy loss (the loss of benchmarks/grad_numpy.py);
+(3) time to first result of (2) for a new function: staging + lowering + compile + the
+    first call, against jax's trace + lower + compile + first call.
+
+Both sides are given the same NumPy arrays (so both copy them to the device on each call);
+jax's results are waited for with `block_until_ready`, s2s returns NumPy arrays. (1) and (2)
+are medians over repeated calls after a warm-up; (3) is the median over fresh copies of the
+function, in a process where both backends are already initialized, with s2s's on-disk
+executable cache off (jax's persistent cache is off by default). Results are checked to
+agree (allclose) before anything is timed.
+Targets: s2s/jax at most 1.5x on (1) and at most 1.05x on (2).
+"""
+import argparse
+import contextlib
+import importlib.util
+import os
+import statistics
+import sys
+import time
+import types
+
+import numpy as np
+
+import s2s
+
+
+
+def _load_grad_numpy():
+    """benchmarks/grad_numpy.py, by path (benchmarks/ is not a package)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grad_numpy.py")
+    spec = importlib.util.spec_from_file_location("s2s_benchmarks_grad_numpy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mlp_loss = _load_grad_numpy().mlp_loss  # the same loss as benchmarks/grad_numpy.py
+
+
+def scale_shift(x):
+    return x * 2.0 + 1.0
+
+
+def fresh(fn, **namespace):
+    """A new function object with the same code (so no cache keyed on the function answers),
+    optionally with globals replaced (`np=jnp` gives the jax version of the same source)."""
+    return types.FunctionType(fn.__code__, {**fn.__globals__, **namespace}, fn.__name__)
+
+
+def median_per_call(fn, calls: int, repeats: int) -> float:
+    """Seconds per call: the median over `repeats` batches of `calls` calls, after a warm-up."""
+    for _ in range(max(calls // 10, 3)):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
+    return statistics.median(times)
+
+
+@contextlib.contextmanager
+def disk_cache_off():
+    """No s2s on-disk executable cache (S2S_DISK_CACHE=0): (3) times a real compile, as jax's does."""
+    before = os.environ.get("S2S_DISK_CACHE")
+    os.environ["S2S_DISK_CACHE"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["S2S_DISK_CACHE"]
+        else:
+            os.environ["S2S_DISK_CACHE"] = before
+
+
+def seconds_to_first_result(make_and_call, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        make_and_call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def mlp_problem(tiny: bool):
+    rng = np.random.default_rng(0)
+    sizes = (12, 16, 16, 4) if tiny else (784, 512, 512, 10)
+    batch = 4 if tiny else 128
+    params = [((rng.standard_normal((m, n)) / np.sqrt(m)).astype(np.float32), np.zeros(n, np.float32))
+              for m, n in zip(sizes[:-1], sizes[1:])]
+    x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+    y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], batch)]
+    return params, x, y
+
+
+def assert_trees_close(ours, theirs, **tolerances):
+    ours_leaves, theirs_leaves = s2s.tree_leaves(ours), s2s.tree_leaves(theirs)
+    assert len(ours_leaves) == len(theirs_leaves), (len(ours_leaves), len(theirs_leaves))
+    for a, b in zip(ours_leaves, theirs_leaves):
+        assert np.shape(a) == np.shape(b), (np.shape(a), np.shape(b))
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), **tolerances)
+
+
+def run(tiny: bool):
+    import jax
+    import jax.numpy as jnp
+
+    calls, repeats, first_repeats = (20, 3, 1) if tiny else (2000, 7, 3)
+    rows = []
+
+    # (1) dispatch of a tiny function, cache hit.
+    x4 = np.arange(4, dtype=np.float32)
+    with disk_cache_off():
+        ours = s2s.jit(scale_shift, backend="xla")
+        theirs = jax.jit(fresh(scale_shift, np=jnp))
+        assert_trees_close(ours(x4), theirs(x4), rtol=1e-6)
+    rows.append(("(1) dispatch, x*2+1 on 4 f32 (per call)",
+                 median_per_call(lambda: ours(x4), calls, repeats),
+                 median_per_call(lambda: theirs(x4).block_until_ready(), calls, repeats)))
+
+    # (3) first: time to first result of jit(grad) of a function neither side has seen.
+    args = mlp_problem(tiny)
+
+    def s2s_first():
+        return s2s.jit(s2s.grad(fresh(mlp_loss)), backend="xla")(*args)
+
+    def jax_first():
+        return jax.block_until_ready(jax.jit(jax.grad(fresh(mlp_loss, np=jnp)))(*args))
+
+    with disk_cache_off():
+        t_first_ours = seconds_to_first_result(s2s_first, first_repeats)
+    t_first_theirs = seconds_to_first_result(jax_first, first_repeats)
+
+    # (2) steady state of the same jit(grad).
+    with disk_cache_off():  # nothing written to the user's cache by a benchmark
+        ours = s2s.jit(s2s.grad(mlp_loss), backend="xla")
+        theirs = jax.jit(jax.grad(fresh(mlp_loss, np=jnp)))
+        g_ours, g_theirs = ours(*args), theirs(*args)
+    assert_trees_close(g_ours, g_theirs, rtol=2e-4, atol=1e-5)
+    assert_trees_close(s2s.grad(mlp_loss)(*args), g_theirs, rtol=2e-4, atol=1e-5)  # the NumPy path too
+    label = "MLP tiny" if tiny else "MLP 784-512-512-10, b128"
+    mlp_calls = max(calls // 100, 3) if not tiny else 3
+    rows.append((f"(2) jit(grad) {label}, steady state",
+                 median_per_call(lambda: ours(*args), mlp_calls, repeats * 3),
+                 median_per_call(lambda: jax.block_until_ready(theirs(*args)), mlp_calls, repeats * 3)))
+    rows.append((f"(3) jit(grad) {label}, first result", t_first_ours, t_first_theirs))
+
+    print(f"{'benchmark':52} {'s2s':>11} {'jax':>11} {'s2s/jax':>8}")
+    for name, t_ours, t_theirs in rows:
+        print(f"{name:52} {_fmt(t_ours):>11} {_fmt(t_theirs):>11} {t_ours / t_theirs:7.2f}x")
+    return rows
+
+
+def _fmt(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f}us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f}ms"
+    return f"{seconds:.2f}s"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="small problems, for the test suite")
+    args = parser.parse_args(argv)
+    return run(args.tiny)
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

@@ -1,0 +1,162 @@
+"""`s2s compile`: batch compilation of a package's exports, the manifest, incremental
+rebuilds, failures with their location, and loading an entry with s2s_runtime alone."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+GOOD = '''\
+import numpy as np
+import s2s
+
+
+@s2s.export("f32[3,4], f32[4]", transforms=("primal", "grad"))
+def loss(W, x):
+    return np.sum(np.tanh(W @ x))
+
+
+@s2s.export("{'a': f64[2], 'b': f64[2]}", transforms=("primal",))
+def combine(p):
+    return p['a'] * 2.0 + np.array([1.0, 2.0]), p['b'] - p['a']
+
+
+TABLE = np.arange(12.0).reshape(4, 3) / 10.0
+
+
+@s2s.export("f64[2,4]", transforms=("primal",))
+def project(x):
+    return np.tanh(x @ TABLE)
+'''
+
+BAD = '''\
+import numpy as np
+import s2s
+
+
+@s2s.export("f32[3,4], f32[5]", transforms=("primal",))
+def broken(W, x):
+    y = W @ x
+    return y
+'''
+BAD_LINE = 7
+
+
+def write_package(root):
+    pkg = root / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "good.py").write_text(GOOD)
+    (pkg / "sub" / "bad.py").write_text(BAD)
+    (pkg / "helper.py").write_text("VALUE = 1\n")   # no exports: not compiled
+    return pkg
+
+
+def run_compile(*args):
+    return subprocess.run([sys.executable, "-m", "s2s", "compile", *args], cwd=ROOT,
+                          capture_output=True, text=True)
+
+
+def test_compile_package_reports_failures_skips_unchanged_and_loads_without_s2s(tmp_path):
+    pkg = write_package(tmp_path)
+    out = tmp_path / "build"
+    result = run_compile(str(pkg), "--out", str(out), "-j", "2")
+    assert result.returncode == 1, result.stdout + result.stderr
+    for name in ("loss", "grad_loss", "combine", "project"):
+        for suffix in (".mlir", ".hlo.txt", ".exe"):
+            assert (out / f"{name}{suffix}").is_file(), f"{name}{suffix} missing\n{result.stderr}"
+    assert not (out / "broken.exe").exists()
+    assert "stablehlo" in (out / "loss.mlir").read_text()
+    assert "ENTRY" in (out / "grad_loss.hlo.txt").read_text()
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    entries = manifest["entries"]
+    assert set(entries) == {"loss", "grad_loss", "combine", "project", "broken"}
+    assert entries["project"]["num_consts"] == 1 and (out / "project.consts.npz").is_file()
+    broken = entries["broken"]
+    assert broken["status"] == "failed"
+    assert broken["location"] == f"{pkg / 'sub' / 'bad.py'}:{BAD_LINE}"
+    assert "ShapeError" in broken["error"]
+    loss = entries["loss"]
+    assert loss["status"] == "ok" and loss["transform"] == "primal" and loss["function"] == "loss"
+    assert loss["inputs"] == [{"shape": [3, 4], "dtype": "float32"}, {"shape": [4], "dtype": "float32"}]
+    assert loss["outputs"] == [{"shape": [], "dtype": "float32"}]
+    assert entries["grad_loss"]["transform"] == "grad"
+    assert os.path.samefile(loss["module"], pkg / "good.py")
+    import hashlib
+    assert loss["mlir_sha256"] == hashlib.sha256((out / "loss.mlir").read_bytes()).hexdigest()
+    assert loss["source_sha256"] == hashlib.sha256((pkg / "good.py").read_bytes()).hexdigest()
+    assert loss["compile_seconds"] >= 0
+    # progress lines, one per target, and the failure's location on stderr
+    assert "[" in result.stderr and "/5] grad_loss ok" in result.stderr
+    assert f"bad.py:{BAD_LINE}" in result.stderr
+
+    # Second run: nothing changed, so every good entry is skipped (the failure is retried).
+    mtime = (out / "loss.exe").stat().st_mtime_ns
+    again = run_compile(str(pkg), "--out", str(out), "-j", "2")
+    assert again.returncode == 1
+    for name in ("loss", "grad_loss", "combine"):
+        assert f"{name} skipped" in again.stderr, again.stderr
+    assert (out / "loss.exe").stat().st_mtime_ns == mtime
+    entries = json.loads((out / "manifest.json").read_text())["entries"]
+    assert entries["loss"]["skipped"] and entries["loss"]["status"] == "ok"
+    assert entries["broken"]["status"] == "failed"
+
+    # Fixing the broken module recompiles it alone; exit status 0.
+    (pkg / "sub" / "bad.py").write_text(BAD.replace("f32[5]", "f32[4]"))
+    fixed = run_compile(str(pkg), "--out", str(out))
+    assert fixed.returncode == 0, fixed.stderr
+    assert "broken ok" in fixed.stderr and "loss skipped" in fixed.stderr
+    assert (out / "broken.exe").is_file()
+
+    # Load entries with the runtime only: importing s2s or jax is refused.
+    script = textwrap.dedent(f"""
+        import sys
+        class Block:
+            def find_spec(self, name, path, target=None):
+                for blocked in ("s2s", "jax"):
+                    if name == blocked or name.startswith(blocked + "."):
+                        raise ImportError(name + " is blocked in this test")
+        sys.meta_path.insert(0, Block())
+        import numpy as np
+        from s2s_runtime import manifest
+        W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+        x = np.array([0.5, -1.0, 2.0, 0.25], dtype=np.float32)
+        (value,) = manifest.load({str(out / 'manifest.json')!r}, "loss")(W, x)
+        assert value.dtype == np.float32 and value.shape == ()
+        assert np.allclose(value, np.sum(np.tanh(W @ x)), rtol=1e-5), value
+        (dW,) = manifest.load({str(out / 'manifest.json')!r}, "grad_loss")(W, x)
+        expected = np.outer(1 - np.tanh(W @ x) ** 2, x)
+        assert np.allclose(dW, expected, rtol=1e-5, atol=1e-6), (dW, expected)
+        a, b = np.array([1.0, 2.0]), np.array([5.0, 7.0])
+        first, second = manifest.load({str(out / 'manifest.json')!r}, "combine")(a, b)
+        assert np.allclose(first, a * 2 + np.array([1.0, 2.0])) and np.allclose(second, b - a)
+        x2 = np.linspace(-1, 1, 8).reshape(2, 4)
+        (proj,) = manifest.load({str(out / 'manifest.json')!r}, "project")(x2)
+        assert np.allclose(proj, np.tanh(x2 @ (np.arange(12.0).reshape(4, 3) / 10.0)))
+        try:
+            manifest.load({str(out / 'manifest.json')!r}, "nonexistent")
+        except manifest.ManifestError as e:
+            assert "grad_loss" in str(e)
+        else:
+            raise AssertionError("no error for a missing entry")
+        assert not any(m.split(".")[0] in ("s2s", "jax") for m in sys.modules), "s2s or jax imported"
+        print("ok without s2s and jax")
+    """)
+    loaded = subprocess.run([sys.executable, "-c", script], cwd=str(tmp_path),
+                            capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stdout + loaded.stderr
+    assert "ok without s2s and jax" in loaded.stdout
+
+
+def test_compile_module_that_fails_to_import_is_reported(tmp_path):
+    (tmp_path / "oops.py").write_text("import s2s\n\n@s2s.export('f32[2]')\ndef f(x):\n    return x\n\nraise RuntimeError('boom')\n")
+    result = run_compile(str(tmp_path / "oops.py"), "--out", str(tmp_path / "build"))
+    assert result.returncode == 1
+    entries = json.loads((tmp_path / "build" / "manifest.json").read_text())["entries"]
+    (entry,) = entries.values()
+    assert entry["status"] == "failed" and "boom" in entry["error"]
+    assert entry["location"] == f"{tmp_path / 'oops.py'}:7"
