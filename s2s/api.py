@@ -11,7 +11,9 @@ import os
 import threading
 import weakref
 
-from s2s import tree as tree_util
+import numpy as np
+
+from s2s import config, tree as tree_util
 from s2s.core import ClosedJaxpr, eval_jaxpr as _eval_jaxpr
 from s2s.emit.python import EmitOptions, EmittedModule, Signature, emit_module, load_source
 from s2s.errors import S2SError
@@ -179,14 +181,27 @@ class Jitted:
         self.dynamic_argnums = dynamic_argnums
         self.backend = backend
         self._compiled: "weakref.WeakKeyDictionary[Staged, object]" = weakref.WeakKeyDictionary()
+        # Calls with only NumPy-array positional arguments skip staging-cache lookups:
+        # (shapes and dtypes, config) -> a function of the arguments.
+        self._fast: dict[tuple, object] = {}
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args, **kwargs):
+        fast_key = None if (kwargs or self.static_argnums or self.static_argnames) \
+            else _array_signature(args)
+        if fast_key is not None:
+            fast = self._fast.get(fast_key)
+            if fast is not None:
+                return fast(args)
         staged = staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
-                         self.dynamic_argnums)
+                                 self.dynamic_argnums)
         if self.backend == "xla":
-            return self._call_xla(staged, args, kwargs)
+            result = self._call_xla(staged, args, kwargs)
+            if fast_key is not None:
+                executable, consts, out_tree = self._compiled[staged], staged.closed.consts, staged.out_tree
+                self._fast[fast_key] = lambda a: out_tree.unflatten(executable(*consts, *a))
+            return result
         with self._lock:
             entry = self._compiled.get(staged)
             if entry is None:
@@ -196,11 +211,20 @@ class Jitted:
                 entry = (getattr(module, name), signature_of(staged))
                 self._compiled[staged] = entry
         compiled, signature = entry
-        call_args = emitted_call_args(staged, signature, args, kwargs)
-        out = compiled(*call_args)
-        if signature.output_builder is None:
-            return staged.out_tree.unflatten(out if staged.out_tree.num_leaves != 1 else [out])
-        return out
+        out_tree = staged.out_tree
+
+        def run(call_args):
+            out = compiled(*call_args)
+            if signature.output_builder is None:
+                return out_tree.unflatten(out if out_tree.num_leaves != 1 else [out])
+            return out
+        if fast_key is not None and len(signature.params) == len(args):
+            dtypes_in = [v.aval.dtype for v in staged.closed.jaxpr.invars]
+            self._fast[fast_key] = run if config.values.enable_x64 else (
+                lambda a: run([np.asarray(x, d) for x, d in zip(a, dtypes_in)]))
+        # Without x64, 64-bit inputs become the 32-bit types they were staged as.
+        return run(emitted_call_args(staged, signature, args, kwargs,
+                                     canonicalize=not config.values.enable_x64))
 
     def _call_xla(self, staged: Staged, args, kwargs):
         from s2s.emit.stablehlo import lower
@@ -234,6 +258,16 @@ class Jitted:
         return emit_python(self.fn, *args, static_argnums=self.static_argnums,
                            static_argnames=self.static_argnames,
                            dynamic_argnums=self.dynamic_argnums, **kwargs)
+
+
+def _array_signature(args) -> tuple | None:
+    """(shape, dtype) of each argument when all are NumPy arrays, with the config; else None."""
+    signature = []
+    for a in args:
+        if type(a) is not np.ndarray:
+            return None
+        signature.append((a.shape, a.dtype))
+    return tuple(signature), config.cache_key()
 
 
 class Lowered:
@@ -282,9 +316,26 @@ def device_count() -> int:
     return len(devices())
 
 
-def emitted_call_args(staged: Staged, signature: Signature, args, kwargs) -> list:
-    """The emitted function's arguments for a call of the user's function."""
+def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
+                      canonicalize: bool = False) -> list:
+    """The emitted function's arguments for a call of the user's function.
+
+    With `canonicalize`, each staged array leaf is converted to the dtype it was staged
+    as (what `enable_x64=False` needs: float64 inputs run as float32).
+    """
     names, values = bind_arguments(staged.fn, args, kwargs)
+    leaves, treedef = tree_util.tree_flatten(values)
+    if canonicalize:
+        staged_dtypes = iter(v.aval.dtype for v in staged.closed.jaxpr.invars)
+        converted = []
+        for leaf, staged_leaf in zip(leaves, staged.staged_mask):
+            if staged_leaf:
+                dtype = next(staged_dtypes)
+                if isinstance(leaf, np.ndarray):
+                    leaf = leaf.astype(dtype, copy=False)
+            converted.append(leaf)
+        leaves = converted
+        values = treedef.unflatten(leaves)
     by_name = dict(zip(names, values))
     out = []
     for param in signature.params:
@@ -293,7 +344,6 @@ def emitted_call_args(staged: Staged, signature: Signature, args, kwargs) -> lis
             continue
         # `<name>_leaves`: the staged leaves of an argument that holds a custom pytree node.
         index = names.index(param[: -len("_leaves")])
-        leaves, treedef = tree_util.tree_flatten(values)
         out.append([leaf for leaf, path, staged_leaf in zip(leaves, leaf_paths(treedef), staged.staged_mask)
                     if staged_leaf and path[0][1] == index])
     return out

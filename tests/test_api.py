@@ -141,3 +141,19 @@ def test_results_have_numpys_dtypes():
     expected = mixed(*args)
     got = s2s.jit(mixed)(*args)
     assert [g.dtype for g in got] == [e.dtype for e in expected]
+
+
+@pytest.mark.parametrize("backend", ["python", "xla"])
+def test_fast_path_for_array_arguments_respects_shapes_dtypes_and_config(backend):
+    f = s2s.jit(affine, backend=backend)
+    small = np.ones((2, 3)), np.ones((3, 4)), np.ones(4)
+    for _ in range(2):   # the second call takes the fast path
+        np.testing.assert_allclose(f(*small), affine(*small))
+    big = np.ones((5, 3), np.float32), np.ones((3, 4), np.float32), np.ones(4, np.float32)
+    assert f(*big).shape == (5, 4) and f(*big).dtype == np.float32
+    try:
+        s2s.config.update("enable_x64", False)
+        assert f(*small).dtype == np.float32
+    finally:
+        s2s.config.update("enable_x64", True)
+    assert f(*small).dtype == np.float64

@@ -219,6 +219,11 @@ def test_random_indices(case):
     try:
         expected = x[_resolve(entries, staged)]
     except IndexError:
+        try:
+            x[_resolve(entries, [np.zeros_like(v) for v in staged])]
+            return   # only the staged values are out of bounds: s2s clamps those (XLA's rule)
+        except IndexError:
+            pass
         with pytest.raises(ShapeError):
             with JaxprBuilder() as builder:
                 args = [builder.new_arg(ShapedArray(np.shape(s), s.dtype)) for s in staged]
