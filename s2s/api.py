@@ -316,6 +316,22 @@ def device_count() -> int:
     return len(devices())
 
 
+def local_device_count() -> int:
+    """Devices of this process (all of them, until multi-process runs land)."""
+    from s2s_runtime.xla import client
+    return len(client().local_devices())
+
+
+def process_index() -> int:
+    from s2s_runtime.xla import process_index as runtime_process_index
+    return runtime_process_index()
+
+
+def process_count() -> int:
+    """Processes in this run: 1 until multi-process start-up (jaxlib's distributed runtime) lands."""
+    return 1
+
+
 def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
                       canonicalize: bool = False) -> list:
     """The emitted function's arguments for a call of the user's function.

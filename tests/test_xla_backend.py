@@ -93,3 +93,5 @@ def test_lower_and_compile_expose_stablehlo_hlo_and_xla_figures():
 def test_devices():
     assert s2s.device_count() >= 1
     assert s2s.devices()[0].platform == "cpu"
+    assert s2s.local_device_count() == s2s.device_count()
+    assert s2s.process_index() == 0 and s2s.process_count() == 1
