@@ -3,6 +3,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 import numpy as np
 
@@ -76,7 +77,11 @@ def test_bad_command_lines_exit_2():
 
 
 def test_console_script_is_installed():
-    exe = shutil.which("s2s")
-    assert exe is not None
+    # pip puts it in this interpreter's scripts folder (which may not be on PATH, e.g. with
+    # pyenv before a rehash).
+    exe = os.path.join(sysconfig.get_path("scripts"), "s2s")
+    if not os.path.exists(exe):
+        exe = shutil.which("s2s")
+    assert exe is not None and os.path.exists(exe)
     result = subprocess.run([exe, "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "jaxpr" in result.stdout
