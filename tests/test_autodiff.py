@@ -346,3 +346,20 @@ def test_every_derivative_is_cleaned_by_dce_and_cse():
     names = [e.primitive.name for e in closed.eqns]
     assert "exp" not in names
     assert names.count("sin") == 1 and names.count("cos") == 1
+
+
+def test_broadcast_chains_fold_into_one_broadcast():
+    """Transposed reductions broadcast, expand and broadcast again; CSE folds the chain."""
+    from examples import mlp
+    rng = np.random.default_rng(0)
+    params = mlp.init_params(rng, (6, 5, 3))
+    x, y = rng.standard_normal((4, 6)).astype(np.float32), np.eye(3, dtype=np.float32)[[0, 1, 2, 0]]
+    closed = s2s.make_jaxpr(s2s.grad(mlp.loss))(params, x, y)
+    made_by_broadcast = {v for e in closed.eqns if e.primitive.name == "broadcast_in_dim" for v in e.outvars}
+    for e in closed.eqns:
+        if e.primitive.name in ("broadcast_in_dim", "expand_dims"):
+            assert e.invars[0] not in made_by_broadcast, f"unfolded chain at {e}"
+    g = s2s.grad(mlp.loss)(params, x, y)
+    expected = autograd.grad(with_numpy(mlp.loss, anp))(params, x, y)
+    for k in params:
+        np.testing.assert_allclose(g[k], expected[k], rtol=2e-5, atol=1e-6)

@@ -50,11 +50,42 @@ def _identity_operand(eqn, invars, filled: dict):
     return None
 
 
+def _fold_broadcast(eqn, invars, broadcasts: dict):
+    """A broadcast (or expand_dims) of a broadcast, as one broadcast_in_dim of the source.
+
+    Transposed reductions produce chains like broadcast -> expand_dims -> broadcast;
+    folding them keeps emitted gradients to one `np.broadcast_to`. Returns the
+    replacement equation, or None.
+    """
+    name = eqn.primitive.name
+    if name not in ("broadcast_in_dim", "expand_dims") or not isinstance(invars[0], Var):
+        return None
+    inner = broadcasts.get(invars[0])
+    if inner is None:
+        return None
+    source, inner_dims = inner
+    out_shape = eqn.outvars[0].aval.shape
+    if name == "broadcast_in_dim":
+        outer = eqn.params["broadcast_dimensions"]
+    else:   # expand_dims: input dim i lands on the i-th output dim that was not inserted
+        inserted = {d % len(out_shape) for d in eqn.params["dimensions"]}
+        outer = tuple(d for d in range(len(out_shape)) if d not in inserted)
+    params = {"shape": tuple(out_shape), "broadcast_dimensions": tuple(outer[d] for d in inner_dims)}
+    primitive = eqn.primitive if name == "broadcast_in_dim" else _broadcast_primitive()
+    return JaxprEqn(primitive, [source], eqn.outvars, params, eqn.source_info)
+
+
+def _broadcast_primitive():
+    from s2s.core import PRIMITIVES
+    return PRIMITIVES["broadcast_in_dim"]
+
+
 def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
     jaxpr = closed.jaxpr
     rename: dict[Var, Var] = {}
     seen: dict[tuple, list[Var]] = {}
     filled: dict[Var, object] = {}   # var -> the literal it is a broadcast of
+    broadcasts: dict[Var, tuple] = {}  # var -> (source atom, broadcast_dimensions) it came from
     eqns = []
 
     def sub(v):
@@ -62,14 +93,19 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
 
     for eqn in jaxpr.eqns:
         invars = [sub(v) for v in eqn.invars]
+        folded = _fold_broadcast(eqn, invars, broadcasts)
+        if folded is not None:
+            eqn, invars = folded, folded.invars
         passthrough = _identity_operand(eqn, invars, filled)
         if passthrough is not None:
             rename[eqn.outvars[0]] = passthrough
             if passthrough.hint is None:
                 passthrough.hint = eqn.outvars[0].hint
             continue
-        if eqn.primitive.name == "broadcast_in_dim" and isinstance(invars[0], Literal):
-            filled[eqn.outvars[0]] = invars[0].value
+        if eqn.primitive.name == "broadcast_in_dim":
+            broadcasts[eqn.outvars[0]] = (invars[0], eqn.params["broadcast_dimensions"])
+            if isinstance(invars[0], Literal):
+                filled[eqn.outvars[0]] = invars[0].value
         params_key = _params_key(eqn.params)
         key = None
         if params_key is not None:

@@ -20,16 +20,15 @@ def grad_loss(params, x, y):
     t_1 = (logits == np.broadcast_to(t[:, None], (128, 10))).astype(np.float32)  # mlp.py:31
     shifted = logits - t[:, None]  # mlp.py:31
     t_2 = np.exp(shifted)  # mlp.py:32
-    t_3 = np.broadcast_to(np.broadcast_to(-np.float32(1.0) / 128.0, (128,))[:, None], (128, 10))  # mlp.py:43
-    logp_bar = y * t_3  # mlp.py:43
-    t_4 = np.squeeze((-logp_bar).sum(axis=1).reshape(128, 1) / t_2.sum(axis=1)[:, None], axis=1)  # mlp.py:32
-    shifted_bar = logp_bar + np.broadcast_to(t_4[:, None], (128, 10)) * t_2
-    t_5 = np.squeeze((-shifted_bar).sum(axis=1).reshape(128, 1), axis=1) / t_1.sum(axis=1)  # mlp.py:31
-    logits_bar = shifted_bar + np.broadcast_to(t_5[:, None], (128, 10)) * t_1
+    logp_bar = y * np.broadcast_to(-np.float32(1.0) / 128.0, (128, 10))  # mlp.py:43
+    t_3 = np.squeeze((-logp_bar).sum(axis=1).reshape(128, 1) / t_2.sum(axis=1)[:, None], axis=1)  # mlp.py:32
+    shifted_bar = logp_bar + np.broadcast_to(t_3[:, None], (128, 10)) * t_2
+    t_4 = np.squeeze((-shifted_bar).sum(axis=1).reshape(128, 1), axis=1) / t_1.sum(axis=1)  # mlp.py:31
+    logits_bar = shifted_bar + np.broadcast_to(t_4[:, None], (128, 10)) * t_1
     b2_bar = logits_bar.sum(axis=0)  # mlp.py:27
     W2_bar = h.T @ logits_bar  # mlp.py:27
     h_bar = logits_bar @ W2.T  # mlp.py:27
-    t_6 = h_bar * (1.0 - h * h)  # mlp.py:26
-    b1_bar = t_6.sum(axis=0)  # mlp.py:26
-    W1_bar = x.T @ t_6  # mlp.py:26
+    t_5 = h_bar * (1.0 - h * h)  # mlp.py:26
+    b1_bar = t_5.sum(axis=0)  # mlp.py:26
+    W1_bar = x.T @ t_5  # mlp.py:26
     return {'W1': W1_bar, 'W2': W2_bar, 'b1': b1_bar, 'b2': b2_bar}

@@ -22,7 +22,7 @@ def vjp_loss(params, x, y, out_bar):
     t_2 = np.exp(shifted)  # mlp.py:32
     t_3 = t_2.sum(axis=1)[:, None]  # mlp.py:32
     logp = shifted - np.log(t_3)  # mlp.py:32
-    t_4 = np.broadcast_to(np.broadcast_to(-out_bar / 128.0, (128,))[:, None], (128, 10))  # mlp.py:43
+    t_4 = np.broadcast_to(-out_bar / 128.0, (128, 10))  # mlp.py:43
     logp_bar = y * t_4  # mlp.py:43
     y_bar = t_4 * logp  # mlp.py:43
     t_5 = np.broadcast_to(np.squeeze((-logp_bar).sum(axis=1).reshape(128, 1) / t_3, axis=1)[:, None], (128, 10))  # mlp.py:32
