@@ -253,12 +253,6 @@ class Jitted:
         except S2SError as e:
             reraise_clean(e)
 
-    def lower_source(self, *args, **kwargs) -> str:
-        """The emitted Python source for these arguments."""
-        return emit_python(self.fn, *args, static_argnums=self.static_argnums,
-                           static_argnames=self.static_argnames,
-                           dynamic_argnums=self.dynamic_argnums, **kwargs)
-
 
 def _array_signature(args) -> tuple | None:
     """(shape, dtype) of each argument when all are NumPy arrays, with the config; else None."""

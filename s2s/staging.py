@@ -242,9 +242,6 @@ def bind(primitive: Primitive, args, params: dict):
     return primitive.impl(*values, **params)
 
 
-def is_staged(value) -> bool:
-    return isinstance(value, Tracer)
-
 
 def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset()) -> list:
     """Stages every equation of `closed` into the current builder, applied to `args`.

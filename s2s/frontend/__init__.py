@@ -36,7 +36,6 @@ class Staged:
     param_names: list[str]        # the bound parameters, in signature order
     in_tree: PyTreeDef            # of the tuple of bound parameter values
     staged_mask: list[bool]       # per input leaf: staged (a jaxpr input) or static
-    static_leaves: list           # per input leaf: its value when static, else None
     out_tree: PyTreeDef
     example_args: tuple           # the bound parameter values it was staged with
 
@@ -175,8 +174,7 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
                     "return arrays, numbers, or tuples/lists/dicts of them",
                     None if transformed else function_source(py_fn).info(function_source(py_fn).node))
         closed = builder.build(out_leaves)
-    result = Staged(fn, closed, names, in_tree, mask,
-                    [None if m else l for l, m in zip(in_leaves, mask)], out_tree, values)
+    result = Staged(fn, closed, names, in_tree, mask, out_tree, values)
     with _cache_lock:
         _cache.setdefault(owner, {})[(key, id(self_arg)) if self_arg is not None else key] = result
     return result

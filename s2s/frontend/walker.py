@@ -435,12 +435,6 @@ class FunctionWalker:
                 self._reject_array_store(obj, target)
                 del obj[self.expr(target.slice)]
 
-    def stmt_Global(self, node):
-        raise UnsupportedSyntaxError("`global` statements are not supported in staged functions",
-                                     "return the new value instead of assigning a global")
-
-    stmt_Nonlocal = stmt_Global
-
     # --- assignment --------------------------------------------------------------------
 
     def assign(self, target, value):

@@ -131,16 +131,6 @@ def float_dtype_for(dt: np.dtype, weak: bool = False) -> np.dtype:
     return dtypes.canonicalize_dtype(np.result_type(dt, np.float16))
 
 
-def to_float(x):
-    """Converts integer and boolean operands as `np.exp` and friends do."""
-    x = asarray(x)
-    a = aval(x)
-    to = float_dtype_for(a.dtype, a.weak_type)
-    if a.dtype == to and not is_python_scalar(x):
-        return x
-    return convert(x, to, a.weak_type)
-
-
 def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
     if not isinstance(axis, (int, np.integer)):
         raise ShapeError(f"{what} must be a static Python int, got {axis!r}")

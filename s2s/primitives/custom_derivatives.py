@@ -87,9 +87,8 @@ _jvp.register(custom_vjp_lin, _lin_jvp)
 _transpose.register(custom_vjp_lin, _lin_transpose)
 
 
-def _emit_lin(*args):
-    """Python emission and lowering alike: only forward mode would ever need this."""
-    eqn = next(a for a in args if hasattr(a, "params"))
+def _emit_lin(eqn, *operands):
+    """Only forward mode would ever need to emit (or lower) custom_vjp_lin."""
     _lin_impl(**eqn.params)
 
 
@@ -100,4 +99,4 @@ _register_python(custom_vjp_lin, _emit_lin)
 # Call primitives are inlined before lowering; custom_vjp_lin only runs in reverse mode.
 from s2s.emit import stablehlo as _hlo  # noqa: E402
 
-_hlo.register(custom_vjp_lin, _emit_lin)
+_hlo.register(custom_vjp_lin, lambda ctx, eqn, *operands: _emit_lin(eqn))
