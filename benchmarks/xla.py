@@ -1,4 +1,4 @@
-"""s2s's XLA backend (`s2s.jit(f, backend="xla")`) against `jax.jit`, in the same run.
+"""s2s's XLA backend (`s2s.jit(f)`) against `jax.jit`, in the same run.
 
     python benchmarks/xla.py           # full size
     python benchmarks/xla.py --tiny    # what the test suite runs
@@ -9,10 +9,10 @@
 (3) time to first result of (2) for a new function: staging + lowering + compile + the
     first call, against jax's trace + lower + compile + first call.
 
-Both sides are given the same NumPy arrays (so both copy them to the device on each call);
-jax's results are waited for with `block_until_ready`, s2s returns NumPy arrays. (1) and (2)
-are medians over repeated calls after a warm-up; (3) is the median over fresh copies of the
-function, in a process where both backends are already initialized, with s2s's on-disk
+Both sides are given the same NumPy arrays (so both copy them to the device on each call)
+and both results are waited for with `block_until_ready`. (1) and (2) are medians over
+batches of calls after a warm-up, the two sides' batches interleaved so that a noisy
+machine slows both alike; (3) is the median over fresh copies of the function, in a process where both backends are already initialized, with s2s's on-disk
 executable cache off (jax's persistent cache is off by default). Results are checked to
 agree (allclose) before anything is timed.
 Targets: s2s/jax at most 1.5x on (1) and at most 1.05x on (2).
@@ -54,17 +54,27 @@ def fresh(fn, **namespace):
     return types.FunctionType(fn.__code__, {**fn.__globals__, **namespace}, fn.__name__)
 
 
-def median_per_call(fn, calls: int, repeats: int) -> float:
-    """Seconds per call: the median over `repeats` batches of `calls` calls, after a warm-up."""
+def medians_per_call(ours, theirs, calls: int, repeats: int) -> tuple[float, float]:
+    """Seconds per call of each: medians over `repeats` interleaved batches of `calls` calls,
+    after a warm-up."""
     for _ in range(max(calls // 10, 3)):
-        fn()
-    times = []
+        ours()
+        theirs()
+    times = {ours: [], theirs: []}
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times)
+        for fn in (ours, theirs):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[fn].append((time.perf_counter() - start) / calls)
+    return statistics.median(times[ours]), statistics.median(times[theirs])
+
+
+def block(tree):
+    """Waits for every s2s.Array in `tree` (as jax.block_until_ready does for jax arrays)."""
+    for leaf in s2s.tree_leaves(tree):
+        leaf.block_until_ready()
+    return tree
 
 
 @contextlib.contextmanager
@@ -119,18 +129,18 @@ def run(tiny: bool):
     # (1) dispatch of a tiny function, cache hit.
     x4 = np.arange(4, dtype=np.float32)
     with disk_cache_off():
-        ours = s2s.jit(scale_shift, backend="xla")
+        ours = s2s.jit(scale_shift)
         theirs = jax.jit(fresh(scale_shift, np=jnp))
         assert_trees_close(ours(x4), theirs(x4), rtol=1e-6)
     rows.append(("(1) dispatch, x*2+1 on 4 f32 (per call)",
-                 median_per_call(lambda: ours(x4), calls, repeats),
-                 median_per_call(lambda: theirs(x4).block_until_ready(), calls, repeats)))
+                 *medians_per_call(lambda: ours(x4).block_until_ready(),
+                                   lambda: theirs(x4).block_until_ready(), calls, repeats)))
 
     # (3) first: time to first result of jit(grad) of a function neither side has seen.
     args = mlp_problem(tiny)
 
     def s2s_first():
-        return s2s.jit(s2s.grad(fresh(mlp_loss)), backend="xla")(*args)
+        return block(s2s.jit(s2s.grad(fresh(mlp_loss)))(*args))
 
     def jax_first():
         return jax.block_until_ready(jax.jit(jax.grad(fresh(mlp_loss, np=jnp)))(*args))
@@ -141,7 +151,7 @@ def run(tiny: bool):
 
     # (2) steady state of the same jit(grad).
     with disk_cache_off():  # nothing written to the user's cache by a benchmark
-        ours = s2s.jit(s2s.grad(mlp_loss), backend="xla")
+        ours = s2s.jit(s2s.grad(mlp_loss))
         theirs = jax.jit(jax.grad(fresh(mlp_loss, np=jnp)))
         g_ours, g_theirs = ours(*args), theirs(*args)
     assert_trees_close(g_ours, g_theirs, rtol=2e-4, atol=1e-5)
@@ -149,8 +159,8 @@ def run(tiny: bool):
     label = "MLP tiny" if tiny else "MLP 784-512-512-10, b128"
     mlp_calls = max(calls // 100, 3) if not tiny else 3
     rows.append((f"(2) jit(grad) {label}, steady state",
-                 median_per_call(lambda: ours(*args), mlp_calls, repeats * 3),
-                 median_per_call(lambda: jax.block_until_ready(theirs(*args)), mlp_calls, repeats * 3)))
+                 *medians_per_call(lambda: block(ours(*args)), lambda: jax.block_until_ready(theirs(*args)),
+                                   mlp_calls, repeats * 3)))
     rows.append((f"(3) jit(grad) {label}, first result", t_first_ours, t_first_theirs))
 
     print(f"{'benchmark':52} {'s2s':>11} {'jax':>11} {'s2s/jax':>8}")

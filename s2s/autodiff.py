@@ -34,6 +34,7 @@ from s2s.passes.partial_eval import partial_eval_jaxpr
 from s2s.passes.transpose import transpose_jaxpr
 from s2s.staging import JaxprBuilder, Tracer, current_builder, inline_jaxpr, paused_gc
 from s2s.tree import leaf_paths, tree_flatten, tree_leaves
+from s2s_runtime.xla import Array
 
 __all__ = ["grad", "hessian", "jacfwd", "jacrev", "jvp", "linear_transpose", "linearize",
            "value_and_grad", "vjp"]
@@ -49,6 +50,7 @@ def run(closed: ClosedJaxpr, flat_args: list) -> list:
     """The outputs of `closed` on `flat_args`: staged in place when staging, else computed."""
     if current_builder() is not None or any(isinstance(a, Tracer) for a in flat_args):
         return inline_jaxpr(closed, flat_args)
+    flat_args = [np.asarray(a) if isinstance(a, Array) else a for a in flat_args]
     fn = _compiled.get(closed)
     if fn is None:
         fn = load_source(emit_jaxpr_source(closed, "f"), "f").f
@@ -62,13 +64,6 @@ def _staged(fn, args, kwargs) -> Staged:
         return stage(fn, args, kwargs)
     except S2SError as e:
         reraise_clean(e)
-
-
-def _flat_inputs(staged: Staged, args, kwargs) -> list:
-    """The values of the staged (jaxpr-input) leaves of this call's arguments."""
-    from s2s.frontend import bind_arguments
-    _, values = bind_arguments(staged.fn, args, kwargs)
-    return [leaf for leaf, m in zip(tree_leaves(values), staged.staged_mask) if m]
 
 
 def _float_mask(avals) -> list[bool]:
@@ -113,45 +108,54 @@ def _vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool]) -> _
 # Transformed functions
 
 
-class Transformed:
-    """A function derived by an s2s transform (see the module docstring)."""
+class DerivedFunction:
+    """A function derived from `fn` by an s2s transform: called on staged values it is run
+    directly (its body is not read as source), and the staging cache keys it by
+    `cache_params` under the innermost user function (see `s2s.frontend`)."""
 
     __s2s_transform__ = True
 
-    def __init__(self, fn, name: str, derive: Callable[[Staged, tuple], "Derived"]):
-        # updated=(): copying fn's __dict__ would overwrite these attributes when fn is
-        # itself Transformed (grad(grad(f))).
-        functools.update_wrapper(self, fn, updated=())
+    def __init__(self, fn, transform: str, params: tuple = ()):
         self.fn = fn
-        self.transform = name
-        self._derive = derive
-        # Staged -> {number of positional arguments: Derived} (argnums count positionals).
-        self._cache: "weakref.WeakKeyDictionary[Staged, dict]" = weakref.WeakKeyDictionary()
+        self.transform = transform
+        self.cache_params = (transform, *params)
         inner = getattr(fn, "__name__", "f")
-        self.__name__ = f"{name}_{inner}" if inner.isidentifier() else name
+        self.__name__ = f"{transform}_{inner}" if inner.isidentifier() else transform
         self.__qualname__ = self.__name__
 
     def describe(self) -> str:
-        inner = self.fn.describe() if isinstance(self.fn, Transformed) else getattr(self.fn, "__qualname__", "f")
+        inner = self.fn.describe() if isinstance(self.fn, DerivedFunction) else getattr(self.fn, "__qualname__", "f")
         return f"{self.transform}({inner})"
-
-    def __call__(self, *args, **kwargs):
-        staged = _staged(self.fn, args, kwargs)
-        per_staged = self._cache.setdefault(staged, {})
-        derived = per_staged.get(len(args))
-        if derived is None:
-            try:
-                with paused_gc():
-                    derived = self._derive(staged, args)
-            except S2SError as e:
-                reraise_clean(e)
-            per_staged[len(args)] = derived
-        outs = run(derived.closed, _flat_inputs(staged, args, kwargs))
-        return derived.assemble(outs, args, kwargs)
 
     def __repr__(self):
         return f"<s2s {self.describe()}>"
 
+
+class Transformed(DerivedFunction):
+    """A function derived by an s2s transform (see the module docstring); `params` are the
+    transform's parameters, which with the transform's name key its caches."""
+
+    def __init__(self, fn, name: str, derive: Callable[[Staged, tuple], "Derived"], params: tuple = ()):
+        # updated=(): copying fn's __dict__ would overwrite these attributes when fn is
+        # itself Transformed (grad(grad(f))).
+        functools.update_wrapper(self, fn, updated=())
+        super().__init__(fn, name, params)
+        self._derive = derive
+
+    def __call__(self, *args, **kwargs):
+        staged = _staged(self.fn, args, kwargs)
+        # argnums count positional arguments, so their number is part of the key.
+        derived = staged.artifact(("derived", self.cache_params, len(args)),
+                                  lambda: self._derive_clean(staged, args))
+        outs = run(derived.closed, staged.flat_inputs(args, kwargs))
+        return derived.assemble(outs, args, kwargs)
+
+    def _derive_clean(self, staged: Staged, args) -> "Derived":
+        try:
+            with paused_gc():
+                return self._derive(staged, args)
+        except S2SError as e:
+            reraise_clean(e)
 
 @dataclasses.dataclass
 class Derived:
@@ -240,7 +244,7 @@ def _check_scalar_output(staged: Staged, has_aux: bool, what: str):
         shown = ", ".join(a.str_short() for a in out_avals[:n_primary])
         raise StagingError(
             f"{what} needs a function with one scalar floating-point output, but "
-            f"{getattr(staged.fn, '__qualname__', 'it')} returns ({shown})",
+            f"{staged.description} returns ({shown})",
             "reduce the output to a scalar (e.g. .sum()), or use jacrev / vjp for "
             "non-scalar outputs")
     return n_primary
@@ -290,7 +294,8 @@ def grad(fn=None, argnums=0, has_aux: bool = False, allow_int: bool = False):
     """
     if fn is None:
         return functools.partial(grad, argnums=argnums, has_aux=has_aux, allow_int=allow_int)
-    return Transformed(fn, "grad", _grad_derive(argnums, has_aux, allow_int, False, "grad"))
+    return Transformed(fn, "grad", _grad_derive(argnums, has_aux, allow_int, False, "grad"),
+                       (_argnums_tuple(argnums), has_aux, allow_int))
 
 
 def value_and_grad(fn=None, argnums=0, has_aux: bool = False, allow_int: bool = False):
@@ -299,7 +304,8 @@ def value_and_grad(fn=None, argnums=0, has_aux: bool = False, allow_int: bool = 
         return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux,
                                  allow_int=allow_int)
     return Transformed(fn, "value_and_grad",
-                       _grad_derive(argnums, has_aux, allow_int, True, "value_and_grad"))
+                       _grad_derive(argnums, has_aux, allow_int, True, "value_and_grad"),
+                       (_argnums_tuple(argnums), has_aux, allow_int))
 
 
 # ---------------------------------------------------------------------------------------
@@ -320,9 +326,9 @@ def jvp(fn, primals, tangents):
     staged = _staged(fn, tuple(primals), {})
     closed = staged.closed
     diff = _float_mask(closed.in_avals)
-    jvp_closed = _clean(jvp_jaxpr(closed, diff, instantiate_out=True)[0])
+    jvp_closed = staged.artifact("jvp", lambda: _clean(jvp_jaxpr(closed, diff, instantiate_out=True)[0]))
     flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
-    outs = run(jvp_closed, _flat_inputs(staged, tuple(primals), {}) + flat_t)
+    outs = run(jvp_closed, staged.flat_inputs(tuple(primals), {}) + flat_t)
     n = len(closed.jaxpr.outvars)
     return staged.out_tree.unflatten(outs[:n]), staged.out_tree.unflatten(outs[n:])
 
@@ -333,12 +339,15 @@ def linearize(fn, *primals):
     closed = staged.closed
     diff = _float_mask(closed.in_avals)
     n_in, n_out = len(closed.jaxpr.invars), len(closed.jaxpr.outvars)
-    jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=True)
-    pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
-                            instantiate=[False] * n_out + [True] * n_out)
-    forward = run(_clean(pe.known), _flat_inputs(staged, primals, {}))
+
+    def split():
+        jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=True)
+        pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
+                                instantiate=[False] * n_out + [True] * n_out)
+        return _clean(pe.known), _clean(pe.unknown)
+    known, linear = staged.artifact("linearize", split)
+    forward = run(known, staged.flat_inputs(primals, {}))
     outs, residuals = forward[:n_out], forward[n_out:]
-    linear = _clean(pe.unknown)
 
     def f_jvp(*tangents):
         flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
@@ -358,8 +367,8 @@ def vjp(fn, *primals, has_aux: bool = False):
     n_primary = staged.out_tree.children[0].num_leaves if has_aux else n_out
     diff_out = [i < n_primary and dtypes.is_differentiable(a.dtype)
                 for i, a in enumerate(closed.out_avals)]
-    parts = _vjp_parts(closed, diff, diff_out)
-    forward = run(parts.forward, _flat_inputs(staged, primals, {}))
+    parts = staged.artifact(("vjp", has_aux), lambda: _vjp_parts(closed, diff, diff_out))
+    forward = run(parts.forward, staged.flat_inputs(primals, {}))
     outs, residuals = forward[:n_out], forward[n_out:]
     out_tree = staged.out_tree.children[0] if has_aux else staged.out_tree
 
@@ -474,12 +483,12 @@ def _zeros(aval: ShapedArray):
 
 def jacrev(fn, argnums=0):
     """The Jacobian by reverse mode: one backward pass per output element."""
-    return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev"))
+    return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev"), (_argnums_tuple(argnums),))
 
 
 def jacfwd(fn, argnums=0):
     """The Jacobian by forward mode: one tangent pass per input element."""
-    return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd"))
+    return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd"), (_argnums_tuple(argnums),))
 
 
 def hessian(fn, argnums=0):

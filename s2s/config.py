@@ -1,4 +1,5 @@
-"""Global configuration: `s2s.config.update('enable_x64', False)`.
+"""Global configuration: `s2s.config.update('enable_x64', False)`,
+`s2s.config.update('num_cpu_devices', 4)` (before the first jit call).
 
 Options are read when a function is staged, and take part in every cache key, so
 changing one never returns a stale result.
@@ -12,6 +13,8 @@ import dataclasses
 class _Values:
     # float64 stays float64, as in NumPy. False gives JAX-style 32-bit canonicalization.
     enable_x64: bool = True
+    # CPU devices of the XLA client; None: $S2S_NUM_CPU_DEVICES, else 1. Only before first use.
+    num_cpu_devices: int | None = None
 
 
 values = _Values()
@@ -24,6 +27,9 @@ def update(name: str, value) -> None:
     if name not in known:
         raise ValueError(f"unknown s2s config option {name!r}; known options: {', '.join(known)}")
     global _key
+    if name == "num_cpu_devices":
+        from s2s_runtime.xla import set_num_cpu_devices
+        set_num_cpu_devices(value)   # refused once the client exists with another count
     setattr(values, name, value)
     _key = None
 

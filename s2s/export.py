@@ -104,21 +104,13 @@ def exports_of(module) -> list[Export]:
     return found
 
 
-class _DerivedWithSignature:
+class _DerivedWithSignature(autodiff.DerivedFunction):
     """jvp/vjp of `fn` as one function with an explicit signature, for emission."""
 
-    __s2s_transform__ = True
-
     def __init__(self, fn, transform: str, parameters, call):
-        self.fn = fn
-        self.transform = transform
-        self.__name__ = f"{transform}_{fn.__name__}"
-        self.__qualname__ = self.__name__
+        super().__init__(fn, transform)
         self.__signature__ = inspect.Signature(parameters)
         self._call = call
-
-    def describe(self) -> str:
-        return f"{self.transform}({self.fn.__qualname__})"
 
     def __call__(self, *args, **kwargs):
         bound = self.__signature__.bind(*args, **kwargs)

@@ -72,7 +72,7 @@ def check_function(fn, *args, rtol=1e-6, atol=1e-6, static_argnums=(), **kwargs)
     closed = s2s.make_jaxpr(fn, static_argnums=static_argnums)(*args, **kwargs)
     check_jaxpr(closed)
     staged = s2s.api.staged_or_error(fn, args, kwargs, static_argnums)
-    staged_inputs = [leaf for leaf, m in zip(s2s.tree_leaves(staged.example_args), staged.staged_mask) if m]
+    staged_inputs = staged.flat_inputs(args, kwargs)
     got = staged.out_tree.unflatten(eval_jaxpr(closed, *staged_inputs))
     _compare_trees(got, expected, rtol, atol, "eval_jaxpr: ")
 

@@ -20,6 +20,10 @@ def mlp_loss(params, x):
     return np.sum(h * h) / 2.0
 
 
+def solve_sum(a, b):
+    return np.linalg.solve(a, b).sum()
+
+
 def test_jit_xla_matches_numpy():
     rng = np.random.default_rng(0)
     params = {"W": rng.standard_normal((4, 3)), "b": rng.standard_normal(3)}
@@ -53,30 +57,60 @@ def test_omnistaged_constants_keep_the_module_small():
     assert len(text) < 2000
 
 
-def test_jit_of_grad_runs_without_jax():
-    """jaxlib imports jax by itself when it can, and jax patches jaxlib: block it."""
-    script = textwrap.dedent("""
-        import sys
-        class BlockJax:
-            def find_spec(self, name, path, target=None):
-                if name == "jax" or name.startswith("jax."):
-                    raise ImportError("jax is blocked in this test")
-        sys.meta_path.insert(0, BlockJax())
-        import numpy as np
-        import s2s
-        sys.path.insert(0, "tests")
-        from test_xla_backend import mlp_loss
-        params = {"W": np.ones((4, 3)) * 0.1, "b": np.zeros(3)}
-        x = np.ones((5, 4))
-        g = s2s.jit(s2s.grad(mlp_loss), backend="xla")(params, x)
-        expected = s2s.grad(mlp_loss)(params, x)
-        assert np.allclose(g["W"], expected["W"]) and np.allclose(g["b"], expected["b"])
-        assert not any(m == "jax" or m.startswith("jax.") for m in sys.modules), "jax was imported"
-        print("ok without jax")
-    """)
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "ok without jax" in result.stdout
+NO_JAX_SCRIPT = textwrap.dedent("""
+    import sys
+    class BlockJax:
+        def find_spec(self, name, path, target=None):
+            if name == "jax" or name.startswith("jax."):
+                raise ImportError("jax is blocked in this test")
+    sys.meta_path.insert(0, BlockJax())
+    import numpy as np
+    import s2s
+    from s2s_runtime import disk_cache
+    hits = []
+    compile_or_load = disk_cache.get_or_compile
+    def recording(*args):
+        result = compile_or_load(*args)
+        hits.append(result[1])
+        return result
+    disk_cache.get_or_compile = recording
+    sys.path.insert(0, "tests")
+    from test_xla_backend import mlp_loss, sgd, solve_sum
+
+    params = {"W": np.ones((4, 3)) * 0.1, "b": np.zeros(3)}
+    x = np.ones((5, 4))
+    g = s2s.jit(s2s.grad(mlp_loss))(params, x)
+    expected = s2s.grad(mlp_loss)(params, x)
+    assert np.allclose(g["W"], expected["W"]) and np.allclose(g["b"], expected["b"])
+
+    a = np.array([[4.0, 1.0], [2.0, 3.0]])       # LU through jaxlib's LAPACK custom call
+    assert np.isclose(s2s.jit(solve_sum)(a, np.ones(2)), np.linalg.solve(a, np.ones(2)).sum())
+
+    step = s2s.jit(sgd, donate_argnums=0)
+    new = step(g, g, 0.5)            # g (an s2s.Array tree) is donated
+    assert np.allclose(new["W"], 0.5 * expected["W"])
+    try:
+        np.asarray(g["W"])
+        raise AssertionError("a donated array was readable")
+    except s2s.DonatedBufferError as e:
+        assert "donated as `params['W']` of sgd" in str(e), e
+    assert not any(m == "jax" or m.startswith("jax.") for m in sys.modules), "jax was imported"
+    print("ok without jax; disk cache hits:", hits)
+""")
+
+
+def test_jit_of_grad_donation_and_disk_cache_run_without_jax(tmp_path):
+    """jaxlib imports jax by itself when it can, and jax patches jaxlib: block it. Two
+    processes share a fresh disk cache: the second loads every executable from it."""
+    env = dict(os.environ, S2S_CACHE_DIR=str(tmp_path))
+    outputs = []
+    for _ in range(2):
+        result = subprocess.run([sys.executable, "-c", NO_JAX_SCRIPT], cwd=ROOT, capture_output=True,
+                                text=True, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        outputs.append(result.stdout)
+    assert "ok without jax; disk cache hits: [False, False, False]" in outputs[0]
+    assert "ok without jax; disk cache hits: [True, True, True]" in outputs[1]
 
 
 def test_lower_and_compile_expose_stablehlo_hlo_and_xla_figures():
@@ -95,3 +129,84 @@ def test_devices():
     assert s2s.devices()[0].platform == "cpu"
     assert s2s.local_device_count() == s2s.device_count()
     assert s2s.process_index() == 0 and s2s.process_count() == 1
+
+
+def test_xla_is_the_default_backend_and_results_are_arrays():
+    out = s2s.jit(mlp_loss)({"W": np.ones((4, 3)), "b": np.ones(3)}, np.ones((5, 4)))
+    assert isinstance(out, s2s.Array) and out.shape == () and out.dtype == np.float64
+    assert s2s.jit(mlp_loss, backend="python")({"W": np.ones((4, 3)), "b": np.ones(3)},
+                                              np.ones((5, 4))).__class__ is not s2s.Array
+
+
+def sgd(params, grads, lr):
+    return {k: params[k] - lr * grads[k] for k in params}
+
+
+def test_donated_arrays_alias_outputs_and_are_invalid_after_the_call():
+    params = {"W": np.ones((4, 3)), "b": np.ones(3)}
+    grads = {"W": np.full((4, 3), 2.0), "b": np.full(3, 2.0)}
+    step = s2s.jit(sgd, donate_argnums=0)
+    text = step.lower(params, grads, 0.5).as_text()
+    assert text.count("tf.aliasing_output") == 2
+    assert "input_output_alias" in step.lower(params, grads, 0.5).compile().as_hlo_text()
+    first = step(params, grads, 0.5)
+    np.testing.assert_array_equal(params["W"], 1.0)     # NumPy inputs are copied, never consumed
+    second = step(first, grads, 0.5)
+    np.testing.assert_allclose(second["W"], -1.0)
+    for leaf in (first["W"], first["b"]):
+        assert leaf.is_donated()
+        for use in (np.asarray, lambda a: a + 1, lambda a: a.shape, repr_of_values, lambda a: step(first, grads, 0.5)):
+            with pytest.raises(s2s.DonatedBufferError, match=r"donated as `params\['[Wb]'\]` of sgd"):
+                use(leaf)
+    assert not second["W"].is_donated()
+
+
+def repr_of_values(a):
+    return np.array2string(np.asarray(a))
+
+
+def test_donation_that_no_output_can_alias_warns():
+    def total(x, y):
+        return (x * y).sum()
+    with pytest.warns(UserWarning, match=r"Some donated buffers were not usable.*f64\[3\] \(`x` of total\)"):
+        out = s2s.jit(total, donate_argnums=0)(np.ones(3), np.ones(3))
+    assert float(out) == 3.0
+
+
+def test_donation_and_device_options_are_checked():
+    with pytest.raises(ValueError, match="both static and donated"):
+        s2s.jit(sgd, static_argnums=2, donate_argnums=2)
+    with pytest.raises(ValueError, match="backend='xla'"):
+        s2s.jit(sgd, donate_argnums=0, backend="python")
+    with pytest.raises(TypeError, match="s2s.devices"):
+        s2s.jit(sgd, device="cpu:1")
+
+
+DEVICE_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import s2s
+    s2s.config.update("num_cpu_devices", 4)
+    assert s2s.device_count() == 4
+    devices = s2s.devices()
+    f = s2s.jit(lambda x: x * 2.0 + 1.0, device=devices[2])
+    out = f(np.arange(3.0))
+    assert out.device == devices[2], out.device
+    g = s2s.jit(lambda x: x - 1.0, device=devices[3])
+    moved = g(out)                         # the device argument alone decides placement
+    assert moved.device == devices[3] and np.allclose(moved, 2 * np.arange(3.0))
+    assert s2s.jit(lambda x: -x)(moved).device == devices[0]
+    try:
+        s2s.config.update("num_cpu_devices", 2)
+        raise AssertionError("changing the device count after first use was accepted")
+    except RuntimeError as e:
+        assert "before the first jit call" in str(e)
+    print("ok devices")
+""")
+
+
+def test_device_argument_decides_placement_and_device_count_is_configurable(tmp_path):
+    script = tmp_path / "devices_script.py"   # a file: s2s reads the lambdas' source
+    script.write_text(DEVICE_SCRIPT)
+    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok devices" in result.stdout

@@ -90,10 +90,11 @@ class LoweringContext:
         self._taken.add(name)
         return f"%{name}"
 
-    def op(self, text: str, hint: str | None = None) -> str:
-        """Appends `%name = text` with the current location; returns %name."""
+    def op(self, text: str, hint: str | None = None, results: int = 1) -> str:
+        """Appends `%name = text` with the current location; returns %name (an op with
+        several results is written `%name:N = ...` and its results read `%name#i`)."""
         name = self.fresh(hint)
-        self.lines.append(f"{name} = {text}{self.location}")
+        self.lines.append(f"{name}{f':{results}' if results != 1 else ''} = {text}{self.location}")
         return name
 
     def constant(self, value, dtype, shape=()) -> str:
@@ -120,17 +121,41 @@ class LoweringContext:
                        f"({tensor_type(aval)}) -> {tensor_type(target)}")
 
 
-def lower(closed: ClosedJaxpr, name: str = "main") -> str:
-    """The StableHLO module of `closed` as MLIR text; `@main` takes (consts..., args...)."""
+def donation_aliases(closed: ClosedJaxpr, donated) -> dict[int, int]:
+    """{input index: output index} pairing each donated input (flags per jaxpr input) with
+    the first output of the same shape and dtype not taken yet; unpaired ones are left out."""
+    outputs = [v.aval.strip_weak_type() for v in closed.jaxpr.outvars]
+    taken: set[int] = set()
+    aliases = {}
+    for i, (v, flag) in enumerate(zip(closed.jaxpr.invars, donated)):
+        if not flag:
+            continue
+        aval = v.aval.strip_weak_type()
+        k = next((k for k, out in enumerate(outputs) if k not in taken and out == aval), None)
+        if k is not None:
+            taken.add(k)
+            aliases[i] = k
+    return aliases
+
+
+def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | None = None) -> str:
+    """The StableHLO module of `closed` as MLIR text; `@main` takes (consts..., args...).
+
+    `aliases` ({input index: output index}, see `donation_aliases`) lets XLA write those
+    outputs into the donated inputs' buffers (`tf.aliasing_output`).
+    """
     from s2s.passes.inline import inline_calls
     closed = inline_calls(closed)
     jaxpr = closed.jaxpr
     ctx = LoweringContext()
     env: dict[Var, str] = {}
     params = []
-    for v in list(jaxpr.constvars) + list(jaxpr.invars):
+    aliases = aliases or {}
+    for i, v in enumerate(list(jaxpr.constvars) + list(jaxpr.invars)):
         env[v] = ctx.fresh(v.hint or "arg")
-        params.append(f"{env[v]}: {tensor_type(v.aval)}")
+        alias = aliases.get(i - len(jaxpr.constvars))
+        attribute = f" {{tf.aliasing_output = {alias} : i32}}" if alias is not None else ""
+        params.append(f"{env[v]}: {tensor_type(v.aval)}{attribute}")
 
     def read(v):
         if isinstance(v, Literal):

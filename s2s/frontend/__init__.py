@@ -3,8 +3,16 @@
 `stage(fn, args, kwargs, ...)` binds the arguments to the function's signature, decides
 which leaves are staged (see `args.py`), walks the function's source with a fresh builder
 (`walker.py`) and returns a `Staged` record: the jaxpr plus everything needed to call it
-with the same kind of arguments again. Results are cached per (function, argument tree and
-avals, static values, config); the cache holds functions weakly.
+with the same kind of arguments again.
+
+The staging cache has two levels: a `WeakKeyDictionary` keyed by the user's function (or
+the object whose method is staged), then a dict keyed by (the chain of s2s transforms
+around it with their parameters, the function's code object, the argument tree and avals,
+static values, config). The code object compares by bytecode, constants and names, and the
+source s2s stages is read once per code object, so both are part of the key. Everything
+compiled from a `Staged` (derived jaxprs, emitted modules, executables) hangs off it in
+`artifacts`, so `jit(grad(f))` rebuilt in a loop hits the cache, and dropping every reference
+to `f` frees all of it: a `Staged` holds no reference back to the function.
 """
 from __future__ import annotations
 
@@ -23,25 +31,79 @@ from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf
 from s2s.frontend.source import function_source
 from s2s.frontend.walker import stage_python_function
 from s2s.staging import JaxprBuilder, Tracer, paused_gc
-from s2s.tree import PyTreeDef, leaf_paths, tree_flatten
+from s2s.tree import PyTreeDef, leaf_paths, tree_flatten, tree_leaves
 
 __all__ = ["ShapeDtype", "Staged", "stage"]
 
 
 @dataclasses.dataclass(eq=False)
 class Staged:
-    """A function staged for one kind of arguments."""
-    fn: Any
+    """A function staged for one kind of arguments.
+
+    It keeps no reference to the function (the cache holding it is weak on the function):
+    binding a call needs only the signature, and headers only names and a location.
+    """
     closed: ClosedJaxpr
     param_names: list[str]        # the bound parameters, in signature order
     in_tree: PyTreeDef            # of the tuple of bound parameter values
     staged_mask: list[bool]       # per input leaf: staged (a jaxpr input) or static
     out_tree: PyTreeDef
-    example_args: tuple           # the bound parameter values it was staged with
+    example_args: tuple           # the bound parameter values, staged leaves as their avals
+    signature: inspect.Signature  # of the parameters (a method's self left out)
+    name: str                     # the function's __name__
+    description: str              # what it is: 'loss', or 'grad(loss)' for a derived function
+    location: tuple[str, int]     # file and line of the user's def
+    # What is built from this staging, by kind: derived jaxprs, emitted modules, executables.
+    artifacts: dict = dataclasses.field(default_factory=dict)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def bind(self, args, kwargs) -> tuple:
+        """The bound parameter values of a call (defaults applied), in signature order."""
+        return _bind(self.signature, self.name, args, kwargs)[1]
+
+    def flat_inputs(self, args, kwargs) -> list:
+        """The values of a call's staged leaves: the jaxpr's inputs, in order."""
+        return [leaf for leaf, m in zip(tree_leaves(self.bind(args, kwargs)), self.staged_mask) if m]
+
+    def artifact(self, key, build):
+        """`artifacts[key]`, built once (under the lock: concurrent callers build it once)."""
+        found = self.artifacts.get(key)
+        if found is None:
+            with self.lock:
+                found = self.artifacts.get(key)
+                if found is None:
+                    found = self.artifacts[key] = build()
+        return found
 
 
+# owner -> {key: Staged}; owners that cannot be weakly referenced are kept by id.
 _cache: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_strong_cache: dict[int, tuple[Any, dict]] = {}
 _cache_lock = threading.Lock()
+
+
+def _cache_entries(owner) -> dict:
+    """The second-level dict of `owner` (call with the lock held)."""
+    try:
+        return _cache.setdefault(owner, {})
+    except TypeError:   # not weakly referenceable: kept alive, keyed by id
+        return _strong_cache.setdefault(id(owner), (owner, {}))[1]
+
+
+def _cache_owner_and_key(fn) -> tuple[Any, tuple]:
+    """Who owns `fn`'s cache entries, and the part of the key that names `fn`.
+
+    A chain of s2s transforms (`jit(grad(f))`) is keyed by each transform's parameters
+    under the innermost user function, so rebuilding the chain finds the same entries.
+    """
+    chain = []
+    base = fn
+    while getattr(base, "__s2s_transform__", False) and getattr(base, "cache_params", None):
+        chain.append(base.cache_params)
+        base = base.fn
+    py_fn, self_arg = underlying_function(base)
+    owner = py_fn if self_arg is None else self_arg
+    return owner, (tuple(chain), None if self_arg is None else py_fn, getattr(py_fn, "__code__", None))
 
 
 def underlying_function(fn):
@@ -66,13 +128,21 @@ _signatures: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def signature_of(fn) -> inspect.Signature:
-    """`inspect.signature`, remembered per function: every call of a jitted function binds."""
+    """The parameters a call of `fn` fills (a method's self left out), remembered per
+    function: every call of a jitted function binds."""
+    py_fn, self_arg = underlying_function(fn)
     try:
-        signature = _signatures.get(fn)
+        signature = _signatures.get(py_fn)
     except TypeError:   # not weak-referenceable
-        return inspect.signature(fn)
+        signature = None
     if signature is None:
-        signature = _signatures[fn] = inspect.signature(fn)
+        signature = inspect.signature(py_fn)
+        try:
+            _signatures[py_fn] = signature
+        except TypeError:
+            pass
+    if self_arg is not None:
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
     return signature
 
 
@@ -82,21 +152,21 @@ def bind_arguments(fn, args, kwargs, explicit: set | None = None) -> tuple[list[
     Parameters left to their defaults are included; their names are not added to
     `explicit` (when given), which collects the parameters the caller passed.
     """
-    py_fn, self_arg = underlying_function(fn)
-    signature = signature_of(py_fn)
-    call_args = ((self_arg,) if self_arg is not None else ()) + tuple(args)
+    return _bind(signature_of(fn), getattr(fn, "__qualname__", type(fn).__qualname__), args, kwargs,
+                 explicit)
+
+
+def _bind(signature: inspect.Signature, name: str, args, kwargs,
+          explicit: set | None = None) -> tuple[list[str], tuple]:
     try:
-        bound = signature.bind(*call_args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
     except TypeError as e:
-        raise StagingError(f"{py_fn.__qualname__}() called with the wrong arguments: {e}",
-                           f"call it as {py_fn.__qualname__}{signature}") from None
+        raise StagingError(f"{name}() called with the wrong arguments: {e}",
+                           f"call it as {name}{signature}") from None
     if explicit is not None:
         explicit.update(bound.arguments)
     bound.apply_defaults()
-    items = list(bound.arguments.items())
-    if self_arg is not None:
-        items = items[1:]
-    return [k for k, _ in items], tuple(v for _, v in items)
+    return list(bound.arguments), tuple(bound.arguments.values())
 
 
 def _leaf_mode(param_index: int, name: str, leaf, static_argnums, static_argnames,
@@ -138,16 +208,16 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     param_of_leaf = [path[0][1] for path in paths]
     mask = [_leaf_mode(i, names[i], leaf, static_argnums, static_argnames, dynamic_argnums)
             for i, leaf in zip(param_of_leaf, in_leaves)]
-    key = (in_tree, tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))
-                          for l, m, i in zip(in_leaves, mask, param_of_leaf)),
+    owner, fn_key = _cache_owner_and_key(fn)
+    key = (fn_key, in_tree,
+           tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))
+                 for l, m, i in zip(in_leaves, mask, param_of_leaf)),
            config.cache_key())
-    py_fn, self_arg = underlying_function(fn)
-    owner = fn if self_arg is None else py_fn
     with _cache_lock:
-        per_fn = _cache.setdefault(owner, {})
-        hit = per_fn.get((key, id(self_arg)) if self_arg is not None else key)
+        hit = _cache_entries(owner).get(key)
     if hit is not None:
         return hit
+    py_fn, self_arg = underlying_function(fn)
 
     transformed = getattr(py_fn, "__s2s_transform__", False)
     if not transformed:
@@ -174,10 +244,21 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
                     "return arrays, numbers, or tuples/lists/dicts of them",
                     None if transformed else function_source(py_fn).info(function_source(py_fn).node))
         closed = builder.build(out_leaves)
-    result = Staged(fn, closed, names, in_tree, mask, out_tree, values)
+    example_args = in_tree.unflatten([aval_of_arg(l) if m else l for l, m in zip(in_leaves, mask)])
+    result = Staged(closed, names, in_tree, mask, out_tree, example_args, signature_of(fn),
+                    getattr(fn, "__name__", "f"), *_description_and_location(fn))
     with _cache_lock:
-        _cache.setdefault(owner, {})[(key, id(self_arg)) if self_arg is not None else key] = result
-    return result
+        # Threads that staged the same thing at once all use the first result.
+        return _cache_entries(owner).setdefault(key, result)
+
+
+def _description_and_location(fn) -> tuple[str, tuple[str, int]]:
+    """'grad(loss)' or 'loss', and the file and line where the user's function is defined."""
+    description = fn.describe() if getattr(fn, "__s2s_transform__", False) else None
+    while getattr(fn, "__s2s_transform__", False):
+        fn = fn.fn
+    source = function_source(underlying_function(fn)[0])
+    return description or source.name, (source.filename, source.node.lineno)
 
 
 def _split_by_kind(py_fn, self_arg, call_kwargs: dict) -> tuple[list, dict]:

@@ -14,6 +14,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import ShapedArray
 from s2s.errors import StagingError
+from s2s_runtime.xla import Array
 
 
 class ShapeDtype:
@@ -40,14 +41,16 @@ class ShapeDtype:
 
 
 def is_staged_leaf(leaf) -> bool:
-    if isinstance(leaf, (ShapeDtype, np.ndarray, np.generic)):
+    if isinstance(leaf, (ShapeDtype, ShapedArray, np.ndarray, np.generic, Array)):
         return True
     return isinstance(leaf, (float, complex))
 
 
 def aval_of_arg(leaf) -> ShapedArray:
     """The abstract value a staged argument leaf gets (Python floats stay weak, as in NumPy)."""
-    if isinstance(leaf, ShapeDtype):
+    if isinstance(leaf, ShapedArray):
+        return leaf
+    if isinstance(leaf, (ShapeDtype, Array)):
         return ShapedArray(leaf.shape, dtypes.canonicalize_dtype(leaf.dtype))
     if hasattr(leaf, "aval") and isinstance(leaf.aval, ShapedArray):   # a staged value
         return leaf.aval

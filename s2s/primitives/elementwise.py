@@ -589,10 +589,26 @@ _HLO_COMPARE = {eq: "EQ", ne: "NE", lt: "LT", le: "LE", gt: "GT", ge: "GE"}
 def _lower_unary(op):
     def rule(ctx, eqn, x):
         t = _hlo.out_type(eqn)
+        if op in _UNSIGNED_REWRITES and np.dtype(eqn.invars[0].aval.dtype).kind == "u":
+            return _UNSIGNED_REWRITES[op](ctx, eqn, x)
         if op.startswith("chlo."):
             return [ctx.op(f"{op} {x} : {t} -> {t}", _hlo.hint(eqn))]
         return [ctx.op(f"{op} {x} : {t}", _hlo.hint(eqn))]
     return rule
+
+
+def _unsigned_sign(ctx, eqn, x):
+    """sign(x) == (x != 0) for unsigned x (StableHLO's sign takes signless integers only)."""
+    aval = eqn.invars[0].aval
+    zero = ctx.constant(0, aval.dtype, aval.shape)
+    nonzero = ctx.op(f"stablehlo.compare NE, {x}, {zero}, UNSIGNED : ({_hlo.tensor_type(aval)}, "
+                     f"{_hlo.tensor_type(aval)}) -> {_hlo.tensor_type(aval.update(dtype=np.dtype(bool)))}")
+    return [ctx.op(f"stablehlo.convert {nonzero} : ({_hlo.tensor_type(aval.update(dtype=np.dtype(bool)))}) -> "
+                   f"{_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+
+
+# StableHLO's abs and sign take signless integers only: unsigned operands are rewritten.
+_UNSIGNED_REWRITES = {"stablehlo.abs": lambda ctx, eqn, x: [x], "stablehlo.sign": _unsigned_sign}
 
 
 def _lower_binary(op):

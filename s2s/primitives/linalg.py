@@ -497,7 +497,6 @@ _jvp.register(lu, _lu_jvp)
 # the module runs on a jaxlib without jax's LAPACK targets registered.
 
 from s2s.emit import stablehlo as _hlo  # noqa: E402
-from s2s.primitives.reductions import lower_arg_reduce as _lower_arg_reduce  # noqa: E402
 
 
 def _tt(shape, dtype) -> str:
@@ -557,119 +556,94 @@ def _lower_triangular_solve(ctx, eqn, a, b, **_):
                    f"-> {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
 
 
-def _lower_lu(ctx, eqn, a, **_):
+def _layout(minor_to_major) -> str:
+    dims = ", ".join(str(d) for d in minor_to_major)
+    return f"dense<[{dims}]> : tensor<{len(minor_to_major)}xindex>" if minor_to_major else \
+        "dense<> : tensor<0xindex>"
+
+
+def _lower_lu(ctx, eqn, a):
+    """LU through LAPACK's getrf, the custom-call target jaxlib ships (`lapack_?getrf_ffi`,
+    registered by s2s_runtime.xla); the permutation is built from the pivots by a loop."""
     aval = eqn.invars[0].aval
-    if np.dtype(aval.dtype).kind == "c":
+    dtype, i32 = np.dtype(aval.dtype), dtypes.int32
+    if dtype not in (np.float32, np.float64):
         from s2s.errors import UnsupportedFunctionError
-        raise UnsupportedFunctionError("complex lu cannot be lowered to StableHLO yet",
+        raise UnsupportedFunctionError(f"lu of {dtype} cannot be lowered to StableHLO yet",
                                        "use backend='python' for this function")
-    dtype, i32 = aval.dtype, dtypes.int32
     *batch, m, n = aval.shape
-    batch = tuple(batch)
-    nb = len(batch)
-    k = min(m, n)
-    shape = tuple(aval.shape)
-    t, bt = _tt(shape, dtype), _tt(shape, dtypes.bool_)
-    col_shape = batch + (m,)
-    ct = _tt(col_shape, dtype)
-
-    def slice_(x, x_shape, starts, limits, x_dtype=dtype):
-        out_shape = [hi - lo for lo, hi in zip(starts, limits)]
-        arr = lambda v: f"array<i64: {', '.join(str(int(i)) for i in v)}>"  # noqa: E731
-        return ctx.op(f'"stablehlo.slice"({x}) <{{limit_indices = {arr(limits)}, start_indices = '
-                      f'{arr(starts)}, strides = {arr([1] * len(starts))}}}> : '
-                      f"({_tt(x_shape, x_dtype)}) -> {_tt(out_shape, x_dtype)}")
-
-    def bcast(x, x_shape, dims, to_shape, x_dtype):
-        return ctx.op(f"stablehlo.broadcast_in_dim {x}, dims = [{', '.join(map(str, dims))}] : "
-                      f"({_tt(x_shape, x_dtype)}) -> {_tt(to_shape, x_dtype)}")
-
-    def select(p, x, y, s, x_dtype):
-        return ctx.op(f"stablehlo.select {p}, {x}, {y} : {_tt(s, dtypes.bool_)}, {_tt(s, x_dtype)}")
-
-    def cmp(direction, x, y, s, x_dtype, kind):
-        return ctx.op(f"stablehlo.compare {direction}, {x}, {y}, {kind} : "
-                      f"({_tt(s, x_dtype)}, {_tt(s, x_dtype)}) -> {_tt(s, dtypes.bool_)}")
-
-    rows = ctx.op(f"stablehlo.iota dim = {nb} : {_tt(shape, i32)}")
-    cols = ctx.op(f"stablehlo.iota dim = {nb + 1} : {_tt(shape, i32)}")
-    col_rows = ctx.op(f"stablehlo.iota dim = {nb} : {_tt(col_shape, i32)}")
-    perm = ctx.op(f"stablehlo.iota dim = {nb} : {_tt(col_shape, i32)}", "perm")
-    pivots = []
-    zeros = [0] * nb
-    for j in range(k):
-        # The pivot: the first largest |a[i, j]| over rows i >= j.
-        col = slice_(a, shape, zeros + [0, j], list(batch) + [m, j + 1])
-        col = ctx.op(f"stablehlo.reshape {col} : ({_tt(batch + (m, 1), dtype)}) -> {ct}")
-        mag = ctx.op(f"stablehlo.abs {col} : {ct}")
-        jc = ctx.constant(j, i32, col_shape)
-        above = cmp("LT", col_rows, jc, col_shape, i32, "SIGNED")
-        minus = ctx.constant(-1, dtype, col_shape)
-        mag = select(above, minus, mag, col_shape, dtype)
-        p = _lower_arg_reduce(ctx, mag, ShapedArray(col_shape, dtype), nb, i32, True)
-        pivots.append(p)
-        # Swap rows j and p (of the matrix and of the permutation), as selects.
-        p_full = bcast(p, batch, list(range(nb)), shape, i32)
-        j_full = ctx.constant(j, i32, shape)
-        is_p = cmp("EQ", rows, p_full, shape, i32, "SIGNED")
-        is_j = cmp("EQ", rows, j_full, shape, i32, "SIGNED")
-        zero = ctx.constant(0, dtype, ())
-        # row p, read exactly: a select, then a sum that adds only zeros to it
-        row_p_sel = select(is_p, a, ctx.constant(0, dtype, shape), shape, dtype)
-        row_p = ctx.op(f"stablehlo.reduce({row_p_sel} init: {zero}) applies stablehlo.add across "
-                       f"dimensions = [{nb}] : ({t}, {_tt((), dtype)}) -> {_tt(batch + (n,), dtype)}")
-        row_j = slice_(a, shape, zeros + [j, 0], list(batch) + [j + 1, n])
-        row_j = ctx.op(f"stablehlo.reshape {row_j} : ({_tt(batch + (1, n), dtype)}) -> "
-                       f"{_tt(batch + (n,), dtype)}")
-        row_dims = list(range(nb)) + [nb + 1]
-        row_p_full = bcast(row_p, batch + (n,), row_dims, shape, dtype)
-        row_j_full = bcast(row_j, batch + (n,), row_dims, shape, dtype)
-        a = select(is_j, row_p_full, select(is_p, row_j_full, a, shape, dtype), shape, dtype)
-        pj = bcast(p, batch, list(range(nb)), col_shape, i32)
-        perm_is_p = cmp("EQ", col_rows, pj, col_shape, i32, "SIGNED")
-        perm_is_j = cmp("EQ", col_rows, ctx.constant(j, i32, col_shape), col_shape, i32, "SIGNED")
-        perm_p = ctx.op(f"stablehlo.reduce({select(perm_is_p, perm, ctx.constant(0, i32, col_shape), col_shape, i32)} "
-                        f"init: {ctx.constant(0, i32)}) applies stablehlo.add across dimensions = [{nb}] : "
-                        f"({_tt(col_shape, i32)}, {_tt((), i32)}) -> {_tt(batch, i32)}")
-        perm_j = slice_(perm, col_shape, zeros + [j], list(batch) + [j + 1], i32)
-        perm_j = ctx.op(f"stablehlo.reshape {perm_j} : ({_tt(batch + (1,), i32)}) -> {_tt(batch, i32)}")
-        perm = select(perm_is_j, bcast(perm_p, batch, list(range(nb)), col_shape, i32),
-                      select(perm_is_p, bcast(perm_j, batch, list(range(nb)), col_shape, i32), perm,
-                             col_shape, i32), col_shape, i32)
-        # Multipliers below the pivot (a zero pivot leaves its column unscaled, as LAPACK),
-        # then the rank-1 update of the trailing block.
-        pivot = slice_(a, shape, zeros + [j, j], list(batch) + [j + 1, j + 1])
-        pivot = ctx.op(f"stablehlo.reshape {pivot} : ({_tt(batch + (1, 1), dtype)}) -> {_tt(batch, dtype)}")
-        pivot_full = bcast(pivot, batch, list(range(nb)), shape, dtype)
-        is_zero = cmp("EQ", pivot_full, ctx.constant(0, dtype, shape), shape, dtype, "FLOAT")
-        safe = select(is_zero, ctx.constant(1, dtype, shape), pivot_full, shape, dtype)
-        col = slice_(a, shape, zeros + [0, j], list(batch) + [m, j + 1])
-        col = ctx.op(f"stablehlo.reshape {col} : ({_tt(batch + (m, 1), dtype)}) -> {ct}")
-        col_full = bcast(col, col_shape, list(range(nb + 1)), shape, dtype)
-        scaled = ctx.op(f"stablehlo.divide {col_full}, {safe} : {t}")
-        scaled = select(is_zero, col_full, scaled, shape, dtype)
-        row = slice_(a, shape, zeros + [j, 0], list(batch) + [j + 1, n])
-        row = ctx.op(f"stablehlo.reshape {row} : ({_tt(batch + (1, n), dtype)}) -> "
-                     f"{_tt(batch + (n,), dtype)}")
-        row_full = bcast(row, batch + (n,), row_dims, shape, dtype)
-        product = ctx.op(f"stablehlo.multiply {scaled}, {row_full} : {t}")
-        updated = ctx.op(f"stablehlo.subtract {a}, {product} : {t}")
-        below = cmp("GT", rows, j_full, shape, i32, "SIGNED")
-        at_col = cmp("EQ", cols, j_full, shape, i32, "SIGNED")
-        right = cmp("GT", cols, j_full, shape, i32, "SIGNED")
-        below_at = ctx.op(f"stablehlo.and {below}, {at_col} : {bt}")
-        below_right = ctx.op(f"stablehlo.and {below}, {right} : {bt}")
-        a = select(below_at, scaled, select(below_right, updated, a, shape, dtype), shape, dtype)
-    piv_shape = batch + (k,)
+    batch, nb, k = tuple(batch), len(aval.shape) - 2, min(m, n)
+    piv_shape, perm_shape = batch + (k,), batch + (m,)
     if k == 0:
-        piv = ctx.constant(0, i32, piv_shape) if piv_shape else ctx.constant(0, i32)
-    else:
-        pieces = [ctx.op(f"stablehlo.reshape {p} : ({_tt(batch, i32)}) -> {_tt(batch + (1,), i32)}")
-                  for p in pivots]
-        piv = pieces[0] if k == 1 else ctx.op(
-            f"stablehlo.concatenate {', '.join(pieces)}, dim = {nb} : "
-            f"({', '.join([_tt(batch + (1,), i32)] * k)}) -> {_tt(piv_shape, i32)}")
-    return [a, piv, perm]
+        return [a, ctx.op(f"stablehlo.constant dense<> : {_tt(piv_shape, i32)}" if 0 in piv_shape
+                          else f"stablehlo.iota dim = 0 : {_tt(piv_shape, i32)}"),
+                ctx.op(f"stablehlo.iota dim = {nb} : {_tt(perm_shape, i32)}", "perm")]
+    t = _tt(aval.shape, dtype)
+    row_major = lambda rank: list(range(rank - 1, -1, -1))  # noqa: E731
+    target = f"lapack_{'s' if dtype == np.float32 else 'd'}getrf_ffi"
+    result_types = f"{t}, {_tt(piv_shape, i32)}, {_tt(batch, i32)}"
+    factored = ctx.op(
+        f"stablehlo.custom_call @{target}({a}) {{backend_config = \"\", mhlo.backend_config = {{}}, "
+        f"mhlo.frontend_attributes = {{num_batch_dims = \"{nb}\"}}, "
+        f"operand_layouts = [{_layout([nb, nb + 1] + row_major(nb))}], "
+        f"output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [0], "
+        f"operand_index = 0, operand_tuple_indices = []>], "
+        f"result_layouts = [{_layout([nb, nb + 1] + row_major(nb))}, {_layout(row_major(nb + 1))}, "
+        f"{_layout(row_major(nb))}]}} : ({t}) -> ({result_types})", "getrf", results=3)
+    one = ctx.constant(1, i32, piv_shape)
+    pivots = ctx.op(f"stablehlo.subtract {factored}#1, {one} : {_tt(piv_shape, i32)}", "pivots")
+    return [f"{factored}#0", pivots, _permutation_from_pivots(ctx, pivots, batch, m, k)]
+
+
+def _permutation_from_pivots(ctx, pivots: str, batch: tuple, m: int, k: int) -> str:
+    """perm = arange(m), then for j < k: swap perm[j] and perm[pivots[j]] — a while loop."""
+    i32, nb = dtypes.int32, len(batch)
+    scalar, pt = _tt((), i32), _tt(batch + (k,), i32)
+    perm_t, row_t = _tt(batch + (m,), i32), _tt(batch, i32)
+    perm0 = ctx.op(f"stablehlo.iota dim = {nb} : {perm_t}", "perm")
+    start = ctx.constant(0, i32)
+    loop = ctx.fresh("swaps")
+    j, perm = ctx.fresh("j"), ctx.fresh("perm")
+    outer = ctx.lines
+    ctx.lines = []
+    bound = ctx.constant(k, i32)
+    more = ctx.op(f"stablehlo.compare LT, {j}, {bound}, SIGNED : ({scalar}, {scalar}) -> {_tt((), dtypes.bool_)}")
+    ctx.lines.append(f"stablehlo.return {more} : {_tt((), dtypes.bool_)}")
+    condition, ctx.lines = ctx.lines, []
+    zero = ctx.constant(0, i32)
+    starts = ", ".join([zero] * nb + [j])
+    sizes = ", ".join([str(d) for d in batch] + ["1"])
+    p = ctx.op(f"stablehlo.dynamic_slice {pivots}, {starts}, sizes = [{sizes}] : "
+               f"({pt}, {', '.join([scalar] * (nb + 1))}) -> {_tt(batch + (1,), i32)}")
+    rows = ctx.op(f"stablehlo.iota dim = {nb} : {perm_t}")
+    p_full = ctx.op(f"stablehlo.broadcast_in_dim {p}, dims = [{', '.join(map(str, range(nb + 1)))}] : "
+                    f"({_tt(batch + (1,), i32)}) -> {perm_t}")
+    j_full = ctx.op(f"stablehlo.broadcast_in_dim {j}, dims = [] : ({scalar}) -> {perm_t}")
+    bool_t = _tt(batch + (m,), dtypes.bool_)
+    is_p = ctx.op(f"stablehlo.compare EQ, {rows}, {p_full}, SIGNED : ({perm_t}, {perm_t}) -> {bool_t}")
+    is_j = ctx.op(f"stablehlo.compare EQ, {rows}, {j_full}, SIGNED : ({perm_t}, {perm_t}) -> {bool_t}")
+    zeros = ctx.constant(0, i32, batch + (m,))
+
+    def entry(mask):   # perm at the one row where `mask` holds, broadcast back over the rows
+        picked = ctx.op(f"stablehlo.select {mask}, {perm}, {zeros} : {bool_t}, {perm_t}")
+        total = ctx.op(f"stablehlo.reduce({picked} init: {zero}) applies stablehlo.add across "
+                       f"dimensions = [{nb}] : ({perm_t}, {scalar}) -> {row_t}")
+        return ctx.op(f"stablehlo.broadcast_in_dim {total}, dims = [{', '.join(map(str, range(nb)))}] : "
+                      f"({row_t}) -> {perm_t}")
+    at_p, at_j = entry(is_p), entry(is_j)
+    swapped = ctx.op(f"stablehlo.select {is_p}, {at_j}, {perm} : {bool_t}, {perm_t}")
+    swapped = ctx.op(f"stablehlo.select {is_j}, {at_p}, {swapped} : {bool_t}, {perm_t}")
+    step = ctx.constant(1, i32)
+    following = ctx.op(f"stablehlo.add {j}, {step} : {scalar}")
+    ctx.lines.append(f"stablehlo.return {following}, {swapped} : {scalar}, {perm_t}")
+    body, ctx.lines = ctx.lines, outer
+    ctx.lines.append(f"{loop}:2 = stablehlo.while({j} = {start}, {perm} = {perm0}) : {scalar}, {perm_t}")
+    ctx.lines.append("  cond {")
+    ctx.lines.extend(f"    {line}" for line in condition)
+    ctx.lines.append("  } do {")
+    ctx.lines.extend(f"    {line}" for line in body)
+    ctx.lines.append("  }")
+    return f"{loop}#1"
 
 
 _hlo.register(dot_general, _lower_dot_general)

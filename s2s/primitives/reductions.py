@@ -626,7 +626,7 @@ def _lower_reduce(kind: str):
     return rule
 
 
-def lower_arg_reduce(ctx, x, aval, axis: int, index_dtype, maximum: bool, hint=None) -> str:
+def _lower_arg_reduce(ctx, x, aval, axis: int, index_dtype, maximum: bool, hint=None) -> str:
     """The index of the first maximum (or minimum) of `x` along `axis`; a NaN counts as
     beyond every number, and the first NaN wins, as in NumPy."""
     dtype = np.dtype(aval.dtype)
@@ -668,7 +668,7 @@ def lower_arg_reduce(ctx, x, aval, axis: int, index_dtype, maximum: bool, hint=N
 
 def _lower_arg(maximum: bool):
     def rule(ctx, eqn, x, **_):
-        return [lower_arg_reduce(ctx, x, eqn.invars[0].aval, eqn.params["axis"],
+        return [_lower_arg_reduce(ctx, x, eqn.invars[0].aval, eqn.params["axis"],
                                  eqn.params["index_dtype"], maximum, _hlo.hint(eqn))]
     return rule
 

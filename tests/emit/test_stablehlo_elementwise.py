@@ -1,93 +1,155 @@
-"""Every elementwise primitive lowered to StableHLO, compiled by jaxlib, equal to NumPy."""
+"""Every elementwise primitive lowered to StableHLO, compiled by jaxlib, equal to NumPy.
+
+The primitives, their NumPy references, value domains and accepted dtypes are the tables
+the NumPy impls are tested with (tests/primitives/test_elementwise.py), so a primitive
+added there is lowered here too; hypothesis draws the dtype, the (NumPy-broadcast) shapes
+and the values.
+"""
+import math
+
+import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-import s2s_runtime as rt
+from s2s.core import Primitive
 from s2s.emit.stablehlo import stablehlo_rules
 from s2s.primitives import elementwise as ew
+from tests.emit.strategies import FLOATS, SETTINGS, shapes, tolerance
 from tests.helpers import check_lowered
-
-rng = np.random.default_rng(0)
-POSITIVE = rng.uniform(0.2, 2.0, (2, 3))
-UNIT = rng.uniform(-0.9, 0.9, (2, 3))
-ANY = rng.standard_normal((2, 3)) * 2
-
-UNARY = [  # (primitive, operand, NumPy reference)
-    (ew.neg, ANY, np.negative), (ew.exp, ANY, np.exp), (ew.log, POSITIVE, np.log),
-    (ew.log1p, POSITIVE, np.log1p), (ew.expm1, ANY, np.expm1), (ew.sin, ANY, np.sin),
-    (ew.cos, ANY, np.cos), (ew.tan, UNIT, np.tan), (ew.tanh, ANY, np.tanh),
-    (ew.logistic, ANY, rt.logistic), (ew.sqrt, POSITIVE, np.sqrt),
-    (ew.rsqrt, POSITIVE, lambda x: 1 / np.sqrt(x)), (ew.cbrt, ANY, np.cbrt), (ew.abs, ANY, np.abs),
-    (ew.sign, ANY, np.sign), (ew.floor, ANY, np.floor), (ew.ceil, ANY, np.ceil),
-    (ew.round, np.array([0.5, 1.5, -2.5, 2.4]), np.round), (ew.asin, UNIT, np.arcsin),
-    (ew.acos, UNIT, np.arccos), (ew.atan, ANY, np.arctan), (ew.sinh, ANY, np.sinh),
-    (ew.cosh, ANY, np.cosh), (ew.asinh, ANY, np.arcsinh), (ew.acosh, POSITIVE + 1, np.arccosh),
-    (ew.atanh, UNIT, np.arctanh), (ew.erf, ANY, rt.erf), (ew.lgamma, POSITIVE, rt.lgamma),
-    (ew.digamma, POSITIVE, rt.digamma), (ew.is_finite, np.array([1.0, np.inf, np.nan]), np.isfinite),
-]
+from tests.primitives.test_elementwise import (BINARY_CASES, CONVERTIBLE, UNARY_CASES, WIDE_INTS,
+                                               away_from_zero, broadcastable, polygamma_oracle,
+                                               span)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("prim, x, reference", UNARY, ids=[p.name for p, _, _ in UNARY])
-def test_unary(prim, x, reference, dtype):
-    x = x.astype(dtype)
-    tol = 1e-12 if dtype == np.float64 else 2e-6
-    check_lowered(lambda a: prim.bind(a), lambda a: reference(a), x, rtol=tol, atol=tol)
+def ties_and_any(dtype):
+    """Ties k + 1/2 (round must take them to even, as NumPy does, not away from zero) and
+    values anywhere."""
+    return st.one_of(st.integers(-100, 100).map(lambda k: k + 0.5), span(-100, 100)(dtype))
 
 
-BINARY = [(ew.add, np.add), (ew.sub, np.subtract), (ew.mul, np.multiply), (ew.div, np.divide),
-          (ew.max, np.maximum), (ew.min, np.minimum), (ew.atan2, np.arctan2), (ew.rem, np.fmod),
-          (ew.add_any, np.add)]
+# Domains that differ from the impl tests' ones, for the lowering.
+DOMAINS = {"round": ties_and_any}
+
+def _draw_dtype(data, dtypes):
+    return np.dtype(data.draw(st.sampled_from(dtypes), label="dtype"))
 
 
-@pytest.mark.parametrize("prim, reference", BINARY, ids=[p.name for p, _ in BINARY])
-def test_binary_with_numpy_broadcasting(prim, reference):
-    x, y = ANY, rng.standard_normal(3) + 3.0
-    if prim is ew.add_any:
-        y = rng.standard_normal((2, 3))
-    check_lowered(lambda a, b: prim.bind(a, b), reference, x, y, rtol=1e-12, atol=1e-12)
+@pytest.mark.parametrize("name", sorted(UNARY_CASES))
+@SETTINGS
+@given(data=st.data())
+def test_unary(name, data):
+    prim, reference, domain, dtypes = UNARY_CASES[name]
+    dtype = _draw_dtype(data, dtypes)
+    domain = DOMAINS.get(name, domain)
+    x = data.draw(hnp.arrays(dtype, shapes(), elements=domain(dtype)), label="x")
+    check_lowered(prim.bind, reference, x, **tolerance(dtype))
 
 
-def test_pow_integer_pow_and_polygamma():
-    check_lowered(lambda a, b: ew.pow.bind(a, b), np.power, POSITIVE, ANY, rtol=1e-12)
-    for y in (0, 1, 2, 3, 7, -2):
-        check_lowered(lambda a: ew.integer_pow.bind(a, y=y), lambda a: a ** float(y), POSITIVE, rtol=1e-12)
-    check_lowered(lambda a: ew.polygamma.bind(a, n=1), lambda a: rt.polygamma(1, a), POSITIVE, rtol=1e-10)
+@pytest.mark.parametrize("name", sorted(BINARY_CASES))
+@SETTINGS
+@given(data=st.data())
+def test_binary_with_numpy_broadcasting(name, data):
+    prim, reference, dtypes, x_domain, y_domain = BINARY_CASES[name]
+    dtype = _draw_dtype(data, dtypes)
+    bshapes = data.draw(broadcastable(2), label="shapes")
+    x = data.draw(hnp.arrays(dtype, bshapes.input_shapes[0], elements=x_domain(dtype)), label="x")
+    y = data.draw(hnp.arrays(dtype, bshapes.input_shapes[1], elements=y_domain(dtype)), label="y")
+    check_lowered(prim.bind, reference, x, y, **tolerance(dtype))
 
 
-@pytest.mark.parametrize("prim, reference", [(ew.eq, np.equal), (ew.ne, np.not_equal), (ew.lt, np.less),
-                                             (ew.le, np.less_equal), (ew.gt, np.greater), (ew.ge, np.greater_equal)])
-@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.uint8])
-def test_comparisons(prim, reference, dtype):
-    x = np.array([[0, 1, 2], [3, 1, 0]]).astype(dtype)
-    y = np.array([1, 1, 0]).astype(dtype)
-    check_lowered(lambda a, b: prim.bind(a, b), reference, x, y)
+@SETTINGS
+@given(data=st.data(), y=st.integers(-3, 7))
+def test_integer_pow(data, y):
+    """Exponentiation by squaring; a negative exponent divides (floats only)."""
+    dtype = _draw_dtype(data, FLOATS + WIDE_INTS if y >= 0 else FLOATS)
+    domain = span(-10, 10) if y >= 0 else away_from_zero(0.25, 4)
+    x = data.draw(hnp.arrays(dtype, shapes(), elements=domain(dtype)), label="x")
+    check_lowered(lambda a: ew.integer_pow.bind(a, y=y), lambda a: np.power(a, y), x,
+                  **tolerance(dtype))
 
 
-def test_integer_division_truncates_and_logic():
-    x, y = np.array([-7, 7, -8, 9], np.int64), np.array([2, -2, 3, 4], np.int64)
-    check_lowered(lambda a, b: ew.div.bind(a, b), rt.trunc_divide, x, y)
-    check_lowered(lambda a, b: ew.rem.bind(a, b), np.fmod, x, y)
-    p, q = np.array([True, False, True]), np.array([True, True, False])
-    for prim, ref in [(ew.and_, np.logical_and), (ew.or_, np.logical_or), (ew.xor, np.logical_xor)]:
-        check_lowered(lambda a, b: prim.bind(a, b), ref, p, q)
-    check_lowered(lambda a: ew.not_.bind(a), np.logical_not, p)
+@SETTINGS
+@given(data=st.data(), n=st.integers(1, 3))
+def test_polygamma(data, n):
+    """On x > 0, where the jax oracle is right (as in tests/primitives)."""
+    dtype = _draw_dtype(data, FLOATS)
+    x = data.draw(hnp.arrays(dtype, shapes(), elements=span(2.0 ** -4, 50)(dtype)), label="x")
+    check_lowered(lambda a: ew.polygamma.bind(a, n=n), polygamma_oracle(n), x,
+                  **tolerance(dtype))
 
 
-def test_select_clamp_convert_iota():
-    p = np.array([True, False, True])
-    check_lowered(lambda c, a, b: ew.select.bind(c, a, b), np.where, p, ANY, np.zeros(3))
-    check_lowered(lambda lo, a, hi: ew.clamp.bind(lo, a, hi), lambda lo, a, hi: np.clip(a, lo, hi),
-                  np.full(3, -0.5), ANY, np.full(3, 0.5))
-    check_lowered(lambda a: ew.convert_element_type.bind(a, new_dtype=np.dtype(np.float32), weak_type=False),
-                  lambda a: a.astype(np.float32), ANY)
-    check_lowered(lambda a: ew.convert_element_type.bind(a, new_dtype=np.dtype(np.bool_), weak_type=False),
-                  lambda a: a.astype(bool), np.array([0.0, 2.0, -0.0, np.nan]))
-    check_lowered(lambda: ew.iota.bind(dtype=np.dtype(np.int64), shape=(2, 3), dimension=1),
-                  lambda: rt.iota(np.int64, (2, 3), 1))
+@SETTINGS
+@given(data=st.data())
+def test_select(data):
+    dtype = _draw_dtype(data, FLOATS + WIDE_INTS + [np.bool_])
+    bshapes = data.draw(broadcastable(3), label="shapes")
+    pred = data.draw(hnp.arrays(np.bool_, bshapes.input_shapes[0]), label="pred")
+    a, b = (data.draw(hnp.arrays(dtype, s, elements=span(-100, 100)(dtype)))
+            for s in bshapes.input_shapes[1:])
+    check_lowered(ew.select.bind, np.where, pred, a, b)
 
 
-def test_every_elementwise_primitive_lowers():
-    missing = [name for name, prim in vars(ew).items()
-               if isinstance(prim, type(ew.add)) and prim not in stablehlo_rules]
-    assert not missing
+@SETTINGS
+@given(data=st.data())
+def test_clamp(data):
+    """clamp(lo, x, hi) is np.clip(x, lo, hi), also where lo > hi (hi wins)."""
+    dtype = _draw_dtype(data, FLOATS + WIDE_INTS + [np.uint8])
+    bshapes = data.draw(broadcastable(3), label="shapes")
+    lo, x, hi = (data.draw(hnp.arrays(dtype, s, elements=span(-100, 100)(dtype)))
+                 for s in bshapes.input_shapes)
+    check_lowered(ew.clamp.bind, lambda lo, x, hi: np.clip(x, lo, hi), lo, x, hi)
+
+
+def _convertible_values(src, dst):
+    """Values every destination holds; to bool and float also -0.0 and NaN (nonzero, so True)."""
+    values = span(-100, 100)(src)
+    if src.kind == "f" and dst.kind in "fb":
+        values = st.one_of(values, st.sampled_from([-0.0, math.nan]))
+    return values
+
+
+@SETTINGS
+@given(data=st.data(), src=st.sampled_from(CONVERTIBLE), dst=st.sampled_from(CONVERTIBLE))
+def test_convert_element_type(data, src, dst):
+    src, dst = np.dtype(src), np.dtype(dst)
+    x = data.draw(hnp.arrays(src, shapes(), elements=_convertible_values(src, dst)), label="x")
+    check_lowered(lambda a: ew.convert_element_type.bind(a, new_dtype=dst, weak_type=False),
+                  lambda a: a.astype(dst), x)
+
+
+@SETTINGS
+@given(data=st.data(), shape=shapes(min_dims=1, max_dims=4, max_side=4))
+def test_iota(data, shape):
+    dtype = _draw_dtype(data, FLOATS + WIDE_INTS)
+    dimension = data.draw(st.integers(0, len(shape) - 1), label="dimension")
+    check_lowered(lambda: ew.iota.bind(dtype=dtype, shape=shape, dimension=dimension),
+                  lambda: np.indices(shape, dtype=dtype)[dimension])
+
+
+@SETTINGS
+@given(data=st.data())
+def test_stop_gradient_is_the_identity(data):
+    dtype = _draw_dtype(data, FLOATS + WIDE_INTS + [np.bool_])
+    x = data.draw(hnp.arrays(dtype, shapes(), elements=span(-100, 100)(dtype)), label="x")
+    check_lowered(ew.stop_gradient.bind, lambda a: a, x)
+
+
+TESTED_ELSEWHERE = {"integer_pow", "polygamma", "select", "clamp", "convert_element_type", "iota",
+                    "stop_gradient"}
+
+
+def test_every_elementwise_primitive_lowers_and_is_tested_here():
+    declared = {p.name: p for p in vars(ew).values() if isinstance(p, Primitive)}
+    assert not [name for name, p in declared.items() if p not in stablehlo_rules]
+    tested = set(UNARY_CASES) | set(BINARY_CASES) | TESTED_ELSEWHERE
+    assert set(declared) == tested, (set(declared) - tested, tested - set(declared))
+
+
+def test_abs_and_sign_of_unsigned_integers():
+    """StableHLO's abs/sign take signless integers only; unsigned ones are rewritten."""
+    for dtype in (np.uint8, np.uint32, np.uint64):
+        x = np.array([0, 3, 200], dtype)
+        check_lowered(ew.abs.bind, np.abs, x)
+        check_lowered(ew.sign.bind, np.sign, x)

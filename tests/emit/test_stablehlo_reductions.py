@@ -1,13 +1,28 @@
 """Reductions, scans, sort and linear algebra lowered to StableHLO, compiled by jaxlib,
-equal to NumPy. Each case is one def written against NumPy; the staged run swaps `np`
-for s2s's NumPy surface (`with_numpy`), the reference runs it on NumPy itself."""
+equal to NumPy, on hypothesis-drawn shapes, dtypes and parameters (axes, sort keys,
+dimension numbers, solve flags).
+
+Two routes: defs written against NumPy (the staged run swaps `np` for s2s's NumPy surface
+with `with_numpy`; the reference runs the def on NumPy itself), and direct binds of each
+primitive held to the oracles its NumPy impl is tested with (tests/primitives).
+"""
 import types
 
 import numpy as np
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
+from s2s.core import Primitive
 from s2s.numpy_api import NUMPY_IMPLS
+from s2s.primitives import linalg as La
+from s2s.primitives import reductions as R
+from tests.emit.strategies import ANY, FLOATS, SETTINGS, arrays, axes_of, normal_array, tolerance
 from tests.helpers import check_lowered, with_numpy
+from tests.primitives.test_linalg import (FLAGS, batched_reference, batches, dot_problems,
+                                          einsum_oracle, spd, triangular_oracle)
+from tests.primitives.test_reductions import (CUM_ORACLES, REDUCE_ORACLES, _python_sort,
+                                              sort_operands)
 
 
 def _surface():
@@ -25,24 +40,25 @@ def _surface():
     return ns
 
 
+# The NumPy references warn on inf - inf and inf * 0 of the drawn non-finite values; the
+# NaN they produce is the expected result, compared like any other.
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
 SNP = _surface()
-DTYPES = [np.float64, np.float32]
+SURFACE_DTYPES = [np.float64, np.float32, np.int32, np.int64]
 
 
-def check(fn, *args, tol=None):
+def check(fn, *args, f64=1e-10, f32=1e-4):
+    """`fn` staged on s2s's NumPy surface, lowered and run by XLA, equals `fn` run by NumPy."""
     dtype = next(a.dtype for a in args if isinstance(a, np.ndarray))
-    if tol is None:
-        tol = 1e-10 if dtype == np.float64 else 1e-4
-    check_lowered(with_numpy(fn, SNP), fn, *args, rtol=tol, atol=tol)
+    check_lowered(with_numpy(fn, SNP), fn, *args, **tolerance(dtype, f64, f32))
 
 
-def rand(shape, dtype, seed=0):
-    return np.random.default_rng(seed).normal(size=shape).astype(dtype)
-
-
-def spd(n, dtype, batch=()):
-    a = np.random.default_rng(1).normal(size=(*batch, n, n))
-    return (a @ np.swapaxes(a, -1, -2) + n * np.eye(n)).astype(dtype)
+def supported(dtypes):
+    """The dtypes of an impl test's table that these tests draw: float16 is left out, as a
+    product of a few small integers overflows it and an overflow's inf * 0 then depends on
+    the order XLA and NumPy multiply in."""
+    return [d for d in dtypes if d in ANY]
 
 
 # --- reductions ----------------------------------------------------------------------
@@ -64,24 +80,27 @@ def logicals(x):
     return np.all(x > 0, axis=1), np.any(x > 1, axis=0), np.all(x > -5)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fn", [sums, extrema, products, logicals])
-def test_reductions(fn, dtype):
-    check(fn, rand((2, 3, 4), dtype))
+@SETTINGS
+@given(x=arrays(SURFACE_DTYPES, nonfinite=True, min_dims=3, max_dims=3))
+def test_reductions_surface(fn, x):
+    """NaNs and infinities included: max and min propagate NaN, as NumPy's do."""
+    check(fn, x)
 
 
-def test_integer_reductions():
-    x = np.arange(-5, 7, dtype=np.int32).reshape(3, 4)
-    check_lowered(with_numpy(extrema2d, SNP), extrema2d, x)
-
-
-def extrema2d(x):
-    return np.max(x, axis=0), np.min(x, axis=1), np.prod(x, axis=0)
-
-
-def test_max_propagates_nan():
-    x = np.array([[1.0, np.nan, 3.0], [4.0, 5.0, -np.inf]])
-    check(extrema2d, x)
+@pytest.mark.parametrize("name", sorted(REDUCE_ORACLES))
+@SETTINGS
+@given(data=st.data())
+def test_reduce(name, data):
+    """Any subset of axes in any order (none: the identity), sides of 0 included."""
+    oracle, dtypes = REDUCE_ORACLES[name]
+    x = data.draw(arrays(supported(dtypes), nonfinite=True, min_side=0), label="x")
+    axes = data.draw(axes_of(x.ndim), label="axes")
+    # max and min of nothing have no identity in NumPy: the primitive refuses them.
+    assume(name not in ("reduce_max", "reduce_min") or all(x.shape[a] for a in axes))
+    prim = R.REDUCTIONS[name]
+    check_lowered(lambda a: prim.bind(a, axes=axes), lambda a: oracle(a, axes), x,
+                  **tolerance(x.dtype))
 
 
 # --- argmax / argmin -----------------------------------------------------------------
@@ -91,18 +110,22 @@ def args_of(x):
     return np.argmax(x, axis=1), np.argmin(x, axis=0), np.argmax(x, axis=0), np.argmin(x, axis=1)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_argmax_argmin(dtype):
-    check(args_of, rand((4, 5), dtype))
-
-
-def test_argmax_ties_and_nans():
-    x = np.array([[1.0, 3.0, 3.0, 0.0, 3.0],
-                  [2.0, np.nan, 5.0, np.nan, 1.0],
-                  [-np.inf, -np.inf, -np.inf, -np.inf, -np.inf],
-                  [np.inf, 1.0, np.inf, np.nan, np.nan]])
+@SETTINGS
+@given(x=arrays(SURFACE_DTYPES, nonfinite=True, min_dims=2, max_dims=2))
+def test_argmax_argmin_surface(x):
     check(args_of, x)
-    check_lowered(with_numpy(args_of, SNP), args_of, np.array([[2, 7, 7], [7, 1, 1]], np.int32))
+
+
+@pytest.mark.parametrize("prim,oracle", [(R.argmax, np.argmax), (R.argmin, np.argmin)],
+                         ids=["argmax", "argmin"])
+@SETTINGS
+@given(data=st.data(), index_dtype=st.sampled_from([np.dtype(np.int64), np.dtype(np.int32)]))
+def test_arg_reductions(prim, oracle, data, index_dtype):
+    """Ties (small integers) go to the first; the first NaN wins, as in NumPy."""
+    x = data.draw(arrays(ANY, nonfinite=True, min_dims=1), label="x")
+    axis = data.draw(st.integers(0, x.ndim - 1), label="axis")
+    check_lowered(lambda a: prim.bind(a, axis=axis, index_dtype=index_dtype),
+                  lambda a: oracle(a, axis=axis).astype(index_dtype), x)
 
 
 # --- scans ---------------------------------------------------------------------------
@@ -112,53 +135,47 @@ def scans(x):
     return np.cumsum(x, axis=0), np.cumsum(x, axis=1), np.cumprod(x, axis=1), np.cumsum(x)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_scans(dtype):
-    check(scans, rand((3, 4), dtype))
+@SETTINGS
+@given(x=arrays(SURFACE_DTYPES, min_dims=2, max_dims=2))
+def test_scans_surface(x):
+    check(scans, x)
 
 
-def test_scan_primitives_both_directions():
-    from s2s.primitives import reductions as R
-    x = rand((3, 4), np.float64)
-    for prim, ref in [(R.cumsum, np.cumsum), (R.cumprod, np.cumprod),
-                      (R.cummax, np.maximum.accumulate), (R.cummin, np.minimum.accumulate)]:
-        for axis in (0, 1):
-            check_lowered(lambda a: prim.bind(a, axis=axis, reverse=False),
-                          lambda a: ref(a, axis=axis), x, rtol=1e-12, atol=1e-12)
-            check_lowered(lambda a: prim.bind(a, axis=axis, reverse=True),
-                          lambda a: np.flip(ref(np.flip(a, axis), axis=axis), axis), x,
-                          rtol=1e-12, atol=1e-12)
-    check_lowered(lambda a: R.cummax.bind(a, axis=0, reverse=False),
-                  lambda a: np.maximum.accumulate(a, axis=0), np.array([1, 3, -2, 5], np.int32))
+@pytest.mark.parametrize("name", sorted(CUM_ORACLES))
+@SETTINGS
+@given(data=st.data(), reverse=st.booleans())
+def test_cumulative(name, data, reverse):
+    oracle, dtypes = CUM_ORACLES[name]
+    x = data.draw(arrays(supported(dtypes), nonfinite=True, min_dims=1, min_side=0), label="x")
+    axis = data.draw(st.integers(0, x.ndim - 1), label="axis")
+    prim = R.CUMULATIVE[name]
+    check_lowered(lambda a: prim.bind(a, axis=axis, reverse=reverse),
+                  lambda a: oracle(a, axis, reverse), x, **tolerance(x.dtype))
 
 
 # --- sort ----------------------------------------------------------------------------
 
 
 def sorts(x):
-    return np.sort(x), np.sort(x, axis=0), np.argsort(x, axis=1, kind="stable"), np.argsort(x, axis=0, kind="stable")
+    return (np.sort(x), np.sort(x, axis=0), np.argsort(x, axis=1, kind="stable"),
+            np.argsort(x, axis=0, kind="stable"))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_sort(dtype):
-    check(sorts, rand((4, 5), dtype))
-
-
-def test_sort_stable_with_nans():
-    x = np.array([[3.0, np.nan, 1.0, 3.0, -0.0, 0.0, np.nan, -np.inf],
-                  [1.0, 1.0, 1.0, 0.0, 0.0, np.inf, 2.0, 1.0]])
+@SETTINGS
+@given(x=arrays(SURFACE_DTYPES + [np.bool_], nonfinite=True, min_dims=2, max_dims=2))
+def test_sort_surface(x):
+    """Stable, NaNs last, -0.0 tied with 0.0, as NumPy sorts."""
     check(sorts, x)
-    check_lowered(with_numpy(sorts, SNP), sorts, np.array([[3, 1, 3, 1], [0, 0, 2, -1]], np.int32))
 
 
-def test_sort_several_keys():
-    from s2s.primitives import reductions as R
-    a = np.array([2.0, 1.0, 2.0, 1.0, np.nan, 0.0])
-    b = np.array([1.0, 5.0, 0.0, 5.0, 1.0, 3.0])
-    c = np.arange(6.0)
-    order = np.lexsort((c, b, a))
-    check_lowered(lambda x, y, z: tuple(R.sort.bind(x, y, z, dimension=0, num_keys=2)),
-                  lambda x, y, z: (x[order], y[order], z[order]), a, b, c)
+@SETTINGS
+@given(sort_operands())
+def test_sort_several_operands_and_keys(case):
+    """One to three operands of mixed dtypes, the first `num_keys` of them keys (NaNs and
+    ties among them), against Python's stable sorted()."""
+    operands, dimension, num_keys = case
+    check_lowered(lambda *xs: tuple(R.sort.bind(*xs, dimension=dimension, num_keys=num_keys)),
+                  lambda *xs: tuple(_python_sort(list(xs), dimension, num_keys)), *operands)
 
 
 # --- products and linear algebra -----------------------------------------------------
@@ -169,18 +186,33 @@ def products2(x, y):
             np.einsum("i,i->", x[0], x[1]), np.einsum("ij,kl->ijkl", x, y))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_dot_general(dtype):
-    check(products2, rand((3, 4), dtype), rand((4, 2), dtype, 1))
+@SETTINGS
+@given(data=st.data(), n=st.integers(2, 4), k=st.integers(1, 4), m=st.integers(1, 4))
+def test_dot_general_surface(data, n, k, m):
+    dtype = data.draw(st.sampled_from(FLOATS), label="dtype")
+    check(products2, normal_array(data.draw, (n, k), dtype), normal_array(data.draw, (k, m), dtype))
 
 
-def test_dot_general_preferred_element_type():
-    from s2s.primitives import linalg as La
-    x, y = rand((3, 4), np.float32), rand((4, 2), np.float32, 1)
-    check_lowered(lambda a, b: La.dot_general.bind(a, b, dimension_numbers=(((1,), (0,)), ((), ())),
+@SETTINGS
+@given(data=st.data(), dtype=st.sampled_from(FLOATS + [np.int32, np.int64]))
+def test_dot_general(data, dtype):
+    """Batch, contracting and free dimensions anywhere in either operand (small integer
+    entries: the sums are exact in every dtype)."""
+    lhs, rhs, numbers = data.draw(dot_problems(dtype), label="problem")
+    check_lowered(lambda a, b: La.dot_general.bind(a, b, dimension_numbers=numbers,
+                                                   preferred_element_type=None),
+                  lambda a, b: einsum_oracle(a, b, numbers), lhs, rhs)
+
+
+@SETTINGS
+@given(data=st.data(), source=st.sampled_from([np.float32, np.int32]))
+def test_dot_general_preferred_element_type(data, source):
+    """Operands converted to float64 first: the product is the float64 one."""
+    lhs, rhs, numbers = data.draw(dot_problems(source), label="problem")
+    check_lowered(lambda a, b: La.dot_general.bind(a, b, dimension_numbers=numbers,
                                                    preferred_element_type=np.float64),
-                  lambda a, b: a.astype(np.float64) @ b.astype(np.float64), x, y,
-                  rtol=1e-12, atol=1e-12)
+                  lambda a, b: einsum_oracle(a.astype(np.float64), b.astype(np.float64), numbers),
+                  lhs, rhs)
 
 
 def chol(a):
@@ -199,43 +231,61 @@ def inv(a):
     return np.linalg.inv(a)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cholesky(dtype):
-    check(chol, spd(4, dtype))
-    check(chol, spd(3, dtype, (2,)))
+@st.composite
+def matrices(draw, dtypes=FLOATS):
+    """(batch shape, n, dtype) of a stack of n x n matrices."""
+    return draw(batches), draw(st.integers(1, 4)), np.dtype(draw(st.sampled_from(dtypes)))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_solve_det_inv(dtype):
-    a = rand((4, 4), dtype)
-    tol = 1e-9 if dtype == np.float64 else 1e-3
-    check(solve, a, rand((4, 2), dtype, 1), tol=tol)
-    check(det, a, tol=tol)
-    check(inv, a, tol=tol)
-    check(det, rand((2, 3, 3), dtype, 2), tol=tol)
-    check(det, np.array([[1.0, 2.0], [2.0, 4.0]], dtype), tol=tol)   # singular: 0
+@SETTINGS
+@given(data=st.data(), problem=matrices())
+def test_cholesky(data, problem):
+    batch, n, dtype = problem
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
+    check(chol, spd(rng, batch, n, dtype))
 
 
-def test_triangular_solve_flags():
-    from s2s.primitives import linalg as La
-    import s2s_runtime.linalg as rt_linalg
-    a = rand((3, 3), np.float64) + 3 * np.eye(3)
-    for left_side in (True, False):
-        b = rand((3, 2) if left_side else (2, 3), np.float64, 1)
-        for lower in (True, False):
-            for transpose_a in (True, False):
-                for unit_diagonal in (True, False):
-                    flags = dict(left_side=left_side, lower=lower, transpose_a=transpose_a,
-                                 unit_diagonal=unit_diagonal)
-                    check_lowered(lambda x, y: La.triangular_solve.bind(x, y, **flags),
-                                  lambda x, y: rt_linalg.triangular_solve(x, y, **flags), a, b,
-                                  rtol=1e-10, atol=1e-10)
+@SETTINGS
+@given(data=st.data(), problem=matrices(), k=st.integers(1, 3))
+def test_solve_det_inv(data, problem, k):
+    """Random (well enough conditioned) matrices: float32 loses ~cond * 1e-7."""
+    batch, n, dtype = problem
+    a = normal_array(data.draw, (*batch, n, n), dtype) + 2 * np.eye(n, dtype=dtype)
+    b = normal_array(data.draw, (*batch, n, k), dtype)
+    check(solve, a, b, f64=1e-9, f32=1e-3)
+    check(det, a, f64=1e-9, f32=1e-3)
+    check(inv, a, f64=1e-9, f32=1e-3)
 
 
-@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 3), (4, 3), (3, 5)])
-def test_lu(shape):
-    from s2s.primitives import linalg as La
-    import s2s_runtime.linalg as rt_linalg
-    a = rand(shape, np.float64, 3)
-    check_lowered(lambda x: tuple(La.lu.bind(x)), lambda x: tuple(rt_linalg.lu(x)), a,
-                  rtol=1e-10, atol=1e-10)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_det_of_a_singular_matrix_is_zero(dtype):
+    check(det, np.array([[1.0, 2.0], [2.0, 4.0]], dtype), f64=1e-9, f32=1e-3)
+
+
+@SETTINGS
+@given(data=st.data(), problem=matrices(), k=st.integers(1, 3), flags=st.sampled_from(FLAGS))
+def test_triangular_solve(data, problem, k, flags):
+    """Big diagonal, junk in the other triangle: the solve must ignore it."""
+    batch, n, dtype = problem
+    a = normal_array(data.draw, (*batch, n, n), dtype) + 4 * np.eye(n, dtype=dtype)
+    b = normal_array(data.draw, (*batch, n, k) if flags["left_side"] else (*batch, k, n), dtype)
+    check_lowered(lambda x, y: La.triangular_solve.bind(x, y, **flags),
+                  lambda x, y: triangular_oracle(x, y, **flags), a, b,
+                  **tolerance(dtype, 1e-10, 1e-4))
+
+
+@SETTINGS
+@given(data=st.data(), problem=matrices(), m=st.integers(1, 4))
+def test_lu(data, problem, m):
+    """Square, wide and tall stacks, against LAPACK's unblocked getf2 written out."""
+    batch, n, dtype = problem
+    a = normal_array(data.draw, (*batch, m, n), dtype)
+    check_lowered(lambda x: tuple(La.lu.bind(x)), lambda x: tuple(batched_reference(x)), a,
+                  **tolerance(dtype, 1e-10, 1e-4))
+
+
+def test_every_reduction_and_linalg_primitive_is_tested_here():
+    tested = (set(REDUCE_ORACLES) | set(CUM_ORACLES)
+              | {"argmax", "argmin", "sort", "dot_general", "cholesky", "triangular_solve", "lu"})
+    declared = {p.name for m in (R, La) for p in vars(m).values() if isinstance(p, Primitive)}
+    assert declared == tested, (declared - tested, tested - declared)

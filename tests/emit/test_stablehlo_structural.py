@@ -4,25 +4,32 @@ Two routes: functions written with the NumPy surface (staged by the front end, a
 `def` is) and direct binds of the primitives with parameters the surface rarely produces
 (non-trailing broadcast dimensions, negative and interior padding, several gather axes,
 out-of-range indices that must clamp, repeated scatter positions that must accumulate).
+Shapes, dtypes (float64, float32, int32, bool) and parameters are drawn by hypothesis with
+the strategies the NumPy impls are tested with (tests/primitives), whose oracles are
+plain NumPy loops.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import s2s
+from s2s.core import Primitive
 from s2s.emit.stablehlo import lower
 from s2s.primitives import indexing as I
 from s2s.primitives import structural as S
+from tests.emit.strategies import SETTINGS, shapes, tolerance
 from tests.helpers import assert_same, check_lowered
+from tests.primitives import test_structural as impl_tests
+from tests.primitives.test_indexing import gather_cases, gather_oracle, scatter_add_oracle
 
 pytest.importorskip("jaxlib")
 
-FLOATS = [np.float64, np.float32]
-
-
-def rand(shape, dtype, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+DTYPES = impl_tests.DTYPES                  # float32, float64, int32, bool
+NUMERIC = [d for d in DTYPES if d != np.bool_]
 
 
 def check_def(fn, *args):
@@ -40,6 +47,23 @@ def check_def(fn, *args):
     for g, e in zip(got, expected):
         assert_same(g, e, what="XLA: ")
     return text
+
+
+def draw_arrays(data, shape_list, dtypes=DTYPES):
+    """Arrays of the given shapes and one drawn dtype (random values: hypothesis draws the
+    seed, the shapes and the dtype)."""
+    dtype = data.draw(st.sampled_from(dtypes), label="dtype")
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+    return [impl_tests.random_array(s, dtype, seed + i) for i, s in enumerate(shape_list)]
+
+
+def index_array(data, size, min_dims=0, max_dims=2, shape=None, label="idx"):
+    """Integer indices of drawn shape and dtype into an axis of `size`, negative ones (from
+    the end, as NumPy reads them) included."""
+    shape = shape if shape is not None else data.draw(shapes(min_dims, max_dims, min_side=0),
+                                                      label=f"{label} shape")
+    dtype = data.draw(st.sampled_from([np.int32, np.int64]), label=f"{label} dtype")
+    return data.draw(hnp.arrays(dtype, shape, elements=st.integers(-size, size - 1)), label=label)
 
 
 # ---------------------------------------------------------------------------------------
@@ -94,16 +118,16 @@ def gather_fn(x, idx):
     return x[idx]
 
 
-def gather_2d_fn(x, rows, cols):
-    return x[rows, cols]
-
-
 def gather_middle_fn(x, idx):
     return x[:, idx]
 
 
 def take_fn(x, idx):
     return np.take(x, idx, axis=1)
+
+
+def gather_2d_fn(x, rows, cols):
+    return x[rows, cols]
 
 
 def dynamic_row_fn(x, i):
@@ -114,227 +138,227 @@ def dynamic_elem_fn(x, i, j):
     return x[i, j] * 2
 
 
-SURFACE = [
-    (reshape_fn, [(3, 4)]),
-    (transpose_fn, [(3, 4)]),
-    (transpose3_fn, [(2, 3, 4)]),
-    (squeeze_expand_fn, [(3, 4)]),
-    (broadcast_fn, [(3, 4), (3,)]),
-    (pad_fn, [(2, 3)]),
-    (pad_value_fn, [(2, 3)]),
-    (slice_fn, [(3, 5)]),
-    (slice_neg_fn, [(4, 5)]),
-    (flip_fn, [(3, 4)]),
-    (concatenate_fn, [(2, 3), (1, 3)]),
+def one(min_dims=1, max_dims=3):
+    """The shape list of a one-argument def."""
+    return shapes(min_dims, max_dims, min_side=0).map(lambda s: [s])
+
+
+SURFACE = [   # (def, strategy of its arguments' shapes)
+    (reshape_fn, one(0)),
+    (transpose_fn, one(0)),
+    (transpose3_fn, one(3, 3)),
+    (squeeze_expand_fn, one()),
+    (broadcast_fn, shapes(2, 2, min_side=0).map(lambda s: [s, s[:1]])),
+    (pad_fn, one(2, 2)),
+    (pad_value_fn, one()),
+    (slice_fn, one(2, 2)),
+    (slice_neg_fn, one(2, 2)),
+    (flip_fn, one()),
+    (concatenate_fn, st.tuples(shapes(2, 2, min_side=0), st.integers(0, 3))
+     .map(lambda p: [p[0], (p[1], p[0][1])])),
 ]
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("fn,shapes", SURFACE, ids=[f.__name__ for f, _ in SURFACE])
-def test_numpy_surface(fn, shapes, dtype):
-    check_def(fn, *[rand(s, dtype, i) for i, s in enumerate(shapes)])
+@pytest.mark.parametrize("fn,shape_lists", SURFACE, ids=[f.__name__ for f, _ in SURFACE])
+@SETTINGS
+@given(data=st.data())
+def test_numpy_surface(fn, shape_lists, data):
+    check_def(fn, *draw_arrays(data, data.draw(shape_lists, label="shapes")))
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("idx", [np.array([0, 2, 2, 1]), np.array([[1, 0], [2, 2]]),
-                                 np.array([-1, 0]), np.array([1], np.int32)])
-def test_gather_surface(idx, dtype):
-    x = rand((3, 4), dtype)
-    text = check_def(gather_fn, x, idx)
-    assert "stablehlo.gather" in text
-    check_def(gather_middle_fn, rand((2, 3, 4), dtype), idx)
-    check_def(take_fn, rand((2, 3, 4), dtype), idx)
+@pytest.mark.parametrize("fn,axis", [(gather_fn, 0), (gather_middle_fn, 1), (take_fn, 1)],
+                         ids=["x[idx]", "x[:, idx]", "take"])
+@SETTINGS
+@given(data=st.data())
+def test_gather_surface(fn, axis, data):
+    (x,) = draw_arrays(data, [data.draw(shapes(axis + 1, 3), label="x shape")])
+    idx = index_array(data, x.shape[axis])
+    text = check_def(fn, x, idx)
+    if idx.ndim:
+        assert "stablehlo.gather" in text
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-def test_gather_two_arrays(dtype):
-    check_def(gather_2d_fn, rand((3, 4, 2), dtype), np.array([0, 2, 1]), np.array([[3], [0]]))
+@SETTINGS
+@given(data=st.data())
+def test_gather_two_index_arrays(data):
+    """x[rows, cols] with index arrays that broadcast against each other."""
+    (x,) = draw_arrays(data, [data.draw(shapes(2, 3), label="x shape")])
+    index_shapes = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2),
+                             label="index shapes").input_shapes
+    rows, cols = (index_array(data, n, shape=s, label=name)
+                  for n, s, name in zip(x.shape, index_shapes, ["rows", "cols"]))
+    check_def(gather_2d_fn, x, rows, cols)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("i", [0, 2, -1, -3])
-def test_dynamic_index(i, dtype):
-    x = rand((3, 4), dtype)
-    text = check_def(dynamic_row_fn, x, np.int64(i))
+@SETTINGS
+@given(data=st.data())
+def test_dynamic_index(data):
+    (x,) = draw_arrays(data, [data.draw(shapes(2, 3), label="x shape")])
+    i, j = (index_array(data, n, shape=(), label=name)[()] for n, name in zip(x.shape, "ij"))
+    text = check_def(dynamic_row_fn, x, i)
     assert "stablehlo.dynamic_slice" in text
-    check_def(dynamic_elem_fn, x, np.int32(i), np.int64(1))
+    check_def(dynamic_elem_fn, x, i, j)
 
 
 # ---------------------------------------------------------------------------------------
 # Direct binds through check_lowered
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("in_shape,shape,dims", [
-    ((3,), (3, 4), (0,)), ((4,), (2, 3, 4), (2,)), ((1, 4), (3, 2, 4), (1, 2)),
-    ((), (2, 3), ()), ((3, 1), (3, 5), (0, 1)),
-])
-def test_broadcast_in_dim(in_shape, shape, dims, dtype):
-    def expected(x):
-        view = [1] * len(shape)
-        for i, d in enumerate(dims):
-            view[d] = x.shape[i]
-        return np.broadcast_to(np.reshape(x, view), shape)
+@SETTINGS
+@given(impl_tests.broadcast_cases())
+def test_broadcast_in_dim(case):
+    x, shape, dims = case
+    missing = tuple(d for d in range(len(shape)) if d not in dims)
     check_lowered(lambda x: S.broadcast_in_dim.bind(x, shape=shape, broadcast_dimensions=dims),
-                  expected, rand(in_shape, dtype))
+                  lambda x: np.broadcast_to(np.expand_dims(x, missing), shape), x)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("shape,new", [((2, 3), (3, 2)), ((2, 3, 4), (6, 4)), ((1,), ()),
-                                       ((6,), (1, 2, 3, 1))])
-def test_reshape(shape, new, dtype):
-    check_lowered(lambda x: S.reshape.bind(x, new_sizes=new), lambda x: np.reshape(x, new),
-                  rand(shape, dtype))
+@SETTINGS
+@given(impl_tests.reshape_cases())
+def test_reshape(case):
+    x, new = case
+    check_lowered(lambda x: S.reshape.bind(x, new_sizes=new), lambda x: np.reshape(x, new), x)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-def test_squeeze_expand_dims(dtype):
-    x = rand((2, 1, 3, 1), dtype)
-    check_lowered(lambda x: S.squeeze.bind(x, dimensions=(1, 3)),
-                  lambda x: np.squeeze(x, (1, 3)), x)
-    check_lowered(lambda x: S.expand_dims.bind(x, dimensions=(0, 5)),
-                  lambda x: np.expand_dims(x, (0, 5)), x)
+@SETTINGS
+@given(st.data())
+def test_squeeze(data):
+    x = data.draw(impl_tests.arrays(max_side=2))
+    ones = [i for i, d in enumerate(x.shape) if d == 1]
+    dims = tuple(ones[i] for i in data.draw(impl_tests.subsets(len(ones))))
+    check_lowered(lambda x: S.squeeze.bind(x, dimensions=dims), lambda x: np.squeeze(x, dims), x)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("perm", [(0, 1, 2), (2, 1, 0), (1, 2, 0)])
-def test_transpose(perm, dtype):
+@SETTINGS
+@given(st.data())
+def test_expand_dims(data):
+    x = data.draw(impl_tests.arrays(max_dims=3))
+    k = data.draw(st.integers(0, 2))
+    dims = data.draw(impl_tests.subsets(x.ndim + k, k))
+    check_lowered(lambda x: S.expand_dims.bind(x, dimensions=dims),
+                  lambda x: np.expand_dims(x, dims), x)
+
+
+@SETTINGS
+@given(st.data())
+def test_transpose(data):
+    x = data.draw(impl_tests.arrays())
+    perm = tuple(data.draw(st.permutations(range(x.ndim))))
     check_lowered(lambda x: S.transpose.bind(x, permutation=perm),
-                  lambda x: np.transpose(x, perm), rand((2, 3, 4), dtype))
+                  lambda x: np.transpose(x, perm), x)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("config", [
-    ((1, 2, 0), (0, 0, 0)), ((0, 0, 1), (2, 1, 2)), ((-1, 0, 0), (1, -2, 0)),
-    ((-1, -1, 1), (0, 0, 0)), ((0, 0, 0), (0, 0, 0)),
-])
-def test_pad(config, dtype):
-    from s2s_runtime import indexing as rt
-    x, v = rand((3, 4), dtype), np.asarray(rand((), dtype, 1))
-    check_lowered(lambda x, v: S.pad.bind(x, v, padding_config=config),
-                  lambda x, v: rt.pad(x, v, config), x, v)
-    check_lowered(lambda x: S.pad.bind(x, np.zeros((), dtype)[()], padding_config=config),
-                  lambda x: rt.pad(x, np.zeros((), dtype), config), x)
+@SETTINGS
+@given(impl_tests.pad_cases(), st.sampled_from(DTYPES), st.booleans())
+def test_pad(case, dtype, staged_value):
+    """Negative (cropping) and interior padding, with a staged padding value or a literal.
+    pad_cases draws float32 or int32 operands; they are cast to the drawn dtype."""
+    x, value, config = case
+    x, value = x.astype(dtype), np.asarray(value, dtype)
+    if staged_value:
+        check_lowered(lambda x, v: S.pad.bind(x, v, padding_config=config),
+                      lambda x, v: impl_tests.pad_oracle(x, v, config), x, value)
+    else:
+        check_lowered(lambda x: S.pad.bind(x, value[()], padding_config=config),
+                      lambda x: impl_tests.pad_oracle(x, value, config), x)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("starts,limits,strides", [
-    ((0, 1), (3, 4), None), ((1, 0), (3, 4), (2, 3)), ((2, 2), (2, 4), (1, 1)),
-])
-def test_slice(starts, limits, strides, dtype):
-    def expected(x):
-        st = strides or (1, 1)
-        return x[starts[0]:limits[0]:st[0], starts[1]:limits[1]:st[1]]
+@SETTINGS
+@given(impl_tests.slice_cases(), st.booleans())
+def test_slice(case, unit_strides_as_none):
+    x, starts, limits, strides = case
+    if unit_strides_as_none:
+        strides = None
+    index = tuple(slice(s, l, k) for s, l, k in zip(starts, limits, strides or [1] * x.ndim))
     check_lowered(lambda x: S.slice.bind(x, start_indices=starts, limit_indices=limits,
-                                         strides=strides), expected, rand((3, 4), dtype))
+                                         strides=strides), lambda x: x[index], x)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("dims", [(), (0,), (1,), (0, 2)])
-def test_rev(dims, dtype):
-    check_lowered(lambda x: S.rev.bind(x, dimensions=dims), lambda x: np.flip(x, dims),
-                  rand((2, 3, 4), dtype))
+@SETTINGS
+@given(st.data())
+def test_rev(data):
+    x = data.draw(impl_tests.arrays())
+    dims = data.draw(impl_tests.subsets(x.ndim))
+    check_lowered(lambda x: S.rev.bind(x, dimensions=dims), lambda x: np.flip(x, dims), x)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-def test_concatenate(dtype):
-    a, b, c = rand((2, 3), dtype, 0), rand((2, 1), dtype, 1), rand((2, 2), dtype, 2)
-    check_lowered(lambda a, b, c: S.concatenate.bind(a, b, c, dimension=1),
-                  lambda a, b, c: np.concatenate([a, b, c], 1), a, b, c)
-    check_lowered(lambda a: S.concatenate.bind(a, dimension=0), lambda a: a, a)
+@SETTINGS
+@given(st.data())
+def test_concatenate(data):
+    """One to three operands (one is the identity), sizes along the axis 0 included."""
+    shape = data.draw(shapes(1, 3, min_side=0))
+    dim = data.draw(st.integers(0, len(shape) - 1), label="dimension")
+    sizes = data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=3), label="sizes")
+    xs = draw_arrays(data, [shape[:dim] + (n,) + shape[dim + 1:] for n in sizes])
+    check_lowered(lambda *xs: S.concatenate.bind(*xs, dimension=dim),
+                  lambda *xs: np.concatenate(xs, axis=dim), *xs)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("starts", [(0, 0), (1, 2), (-5, 9), (7, -1)])
-@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
-def test_dynamic_slice_clamps(starts, index_dtype, dtype):
-    from s2s_runtime import indexing as rt
-    x = rand((4, 5), dtype)
-    i, j = (np.asarray(s, index_dtype) for s in starts)
-    check_lowered(lambda x, i, j: S.dynamic_slice.bind(x, i, j, slice_sizes=(2, 3)),
-                  lambda x, i, j: rt.dynamic_slice(x, (i, j), (2, 3)), x, i, j)
+def _clamped_window(x, starts, sizes):
+    """The index of the window XLA reads: starts clamped into [0, dim - size]."""
+    begin = impl_tests.clamp_starts(starts, x.shape, sizes)
+    return tuple(slice(b, b + n) for b, n in zip(begin, sizes))
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("starts", [(0, 0), (1, 2), (-5, 9), (7, -1)])
-def test_dynamic_update_slice_clamps(starts, dtype):
-    from s2s_runtime import indexing as rt
-    x, u = rand((4, 5), dtype), rand((2, 3), dtype, 1)
-    i, j = np.asarray(starts[0], np.int32), np.asarray(starts[1], np.int64)
-    check_lowered(lambda x, u, i, j: S.dynamic_update_slice.bind(x, u, i, j),
-                  lambda x, u, i, j: rt.dynamic_update_slice(x, u, (i, j)), x, u, i, j)
+@SETTINGS
+@given(impl_tests.dynamic_slice_cases())
+def test_dynamic_slice_clamps(case):
+    x, starts, sizes = case
+    check_lowered(lambda x, *starts: S.dynamic_slice.bind(x, *starts, slice_sizes=sizes),
+                  lambda x, *starts: x[_clamped_window(x, starts, sizes)], x, *starts)
 
 
-GATHER_CASES = [   # operand shape, index shape B, axes
-    ((5,), (3,), (0,)), ((4, 3), (2, 2), (0,)), ((4, 3), (5,), (1,)),
-    ((3, 4, 5), (2,), (2, 0)), ((3, 4, 5), (), (1,)), ((3, 4, 5), (2, 3), (0, 1, 2)),
-    ((2, 3, 4), (0,), (1,)),
-]
+@SETTINGS
+@given(impl_tests.dynamic_slice_cases())
+def test_dynamic_update_slice_clamps(case):
+    x, starts, sizes = case
+    update = impl_tests.random_array(sizes, x.dtype, 7)
+
+    def expected(x, update, *starts):
+        out = x.copy()
+        out[_clamped_window(x, starts, sizes)] = update
+        return out
+    check_lowered(lambda x, u, *starts: S.dynamic_update_slice.bind(x, u, *starts),
+                  expected, x, update, *starts)
 
 
-def _indices(operand_shape, batch, axes, seed):
-    """Index arrays with in-range, repeated and out-of-range (clamped) values."""
-    rng = np.random.default_rng(seed)
-    return [rng.integers(-2, operand_shape[a] + 2, batch).astype(np.int64) for a in axes]
-
-
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("shape,batch,axes", GATHER_CASES)
-def test_gather(shape, batch, axes, dtype):
-    from s2s_runtime import indexing as rt
-    x = rand(shape, dtype)
-    idx = _indices(shape, batch, axes, 1)
+@SETTINGS
+@given(gather_cases(in_range=False))
+def test_gather(case):
+    """Several axes in any order, repeated and out-of-range (clamped) indices."""
+    x, indices, axes = case
     text = check_lowered(lambda x, *idx: I.gather.bind(x, *idx, axes=axes),
-                         lambda x, *idx: rt.gather(x, idx, axes), x, *idx)
+                         lambda x, *idx: gather_oracle(x, idx, axes), x, *indices)
     assert "stablehlo.gather" in text
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("shape,batch,axes", GATHER_CASES)
-def test_scatter_add(shape, batch, axes, dtype):
-    from s2s_runtime import indexing as rt
-    x = rand(shape, dtype)
-    idx = _indices(shape, batch, axes, 2)
-    updates = rand(tuple(batch) + tuple(d for i, d in enumerate(shape) if i not in axes), dtype, 3)
+@SETTINGS
+@given(gather_cases(in_range=False, dtypes=tuple(NUMERIC)))
+def test_scatter_add(case):
+    """Repeated positions accumulate (as np.add.at); out-of-range ones clamp, as gather's."""
+    x, indices, axes = case
+    updates = impl_tests.random_array(gather_oracle(x, indices, axes).shape, x.dtype, 3)
     text = check_lowered(lambda x, u, *idx: I.scatter_add.bind(x, u, *idx, axes=axes),
-                         lambda x, u, *idx: rt.scatter_add(x, u, idx, axes), x, updates, *idx)
+                         lambda x, u, *idx: scatter_add_oracle(x, u, idx, axes),
+                         x, updates, *indices, **tolerance(x.dtype, f32=1e-6))
     assert "stablehlo.scatter" in text
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-def test_scatter_add_is_add_at(dtype):
-    """Repeated positions accumulate, as np.add.at does."""
-    x, u = rand((4, 3), dtype), rand((5, 3), dtype, 1)
-    idx = np.array([0, 2, 0, 0, 3])
-
-    def add_at(x, u, idx):
-        out = x.copy()
-        np.add.at(out, idx, u)
-        return out
-    check_lowered(lambda x, u, i: I.scatter_add.bind(x, u, i, axes=(0,)), add_at, x, u, idx)
-
-
-@pytest.mark.parametrize("dtype", [np.int32, np.int64])
-def test_integer_operands(dtype):
-    x = np.arange(12, dtype=dtype).reshape(3, 4)
-    idx = np.array([2, 0, 2])
-    check_lowered(lambda x, i: I.gather.bind(x, i, axes=(0,)), lambda x, i: x[i], x, idx)
-    u = np.ones((3, 4), dtype)
-
-    def add_at(x, u, i):
-        out = x.copy()
-        np.add.at(out, i, u)
-        return out
-    check_lowered(lambda x, u, i: I.scatter_add.bind(x, u, i, axes=(0,)), add_at, x, u, idx)
-    check_def(pad_fn, x)
-    check_def(transpose_fn, x)
-
-
-@pytest.mark.parametrize("dtype", FLOATS)
-def test_literal_operands(dtype):
+@SETTINGS
+@given(st.data())
+def test_literal_operands(data):
     """A scalar constant operand (a jaxpr literal) lowers like any 0-d operand."""
-    one = np.ones((), dtype)[()]
-    check_lowered(lambda x: S.broadcast_in_dim.bind(one, shape=(2, 3), broadcast_dimensions=())
-                  + x, lambda x: x + 1, rand((2, 3), dtype))
-    check_lowered(lambda x: S.reshape.bind(one, new_sizes=(1, 1)) * x, lambda x: x * 1,
-                  rand((1, 1), dtype))
+    shape = data.draw(shapes(0, 3), label="shape")
+    (x,) = draw_arrays(data, [shape], NUMERIC)
+    one = np.ones((), x.dtype)[()]
+    check_lowered(lambda x: S.broadcast_in_dim.bind(one, shape=shape, broadcast_dimensions=())
+                  + x, lambda x: x + one, x)
+    check_lowered(lambda x: S.reshape.bind(one, new_sizes=(1,) * x.ndim) * x, lambda x: x * one, x)
+
+
+def test_every_structural_and_indexing_primitive_is_tested_here():
+    tested = {"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "pad", "slice",
+              "rev", "concatenate", "dynamic_slice", "dynamic_update_slice", "gather",
+              "scatter_add"}
+    declared = {p.name for m in (S, I) for p in vars(m).values() if isinstance(p, Primitive)}
+    assert declared == tested, (declared - tested, tested - declared)
