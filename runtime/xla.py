@@ -308,12 +308,15 @@ class Executable:
 
     def _put(self, value, dtype: np.dtype):
         """A device buffer of `value` on this executable's device, as `dtype`."""
-        if isinstance(value, Array):
+        if type(value) is np.ndarray and value.dtype == dtype:
+            array = value
+        elif isinstance(value, Array):
             buffer = value._live_buffer()
             if value._dtype == dtype and value._device == self.device:
                 return buffer
-            value = value._numpy()
-        array = value if type(value) is np.ndarray and value.dtype == dtype else np.asarray(value, dtype)
+            array = np.asarray(value._numpy(), dtype)
+        else:
+            array = np.asarray(value, dtype)
         aval = self._avals.get((array.shape, dtype))
         if aval is None:
             aval = self._avals[array.shape, dtype] = _Aval(array.shape, dtype)

@@ -310,6 +310,14 @@ def _array_signature(args) -> tuple | None:
     """((tree, (shape, dtype) per leaf, config), leaves) when every leaf of `args` is an
     array (NumPy or s2s), else None: the key of the jit fast path, which skips the
     staging-cache lookup (binding, per-leaf avals) for such calls."""
+    signature = []
+    for a in args:   # the common case, every argument one array, without flattening
+        kind = type(a)
+        if kind is not np.ndarray and kind is not Array:
+            break
+        signature.append((a.shape, a.dtype))
+    else:
+        return (None, tuple(signature), config.cache_key()), args
     leaves, treedef = tree_util.tree_flatten(args)
     signature = []
     for a in leaves:
