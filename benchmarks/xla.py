@@ -70,13 +70,6 @@ def medians_per_call(ours, theirs, calls: int, repeats: int) -> tuple[float, flo
     return statistics.median(times[ours]), statistics.median(times[theirs])
 
 
-def block(tree):
-    """Waits for every s2s.Array in `tree` (as jax.block_until_ready does for jax arrays)."""
-    for leaf in s2s.tree_leaves(tree):
-        leaf.block_until_ready()
-    return tree
-
-
 @contextlib.contextmanager
 def disk_cache_off():
     """No s2s on-disk executable cache (S2S_DISK_CACHE=0): (3) times a real compile, as jax's does."""
@@ -140,7 +133,7 @@ def run(tiny: bool):
     args = mlp_problem(tiny)
 
     def s2s_first():
-        return block(s2s.jit(s2s.grad(fresh(mlp_loss)))(*args))
+        return s2s.block_until_ready(s2s.jit(s2s.grad(fresh(mlp_loss)))(*args))
 
     def jax_first():
         return jax.block_until_ready(jax.jit(jax.grad(fresh(mlp_loss, np=jnp)))(*args))
@@ -159,7 +152,7 @@ def run(tiny: bool):
     label = "MLP tiny" if tiny else "MLP 784-512-512-10, b128"
     mlp_calls = max(calls // 100, 3) if not tiny else 3
     rows.append((f"(2) jit(grad) {label}, steady state",
-                 *medians_per_call(lambda: block(ours(*args)), lambda: jax.block_until_ready(theirs(*args)),
+                 *medians_per_call(lambda: s2s.block_until_ready(ours(*args)), lambda: jax.block_until_ready(theirs(*args)),
                                    mlp_calls, repeats * 3)))
     rows.append((f"(3) jit(grad) {label}, first result", t_first_ours, t_first_theirs))
 

@@ -181,9 +181,11 @@ class Array:
         return func(*_to_numpy(args), **_to_numpy(kwargs))
 
     def __getattr__(self, name):
-        # ndarray methods and attributes (sum, reshape, T, astype, tolist, ...), on the NumPy value.
-        if name.startswith("__"):
-            raise AttributeError(name)
+        # ndarray methods and attributes (sum, reshape, T, astype, tolist, ...), on the NumPy
+        # value. Other names fail without reading it: pytree code probes for `_fields` and
+        # the like, and a probe must not copy the array to the host.
+        if name.startswith("__") or not hasattr(np.ndarray, name):
+            raise AttributeError(f"'Array' object has no attribute {name!r}")
         return getattr(self._numpy(), name)
 
     def __repr__(self) -> str:

@@ -442,6 +442,15 @@ def jit(fn=None, *, static_argnums=(), static_argnames=(), dynamic_argnums=(), d
     return Jitted(fn, static_argnums, static_argnames, dynamic_argnums, donate_argnums, device, backend)
 
 
+def block_until_ready(tree):
+    """Waits until every `s2s.Array` in `tree` is computed (jit returns before XLA is done,
+    like jax); returns `tree`."""
+    for leaf in tree_util.tree_leaves(tree):
+        if isinstance(leaf, Array):
+            leaf.block_until_ready()
+    return tree
+
+
 def stop_gradient(x):
     """The value of `x` (a pytree), treated as a constant by differentiation."""
     from s2s.primitives.elementwise import stop_gradient as stop_gradient_p

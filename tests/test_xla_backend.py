@@ -210,3 +210,11 @@ def test_device_argument_decides_placement_and_device_count_is_configurable(tmp_
     result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok devices" in result.stdout
+
+
+def test_block_until_ready_waits_for_every_array_in_a_tree():
+    params = {"W": np.ones((4, 3)), "b": np.ones(3)}
+    grads = s2s.jit(s2s.grad(mlp_loss))(params, np.ones((5, 4)))
+    tree = {"grads": grads, "step": 3}
+    assert s2s.block_until_ready(tree) is tree
+    np.testing.assert_allclose(grads["b"], s2s.grad(mlp_loss)(params, np.ones((5, 4)))["b"])

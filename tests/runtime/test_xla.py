@@ -70,3 +70,9 @@ def test_output_avals_are_read_from_the_entry_layout():
     assert _output_avals(header) == [((4, 3), np.float32), ((), np.int64), ((0,), np.uint8),
                                      ((2,), np.bool_)]
     assert _output_avals("HloModule m, entry_computation_layout={(f64[])->f64[2]{0}}\n") == [((2,), np.float64)]
+
+
+def test_probing_for_attributes_does_not_read_the_array(executable):
+    a, _ = executable.execute([np.ones((2, 3), np.float32)])
+    assert not hasattr(a, "_fields") and not hasattr(a, "__dataclass_fields__")
+    assert a._value is None        # pytree code's probes copied nothing to the host
