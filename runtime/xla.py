@@ -317,6 +317,8 @@ class Executable:
             if value._dtype == dtype and value._device == self.device:
                 return buffer
             array = np.asarray(value._numpy(), dtype)
+        elif getattr(value, "dtype", None) is not None and value.dtype.kind == "V" and value.dtype.itemsize == 0:
+            array = np.zeros(np.shape(value), dtype)   # a tangent of ints (float0): no data
         else:
             array = np.asarray(value, dtype)
         aval = self._avals.get((array.shape, dtype))

@@ -11,6 +11,7 @@ from s2s.autodiff import (grad, hessian, jacfwd, jacrev, jvp, linear_transpose, 
                           value_and_grad, vjp)
 from s2s.custom_derivatives import custom_jvp, custom_vjp
 from s2s.export import export
+from s2s import lax
 from s2s.api import (Jitted, block_until_ready, device_count, devices, emit_python, eval_jaxpr, jit,
                      local_device_count, make_jaxpr, process_count, process_index, stop_gradient)
 from s2s_runtime.xla import Array, DonatedBufferError
@@ -24,7 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Array", "DonatedBufferError", "block_until_ready", "custom_jvp", "custom_vjp", "device_count", "devices", "export", "local_device_count", "process_count",
-    "process_index", "grad", "hessian", "jacfwd", "jacrev", "jvp", "linear_transpose", "linearize",
+    "process_index", "grad", "hessian", "jacfwd", "jacrev", "jvp", "lax", "linear_transpose", "linearize",
     "value_and_grad", "vjp",
     "ClosedJaxpr", "ConcretizationError", "Jaxpr", "Jitted", "S2SError", "ShapeDtype",
     "ShapeError", "ShapedArray", "StagingError", "UnsupportedFunctionError",

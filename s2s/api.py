@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from s2s import config, tree as tree_util
+from s2s import config, dtypes, tree as tree_util
 from s2s.core import ClosedJaxpr, eval_jaxpr as _eval_jaxpr
 from s2s.emit.python import EmitOptions, EmittedModule, Signature, emit_module, load_source
 from s2s.errors import S2SError
@@ -225,7 +225,16 @@ class Jitted:
         compiled = staged.artifact(("xla", device.id, tuple(donated)),
                                    lambda: _compile_xla(staged, device, donated))
         executable, consts, out_tree = compiled.executable, staged.closed.consts, staged.out_tree
-        return lambda flat: out_tree.unflatten(executable.execute([*consts, *flat], compiled.donated))
+        float0_outputs = [i for i, v in enumerate(staged.closed.jaxpr.outvars) if v.aval.dtype == dtypes.float0]
+        if not float0_outputs:
+            return lambda flat: out_tree.unflatten(executable.execute([*consts, *flat], compiled.donated))
+
+        def run(flat):   # float0 outputs (tangents of ints) carry no data: zeros, made here
+            outs = executable.execute([*consts, *flat], compiled.donated)
+            for i in float0_outputs:
+                outs[i] = np.zeros(outs[i].shape, dtypes.float0)
+            return out_tree.unflatten(outs)
+        return run
 
     def lower(self, *args, **kwargs) -> "Lowered":
         """The StableHLO this function lowers to for these arguments (JAX's `.lower`)."""
@@ -281,9 +290,15 @@ def _compile_xla(staged: Staged, device, donated: dict[int, str]) -> _XlaCompile
     from s2s_runtime.xla import Executable
     text, _ = _lowered_text(staged, donated)
     jaxpr = staged.closed.jaxpr
-    executable = Executable(text, [v.aval.dtype for v in jaxpr.constvars + jaxpr.invars], device)
+    executable = Executable(text, [_device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars],
+                            device)
     offset = len(jaxpr.constvars)
     return _XlaCompiled(executable, {offset + i: label for i, label in donated.items()})
+
+
+def _device_dtype(dtype) -> np.dtype:
+    """What an input of `dtype` is sent to XLA as: float0 (no data) as bool."""
+    return np.dtype(bool) if dtype == dtypes.float0 else dtype
 
 
 def _python_runner(staged: Staged):

@@ -271,4 +271,5 @@ def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset()) -> list:
             if isinstance(out, Tracer) and out.variable.hint is None:
                 out.variable.hint = v.hint
             env[v] = out
-    return [read(v) for v in jaxpr.outvars]
+    # A literal output is returned as its value (a NumPy scalar), never as an IR atom.
+    return [literal_value(v) if isinstance(v, Literal) else env[v] for v in jaxpr.outvars]

@@ -44,12 +44,21 @@ class Expr:
 
 python_rules: dict = {}   # Primitive -> rule(eqn, *operands: Expr) -> Expr
 
+# Control flow is written as statements (`if`, `while`, `for` blocks) by rules of another
+# kind: rule(block, eqn, operands: list[Expr]) -> list[Expr] (see emit/python.py's Block).
+STATEMENT_RULES: set = set()
+
 # Call primitives (custom_jvp_call ...) whose `call` jaxpr the emitter writes out in place.
 INLINED_BEFORE_EMISSION: set = set()
 
 
 def register(primitive, rule: Callable) -> None:
     python_rules[primitive] = rule
+
+
+def register_statement(primitive, rule: Callable) -> None:
+    python_rules[primitive] = rule
+    STATEMENT_RULES.add(primitive)
 
 
 def py_value(value) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Literal, Var
-from s2s.emit.pyexpr import ATOM, UNARY, Expr, dtype_text, python_rules
+from s2s.emit.pyexpr import ATOM, STATEMENT_RULES, UNARY, Expr, dtype_text, python_rules
 
 # Rules whose NumPy spelling types a bare Python scalar operand like the array beside it
 # (NEP 50), so `x * 0.5` can be written instead of `x * np.float32(0.5)`.
@@ -155,21 +155,7 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
     exprs: dict[Var, Expr] = {}
     sidecar: dict[str, np.ndarray] = {}
 
-    # Liveness: which equations produce something used, and how often each var is read.
-    uses: dict[Var, int] = {}
-    for v in jaxpr.outvars:
-        if isinstance(v, Var):
-            uses[v] = uses.get(v, 0) + 1
-    live_eqns = []
-    for eqn in reversed(jaxpr.eqns):
-        if not any(uses.get(v) for v in eqn.outvars):
-            continue
-        live_eqns.append(eqn)
-        for v in eqn.invars:
-            if isinstance(v, Var):
-                uses[v] = uses.get(v, 0) + 1
-    live_eqns.reverse()
-
+    uses = _uses(jaxpr)
     const_lines = []
     for var, value in zip(jaxpr.constvars, closed.consts):
         if not uses.get(var):
@@ -179,53 +165,22 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
         const_lines.append(_const_source(const_name, value, options, sidecar))
         exprs[var] = Expr(const_name)
 
-    body: list[str] = []
+    body = Block(names, options)
+    in_exprs = []
     for var, source, hint in zip(jaxpr.invars, signature.input_exprs, signature.input_hints):
-        if source in signature.params:
-            exprs[var] = Expr(source)
-        elif uses.get(var):
+        if source in signature.params or not uses.get(var):
+            in_exprs.append(Expr(source))
+        else:
             local = names.fresh(hint or var.hint, "x")
-            body.append(f"{local} = {source}")
-            exprs[var] = Expr(local)
-
-    for eqn in live_eqns:
-        bare_ok = eqn.primitive.name in BARE_SCALAR_OK and any(
-            isinstance(v, Var) for v in eqn.invars)
-        operands = [literal_expr(v, bare_ok) if isinstance(v, Literal) else exprs[v]
-                    for v in eqn.invars]
-        rule = python_rules.get(eqn.primitive)
-        if rule is None:
-            raise NotImplementedError(f"no Python emission rule for {eqn.primitive.name}")
-        expr = rule(eqn, *operands)
-        comment = f"  # {eqn.source_info.short()}" if (
-            options.source_comments and eqn.source_info.line) else ""
-        if eqn.primitive.multiple_results:
-            targets = []
-            for v in eqn.outvars:
-                if uses.get(v):
-                    targets.append(names.fresh(v.hint))
-                    exprs[v] = Expr(targets[-1])
-                else:
-                    targets.append("_")
-            body.append(f"{', '.join(targets)} = {expr.text}{comment}")
-            continue
-        (out,) = eqn.outvars
-        # A nameless value read once is written where it is read (an output: in `return`).
-        if out.hint is None and uses.get(out) == 1 and len(expr.text) <= INLINE_MAX_CHARS:
-            exprs[out] = expr
-            continue
-        local = names.fresh(out.hint)
-        body.append(f"{local} = {expr.text}{comment}")
-        exprs[out] = Expr(local)
-
-    outs = [literal_expr(v, False).text if isinstance(v, Literal) else exprs[v].text
-            for v in jaxpr.outvars]
+            body.line(f"{local} = {source}")
+            in_exprs.append(Expr(local))
+    outs = [e.text for e in body.write(jaxpr, in_exprs, exprs)]
     if signature.output_builder is not None:
-        body.append(f"return {signature.output_builder(outs)}")
+        body.line(f"return {signature.output_builder(outs)}")
     elif len(outs) == 1:
-        body.append(f"return {outs[0]}")
+        body.line(f"return {outs[0]}")
     else:
-        body.append(f"return {', '.join(outs)}" if outs else "return ()")
+        body.line(f"return {', '.join(outs)}" if outs else "return ()")
 
     lines = ['"""' + header.strip() + '\n"""', "import numpy as np", "import s2s_runtime as rt", "",
              f"__all__ = [{name!r}]", ""]
@@ -234,9 +189,96 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
     if const_lines:
         lines += const_lines + [""]
     lines += ["", f"def {name}({', '.join(signature.params)}):"]
-    lines += [f"    {line}" for line in body]
+    lines += [f"    {line}" for line in body.lines]
     source = "\n".join(lines) + "\n"
     return EmittedModule(source, sidecar)
+
+
+def _uses(jaxpr) -> dict[Var, int]:
+    """How often each variable is read by the equations that matter (those whose outputs
+    are used, transitively, by the outputs): dead equations are never written."""
+    uses: dict[Var, int] = {}
+    for v in jaxpr.outvars:
+        if isinstance(v, Var):
+            uses[v] = uses.get(v, 0) + 1
+    for eqn in reversed(jaxpr.eqns):
+        if not any(uses.get(v) for v in eqn.outvars):
+            continue
+        for v in eqn.invars:
+            if isinstance(v, Var):
+                uses[v] = uses.get(v, 0) + 1
+    return uses
+
+
+class Block:
+    """Writes equations as statements into `lines`, indented by `indent`. Control-flow
+    rules (`STATEMENT_RULES`) open nested blocks with `nested()` and write their bodies
+    (sub-jaxprs) with `write`; names are shared, so every name in a function is unique."""
+
+    def __init__(self, names: "_Names", options: EmitOptions, lines: list[str] | None = None,
+                 indent: str = ""):
+        self.names = names
+        self.options = options
+        self.lines = [] if lines is None else lines
+        self.indent = indent
+
+    def line(self, text: str) -> None:
+        self.lines.append(self.indent + text)
+
+    def nested(self) -> "Block":
+        return Block(self.names, self.options, self.lines, self.indent + "    ")
+
+    def comment(self, eqn) -> str:
+        return f"  # {eqn.source_info.short()}" if (
+            self.options.source_comments and eqn.source_info.line) else ""
+
+    def named(self, expr: Expr, hint: str | None) -> Expr:
+        """`expr` as a plain name (assigning it first unless it already is one)."""
+        if re.fullmatch(r"[A-Za-z_]\w*", expr.text):
+            return expr
+        local = self.names.fresh(hint)
+        self.line(f"{local} = {expr.text}")
+        return Expr(local)
+
+    def write(self, jaxpr, in_exprs: list[Expr], exprs: dict | None = None) -> list[Expr]:
+        """Writes `jaxpr`'s live equations on `in_exprs`; returns its outputs' expressions."""
+        uses = _uses(jaxpr)
+        exprs = {} if exprs is None else exprs
+        exprs.update(zip(jaxpr.invars, in_exprs))
+        for eqn in jaxpr.eqns:
+            if not any(uses.get(v) for v in eqn.outvars):
+                continue
+            bare_ok = eqn.primitive.name in BARE_SCALAR_OK and any(
+                isinstance(v, Var) for v in eqn.invars)
+            operands = [literal_expr(v, bare_ok) if isinstance(v, Literal) else exprs[v]
+                        for v in eqn.invars]
+            rule = python_rules.get(eqn.primitive)
+            if rule is None:
+                raise NotImplementedError(f"no Python emission rule for {eqn.primitive.name}")
+            if eqn.primitive in STATEMENT_RULES:
+                exprs.update(zip(eqn.outvars, rule(self, eqn, operands)))
+                continue
+            expr = rule(eqn, *operands)
+            comment = self.comment(eqn)
+            if eqn.primitive.multiple_results:
+                targets = []
+                for v in eqn.outvars:
+                    if uses.get(v):
+                        targets.append(self.names.fresh(v.hint))
+                        exprs[v] = Expr(targets[-1])
+                    else:
+                        targets.append("_")
+                self.line(f"{', '.join(targets)} = {expr.text}{comment}")
+                continue
+            (out,) = eqn.outvars
+            # A nameless value read once is written where it is read (an output: in `return`).
+            if out.hint is None and uses.get(out) == 1 and len(expr.text) <= INLINE_MAX_CHARS:
+                exprs[out] = expr
+                continue
+            local = self.names.fresh(out.hint)
+            self.line(f"{local} = {expr.text}{comment}")
+            exprs[out] = Expr(local)
+        return [literal_expr(v, False) if isinstance(v, Literal) else exprs[v] for v in jaxpr.outvars]
 
 
 def flat_signature(closed: ClosedJaxpr, arg_names=None) -> Signature:

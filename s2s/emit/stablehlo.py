@@ -37,7 +37,7 @@ _ELEMENT = {"b": None, "f": "f", "i": "i", "u": "ui", "c": "complex"}
 
 def element_type(dtype) -> str:
     dtype = np.dtype(dtype)
-    if dtype == dtypes.bool_:
+    if dtype in (dtypes.bool_, dtypes.float0):   # float0 (no data) travels as bool zeros
         return "i1"
     if dtype.kind == "c":
         return f"complex<f{dtype.itemsize * 4}>"
@@ -52,6 +52,8 @@ def tensor_type(aval) -> str:
 def scalar_text(value, dtype) -> str:
     """An exact MLIR literal for one element: hex bits for floats, decimal for ints."""
     dtype = np.dtype(dtype)
+    if dtype == dtypes.float0:
+        return "false"
     if dtype == dtypes.bool_:
         return "true" if bool(value) else "false"
     if dtype.kind in "iu":
@@ -157,6 +159,22 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
         attribute = f" {{tf.aliasing_output = {alias} : i32}}" if alias is not None else ""
         params.append(f"{env[v]}: {tensor_type(v.aval)}{attribute}")
 
+    results = lower_jaxpr(ctx, jaxpr, [env[v] for v in jaxpr.invars], env)
+    out_types = [tensor_type(v.aval) for v in jaxpr.outvars]
+    body = "\n".join(f"    {line}" for line in ctx.lines)
+    ret = f"    return {', '.join(results)} : {', '.join(out_types)}" if results else "    return"
+    return (f"module @{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n"
+            f"  func.func public @main({', '.join(params)}) -> ({', '.join(out_types)}) {{\n"
+            f"{body}\n{ret}\n  }}\n}}\n")
+
+
+def lower_jaxpr(ctx: LoweringContext, jaxpr, in_names: list[str], env: dict | None = None) -> list[str]:
+    """Appends the ops of `jaxpr`'s equations to `ctx` (inputs bound to `in_names`, and
+    `env` for anything else already lowered); returns the names of its outputs. Control
+    flow rules call it for their bodies, inside regions."""
+    env = {} if env is None else env
+    env.update(zip(jaxpr.invars, in_names))
+
     def read(v):
         if isinstance(v, Literal):
             return ctx.constant(v.value, v.aval.dtype)
@@ -167,7 +185,7 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
         if rule is None:
             raise UnsupportedFunctionError(f"{eqn.primitive.name} has no StableHLO lowering yet",
                                            "use backend='python' for this function")
-        ctx.location = _location(eqn.source_info)
+        saved, ctx.location = ctx.location, _location(eqn.source_info)
         operands = [read(v) for v in eqn.invars]
         if eqn.primitive in BROADCASTING:
             shape = eqn.outvars[0].aval.shape
@@ -176,15 +194,23 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
         outs = rule(ctx, eqn, *operands)
         for v, out in zip(eqn.outvars, outs):
             env[v] = out
-        ctx.location = ""
+        ctx.location = saved
+    return [read(v) for v in jaxpr.outvars]
 
-    results = [read(v) for v in jaxpr.outvars]
-    out_types = [tensor_type(v.aval) for v in jaxpr.outvars]
-    body = "\n".join(f"    {line}" for line in ctx.lines)
-    ret = f"    return {', '.join(results)} : {', '.join(out_types)}" if results else "    return"
-    return (f"module @{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n"
-            f"  func.func public @main({', '.join(params)}) -> ({', '.join(out_types)}) {{\n"
-            f"{body}\n{ret}\n  }}\n}}\n")
+
+def region(ctx: LoweringContext, jaxpr, in_names: list[str]) -> list[str]:
+    """The lines of one region: `jaxpr`'s ops on `in_names`, then `stablehlo.return`."""
+    outer, ctx.lines = ctx.lines, []
+    outs = lower_jaxpr(ctx, jaxpr, in_names)
+    types = ", ".join(tensor_type(v.aval) for v in jaxpr.outvars)
+    ctx.lines.append(f"stablehlo.return {', '.join(outs)} : {types}" if outs else "stablehlo.return")
+    lines, ctx.lines = ctx.lines, outer
+    return ["  " + line for line in lines]
+
+
+def results_of(name: str, count: int) -> list[str]:
+    """The SSA names of an op's results: `%w` for one, `%w#0, %w#1, ...` for several."""
+    return [name] if count == 1 else [f"{name}#{i}" for i in range(count)]
 
 
 def out_type(eqn, i: int = 0) -> str:

@@ -1,0 +1,257 @@
+"""Explicit structured control flow with JAX's signatures: `cond`, `switch`, `while_loop`,
+`fori_loop`, `scan` and `map`.
+
+The functions passed in are staged (from their source, like every user function) into the
+body jaxprs of the `cond`, `while_loop` and `scan` primitives
+(`s2s/primitives/control_flow.py`); values they read from the enclosing function become
+explicit operands. Outside any staging they run too, on NumPy values.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
+from s2s.errors import S2SError, StagingError
+from s2s.frontend import reraise_clean
+from s2s.frontend.args import aval_of_arg
+from s2s.primitives import control_flow as cf
+from s2s.primitives.elementwise import convert_element_type
+from s2s.staging import JaxprBuilder, Tracer, paused_gc
+from s2s.tree import PyTreeDef, tree_flatten, tree_leaves
+
+__all__ = ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]
+
+
+def _call_user(fn, args):
+    """Calls `fn` on staged values: Python functions and methods are staged from their
+    source; functions defined inside a staged function, s2s's own, and s2s transforms are
+    called."""
+    from s2s.frontend.walker import stage_python_function
+    from s2s.numpy_api import NUMPY_IMPLS
+    try:
+        numpy_impl = NUMPY_IMPLS.get(fn)
+    except TypeError:   # unhashable callables are not NumPy's
+        numpy_impl = None
+    if numpy_impl is not None:      # np.sin passed as a branch
+        return numpy_impl(*args)
+    if isinstance(fn, types.FunctionType):
+        return stage_python_function(fn, args, {})
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        return stage_python_function(fn.__func__, args, {}, self_arg=fn.__self__)
+    return fn(*args)
+
+
+def _param_names(fn) -> list[str]:
+    signature = getattr(fn, "signature", None)    # a def or lambda inside a staged function
+    try:
+        return list((signature or inspect.signature(fn)).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def _aval(leaf) -> ShapedArray:
+    return leaf.aval if isinstance(leaf, Tracer) else aval_of_arg(leaf)
+
+
+class _Body:
+    """A user function staged on arguments of given types, closure-converted."""
+
+    def __init__(self, fn, args: tuple, what: str):
+        leaves, in_tree = tree_flatten(args)
+        names = _param_names(fn)
+        with paused_gc(), JaxprBuilder() as builder:
+            hints = _leaf_hints(names, in_tree)
+            staged = in_tree.unflatten([builder.new_arg(_aval(l), h) for l, h in zip(leaves, hints)])
+            try:
+                out = _call_user(fn, tuple(staged))
+            except S2SError as e:
+                reraise_clean(e)
+            out_leaves, self.out_tree = tree_flatten(out)
+            for leaf in out_leaves:
+                if not (isinstance(leaf, (Tracer, np.ndarray, np.generic, bool, int, float, complex))):
+                    raise StagingError(f"{what} returns a {type(leaf).__name__}, which is not an array",
+                                       "return arrays, numbers, or tuples/lists/dicts of them")
+            closed = builder.build(out_leaves)
+        self.jaxpr, self.consts = cf.closure_convert(closed)
+        self.in_tree = in_tree
+
+    @property
+    def out_avals(self) -> list[ShapedArray]:
+        return list(self.jaxpr.out_avals)
+
+
+def _leaf_hints(names: list[str], in_tree: PyTreeDef) -> list[str | None]:
+    """A readable hint per leaf: the parameter's name when the parameter is one leaf."""
+    hints = []
+    for i, child in enumerate(in_tree.children):
+        name = names[i] if i < len(names) else None
+        hints.extend([name] if child.is_leaf else [None] * child.num_leaves)
+    return hints
+
+
+def _matching(init_leaves: list, out_avals: list[ShapedArray]) -> list:
+    """The initial values, with weakly typed ones (Python scalars) converted to the type
+    the body gives them, as JAX does; other mismatches are left for the type check."""
+    matched = []
+    for leaf, out in zip(init_leaves, out_avals):
+        aval = _aval(leaf)
+        if aval.weak_type and aval.shape == out.shape and aval.dtype != out.dtype:
+            leaf = convert_element_type.bind(leaf, new_dtype=out.dtype, weak_type=False) \
+                if isinstance(leaf, Tracer) else np.asarray(leaf, out.dtype)
+        matched.append(leaf)
+    return matched
+
+
+def _check_carry(what: str, init_tree: PyTreeDef, out_tree: PyTreeDef):
+    if init_tree != out_tree:
+        raise StagingError(f"{what} must return a carry with the structure of the initial value: "
+                           f"it starts as {init_tree} and the function returns {out_tree}",
+                           "return the carry in the same structure (same tuple/dict/list nesting)")
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def switch(index, branches, *operands):
+    """`branches[index](*operands)`, with `index` clamped into range (jax.lax.switch)."""
+    branches = list(branches)
+    if not branches:
+        raise StagingError("switch needs at least one branch", "pass a list of functions")
+    if not isinstance(index, (Tracer, np.ndarray, np.generic)):
+        chosen = min(max(int(index), 0), len(branches) - 1)   # static: just call it
+        return _call_user(branches[chosen], operands)
+    bodies = [_Body(b, operands, f"branch {i} of switch") for i, b in enumerate(branches)]
+    for body in bodies[1:]:
+        if body.out_tree != bodies[0].out_tree:
+            raise StagingError(f"switch/cond branches return different structures: "
+                               f"{bodies[0].out_tree} and {body.out_tree}",
+                               "make every branch return the same tuple/dict/list structure")
+    # Every branch takes every branch's constants, so that all share one signature.
+    all_consts = [c for body in bodies for c in body.consts]
+    const_avals = [a for body in bodies for a in body.jaxpr.in_avals[:len(body.consts)]]
+    branches_closed, start = [], 0
+    for body in bodies:
+        branches_closed.append(_taking_all_consts(body, start, const_avals))
+        start += len(body.consts)
+    index = convert_element_type.bind(index, new_dtype=np.dtype(np.int32), weak_type=False)
+    outs = cf.cond.bind(index, *all_consts, *tree_leaves(operands), branches=tuple(branches_closed))
+    return bodies[0].out_tree.unflatten(outs)
+
+
+def cond(pred, true_fun, false_fun, *operands):
+    """`true_fun(*operands) if pred else false_fun(*operands)`, staged as one `cond`
+    (jax.lax.cond); a static `pred` just calls the branch it picks."""
+    if not isinstance(pred, (Tracer, np.ndarray, np.generic)):
+        return _call_user(true_fun if pred else false_fun, operands)
+    if _aval(pred).shape != ():
+        raise StagingError(f"cond needs a scalar predicate, got shape {_aval(pred).shape}",
+                           "reduce it to one bool (e.g. with .any() or .all())")
+    return switch(pred, [false_fun, true_fun], *operands)
+
+
+def _taking_all_consts(body: _Body, start: int, const_avals: list[ShapedArray]) -> ClosedJaxpr:
+    """`body`'s jaxpr taking every branch's constants (its own at `start`), then operands."""
+    jaxpr = body.jaxpr.jaxpr
+    n = len(body.consts)
+    before = [Var(a) for a in const_avals[:start]]
+    after = [Var(a) for a in const_avals[start + n:]]
+    return ClosedJaxpr(Jaxpr([], before + list(jaxpr.invars[:n]) + after + list(jaxpr.invars[n:]),
+                             jaxpr.outvars, jaxpr.eqns), [])
+
+
+def while_loop(cond_fun, body_fun, init_val):
+    """`while cond_fun(val): val = body_fun(val)`, staged as one `while_loop`."""
+    init_leaves, init_tree = tree_flatten(init_val)
+    body = _Body(body_fun, (init_val,), "while_loop's body")
+    _check_carry("while_loop's body", init_tree, body.out_tree)
+    init_leaves = _matching(init_leaves, body.out_avals)
+    init_val = init_tree.unflatten(init_leaves)
+    body = _Body(body_fun, (init_val,), "while_loop's body")
+    condition = _Body(cond_fun, (init_val,), "while_loop's condition")
+    (pred,) = condition.out_avals if len(condition.out_avals) == 1 else (None,)
+    if pred is None or pred.shape != () or pred.dtype != dtypes.bool_:
+        raise StagingError("while_loop's condition must return one scalar bool",
+                           "return a comparison such as `val[0] < n`")
+    outs = cf.while_loop.bind(*condition.consts, *body.consts, *init_leaves,
+                              cond_jaxpr=condition.jaxpr, body_jaxpr=body.jaxpr,
+                              cond_nconsts=len(condition.consts), body_nconsts=len(body.consts))
+    return init_tree.unflatten(outs)
+
+
+def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
+    """jax.lax.scan: `carry, y = f(carry, x)` over the leading axis of `xs` (a pytree, or
+    None with `length`); returns the final carry and the stacked ys."""
+    x_leaves, x_tree = tree_flatten(xs)
+    lengths = {_aval(x).shape[0] if _aval(x).shape else None for x in x_leaves}
+    if None in lengths:
+        raise StagingError("scan slices its xs along their leading axis: a scalar has none",
+                           "pass arrays with at least one dimension")
+    if length is None:
+        if len(lengths) != 1:
+            raise StagingError(f"scan's xs have different leading sizes {sorted(lengths)}"
+                               if lengths else "scan needs `length` when there are no xs",
+                               "pass xs of one length, or `length=`")
+        (length,) = lengths
+    elif lengths - {length}:
+        raise StagingError(f"scan was given length={length} but xs of leading sizes {sorted(lengths)}",
+                           "make `length` match the xs")
+    length = int(length)
+    if isinstance(unroll, bool):
+        unroll = length if unroll else 1
+    if not isinstance(unroll, int) or unroll < 1:
+        raise StagingError(f"scan's unroll must be a positive int or a bool, not {unroll!r}",
+                           "pass unroll=1 (no unrolling), k, or True (fully)")
+    x_slices = x_tree.unflatten([ShapedArray(_aval(x).shape[1:], _aval(x).dtype) for x in x_leaves])
+    init_leaves, init_tree = tree_flatten(init)
+
+    def staged_body(carry):
+        return _Body(f, (carry, x_slices), "scan's function")
+    body = staged_body(init)
+    if not (body.out_tree.node_type in (tuple, list) and len(body.out_tree.children) == 2):
+        raise StagingError("scan's function must return a pair (carry, y)",
+                           "return `new_carry, y` (y may be None)")
+    carry_tree = body.out_tree.children[0]
+    _check_carry("scan's function", init_tree, carry_tree)
+    init_leaves = _matching(init_leaves, body.out_avals[:len(init_leaves)])
+    init = init_tree.unflatten(init_leaves)
+    body = staged_body(init)
+    outs = cf.scan.bind(*body.consts, *init_leaves, *x_leaves, jaxpr=body.jaxpr,
+                        num_consts=len(body.consts), num_carry=len(init_leaves), length=length,
+                        reverse=bool(reverse), unroll=min(unroll, max(length, 1)))
+    n = len(init_leaves)
+    return init_tree.unflatten(outs[:n]), body.out_tree.children[1].unflatten(outs[n:])
+
+
+def fori_loop(lower, upper, body_fun, init_val):
+    """`for i in range(lower, upper): val = body_fun(i, val)`. With static bounds it is a
+    scan (so reverse mode works, as in JAX); with staged bounds a while_loop."""
+    if not any(isinstance(b, Tracer) for b in (lower, upper)):
+        lower, upper = int(lower), int(upper)
+
+        def step(carry, _):
+            i, val = carry
+            return (i + 1, body_fun(i, val)), None
+        (_, result), _ = scan(step, (np.asarray(lower), init_val), None, length=max(upper - lower, 0))
+        return result
+
+    def keep_going(carry):
+        return carry[0] < carry[1]
+
+    def step_while(carry):
+        i, stop, val = carry
+        return i + 1, stop, body_fun(i, val)
+    start = lower if isinstance(lower, Tracer) else np.asarray(lower)
+    _, _, result = while_loop(keep_going, step_while, (start, upper, init_val))
+    return result
+
+
+def map(f, xs):
+    """`np.stack([f(x) for x in xs])` over the leading axis (of every leaf), as a scan."""
+    def step(carry, x):
+        return carry, f(x)
+    _, ys = scan(step, (), xs)
+    return ys

@@ -1,0 +1,523 @@
+"""Structured control flow: `cond`, `while_loop` and `scan`, each carrying its body as
+jaxprs.
+
+- `cond[branches](index, *operands)` runs `branches[index]` (the index clamped into range,
+  as lax.switch does) on the operands; every branch has the same output types.
+- `while_loop[cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts](*cond_consts,
+  *body_consts, *init)`: while `cond_jaxpr(*cond_consts, *carry)`, carry =
+  `body_jaxpr(*body_consts, *carry)`.
+- `scan[jaxpr, num_consts, num_carry, length, reverse, unroll](*consts, *init, *xs)`:
+  for i in range(length) (backwards when `reverse`), `carry, y = jaxpr(*consts, *carry,
+  *(x[i] for x in xs))`; the outputs are the final carry and the ys stacked on a new
+  leading axis.
+
+Body jaxprs are closed with no constants: whatever a body reads from outside is an explicit
+operand (`closure_convert`). Their rules are here, as for every family: abstract eval,
+NumPy impl, jvp, StableHLO lowering and Python emission (real `if`/`while`/`for`
+statements, see `s2s/emit/python.py`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import ClosedJaxpr, Jaxpr, Literal, Primitive, ShapedArray, eval_jaxpr
+from s2s.errors import ShapeError
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers on body jaxprs
+
+
+def closure_convert(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
+    """`closed` with its constvars turned into leading invars, and the constants' values
+    (arrays, or staged values of an enclosing function) to pass for them."""
+    jaxpr = closed.jaxpr
+    converted = Jaxpr([], list(jaxpr.constvars) + list(jaxpr.invars), jaxpr.outvars, jaxpr.eqns)
+    return ClosedJaxpr(converted, []), list(closed.consts)
+
+
+def permute(closed: ClosedJaxpr, in_order: list[int], out_order: list[int]) -> ClosedJaxpr:
+    """`closed` with its inputs and outputs reordered (`in_order[k]`: the old index of new
+    input k)."""
+    jaxpr = closed.jaxpr
+    return ClosedJaxpr(Jaxpr(jaxpr.constvars, [jaxpr.invars[i] for i in in_order],
+                             [jaxpr.outvars[i] for i in out_order], jaxpr.eqns), closed.consts)
+
+
+def _same_types(a: list[ShapedArray], b: list[ShapedArray]) -> bool:
+    return len(a) == len(b) and all(x.strip_weak_type() == y.strip_weak_type() for x, y in zip(a, b))
+
+
+def _types(avals) -> str:
+    return ", ".join(a.str_short() for a in avals)
+
+
+# ---------------------------------------------------------------------------------------
+# cond
+
+
+def _cond_abstract(index, *operands, branches):
+    if index.shape != () or np.dtype(index.dtype).kind not in "iub":
+        raise ShapeError(f"cond needs a scalar integer or bool index, got {index.str_short()}")
+    outs = branches[0].out_avals
+    for i, branch in enumerate(branches):
+        if not _same_types(list(branch.in_avals), list(operands)):
+            raise ShapeError(f"cond branch {i} takes ({_types(branch.in_avals)}), "
+                             f"but the operands are ({_types(operands)})")
+        if not _same_types(list(branch.out_avals), list(outs)):
+            raise ShapeError(f"cond branches return different types: ({_types(outs)}) and "
+                             f"({_types(branch.out_avals)})",
+                             "make every branch return arrays of the same shapes and dtypes")
+    return [a.strip_weak_type() if not all(b.out_avals[k].weak_type for b in branches) else a
+            for k, a in enumerate(outs)]
+
+
+def _cond_impl(index, *operands, branches):
+    chosen = min(max(int(index), 0), len(branches) - 1)
+    return eval_jaxpr(branches[chosen], *operands)
+
+
+cond = Primitive("cond", _cond_abstract, _cond_impl, multiple_results=True)
+
+
+# ---------------------------------------------------------------------------------------
+# while_loop
+
+
+def _while_abstract(*avals, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+    carry = list(avals[cond_nconsts + body_nconsts:])
+    (pred,) = cond_jaxpr.out_avals
+    if pred.shape != () or pred.dtype != dtypes.bool_:
+        raise ShapeError(f"while_loop's condition must return a scalar bool, not {pred.str_short()}")
+    if not _same_types(list(body_jaxpr.out_avals), carry):
+        raise ShapeError(f"while_loop's body returns ({_types(body_jaxpr.out_avals)}) but the "
+                         f"loop carries ({_types(carry)})",
+                         "return values of the same shapes and dtypes as the initial values")
+    return [a.strip_weak_type() for a in carry]
+
+
+def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+    cond_consts = args[:cond_nconsts]
+    body_consts = args[cond_nconsts:cond_nconsts + body_nconsts]
+    carry = list(args[cond_nconsts + body_nconsts:])
+    while eval_jaxpr(cond_jaxpr, *cond_consts, *carry)[0]:
+        carry = eval_jaxpr(body_jaxpr, *body_consts, *carry)
+    return carry
+
+
+while_loop = Primitive("while_loop", _while_abstract, _while_impl, multiple_results=True)
+
+
+# ---------------------------------------------------------------------------------------
+# scan
+
+
+def _scan_split(items, num_consts, num_carry):
+    return (items[:num_consts], items[num_consts:num_consts + num_carry],
+            items[num_consts + num_carry:])
+
+
+def _scan_abstract(*avals, jaxpr, num_consts, num_carry, length, reverse, unroll):
+    _, carry, xs = _scan_split(list(avals), num_consts, num_carry)
+    for x in xs:
+        if not x.shape or x.shape[0] != length:
+            raise ShapeError(f"scan over {length} steps got an array of shape {x.shape} to slice",
+                             "every scanned array needs the scan's length as its leading axis")
+    body_out = list(jaxpr.out_avals)
+    if not _same_types(body_out[:num_carry], carry):
+        raise ShapeError(f"scan's body returns the carry as ({_types(body_out[:num_carry])}) "
+                         f"but it starts as ({_types(carry)})",
+                         "return a carry of the same shapes and dtypes as the initial one")
+    ys = [ShapedArray((length,) + y.shape, y.dtype) for y in body_out[num_carry:]]
+    return [c.strip_weak_type() for c in carry] + ys
+
+
+def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, unroll):
+    consts, carry, xs = _scan_split(list(args), num_consts, num_carry)
+    ys_avals = jaxpr.out_avals[num_carry:]
+    ys = [np.empty((length,) + a.shape, a.dtype) for a in ys_avals]
+    for i in (reversed(range(length)) if reverse else range(length)):
+        out = eval_jaxpr(jaxpr, *consts, *carry, *(x[i] for x in xs))
+        carry = out[:num_carry]
+        for buffer, y in zip(ys, out[num_carry:]):
+            buffer[i] = y
+    return [np.asarray(c, a.dtype) for c, a in zip(carry, jaxpr.out_avals[:num_carry])] + ys
+
+
+scan = Primitive("scan", _scan_abstract, _scan_impl, multiple_results=True)
+
+
+# ---------------------------------------------------------------------------------------
+# jvp: each body is replaced by its JVP jaxpr. Loop carries whose tangent can become
+# nonzero are found by iterating to a fixed point (a zero tangent stays symbolic only if
+# the body keeps it zero).
+
+from s2s.passes import jvp as _jvp  # noqa: E402
+from s2s.passes.jvp import jvp_jaxpr  # noqa: E402
+from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval  # noqa: E402
+
+
+def _nonzero(tangents) -> list[bool]:
+    return [not is_zero(t) for t in tangents]
+
+
+def _differentiable(avals) -> list[bool]:
+    return [dtypes.is_differentiable(a.dtype) for a in avals]
+
+
+def _carry_fixed_point(body: ClosedJaxpr, fixed_nonzero: list[bool], carry_nonzero: list[bool],
+                       carry_out: slice, carry_avals) -> list[bool]:
+    """Which carries have nonzero tangents through any number of iterations of `body`
+    (inputs: fixed operands then carries; `carry_out`: where the carry sits in the outputs)."""
+    differentiable = _differentiable(carry_avals)
+    carry_nonzero = [nz and d for nz, d in zip(carry_nonzero, differentiable)]
+    while True:
+        _, out_nonzero = jvp_jaxpr(body, fixed_nonzero + carry_nonzero, instantiate_out=False)
+        updated = [(a or b) and d for a, b, d in zip(carry_nonzero, out_nonzero[carry_out], differentiable)]
+        if updated == carry_nonzero:
+            return carry_nonzero
+        carry_nonzero = updated
+
+
+def _jvp_layout(n_in: int, in_nonzero: list[bool], groups: list[int]) -> list[int]:
+    """Input order of a jvp jaxpr (primals, then the nonzero tangents) regrouped so that each
+    group of primal inputs is followed by its own nonzero tangents: `groups` are sizes."""
+    tangent_index = {}
+    position = n_in
+    for i, nz in enumerate(in_nonzero):
+        if nz:
+            tangent_index[i] = position
+            position += 1
+    order, start = [], 0
+    for size in groups:
+        order += list(range(start, start + size))
+        order += [tangent_index[i] for i in range(start, start + size) if i in tangent_index]
+        start += size
+    return order
+
+
+def _cond_jvp(primals, tangents, *, branches):
+    index, operands = primals[0], primals[1:]
+    operand_tangents = tangents[1:]
+    nonzero = _nonzero(operand_tangents)
+    out_avals = branches[0].out_avals
+    differentiable = _differentiable(out_avals)
+    jvp_branches = tuple(jvp_jaxpr(b, nonzero, instantiate_out=differentiable)[0] for b in branches)
+    given = [instantiate(t) for t in operand_tangents if not is_zero(t)]
+    outs = cond.bind(index, *operands, *given, branches=jvp_branches)
+    n = len(out_avals)
+    tangent_outs = iter(outs[n:])
+    return outs[:n], [next(tangent_outs) if d else Zero(tangent_aval(a))
+                      for a, d in zip(out_avals, differentiable)]
+
+
+def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+    n_fixed = cond_nconsts + body_nconsts
+    carry = primals[n_fixed:]
+    body_consts_nz = _nonzero(tangents[cond_nconsts:n_fixed])
+    carry_avals = [a.strip_weak_type() for a in body_jaxpr.out_avals]
+    carry_nz = _carry_fixed_point(body_jaxpr, body_consts_nz, _nonzero(tangents[n_fixed:]),
+                                  slice(0, len(carry)), carry_avals)
+    if not any(carry_nz):
+        outs = while_loop.bind(*primals, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
+                               cond_nconsts=cond_nconsts, body_nconsts=body_nconsts)
+        return outs, [Zero(tangent_aval(a)) for a in carry_avals]
+    body_jvp, _ = jvp_jaxpr(body_jaxpr, body_consts_nz + carry_nz, instantiate_out=carry_nz)
+    # body_jvp: (consts, carry, consts_dot, carry_dot) -> (carry, carry_dot); the loop wants
+    # (consts, consts_dot, carry, carry_dot) -> (carry, carry_dot).
+    n_consts = body_nconsts
+    order = _jvp_layout(n_consts + len(carry), body_consts_nz + carry_nz, [n_consts, len(carry)])
+    body_jvp = permute(body_jvp, order, list(range(len(body_jvp.jaxpr.outvars))))
+    cond_jvp = _ignoring_tangents(cond_jaxpr, cond_nconsts, [tangent_aval(a) for a, nz in
+                                                              zip(carry_avals, carry_nz) if nz])
+    consts_dot = [instantiate(t) for t in tangents[cond_nconsts:n_fixed] if not is_zero(t)]
+    carry_dot = [_zeros_or(t, a) for t, a, nz in zip(tangents[n_fixed:], carry_avals, carry_nz) if nz]
+    outs = while_loop.bind(*primals[:cond_nconsts], *primals[cond_nconsts:n_fixed], *consts_dot,
+                           *carry, *carry_dot, cond_jaxpr=cond_jvp, body_jaxpr=body_jvp,
+                           cond_nconsts=cond_nconsts, body_nconsts=body_nconsts + len(consts_dot))
+    primal_out = outs[:len(carry)]
+    tangent_out = iter(outs[len(carry):])
+    return primal_out, [next(tangent_out) if nz else Zero(tangent_aval(a))
+                        for a, nz in zip(carry_avals, carry_nz)]
+
+
+def _zeros_or(t, aval):
+    """`t`, or staged zeros of the tangent type of `aval` when it is a symbolic zero."""
+    return instantiate(Zero(tangent_aval(aval))) if is_zero(t) else t
+
+
+def _ignoring_tangents(closed: ClosedJaxpr, n_consts: int, tangent_avals) -> ClosedJaxpr:
+    """`closed` (consts, carry) -> out, taking the carry's tangents too and ignoring them."""
+    from s2s.core import Var
+    jaxpr = closed.jaxpr
+    extra = [Var(a) for a in tangent_avals]
+    return ClosedJaxpr(Jaxpr(jaxpr.constvars, list(jaxpr.invars) + extra, jaxpr.outvars, jaxpr.eqns),
+                       closed.consts)
+
+
+def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse, unroll):
+    consts_t, carry_t, xs_t = _scan_split(list(tangents), num_consts, num_carry)
+    consts, carry, xs = _scan_split(list(primals), num_consts, num_carry)
+    consts_nz, xs_nz = _nonzero(consts_t), _nonzero(xs_t)
+    carry_avals = [a.strip_weak_type() for a in jaxpr.out_avals[:num_carry]]
+    # The fixed point treats consts and xs as fixed operands: reorder the body's inputs.
+    fixed_first = permute(jaxpr, list(range(num_consts)) + list(range(num_consts + num_carry, len(primals)))
+                          + list(range(num_consts, num_consts + num_carry)),
+                          list(range(len(jaxpr.jaxpr.outvars))))
+    carry_nz = _carry_fixed_point(fixed_first, consts_nz + xs_nz, _nonzero(carry_t),
+                                  slice(0, num_carry), carry_avals)
+    ys_avals = jaxpr.out_avals[num_carry:]
+    ys_differentiable = _differentiable(ys_avals)
+    body_jvp, out_nz = jvp_jaxpr(jaxpr, consts_nz + carry_nz + xs_nz,
+                                 instantiate_out=carry_nz + ys_differentiable)
+    ys_nz = out_nz[num_carry:]
+    n_xs = len(xs)
+    order = _jvp_layout(len(primals), consts_nz + carry_nz + xs_nz, [num_consts, num_carry, n_xs])
+    # outputs: (carry, ys, carry_dot[nz], ys_dot[nz]) -> (carry, carry_dot, ys, ys_dot)
+    n_carry_dot, n_ys = sum(carry_nz), len(ys_avals)
+    outs_order = (list(range(num_carry)) + list(range(num_carry + n_ys, num_carry + n_ys + n_carry_dot))
+                  + list(range(num_carry, num_carry + n_ys))
+                  + list(range(num_carry + n_ys + n_carry_dot, len(body_jvp.jaxpr.outvars))))
+    body_jvp = permute(body_jvp, order, outs_order)
+    consts_dot = [t for t in consts_t if not is_zero(t)]
+    carry_dot = [_zeros_or(t, a) for t, a, nz in zip(carry_t, carry_avals, carry_nz) if nz]
+    xs_dot = [t for t in xs_t if not is_zero(t)]
+    outs = scan.bind(*consts, *consts_dot, *carry, *carry_dot, *xs, *xs_dot, jaxpr=body_jvp,
+                     num_consts=num_consts + len(consts_dot), num_carry=num_carry + len(carry_dot),
+                     length=length, reverse=reverse, unroll=unroll)
+    carry_out = outs[:num_carry]
+    carry_dot_out = iter(outs[num_carry:num_carry + n_carry_dot])
+    ys_out = outs[num_carry + n_carry_dot:num_carry + n_carry_dot + n_ys]
+    ys_dot_out = iter(outs[num_carry + n_carry_dot + n_ys:])
+    tangents_out = [next(carry_dot_out) if nz else Zero(tangent_aval(a)) for a, nz in zip(carry_avals, carry_nz)]
+    ys_avals_out = [ShapedArray((length,) + a.shape, a.dtype) for a in ys_avals]
+    tangents_out += [next(ys_dot_out) if nz else Zero(tangent_aval(a)) for a, nz in zip(ys_avals_out, ys_nz)]
+    return list(carry_out) + list(ys_out), tangents_out
+
+
+_jvp.register(cond, _cond_jvp)
+_jvp.register(while_loop, _while_jvp)
+_jvp.register(scan, _scan_jvp)
+
+
+# ---------------------------------------------------------------------------------------
+# Python emission: real `if` / `while` / `for` statements around the bodies' equations.
+
+from s2s.emit.pyexpr import Expr, dtype_text, register_statement  # noqa: E402
+
+
+def _assign(block, targets: list[str], values: list[Expr]) -> None:
+    """`a, b = x, y` (one simultaneous assignment, so a loop carry can swap values)."""
+    if targets:
+        block.line(f"{', '.join(targets)} = {', '.join(v.text for v in values)}")
+
+
+def _carry_names(block, body_invars, outvars) -> list[str]:
+    """Names for loop carries: the body's parameter names where it has them."""
+    return [block.names.fresh(b.hint or o.hint or "carry") for b, o in zip(body_invars, outvars)]
+
+
+def _typed(expr: Expr, var) -> Expr:
+    """A literal initial value written with its dtype (`np.int64(0)`), so the carry keeps it."""
+    return Expr(f"{dtype_text(var.aval.dtype)}({expr.text})") if isinstance(var, Literal) else expr
+
+
+def _emit_cond(block, eqn, operands):
+    index, args = block.named(operands[0], "index"), [block.named(o, None) for o in operands[1:]]
+    branches = eqn.params["branches"]
+    outs = [block.names.fresh(v.hint or "r") for v in eqn.outvars]
+    if len(branches) == 2:
+        tests = [f"if {index.text}:", "else:"]
+        order = [1, 0]
+    else:
+        tests = [f"if {index.text} <= 0:"] + [f"elif {index.text} == {i}:" for i in range(1, len(branches) - 1)] + ["else:"]
+        order = list(range(len(branches)))
+    for test, i in zip(tests, order):
+        block.line(test + (block.comment(eqn) if i == order[0] else ""))
+        inner = block.nested()
+        results = inner.write(branches[i].jaxpr, args)
+        _assign(inner, outs, results)
+        if not outs:
+            inner.line("pass")
+    return [Expr(o) for o in outs]
+
+
+def _emit_while(block, eqn, operands):
+    p = eqn.params
+    n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
+    cond_consts = [block.named(o, None) for o in operands[:n_cond]]
+    body_consts = [block.named(o, None) for o in operands[n_cond:n_cond + n_body]]
+    body_invars = p["body_jaxpr"].jaxpr.invars[n_body:]
+    carry = _carry_names(block, body_invars, eqn.outvars)
+    _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_cond + n_body:], eqn.invars[n_cond + n_body:])])
+    carry_exprs = [Expr(c) for c in carry]
+    header_at = len(block.lines)
+    block.line("while True:" + block.comment(eqn))
+    inner = block.nested()
+    condition_start = len(block.lines)
+    (pred,) = inner.write(p["cond_jaxpr"].jaxpr, cond_consts + carry_exprs)
+    if len(block.lines) == condition_start:    # the condition is one expression
+        block.lines[header_at] = f"{block.indent}while {pred.text}:{block.comment(eqn)}"
+    else:
+        inner.line(f"if not {pred.wrap(8)}:")
+        inner.nested().line("break")
+    _assign(inner, carry, inner.write(p["body_jaxpr"].jaxpr, body_consts + carry_exprs))
+    return carry_exprs
+
+
+def _emit_scan(block, eqn, operands):
+    p = eqn.params
+    n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
+    consts = [block.named(o, None) for o in operands[:n_consts]]
+    xs = [block.named(o, None) for o in operands[n_consts + n_carry:]]
+    carry = _carry_names(block, p["jaxpr"].jaxpr.invars[n_consts:n_consts + n_carry], eqn.outvars[:n_carry])
+    _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_consts:n_consts + n_carry],
+                                                         eqn.invars[n_consts:n_consts + n_carry])])
+    ys = [block.names.fresh(v.hint or "ys") for v in eqn.outvars[n_carry:]]
+    for name, v in zip(ys, eqn.outvars[n_carry:]):
+        block.line(f"{name} = np.empty({tuple(v.aval.shape)!r}, dtype={dtype_text(v.aval.dtype)})")
+    i = block.names.fresh("i")
+    steps = f"reversed(range({length}))" if p["reverse"] else f"range({length})"
+    block.line(f"for {i} in {steps}:" + block.comment(eqn))
+    inner = block.nested()
+    body = p["jaxpr"].jaxpr
+    slices = [inner.named(Expr(f"{x.text}[{i}]"), v.hint)
+              for x, v in zip(xs, body.invars[n_consts + n_carry:])]
+    results = inner.write(body, consts + [Expr(c) for c in carry] + slices)
+    for name, y in zip(ys, results[n_carry:]):   # before the carry changes: y may read it
+        inner.line(f"{name}[{i}] = {y.text}")
+    _assign(inner, carry, results[:n_carry])
+    if not carry and not ys:
+        inner.line("pass")
+    return [Expr(c) for c in carry] + [Expr(y) for y in ys]
+
+
+register_statement(cond, _emit_cond)
+register_statement(while_loop, _emit_while)
+register_statement(scan, _emit_scan)
+
+
+# ---------------------------------------------------------------------------------------
+# StableHLO: `stablehlo.case` and `stablehlo.while`; bodies read outer values directly
+# (regions may capture them), and a scan is a while loop over a counter that slices the
+# xs and writes the ys with dynamic (update) slices.
+
+from s2s.emit import stablehlo as _hlo  # noqa: E402
+
+
+def _result_types(avals) -> str:
+    types = [_hlo.tensor_type(a) for a in avals]
+    return types[0] if len(types) == 1 else f"({', '.join(types)})"
+
+
+def _lower_cond(ctx, eqn, index, *operands):
+    branches = eqn.params["branches"]
+    i32 = ShapedArray((), dtypes.int32)
+    index_aval = eqn.invars[0].aval
+    if index_aval.dtype != dtypes.int32:
+        index = ctx.op(f"stablehlo.convert {index} : ({_hlo.tensor_type(index_aval)}) -> tensor<i32>")
+    low, high = ctx.constant(0, dtypes.int32), ctx.constant(len(branches) - 1, dtypes.int32)
+    index = ctx.op(f"stablehlo.clamp {low}, {index}, {high} : tensor<i32>")
+    regions = [_hlo.region(ctx, b.jaxpr, list(operands)) for b in branches]
+    name = ctx.fresh(eqn.outvars[0].hint if eqn.outvars else "case")
+    count = len(eqn.outvars)
+    ctx.lines.append(f"{name}{f':{count}' if count > 1 else ''} = \"stablehlo.case\"({index}) ({{")
+    for k, lines in enumerate(regions):
+        ctx.lines.extend(lines)
+        ctx.lines.append("}, {" if k < len(regions) - 1 else
+                         f"}}) : ({_hlo.tensor_type(i32)}) -> {_result_types([v.aval for v in eqn.outvars])}"
+                         f"{ctx.location}")
+    return _hlo.results_of(name, count)
+
+
+def _while_op(ctx, init: list[str], avals, hints, condition, body) -> list[str]:
+    """A `stablehlo.while` over carries `init`: `condition(carry_names)` and
+    `body(carry_names)` append their region's ops and return the names they produce."""
+    carry = [ctx.fresh(h or "carry") for h in hints]
+    types = [_hlo.tensor_type(a) for a in avals]
+    regions = []
+    for fn, out_types in ((condition, ["tensor<i1>"]), (body, types)):
+        outer, ctx.lines = ctx.lines, []
+        outs = fn(carry)
+        ctx.lines.append(f"stablehlo.return {', '.join(outs)} : {', '.join(out_types)}")
+        regions.append(["  " + line for line in ctx.lines])
+        ctx.lines = outer
+    name = ctx.fresh("while")
+    count = len(init)
+    bindings = ", ".join(f"{c} = {i}" for c, i in zip(carry, init))
+    ctx.lines.append(f"{name}{f':{count}' if count > 1 else ''} = stablehlo.while({bindings}) : "
+                     f"{', '.join(types)}")
+    ctx.lines.append(" cond {")
+    ctx.lines.extend(regions[0])
+    ctx.lines.append(" } do {")
+    ctx.lines.extend(regions[1])
+    ctx.lines.append(f" }}{ctx.location}")
+    return _hlo.results_of(name, count)
+
+
+def _lower_while(ctx, eqn, *operands):
+    p = eqn.params
+    n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
+    cond_consts, body_consts = list(operands[:n_cond]), list(operands[n_cond:n_cond + n_body])
+    init = list(operands[n_cond + n_body:])
+    body_invars = p["body_jaxpr"].jaxpr.invars[n_body:]
+    return _while_op(ctx, init, [v.aval for v in eqn.outvars], [v.hint for v in body_invars],
+                     lambda carry: _hlo.lower_jaxpr(ctx, p["cond_jaxpr"].jaxpr, cond_consts + carry),
+                     lambda carry: _hlo.lower_jaxpr(ctx, p["body_jaxpr"].jaxpr, body_consts + carry))
+
+
+def _lower_scan(ctx, eqn, *operands):
+    p = eqn.params
+    n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
+    body = p["jaxpr"].jaxpr
+    consts, init, xs = _scan_split(list(operands), n_consts, n_carry)
+    x_avals = [v.aval for v in eqn.invars[n_consts + n_carry:]]
+    ys_avals = [v.aval for v in eqn.outvars[n_carry:]]
+    carry_avals = [v.aval for v in eqn.outvars[:n_carry]]
+    i32 = dtypes.int32
+    ys_init = [ctx.constant(0, a.dtype, a.shape) for a in ys_avals]
+    start = ctx.constant(0, i32)
+
+    def condition(carry):
+        bound = ctx.constant(length, i32)
+        return [ctx.op(f"stablehlo.compare LT, {carry[0]}, {bound}, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>")]
+
+    def step(carry):
+        i, state, ys = carry[0], carry[1:1 + n_carry], carry[1 + n_carry:]
+        position = i
+        if p["reverse"]:
+            last = ctx.constant(length - 1, i32)
+            position = ctx.op(f"stablehlo.subtract {last}, {i} : tensor<i32>")
+        zero = ctx.constant(0, i32)
+        slices = []
+        for x, aval, var in zip(xs, x_avals, body.invars[n_consts + n_carry:]):
+            starts = ", ".join([position] + [zero] * (len(aval.shape) - 1))
+            sizes = ", ".join(["1"] + [str(d) for d in aval.shape[1:]])
+            one_row = ShapedArray((1,) + aval.shape[1:], aval.dtype)
+            row = ctx.op(f"stablehlo.dynamic_slice {x}, {starts}, sizes = [{sizes}] : "
+                         f"({_hlo.tensor_type(aval)}, {', '.join(['tensor<i32>'] * len(aval.shape))}) -> "
+                         f"{_hlo.tensor_type(one_row)}")
+            slices.append(ctx.op(f"stablehlo.reshape {row} : ({_hlo.tensor_type(one_row)}) -> "
+                                 f"{_hlo.tensor_type(var.aval)}", var.hint))
+        outs = _hlo.lower_jaxpr(ctx, body, list(consts) + list(state) + slices)
+        new_ys = []
+        for buffer, y, aval, y_var in zip(ys, outs[n_carry:], ys_avals, body.outvars[n_carry:]):
+            one_row = ShapedArray((1,) + aval.shape[1:], aval.dtype)
+            row = ctx.op(f"stablehlo.reshape {y} : ({_hlo.tensor_type(y_var.aval)}) -> {_hlo.tensor_type(one_row)}")
+            starts = ", ".join([position] + [zero] * (len(aval.shape) - 1))
+            new_ys.append(ctx.op(f"stablehlo.dynamic_update_slice {buffer}, {row}, {starts} : "
+                                 f"({_hlo.tensor_type(aval)}, {_hlo.tensor_type(one_row)}, "
+                                 f"{', '.join(['tensor<i32>'] * len(aval.shape))}) -> {_hlo.tensor_type(aval)}"))
+        following = ctx.op(f"stablehlo.add {i}, {ctx.constant(1, i32)} : tensor<i32>")
+        return [following] + outs[:n_carry] + new_ys
+
+    hints = ["i"] + [v.hint for v in body.invars[n_consts:n_consts + n_carry]] + [v.hint or "ys" for v in eqn.outvars[n_carry:]]
+    results = _while_op(ctx, [start] + list(init) + ys_init,
+                        [ShapedArray((), i32)] + carry_avals + ys_avals, hints, condition, step)
+    return results[1:]
+
+
+_hlo.register(cond, _lower_cond)
+_hlo.register(while_loop, _lower_while)
+_hlo.register(scan, _lower_scan)
