@@ -7,6 +7,8 @@ eagerly, the emitted module, jit on XLA), and forward-mode derivatives against j
 import re
 import types
 
+import autograd
+import autograd.numpy as anp
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -179,6 +181,54 @@ def test_jvp_matches_jax(name):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-8, atol=1e-10)
 
 
+DIFFERENTIABLE = ["rnn", "piecewise_positive", "piecewise_negative", "switch_middle", "horner", "euler",
+                  "rk4", "nested", "loop_with_branch", "reverse", "map", "int_carry_no_xs"]
+
+
+def scalar_loss(fn):
+    """The sum of every floating output: a scalar function of the same arguments."""
+    def loss(*args):
+        leaves = [l for l in s2s.tree_leaves(fn(*args)) if l.dtype.kind == "f"]
+        return sum(l.sum() for l in leaves)
+    return loss
+
+
+def float_argnums(args) -> tuple:
+    return tuple(i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_grad_matches_jax_on_numpy_and_xla(name):
+    fn, make_args = CASES[name]
+    args = make_args()
+    argnums = float_argnums(args)
+    expected = jax.grad(scalar_loss(as_jax(fn)), argnums=argnums)(*args)
+    grad = s2s.grad(scalar_loss(fn), argnums=argnums)
+    assert_trees_close(grad(*args), expected, rtol=1e-8, atol=1e-10)
+    assert_trees_close(s2s.jit(grad)(*args), expected, rtol=1e-8, atol=1e-10)
+
+
+def test_reverse_mode_of_a_while_loop_is_a_clear_error():
+    with pytest.raises(s2s.StagingError, match="reverse-mode differentiation of a while_loop"):
+        s2s.grad(lambda a: newton_sqrt(a)[0])(np.float64(2.0))
+    # Forward mode works, and agrees with d sqrt(a) / da.
+    np.testing.assert_allclose(s2s.jacfwd(lambda a: newton_sqrt(a)[0])(np.float64(2.0)), 0.5 / np.sqrt(2.0))
+
+
+def test_grad_of_an_rnn_is_a_loop_each_way():
+    W, h0, xs = rng.standard_normal((8, 8)) * 0.3, np.zeros(8), rng.standard_normal((100, 8))
+    grad = s2s.grad(scalar_loss(rnn))
+    source = s2s.emit_python(grad, W, h0, xs)
+    assert "for i in range(100):" in source and "in reversed(range(100)):" in source
+    assert source.count("np.tanh") == 1
+    text = s2s.jit(grad).lower(W, h0, xs).as_text()
+    assert text.count("stablehlo.while") == 2      # the forward loop and the backward loop
+    expected = jax.grad(scalar_loss(as_jax(rnn)))(W, h0, xs)
+    name = re.search(r"^def (\w+)\(", source, re.M).group(1)
+    emitted = getattr(load_source(source, name), name)((W, h0, xs))   # loss(*args): one tuple
+    assert_trees_close(emitted, expected, rtol=1e-8, atol=1e-10)
+
+
 def test_a_long_scan_stays_one_equation_a_loop_in_python_and_one_while_in_hlo():
     W, h0, xs = rng.standard_normal((8, 8)) * 0.3, np.zeros(8), rng.standard_normal((1000, 8))
     closed = s2s.make_jaxpr(rnn)(W, h0, xs)
@@ -222,3 +272,56 @@ def test_bad_bodies_are_clear_errors():
         s2s.make_jaxpr(branch_types)(np.ones(3))
     with pytest.raises(s2s.StagingError, match=r"must return a pair \(carry, y\)"):
         s2s.make_jaxpr(not_a_pair)(np.ones(3))
+
+
+# Plain-Python versions of the same computations (loops and ifs), differentiated by autograd.
+
+
+def rnn_python(W, h0, xs):
+    h, total = h0, 0.0
+    for x in xs:
+        h = anp.tanh(W @ h + x)
+        total = total + h.sum()
+    return h.sum() + total
+
+
+def horner_python(coefficients, x):
+    acc = anp.zeros_like(x)
+    for c in coefficients:
+        acc = acc * x + c
+    return acc.sum()
+
+
+def rk4_python(state, omega):
+    def f(s):
+        return anp.stack([s[1], -omega * omega * s[0]])
+    s = state
+    for _ in range(40):
+        k1 = f(s)
+        k2 = f(s + 0.025 * k1)
+        k3 = f(s + 0.025 * k2)
+        k4 = f(s + 0.05 * k3)
+        s = s + 0.05 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return s.sum()
+
+
+def loop_with_branch_python(xs):
+    carry, total = 1.0, 0.0
+    for x in xs:
+        carry = carry * x if x > 0 else carry - x
+        total = total + carry
+    return carry + total
+
+
+AUTOGRAD_PAIRS = {"rnn": rnn_python, "horner": horner_python, "rk4": rk4_python,
+                  "loop_with_branch": loop_with_branch_python}
+
+
+@pytest.mark.parametrize("name", sorted(AUTOGRAD_PAIRS))
+def test_grad_matches_autograd_of_the_plain_python_loop(name):
+    fn, make_args = CASES[name]
+    args = make_args()
+    argnums = float_argnums(args)
+    expected = autograd.grad(AUTOGRAD_PAIRS[name], argnums)(*args)
+    got = s2s.grad(scalar_loss(fn), argnums=argnums)(*args)
+    assert_trees_close(got, expected, rtol=1e-8, atol=1e-10)

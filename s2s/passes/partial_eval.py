@@ -6,7 +6,14 @@
     unknown: residuals, unknown inputs → unknown outputs
 
 An equation is unknown when any of its inputs is; everything else runs in the known
-jaxpr. Residuals are exactly the known values that unknown equations (or unknown
+jaxpr. Primitives with a rule in `partial_eval_rules` (control flow, whose bodies can be
+split too) are split into a known and an unknown equation instead:
+
+    rule(eqn, unknown_inputs) -> (known_eqns, unknown_eqns, unknown_outputs)
+
+where the unknown equations may read new variables the known ones define.
+
+Residuals are exactly the known values that unknown equations (or unknown
 outputs) read, after dead-code elimination of both sides, so nothing is saved that the
 unknown side does not use.
 
@@ -19,6 +26,13 @@ import dataclasses
 
 from s2s.core import ClosedJaxpr, Jaxpr, Var
 from s2s.passes.dce import dce_jaxpr
+
+
+partial_eval_rules: dict = {}
+
+
+def register(primitive, rule) -> None:
+    partial_eval_rules[primitive] = rule
 
 
 @dataclasses.dataclass
@@ -39,7 +53,14 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
     unknown_vars: set[Var] = {v for v, u in zip(jaxpr.invars, unknowns) if u}
     known_eqns, unknown_eqns = [], []
     for eqn in jaxpr.eqns:
-        if any(isinstance(v, Var) and v in unknown_vars for v in eqn.invars):
+        unknown_ins = [isinstance(v, Var) and v in unknown_vars for v in eqn.invars]
+        rule = partial_eval_rules.get(eqn.primitive)
+        if any(unknown_ins) and rule is not None:
+            known_part, unknown_part, unknown_outs = rule(eqn, unknown_ins)
+            known_eqns.extend(known_part)
+            unknown_eqns.extend(unknown_part)
+            unknown_vars.update(v for v, u in zip(eqn.outvars, unknown_outs) if u)
+        elif any(unknown_ins):
             unknown_eqns.append(eqn)
             unknown_vars.update(eqn.outvars)
         else:

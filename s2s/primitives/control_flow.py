@@ -521,3 +521,201 @@ def _lower_scan(ctx, eqn, *operands):
 _hlo.register(cond, _lower_cond)
 _hlo.register(while_loop, _lower_while)
 _hlo.register(scan, _lower_scan)
+
+
+# ---------------------------------------------------------------------------------------
+# Reverse mode. Partial evaluation splits a scan into a known scan (the forward pass, which
+# also returns the residuals each iteration needs, stacked) and an unknown scan over the
+# tangents; transposing that one gives a scan running the other way. A cond splits the
+# same way branch by branch. Loop-invariant residuals are passed once, not stacked.
+
+from s2s.core import JaxprEqn, Var  # noqa: E402
+from s2s.passes import partial_eval as _pe, transpose as _transpose  # noqa: E402
+from s2s.passes.partial_eval import partial_eval_jaxpr  # noqa: E402
+from s2s.passes.transpose import is_linear, transpose_jaxpr  # noqa: E402
+from s2s.staging import JaxprBuilder, inline_jaxpr  # noqa: E402
+
+
+def _scan_partial_eval(eqn, unknown_ins):
+    p = eqn.params
+    jaxpr, n_consts, n_carry, length = p["jaxpr"], p["num_consts"], p["num_carry"], p["length"]
+    consts_uk, carry_uk, xs_uk = _scan_split(list(unknown_ins), n_consts, n_carry)
+    n_ys = len(jaxpr.jaxpr.outvars) - n_carry
+    while True:   # a carry is unknown if it starts unknown or the body makes it so
+        pe = partial_eval_jaxpr(jaxpr, consts_uk + carry_uk + xs_uk, instantiate=carry_uk + [False] * n_ys)
+        updated = [a or b for a, b in zip(carry_uk, pe.out_unknowns[:n_carry])]
+        if updated == carry_uk:
+            break
+        carry_uk = updated
+    ys_uk = pe.out_unknowns[n_carry:]
+    body_invars = jaxpr.jaxpr.invars
+    known_body = pe.known.jaxpr
+    residuals = known_body.outvars[len(known_body.outvars) - pe.num_residuals:]
+    known_consts = [v for v, u in zip(body_invars[:n_consts], consts_uk) if not u]
+    # Residuals that are the body's known constants do not change between iterations.
+    invariant = [r for r in residuals if r in known_consts]
+    stacked = [r for r in residuals if r not in known_consts]
+    outer_of = dict(zip(body_invars, eqn.invars))
+    known_outs = [v for v, u in zip(eqn.outvars, carry_uk + ys_uk) if not u]
+    stacked_vars = [Var(ShapedArray((length,) + r.aval.shape, r.aval.dtype)) for r in stacked]
+    known_jaxpr = ClosedJaxpr(Jaxpr([], known_body.invars, known_body.outvars[:len(known_outs)] + stacked,
+                                    known_body.eqns), pe.known.consts)
+    known_eqn = JaxprEqn(scan, [v for v, u in zip(eqn.invars, unknown_ins_layout(consts_uk, carry_uk, xs_uk))
+                                if not u],
+                         known_outs + stacked_vars,
+                         dict(p, jaxpr=known_jaxpr, num_consts=len(known_consts),
+                              num_carry=n_carry - sum(carry_uk)), eqn.source_info)
+    # The unknown body takes (residuals, unknown consts, unknown carry, unknown xs); as a
+    # scan it wants (invariant residuals, unknown consts | carry | stacked residuals, xs).
+    unknown_body = pe.unknown
+    n_res = pe.num_residuals
+    res_position = {r: i for i, r in enumerate(residuals)}
+    n_uk_consts, n_uk_carry = sum(consts_uk), sum(carry_uk)
+    order = ([res_position[r] for r in invariant] + list(range(n_res, n_res + n_uk_consts + n_uk_carry))
+             + [res_position[r] for r in stacked]
+             + list(range(n_res + n_uk_consts + n_uk_carry, len(unknown_body.jaxpr.invars))))
+    unknown_body = permute(unknown_body, order, list(range(len(unknown_body.jaxpr.outvars))))
+    consts_in, carry_in, xs_in = _scan_split(list(eqn.invars), n_consts, n_carry)
+    unknown_eqn = JaxprEqn(
+        scan,
+        [outer_of[r] for r in invariant] + [v for v, u in zip(consts_in, consts_uk) if u]
+        + [v for v, u in zip(carry_in, carry_uk) if u] + stacked_vars
+        + [v for v, u in zip(xs_in, xs_uk) if u],
+        [v for v, u in zip(eqn.outvars, carry_uk + ys_uk) if u],
+        dict(p, jaxpr=unknown_body, num_consts=len(invariant) + n_uk_consts, num_carry=n_uk_carry),
+        eqn.source_info)
+    return [known_eqn], [unknown_eqn], carry_uk + ys_uk
+
+
+def unknown_ins_layout(consts_uk, carry_uk, xs_uk) -> list[bool]:
+    return list(consts_uk) + list(carry_uk) + list(xs_uk)
+
+
+def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, unroll):
+    consts, carry, xs = _scan_split(list(args), num_consts, num_carry)
+    consts_lin, xs_lin = [is_linear(c) for c in consts], [is_linear(x) for x in xs]
+    # Every carry is transposed as linear: one whose initial value is known (a tangent that
+    # starts as zeros and becomes nonzero in the loop) just gets no cotangent back.
+    ct_carry, ct_ys = cts[:num_carry], cts[num_carry:]
+    body = jaxpr.jaxpr
+    carry_avals = [v.aval for v in body.invars[num_consts:num_consts + num_carry]]
+    y_avals = [v.aval for v in body.outvars[num_carry:]]
+    lin_const_avals = [v.aval for v, lin in zip(body.invars[:num_consts], consts_lin) if lin]
+    # body^T: (residual consts, residual x slices, ct of carry out, ct of y) ->
+    #         (ct of linear consts, ct of carry in, ct of linear x slices)
+    transposed = transpose_jaxpr(jaxpr, consts_lin + [True] * num_carry + xs_lin)
+    res_const_avals = [v.aval for v, lin in zip(body.invars[:num_consts], consts_lin) if not lin]
+    res_x_avals = [v.aval for v, lin in zip(body.invars[num_consts + num_carry:], xs_lin) if not lin]
+    with JaxprBuilder() as builder:
+        res_consts = [builder.new_arg(a) for a in res_const_avals]
+        acc = [builder.new_arg(a) for a in lin_const_avals]
+        ct_c = [builder.new_arg(a) for a in carry_avals]
+        res_x = [builder.new_arg(a) for a in res_x_avals]
+        ct_y = [builder.new_arg(a) for a in y_avals]
+        outs = inline_jaxpr(transposed, res_consts + res_x + ct_c + ct_y)
+        d_consts, d_carry, d_xs = (outs[:len(acc)], outs[len(acc):len(acc) + num_carry],
+                                   outs[len(acc) + num_carry:])
+        new_acc = [a + d for a, d in zip(acc, d_consts)]
+        body_t = builder.build(new_acc + list(d_carry) + list(d_xs))
+    zeros = [instantiate(Zero(a)) for a in lin_const_avals]
+    ct_carry = [instantiate(c) if not is_zero(c) else instantiate(Zero(a)) for c, a in zip(ct_carry, carry_avals)]
+    ct_ys = [instantiate(c) if not is_zero(c) else instantiate(Zero(ShapedArray((length,) + a.shape, a.dtype)))
+             for c, a in zip(ct_ys, y_avals)]
+    res_consts_in = [c for c, lin in zip(consts, consts_lin) if not lin]
+    res_xs_in = [x for x, lin in zip(xs, xs_lin) if not lin]
+    outs = scan.bind(*res_consts_in, *zeros, *ct_carry, *res_xs_in, *ct_ys, jaxpr=body_t,
+                     num_consts=len(res_consts_in), num_carry=len(zeros) + num_carry, length=length,
+                     reverse=not reverse, unroll=unroll)
+    ct_consts_out, ct_init, ct_xs_out = outs[:len(zeros)], outs[len(zeros):len(zeros) + num_carry], \
+        outs[len(zeros) + num_carry:]
+    consts_cts, it = [], iter(ct_consts_out)
+    for lin in consts_lin:
+        consts_cts.append(next(it) if lin else None)
+    xs_cts, it = [], iter(ct_xs_out)
+    for lin in xs_lin:
+        xs_cts.append(next(it) if lin else None)
+    init_cts = [ct if is_linear(c) else None for ct, c in zip(ct_init, carry)]
+    return consts_cts + init_cts + xs_cts
+
+
+_pe.register(scan, _scan_partial_eval)
+_transpose.register(scan, _scan_transpose)
+
+
+def _cond_partial_eval(eqn, unknown_ins):
+    branches = eqn.params["branches"]
+    n_out = len(eqn.outvars)
+    if unknown_ins[0]:          # the branch taken is unknown: all of it is
+        return [], [eqn], [True] * n_out
+    ops_uk = list(unknown_ins[1:])
+    out_uk = [False] * n_out
+    for branch in branches:
+        out_uk = [a or b for a, b in zip(out_uk, partial_eval_jaxpr(branch, ops_uk).out_unknowns)]
+    if not any(out_uk):
+        return [eqn], [], out_uk
+    splits = [partial_eval_jaxpr(b, ops_uk, instantiate=out_uk) for b in branches]
+    # Every branch returns every branch's residuals (zeros in the others' slots).
+    res_avals = [a for pe in splits for a in pe.known.out_avals[len(pe.known.out_avals) - pe.num_residuals:]]
+    known_branches, unknown_branches, start = [], [], 0
+    for pe in splits:
+        known_branches.append(_known_branch(pe, start, res_avals))
+        unknown_branches.append(_unknown_branch(pe, start, res_avals))
+        start += pe.num_residuals
+    res_vars = [Var(a) for a in res_avals]
+    ops = eqn.invars[1:]
+    known_eqn = JaxprEqn(cond, [eqn.invars[0]] + [v for v, u in zip(ops, ops_uk) if not u],
+                         [v for v, u in zip(eqn.outvars, out_uk) if not u] + res_vars,
+                         dict(branches=tuple(known_branches)), eqn.source_info)
+    unknown_eqn = JaxprEqn(cond, [eqn.invars[0]] + res_vars + [v for v, u in zip(ops, ops_uk) if u],
+                           [v for v, u in zip(eqn.outvars, out_uk) if u],
+                           dict(branches=tuple(unknown_branches)), eqn.source_info)
+    return [known_eqn], [unknown_eqn], out_uk
+
+
+def _known_branch(pe, start: int, res_avals) -> ClosedJaxpr:
+    """The known part of one branch, returning all branches' residual slots."""
+    with JaxprBuilder() as builder:
+        args = [builder.new_arg(a) for a in pe.known.in_avals]
+        outs = inline_jaxpr(pe.known, args)
+        n_known = len(outs) - pe.num_residuals
+        own = outs[n_known:]
+        slots = [instantiate(Zero(a)) for a in res_avals[:start]] + list(own) + \
+            [instantiate(Zero(a)) for a in res_avals[start + pe.num_residuals:]]
+        return builder.build(list(outs[:n_known]) + slots)
+
+
+def _unknown_branch(pe, start: int, res_avals) -> ClosedJaxpr:
+    """The unknown part of one branch, taking all branches' residual slots."""
+    with JaxprBuilder() as builder:
+        slots = [builder.new_arg(a) for a in res_avals]
+        unknown_ins = [builder.new_arg(a) for a in pe.unknown.in_avals[pe.num_residuals:]]
+        outs = inline_jaxpr(pe.unknown, slots[start:start + pe.num_residuals] + unknown_ins)
+        return builder.build(outs)
+
+
+def _cond_transpose(cts, index, *operands, branches):
+    if is_linear(index):
+        raise _transpose.NonLinearEquationError("cond transpose: the index is linear")
+    linear = [is_linear(o) for o in operands]
+    out_avals = branches[0].out_avals
+    cts = [instantiate(c) if not is_zero(c) else instantiate(Zero(a)) for c, a in zip(cts, out_avals)]
+    transposed = tuple(transpose_jaxpr(b, linear) for b in branches)
+    residuals = [o for o, lin in zip(operands, linear) if not lin]
+    outs = iter(cond.bind(index, *residuals, *cts, branches=transposed))
+    return [None] + [next(outs) if lin else None for lin in linear]
+
+
+_pe.register(cond, _cond_partial_eval)
+_transpose.register(cond, _cond_transpose)
+
+
+def _while_transpose(cts, *args, **params):
+    from s2s.errors import StagingError
+    raise StagingError(
+        "reverse-mode differentiation of a while_loop: its number of iterations is only known "
+        "when it runs, so there is no fixed loop to run backwards",
+        "use s2s.lax.fori_loop with static bounds or s2s.lax.scan (both differentiate in "
+        "reverse mode), or forward mode (s2s.jvp, s2s.jacfwd)")
+
+
+_transpose.register(while_loop, _while_transpose)
