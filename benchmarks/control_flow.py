@@ -10,26 +10,18 @@ source with `jax.lax.scan`, in the same run.
 Both get the same NumPy arrays and are waited for. Results are checked against each other
 first. Targets: s2s/jax at most 1.0x on both.
 """
-import argparse
-import importlib.util
 import os
+import runpy
 import sys
+import types
 
 import numpy as np
 
 import s2s
 
 
-def _load_sibling(name: str):
-    """Another script of benchmarks/ by path (benchmarks/ is not a package)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"s2s_benchmarks_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_xla = _load_sibling("xla")   # fresh, medians_per_call, seconds_to_first_result, disk_cache_off, ...
+# benchmarks/xla.py's timing, checking and printing helpers (benchmarks/ is not a package).
+_xla = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "xla.py")))
 
 lax = s2s.lax
 
@@ -87,17 +79,11 @@ def run(tiny: bool):
     label = f"{steps} steps, hidden {hidden}"
     rows = [(f"(1) grad RNN {label}, first result", t_first_ours, t_first_theirs),
             (f"(2) grad RNN {label}, steady state", *steady)]
-    print(f"{'benchmark':52} {'s2s':>11} {'jax':>11} {'s2s/jax':>8}")
-    for name, t_ours, t_theirs in rows:
-        print(f"{name:52} {_xla._fmt(t_ours):>11} {_xla._fmt(t_theirs):>11} {t_ours / t_theirs:7.2f}x")
-    return rows
+    return _xla.print_rows(rows)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="small problems, for the test suite")
-    args = parser.parse_args(argv)
-    return run(args.tiny)
+    return _xla.command_line(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -156,6 +156,11 @@ def run(tiny: bool):
                                    mlp_calls, repeats * 3)))
     rows.append((f"(3) jit(grad) {label}, first result", t_first_ours, t_first_theirs))
 
+    return print_rows(rows)
+
+
+def print_rows(rows):
+    """Prints (name, s2s seconds, jax seconds) rows side by side with their ratio."""
     print(f"{'benchmark':52} {'s2s':>11} {'jax':>11} {'s2s/jax':>8}")
     for name, t_ours, t_theirs in rows:
         print(f"{name:52} {_fmt(t_ours):>11} {_fmt(t_theirs):>11} {t_ours / t_theirs:7.2f}x")
@@ -170,11 +175,15 @@ def _fmt(seconds: float) -> str:
     return f"{seconds:.2f}s"
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def command_line(run, doc: str, argv=None):
+    """`run(tiny)` for `--tiny` or not, as the benchmarks' command line."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="small problems, for the test suite")
-    args = parser.parse_args(argv)
-    return run(args.tiny)
+    return run(parser.parse_args(argv).tiny)
+
+
+def main(argv=None):
+    return command_line(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -119,27 +119,6 @@ def test_custom_pytree_argument_is_passed_as_leaves():
     np.testing.assert_allclose(s2s.jit(box_in)(box, np.arange(3.0)), box_in(box, np.arange(3.0)))
 
 
-def test_jit_from_many_threads_agrees():
-    f = s2s.jit(affine)
-    args = np.ones((4, 3)), np.ones((3, 2)), np.ones(2)
-    results, errors = [], []
-
-    def worker():
-        try:
-            for _ in range(20):
-                results.append(f(*args))
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    assert len(results) == 160 and all(np.allclose(r, results[0]) for r in results)
-
-
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="python"):
         s2s.jit(affine, backend="tpu")

@@ -15,6 +15,8 @@ import numpy as np
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tests.strategies import small_values
+
 SETTINGS = settings(max_examples=6)
 
 FLOATS = [np.float64, np.float32]
@@ -34,21 +36,7 @@ def shapes(min_dims=0, max_dims=3, min_side=1, max_side=3):
                             max_side=max_side)
 
 
-def small_values(dtype, nonfinite: bool = False):
-    """Small integers in `dtype` (ties and repeats are common, sums and products of a few
-    are exact in every dtype), with NaN, +-inf and -0.0 among them for floats if asked
-    (their results do not depend on the order of a reduction either)."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "b":
-        return st.booleans()
-    if dtype.kind == "u":
-        return st.integers(0, 4)
-    if dtype.kind == "i":
-        return st.integers(-4, 4)
-    values = st.integers(-4, 4).map(float)
-    if nonfinite:
-        values = st.one_of(values, st.sampled_from([math.nan, math.inf, -math.inf, -0.0]))
-    return values
+NONFINITE = (math.nan, math.inf, -math.inf, -0.0)
 
 
 @st.composite
@@ -56,7 +44,7 @@ def arrays(draw, dtypes=ANY, nonfinite=False, **shape_kwargs):
     """An array of a drawn dtype and shape (`shapes(**shape_kwargs)`) of `small_values`."""
     dtype = np.dtype(draw(st.sampled_from(dtypes)))
     shape = draw(shapes(**shape_kwargs))
-    return draw(hnp.arrays(dtype, shape, elements=small_values(dtype, nonfinite)))
+    return draw(hnp.arrays(dtype, shape, elements=small_values(dtype, NONFINITE if nonfinite else ())))
 
 
 def normal_array(draw, shape, dtype):

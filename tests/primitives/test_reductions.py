@@ -22,6 +22,7 @@ from s2s.primitives import reductions as red
 from s2s.staging import JaxprBuilder
 from s2s_runtime import sorting
 from tests.helpers import assert_same, check_staged, stage
+from tests.strategies import small_values
 
 SETTINGS = settings(max_examples=30, deadline=None)
 
@@ -37,15 +38,7 @@ def _runtime_sort_multi(monkeypatch):
 
 
 def _elements(dtype, nan: bool = False):
-    dtype = np.dtype(dtype)
-    if dtype.kind == "b":
-        return st.booleans()
-    if dtype.kind == "u":
-        return st.integers(0, 4)
-    if dtype.kind == "i":
-        return st.integers(-4, 4)   # small: ties are common, sums exact
-    values = st.integers(-4, 4).map(float)
-    return st.one_of(values, st.just(float("nan"))) if nan else values
+    return small_values(dtype, (float("nan"),) if nan else ())
 
 
 @st.composite
