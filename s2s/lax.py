@@ -85,7 +85,10 @@ class _Body:
 
 
 def _leaf_hints(names: list[str], in_tree: PyTreeDef) -> list[str | None]:
-    """A readable hint per leaf: the parameter's name when the parameter is one leaf."""
+    """A readable hint per leaf: the parameter's name when the parameter is one leaf (or
+    one name per leaf when there are as many names as leaves)."""
+    if len(names) == in_tree.num_leaves and len(names) != len(in_tree.children):
+        return list(names)
     hints = []
     for i, child in enumerate(in_tree.children):
         name = names[i] if i < len(names) else None
@@ -137,7 +140,8 @@ def switch(index, branches, *operands):
     for body in bodies:
         branches_closed.append(_taking_all_consts(body, start, const_avals))
         start += len(body.consts)
-    index = convert_element_type.bind(index, new_dtype=np.dtype(np.int32), weak_type=False)
+    if not (len(branches) == 2 and _aval(index).dtype == np.dtype(bool)):   # cond keeps its bool
+        index = convert_element_type.bind(index, new_dtype=np.dtype(np.int32), weak_type=False)
     outs = cf.cond.bind(index, *all_consts, *tree_leaves(operands), branches=tuple(branches_closed))
     return bodies[0].out_tree.unflatten(outs)
 

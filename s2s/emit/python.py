@@ -240,9 +240,12 @@ class Block:
         self.line(f"{local} = {expr.text}")
         return Expr(local)
 
-    def write(self, jaxpr, in_exprs: list[Expr], exprs: dict | None = None) -> list[Expr]:
-        """Writes `jaxpr`'s live equations on `in_exprs`; returns its outputs' expressions."""
+    def write(self, jaxpr, in_exprs: list[Expr], exprs: dict | None = None,
+              targets: dict | None = None) -> list[Expr]:
+        """Writes `jaxpr`'s live equations on `in_exprs`; returns its outputs' expressions.
+        `targets` names the variables to assign to given names (a branch's outputs)."""
         uses = _uses(jaxpr)
+        targets = targets or {}
         exprs = {} if exprs is None else exprs
         exprs.update(zip(jaxpr.invars, in_exprs))
         for eqn in jaxpr.eqns:
@@ -272,10 +275,11 @@ class Block:
                 continue
             (out,) = eqn.outvars
             # A nameless value read once is written where it is read (an output: in `return`).
-            if out.hint is None and uses.get(out) == 1 and len(expr.text) <= INLINE_MAX_CHARS:
+            if out not in targets and out.hint is None and uses.get(out) == 1 \
+                    and len(expr.text) <= INLINE_MAX_CHARS:
                 exprs[out] = expr
                 continue
-            local = self.names.fresh(out.hint)
+            local = targets.pop(out) if out in targets else self.names.fresh(out.hint)
             self.line(f"{local} = {expr.text}{comment}")
             exprs[out] = Expr(local)
         return [literal_expr(v, False) if isinstance(v, Literal) else exprs[v] for v in jaxpr.outvars]

@@ -56,7 +56,36 @@ class FunctionSource:
     filename: str
     name: str
     local_names: frozenset[str]   # names bound in the function's own scope (args included)
+    chains: beniget.DefUseChains | None = dataclasses.field(default=None, repr=False)
     _infos: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def stored_names(self, statements) -> list[str]:
+        """Names the statements assign (in order of first assignment), not looking into
+        nested functions, which have scopes of their own."""
+        names: list[str] = []
+        for node in _walk_scope(statements):
+            if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store) and node.id not in names:
+                names.append(node.id)
+        return names
+
+    def used_outside(self, region, names) -> list[str]:
+        """Of `names`, those whose assignments inside the AST node `region` are read by code
+        outside it, or inside it before the assignment (a loop's next iteration), by the
+        def-use chains: the values a block of code passes on."""
+        statement_of = _innermost_statements(region)
+        passed_on = []
+        for node in _walk_scope([region]):
+            if not (isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store)) or node.id not in names:
+                continue
+            chain = self.chains.chains.get(node) if self.chains is not None else None
+            users = [u.node for u in chain.users()] if chain is not None else []
+            # A read in the same statement (`h = f(h)`) or an earlier one sees the value
+            # of the previous iteration.
+            here = _position(statement_of[id(node)])
+            if any(id(u) not in statement_of or _position(statement_of[id(u)]) <= here for u in users):
+                if node.id not in passed_on:
+                    passed_on.append(node.id)
+        return [n for n in names if n in passed_on]
 
     def info(self, node) -> SourceInfo:
         """Where `node` is, as a SourceInfo (made once per node: staging asks often)."""
@@ -72,6 +101,35 @@ class FunctionSource:
         if getattr(node, "end_lineno", None) == line and getattr(node, "end_col_offset", None):
             end_col = node.end_col_offset + 1
         return SourceInfo(self.filename, line, col, self.name, end_col)
+
+
+def _walk_scope(statements):
+    """Every node of `statements`, without entering nested functions and classes."""
+    stack = list(reversed(list(statements)))
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)):
+            continue
+        stack.extend(reversed(list(gast.iter_child_nodes(node))))
+
+
+def _innermost_statements(region) -> dict[int, object]:
+    """id(node) -> the innermost statement containing it, for every node of `region`."""
+    found: dict[int, object] = {}
+
+    def visit(node, statement):
+        if isinstance(node, gast.stmt):
+            statement = node
+        found[id(node)] = statement
+        for child in gast.iter_child_nodes(node):
+            visit(child, statement)
+    visit(region, region)
+    return found
+
+
+def _position(node) -> tuple[int, int]:
+    return getattr(node, "lineno", 0), getattr(node, "col_offset", 0)
 
 
 # Code objects and nested AST nodes -> FunctionSource. Both are small and long-lived.
@@ -101,7 +159,7 @@ def function_source(fn) -> FunctionSource:
         raise StagingError(
             f"cannot find the definition of {fn.__qualname__} in {filename}:{code.co_firstlineno}",
             "the file on disk may have changed since it was imported; re-import it")
-    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed, node))
+    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed, node), parsed.duc)
     _sources[code] = source
     return source
 
@@ -136,7 +194,7 @@ def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
     parsed = _parse_file(parent.filename, lines)
     name = getattr(node, "name", "<lambda>")
     source = FunctionSource(node, parent.filename, f"{parent.name}.<locals>.{name}",
-                            local_names_of(parsed, node))
+                            local_names_of(parsed, node), parsed.duc)
     _sources[node] = source
     return source
 

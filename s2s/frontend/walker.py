@@ -77,16 +77,37 @@ UNSUPPORTED_STATEMENTS = {
 }
 
 
-class _Return(Exception):
-    def __init__(self, value):
+class _BodyFunction:
+    """A body the walker stages for s2s.lax: called directly (not staged from source);
+    `signature` names its parameters, for readable names in the jaxpr and emitted code."""
+
+    def __init__(self, run, names):
+        self.run = run
+        self.signature = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                            for n in names])
+
+    def __call__(self, *args):
+        return self.run(*args)
+
+
+class _Jump(Exception):
+    """`return`, `break` or `continue` leaving a block; `node` is the statement."""
+
+    def __init__(self, node=None):
+        self.node = node
+
+
+class _Return(_Jump):
+    def __init__(self, value, node=None):
+        super().__init__(node)
         self.value = value
 
 
-class _Break(Exception):
+class _Break(_Jump):
     pass
 
 
-class _Continue(Exception):
+class _Continue(_Jump):
     pass
 
 
@@ -284,7 +305,7 @@ class FunctionWalker:
         pass
 
     def stmt_Return(self, node):
-        raise _Return(None if node.value is None else self.expr(node.value))
+        raise _Return(None if node.value is None else self.expr(node.value), node)
 
     def stmt_Assign(self, node):
         value = self.expr(node.value)
@@ -342,10 +363,88 @@ class FunctionWalker:
 
     def stmt_If(self, node):
         test = self.expr(node.test)
+        if isinstance(test, Tracer):
+            return self._staged_if(node, test)
         if self.truth(test, node.test, "an `if` condition"):
             self.block(node.body)
         else:
             self.block(node.orelse)
+
+    # --- control flow on staged values: cond, while_loop and scan -----------------------
+    #
+    # The names a branch or loop body passes on (assigned in it and read after it, or by
+    # the next iteration: the def-use chains say which) become the outputs of a `cond`
+    # or the carry of a loop. Everything else the body reads it takes from the enclosing
+    # function directly (closure conversion makes those explicit operands).
+
+    def _scalar_test(self, test, node, what: str):
+        if test.shape != ():
+            raise ConcretizationError(
+                f"{what} on an array of shape {test.shape}: its truth value is ambiguous",
+                "reduce it to one bool first, e.g. with .any() or .all()", self.source.info(node))
+        return test if test.dtype == np.dtype(bool) else test != 0
+
+    def _run_block(self, statements, what: str):
+        """Runs statements staged in a body: `return`, `break` and `continue` cannot leave it."""
+        try:
+            self.block(statements)
+        except _Return as jump:
+            raise UnsupportedSyntaxError(f"`return` inside {what}",
+                                         "assign the result to a name and return after it",
+                                         self.source.info(jump.node)) from None
+        except (_Break, _Continue) as jump:
+            keyword = "break" if isinstance(jump, _Break) else "continue"
+            raise UnsupportedSyntaxError(f"`{keyword}` inside {what}",
+                                         "carry a flag in the loop and test it (or use np.where)",
+                                         self.source.info(jump.node)) from None
+
+    def _values_of(self, names, node, what: str) -> tuple:
+        values = []
+        for name in names:
+            if name not in self.scope.vars:
+                raise StagingError(f"`{name}` is assigned in {what} but has no value before it, "
+                                   "and it is used after it",
+                                   f"give `{name}` a value before the {what.split()[0]} (e.g. "
+                                   f"`{name} = np.zeros_like(...)`)", self.source.info(node))
+            values.append(self.scope.vars[name])
+        return tuple(values)
+
+    def _body(self, names, statements, results, what: str):
+        """A function of the carried values: binds `names` to them, runs `statements`,
+        returns `results()` (scope restored afterwards)."""
+        def run(*values):
+            saved = dict(self.scope.vars)
+            try:
+                for name, value in zip(names, values):
+                    self.assign_name(name, value)
+                self._run_block(statements, what)
+                return results()
+            finally:
+                self.scope.vars = saved
+        return _BodyFunction(run, names)
+
+    def _staged_if(self, node, test):
+        from s2s import lax
+        outputs = self.source.used_outside(node, self.source.stored_names(node.body + node.orelse))
+        for name in outputs:
+            assigned_in_both = (name in self.source.stored_names(node.body)
+                                and name in self.source.stored_names(node.orelse))
+            if not assigned_in_both and name not in self.scope.vars:
+                raise StagingError(
+                    f"`{name}` is assigned in only one branch of this `if` on an array and used "
+                    "after it, so it would have no value when the other branch runs",
+                    f"assign `{name}` in both branches, or give it a value before the `if`",
+                    self.source.info(node))
+
+        def results():
+            return tuple(self.scope.lookup(n, node) for n in outputs)
+        branches = [self._body((), node.orelse, results, "an `if` on an array"),
+                    self._body((), node.body, results, "an `if` on an array")]
+        pred = self._scalar_test(test, node.test, "an `if` condition")
+        with current_builder().at(self.source.info(node)):
+            values = lax.switch(pred, branches)
+        for name, value in zip(outputs, values):
+            self.assign_name(name, value)
 
     def _loop_body(self, body) -> bool:
         """Runs one iteration of a static loop; False when it ends with `break`."""
@@ -358,13 +457,50 @@ class FunctionWalker:
         return True
 
     def stmt_While(self, node):
-        while self.truth(self.expr(node.test), node.test, "a `while` condition"):
+        builder = current_builder()
+        mark = len(builder.eqns) if builder is not None else 0
+        test = self.expr(node.test)
+        if isinstance(test, Tracer):
+            del builder.eqns[mark:]   # the loop evaluates its test itself
+            return self._staged_while(node, test)
+        while self.truth(test, node.test, "a `while` condition"):
             if not self._loop_body(node.body):
                 return
+            test = self.expr(node.test)
+            if isinstance(test, Tracer):
+                raise ConcretizationError(
+                    "this `while` condition became an array after the first iterations",
+                    "make the condition an array from the start (so the loop is staged), "
+                    "or keep it a Python bool", self.source.info(node.test))
         self.block(node.orelse)
+
+    def _loop_carry(self, node, body, extra_reads=()) -> list[str]:
+        carry = self.source.used_outside(node, self.source.stored_names(body))
+        return [n for n in carry if n not in extra_reads]
+
+    def _staged_while(self, node, test):
+        from s2s import lax
+        if node.orelse:
+            raise UnsupportedSyntaxError("`while ... else` on an array condition",
+                                         "move the else block after the loop")
+        carry = self._loop_carry(node, node.body)
+        init = self._values_of(carry, node, "this `while` loop")
+
+        def condition():
+            return self._scalar_test(self.expr(node.test), node.test, "a `while` condition")
+        keep_going = _BodyFunction(lambda values: self._body(carry, (), condition, "")(*values), carry)
+        step = self._body(carry, node.body, lambda: tuple(self.scope.lookup(n, node) for n in carry),
+                          "a `while` loop on an array")
+        with current_builder().at(self.source.info(node)):
+            results = lax.while_loop(keep_going, _BodyFunction(lambda values: step(*values), carry), init)
+        for name, value in zip(carry, results):
+            self.assign_name(name, value)
 
     def stmt_For(self, node):
         iterable = self.expr(node.iter)
+        if (isinstance(iterable, range) or (isinstance(iterable, Tracer) and iterable.shape)) \
+                and self._staged_for(node, iterable):
+            return
         if isinstance(iterable, Tracer) and not iterable.shape:
             raise StagingError("iteration over a 0-d array",
                                "loop over a 1-d or higher array, or over range(n)")
@@ -379,11 +515,53 @@ class FunctionWalker:
                 return
         self.block(node.orelse)
 
+    def _staged_for(self, node, iterable) -> bool:
+        """`for i in range(n)` or `for row in x` as one scan, so a long loop stays one
+        equation. False (and nothing staged) when the loop must be unrolled instead: its
+        index is used as a Python value (`params[i]` of a list, `range(i)`), its values
+        change type from one iteration to the next, it mutates Python containers or
+        carries Python ints, or it uses `break`/`continue`/`else`."""
+        from s2s import lax
+        length = len(iterable) if isinstance(iterable, range) else iterable.shape[0]
+        if node.orelse or length == 0 or _mutates_containers(node.body) or _jumps(node.body):
+            return False
+        targets = self.source.stored_names([node.target])
+        carry = self._loop_carry(node, node.body, targets)
+        if any(name not in self.scope.vars for name in carry):
+            return False
+        init = tuple(self.scope.vars[name] for name in carry)
+        if any(isinstance(v, (bool, int, str)) or not _is_stageable(v) for v in init):
+            return False
+        builder = current_builder()
+        mark = len(builder.eqns)
+
+        def step(values, item):
+            saved = dict(self.scope.vars)
+            try:
+                for name, value in zip(carry, values):
+                    self.assign_name(name, value)
+                self.assign(node.target, item)
+                self._run_block(node.body, "a loop staged as a scan")
+                return tuple(self.scope.lookup(n, node) for n in carry), None
+            finally:
+                self.scope.vars = saved
+        try:
+            if isinstance(iterable, range):
+                iterable = NUMPY_IMPLS[np.arange](iterable.start, iterable.stop, iterable.step)
+            with builder.at(self.source.info(node)):
+                results, _ = lax.scan(_BodyFunction(step, ["carry"] + targets), init, iterable)
+        except S2SError:
+            del builder.eqns[mark:]       # unroll instead; drop what the attempt staged
+            return False
+        for name, value in zip(carry, results):
+            self.assign_name(name, value)
+        return True
+
     def stmt_Break(self, node):
-        raise _Break()
+        raise _Break(node)
 
     def stmt_Continue(self, node):
-        raise _Continue()
+        raise _Continue(node)
 
     def stmt_Assert(self, node):
         if not self.truth(self.expr(node.test), node.test, "an `assert`"):
@@ -801,6 +979,39 @@ class FunctionWalker:
         kw_defaults = {a.id: self.expr(d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults)
                        if d is not None}
         return StagedFunction(source, self.scope, defaults, kw_defaults)
+
+
+_MUTATING_METHODS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
+                     "add", "discard", "popitem", "sort", "reverse"}
+
+
+def _mutates_containers(statements) -> bool:
+    """Whether statements change Python objects in place (`out.append(h)`, `d[k] = v`,
+    `obj.attr = v`): a staged body would leak its values into them, so such loops unroll."""
+    for node in _walk_statements(statements):
+        if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) \
+                and node.func.attr in _MUTATING_METHODS:
+            return True
+        if isinstance(node, (gast.Subscript, gast.Attribute)) and isinstance(node.ctx, (gast.Store, gast.Del)):
+            return True
+    return False
+
+
+def _jumps(statements) -> bool:
+    return any(isinstance(n, (gast.Break, gast.Continue, gast.Return, gast.Yield))
+               for n in _walk_statements(statements))
+
+
+def _walk_statements(statements):
+    for statement in statements:
+        yield from gast.walk(statement)
+
+
+def _is_stageable(value) -> bool:
+    """Arrays, staged values and floats (and tuples of them) can be a scan's carry."""
+    if isinstance(value, (tuple, list)):
+        return all(_is_stageable(v) for v in value)
+    return isinstance(value, (Tracer, np.ndarray, np.generic, float, complex))
 
 
 def _hashable(value) -> bool:

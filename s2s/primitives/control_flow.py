@@ -324,20 +324,24 @@ def _typed(expr: Expr, var) -> Expr:
 
 
 def _emit_cond(block, eqn, operands):
-    index, args = block.named(operands[0], "index"), [block.named(o, None) for o in operands[1:]]
+    args = [block.named(o, None) for o in operands[1:]]
     branches = eqn.params["branches"]
     outs = [block.names.fresh(v.hint or "r") for v in eqn.outvars]
-    if len(branches) == 2:
-        tests = [f"if {index.text}:", "else:"]
+    if len(branches) == 2:   # `if pred:` (the true branch is branch 1)
+        tests = [f"if {operands[0].text}:", "else:"]
         order = [1, 0]
     else:
+        index = block.named(operands[0], "index")
         tests = [f"if {index.text} <= 0:"] + [f"elif {index.text} == {i}:" for i in range(1, len(branches) - 1)] + ["else:"]
         order = list(range(len(branches)))
     for test, i in zip(tests, order):
         block.line(test + (block.comment(eqn) if i == order[0] else ""))
         inner = block.nested()
-        results = inner.write(branches[i].jaxpr, args)
-        _assign(inner, outs, results)
+        # A branch writes its results straight into the output names (`y = np.sin(x)`).
+        body = branches[i].jaxpr
+        results = inner.write(body, args, targets=dict(zip(body.outvars, outs)))
+        pending = [(o, r) for o, r in zip(outs, results) if r.text != o]
+        _assign(inner, [o for o, _ in pending], [r for _, r in pending])
         if not outs:
             inner.line("pass")
     return [Expr(o) for o in outs]
