@@ -249,3 +249,13 @@ def test_many_threads_calling_one_jitted_function_compile_it_once(monkeypatch):
     assert not errors and len(compiled) == 1
     expected = threaded_affine(*args)
     assert len(results) == 3200 and all(np.allclose(r, expected) for r in results)
+
+
+def test_static_true_and_1_are_different_cache_entries():
+    def power(x, n):
+        return x * 10.0 if isinstance(n, bool) else x ** n
+    f = s2s.jit(power, static_argnums=1)
+    np.testing.assert_allclose(f(np.full(2, 3.0), True), 30.0)
+    np.testing.assert_allclose(f(np.full(2, 3.0), 1), 3.0)
+    np.testing.assert_allclose(f(np.full(2, 3.0), False), 30.0)
+    np.testing.assert_allclose(f(np.full(2, 3.0), 0), 1.0)

@@ -326,3 +326,27 @@ def test_grad_matches_autograd_of_the_plain_python_loop(name):
     expected = autograd.grad(AUTOGRAD_PAIRS[name], argnums)(*args)
     got = s2s.grad(scalar_loss(fn), argnums=argnums)(*args)
     assert_trees_close(got, expected, rtol=1e-8, atol=1e-10)
+
+
+def rnn_unrolled(W, h0, xs, unroll, reverse):
+    def step(h, x):
+        h = np.tanh(W @ h + x)
+        return h, h.sum()
+    return lax.scan(step, h0, xs, unroll=unroll, reverse=reverse)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("unroll, tanh_ops, loops", [(1, 1, 1), (3, 3 + 1, 1), (5, 5, 1), (10, 10, 0), (True, 10, 0)])
+def test_unroll_repeats_the_body_and_changes_nothing_else(unroll, tanh_ops, loops, reverse):
+    W, h0, xs = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal(3), rng.standard_normal((10, 3))
+    args = (W, h0, xs, unroll, reverse)
+    expected = as_jax(rnn_unrolled)(W, h0, xs, 1, reverse)
+    text = s2s.jit(rnn_unrolled, static_argnums=(3, 4)).lower(*args).as_text()
+    assert text.count("stablehlo.tanh") == tanh_ops and text.count("stablehlo.while") == loops
+    source = s2s.emit_python(rnn_unrolled, *args, static_argnums=(3, 4))
+    assert source.count("np.tanh") == tanh_ops and source.count("for i") == loops
+    for backend in ("xla", "python"):
+        assert_trees_close(s2s.jit(rnn_unrolled, static_argnums=(3, 4), backend=backend)(*args), expected)
+    loss = lambda W, h0, xs: rnn_unrolled(W, h0, xs, unroll, reverse)[1].sum()  # noqa: E731
+    expected_grad = jax.grad(lambda W, h0, xs: as_jax(rnn_unrolled)(W, h0, xs, 1, reverse)[1].sum())(W, h0, xs)
+    assert_trees_close(s2s.jit(s2s.grad(loss))(W, h0, xs), expected_grad, rtol=1e-8, atol=1e-10)

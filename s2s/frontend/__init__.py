@@ -291,14 +291,22 @@ def _normalize_argnums(argnums, count: int) -> frozenset[int]:
 
 
 def _hashable_static(value, names, index):
+    """The cache key of a static argument: its value with its type (True == 1 in Python,
+    but they stage differently), after checking it is hashable."""
     try:
         hash(value)
-        return value
+        return _typed(value)
     except TypeError:
         raise StagingError(
             f"static argument {names[index]!r} has an unhashable value of type "
             f"{type(value).__name__}", "static values key the staging cache: pass a tuple "
             "instead of a list, or make the argument dynamic") from None
+
+
+def _typed(value):
+    if isinstance(value, tuple):
+        return (tuple,) + tuple(_typed(v) for v in value)
+    return type(value), value
 
 
 def reraise_clean(error: S2SError):

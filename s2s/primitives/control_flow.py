@@ -372,6 +372,8 @@ def _emit_while(block, eqn, operands):
 
 def _emit_scan(block, eqn, operands):
     p = eqn.params
+    if p["unroll"] > 1:
+        return block.write(unrolled_scan(eqn).jaxpr, list(operands))
     n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
     consts = [block.named(o, None) for o in operands[:n_consts]]
     xs = [block.named(o, None) for o in operands[n_consts + n_carry:]]
@@ -473,6 +475,8 @@ def _lower_while(ctx, eqn, *operands):
 
 def _lower_scan(ctx, eqn, *operands):
     p = eqn.params
+    if p["unroll"] > 1:
+        return _hlo.lower_jaxpr(ctx, unrolled_scan(eqn).jaxpr, list(operands))
     n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
     body = p["jaxpr"].jaxpr
     consts, init, xs = _scan_split(list(operands), n_consts, n_carry)
@@ -723,3 +727,66 @@ def _while_transpose(cts, *args, **params):
 
 
 _transpose.register(while_loop, _while_transpose)
+
+
+# ---------------------------------------------------------------------------------------
+# scan(unroll=k): both backends write the equivalent of a scan whose body runs k steps over
+# blocks of k xs, and the steps left over (length % k) straight after it; with k >= length
+# no loop is left at all.
+
+
+def unrolled_scan(eqn) -> ClosedJaxpr:
+    """A jaxpr equal to the scan `eqn` (same inputs and outputs), its body unrolled by
+    `unroll` steps."""
+    p = eqn.params
+    body, n_consts, n_carry, length, k = p["jaxpr"], p["num_consts"], p["num_carry"], p["length"], p["unroll"]
+    reverse = p["reverse"]
+    k = min(k, length)
+    blocks, leftover = (length // k, length % k) if k else (0, length)
+    if blocks == 1 and leftover == 0 and k == length:   # fully unrolled: no loop
+        blocks, leftover = 0, length
+    from s2s.numpy_api import NUMPY_IMPLS
+    stack, concatenate = NUMPY_IMPLS[np.stack], NUMPY_IMPLS[np.concatenate]
+    with JaxprBuilder() as builder:
+        ins = [builder.new_arg(v.aval, v.hint) for v in eqn.invars]
+        consts, carry, xs = _scan_split(ins, n_consts, n_carry)
+
+        def steps(carry, xs_rows, indices):
+            """Runs the body for `indices` (in loop order); returns the carry and ys rows."""
+            ys_rows = {}
+            for j in indices:
+                out = inline_jaxpr(body, list(consts) + list(carry) + [x[j] for x in xs_rows])
+                carry, ys_rows[j] = out[:n_carry], out[n_carry:]
+            return carry, [[ys_rows[j][m] for j in sorted(ys_rows)] for m in range(len(body.out_avals) - n_carry)]
+
+        # The leftover steps sit at the end of xs for a forward scan, at its start for a
+        # reversed one (which runs them last).
+        main = slice(0, blocks * k) if not reverse else slice(leftover, length)
+        rest = range(blocks * k, length) if not reverse else range(0, leftover)
+        ys_parts = []
+        if blocks:
+            blocked_xs = [x[main].reshape((blocks, k) + tuple(x.shape[1:])) for x in xs]
+            order = list(range(k))[::-1] if reverse else list(range(k))
+
+            def block_body(*args):
+                c, xb = list(args[n_consts:n_consts + n_carry]), args[n_consts + n_carry:]
+                c, rows = steps(c, xb, order)
+                return tuple(c) + tuple(stack(r) for r in rows)
+            with JaxprBuilder() as inner:
+                args = [inner.new_arg(v.aval) for v in consts + list(carry)] + \
+                    [inner.new_arg(ShapedArray((k,) + tuple(x.shape[1:]), x.dtype)) for x in xs]
+                block_closed = inner.build(list(block_body(*args)))
+            block_jaxpr, captured = closure_convert(block_closed)
+            outs = scan.bind(*captured, *consts, *carry, *blocked_xs, jaxpr=block_jaxpr,
+                             num_consts=len(captured) + n_consts, num_carry=n_carry, length=blocks,
+                             reverse=reverse, unroll=1)
+            carry = outs[:n_carry]
+            ys_parts.append([y.reshape((blocks * k,) + tuple(y.shape[2:])) for y in outs[n_carry:]])
+        if rest:
+            order = list(rest)[::-1] if reverse else list(rest)
+            carry, rows = steps(carry, xs, order)
+            rest_ys = [stack(r) for r in rows]
+            ys_parts = ys_parts + [rest_ys] if not reverse else [rest_ys] + ys_parts
+        ys = [parts[0] if len(ys_parts) == 1 else concatenate(parts)
+              for parts in zip(*ys_parts)] if ys_parts else []
+        return builder.build(list(carry) + ys)
