@@ -251,6 +251,7 @@ class FunctionWalker:
     def __init__(self, scope: Scope):
         self.scope = scope
         self.source = scope.source
+        self.arguments: set[int] = set()   # ids of the staged arguments, for in-place warnings
 
     # --- entry -------------------------------------------------------------------------
 
@@ -258,6 +259,7 @@ class FunctionWalker:
         node = self.source.node
         for name, value in bound_args.items():
             self.assign_name(name, value)
+        self.arguments = {id(v) for v in bound_args.values() if isinstance(v, Tracer)}
         key = (id(node), tuple((k, _static_key(v)) for k, v in bound_args.items()))
         stack = _call_stack()
         if key in stack or len(stack) >= MAX_STAGING_DEPTH:
@@ -328,9 +330,13 @@ class FunctionWalker:
             return
         if isinstance(target, gast.Subscript):
             obj = self.expr(target.value)
-            self._reject_array_store(obj, target)
             index = self.expr(target.slice)
-            obj[index] = self.operate(python_op, numpy_fn, obj[index], self.expr(node.value), node)
+            updated = self.operate(python_op, numpy_fn, obj[index], self.expr(node.value), node)
+            if isinstance(obj, Tracer):
+                self._store(target, obj, index, updated)
+                return
+            self._reject_array_store(obj, target)
+            obj[index] = updated
             return
         if isinstance(target, gast.Attribute):
             obj = self.expr(target.value)
@@ -425,7 +431,13 @@ class FunctionWalker:
 
     def _staged_if(self, node, test):
         from s2s import lax
+        if _mutates_containers(node.body + node.orelse, self.scope.vars):
+            raise UnsupportedSyntaxError(
+                "an `if` on an array whose branches change Python lists, dicts or attributes",
+                "assign new values to names in the branches instead (they become the `if`'s "
+                "results), or choose with np.where", self.source.info(node))
         outputs = self.source.used_outside(node, self.source.stored_names(node.body + node.orelse))
+        outputs += [n for n in _updated_arrays(node.body + node.orelse, self.scope.vars) if n not in outputs]
         for name in outputs:
             assigned_in_both = (name in self.source.stored_names(node.body)
                                 and name in self.source.stored_names(node.orelse))
@@ -474,9 +486,10 @@ class FunctionWalker:
                     "or keep it a Python bool", self.source.info(node.test))
         self.block(node.orelse)
 
-    def _loop_carry(self, node, body, extra_reads=()) -> list[str]:
+    def _loop_carry(self, node, body, loop_targets=()) -> list[str]:
         carry = self.source.used_outside(node, self.source.stored_names(body))
-        return [n for n in carry if n not in extra_reads]
+        carry += [n for n in _updated_arrays(body, self.scope.vars) if n not in carry]
+        return [n for n in carry if n not in loop_targets]
 
     def _staged_while(self, node, test):
         from s2s import lax
@@ -523,7 +536,7 @@ class FunctionWalker:
         carries Python ints, or it uses `break`/`continue`/`else`."""
         from s2s import lax
         length = len(iterable) if isinstance(iterable, range) else iterable.shape[0]
-        if node.orelse or length == 0 or _mutates_containers(node.body) or _jumps(node.body):
+        if node.orelse or length == 0 or _mutates_containers(node.body, self.scope.vars) or _jumps(node.body):
             return False
         targets = self.source.stored_names([node.target])
         carry = self._loop_carry(node, node.body, targets)
@@ -622,6 +635,9 @@ class FunctionWalker:
             self._unpack(target, value)
         elif isinstance(target, gast.Subscript):
             obj = self.expr(target.value)
+            if isinstance(obj, Tracer):
+                self._store(target, obj, self.expr(target.slice), value)
+                return
             self._reject_array_store(obj, target)
             obj[self.expr(target.slice)] = value
         elif isinstance(target, gast.Attribute):
@@ -665,11 +681,36 @@ class FunctionWalker:
         self.scope.vars[name] = value
 
     def _reject_array_store(self, obj, target):
-        if isinstance(obj, (Tracer, np.ndarray)):
+        if isinstance(obj, np.ndarray):
             raise UnsupportedSyntaxError(
-                "in-place updates of arrays (`x[i] = v`, `x[i] += v`) are not supported yet",
-                "build a new array instead, e.g. with np.where(mask, v, x), np.concatenate, "
-                "or np.stack of the pieces")
+                "this updates an array defined outside the function in place; the staged "
+                "function cannot change it",
+                "copy it into the function first (`t = TABLE.copy()`) and update the copy, "
+                "or pass it in as an argument")
+
+    def _store(self, target, obj: Tracer, index, value):
+        """`obj[index] = value` on a staged array: the name (or container entry) holding
+        `obj` is rebound to an updated copy, which means what NumPy's in-place write means
+        unless something else still refers to the old array: that is refused."""
+        from s2s.numpy_api.indexing import setitem
+        holder = target.value
+        shown = gast.unparse(holder) if hasattr(gast, "unparse") else "the array"
+        others = [n for n in self.scope.bound_names_of(obj)
+                  if not (isinstance(holder, gast.Name) and n == holder.id)]
+        if others:
+            raise UnsupportedSyntaxError(
+                f"`{shown}` is updated in place but the same array is also bound to `{others[0]}`; "
+                f"NumPy would change `{others[0]}` too", f"copy first: `{shown} = {others[0]}.copy()`")
+        base = _view_base(obj)
+        viewed = [n for n, v in self.scope.vars.items() if isinstance(v, Tracer) and v.variable is base]
+        if viewed:
+            raise UnsupportedSyntaxError(
+                f"`{shown}` is a view of `{viewed[0]}` (a slice, reshape or transpose of it): "
+                f"NumPy's in-place write would change `{viewed[0]}` too",
+                f"update `{viewed[0]}` directly, or copy the view first (`.copy()`)")
+        if id(obj) in self.arguments:
+            _warn_argument_not_written_back(self.source, target, shown)
+        self.assign(holder, setitem(obj, index, value))
 
     # --- expressions -------------------------------------------------------------------
 
@@ -981,20 +1022,66 @@ class FunctionWalker:
         return StagedFunction(source, self.scope, defaults, kw_defaults)
 
 
+_VIEW_PRIMITIVES = {"slice", "squeeze", "reshape", "transpose", "expand_dims", "rev"}
+
+
+def _view_base(value: Tracer):
+    """The variable `value` is a NumPy view of (it came from a slice, reshape, transpose
+    ... of it), or None."""
+    builder = value.builder
+    for eqn in reversed(builder.eqns):
+        if value.variable in eqn.outvars:
+            return eqn.invars[0] if eqn.primitive.name in _VIEW_PRIMITIVES else None
+    return None
+
+
+_warned_arguments: set = set()
+
+
+def _warn_argument_not_written_back(source, target, shown: str) -> None:
+    """Once per place: an argument updated in place changes only the function's copy."""
+    info = source.info(target)
+    key = (info.file, info.line, info.col)
+    if key in _warned_arguments:
+        return
+    _warned_arguments.add(key)
+    import warnings
+    warnings.warn_explicit(
+        f"`{shown}[...] = ...` updates an argument of {source.name} in place: s2s changes the "
+        "function's copy only, the caller's array is not written back (NumPy would change it)",
+        UserWarning, info.file, info.line)
+
+
 _MUTATING_METHODS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
                      "add", "discard", "popitem", "sort", "reverse"}
 
 
-def _mutates_containers(statements) -> bool:
+def _mutates_containers(statements, variables: dict) -> bool:
     """Whether statements change Python objects in place (`out.append(h)`, `d[k] = v`,
-    `obj.attr = v`): a staged body would leak its values into them, so such loops unroll."""
+    `obj.attr = v`): a staged body would leak its values into them, so such loops unroll.
+    `x[i] = v` on a staged array is not one: it rebinds `x` (see `_updated_arrays`)."""
     for node in _walk_statements(statements):
         if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) \
                 and node.func.attr in _MUTATING_METHODS:
             return True
-        if isinstance(node, (gast.Subscript, gast.Attribute)) and isinstance(node.ctx, (gast.Store, gast.Del)):
+        if isinstance(node, gast.Subscript) and isinstance(node.ctx, (gast.Store, gast.Del)):
+            if not (isinstance(node.value, gast.Name) and isinstance(variables.get(node.value.id), Tracer)):
+                return True
+        if isinstance(node, gast.Attribute) and isinstance(node.ctx, (gast.Store, gast.Del)):
             return True
     return False
+
+
+def _updated_arrays(statements, variables: dict) -> list[str]:
+    """Names of staged arrays the statements update in place (`h[t + 1] = ...`): each is
+    rebound to its updated copy, so a branch or loop passes it on."""
+    names = []
+    for node in _walk_statements(statements):
+        if isinstance(node, gast.Subscript) and isinstance(node.ctx, gast.Store) \
+                and isinstance(node.value, gast.Name) and isinstance(variables.get(node.value.id), Tracer) \
+                and node.value.id not in names:
+            names.append(node.value.id)
+    return names
 
 
 def _jumps(statements) -> bool:

@@ -447,3 +447,102 @@ def dynamic_update_slice(x, update, start_indices):
     x, update = operand(x), operand(update)
     update = convert(update, aval(x).dtype, aval(x).weak_type)
     return st.dynamic_update_slice.bind(x, update, *list(start_indices))
+
+
+# ---------------------------------------------------------------------------------------
+# setitem: `x[index] = value`, functionally
+
+
+def setitem(x, index, value):
+    """A copy of `x` with `x[index] = value` done as NumPy would (value broadcast to the
+    indexed shape and cast to x's dtype).
+
+    Windows picked by ints, unit-step slices and staged scalar indices are written with one
+    `dynamic_update_slice`. Every other index is written through the transpose of reading
+    it: the cotangent of `x[index]` carries `value` to the places it reads (strided and
+    reversed slices, integer arrays, masks), and its transpose of ones marks them. NumPy
+    leaves the result of writing one place twice (repeated array indices) unspecified; here
+    such a place gets the mean of the values written to it.
+    """
+    x = operand(x)
+    x_aval = aval(x)
+    if isinstance(index, Tracer) and dtypes.is_bool(index.dtype) and np.ndim(value) == 0:
+        return _masked_store(x, index, value)       # `x[x < 0] = 0`: shape-preserving
+    entries = index if isinstance(index, tuple) else (index,)
+    window = _window(entries, x_aval.shape)
+    if window is not None:
+        starts, sizes, kept = window
+        target_shape = tuple(sizes[a] for a in kept)
+        update = broadcast_to(convert(operand(value), x_aval.dtype, x_aval.weak_type), target_shape)
+        update = st.reshape.bind(update, new_sizes=tuple(sizes)) \
+            if tuple(sizes) != target_shape else update
+        return st.dynamic_update_slice.bind(x, update, *starts)
+    return _setitem_by_transpose(x, index, value)
+
+
+def _masked_store(x, mask, value):
+    """`x[mask] = scalar` for a staged boolean mask over x's leading axes: np.where."""
+    from s2s.numpy_api import NUMPY_IMPLS
+    shape = aval(x).shape
+    if mask.shape != shape[:mask.ndim]:
+        raise ShapeError(f"boolean index of shape {mask.shape} does not match the indexed array "
+                         f"of shape {shape}")
+    mask = st.reshape.bind(mask, new_sizes=tuple(mask.shape) + (1,) * (len(shape) - mask.ndim))
+    value = convert(operand(value), aval(x).dtype, aval(x).weak_type)
+    return NUMPY_IMPLS[np.where](mask, value, x)
+
+
+def _window(entries, shape):
+    """(starts, window sizes, axes kept in `x[index]`) when `index` picks one rectangular
+    window with ints, unit-step slices and staged scalars; else None."""
+    if any(e is Ellipsis for e in entries):
+        at = entries.index(Ellipsis)
+        fill = len(shape) - (len(entries) - 1)
+        entries = entries[:at] + (builtins.slice(None),) * fill + entries[at + 1:]
+    if len(entries) > len(shape):
+        return None
+    entries = tuple(entries) + (builtins.slice(None),) * (len(shape) - len(entries))
+    starts, sizes, kept = [], [], []
+    for axis, (entry, size) in enumerate(zip(entries, shape)):
+        if isinstance(entry, builtins.slice):
+            if isinstance(entry.start, Tracer) or isinstance(entry.stop, Tracer) or entry.step not in (None, 1):
+                return None
+            start, stop, _ = entry.indices(size)
+            starts.append(start)
+            sizes.append(max(stop - start, 0))
+            kept.append(axis)
+        elif isinstance(entry, (int, np.integer)) and not isinstance(entry, (bool, np.bool_)):
+            if not -size <= entry < size:
+                raise _out_of_bounds(entry, axis, size)
+            starts.append(int(entry) % size)
+            sizes.append(1)
+        elif isinstance(entry, Tracer) and entry.ndim == 0 and dtypes.is_integer(entry.dtype):
+            starts.append(_wrap_negative(entry, size))
+            sizes.append(1)
+        else:
+            return None
+    return starts, sizes, kept
+
+
+def _setitem_by_transpose(x, index, value):
+    from s2s.passes.partial_eval import partial_eval_jaxpr
+    from s2s.passes.transpose import backward_pass
+    from s2s.staging import JaxprBuilder, inline_jaxpr
+    x_aval = aval(x).strip_weak_type()
+    with JaxprBuilder() as builder:
+        read = builder.build([getitem(builder.new_arg(x_aval), index)])
+    # Work on the index (wrapping negative staged indices ...) runs here; the rest is linear.
+    split = partial_eval_jaxpr(read, [True])
+    residuals = inline_jaxpr(split.known, [])
+    linear = [False] * split.num_residuals + [True]
+    picked = read.out_avals[0]
+
+    def scatter(values):
+        return backward_pass(split.unknown, linear, list(residuals) + [None], [values])[0]
+    scattered = scatter(broadcast_to(convert(operand(value), x_aval.dtype, False), picked.shape))
+    written = scatter(broadcast_to(np.ones((), x_aval.dtype), picked.shape))
+    from s2s.numpy_api import NUMPY_IMPLS
+    where = NUMPY_IMPLS[np.where]
+    touched = written != 0
+    mean = scattered / where(touched, written, 1) if dtypes.is_inexact(x_aval.dtype) else scattered
+    return where(touched, mean.astype(x_aval.dtype) if aval(mean).dtype != x_aval.dtype else mean, x)

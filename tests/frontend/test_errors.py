@@ -140,11 +140,6 @@ def recurses(x):
     return recurses(x * 0.5)  # ERROR
 
 
-def in_place_update(x):
-    x[0] = 1.0  # ERROR
-    return x
-
-
 def with_block(x):
     with open("/dev/null"):  # ERROR
         return x
@@ -189,7 +184,6 @@ def sorts_in_place(x):
     (uses_global, "global"),
     (prints_array, "print()"),
     (recurses, "recursion"),
-    (in_place_update, "in-place"),
     (with_block, "`with`"),
     (defines_class, "class"),
     (uses_nonlocal, "nonlocal"),
