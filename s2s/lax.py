@@ -23,7 +23,23 @@ from s2s.primitives.elementwise import convert_element_type
 from s2s.staging import JaxprBuilder, Tracer, paused_gc
 from s2s.tree import PyTreeDef, tree_flatten, tree_leaves
 
-__all__ = ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]
+__all__ = ["cond", "custom_linear_solve", "custom_root", "fori_loop", "map", "scan", "switch",
+           "while_loop"]
+
+
+class Direct:
+    """A function of staged values that s2s calls as it is, rather than staging it from its
+    source (the bodies the front end makes of `if`/`for`/`while` blocks, the linear maps
+    handed to custom_root's tangent_solve). `names` name its parameters, for readable
+    names in jaxprs and emitted code."""
+
+    def __init__(self, run, names=()):
+        self.run = run
+        self.signature = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                            for n in names])
+
+    def __call__(self, *args):
+        return self.run(*args)
 
 
 def _call_user(fn, args):
@@ -259,3 +275,76 @@ def map(f, xs):
         return carry, f(x)
     _, ys = scan(step, (), xs)
     return ys
+
+
+# ---------------------------------------------------------------------------------------
+# Implicit differentiation (the primitives are in s2s/primitives/implicit.py)
+
+
+def _padded(body: _Body, leading_avals) -> ClosedJaxpr:
+    """`body`'s jaxpr taking unused inputs of `leading_avals` first."""
+    jaxpr = body.jaxpr.jaxpr
+    return ClosedJaxpr(Jaxpr([], [Var(a) for a in leading_avals] + list(jaxpr.invars), jaxpr.outvars,
+                             jaxpr.eqns), [])
+
+
+def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
+    """x with f(x) = 0, found by `solve(f, initial_guess)` (any code: a Newton while loop);
+    differentiated by the implicit function theorem with `tangent_solve(g, y)`, which solves
+    g(x) = y for the linear map g = ∂f/∂x (jax.lax.custom_root). Derivatives flow to what f
+    closes over; the solver's iterations are never differentiated."""
+    from s2s.primitives import implicit
+    if has_aux:
+        raise StagingError("custom_root(has_aux=True) is not supported yet",
+                           "return only the root from solve")
+    x_leaves, x_tree = tree_flatten(initial_guess)
+    f_body = _Body(f, (initial_guess,), "custom_root's f")
+    solve_body = _Body(Direct(lambda x0: _call_user(solve, (f, x0)), ["x0"]), (initial_guess,),
+                       "custom_root's solve")
+    if solve_body.out_tree != x_tree:
+        raise StagingError(f"custom_root's solve returns {solve_body.out_tree}, but the initial "
+                           f"guess is {x_tree}", "return x in the structure of the initial guess")
+    f_const_avals = f_body.jaxpr.in_avals[:len(f_body.consts)]
+    rule = implicit.ImplicitRule(x_tree, tangent_solve=tangent_solve)
+    outs = implicit.custom_root.bind(*f_body.consts, *solve_body.consts, *x_leaves,
+                                     call=_padded(solve_body, f_const_avals), f_jaxpr=f_body.jaxpr,
+                                     n_f_consts=len(f_body.consts), rule=rule)
+    return x_tree.unflatten(outs)
+
+
+def linear_solve_call(matvec_jaxpr: ClosedJaxpr, n_matvec_consts: int, matvec_consts, b_leaves, rule):
+    """Stages `rule.solve(matvec, b)` as a custom_linear_solve, matvec applying `matvec_jaxpr`
+    (its constants first); returns x's leaves."""
+    from s2s.primitives import implicit
+    from s2s.staging import inline_jaxpr
+    b = rule.x_tree.unflatten(list(b_leaves))
+    consts = list(matvec_consts)
+
+    def matvec(v):
+        return rule.x_tree.unflatten(inline_jaxpr(matvec_jaxpr, consts + tree_leaves(v)))
+    solve_body = _Body(Direct(lambda rhs: _call_user(rule.solve, (Direct(matvec, ["x"]), rhs)), ["b"]),
+                       (b,), "custom_linear_solve's solve")
+    if solve_body.out_tree != rule.x_tree:
+        raise StagingError(f"custom_linear_solve's solve returns {solve_body.out_tree}, but b is "
+                           f"{rule.x_tree}", "return x in the structure of b")
+    const_avals = matvec_jaxpr.in_avals[:n_matvec_consts]
+    return implicit.custom_linear_solve.bind(*consts, *solve_body.consts, *tree_leaves(b),
+                                             call=_padded(solve_body, const_avals),
+                                             matvec_jaxpr=matvec_jaxpr, n_matvec_consts=n_matvec_consts,
+                                             rule=rule)
+
+
+def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False):
+    """x = A⁻¹ b for the linear map `matvec`, computed by `solve(matvec, b)` and
+    differentiated implicitly: forward mode solves again, reverse mode solves with Aᵀ
+    (`transpose_solve(vecmat, b)`, or `solve` when `symmetric`) — jax.lax.custom_linear_solve."""
+    from s2s.primitives import implicit
+    _, b_tree = tree_flatten(b)
+    matvec_body = _Body(matvec, (b,), "custom_linear_solve's matvec")
+    if matvec_body.out_tree != b_tree:
+        raise StagingError(f"custom_linear_solve's matvec returns {matvec_body.out_tree} for b of "
+                           f"structure {b_tree}", "matvec must map x to a value shaped like b")
+    rule = implicit.ImplicitRule(b_tree, solve=solve,
+                                 transpose_solve=solve if symmetric else transpose_solve)
+    return b_tree.unflatten(linear_solve_call(matvec_body.jaxpr, len(matvec_body.consts),
+                                              matvec_body.consts, tree_leaves(b), rule))

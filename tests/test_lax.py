@@ -350,3 +350,79 @@ def test_unroll_repeats_the_body_and_changes_nothing_else(unroll, tanh_ops, loop
     loss = lambda W, h0, xs: rnn_unrolled(W, h0, xs, unroll, reverse)[1].sum()  # noqa: E731
     expected_grad = jax.grad(lambda W, h0, xs: as_jax(rnn_unrolled)(W, h0, xs, 1, reverse)[1].sum())(W, h0, xs)
     assert_trees_close(s2s.jit(s2s.grad(loss))(W, h0, xs), expected_grad, rtol=1e-8, atol=1e-10)
+
+
+# --- implicit differentiation ---------------------------------------------------------
+
+def sqrt_by_newton(a):
+    def f(x):
+        return x * x - a
+
+    def newton(f, x0):
+        x = x0
+        while np.abs(f(x)) > 1e-12:
+            x = x - f(x) / (2 * x)
+        return x
+    return lax.custom_root(f, a, newton, lambda g, y: y / g(1.0))
+
+
+def cg_solve(A, b):
+    def matvec(x):
+        return A @ x
+
+    def conjugate_gradients(matvec, b):
+        x = np.zeros_like(b)
+        r = b - matvec(x)
+        p = r
+        rs = r @ r
+        for _ in range(b.shape[0]):
+            Ap = matvec(p)
+            alpha = rs / (p @ Ap)
+            x = x + alpha * p
+            r = r - alpha * Ap
+            rs_new = r @ r
+            p = r + rs_new / rs * p
+            rs = rs_new
+        return x
+    return lax.custom_linear_solve(matvec, b, conjugate_gradients, symmetric=True)
+
+
+def spd_system():
+    M = rng.standard_normal((4, 4))
+    return M @ M.T + 4 * np.eye(4), rng.standard_normal(4)
+
+
+def test_custom_root_differentiates_a_while_loop_solver_implicitly():
+    a = np.float64(2.5)
+    np.testing.assert_allclose(sqrt_by_newton(a), np.sqrt(a), rtol=1e-12)
+    expected = jax.grad(jnp.sqrt)(a)
+    for grad in (s2s.grad(sqrt_by_newton), s2s.jit(s2s.grad(sqrt_by_newton))):
+        np.testing.assert_allclose(grad(a), expected, rtol=1e-12)
+    np.testing.assert_allclose(s2s.jvp(sqrt_by_newton, (a,), (np.float64(2.0),))[1], 2 * expected, rtol=1e-12)
+    # Reverse mode never runs the solver backwards: its while loop is only in the forward pass.
+    closed = s2s.make_jaxpr(s2s.grad(sqrt_by_newton))(a)
+    from s2s.passes.inline import inline_calls
+    assert [e.primitive.name for e in inline_calls(closed).eqns].count("while_loop") == 1
+
+
+def test_custom_linear_solve_with_conjugate_gradients_matches_a_direct_solve():
+    A, b = spd_system()
+    np.testing.assert_allclose(s2s.jit(cg_solve)(A, b), np.linalg.solve(A, b), rtol=1e-10)
+
+    def loss(A, b):
+        return (cg_solve(A, b) ** 2).sum()
+    expected = jax.grad(lambda A, b: (jnp.linalg.solve(A, b) ** 2).sum(), argnums=(0, 1))(A, b)
+    for grad in (s2s.grad(loss, argnums=(0, 1)), s2s.jit(s2s.grad(loss, argnums=(0, 1)))):
+        assert_trees_close(grad(A, b), expected, rtol=1e-8, atol=1e-10)
+    tangents = (rng.standard_normal((4, 4)), rng.standard_normal(4))
+    expected_dot = jax.jvp(jnp.linalg.solve, (A, b), tangents)[1]
+    np.testing.assert_allclose(s2s.jvp(cg_solve, (A, b), tangents)[1], expected_dot, rtol=1e-8, atol=1e-10)
+
+
+def test_reverse_mode_of_a_nonsymmetric_solve_needs_transpose_solve():
+    def solve_only(A, b):
+        return lax.custom_linear_solve(lambda x: A @ x, b, lambda mv, rhs: np.linalg.solve(A, rhs))
+    A, b = spd_system()
+    np.testing.assert_allclose(s2s.jit(solve_only)(A, b), np.linalg.solve(A, b), rtol=1e-10)
+    with pytest.raises(s2s.StagingError, match="transpose_solve"):
+        s2s.grad(lambda A, b: solve_only(A, b).sum(), argnums=1)(A, b)

@@ -19,7 +19,7 @@ lgamma digamma add sub mul div pow integer_pow max min atan2 rem eq ne lt le gt 
 xor select clamp convert_element_type iota broadcast_in_dim reshape transpose squeeze
 expand_dims concatenate pad slice dynamic_slice dynamic_update_slice gather scatter_add
 dot_general reduce_sum reduce_max reduce_min reduce_prod argmax argmin cumsum sort
-stop_gradient cholesky triangular_solve lu cond while_loop scan
+stop_gradient cholesky triangular_solve lu cond while_loop scan custom_root custom_linear_solve
 """.split()
 
 
@@ -45,6 +45,7 @@ LINEAR_PRIMITIVES = """
 add sub neg add_any mul div convert_element_type select broadcast_in_dim reshape transpose
 squeeze expand_dims concatenate pad slice dynamic_slice dynamic_update_slice rev gather
 scatter_add reduce_sum cumsum dot_general triangular_solve custom_vjp_lin cond scan
+custom_linear_solve
 """.split()
 # Transpose rules that explain why the primitive cannot run backwards (a while_loop's trip
 # count is only known at run time).

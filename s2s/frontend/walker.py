@@ -77,17 +77,9 @@ UNSUPPORTED_STATEMENTS = {
 }
 
 
-class _BodyFunction:
-    """A body the walker stages for s2s.lax: called directly (not staged from source);
-    `signature` names its parameters, for readable names in the jaxpr and emitted code."""
-
-    def __init__(self, run, names):
-        self.run = run
-        self.signature = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                                            for n in names])
-
-    def __call__(self, *args):
-        return self.run(*args)
+def _direct(run, names):
+    from s2s.lax import Direct
+    return Direct(run, names)
 
 
 class _Jump(Exception):
@@ -427,7 +419,7 @@ class FunctionWalker:
                 return results()
             finally:
                 self.scope.vars = saved
-        return _BodyFunction(run, names)
+        return _direct(run, names)
 
     def _staged_if(self, node, test):
         from s2s import lax
@@ -501,11 +493,11 @@ class FunctionWalker:
 
         def condition():
             return self._scalar_test(self.expr(node.test), node.test, "a `while` condition")
-        keep_going = _BodyFunction(lambda values: self._body(carry, (), condition, "")(*values), carry)
+        keep_going = _direct(lambda values: self._body(carry, (), condition, "")(*values), carry)
         step = self._body(carry, node.body, lambda: tuple(self.scope.lookup(n, node) for n in carry),
                           "a `while` loop on an array")
         with current_builder().at(self.source.info(node)):
-            results = lax.while_loop(keep_going, _BodyFunction(lambda values: step(*values), carry), init)
+            results = lax.while_loop(keep_going, _direct(lambda values: step(*values), carry), init)
         for name, value in zip(carry, results):
             self.assign_name(name, value)
 
@@ -562,7 +554,7 @@ class FunctionWalker:
             if isinstance(iterable, range):
                 iterable = NUMPY_IMPLS[np.arange](iterable.start, iterable.stop, iterable.step)
             with builder.at(self.source.info(node)):
-                results, _ = lax.scan(_BodyFunction(step, ["carry"] + targets), init, iterable)
+                results, _ = lax.scan(_direct(step, ["carry"] + targets), init, iterable)
         except S2SError:
             del builder.eqns[mark:]       # unroll instead; drop what the attempt staged
             return False
