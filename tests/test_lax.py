@@ -426,3 +426,18 @@ def test_reverse_mode_of_a_nonsymmetric_solve_needs_transpose_solve():
     np.testing.assert_allclose(s2s.jit(solve_only)(A, b), np.linalg.solve(A, b), rtol=1e-10)
     with pytest.raises(s2s.StagingError, match="transpose_solve"):
         s2s.grad(lambda A, b: solve_only(A, b).sum(), argnums=1)(A, b)
+
+
+def test_dead_outputs_of_loops_and_branches_are_not_computed():
+    W, h0, xs = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal(3), rng.standard_normal((5, 3))
+    # grad of the final carry only: the forward scan stops computing the per-step sums.
+    source = s2s.emit_python(s2s.grad(lambda W, h0, xs: rnn(W, h0, xs)[0].sum()), W, h0, xs)
+    assert ".sum()" not in source.split("reversed(range(5))")[0]
+    from s2s.passes.dce import dce
+
+    def two_outputs(x):
+        return lax.cond(x.sum() > 0, lambda v: (np.sin(v), np.exp(v)), lambda v: (v, -v), x)
+    closed = s2s.make_jaxpr(lambda x: two_outputs(x)[0])(np.ones(2))
+    (branch_eqn,) = [e for e in dce(closed).eqns if e.primitive.name == "cond"]
+    assert len(branch_eqn.outvars) == 1
+    assert "exp" not in str(branch_eqn.params["branches"][1])

@@ -2,11 +2,22 @@
 
 Every primitive is pure, so an equation is dead exactly when none of its outputs is used
 by a live equation or returned. Run on every derivative so emitted gradients carry no
-dead work.
+dead work. Primitives with bodies (control flow) have a rule in `dce_rules`,
+
+    rule(eqn, used_outputs: list[bool]) -> an equation computing just the used outputs,
+
+so a loop stops computing what nobody reads (a forward scan's unused primal outputs in a
+gradient, say).
 """
 from __future__ import annotations
 
 from s2s.core import ClosedJaxpr, Jaxpr, Var
+
+dce_rules: dict = {}
+
+
+def register(primitive, rule) -> None:
+    dce_rules[primitive] = rule
 
 
 def dce_jaxpr(jaxpr: Jaxpr, prune_invars: bool = False) -> Jaxpr:
@@ -14,7 +25,11 @@ def dce_jaxpr(jaxpr: Jaxpr, prune_invars: bool = False) -> Jaxpr:
     live: set[Var] = {v for v in jaxpr.outvars if isinstance(v, Var)}
     kept = []
     for eqn in reversed(jaxpr.eqns):
-        if any(v in live for v in eqn.outvars):
+        used = [v in live for v in eqn.outvars]
+        if any(used):
+            rule = dce_rules.get(eqn.primitive)
+            if rule is not None and not all(used):
+                eqn = rule(eqn, used)
             kept.append(eqn)
             live.update(v for v in eqn.invars if isinstance(v, Var))
     kept.reverse()

@@ -790,3 +790,57 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
         ys = [parts[0] if len(ys_parts) == 1 else concatenate(parts)
               for parts in zip(*ys_parts)] if ys_parts else []
         return builder.build(list(carry) + ys)
+
+
+# ---------------------------------------------------------------------------------------
+# Dead-code elimination into bodies: outputs nobody reads are not computed, and neither
+# are loop carries that only feed them.
+
+from s2s.passes import dce as _dce  # noqa: E402
+from s2s.passes.dce import dce_jaxpr  # noqa: E402
+
+
+def _pruned(closed: ClosedJaxpr, keep_out: list[bool]) -> tuple[Jaxpr, list[bool]]:
+    """The body computing only the kept outputs, and which of its inputs it still reads."""
+    jaxpr = closed.jaxpr
+    body = dce_jaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars,
+                           [v for v, k in zip(jaxpr.outvars, keep_out) if k], jaxpr.eqns))
+    read = {v for e in body.eqns for v in e.invars if isinstance(v, Var)}
+    read |= {v for v in body.outvars if isinstance(v, Var)}
+    return body, [v in read for v in jaxpr.invars]
+
+
+def _scan_dce(eqn, used):
+    p = eqn.params
+    n_consts, n_carry = p["num_consts"], p["num_carry"]
+    body = p["jaxpr"]
+    carry_needed, ys_used = list(used[:n_carry]), list(used[n_carry:])
+    while True:   # a carry is needed if it is used after the loop or feeds a needed output
+        _, reads = _pruned(body, carry_needed + ys_used)
+        updated = [a or b for a, b in zip(carry_needed, reads[n_consts:n_consts + n_carry])]
+        if updated == carry_needed:
+            break
+        carry_needed = updated
+    pruned, reads = _pruned(body, carry_needed + ys_used)
+    keep_in = reads[:n_consts] + carry_needed + reads[n_consts + n_carry:]
+    new_body = Jaxpr([], [v for v, k in zip(pruned.invars, keep_in) if k], pruned.outvars, pruned.eqns)
+    return JaxprEqn(scan, [v for v, k in zip(eqn.invars, keep_in) if k],
+                    [v for v, k in zip(eqn.outvars, carry_needed + ys_used) if k],
+                    dict(p, jaxpr=ClosedJaxpr(new_body, []), num_consts=sum(keep_in[:n_consts]),
+                         num_carry=sum(carry_needed)), eqn.source_info)
+
+
+def _cond_dce(eqn, used):
+    branches = eqn.params["branches"]
+    pruned = [_pruned(b, used) for b in branches]
+    keep_in = [any(reads[i] for _, reads in pruned) for i in range(len(eqn.invars) - 1)]
+    new_branches = tuple(ClosedJaxpr(Jaxpr([], [v for v, k in zip(body.invars, keep_in) if k],
+                                           body.outvars, body.eqns), [])
+                         for body, _ in pruned)
+    return JaxprEqn(cond, [eqn.invars[0]] + [v for v, k in zip(eqn.invars[1:], keep_in) if k],
+                    [v for v, k in zip(eqn.outvars, used) if k], dict(branches=new_branches),
+                    eqn.source_info)
+
+
+_dce.register(scan, _scan_dce)
+_dce.register(cond, _cond_dce)
