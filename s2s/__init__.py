@@ -12,6 +12,7 @@ from s2s.autodiff import (grad, hessian, jacfwd, jacrev, jvp, linear_transpose, 
 from s2s.custom_derivatives import custom_jvp, custom_vjp
 from s2s.export import export
 from s2s import lax
+from s2s.lax import unroll
 from s2s.api import (Jitted, block_until_ready, device_count, devices, emit_python, eval_jaxpr, jit,
                      local_device_count, make_jaxpr, process_count, process_index, stop_gradient)
 from s2s_runtime.xla import Array, DonatedBufferError
@@ -31,5 +32,5 @@ __all__ = [
     "ShapeError", "ShapedArray", "StagingError", "UnsupportedFunctionError",
     "UnsupportedSyntaxError", "check_jaxpr", "config", "dtypes", "emit_python", "eval_jaxpr",
     "jit", "make_jaxpr", "register_pytree_node", "stop_gradient", "tree_flatten", "tree_leaves", "tree_map",
-    "tree_unflatten", "tree_util",
+    "tree_unflatten", "tree_util", "unroll",
 ]

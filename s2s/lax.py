@@ -24,7 +24,22 @@ from s2s.staging import JaxprBuilder, Tracer, paused_gc
 from s2s.tree import PyTreeDef, tree_flatten, tree_leaves
 
 __all__ = ["cond", "custom_linear_solve", "custom_root", "fori_loop", "map", "scan", "switch",
-           "while_loop"]
+           "unroll", "while_loop"]
+
+
+class unroll:
+    """`for i in s2s.unroll(range(n)):` asks for a Python loop to be unrolled at staging time
+    (one copy of the body per iteration) instead of staged as one scan. Iterating it
+    outside staging just iterates the wrapped iterable."""
+
+    def __init__(self, iterable):
+        self.iterable = iterable
+
+    def __iter__(self):
+        return iter(self.iterable)
+
+    def __len__(self):
+        return len(self.iterable)
 
 
 class Direct:

@@ -502,8 +502,11 @@ class FunctionWalker:
             self.assign_name(name, value)
 
     def stmt_For(self, node):
+        from s2s.lax import unroll
         iterable = self.expr(node.iter)
-        if (isinstance(iterable, range) or (isinstance(iterable, Tracer) and iterable.shape)) \
+        if isinstance(iterable, unroll):        # the user asked for the loop unrolled
+            iterable = iterable.iterable
+        elif (isinstance(iterable, range) or (isinstance(iterable, Tracer) and iterable.shape)) \
                 and self._staged_for(node, iterable):
             return
         if isinstance(iterable, Tracer) and not iterable.shape:

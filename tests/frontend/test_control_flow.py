@@ -201,3 +201,16 @@ def test_loops_that_need_python_values_still_unroll():
     closed = s2s.make_jaxpr(collect)(np.ones(2))
     assert "scan" not in [e.primitive.name for e in closed.eqns]
     np.testing.assert_allclose(s2s.jit(collect)(np.ones(2)), collect(np.ones(2)))
+
+
+def euler_unrolled(y, rate):
+    for _ in s2s.unroll(range(5)):
+        y = y - 0.01 * rate * y ** 3
+    return y.sum()
+
+
+def test_s2s_unroll_asks_for_a_loop_to_be_unrolled():
+    y, rate = rng.uniform(0.5, 1.0, 2), np.float64(0.8)
+    names = [e.primitive.name for e in s2s.make_jaxpr(euler_unrolled)(y, rate).eqns]
+    assert "scan" not in names and names.count("integer_pow") == 5
+    np.testing.assert_allclose(s2s.jit(euler_unrolled)(y, rate), euler_unrolled(y, rate), rtol=1e-12)
