@@ -198,8 +198,17 @@ def _taking_all_consts(body: _Body, start: int, const_avals: list[ShapedArray]) 
                              jaxpr.outvars, jaxpr.eqns), [])
 
 
-def while_loop(cond_fun, body_fun, init_val):
-    """`while cond_fun(val): val = body_fun(val)`, staged as one `while_loop`."""
+def while_loop(cond_fun, body_fun, init_val, max_iters=None):
+    """`while cond_fun(val): val = body_fun(val)`, staged as one `while_loop`.
+
+    With `max_iters` (beyond jax.lax.while_loop) the loop is a scan of `max_iters` steps
+    that stop changing `val` once `cond_fun` is false, so reverse mode works: each step's
+    residuals go in buffers of `max_iters` rows. It stops after `max_iters` steps even if
+    `cond_fun` still holds, and every step runs the body (its result is discarded once the
+    loop is done), so the body must be safe to evaluate past convergence.
+    """
+    if max_iters is not None:
+        return _bounded_while(cond_fun, body_fun, init_val, int(max_iters))
     init_leaves, init_tree = tree_flatten(init_val)
     body = _Body(body_fun, (init_val,), "while_loop's body")
     _check_carry("while_loop's body", init_tree, body.out_tree)
@@ -215,6 +224,21 @@ def while_loop(cond_fun, body_fun, init_val):
                               cond_jaxpr=condition.jaxpr, body_jaxpr=body.jaxpr,
                               cond_nconsts=len(condition.consts), body_nconsts=len(body.consts))
     return init_tree.unflatten(outs)
+
+
+def _bounded_while(cond_fun, body_fun, init_val, max_iters: int):
+    from s2s.numpy_api import NUMPY_IMPLS
+    where = NUMPY_IMPLS[np.where]
+
+    def step(state, _):
+        running, val = state
+        running = running & _call_user(cond_fun, (val,))
+        new_leaves, new_tree = tree_flatten(_call_user(body_fun, (val,)))
+        old_leaves, old_tree = tree_flatten(val)
+        _check_carry("while_loop's body", old_tree, new_tree)
+        return (running, old_tree.unflatten([where(running, n, o) for n, o in zip(new_leaves, old_leaves)])), None
+    (_, result), _ = scan(Direct(step, ["state", "_"]), (np.bool_(True), init_val), None, length=max_iters)
+    return result
 
 
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1):

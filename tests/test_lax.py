@@ -441,3 +441,24 @@ def test_dead_outputs_of_loops_and_branches_are_not_computed():
     (branch_eqn,) = [e for e in dce(closed).eqns if e.primitive.name == "cond"]
     assert len(branch_eqn.outvars) == 1
     assert "exp" not in str(branch_eqn.params["branches"][1])
+
+
+def bounded_newton(a):
+    def keep_going(x):
+        return np.abs(x * x - a) > 1e-12 * a
+
+    def improve(x):
+        return x - (x * x - a) / (2 * x)
+    return lax.while_loop(keep_going, improve, a, max_iters=60)
+
+
+def test_a_while_loop_with_max_iters_differentiates_in_reverse_mode():
+    a = np.float64(3.0)
+    np.testing.assert_allclose(bounded_newton(a), np.sqrt(a), rtol=1e-12)
+    np.testing.assert_allclose(s2s.jit(bounded_newton)(a), np.sqrt(a), rtol=1e-12)
+    expected = jax.grad(jnp.sqrt)(a)
+    for grad in (s2s.grad(bounded_newton), s2s.jit(s2s.grad(bounded_newton))):
+        np.testing.assert_allclose(grad(a), expected, rtol=1e-9)
+    # The residuals live in fixed-size buffers: the backward pass is a scan of 60 steps.
+    source = s2s.emit_python(s2s.grad(bounded_newton), a)
+    assert "reversed(range(60))" in source
