@@ -243,12 +243,13 @@ def bind(primitive: Primitive, args, params: dict):
 
 
 
-def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset()) -> list:
+def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params=None) -> list:
     """Stages every equation of `closed` into the current builder, applied to `args`.
 
     Variable names (hints) and source locations carry over, so a jaxpr built by a pass and
     inlined into a user's function still reads with the user's names and lines. Equations
-    of the call primitives in `expand_calls` are replaced by their `call` jaxpr's equations.
+    of the call primitives in `expand_calls` are replaced by their `call` jaxpr's equations,
+    and `map_params` (if given) rewrites every other equation's parameters.
     """
     builder = current_builder()
     jaxpr = closed.jaxpr
@@ -263,9 +264,10 @@ def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset()) -> list:
         ins = [read(v) for v in eqn.invars]
         with builder.at(eqn.source_info):
             if eqn.primitive in expand_calls:
-                outs = inline_jaxpr(eqn.params["call"], ins, expand_calls)
+                outs = inline_jaxpr(eqn.params["call"], ins, expand_calls, map_params)
             else:
-                outs = eqn.primitive.bind(*ins, **eqn.params)
+                params = eqn.params if map_params is None else map_params(eqn.params)
+                outs = eqn.primitive.bind(*ins, **params)
                 outs = outs if eqn.primitive.multiple_results else [outs]
         for v, out in zip(eqn.outvars, outs):
             if isinstance(out, Tracer) and out.variable.hint is None:

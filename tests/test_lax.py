@@ -462,3 +462,27 @@ def test_a_while_loop_with_max_iters_differentiates_in_reverse_mode():
     # The residuals live in fixed-size buffers: the backward pass is a scan of 60 steps.
     source = s2s.emit_python(s2s.grad(bounded_newton), a)
     assert "reversed(range(60))" in source
+
+
+@s2s.custom_jvp
+def stable_softplus(x):
+    return np.log1p(np.exp(x))
+
+
+@stable_softplus.defjvp
+def stable_softplus_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return stable_softplus(x), t / (1 + np.exp(-x))
+
+
+def softplus_sum(xs):
+    return lax.scan(lambda total, x: (total + stable_softplus(x), None), 0.0, xs)[0]
+
+
+def test_a_custom_jvp_function_inside_a_loop_is_written_out_by_both_backends():
+    xs = np.linspace(-2.0, 2.0, 5)
+    expected = np.log1p(np.exp(xs)).sum()
+    for backend in ("xla", "python"):
+        np.testing.assert_allclose(s2s.jit(softplus_sum, backend=backend)(xs), expected, rtol=1e-12)
+        np.testing.assert_allclose(s2s.jit(s2s.grad(softplus_sum), backend=backend)(xs),
+                                   1 / (1 + np.exp(-xs)), rtol=1e-12)

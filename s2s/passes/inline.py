@@ -1,7 +1,8 @@
 """Inlining: replace call primitives by the equations of the jaxpr they call.
 
 The emitters run this first, so a function with a custom derivative is written out as its
-own equations, readable like everything else.
+own equations, readable like everything else. Bodies of control flow (a scan's jaxpr, a
+cond's branches) are inlined too, so a call inside a loop is written out as well.
 """
 from __future__ import annotations
 
@@ -10,10 +11,38 @@ from s2s.emit.pyexpr import INLINED_BEFORE_EMISSION
 from s2s.staging import JaxprBuilder, inline_jaxpr, paused_gc
 
 
+def _bodies(value) -> list[ClosedJaxpr]:
+    """The jaxprs a parameter value holds (one, a tuple of them, or none)."""
+    if isinstance(value, ClosedJaxpr):
+        return [value]
+    if isinstance(value, tuple) and value and all(isinstance(v, ClosedJaxpr) for v in value):
+        return list(value)
+    return []
+
+
+def _has_calls(closed: ClosedJaxpr) -> bool:
+    return any(eqn.primitive in INLINED_BEFORE_EMISSION
+               or any(_has_calls(b) for v in eqn.params.values() for b in _bodies(v))
+               for eqn in closed.jaxpr.eqns)
+
+
+def _with_bodies_inlined_params(params: dict) -> dict:
+    return {k: _with_bodies_inlined(v) for k, v in params.items()}
+
+
+def _with_bodies_inlined(value):
+    if isinstance(value, ClosedJaxpr):
+        return inline_calls(value)
+    if _bodies(value):
+        return tuple(inline_calls(v) for v in value)
+    return value
+
+
 def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """`closed` with every call primitive replaced by its body (recursively)."""
-    if not any(e.primitive in INLINED_BEFORE_EMISSION for e in closed.jaxpr.eqns):
+    """`closed` with every call primitive replaced by its body (recursively, also inside
+    the bodies of control flow)."""
+    if not _has_calls(closed):
         return closed
     with paused_gc(), JaxprBuilder() as builder:
         args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]
-        return builder.build(inline_jaxpr(closed, args, INLINED_BEFORE_EMISSION))
+        return builder.build(inline_jaxpr(closed, args, INLINED_BEFORE_EMISSION, _with_bodies_inlined_params))
