@@ -568,8 +568,7 @@ def _scan_partial_eval(eqn, unknown_ins):
     stacked_vars = [Var(ShapedArray((length,) + r.aval.shape, r.aval.dtype)) for r in stacked]
     known_jaxpr = ClosedJaxpr(Jaxpr([], known_body.invars, known_body.outvars[:len(known_outs)] + stacked,
                                     known_body.eqns), pe.known.consts)
-    known_eqn = JaxprEqn(scan, [v for v, u in zip(eqn.invars, unknown_ins_layout(consts_uk, carry_uk, xs_uk))
-                                if not u],
+    known_eqn = JaxprEqn(scan, [v for v, u in zip(eqn.invars, consts_uk + carry_uk + xs_uk) if not u],
                          known_outs + stacked_vars,
                          dict(p, jaxpr=known_jaxpr, num_consts=len(known_consts),
                               num_carry=n_carry - sum(carry_uk)), eqn.source_info)
@@ -593,10 +592,6 @@ def _scan_partial_eval(eqn, unknown_ins):
         dict(p, jaxpr=unknown_body, num_consts=len(invariant) + n_uk_consts, num_carry=n_uk_carry),
         eqn.source_info)
     return [known_eqn], [unknown_eqn], carry_uk + ys_uk
-
-
-def unknown_ins_layout(consts_uk, carry_uk, xs_uk) -> list[bool]:
-    return list(consts_uk) + list(carry_uk) + list(xs_uk)
 
 
 def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, unroll):
