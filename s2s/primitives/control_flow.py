@@ -18,6 +18,8 @@ statements, see `s2s/emit/python.py`).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from s2s import dtypes
@@ -375,21 +377,29 @@ def _emit_scan(block, eqn, operands):
     if p["unroll"] > 1:
         return block.write(unrolled_scan(eqn).jaxpr, list(operands))
     n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
+    body = p["jaxpr"].jaxpr
+    x_vars = body.invars[n_consts + n_carry:]
     consts = [block.named(o, None) for o in operands[:n_consts]]
-    xs = [block.named(o, None) for o in operands[n_consts + n_carry:]]
+    # A loop over range(n) scans np.arange(n): it is written `for t in np.arange(n):`.
+    counting = next((k for k, o in enumerate(operands[n_consts + n_carry:])
+                     if re.fullmatch(rf"np\.arange\({length}(, dtype=np\.int(32|64))?\)", o.text)), None)
+    xs = [o if k == counting else block.named(o, None) for k, o in enumerate(operands[n_consts + n_carry:])]
     carry = _carry_names(block, p["jaxpr"].jaxpr.invars[n_consts:n_consts + n_carry], eqn.outvars[:n_carry])
     _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_consts:n_consts + n_carry],
                                                          eqn.invars[n_consts:n_consts + n_carry])])
     ys = [block.names.fresh(v.hint or "ys") for v in eqn.outvars[n_carry:]]
     for name, v in zip(ys, eqn.outvars[n_carry:]):
         block.line(f"{name} = np.empty({tuple(v.aval.shape)!r}, dtype={dtype_text(v.aval.dtype)})")
-    i = block.names.fresh("i")
-    steps = f"reversed(range({length}))" if p["reverse"] else f"range({length})"
+    if counting is None:
+        i = block.names.fresh("i")
+        steps = f"reversed(range({length}))" if p["reverse"] else f"range({length})"
+    else:
+        i = block.names.fresh(x_vars[counting].hint or "i")
+        steps = f"{xs[counting].text}[::-1]" if p["reverse"] else xs[counting].text
     block.line(f"for {i} in {steps}:" + block.comment(eqn))
     inner = block.nested()
-    body = p["jaxpr"].jaxpr
-    slices = [inner.named(Expr(f"{x.text}[{i}]"), v.hint)
-              for x, v in zip(xs, body.invars[n_consts + n_carry:])]
+    slices = [Expr(i) if k == counting else inner.named(Expr(f"{x.text}[{i}]"), v.hint)
+              for k, (x, v) in enumerate(zip(xs, x_vars))]
     results = inner.write(body, consts + [Expr(c) for c in carry] + slices)
     for name, y in zip(ys, results[n_carry:]):   # before the carry changes: y may read it
         inner.line(f"{name}[{i}] = {y.text}")
