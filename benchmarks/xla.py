@@ -19,8 +19,8 @@ Targets: s2s/jax at most 1.5x on (1) and at most 1.05x on (2).
 """
 import argparse
 import contextlib
-import importlib.util
 import os
+import runpy
 import statistics
 import sys
 import time
@@ -32,16 +32,8 @@ import s2s
 
 
 
-def _load_grad_numpy():
-    """benchmarks/grad_numpy.py, by path (benchmarks/ is not a package)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grad_numpy.py")
-    spec = importlib.util.spec_from_file_location("s2s_benchmarks_grad_numpy", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mlp_loss = _load_grad_numpy().mlp_loss  # the same loss as benchmarks/grad_numpy.py
+# The same loss as benchmarks/grad_numpy.py (benchmarks/ is not a package: loaded by path).
+mlp_loss = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "grad_numpy.py"))["mlp_loss"]
 
 
 def scale_shift(x):

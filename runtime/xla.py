@@ -127,12 +127,10 @@ class Array:
         return self._buffer
 
     def _numpy(self) -> np.ndarray:
-        if self._value is None:
+        if self._value is None:   # (donation clears it, so a donated array fails here)
             value = np.asarray(self._live_buffer())
             value.flags.writeable = False
             self._value = value
-        elif self._donated_as is not None:
-            self._live_buffer()
         return self._value
 
     @property

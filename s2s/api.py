@@ -253,18 +253,13 @@ def _donated_leaves(staged: Staged, args, donate_argnums) -> dict[int, str]:
     """{jaxpr input index: "`params['W']` of update"} for the leaves of donated positional args."""
     if not donate_argnums:
         return {}
-    wanted = {a % len(args) for a in donate_argnums if -len(args) <= a < len(args)}
-    paths = leaf_paths(staged.in_tree)
-    donated, start, invar = {}, 0, 0
-    position_of_leaf = {}
-    for position, a in enumerate(args):
-        n = len(tree_util.tree_leaves(a))
-        position_of_leaf.update({i: position for i in range(start, start + n)})
-        start += n
-    for leaf_index, (path, staged_leaf) in enumerate(zip(paths, staged.staged_mask)):
+    ranges = tree_util.positional_leaf_ranges(args)
+    wanted = {i for a in donate_argnums if -len(args) <= a < len(args) for i in ranges[a]}
+    donated, invar = {}, 0
+    for leaf_index, (path, staged_leaf) in enumerate(zip(leaf_paths(staged.in_tree), staged.staged_mask)):
         if not staged_leaf:
             continue
-        if position_of_leaf.get(leaf_index) in wanted:
+        if leaf_index in wanted:
             name = staged.param_names[path[0][1]]
             shown = _path_expr(name, path[1:]) or name
             donated[invar] = f"`{shown}` of {staged.name}"

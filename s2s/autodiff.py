@@ -33,7 +33,7 @@ from s2s.passes.jvp import jvp_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr
 from s2s.passes.transpose import transpose_jaxpr
 from s2s.staging import JaxprBuilder, Tracer, current_builder, inline_jaxpr, paused_gc
-from s2s.tree import leaf_paths, tree_flatten, tree_leaves
+from s2s.tree import leaf_paths, positional_leaf_ranges, tree_flatten, tree_leaves
 from s2s_runtime.xla import Array
 
 __all__ = ["grad", "hessian", "jacfwd", "jacrev", "jvp", "linear_transpose", "linearize",
@@ -167,20 +167,6 @@ def _argnums_tuple(argnums) -> tuple[int, ...]:
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
-def _positional_leaf_ranges(args: tuple) -> list[range]:
-    """For each positional argument, the indices of its leaves among the call's leaves.
-
-    Positional arguments' leaves come first when the bound arguments are flattened (the
-    parameters they fill come first, *args included), so they are consecutive ranges.
-    """
-    ranges, start = [], 0
-    for a in args:
-        n = len(tree_leaves(a))
-        ranges.append(range(start, start + n))
-        start += n
-    return ranges
-
-
 def _diff_leaves(staged: Staged, args: tuple, argnums: tuple[int, ...], allow_int: bool,
                  what: str) -> tuple[tuple[int, ...], list[bool]]:
     """Which jaxpr inputs are differentiated: the float leaves of positional args `argnums`.
@@ -193,7 +179,7 @@ def _diff_leaves(staged: Staged, args: tuple, argnums: tuple[int, ...], allow_in
             raise StagingError(f"{what}: argnums {a} is out of range for {len(args)} positional "
                                "arguments", f"use argnums between 0 and {len(args) - 1}")
     argnums = tuple(a % len(args) for a in argnums)
-    ranges = _positional_leaf_ranges(args)
+    ranges = positional_leaf_ranges(args)
     wanted = {i: a for a in argnums for i in ranges[a]}
     in_avals = iter(staged.closed.in_avals)
     diff = []
@@ -216,7 +202,7 @@ def _diff_leaves(staged: Staged, args: tuple, argnums: tuple[int, ...], allow_in
 def _arg_cotangents(staged: Staged, args: tuple, argnums, diff, cts: list) -> list:
     """One cotangent tree per argument in `argnums` (float0 zeros where no gradient)."""
     leaves = tree_leaves(args)
-    ranges = _positional_leaf_ranges(args)
+    ranges = positional_leaf_ranges(args)
     by_leaf, ct_iter, staged_index = {}, iter(cts), 0
     for index, staged_leaf in enumerate(staged.staged_mask):
         if staged_leaf:

@@ -160,6 +160,20 @@ def tree_structure(tree, is_leaf=None) -> PyTreeDef:
     return tree_flatten(tree, is_leaf)[1]
 
 
+def positional_leaf_ranges(args: tuple) -> list[range]:
+    """For each positional argument, the indices of its leaves among the call's leaves.
+
+    Positional arguments' leaves come first when the bound arguments are flattened (the
+    parameters they fill come first, *args included), so they are consecutive ranges.
+    """
+    ranges, start = [], 0
+    for a in args:
+        n = len(tree_leaves(a))
+        ranges.append(range(start, start + n))
+        start += n
+    return ranges
+
+
 def tree_map(fn: Callable, tree, *rest, is_leaf=None):
     leaves, treedef = tree_flatten(tree, is_leaf)
     others = [_flatten_like(treedef, r) for r in rest]

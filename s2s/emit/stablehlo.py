@@ -198,14 +198,38 @@ def lower_jaxpr(ctx: LoweringContext, jaxpr, in_names: list[str], env: dict | No
     return [read(v) for v in jaxpr.outvars]
 
 
-def region(ctx: LoweringContext, jaxpr, in_names: list[str]) -> list[str]:
-    """The lines of one region: `jaxpr`'s ops on `in_names`, then `stablehlo.return`."""
+def _region_lines(ctx: LoweringContext, build, out_types: list[str]) -> list[str]:
+    """The lines of one region: the ops `build()` appends, then `stablehlo.return` of the
+    names it returns."""
     outer, ctx.lines = ctx.lines, []
-    outs = lower_jaxpr(ctx, jaxpr, in_names)
-    types = ", ".join(tensor_type(v.aval) for v in jaxpr.outvars)
-    ctx.lines.append(f"stablehlo.return {', '.join(outs)} : {types}" if outs else "stablehlo.return")
+    outs = build()
+    ctx.lines.append(f"stablehlo.return {', '.join(outs)} : {', '.join(out_types)}" if outs
+                     else "stablehlo.return")
     lines, ctx.lines = ctx.lines, outer
     return ["  " + line for line in lines]
+
+
+def region(ctx: LoweringContext, jaxpr, in_names: list[str]) -> list[str]:
+    """The lines of one region: `jaxpr`'s ops on `in_names`, then `stablehlo.return`."""
+    return _region_lines(ctx, lambda: lower_jaxpr(ctx, jaxpr, in_names),
+                         [tensor_type(v.aval) for v in jaxpr.outvars])
+
+
+def while_op(ctx: LoweringContext, init: list[str], avals, hints, condition, body) -> list[str]:
+    """A `stablehlo.while` over carries `init` (of `avals`): `condition(carry_names)` and
+    `body(carry_names)` append their region's ops and return the names they produce.
+    Returns the names of the loop's results."""
+    carry = [ctx.fresh(h or "carry") for h in hints]
+    types = [tensor_type(a) for a in avals]
+    test = _region_lines(ctx, lambda: condition(carry), ["tensor<i1>"])
+    step = _region_lines(ctx, lambda: body(carry), types)
+    name = ctx.fresh("while")
+    count = len(init)
+    bindings = ", ".join(f"{c} = {i}" for c, i in zip(carry, init))
+    ctx.lines.append(f"{name}{f':{count}' if count > 1 else ''} = stablehlo.while({bindings}) : "
+                     f"{', '.join(types)}")
+    ctx.lines += [" cond {", *test, " } do {", *step, f" }}{ctx.location}"]
+    return results_of(name, count)
 
 
 def results_of(name: str, count: int) -> list[str]:

@@ -447,38 +447,13 @@ def _lower_cond(ctx, eqn, index, *operands):
     return _hlo.results_of(name, count)
 
 
-def _while_op(ctx, init: list[str], avals, hints, condition, body) -> list[str]:
-    """A `stablehlo.while` over carries `init`: `condition(carry_names)` and
-    `body(carry_names)` append their region's ops and return the names they produce."""
-    carry = [ctx.fresh(h or "carry") for h in hints]
-    types = [_hlo.tensor_type(a) for a in avals]
-    regions = []
-    for fn, out_types in ((condition, ["tensor<i1>"]), (body, types)):
-        outer, ctx.lines = ctx.lines, []
-        outs = fn(carry)
-        ctx.lines.append(f"stablehlo.return {', '.join(outs)} : {', '.join(out_types)}")
-        regions.append(["  " + line for line in ctx.lines])
-        ctx.lines = outer
-    name = ctx.fresh("while")
-    count = len(init)
-    bindings = ", ".join(f"{c} = {i}" for c, i in zip(carry, init))
-    ctx.lines.append(f"{name}{f':{count}' if count > 1 else ''} = stablehlo.while({bindings}) : "
-                     f"{', '.join(types)}")
-    ctx.lines.append(" cond {")
-    ctx.lines.extend(regions[0])
-    ctx.lines.append(" } do {")
-    ctx.lines.extend(regions[1])
-    ctx.lines.append(f" }}{ctx.location}")
-    return _hlo.results_of(name, count)
-
-
 def _lower_while(ctx, eqn, *operands):
     p = eqn.params
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
     cond_consts, body_consts = list(operands[:n_cond]), list(operands[n_cond:n_cond + n_body])
     init = list(operands[n_cond + n_body:])
     body_invars = p["body_jaxpr"].jaxpr.invars[n_body:]
-    return _while_op(ctx, init, [v.aval for v in eqn.outvars], [v.hint for v in body_invars],
+    return _hlo.while_op(ctx, init, [v.aval for v in eqn.outvars], [v.hint for v in body_invars],
                      lambda carry: _hlo.lower_jaxpr(ctx, p["cond_jaxpr"].jaxpr, cond_consts + carry),
                      lambda carry: _hlo.lower_jaxpr(ctx, p["body_jaxpr"].jaxpr, body_consts + carry))
 
@@ -531,7 +506,7 @@ def _lower_scan(ctx, eqn, *operands):
         return [following] + outs[:n_carry] + new_ys
 
     hints = ["i"] + [v.hint for v in body.invars[n_consts:n_consts + n_carry]] + [v.hint or "ys" for v in eqn.outvars[n_carry:]]
-    results = _while_op(ctx, [start] + list(init) + ys_init,
+    results = _hlo.while_op(ctx, [start] + list(init) + ys_init,
                         [ShapedArray((), i32)] + carry_avals + ys_avals, hints, condition, step)
     return results[1:]
 

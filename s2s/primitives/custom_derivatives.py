@@ -19,16 +19,18 @@ from s2s.passes import jvp as _jvp, transpose as _transpose
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 
 
-def _call_abstract(*avals, call, rule):
+def call_abstract(*avals, call, **params):
+    """The abstract eval of a call primitive: its `call` jaxpr's output types."""
     return list(call.out_avals)
 
 
-def _call_impl(*args, call, rule):
+def call_impl(*args, call, **params):
+    """The NumPy impl of a call primitive: its `call` jaxpr, run."""
     return eval_jaxpr(call, *args)
 
 
-custom_jvp_call = Primitive("custom_jvp_call", _call_abstract, _call_impl, multiple_results=True)
-custom_vjp_call = Primitive("custom_vjp_call", _call_abstract, _call_impl, multiple_results=True)
+custom_jvp_call = Primitive("custom_jvp_call", call_abstract, call_impl, multiple_results=True)
+custom_vjp_call = Primitive("custom_vjp_call", call_abstract, call_impl, multiple_results=True)
 INLINED_BEFORE_EMISSION.update({custom_jvp_call, custom_vjp_call})
 
 

@@ -17,24 +17,17 @@ Emitters inline `call`, so generated code shows the solver as written.
 """
 from __future__ import annotations
 
-from s2s.core import Primitive, eval_jaxpr
+from s2s.core import Primitive
 from s2s.emit.pyexpr import INLINED_BEFORE_EMISSION
+from s2s.primitives.custom_derivatives import call_abstract, call_impl
 from s2s.passes import jvp as _jvp, transpose as _transpose
 from s2s.passes.jvp import jvp_eqns
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.transpose import is_linear
 
 
-def _call_abstract(*avals, call, **params):
-    return list(call.out_avals)
-
-
-def _call_impl(*args, call, **params):
-    return eval_jaxpr(call, *args)
-
-
-custom_root = Primitive("custom_root", _call_abstract, _call_impl, multiple_results=True)
-custom_linear_solve = Primitive("custom_linear_solve", _call_abstract, _call_impl, multiple_results=True)
+custom_root = Primitive("custom_root", call_abstract, call_impl, multiple_results=True)
+custom_linear_solve = Primitive("custom_linear_solve", call_abstract, call_impl, multiple_results=True)
 INLINED_BEFORE_EMISSION.update({custom_root, custom_linear_solve})
 
 

@@ -600,50 +600,43 @@ def _permutation_from_pivots(ctx, pivots: str, batch: tuple, m: int, k: int) -> 
     i32, nb = dtypes.int32, len(batch)
     scalar, pt = _tt((), i32), _tt(batch + (k,), i32)
     perm_t, row_t = _tt(batch + (m,), i32), _tt(batch, i32)
-    perm0 = ctx.op(f"stablehlo.iota dim = {nb} : {perm_t}", "perm")
-    start = ctx.constant(0, i32)
-    loop = ctx.fresh("swaps")
-    j, perm = ctx.fresh("j"), ctx.fresh("perm")
-    outer = ctx.lines
-    ctx.lines = []
-    bound = ctx.constant(k, i32)
-    more = ctx.op(f"stablehlo.compare LT, {j}, {bound}, SIGNED : ({scalar}, {scalar}) -> {_tt((), dtypes.bool_)}")
-    ctx.lines.append(f"stablehlo.return {more} : {_tt((), dtypes.bool_)}")
-    condition, ctx.lines = ctx.lines, []
-    zero = ctx.constant(0, i32)
-    starts = ", ".join([zero] * nb + [j])
-    sizes = ", ".join([str(d) for d in batch] + ["1"])
-    p = ctx.op(f"stablehlo.dynamic_slice {pivots}, {starts}, sizes = [{sizes}] : "
-               f"({pt}, {', '.join([scalar] * (nb + 1))}) -> {_tt(batch + (1,), i32)}")
-    rows = ctx.op(f"stablehlo.iota dim = {nb} : {perm_t}")
-    p_full = ctx.op(f"stablehlo.broadcast_in_dim {p}, dims = [{', '.join(map(str, range(nb + 1)))}] : "
-                    f"({_tt(batch + (1,), i32)}) -> {perm_t}")
-    j_full = ctx.op(f"stablehlo.broadcast_in_dim {j}, dims = [] : ({scalar}) -> {perm_t}")
     bool_t = _tt(batch + (m,), dtypes.bool_)
-    is_p = ctx.op(f"stablehlo.compare EQ, {rows}, {p_full}, SIGNED : ({perm_t}, {perm_t}) -> {bool_t}")
-    is_j = ctx.op(f"stablehlo.compare EQ, {rows}, {j_full}, SIGNED : ({perm_t}, {perm_t}) -> {bool_t}")
-    zeros = ctx.constant(0, i32, batch + (m,))
+    perm0 = ctx.op(f"stablehlo.iota dim = {nb} : {perm_t}", "perm")
 
-    def entry(mask):   # perm at the one row where `mask` holds, broadcast back over the rows
-        picked = ctx.op(f"stablehlo.select {mask}, {perm}, {zeros} : {bool_t}, {perm_t}")
-        total = ctx.op(f"stablehlo.reduce({picked} init: {zero}) applies stablehlo.add across "
-                       f"dimensions = [{nb}] : ({perm_t}, {scalar}) -> {row_t}")
-        return ctx.op(f"stablehlo.broadcast_in_dim {total}, dims = [{', '.join(map(str, range(nb)))}] : "
-                      f"({row_t}) -> {perm_t}")
-    at_p, at_j = entry(is_p), entry(is_j)
-    swapped = ctx.op(f"stablehlo.select {is_p}, {at_j}, {perm} : {bool_t}, {perm_t}")
-    swapped = ctx.op(f"stablehlo.select {is_j}, {at_p}, {swapped} : {bool_t}, {perm_t}")
-    step = ctx.constant(1, i32)
-    following = ctx.op(f"stablehlo.add {j}, {step} : {scalar}")
-    ctx.lines.append(f"stablehlo.return {following}, {swapped} : {scalar}, {perm_t}")
-    body, ctx.lines = ctx.lines, outer
-    ctx.lines.append(f"{loop}:2 = stablehlo.while({j} = {start}, {perm} = {perm0}) : {scalar}, {perm_t}")
-    ctx.lines.append("  cond {")
-    ctx.lines.extend(f"    {line}" for line in condition)
-    ctx.lines.append("  } do {")
-    ctx.lines.extend(f"    {line}" for line in body)
-    ctx.lines.append("  }")
-    return f"{loop}#1"
+    def more(carry):
+        bound = ctx.constant(k, i32)
+        return [ctx.op(f"stablehlo.compare LT, {carry[0]}, {bound}, SIGNED : ({scalar}, {scalar}) -> "
+                       f"{_tt((), dtypes.bool_)}")]
+
+    def swap(carry):
+        j, perm = carry
+        zero = ctx.constant(0, i32)
+        starts = ", ".join([zero] * nb + [j])
+        sizes = ", ".join([str(d) for d in batch] + ["1"])
+        p = ctx.op(f"stablehlo.dynamic_slice {pivots}, {starts}, sizes = [{sizes}] : "
+                   f"({pt}, {', '.join([scalar] * (nb + 1))}) -> {_tt(batch + (1,), i32)}")
+        rows = ctx.op(f"stablehlo.iota dim = {nb} : {perm_t}")
+        p_full = ctx.op(f"stablehlo.broadcast_in_dim {p}, dims = [{', '.join(map(str, range(nb + 1)))}] : "
+                        f"({_tt(batch + (1,), i32)}) -> {perm_t}")
+        j_full = ctx.op(f"stablehlo.broadcast_in_dim {j}, dims = [] : ({scalar}) -> {perm_t}")
+        is_p = ctx.op(f"stablehlo.compare EQ, {rows}, {p_full}, SIGNED : ({perm_t}, {perm_t}) -> {bool_t}")
+        is_j = ctx.op(f"stablehlo.compare EQ, {rows}, {j_full}, SIGNED : ({perm_t}, {perm_t}) -> {bool_t}")
+        zeros = ctx.constant(0, i32, batch + (m,))
+
+        def entry(mask):   # perm at the one row where `mask` holds, broadcast back over the rows
+            picked = ctx.op(f"stablehlo.select {mask}, {perm}, {zeros} : {bool_t}, {perm_t}")
+            total = ctx.op(f"stablehlo.reduce({picked} init: {zero}) applies stablehlo.add across "
+                           f"dimensions = [{nb}] : ({perm_t}, {scalar}) -> {row_t}")
+            return ctx.op(f"stablehlo.broadcast_in_dim {total}, dims = [{', '.join(map(str, range(nb)))}] : "
+                          f"({row_t}) -> {perm_t}")
+        at_p, at_j = entry(is_p), entry(is_j)
+        swapped = ctx.op(f"stablehlo.select {is_p}, {at_j}, {perm} : {bool_t}, {perm_t}")
+        swapped = ctx.op(f"stablehlo.select {is_j}, {at_p}, {swapped} : {bool_t}, {perm_t}")
+        return [ctx.op(f"stablehlo.add {j}, {ctx.constant(1, i32)} : {scalar}"), swapped]
+
+    _, perm = _hlo.while_op(ctx, [ctx.constant(0, i32), perm0],
+                            [ShapedArray((), i32), ShapedArray(batch + (m,), i32)], ["j", "perm"], more, swap)
+    return perm
 
 
 _hlo.register(dot_general, _lower_dot_general)

@@ -217,14 +217,9 @@ def test_s2s_unroll_asks_for_a_loop_to_be_unrolled():
 
 
 def test_a_range_loop_is_written_with_the_users_index():
+    from tests.frontend.test_in_place import rnn_states
     W, h0, xs = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal(3), rng.standard_normal((4, 3))
-
-    def states(W, h0, xs):
-        H = np.zeros((xs.shape[0] + 1, h0.shape[0]))
-        H[0] = h0
-        for t in range(xs.shape[0]):
-            H[t + 1] = np.tanh(W @ H[t] + xs[t])
-        return H
-    source = s2s.emit_python(states, W, h0, xs)
+    source = s2s.emit_python(rnn_states, W, h0, xs)
     assert "for t in np.arange(4, dtype=np.int64):" in source
-    np.testing.assert_allclose(s2s.jit(states, backend="python")(W, h0, xs), states(W, h0, xs), rtol=1e-12)
+    np.testing.assert_allclose(s2s.jit(rnn_states, backend="python")(W, h0, xs), rnn_states(W, h0, xs),
+                               rtol=1e-12)
