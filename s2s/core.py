@@ -275,7 +275,8 @@ class JaxprTypeError(Exception):
 
 
 def check_jaxpr(jaxpr: Jaxpr | ClosedJaxpr) -> None:
-    """Checks SSA (each var bound once, defined before use) and every equation's types."""
+    """Checks SSA (each var bound once, defined before use) and every equation's types,
+    in the jaxprs of control-flow bodies too (each a scope of its own)."""
     if isinstance(jaxpr, ClosedJaxpr):
         jaxpr = jaxpr.jaxpr
     defined: set[int] = set()
@@ -301,6 +302,13 @@ def check_jaxpr(jaxpr: Jaxpr | ClosedJaxpr) -> None:
         where = f"equation {i} ({eqn.primitive.name})"
         for v in eqn.invars:
             read(v, where)
+        for name, value in eqn.params.items():
+            for body in (value if isinstance(value, tuple) else (value,)):
+                if isinstance(body, ClosedJaxpr):
+                    try:
+                        check_jaxpr(body)
+                    except JaxprTypeError as e:
+                        raise JaxprTypeError(f"{where}, in {name}: {e}") from None
         try:
             expected = eqn.primitive.abstract_eval(*[v.aval for v in eqn.invars], **eqn.params)
         except ShapeError as e:

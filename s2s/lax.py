@@ -201,14 +201,17 @@ def _taking_all_consts(body: _Body, start: int, const_avals: list[ShapedArray]) 
 def while_loop(cond_fun, body_fun, init_val, max_iters=None):
     """`while cond_fun(val): val = body_fun(val)`, staged as one `while_loop`.
 
-    With `max_iters` (beyond jax.lax.while_loop) the loop is a scan of `max_iters` steps
-    that stop changing `val` once `cond_fun` is false, so reverse mode works: each step's
-    residuals go in buffers of `max_iters` rows. It stops after `max_iters` steps even if
-    `cond_fun` still holds, and every step runs the body (its result is discarded once the
-    loop is done), so the body must be safe to evaluate past convergence.
+    With `max_iters` (beyond jax.lax.while_loop) the loop also stops after `max_iters`
+    steps, and reverse mode works: differentiated, it runs as a scan of `max_iters` steps
+    that stop changing `val` once `cond_fun` is false, each step's residuals in buffers of
+    `max_iters` rows. Those steps evaluate the body past convergence (and discard the
+    result), so the body must be safe to run there. Run or differentiated in forward mode,
+    the loop stops as soon as `cond_fun` is false.
     """
-    if max_iters is not None:
-        return _bounded_while(cond_fun, body_fun, init_val, int(max_iters))
+    if max_iters is not None and (isinstance(max_iters, bool) or not isinstance(max_iters, (int, np.integer))
+                                  or max_iters < 0):
+        raise StagingError(f"while_loop's max_iters must be a non-negative int, not {max_iters!r}",
+                           "pass a Python int bound, e.g. max_iters=100")
     init_leaves, init_tree = tree_flatten(init_val)
     body = _Body(body_fun, (init_val,), "while_loop's body")
     _check_carry("while_loop's body", init_tree, body.out_tree)
@@ -222,23 +225,9 @@ def while_loop(cond_fun, body_fun, init_val, max_iters=None):
                            "return a comparison such as `val[0] < n`")
     outs = cf.while_loop.bind(*condition.consts, *body.consts, *init_leaves,
                               cond_jaxpr=condition.jaxpr, body_jaxpr=body.jaxpr,
-                              cond_nconsts=len(condition.consts), body_nconsts=len(body.consts))
+                              cond_nconsts=len(condition.consts), body_nconsts=len(body.consts),
+                              max_iters=None if max_iters is None else int(max_iters))
     return init_tree.unflatten(outs)
-
-
-def _bounded_while(cond_fun, body_fun, init_val, max_iters: int):
-    from s2s.numpy_api import NUMPY_IMPLS
-    where = NUMPY_IMPLS[np.where]
-
-    def step(state, _):
-        running, val = state
-        running = running & _call_user(cond_fun, (val,))
-        new_leaves, new_tree = tree_flatten(_call_user(body_fun, (val,)))
-        old_leaves, old_tree = tree_flatten(val)
-        _check_carry("while_loop's body", old_tree, new_tree)
-        return (running, old_tree.unflatten([where(running, n, o) for n, o in zip(new_leaves, old_leaves)])), None
-    (_, result), _ = scan(Direct(step, ["state", "_"]), (np.bool_(True), init_val), None, length=max_iters)
-    return result
 
 
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1):

@@ -486,3 +486,9 @@ def test_a_custom_jvp_function_inside_a_loop_is_written_out_by_both_backends():
         np.testing.assert_allclose(s2s.jit(softplus_sum, backend=backend)(xs), expected, rtol=1e-12)
         np.testing.assert_allclose(s2s.jit(s2s.grad(softplus_sum), backend=backend)(xs),
                                    1 / (1 + np.exp(-xs)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("bound", [-1, 2.5, True])
+def test_max_iters_must_be_a_non_negative_int(bound):
+    with pytest.raises(s2s.StagingError, match="max_iters must be a non-negative int"):
+        s2s.make_jaxpr(lambda x: lax.while_loop(lambda v: v < 1, lambda v: v + 1, x, max_iters=bound))(0.0)

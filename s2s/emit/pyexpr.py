@@ -45,7 +45,8 @@ class Expr:
 python_rules: dict = {}   # Primitive -> rule(eqn, *operands: Expr) -> Expr
 
 # Control flow is written as statements (`if`, `while`, `for` blocks) by rules of another
-# kind: rule(block, eqn, operands: list[Expr]) -> list[Expr] (see emit/python.py's Block).
+# kind: rule(block, eqn, operands: list[Expr], names: list[str | None]) -> list[Expr], where
+# `names` are the names the caller wants the results in, if any (see emit/python.py's Block).
 STATEMENT_RULES: set = set()
 
 # Call primitives (custom_jvp_call ...) whose `call` jaxpr the emitter writes out in place.
@@ -80,6 +81,12 @@ def dtype_text(dtype) -> str:
     if dtype == dtypes.float0:
         return "rt.float0"
     return f"np.{dtype.name}"
+
+
+def typed_scalar(expr: Expr, dtype) -> Expr:
+    """A scalar written with its dtype, `np.float32(0.5)`, unless it already is."""
+    wrapper = dtype_text(dtype)
+    return expr if expr.text.startswith(wrapper + "(") else Expr(f"{wrapper}({expr.text})")
 
 
 def call(fn: str, *args: Expr, **kwargs) -> Expr:

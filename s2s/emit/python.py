@@ -225,8 +225,9 @@ class Block:
     def line(self, text: str) -> None:
         self.lines.append(self.indent + text)
 
-    def nested(self) -> "Block":
-        return Block(self.names, self.options, self.lines, self.indent + "    ")
+    def nested(self, apart: bool = False) -> "Block":
+        """A block one level in, writing into these lines (or into lines of its own)."""
+        return Block(self.names, self.options, [] if apart else self.lines, self.indent + "    ")
 
     def comment(self, eqn) -> str:
         return f"  # {eqn.source_info.short()}" if (
@@ -259,19 +260,20 @@ class Block:
             if rule is None:
                 raise NotImplementedError(f"no Python emission rule for {eqn.primitive.name}")
             if eqn.primitive in STATEMENT_RULES:
-                exprs.update(zip(eqn.outvars, rule(self, eqn, operands)))
+                names = [targets.pop(v, None) for v in eqn.outvars]
+                exprs.update(zip(eqn.outvars, rule(self, eqn, operands, names)))
                 continue
             expr = rule(eqn, *operands)
             comment = self.comment(eqn)
             if eqn.primitive.multiple_results:
-                targets = []
+                names = []
                 for v in eqn.outvars:
                     if uses.get(v):
-                        targets.append(self.names.fresh(v.hint))
-                        exprs[v] = Expr(targets[-1])
+                        names.append(self.names.fresh(v.hint))
+                        exprs[v] = Expr(names[-1])
                     else:
-                        targets.append("_")
-                self.line(f"{', '.join(targets)} = {expr.text}{comment}")
+                        names.append("_")
+                self.line(f"{', '.join(names)} = {expr.text}{comment}")
                 continue
             (out,) = eqn.outvars
             # A nameless value read once is written where it is read (an output: in `return`).

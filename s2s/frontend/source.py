@@ -87,6 +87,16 @@ class FunctionSource:
                     passed_on.append(node.id)
         return [n for n in names if n in passed_on]
 
+    def is_read(self, target) -> bool:
+        """Whether any name the assignment target `target` binds is ever read (by the
+        def-use chains; True when there are none to ask)."""
+        for node in _walk_scope([target]):
+            if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
+                chain = self.chains.chains.get(node) if self.chains is not None else None
+                if chain is None or chain.users():
+                    return True
+        return False
+
     def info(self, node) -> SourceInfo:
         """Where `node` is, as a SourceInfo (made once per node: staging asks often)."""
         info = self._infos.get(node)

@@ -26,6 +26,7 @@ from typing import Any
 import gast
 import numpy as np
 
+from s2s import dtypes
 from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError,
                         UnsupportedFunctionError, UnsupportedSyntaxError)
 from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope,
@@ -101,6 +102,15 @@ class _Break(_Jump):
 
 class _Continue(_Jump):
     pass
+
+
+# A `break` or `continue` in a staged loop clears a flag instead of leaving the body, and
+# the statements after it run under `if flag:`. `break` clears `running`, which the loop
+# carries and stops on; `continue` clears `live`, which is set again at the start of each
+# iteration. Flags live among the variables under names no Python variable can have; the
+# hints name them in emitted code.
+_FLAG_HINTS = {"<running>": "running", "<live>": "live"}
+_RUNNING, _LIVE = _FLAG_HINTS
 
 
 class Scope:
@@ -244,6 +254,7 @@ class FunctionWalker:
         self.scope = scope
         self.source = scope.source
         self.arguments: set[int] = set()   # ids of the staged arguments, for in-place warnings
+        self.in_staged_loop = False        # whether `break`/`continue` set flags (see _FLAG_HINTS)
 
     # --- entry -------------------------------------------------------------------------
 
@@ -383,18 +394,42 @@ class FunctionWalker:
         return test if test.dtype == np.dtype(bool) else test != 0
 
     def _run_block(self, statements, what: str):
-        """Runs statements staged in a body: `return`, `break` and `continue` cannot leave it."""
+        """Runs statements staged in a body: `return` cannot leave it, and `break` and
+        `continue` only set their staged loop's flags."""
         try:
-            self.block(statements)
+            if self.in_staged_loop:
+                self._guarded_block(statements)
+            else:
+                self.block(statements)
         except _Return as jump:
             raise UnsupportedSyntaxError(f"`return` inside {what}",
                                          "assign the result to a name and return after it",
                                          self.source.info(jump.node)) from None
         except (_Break, _Continue) as jump:
+            if self.in_staged_loop:
+                self.scope.vars[_RUNNING if isinstance(jump, _Break) else _LIVE] = np.bool_(False)
+                return
             keyword = "break" if isinstance(jump, _Break) else "continue"
-            raise UnsupportedSyntaxError(f"`{keyword}` inside {what}",
-                                         "carry a flag in the loop and test it (or use np.where)",
-                                         self.source.info(jump.node)) from None
+            raise UnsupportedSyntaxError(
+                f"`{keyword}` inside {what}, in a loop that is unrolled while staging",
+                "loop over range(n) or an array with an index that stays an array (not "
+                "`params[i]` of a list), so the loop is staged and can stop on an array "
+                "condition; or carry a flag and test it", self.source.info(jump.node)) from None
+
+    def _guarded_block(self, statements):
+        """Statements of a staged loop's body: after one that may have cleared a loop flag
+        (`break` or `continue` under a staged condition), the rest run under `if flag:`."""
+        for k, statement in enumerate(statements):
+            self.stmt(statement)
+            rest = statements[k + 1:]
+            if not rest or not _loop_jumps([statement]):
+                continue
+            flags = [self.scope.vars[f] for f in _FLAG_HINTS if f in self.scope.vars]
+            staged = [f for f in flags if isinstance(f, Tracer)]
+            if staged:
+                go_on = staged[0] if len(staged) == 1 else NUMPY_IMPLS[np.logical_and](*staged)
+                self._stage_branches(_region(rest), rest, [], go_on, rest[0])
+                return
 
     def _values_of(self, names, node, what: str) -> tuple:
         values = []
@@ -419,20 +454,28 @@ class FunctionWalker:
                 return results()
             finally:
                 self.scope.vars = saved
-        return _direct(run, names)
+        return _direct(run, _hints(names))
 
     def _staged_if(self, node, test):
+        pred = self._scalar_test(test, node.test, "an `if` condition")
+        self._stage_branches(node, node.body, node.orelse, pred, node)
+
+    def _stage_branches(self, region, body, orelse, pred, node):
+        """`if pred: body else: orelse` as a cond. `region` is the AST node holding both
+        (the `if`, or a made-up one around statements guarded by a loop's flags)."""
         from s2s import lax
-        if _mutates_containers(node.body + node.orelse, self.scope.vars):
+        if _mutates_containers(body + orelse, self.scope.vars):
             raise UnsupportedSyntaxError(
                 "an `if` on an array whose branches change Python lists, dicts or attributes",
                 "assign new values to names in the branches instead (they become the `if`'s "
                 "results), or choose with np.where", self.source.info(node))
-        outputs = self.source.used_outside(node, self.source.stored_names(node.body + node.orelse))
-        outputs += [n for n in _updated_arrays(node.body + node.orelse, self.scope.vars) if n not in outputs]
+        outputs = self.source.used_outside(region, self.source.stored_names(body + orelse))
+        outputs += [n for n in _updated_arrays(body + orelse, self.scope.vars) if n not in outputs]
+        if self.in_staged_loop and _loop_jumps(body + orelse):
+            outputs += [f for f in _FLAG_HINTS if f in self.scope.vars]
         for name in outputs:
-            assigned_in_both = (name in self.source.stored_names(node.body)
-                                and name in self.source.stored_names(node.orelse))
+            assigned_in_both = (name in self.source.stored_names(body)
+                                and name in self.source.stored_names(orelse))
             if not assigned_in_both and name not in self.scope.vars:
                 raise StagingError(
                     f"`{name}` is assigned in only one branch of this `if` on an array and used "
@@ -442,9 +485,8 @@ class FunctionWalker:
 
         def results():
             return tuple(self.scope.lookup(n, node) for n in outputs)
-        branches = [self._body((), node.orelse, results, "an `if` on an array"),
-                    self._body((), node.body, results, "an `if` on an array")]
-        pred = self._scalar_test(test, node.test, "an `if` condition")
+        branches = [self._body((), orelse, results, "an `if` on an array"),
+                    self._body((), body, results, "an `if` on an array")]
         with current_builder().at(self.source.info(node)):
             values = lax.switch(pred, branches)
         for name, value in zip(outputs, values):
@@ -452,12 +494,15 @@ class FunctionWalker:
 
     def _loop_body(self, body) -> bool:
         """Runs one iteration of a static loop; False when it ends with `break`."""
+        in_staged_loop, self.in_staged_loop = self.in_staged_loop, False
         try:
             self.block(body)
         except _Break:
             return False
         except _Continue:
             pass
+        finally:
+            self.in_staged_loop = in_staged_loop
         return True
 
     def stmt_While(self, node):
@@ -466,7 +511,10 @@ class FunctionWalker:
         test = self.expr(node.test)
         if isinstance(test, Tracer):
             del builder.eqns[mark:]   # the loop evaluates its test itself
-            return self._staged_while(node, test)
+            return self._staged_while(node)
+        if builder is not None and isinstance(node.test, gast.Constant) and node.test.value \
+                and "break" in _loop_jumps(node.body) and self._staged_while(node, forever=True):
+            return
         while self.truth(test, node.test, "a `while` condition"):
             if not self._loop_body(node.body):
                 return
@@ -483,23 +531,74 @@ class FunctionWalker:
         carry += [n for n in _updated_arrays(body, self.scope.vars) if n not in carry]
         return [n for n in carry if n not in loop_targets]
 
-    def _staged_while(self, node, test):
+    def _staged_while(self, node, forever: bool = False) -> bool:
+        """A `while` on an array test as a while_loop. `while True:` with a `break` in it is
+        one too (on `running`) when its values can be carried; when they cannot (Python
+        ints, changing types) it returns False, staging nothing, and runs unrolled."""
         from s2s import lax
-        if node.orelse:
-            raise UnsupportedSyntaxError("`while ... else` on an array condition",
-                                         "move the else block after the loop")
+        jumps = _loop_jumps(node.body)
         carry = self._loop_carry(node, node.body)
+        if forever and any(name not in self.scope.vars for name in carry):
+            return False
         init = self._values_of(carry, node, "this `while` loop")
+        if forever and not _carriable(init):
+            return False
+        if "break" in jumps:     # `while running and test`
+            carry, init = carry + [_RUNNING], init + (np.bool_(True),)
 
         def condition():
-            return self._scalar_test(self.expr(node.test), node.test, "a `while` condition")
-        keep_going = _direct(lambda values: self._body(carry, (), condition, "")(*values), carry)
-        step = self._body(carry, node.body, lambda: tuple(self.scope.lookup(n, node) for n in carry),
-                          "a `while` loop on an array")
-        with current_builder().at(self.source.info(node)):
-            results = lax.while_loop(keep_going, _direct(lambda values: step(*values), carry), init)
-        for name, value in zip(carry, results):
+            if forever:
+                return self.scope.vars[_RUNNING]
+            holds = self._scalar_test(self.expr(node.test), node.test, "a `while` condition")
+            if "break" not in jumps:
+                return holds
+            return NUMPY_IMPLS[np.logical_and](self.scope.vars[_RUNNING], holds)
+        keep_going = _direct(lambda values: self._body(carry, (), condition, "")(*values), _hints(carry))
+        step = _direct(lambda values: self._iteration(node, carry, jumps, values), _hints(carry))
+        builder = current_builder()
+        mark = len(builder.eqns)
+        try:
+            with builder.at(self.source.info(node)):
+                results = lax.while_loop(keep_going, step, init)
+        except S2SError:
+            if not forever:
+                raise
+            del builder.eqns[mark:]       # run it unrolled instead
+            return False
+        self._end_loop(node, dict(zip(carry, results)))
+        return True
+
+    def _iteration(self, node, carry, jumps, values, item=None):
+        """Stages one iteration of a staged loop: binds the carried names (`break`'s flag
+        among them if the loop has one) and the loop's target, runs the body with `break`
+        and `continue` setting flags, and returns the carried names' new values."""
+        saved, in_staged_loop = dict(self.scope.vars), self.in_staged_loop
+        try:
+            for flag in _FLAG_HINTS:      # an enclosing loop's flags are not this loop's
+                self.scope.vars.pop(flag, None)
+            for name, value in zip(carry, values):
+                self.assign_name(name, value)
+            if "continue" in jumps:
+                self.scope.vars[_LIVE] = np.bool_(True)
+            if item is not None:
+                self.assign(node.target, item)
+            self.in_staged_loop = True
+            self._run_block(node.body, "a staged loop")
+            return tuple(self.scope.lookup(n, node) for n in carry)
+        finally:
+            self.scope.vars, self.in_staged_loop = saved, in_staged_loop
+
+    def _end_loop(self, node, results: dict):
+        """Binds a staged loop's results, then runs its `else` block unless it broke."""
+        running = results.pop(_RUNNING, np.bool_(True))
+        for name, value in results.items():
             self.assign_name(name, value)
+        if not node.orelse:
+            return
+        if isinstance(running, Tracer):
+            self._stage_branches(_region(node.orelse), node.orelse, [], running, node.orelse[0])
+        elif running:
+            self.block(node.orelse)
 
     def stmt_For(self, node):
         from s2s.lax import unroll
@@ -524,46 +623,73 @@ class FunctionWalker:
         self.block(node.orelse)
 
     def _staged_for(self, node, iterable) -> bool:
-        """`for i in range(n)` or `for row in x` as one scan, so a long loop stays one
-        equation. False (and nothing staged) when the loop must be unrolled instead: its
-        index is used as a Python value (`params[i]` of a list, `range(i)`), its values
-        change type from one iteration to the next, it mutates Python containers or
-        carries Python ints, or it uses `break`/`continue`/`else`."""
+        """`for i in range(n)` or `for row in x` as one scan (one bounded while_loop if it
+        can `break`), so a long loop stays one equation. False (and nothing staged) when the
+        loop must be unrolled instead: its index is used as a Python value (`params[i]` of
+        a list, `range(i)`), its values change type from one iteration to the next, it
+        mutates Python containers or carries Python ints, or it can `return`."""
         from s2s import lax
         length = len(iterable) if isinstance(iterable, range) else iterable.shape[0]
-        if node.orelse or length == 0 or _mutates_containers(node.body, self.scope.vars) or _jumps(node.body):
+        if length == 0 or _mutates_containers(node.body, self.scope.vars) or _returns(node.body):
             return False
+        jumps = _loop_jumps(node.body)
         targets = self.source.stored_names([node.target])
         carry = self._loop_carry(node, node.body, targets)
         if any(name not in self.scope.vars for name in carry):
             return False
         init = tuple(self.scope.vars[name] for name in carry)
-        if any(isinstance(v, (bool, int, str)) or not _is_stageable(v) for v in init):
+        if not _carriable(init):
             return False
         builder = current_builder()
         mark = len(builder.eqns)
-
-        def step(values, item):
-            saved = dict(self.scope.vars)
-            try:
-                for name, value in zip(carry, values):
-                    self.assign_name(name, value)
-                self.assign(node.target, item)
-                self._run_block(node.body, "a loop staged as a scan")
-                return tuple(self.scope.lookup(n, node) for n in carry), None
-            finally:
-                self.scope.vars = saved
         try:
-            if isinstance(iterable, range):
-                iterable = NUMPY_IMPLS[np.arange](iterable.start, iterable.stop, iterable.step)
             with builder.at(self.source.info(node)):
-                results, _ = lax.scan(_direct(step, ["carry"] + targets), init, iterable)
+                if isinstance(iterable, range):
+                    xs = NUMPY_IMPLS[np.arange](iterable.start, iterable.stop, iterable.step)
+                else:
+                    xs = iterable
+                if "break" not in jumps:
+                    def step(values, item):
+                        return self._iteration(node, carry, jumps, values, item), None
+                    values, _ = lax.scan(_direct(step, _hints(carry) + targets[:1]), init, xs)
+                    results = dict(zip(carry, values))
+                else:
+                    results = self._breaking_for(node, carry, init, jumps, iterable, xs, length)
         except S2SError:
             del builder.eqns[mark:]       # unroll instead; drop what the attempt staged
             return False
-        for name, value in zip(carry, results):
-            self.assign_name(name, value)
+        self._end_loop(node, results)
         return True
+
+    def _breaking_for(self, node, carry, init, jumps, iterable, xs, length) -> dict:
+        """A `for` loop that can `break`: a while_loop bounded by the loop's length (so it
+        has reverse mode) on `running`, carrying the position in the loop."""
+        from s2s import lax
+        carry = carry + [_RUNNING]
+
+        def item_at(k):
+            if isinstance(iterable, range):     # i = start + k * step, without reading xs
+                return k if (iterable.start, iterable.step) == (0, 1) else iterable.start + k * iterable.step
+            return xs[k]
+
+        if isinstance(iterable, range) and not self.source.is_read(node.target):
+            def step(values):     # `for _ in range(n):` needs no position
+                return self._iteration(node, carry, jumps, values)
+            values = lax.while_loop(_direct(lambda values: values[-1], _hints(carry)), _direct(step, _hints(carry)),
+                                    init + (np.bool_(True),), max_iters=length)
+            return dict(zip(carry, values))
+
+        def keep_going(state):
+            return state[1][-1]
+
+        def step_at(state):
+            k, values = state
+            return k + 1, self._iteration(node, carry, jumps, values, item_at(k))
+        position = np.zeros((), xs.dtype if isinstance(iterable, range) else dtypes.default_int())
+        names = ["k"] + _hints(carry)
+        _, values = lax.while_loop(_direct(keep_going, names), _direct(step_at, names),
+                                   (position, init + (np.bool_(True),)), max_iters=length)
+        return dict(zip(carry, values))
 
     def stmt_Break(self, node):
         raise _Break(node)
@@ -672,7 +798,7 @@ class FunctionWalker:
 
     def assign_name(self, name: str, value):
         if isinstance(value, Tracer) and value.variable.hint is None:
-            value.variable.hint = name
+            value.variable.hint = _FLAG_HINTS.get(name, name)
         self.scope.vars[name] = value
 
     def _reject_array_store(self, obj, target):
@@ -1079,14 +1205,48 @@ def _updated_arrays(statements, variables: dict) -> list[str]:
     return names
 
 
-def _jumps(statements) -> bool:
-    return any(isinstance(n, (gast.Break, gast.Continue, gast.Return, gast.Yield))
-               for n in _walk_statements(statements))
+def _hints(names) -> list[str]:
+    """Names as they should read in emitted code (flags by their hints)."""
+    return [_FLAG_HINTS.get(n, n) for n in names]
+
+
+def _returns(statements) -> bool:
+    return any(isinstance(n, (gast.Return, gast.Yield)) for n in _walk_statements(statements))
+
+
+def _loop_jumps(statements) -> set[str]:
+    """The `break`s and `continue`s of the loop the statements are in: not those of loops
+    nested in them (whose `else` blocks do belong to it), nor of nested functions."""
+    found = set()
+    stack = list(statements)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, gast.Break):
+            found.add("break")
+        elif isinstance(node, gast.Continue):
+            found.add("continue")
+        elif isinstance(node, (gast.For, gast.AsyncFor, gast.While)):
+            stack.extend(node.orelse)
+        elif not isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)):
+            stack.extend(gast.iter_child_nodes(node))
+    return found
+
+
+def _region(statements):
+    """A made-up `if` around statements, as the region whose def-use chains say what the
+    statements pass on."""
+    return gast.If(test=gast.Constant(value=True, kind=None), body=list(statements), orelse=[])
 
 
 def _walk_statements(statements):
     for statement in statements:
         yield from gast.walk(statement)
+
+
+def _carriable(values) -> bool:
+    """Whether a staged loop can carry these values (not Python ints, bools or strings,
+    which code after the loop may need static)."""
+    return not any(isinstance(v, (bool, int, str)) or not _is_stageable(v) for v in values)
 
 
 def _is_stageable(value) -> bool:

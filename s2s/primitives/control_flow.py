@@ -3,9 +3,12 @@ jaxprs.
 
 - `cond[branches](index, *operands)` runs `branches[index]` (the index clamped into range,
   as lax.switch does) on the operands; every branch has the same output types.
-- `while_loop[cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts](*cond_consts,
+- `while_loop[cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, max_iters](*cond_consts,
   *body_consts, *init)`: while `cond_jaxpr(*cond_consts, *carry)`, carry =
-  `body_jaxpr(*body_consts, *carry)`.
+  `body_jaxpr(*body_consts, *carry)`, and at most `max_iters` times unless it is None. A
+  bound makes reverse mode possible: partial evaluation turns the loop into a scan of
+  `max_iters` masked steps whose residuals fit fixed buffers, while a loop that is only run
+  (or differentiated in forward mode) still stops as soon as its condition fails.
 - `scan[jaxpr, num_consts, num_carry, length, reverse, unroll](*consts, *init, *xs)`:
   for i in range(length) (backwards when `reverse`), `carry, y = jaxpr(*consts, *carry,
   *(x[i] for x in xs))`; the outputs are the final carry and the ys stacked on a new
@@ -87,7 +90,7 @@ cond = Primitive("cond", _cond_abstract, _cond_impl, multiple_results=True)
 # while_loop
 
 
-def _while_abstract(*avals, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+def _while_abstract(*avals, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, max_iters):
     carry = list(avals[cond_nconsts + body_nconsts:])
     (pred,) = cond_jaxpr.out_avals
     if pred.shape != () or pred.dtype != dtypes.bool_:
@@ -99,12 +102,14 @@ def _while_abstract(*avals, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
     return [a.strip_weak_type() for a in carry]
 
 
-def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, max_iters):
     cond_consts = args[:cond_nconsts]
     body_consts = args[cond_nconsts:cond_nconsts + body_nconsts]
     carry = list(args[cond_nconsts + body_nconsts:])
-    while eval_jaxpr(cond_jaxpr, *cond_consts, *carry)[0]:
+    steps = 0
+    while (max_iters is None or steps < max_iters) and eval_jaxpr(cond_jaxpr, *cond_consts, *carry)[0]:
         carry = eval_jaxpr(body_jaxpr, *body_consts, *carry)
+        steps += 1
     return carry
 
 
@@ -214,7 +219,7 @@ def _cond_jvp(primals, tangents, *, branches):
                       for a, d in zip(out_avals, differentiable)]
 
 
-def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, max_iters):
     n_fixed = cond_nconsts + body_nconsts
     carry = primals[n_fixed:]
     body_consts_nz = _nonzero(tangents[cond_nconsts:n_fixed])
@@ -223,7 +228,7 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
                                   slice(0, len(carry)), carry_avals)
     if not any(carry_nz):
         outs = while_loop.bind(*primals, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                               cond_nconsts=cond_nconsts, body_nconsts=body_nconsts)
+                               cond_nconsts=cond_nconsts, body_nconsts=body_nconsts, max_iters=max_iters)
         return outs, [Zero(tangent_aval(a)) for a in carry_avals]
     body_jvp, _ = jvp_jaxpr(body_jaxpr, body_consts_nz + carry_nz, instantiate_out=carry_nz)
     # body_jvp: (consts, carry, consts_dot, carry_dot) -> (carry, carry_dot); the loop wants
@@ -237,7 +242,8 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
     carry_dot = [_zeros_or(t, a) for t, a, nz in zip(tangents[n_fixed:], carry_avals, carry_nz) if nz]
     outs = while_loop.bind(*primals[:cond_nconsts], *primals[cond_nconsts:n_fixed], *consts_dot,
                            *carry, *carry_dot, cond_jaxpr=cond_jvp, body_jaxpr=body_jvp,
-                           cond_nconsts=cond_nconsts, body_nconsts=body_nconsts + len(consts_dot))
+                           cond_nconsts=cond_nconsts, body_nconsts=body_nconsts + len(consts_dot),
+                           max_iters=max_iters)
     primal_out = outs[:len(carry)]
     tangent_out = iter(outs[len(carry):])
     return primal_out, [next(tangent_out) if nz else Zero(tangent_aval(a))
@@ -306,7 +312,7 @@ _jvp.register(scan, _scan_jvp)
 # ---------------------------------------------------------------------------------------
 # Python emission: real `if` / `while` / `for` statements around the bodies' equations.
 
-from s2s.emit.pyexpr import Expr, dtype_text, register_statement  # noqa: E402
+from s2s.emit.pyexpr import Expr, dtype_text, register_statement, typed_scalar  # noqa: E402
 
 
 def _assign(block, targets: list[str], values: list[Expr]) -> None:
@@ -322,13 +328,13 @@ def _carry_names(block, body_invars, outvars) -> list[str]:
 
 def _typed(expr: Expr, var) -> Expr:
     """A literal initial value written with its dtype (`np.int64(0)`), so the carry keeps it."""
-    return Expr(f"{dtype_text(var.aval.dtype)}({expr.text})") if isinstance(var, Literal) else expr
+    return typed_scalar(expr, var.aval.dtype) if isinstance(var, Literal) else expr
 
 
-def _emit_cond(block, eqn, operands):
+def _emit_cond(block, eqn, operands, names):
     args = [block.named(o, None) for o in operands[1:]]
     branches = eqn.params["branches"]
-    outs = [block.names.fresh(v.hint or "r") for v in eqn.outvars]
+    outs = [name or block.names.fresh(v.hint or "r") for name, v in zip(names, eqn.outvars)]
     if len(branches) == 2:   # `if pred:` (the true branch is branch 1)
         tests = [f"if {operands[0].text}:", "else:"]
         order = [1, 0]
@@ -337,8 +343,7 @@ def _emit_cond(block, eqn, operands):
         tests = [f"if {index.text} <= 0:"] + [f"elif {index.text} == {i}:" for i in range(1, len(branches) - 1)] + ["else:"]
         order = list(range(len(branches)))
     for test, i in zip(tests, order):
-        block.line(test + (block.comment(eqn) if i == order[0] else ""))
-        inner = block.nested()
+        inner = block.nested(apart=True)
         # A branch writes its results straight into the output names (`y = np.sin(x)`).
         body = branches[i].jaxpr
         results = inner.write(body, args, targets=dict(zip(body.outvars, outs)))
@@ -346,10 +351,24 @@ def _emit_cond(block, eqn, operands):
         _assign(inner, [o for o, _ in pending], [r for _, r in pending])
         if not outs:
             inner.line("pass")
+        if test == "else:" and _is_one_if_chain(inner.lines, inner.indent):
+            # `else:` holding nothing but another `if` chain is written `elif`.
+            block.line("el" + inner.lines[0][len(inner.indent):])
+            block.lines.extend(line[len("    "):] for line in inner.lines[1:])
+        else:
+            block.line(test + (block.comment(eqn) if i == order[0] else ""))
+            block.lines.extend(inner.lines)
     return [Expr(o) for o in outs]
 
 
-def _emit_while(block, eqn, operands):
+def _is_one_if_chain(lines: list[str], indent: str) -> bool:
+    """Whether `lines` (at `indent`) are a single `if`/`elif`/`else` statement."""
+    heads = [line[len(indent):] for line in lines if not line.startswith(indent + " ")]
+    return bool(heads) and heads[0].startswith("if ") and all(
+        h.startswith(("elif ", "else:")) for h in heads[1:])
+
+
+def _emit_while(block, eqn, operands, names):
     p = eqn.params
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
     cond_consts = [block.named(o, None) for o in operands[:n_cond]]
@@ -359,11 +378,13 @@ def _emit_while(block, eqn, operands):
     _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_cond + n_body:], eqn.invars[n_cond + n_body:])])
     carry_exprs = [Expr(c) for c in carry]
     header_at = len(block.lines)
-    block.line("while True:" + block.comment(eqn))
+    bounded = p["max_iters"] is not None     # `for step in range(n):` testing the condition first
+    block.line((f"for {block.names.fresh('step')} in range({p['max_iters']}):" if bounded else "while True:")
+               + block.comment(eqn))
     inner = block.nested()
     condition_start = len(block.lines)
     (pred,) = inner.write(p["cond_jaxpr"].jaxpr, cond_consts + carry_exprs)
-    if len(block.lines) == condition_start:    # the condition is one expression
+    if len(block.lines) == condition_start and not bounded:    # the condition is one expression
         block.lines[header_at] = f"{block.indent}while {pred.text}:{block.comment(eqn)}"
     else:
         inner.line(f"if not {pred.wrap(8)}:")
@@ -372,7 +393,7 @@ def _emit_while(block, eqn, operands):
     return carry_exprs
 
 
-def _emit_scan(block, eqn, operands):
+def _emit_scan(block, eqn, operands, names):
     p = eqn.params
     if p["unroll"] > 1:
         return block.write(unrolled_scan(eqn).jaxpr, list(operands))
@@ -453,9 +474,29 @@ def _lower_while(ctx, eqn, *operands):
     cond_consts, body_consts = list(operands[:n_cond]), list(operands[n_cond:n_cond + n_body])
     init = list(operands[n_cond + n_body:])
     body_invars = p["body_jaxpr"].jaxpr.invars[n_body:]
-    return _hlo.while_op(ctx, init, [v.aval for v in eqn.outvars], [v.hint for v in body_invars],
-                     lambda carry: _hlo.lower_jaxpr(ctx, p["cond_jaxpr"].jaxpr, cond_consts + carry),
-                     lambda carry: _hlo.lower_jaxpr(ctx, p["body_jaxpr"].jaxpr, body_consts + carry))
+    avals, hints = [v.aval for v in eqn.outvars], [v.hint for v in body_invars]
+
+    def condition(carry):
+        return _hlo.lower_jaxpr(ctx, p["cond_jaxpr"].jaxpr, cond_consts + carry)
+
+    def step(carry):
+        return _hlo.lower_jaxpr(ctx, p["body_jaxpr"].jaxpr, body_consts + carry)
+    if p["max_iters"] is None:
+        return _hlo.while_op(ctx, init, avals, hints, condition, step)
+    # A bounded loop also carries its step count: it runs while `i < max_iters and cond`.
+    i32 = ShapedArray((), dtypes.int32)
+
+    def bounded_condition(carry):
+        bound = ctx.constant(p["max_iters"], dtypes.int32)
+        below = ctx.op(f"stablehlo.compare LT, {carry[0]}, {bound}, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>")
+        (holds,) = condition(carry[1:])
+        return [ctx.op(f"stablehlo.and {below}, {holds} : tensor<i1>")]
+
+    def counted_step(carry):
+        following = ctx.op(f"stablehlo.add {carry[0]}, {ctx.constant(1, dtypes.int32)} : tensor<i32>")
+        return [following] + step(carry[1:])
+    return _hlo.while_op(ctx, [ctx.constant(0, dtypes.int32)] + init, [i32] + avals, ["step"] + hints,
+                         bounded_condition, counted_step)[1:]
 
 
 def _lower_scan(ctx, eqn, *operands):
@@ -637,10 +678,15 @@ def _cond_partial_eval(eqn, unknown_ins):
         return [], [eqn], [True] * n_out
     ops_uk = list(unknown_ins[1:])
     out_uk = [False] * n_out
-    for branch in branches:
-        out_uk = [a or b for a, b in zip(out_uk, partial_eval_jaxpr(branch, ops_uk).out_unknowns)]
-    if not any(out_uk):
-        return [eqn], [], out_uk
+    splits = [partial_eval_jaxpr(b, ops_uk) for b in branches]
+    for pe in splits:
+        out_uk = [a or b for a, b in zip(out_uk, pe.out_unknowns)]
+    if not any(out_uk):     # unknown operands that no result depends on are dropped
+        ops = eqn.invars[1:]
+        known_eqn = JaxprEqn(cond, [eqn.invars[0]] + [v for v, u in zip(ops, ops_uk) if not u],
+                             list(eqn.outvars), dict(branches=tuple(pe.known for pe in splits)),
+                             eqn.source_info)
+        return [known_eqn], [], out_uk
     splits = [partial_eval_jaxpr(b, ops_uk, instantiate=out_uk) for b in branches]
     # Every branch returns every branch's residuals (zeros in the others' slots).
     res_avals = [a for pe in splits for a in pe.known.out_avals[len(pe.known.out_avals) - pe.num_residuals:]]
@@ -697,15 +743,47 @@ _pe.register(cond, _cond_partial_eval)
 _transpose.register(cond, _cond_transpose)
 
 
+def _while_partial_eval(eqn, unknown_ins):
+    """A bounded loop with some known inputs becomes a scan of `max_iters` steps that stop
+    changing the carry once the condition fails (`active` says whether it still holds),
+    and the scan splits as any other: its residuals are stacked in buffers of `max_iters`
+    rows. An unbounded loop stays whole on the unknown side (and cannot be transposed)."""
+    p = eqn.params
+    if p["max_iters"] is None or all(unknown_ins):
+        return [], [eqn], [True] * len(eqn.outvars)
+    from s2s.numpy_api import NUMPY_IMPLS
+    where, both = NUMPY_IMPLS[np.where], NUMPY_IMPLS[np.logical_and]
+    n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
+    flag = ShapedArray((), dtypes.bool_)
+    with JaxprBuilder() as builder:
+        args = [builder.new_arg(v.aval, v.hint) for v in eqn.invars[:n_cond + n_body]]
+        active = builder.new_arg(flag, "active")
+        carry = [builder.new_arg(v.aval, v.hint) for v in eqn.outvars]
+        (holds,) = inline_jaxpr(p["cond_jaxpr"], args[:n_cond] + carry)
+        active = both(active, holds)
+        stepped = inline_jaxpr(p["body_jaxpr"], args[n_cond:] + carry)
+        body = builder.build([active] + [where(active, new, old) for new, old in zip(stepped, carry)])
+    masked = JaxprEqn(scan, list(eqn.invars[:n_cond + n_body]) + [Literal(True, flag)]
+                      + list(eqn.invars[n_cond + n_body:]),
+                      [Var(flag)] + list(eqn.outvars),
+                      dict(jaxpr=body, num_consts=n_cond + n_body, num_carry=1 + len(eqn.outvars),
+                           length=p["max_iters"], reverse=False, unroll=1), eqn.source_info)
+    unknowns = list(unknown_ins[:n_cond + n_body]) + [False] + list(unknown_ins[n_cond + n_body:])
+    known, unknown, out_unknowns = _scan_partial_eval(masked, unknowns)
+    return known, unknown, out_unknowns[1:]
+
+
 def _while_transpose(cts, *args, **params):
     from s2s.errors import StagingError
     raise StagingError(
         "reverse-mode differentiation of a while_loop: its number of iterations is only known "
         "when it runs, so there is no fixed loop to run backwards",
-        "use s2s.lax.fori_loop with static bounds or s2s.lax.scan (both differentiate in "
-        "reverse mode), or forward mode (s2s.jvp, s2s.jacfwd)")
+        "give the loop a bound (`s2s.lax.while_loop(..., max_iters=n)`, or in Python "
+        "`for _ in range(n): ... if done: break`), use s2s.lax.fori_loop with static bounds "
+        "or s2s.lax.scan, or use forward mode (s2s.jvp, s2s.jacfwd)")
 
 
+_pe.register(while_loop, _while_partial_eval)
 _transpose.register(while_loop, _while_transpose)
 
 
@@ -790,17 +868,23 @@ def _pruned(closed: ClosedJaxpr, keep_out: list[bool]) -> tuple[Jaxpr, list[bool
     return body, [v in read for v in jaxpr.invars]
 
 
+def _needed_carry(body: ClosedJaxpr, n_consts: int, needed: list[bool], ys_used=()) -> list[bool]:
+    """The loop carries that must be computed: those `needed` to begin with, and those
+    that feed a needed carry or a used output from one iteration to the next."""
+    while True:
+        _, reads = _pruned(body, needed + list(ys_used))
+        updated = [a or b for a, b in zip(needed, reads[n_consts:n_consts + len(needed)])]
+        if updated == needed:
+            return needed
+        needed = updated
+
+
 def _scan_dce(eqn, used):
     p = eqn.params
     n_consts, n_carry = p["num_consts"], p["num_carry"]
     body = p["jaxpr"]
-    carry_needed, ys_used = list(used[:n_carry]), list(used[n_carry:])
-    while True:   # a carry is needed if it is used after the loop or feeds a needed output
-        _, reads = _pruned(body, carry_needed + ys_used)
-        updated = [a or b for a, b in zip(carry_needed, reads[n_consts:n_consts + n_carry])]
-        if updated == carry_needed:
-            break
-        carry_needed = updated
+    ys_used = list(used[n_carry:])
+    carry_needed = _needed_carry(body, n_consts, list(used[:n_carry]), ys_used)
     pruned, reads = _pruned(body, carry_needed + ys_used)
     keep_in = reads[:n_consts] + carry_needed + reads[n_consts + n_carry:]
     new_body = Jaxpr([], [v for v, k in zip(pruned.invars, keep_in) if k], pruned.outvars, pruned.eqns)
@@ -808,6 +892,29 @@ def _scan_dce(eqn, used):
                     [v for v, k in zip(eqn.outvars, carry_needed + ys_used) if k],
                     dict(p, jaxpr=ClosedJaxpr(new_body, []), num_consts=sum(keep_in[:n_consts]),
                          num_carry=sum(carry_needed)), eqn.source_info)
+
+
+def _while_dce(eqn, used):
+    """Carries that neither the condition nor a used result depends on are dropped (the
+    step counter of a `for` loop whose index nobody reads, say)."""
+    p = eqn.params
+    n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
+    condition, cond_reads = _pruned(p["cond_jaxpr"], [True])
+    needed = _needed_carry(p["body_jaxpr"], n_body, [u or r for u, r in zip(used, cond_reads[n_cond:])])
+    body, body_reads = _pruned(p["body_jaxpr"], needed)
+    keep_cond, keep_body = cond_reads[:n_cond] + needed, body_reads[:n_body] + needed
+
+    def kept(jaxpr, keep):
+        return ClosedJaxpr(Jaxpr([], [v for v, k in zip(jaxpr.invars, keep) if k], jaxpr.outvars, jaxpr.eqns), [])
+    operands = eqn.invars
+    return JaxprEqn(while_loop,
+                    [v for v, k in zip(operands[:n_cond], keep_cond) if k]
+                    + [v for v, k in zip(operands[n_cond:n_cond + n_body], keep_body) if k]
+                    + [v for v, k in zip(operands[n_cond + n_body:], needed) if k],
+                    [v for v, k in zip(eqn.outvars, needed) if k],
+                    dict(p, cond_jaxpr=kept(condition, keep_cond), body_jaxpr=kept(body, keep_body),
+                         cond_nconsts=sum(keep_cond[:n_cond]), body_nconsts=sum(keep_body[:n_body])),
+                    eqn.source_info)
 
 
 def _cond_dce(eqn, used):
@@ -823,4 +930,5 @@ def _cond_dce(eqn, used):
 
 
 _dce.register(scan, _scan_dce)
+_dce.register(while_loop, _while_dce)
 _dce.register(cond, _cond_dce)

@@ -20,7 +20,7 @@ from s2s_runtime import indexing as rt_indexing
 from s2s import dtypes
 from s2s.core import Literal, Primitive, ShapedArray
 from s2s.emit.pyexpr import (ATOM, Expr, call, dtype_text, method, py_value, register, slice_text,
-                             subscript)
+                             subscript, typed_scalar)
 from s2s.errors import ShapeError
 
 # ---------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def _literal_operand_safe(rule):
         if isinstance(eqn.invars[0], Literal):
             out = eqn.outvars[0].aval
             if out.shape == ():
-                return call(dtype_text(out.dtype), x)
+                return typed_scalar(x, out.dtype)
             return call("np.full", Expr(_shape_text(out.shape)), x,
                         dtype=Expr(dtype_text(out.dtype)))
         return rule(eqn, x, *rest)

@@ -94,6 +94,76 @@ def nested_loops(A):
     return total
 
 
+def newton_with_break(a):
+    x = a
+    for _ in range(50):
+        x = x - (x * x - a) / (2 * x)
+        if np.abs(x * x - a) < 1e-10 * a:
+            break
+    return x
+
+
+def sum_of_positive_squares(xs):
+    total = 0.0
+    for x in xs:
+        if x < 0:
+            continue
+        total = total + x * x
+    return total
+
+
+def first_above(xs, level):
+    found = 0.0
+    for x in xs:
+        if x > level:
+            found = x * x
+            break
+    else:
+        found = -1.0 * level
+    return found
+
+
+def collatz_steps(n):
+    steps = np.int64(0)
+    while True:
+        if n == 1:
+            break
+        n = np.where(n % 2 == 0, n // 2, 3 * n + 1)
+        steps = steps + 1
+    return steps
+
+
+def halve_until_either_small(x):
+    while x.max() > 1:
+        x = x / 2
+        if x.min() < 0.1:
+            break
+    return x
+
+
+def rows_until_negative(A):
+    total = 0.0
+    for row in A:
+        if row[0] > 1.5:
+            continue
+        for v in row:            # its `break` ends this loop only
+            if v < 0:
+                break
+            total = total + np.sin(v)
+    return total
+
+
+def clipped_sum(xs):
+    total = 0.0
+    for x in xs:
+        if x < 0:
+            if x < -2:
+                break
+            continue
+        total = total + np.exp(-x) * x
+    return total
+
+
 CASES = {
     "piecewise_pos": (piecewise, lambda: (np.abs(rng.standard_normal(4)),)),
     "piecewise_neg": (piecewise, lambda: (-np.abs(rng.standard_normal(4)),)),
@@ -110,11 +180,24 @@ CASES = {
     "euler": (euler, lambda: (rng.uniform(0.5, 1.0, 2), np.float64(0.8))),
     "loop_with_branch": (loop_with_branch, lambda: (rng.standard_normal(12),)),
     "nested": (nested_loops, lambda: (rng.standard_normal((3, 5)),)),
+    "newton_break": (newton_with_break, lambda: (np.float64(3.5),)),
+    "continue": (sum_of_positive_squares, lambda: (rng.standard_normal(9),)),
+    "break_found": (first_above, lambda: (np.array([0.1, -0.4, 1.3, 2.5]), np.float64(1.0))),
+    "break_else": (first_above, lambda: (np.array([0.1, -0.4, 0.3]), np.float64(1.0))),
+    "while_true_break": (collatz_steps, lambda: (np.int64(27),)),
+    "while_break": (halve_until_either_small, lambda: (rng.uniform(0, 40, 3),)),
+    "nested_jumps": (rows_until_negative, lambda: (rng.standard_normal((5, 4)) + 0.5,)),
+    "break_and_continue": (clipped_sum, lambda: (np.array([0.5, -1.0, 2.0, -3.0, 1.0]),)),
+    "continue_to_the_end": (clipped_sum, lambda: (np.array([0.5, -1.0, 2.0, -0.5, 1.0]),)),
 }
 
 EXPECTED_PRIMITIVE = {"piecewise": "cond", "three_pieces": "cond", "keep_if_small": "cond",
                       "newton_sqrt": "while_loop", "halve_until_small": "while_loop", "rnn": "scan",
-                      "horner": "scan", "euler": "scan", "loop_with_branch": "scan", "nested_loops": "scan"}
+                      "horner": "scan", "euler": "scan", "loop_with_branch": "scan", "nested_loops": "scan",
+                      "newton_with_break": "while_loop", "sum_of_positive_squares": "scan",
+                      "first_above": "while_loop", "collatz_steps": "while_loop",
+                      "halve_until_either_small": "while_loop", "rows_until_negative": "scan",
+                      "clipped_sum": "while_loop"}
 
 
 def assert_close(got, expected, rtol=1e-10, atol=1e-12):
@@ -139,7 +222,8 @@ def test_staged_control_flow_equals_python_on_every_path(name):
 
 DIFFERENTIABLE = ["piecewise_pos", "piecewise_neg", "three_pieces_high", "three_pieces_mid",
                   "three_pieces_low", "keep_if_small", "rescale_if_large", "rnn", "horner", "euler",
-                  "loop_with_branch", "nested"]
+                  "loop_with_branch", "nested", "newton_break", "continue", "break_found", "break_else",
+                  "nested_jumps", "break_and_continue", "continue_to_the_end"]
 
 
 def as_autograd(fn):
@@ -153,6 +237,7 @@ def test_grad_equals_autograd_of_the_python_function(name):
     args = make_args()
     argnums = tuple(i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
     expected = autograd.grad(as_autograd(fn), argnums)(*args)
+    s2s.check_jaxpr(s2s.make_jaxpr(s2s.grad(fn, argnums=argnums))(*args))
     assert_close(s2s.grad(fn, argnums=argnums)(*args), expected, rtol=1e-8, atol=1e-10)
     assert_close(s2s.jit(s2s.grad(fn, argnums=argnums))(*args), expected, rtol=1e-8, atol=1e-10)
 
@@ -178,6 +263,8 @@ def test_emitted_source_keeps_the_users_names_and_statements():
     assert "    while np.abs(x * x - a) > " in source and "x = x - " in source.replace("x_1", "x")
     source = s2s.emit_python(piecewise, np.ones(3))
     assert "if " in source and "else:" in source and "y = np.sin(x) * 2" in source
+    source = s2s.emit_python(three_pieces, np.ones(3))      # an if/elif/else chain reads as one
+    assert "    elif s > -1.0:" in source and "        y = np.cos(x)" in source
 
 
 def layers(params, x):
@@ -223,3 +310,40 @@ def test_a_range_loop_is_written_with_the_users_index():
     assert "for t in np.arange(4, dtype=np.int64):" in source
     np.testing.assert_allclose(s2s.jit(rnn_states, backend="python")(W, h0, xs), rnn_states(W, h0, xs),
                                rtol=1e-12)
+
+
+def test_a_loop_that_breaks_stops_early_and_differentiates_in_reverse_mode():
+    a = np.float64(3.5)
+    (loop,) = [e for e in s2s.make_jaxpr(newton_with_break)(a).eqns if e.primitive.name == "while_loop"]
+    assert loop.params["max_iters"] == 50
+    # Run, or differentiated in forward mode, it is a loop that stops when it breaks ...
+    source = s2s.emit_python(newton_with_break, a)
+    assert "for step in range(50):" in source and "if not running:\n            break" in source
+    assert s2s.jit(newton_with_break).lower(a).as_text().count("stablehlo.while") == 1
+    jvp_eqns = s2s.make_jaxpr(lambda a, t: s2s.jvp(newton_with_break, (a,), (t,)))(a, a).eqns
+    assert [e.primitive.name for e in jvp_eqns] == ["while_loop"]
+    # ... and in reverse mode a scan of 50 masked steps, run backwards.
+    grad_source = s2s.emit_python(s2s.grad(newton_with_break), a)
+    assert "for i in range(50):" in grad_source and "reversed(range(50))" in grad_source
+    np.testing.assert_allclose(load_source(grad_source, "grad_newton_with_break").grad_newton_with_break(a),
+                               0.5 / np.sqrt(a), rtol=1e-9)
+
+
+def test_continue_guards_the_rest_of_the_iteration():
+    source = s2s.emit_python(sum_of_positive_squares, np.ones(3))
+    assert "if x < 0.0:" in source and "live = np.bool(False)" in source and "if live:" in source
+
+
+def while_else(x):
+    while x.sum() > 1:
+        x = x * 0.5
+    else:
+        x = x + 1
+    return x
+
+
+def test_the_else_block_of_a_staged_loop_runs_unless_it_broke():
+    x = np.array([3.0, 4.0])
+    np.testing.assert_allclose(s2s.jit(while_else)(x), while_else(x))
+    np.testing.assert_allclose(s2s.jit(first_above)(np.array([3.0]), np.float64(1.0)), 9.0)
+    np.testing.assert_allclose(s2s.jit(first_above)(np.array([0.5]), np.float64(1.0)), -1.0)

@@ -306,15 +306,23 @@ def assigned_in_one_branch(x):
     return y
 
 
-def break_in_staged_while(x):
-    while x.max() > 1:
-        x = x / 2
-        if x.min() < 0.1:
+def break_in_unrolled_loop(x, layers):
+    for i in range(len(layers)):   # layers[i] of a list: the loop unrolls
+        x = np.tanh(layers[i] @ x)
+        if x.sum() > 1:
             break  # ERROR
     return x
+
+
+def return_in_staged_if(x):
+    if x.sum() > 0:
+        return x  # ERROR
+    return -x
 
 
 def test_staged_control_flow_errors_say_what_to_write():
     expect_error(assigned_in_one_branch, StagingError, x3,
                  contains="`y` is assigned in only one branch")
-    expect_error(break_in_staged_while, UnsupportedSyntaxError, x3, contains="`break` inside")
+    expect_error(break_in_unrolled_loop, UnsupportedSyntaxError, x3, [np.eye(3)] * 2,
+                 contains="`break` inside an `if` on an array, in a loop that is unrolled")
+    expect_error(return_in_staged_if, UnsupportedSyntaxError, x3, contains="`return` inside")
