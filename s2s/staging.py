@@ -137,6 +137,7 @@ class JaxprBuilder:
         self._const_names: dict[int, str] = {}    # id(const value) -> the user's name for it
         self._const_keepalive: list[Any] = []     # keeps the ids above unique while building
         self.source_info: SourceInfo = UNKNOWN
+        self._producers: dict[Var, JaxprEqn] = {}   # outvar -> the equation computing it
 
     def __enter__(self):
         _builders().append(self)
@@ -201,9 +202,15 @@ class JaxprBuilder:
         if not primitive.multiple_results:
             out_avals = [out_avals]
         outvars = [Var(aval) for aval in out_avals]
-        self.eqns.append(JaxprEqn(primitive, invars, outvars, params, self.source_info))
+        eqn = JaxprEqn(primitive, invars, outvars, params, self.source_info)
+        self.eqns.append(eqn)
+        self._producers.update((v, eqn) for v in outvars)
         tracers = [Tracer(self, v) for v in outvars]
         return tracers if primitive.multiple_results else tracers[0]
+
+    def producer(self, var: Var) -> JaxprEqn | None:
+        """The equation that computed `var` (None for inputs and constants)."""
+        return self._producers.get(var)
 
     def build(self, outs) -> ClosedJaxpr:
         outvars = [self.atom(o) for o in outs]

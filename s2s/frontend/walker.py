@@ -655,8 +655,10 @@ class FunctionWalker:
                     results = dict(zip(carry, values))
                 else:
                     results = self._breaking_for(node, carry, init, jumps, iterable, xs, length)
-        except S2SError:
+        except S2SError as reason:
             del builder.eqns[mark:]       # unroll instead; drop what the attempt staged
+            if length >= LONG_LOOP:
+                _warn_unrolled(self.source, node, length, reason)
             return False
         self._end_loop(node, results)
         return True
@@ -1143,20 +1145,36 @@ class FunctionWalker:
         return StagedFunction(source, self.scope, defaults, kw_defaults)
 
 
-_VIEW_PRIMITIVES = {"slice", "squeeze", "reshape", "transpose", "expand_dims", "rev"}
-
-
 def _view_base(value: Tracer):
     """The variable `value` is a NumPy view of (it came from a slice, reshape, transpose
     ... of it), or None."""
-    builder = value.builder
-    for eqn in reversed(builder.eqns):
-        if value.variable in eqn.outvars:
-            return eqn.invars[0] if eqn.primitive.name in _VIEW_PRIMITIVES else None
-    return None
+    from s2s.primitives.structural import NUMPY_VIEWS
+    eqn = value.builder.producer(value.variable)
+    return eqn.invars[0] if eqn is not None and eqn.primitive in NUMPY_VIEWS else None
 
 
 _warned_arguments: set = set()
+
+# A loop this long that must be unrolled says why, since its jaxpr and compile time grow
+# with every step.
+LONG_LOOP = 100
+_warned_loops: set = set()
+
+
+def _warn_unrolled(source, node, length: int, reason: S2SError) -> None:
+    info = source.info(node)
+    key = (info.file, info.line, info.col)
+    if key in _warned_loops:
+        return
+    _warned_loops.add(key)
+    import warnings
+    where = f" (at line {reason.where.line})" if reason.where is not None else ""
+    warnings.warn_explicit(
+        f"this loop of {length} steps is unrolled into {length} copies of its body: it could "
+        f"not be staged as one loop because {reason.what}{where}. Keep the loop index an array "
+        "(index arrays, not Python lists) and the carried values of one type to make it one loop, "
+        "or write `s2s.unroll(...)` around the iterable to ask for unrolling",
+        UserWarning, info.file, info.line)
 
 
 def _warn_argument_not_written_back(source, target, shown: str) -> None:

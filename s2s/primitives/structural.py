@@ -454,6 +454,10 @@ rev = Primitive("rev", _rev_abstract,
                 lambda x, *, dimensions: np.flip(x, axis=tuple(dimensions)))
 register(rev, _literal_operand_safe(_emit_rev))
 
+# NumPy returns views for these (basic slicing, reshape, transpose, ...): a write through
+# the result changes the operand too, which the front end's in-place checks must know.
+NUMPY_VIEWS = frozenset({slice, squeeze, reshape, transpose, expand_dims, rev})
+
 # ---------------------------------------------------------------------------------------
 # Derivatives. Every primitive here is linear in its array operands (not in the start
 # indices of the dynamic slices; pad jointly in operand and padding value), so each

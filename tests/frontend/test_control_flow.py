@@ -347,3 +347,15 @@ def test_the_else_block_of_a_staged_loop_runs_unless_it_broke():
     np.testing.assert_allclose(s2s.jit(while_else)(x), while_else(x))
     np.testing.assert_allclose(s2s.jit(first_above)(np.array([3.0]), np.float64(1.0)), 9.0)
     np.testing.assert_allclose(s2s.jit(first_above)(np.array([0.5]), np.float64(1.0)), -1.0)
+
+
+def long_layers(params, x):
+    for i in range(len(params)):
+        x = np.tanh(x @ params[i])        # params is a list: the loop must unroll
+    return x
+
+
+def test_a_long_loop_that_must_unroll_says_why():
+    params = [np.eye(2)] * 120
+    with pytest.warns(UserWarning, match=r"loop of 120 steps is unrolled .* list"):
+        s2s.make_jaxpr(long_layers)(params, np.ones((1, 2)))
