@@ -602,7 +602,11 @@ class FunctionWalker:
 
     def stmt_For(self, node):
         from s2s.lax import unroll
-        iterable = self.expr(node.iter)
+        iterable = self._range_call(node.iter)
+        if isinstance(iterable, tuple):
+            return self._staged_range_for(node, *iterable)
+        if iterable is None:
+            iterable = self.expr(node.iter)
         if isinstance(iterable, unroll):        # the user asked for the loop unrolled
             iterable = iterable.iterable
         elif (isinstance(iterable, range) or (isinstance(iterable, Tracer) and iterable.shape)) \
@@ -662,6 +666,58 @@ class FunctionWalker:
             return False
         self._end_loop(node, results)
         return True
+
+    def _range_call(self, expr):
+        """For `range(...)`: the range, or (start, stop, step) when a bound is a staged array
+        (Python's range needs ints; such a loop is a while_loop). None for anything else,
+        which is left unevaluated."""
+        if not (isinstance(expr, gast.Call) and isinstance(expr.func, gast.Name) and expr.func.id == "range"
+                and not expr.keywords and 1 <= len(expr.args) <= 3
+                and not any(isinstance(a, gast.Starred) for a in expr.args)
+                and self.scope.lookup("range", expr.func) is range):
+            return None
+        bounds = [self.expr(a) for a in expr.args]
+        staged = [b for b in bounds if isinstance(b, Tracer)]
+        if not staged:
+            return self.call(range, bounds, {}, expr)
+        for bound in bounds:
+            if isinstance(bound, Tracer) and (bound.shape != () or np.dtype(bound.dtype).kind not in "iu"):
+                raise StagingError(f"range() needs integer scalars, got an array of type {bound.aval.str_short()}",
+                                   "pass an integer scalar (e.g. `n.astype(int)` or `int(...)` of a static value)")
+            if not isinstance(bound, (Tracer, int, np.integer)) or isinstance(bound, bool):
+                raise StagingError(f"range() needs integers, got {type(bound).__name__}", "pass ints")
+        start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+        if not isinstance(step, Tracer) and step == 0:
+            raise StagingError("range() step must not be zero", "pass a nonzero step")
+        return start, stop, step
+
+    def _staged_range_for(self, node, start, stop, step):
+        """`for i in range(start, stop, step)` with an array bound: a while_loop on `i`
+        (forward mode only, like lax.fori_loop with traced bounds)."""
+        from s2s import lax
+        jumps = _loop_jumps(node.body)
+        carry = self._loop_carry(node, node.body, self.source.stored_names([node.target]))
+        init = self._values_of(carry, node, "this `for` loop")
+        if "break" in jumps:
+            carry, init = carry + [_RUNNING], init + (np.bool_(True),)
+        dtype = next(b.dtype for b in (start, stop, step) if isinstance(b, Tracer))
+        first = start.astype(dtype) if isinstance(start, Tracer) else np.asarray(start, dtype)
+
+        def keep_going(state):
+            i, values = state
+            if isinstance(step, Tracer):
+                more = NUMPY_IMPLS[np.where](step > 0, i < stop, i > stop)
+            else:
+                more = i < stop if step > 0 else i > stop
+            return NUMPY_IMPLS[np.logical_and](values[-1], more) if "break" in jumps else more
+
+        def step_to_next(state):
+            i, values = state
+            return i + step, self._iteration(node, carry, jumps, values, i)
+        names = ["i"] + _hints(carry)
+        with current_builder().at(self.source.info(node)):
+            _, values = lax.while_loop(_direct(keep_going, names), _direct(step_to_next, names), (first, init))
+        self._end_loop(node, dict(zip(carry, values)))
 
     def _breaking_for(self, node, carry, init, jumps, iterable, xs, length) -> dict:
         """A `for` loop that can `break`: a while_loop bounded by the loop's length (so it

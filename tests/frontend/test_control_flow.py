@@ -242,6 +242,27 @@ def test_grad_equals_autograd_of_the_python_function(name):
     assert_close(s2s.jit(s2s.grad(fn, argnums=argnums))(*args), expected, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("name", DIFFERENTIABLE + ["newton", "halving", "while_break"])
+def test_jvp_equals_autograd_of_the_python_function(name):
+    """Forward mode (also through while loops), checked as <w, J v> for random v and w."""
+    fn, make_args = CASES[name]
+    args = make_args()
+    floats = [i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f"]
+    directions = {i: rng.standard_normal(np.shape(args[i])) for i in floats}
+    outs, tangents = s2s.jvp(lambda *xs: fn(*[xs[floats.index(i)] if i in floats else a
+                                              for i, a in enumerate(args)]),
+                             tuple(args[i] for i in floats), tuple(directions[i] for i in floats))
+    weights = [rng.standard_normal(np.shape(o)) if np.asarray(o).dtype.kind == "f" else None
+               for o in s2s.tree_leaves(outs)]
+
+    def weighted(t):
+        moved = [a + t * directions[i] if i in floats else a for i, a in enumerate(args)]
+        leaves = s2s.tree_leaves(as_autograd(fn)(*moved))
+        return sum(anp.sum(w * leaf) for w, leaf in zip(weights, leaves) if w is not None)
+    got = sum(np.sum(w * np.asarray(t)) for w, t in zip(weights, s2s.tree_leaves(tangents)) if w is not None)
+    assert_close(got, autograd.grad(weighted)(0.0), rtol=1e-8, atol=1e-10)
+
+
 def test_forward_mode_through_a_staged_while():
     a = np.float64(3.5)
     out, tangent = s2s.jvp(newton_sqrt, (a,), (np.float64(1.0),))
@@ -359,3 +380,30 @@ def test_a_long_loop_that_must_unroll_says_why():
     params = [np.eye(2)] * 120
     with pytest.warns(UserWarning, match=r"loop of 120 steps is unrolled .* list"):
         s2s.make_jaxpr(long_layers)(params, np.ones((1, 2)))
+
+
+def stepped_sum(x, start, stop, step):
+    total = 0.0
+    for i in range(start, stop, step):
+        if i > 9:
+            break
+        total = total * 0.5 + np.sin(x * i)
+    else:
+        total = -total
+    return total
+
+
+@pytest.mark.filterwarnings("ignore:Output seems independent of input")   # autograd, on the empty range
+@pytest.mark.parametrize("bounds", [(0, 5, 1), (2, 20, 3), (5, 0, -1), (7, 0, -2), (3, 3, 1), (1, 40, 1)])
+def test_a_range_with_array_bounds_is_a_while_loop(bounds):
+    x = np.float64(0.7)
+    staged_bounds = [np.int64(b) for b in bounds]
+    names = [e.primitive.name for e in s2s.make_jaxpr(stepped_sum)(x, *staged_bounds).eqns]
+    assert names.count("while_loop") == 1
+    expected = stepped_sum(x, *bounds)
+    for backend in ("xla", "python"):
+        assert_close(s2s.jit(stepped_sum, backend=backend)(x, *staged_bounds), expected)
+    # forward mode, against autograd on the Python loop
+    _, tangent = s2s.jvp(lambda x: stepped_sum(x, *staged_bounds), (x,), (np.float64(1.0),))
+    assert_close(tangent, autograd.grad(as_autograd(stepped_sum))(x, *bounds), rtol=1e-9)
+
