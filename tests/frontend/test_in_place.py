@@ -86,7 +86,7 @@ def test_a_loop_writing_rows_is_one_scan_and_differentiates_like_autograd():
 
 @settings(max_examples=25)
 @given(start=st.integers(-6, 5), stop=st.integers(-6, 6), step=st.sampled_from([None, 1, 2, -1, 3]),
-       value=st.floats(-5, 5))
+       value=st.floats(-5, 5, allow_subnormal=False))   # XLA:CPU flushes subnormals to zero
 def test_slice_stores_match_numpy(start, stop, step, value):
     def store(x, v):
         y = x + 0.0
