@@ -135,17 +135,19 @@ def _hashable(aux):
 
 def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None) -> tuple[list, PyTreeDef]:
     leaves: list = []
+    return leaves, _flatten_into(tree, leaves, is_leaf)
 
-    def walk(value) -> PyTreeDef:
-        kind = None if (is_leaf is not None and is_leaf(value)) else _node_kind(value)
-        if kind is None:
-            leaves.append(value)
-            return PyTreeDef(None, None, ())
-        children, aux = kind.flatten(value)
-        return PyTreeDef(type(value), aux, tuple(walk(c) for c in children))
 
-    treedef = walk(tree)
-    return leaves, treedef
+def _flatten_into(value, leaves: list, is_leaf) -> PyTreeDef:
+    """Appends `value`'s leaves to `leaves`. A module-level function, not a closure: a
+    recursive closure is a reference cycle that would keep the leaves (say, a jitted call's
+    device results) alive until the garbage collector runs."""
+    kind = None if (is_leaf is not None and is_leaf(value)) else _node_kind(value)
+    if kind is None:
+        leaves.append(value)
+        return PyTreeDef(None, None, ())
+    children, aux = kind.flatten(value)
+    return PyTreeDef(type(value), aux, tuple(_flatten_into(c, leaves, is_leaf) for c in children))
 
 
 def tree_unflatten(treedef: PyTreeDef, leaves):
