@@ -111,7 +111,7 @@ def counted_doubling(x):
 
 CASES = {
     "rnn": (rnn, lambda: (rng.standard_normal((3, 3)) * 0.5, rng.standard_normal(3),
-                          rng.standard_normal((6, 3)))),
+                          rng.standard_normal((100, 3)))),   # 100 steps
     "newton_sqrt": (newton_sqrt, lambda: (np.float64(2.5),)),
     "piecewise_positive": (piecewise, lambda: (np.abs(rng.standard_normal(4)),)),
     "piecewise_negative": (piecewise, lambda: (-np.abs(rng.standard_normal(4)),)),

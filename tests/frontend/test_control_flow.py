@@ -175,7 +175,7 @@ CASES = {
     "newton": (newton_sqrt, lambda: (np.float64(3.5),)),
     "halving": (halve_until_small, lambda: (rng.uniform(0, 40, 3),)),
     "rnn": (rnn, lambda: (rng.standard_normal((4, 4)) * 0.5, rng.standard_normal(4),
-                          rng.standard_normal((30, 4)))),
+                          rng.standard_normal((100, 4)))),   # 100 steps
     "horner": (horner, lambda: (rng.standard_normal(6), rng.standard_normal(3))),
     "euler": (euler, lambda: (rng.uniform(0.5, 1.0, 2), np.float64(0.8))),
     "loop_with_branch": (loop_with_branch, lambda: (rng.standard_normal(12),)),
