@@ -22,6 +22,8 @@ from s2s.staging import paused_gc
 from s2s.tree import leaf_paths
 from s2s_runtime.xla import Array
 
+tree_util.register_array_type(Array)
+
 
 def staged_or_error(fn, args, kwargs, static_argnums=(), static_argnames=(),
                     dynamic_argnums=()) -> Staged:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, NamedTuple
 
+import numpy as np
+
 
 class _NodeKind(NamedTuple):
     name: str
@@ -142,12 +144,29 @@ def _flatten_into(value, leaves: list, is_leaf) -> PyTreeDef:
     """Appends `value`'s leaves to `leaves`. A module-level function, not a closure: a
     recursive closure is a reference cycle that would keep the leaves (say, a jitted call's
     device results) alive until the garbage collector runs."""
+    cls = type(value)
+    if is_leaf is None:   # the common nodes first: every jitted call flattens its arguments
+        if cls is tuple or cls is list:
+            return PyTreeDef(cls, None, tuple([_flatten_into(c, leaves, None) for c in value]))
+        if cls in _ARRAY_TYPES:
+            leaves.append(value)
+            return _LEAF
     kind = None if (is_leaf is not None and is_leaf(value)) else _node_kind(value)
     if kind is None:
         leaves.append(value)
         return PyTreeDef(None, None, ())
     children, aux = kind.flatten(value)
     return PyTreeDef(type(value), aux, tuple(_flatten_into(c, leaves, is_leaf) for c in children))
+
+
+_LEAF = PyTreeDef(None, None, ())
+_ARRAY_TYPES: set = {np.ndarray}   # leaf types recognised before any registry lookup
+
+
+def register_array_type(cls: type) -> None:
+    """Marks `cls` (exactly, not subclasses) as an array type: always a leaf, and
+    recognised first when flattening (s2s.Array, passed to every jitted call)."""
+    _ARRAY_TYPES.add(cls)
 
 
 def tree_unflatten(treedef: PyTreeDef, leaves):

@@ -92,3 +92,11 @@ def test_a_jitted_calls_results_are_freed_with_their_last_reference(without_gc):
     alive = weakref.ref(s2s.tree_leaves(result)[0])
     del result
     assert alive() is None
+
+
+def test_array_types_are_leaves_found_first():
+    from s2s_runtime.xla import Array
+    result = s2s.jit(lambda x: x + 1)(np.ones(2))
+    assert type(result) is Array
+    leaves, treedef = tree_flatten([(result, np.zeros(1)), {"a": result}])
+    assert leaves[0] is result and leaves[2] is result and treedef.num_leaves == 3
