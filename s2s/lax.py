@@ -161,9 +161,11 @@ def switch(index, branches, *operands):
     bodies = [_Body(b, operands, f"branch {i} of switch") for i, b in enumerate(branches)]
     for body in bodies[1:]:
         if body.out_tree != bodies[0].out_tree:
-            raise StagingError(f"switch/cond branches return different structures: "
+            raise StagingError(f"the branches give different structures: "
                                f"{bodies[0].out_tree} and {body.out_tree}",
-                               "make every branch return the same tuple/dict/list structure")
+                               "make every branch give the same tuple/dict/list structure (a path "
+                               "through a function that ends without `return` returns None)")
+    bodies = _weak_results_promoted(bodies, branches, operands)
     # Every branch takes every branch's constants, so that all share one signature.
     all_consts = [c for body in bodies for c in body.consts]
     const_avals = [a for body in bodies for a in body.jaxpr.in_avals[:len(body.consts)]]
@@ -175,6 +177,39 @@ def switch(index, branches, *operands):
         index = convert_element_type.bind(index, new_dtype=np.dtype(np.int32), weak_type=False)
     outs = cf.cond.bind(index, *all_consts, *tree_leaves(operands), branches=tuple(branches_closed))
     return bodies[0].out_tree.unflatten(outs)
+
+
+def _weak_results_promoted(bodies: list[_Body], branches, operands) -> list[_Body]:
+    """The branches, where one returns a Python number (weakly typed) for a result that
+    another returns as an array, restaged to return that number in the array's dtype, as
+    JAX does: `y = 0.0` in one branch and `y = x.sum()` of float32 in the other is float32."""
+    targets = []
+    for results in zip(*(b.out_avals for b in bodies)):
+        strong = {a.dtype for a in results if not a.weak_type}
+        if len(strong) == 1:
+            targets.append(strong.pop())
+        elif not strong and len({a.dtype for a in results}) > 1:   # `0` here, `0.5` there
+            targets.append(np.result_type(*(a.dtype for a in results)))
+        else:
+            targets.append(None)    # the same everywhere, or a real mismatch cond reports
+    promoted = []
+    for i, (body, branch) in enumerate(zip(bodies, branches)):
+        if all(t is None or a.dtype == t for a, t in zip(body.out_avals, targets)):
+            promoted.append(body)
+            continue
+
+        def cast_results(*args, branch=branch):
+            leaves, tree = tree_flatten(_call_user(branch, args))
+            return tree.unflatten([leaf if t is None else _as_dtype(leaf, t) for leaf, t in zip(leaves, targets)])
+        promoted.append(_Body(Direct(cast_results, _param_names(branch)), operands, f"branch {i} of switch"))
+    return promoted
+
+
+def _as_dtype(value, dtype):
+    if isinstance(value, Tracer):
+        return value if value.aval.dtype == dtype else convert_element_type.bind(value, new_dtype=dtype,
+                                                                                 weak_type=False)
+    return np.asarray(value, dtype)
 
 
 def cond(pred, true_fun, false_fun, *operands):

@@ -33,6 +33,7 @@ from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope
                                  function_source, nested_function_source)
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
+from s2s.tree import tree_leaves
 
 _STDLIB = sysconfig.get_paths()["stdlib"]
 MAX_STAGING_DEPTH = 200
@@ -276,7 +277,7 @@ class FunctionWalker:
             if isinstance(node, gast.Lambda):
                 return self.expr(node.body)
             try:
-                self.block(node.body)
+                self._tail_block(node.body)
             except _Return as r:
                 return r.value
             return None
@@ -385,6 +386,48 @@ class FunctionWalker:
     # the next iteration: the def-use chains say which) become the outputs of a `cond`
     # or the carry of a loop. Everything else the body reads it takes from the enclosing
     # function directly (closure conversion makes those explicit operands).
+
+    def _tail_block(self, statements):
+        """Statements that end the function: its body, and the paths through an `if` that
+        can return. An `if` on an array with a `return` in it takes the statements after it
+        into its branches, so each path ends in its own `return` and the `if` is one cond
+        of the value returned (`if r < delta: return r * r` then `return delta * r`)."""
+        for k, statement in enumerate(statements):
+            if not (isinstance(statement, gast.If) and _has_return(statement)):
+                self.stmt(statement)
+                continue
+            rest = statements[k + 1:]
+            try:
+                test = self.expr(statement.test)
+                if isinstance(test, Tracer):
+                    self._returning_if(statement, test, rest)
+                taken = statement.body if self.truth(test, statement.test, "an `if` condition") else statement.orelse
+            except S2SError as e:
+                raise e.at(self.source.info(statement))
+            return self._tail_block(taken + rest)
+
+    def _returning_if(self, node, test, rest):
+        """Raises _Return with the cond of what each path through `node` and `rest` returns."""
+        from s2s import lax
+        pred = self._scalar_test(test, node.test, "an `if` condition")
+
+        def path(statements):
+            def run():
+                saved = dict(self.scope.vars)
+                try:
+                    self._tail_block(statements)
+                except _Return as returned:
+                    return returned.value
+                finally:
+                    self.scope.vars = saved
+                return None
+            return _direct(run, [])
+        with current_builder().at(self.source.info(node)):
+            value = lax.switch(pred, [path(node.orelse + rest), path(node.body + rest)])
+        for leaf in tree_leaves(value):
+            if isinstance(leaf, Tracer) and leaf.variable.hint is None:
+                leaf.variable.hint = "result"
+        raise _Return(value, node)
 
     def _scalar_test(self, test, node, what: str):
         if test.shape != ():
@@ -1282,6 +1325,18 @@ def _updated_arrays(statements, variables: dict) -> list[str]:
 def _hints(names) -> list[str]:
     """Names as they should read in emitted code (flags by their hints)."""
     return [_FLAG_HINTS.get(n, n) for n in names]
+
+
+def _has_return(node) -> bool:
+    """Whether `node` holds a `return` of the function it is in (not of a nested one)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, gast.Return):
+            return True
+        if not isinstance(current, (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)):
+            stack.extend(gast.iter_child_nodes(current))
+    return False
 
 
 def _returns(statements) -> bool:

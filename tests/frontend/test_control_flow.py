@@ -164,6 +164,33 @@ def clipped_sum(xs):
     return total
 
 
+def huber(r, delta):
+    if np.abs(r) <= delta:
+        return 0.5 * r ** 2
+    return delta * (np.abs(r) - 0.5 * delta)
+
+
+def early_returns(x):
+    s = x.sum()
+    if s > 1:
+        return (x * 2).sum()
+    elif s < -1:
+        y = -x
+        if y.max() > 3:
+            return (y / 3).sum()
+    else:
+        x = x + 1
+    return np.sin(x).sum()
+
+
+def zero_or_sum(x):
+    if x.sum() > 0:
+        y = 0.0                   # a Python float: takes the other branch's float32
+    else:
+        y = x.sum()
+    return y
+
+
 CASES = {
     "piecewise_pos": (piecewise, lambda: (np.abs(rng.standard_normal(4)),)),
     "piecewise_neg": (piecewise, lambda: (-np.abs(rng.standard_normal(4)),)),
@@ -189,6 +216,13 @@ CASES = {
     "nested_jumps": (rows_until_negative, lambda: (rng.standard_normal((5, 4)) + 0.5,)),
     "break_and_continue": (clipped_sum, lambda: (np.array([0.5, -1.0, 2.0, -3.0, 1.0]),)),
     "continue_to_the_end": (clipped_sum, lambda: (np.array([0.5, -1.0, 2.0, -0.5, 1.0]),)),
+    "huber_inside": (huber, lambda: (np.float64(0.3), np.float64(1.0))),
+    "huber_outside": (huber, lambda: (np.float64(-2.5), np.float64(1.0))),
+    "return_first": (early_returns, lambda: (np.full(3, 1.0),)),
+    "return_nested": (early_returns, lambda: (np.full(3, -4.0),)),
+    "return_nested_else": (early_returns, lambda: (np.full(3, -1.5),)),
+    "return_after_else": (early_returns, lambda: (np.full(3, 0.1),)),
+    "weak_branch_result": (zero_or_sum, lambda: (-np.ones(3, np.float32),)),
 }
 
 EXPECTED_PRIMITIVE = {"piecewise": "cond", "three_pieces": "cond", "keep_if_small": "cond",
@@ -197,7 +231,8 @@ EXPECTED_PRIMITIVE = {"piecewise": "cond", "three_pieces": "cond", "keep_if_smal
                       "newton_with_break": "while_loop", "sum_of_positive_squares": "scan",
                       "first_above": "while_loop", "collatz_steps": "while_loop",
                       "halve_until_either_small": "while_loop", "rows_until_negative": "scan",
-                      "clipped_sum": "while_loop"}
+                      "clipped_sum": "while_loop", "huber": "cond", "early_returns": "cond",
+                      "zero_or_sum": "cond"}
 
 
 def assert_close(got, expected, rtol=1e-10, atol=1e-12):
@@ -223,7 +258,8 @@ def test_staged_control_flow_equals_python_on_every_path(name):
 DIFFERENTIABLE = ["piecewise_pos", "piecewise_neg", "three_pieces_high", "three_pieces_mid",
                   "three_pieces_low", "keep_if_small", "rescale_if_large", "rnn", "horner", "euler",
                   "loop_with_branch", "nested", "newton_break", "continue", "break_found", "break_else",
-                  "nested_jumps", "break_and_continue", "continue_to_the_end"]
+                  "nested_jumps", "break_and_continue", "continue_to_the_end", "huber_inside",
+                  "huber_outside", "return_first", "return_nested", "return_nested_else", "return_after_else"]
 
 
 def as_autograd(fn):
@@ -407,3 +443,11 @@ def test_a_range_with_array_bounds_is_a_while_loop(bounds):
     _, tangent = s2s.jvp(lambda x: stepped_sum(x, *staged_bounds), (x,), (np.float64(1.0),))
     assert_close(tangent, autograd.grad(as_autograd(stepped_sum))(x, *bounds), rtol=1e-9)
 
+
+
+def test_returns_inside_an_if_on_an_array_are_one_cond_of_the_results():
+    source = s2s.emit_python(huber, np.float64(0.3), np.float64(1.0))
+    assert "    if np.abs(r) <= delta:" in source and "        result = 0.5 * r ** 2" in source
+    assert "    return result" in source
+    x = -np.ones(3, np.float32)
+    assert s2s.jit(zero_or_sum)(x).dtype == np.float32

@@ -45,12 +45,6 @@ def expect_error(fn, error_class, *args, at=None, contains=None, **kwargs):
 
 # --- concretization -----------------------------------------------------------------------
 
-def branch_on_value(x):
-    if x.sum() > 0:
-        return x  # ERROR
-    return -x
-
-
 def int_of_array(x):
     n = int(x[0])  # ERROR
     return x * n
@@ -289,10 +283,11 @@ def test_unhashable_static_argument_is_a_clear_error():
 
 
 def test_error_names_the_file_and_shows_the_line():
-    error = expect_error(branch_on_value, UnsupportedSyntaxError, x3, contains="`return` inside an `if`")
+    error = expect_error(return_in_unrolled_loop, UnsupportedSyntaxError, x3, [x3, -x3],
+                         contains="`return` inside an `if`")
     message = str(error)
     assert message.startswith(__file__)
-    assert "return x" in message
+    assert "return w" in message
     caret_line = message.splitlines()[2]
     source_line = message.splitlines()[1]
     # The caret sits under the start of the offending statement.
@@ -313,10 +308,16 @@ def break_in_unrolled_loop(x, layers):
     return x
 
 
-def return_in_staged_if(x):
-    if x.sum() > 0:
-        return x  # ERROR
-    return -x
+def return_in_unrolled_loop(x, weights):
+    for w in weights:   # a list: the loop unrolls
+        if (w * x).sum() > 0:
+            return w  # ERROR
+    return x
+
+
+def none_on_one_path(x):
+    if x.sum() > 0:  # ERROR
+        return x
 
 
 def test_staged_control_flow_errors_say_what_to_write():
@@ -324,5 +325,5 @@ def test_staged_control_flow_errors_say_what_to_write():
                  contains="`y` is assigned in only one branch")
     expect_error(break_in_unrolled_loop, UnsupportedSyntaxError, x3, [np.eye(3)] * 2,
                  contains="`break` inside an `if` on an array, in a loop that is unrolled")
-    expect_error(return_in_staged_if, UnsupportedSyntaxError, x3, contains="`return` inside")
+    expect_error(none_on_one_path, StagingError, x3, contains="ends without `return` returns None")
     expect_error(range_of_array, StagingError, x3, contains="range() needs integer scalars")
