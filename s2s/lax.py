@@ -150,6 +150,12 @@ def _check_carry(what: str, init_tree: PyTreeDef, out_tree: PyTreeDef):
 # ---------------------------------------------------------------------------------------
 
 
+def output_types(fn, *args):
+    """What `fn(*args)` returns, as a tree of ShapedArrays (staged aside, nothing kept)."""
+    body = _Body(fn, args, "a function")
+    return body.out_tree.unflatten(body.out_avals)
+
+
 def switch(index, branches, *operands):
     """`branches[index](*operands)`, with `index` clamped into range (jax.lax.switch)."""
     branches = list(branches)
@@ -181,12 +187,14 @@ def switch(index, branches, *operands):
 
 def _weak_results_promoted(bodies: list[_Body], branches, operands) -> list[_Body]:
     """The branches, where one returns a Python number (weakly typed) for a result that
-    another returns as an array, restaged to return that number in the array's dtype, as
-    JAX does: `y = 0.0` in one branch and `y = x.sum()` of float32 in the other is float32."""
+    another returns as an array of the same or a higher kind, restaged to return that
+    number in the array's dtype, as JAX does: `y = 0.0` in one branch and `y = x.sum()` of
+    float32 in the other is float32."""
     targets = []
     for results in zip(*(b.out_avals for b in bodies)):
         strong = {a.dtype for a in results if not a.weak_type}
-        if len(strong) == 1:
+        weak_kinds = {_KIND_ORDER[a.dtype.kind] for a in results if a.weak_type}
+        if len(strong) == 1 and all(k <= _KIND_ORDER[next(iter(strong)).kind] for k in weak_kinds):
             targets.append(strong.pop())
         elif not strong and len({a.dtype for a in results}) > 1:   # `0` here, `0.5` there
             targets.append(np.result_type(*(a.dtype for a in results)))
@@ -203,6 +211,11 @@ def _weak_results_promoted(bodies: list[_Body], branches, operands) -> list[_Bod
             return tree.unflatten([leaf if t is None else _as_dtype(leaf, t) for leaf, t in zip(leaves, targets)])
         promoted.append(_Body(Direct(cast_results, _param_names(branch)), operands, f"branch {i} of switch"))
     return promoted
+
+
+# A Python number only takes an array's dtype of the same or a higher kind: `0.5` against
+# an int array stays a type mismatch (cond reports it), never a truncation to 0.
+_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 
 
 def _as_dtype(value, dtype):
@@ -237,11 +250,10 @@ def while_loop(cond_fun, body_fun, init_val, max_iters=None):
     """`while cond_fun(val): val = body_fun(val)`, staged as one `while_loop`.
 
     With `max_iters` (beyond jax.lax.while_loop) the loop also stops after `max_iters`
-    steps, and reverse mode works: differentiated, it runs as a scan of `max_iters` steps
-    that stop changing `val` once `cond_fun` is false, each step's residuals in buffers of
-    `max_iters` rows. Those steps evaluate the body past convergence (and discard the
-    result), so the body must be safe to run there. Run or differentiated in forward mode,
-    the loop stops as soon as `cond_fun` is false.
+    steps, and reverse mode works: differentiated, it runs as a scan of `max_iters` steps,
+    each running the body only while `cond_fun` has held, with each step's residuals in
+    buffers of `max_iters` rows. Run or differentiated in forward mode, the loop stops as
+    soon as `cond_fun` is false.
     """
     if max_iters is not None and (isinstance(max_iters, bool) or not isinstance(max_iters, (int, np.integer))
                                   or max_iters < 0):

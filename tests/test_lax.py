@@ -492,3 +492,17 @@ def test_a_custom_jvp_function_inside_a_loop_is_written_out_by_both_backends():
 def test_max_iters_must_be_a_non_negative_int(bound):
     with pytest.raises(s2s.StagingError, match="max_iters must be a non-negative int"):
         s2s.make_jaxpr(lambda x: lax.while_loop(lambda v: v < 1, lambda v: v + 1, x, max_iters=bound))(0.0)
+
+
+def test_loops_of_zero_steps_lower_and_differentiate():
+    x = np.float64(2.0)
+
+    def never(x):
+        return lax.while_loop(lambda c: c < 10.0, lambda c: c * x, x, max_iters=0)
+
+    def empty_scan(x):
+        carry, ys = lax.scan(lambda c, _: (c * x, c), x, None, length=0)
+        return carry + ys.sum()
+    for fn in (never, empty_scan):
+        np.testing.assert_allclose(s2s.jit(fn)(x), 2.0)
+        np.testing.assert_allclose(s2s.jit(s2s.grad(fn))(x), 1.0)

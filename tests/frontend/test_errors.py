@@ -315,6 +315,14 @@ def return_in_unrolled_loop(x, weights):
     return x
 
 
+def while_true_on_an_array(x):
+    while True:
+        x = x / 2
+        if x.max() < 1:
+            break  # ERROR
+    return x
+
+
 def none_on_one_path(x):
     if x.sum() > 0:  # ERROR
         return x
@@ -326,4 +334,41 @@ def test_staged_control_flow_errors_say_what_to_write():
     expect_error(break_in_unrolled_loop, UnsupportedSyntaxError, x3, [np.eye(3)] * 2,
                  contains="`break` inside an `if` on an array, in a loop that is unrolled")
     expect_error(none_on_one_path, StagingError, x3, contains="ends without `return` returns None")
+    error = expect_error(while_true_on_an_array, UnsupportedSyntaxError, x3, contains="`break` inside")
+    assert "for _ in range(n): ... if done: break" in str(error)
     expect_error(range_of_array, StagingError, x3, contains="range() needs integer scalars")
+
+
+def weak_float_against_int(n):
+    if n.sum() > 0:  # ERROR
+        y = 0.5
+    else:
+        y = n.sum()
+    return y
+
+
+def returns_after_appending(x):
+    acc = []
+    if x.sum() > 0:  # ERROR
+        return x
+    acc.append(x)
+    return x * len(acc)
+
+
+def while_with_else(x):
+    while x.sum() < 10:
+        x = x * 1.5
+        if x.max() > 5:
+            break
+    else:
+        x = -x
+    return x.sum()
+
+
+def test_reviewed_mistakes_say_what_to_write():
+    # A Python float is never truncated to the other branch's int dtype.
+    expect_error(weak_float_against_int, ShapeError, np.array([1, 2]), contains="different types")
+    expect_error(returns_after_appending, UnsupportedSyntaxError, x3, contains="changes Python lists")
+    # reverse mode of an unbounded while says so, also when a branch reads its `break` flag
+    with pytest.raises(StagingError, match="reverse-mode differentiation of a while_loop"):
+        s2s.grad(while_with_else)(np.ones(2))
