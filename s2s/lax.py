@@ -222,7 +222,15 @@ def _as_dtype(value, dtype):
     if isinstance(value, Tracer):
         return value if value.aval.dtype == dtype else convert_element_type.bind(value, new_dtype=dtype,
                                                                                  weak_type=False)
-    return np.asarray(value, dtype)
+    try:
+        converted = np.asarray(value, dtype)
+    except OverflowError:
+        converted = None
+    if converted is None or converted != value:
+        raise StagingError(f"one branch gives {value!r}, which {dtype.name}, the type another branch "
+                           "gives, cannot hold", f"make every branch give the same type (e.g. cast "
+                           f"the other branch with .astype(...)), or give a value that fits {dtype.name}")
+    return converted
 
 
 def cond(pred, true_fun, false_fun, *operands):

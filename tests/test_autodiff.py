@@ -363,3 +363,14 @@ def test_broadcast_chains_fold_into_one_broadcast():
     expected = autograd.grad(with_numpy(mlp.loss, anp))(params, x, y)
     for k in params:
         np.testing.assert_allclose(g[k], expected[k], rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn, expected", [(lambda x: x[0] * 2.0, [2.0, 0.0, 0.0]),
+                                          (lambda x: x[0] / 2.0, [0.5, 0.0, 0.0]),
+                                          (lambda x: -x[0], [-1.0, 0.0, 0.0])])
+def test_a_gradient_from_constants_alone_is_written_as_a_numpy_scalar(fn, expected):
+    """The cotangent of x[0] here is `1.0 * 2.0`, literals only: emitted bare it was a
+    Python float, and `(1.0 * 2.0)[None]` failed."""
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(s2s.grad(fn)(x), expected)
+    np.testing.assert_allclose(s2s.jit(s2s.grad(fn), backend="python")(x), expected)

@@ -22,7 +22,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Literal, Var
-from s2s.emit.pyexpr import ATOM, STATEMENT_RULES, UNARY, Expr, dtype_text, python_rules
+from s2s.emit.pyexpr import ATOM, STATEMENT_RULES, UNARY, Expr, dtype_text, python_rules, typed_scalar
 
 # Rules whose NumPy spelling types a bare Python scalar operand like the array beside it
 # (NEP 50), so `x * 0.5` can be written instead of `x * np.float32(0.5)`.
@@ -210,6 +210,14 @@ def _uses(jaxpr) -> dict[Var, int]:
     return uses
 
 
+def _constant_scalar(eqn) -> bool:
+    """Whether `eqn` computes a 0-d value from literals alone: its Python expression
+    (`1.0 * 2.0`) is a Python number, which has no NumPy methods or indexing."""
+    if eqn.primitive.multiple_results or not eqn.invars or eqn.outvars[0].aval.shape != ():
+        return False
+    return eqn.outvars[0].aval.dtype != dtypes.float0 and all(isinstance(v, Literal) for v in eqn.invars)
+
+
 class Block:
     """Writes equations as statements into `lines`, indented by `indent`. Control-flow
     rules (`STATEMENT_RULES`) open nested blocks with `nested()` and write their bodies
@@ -264,6 +272,8 @@ class Block:
                 exprs.update(zip(eqn.outvars, rule(self, eqn, operands, names)))
                 continue
             expr = rule(eqn, *operands)
+            if _constant_scalar(eqn):   # `1.0 * 2.0` is a Python float: `np.float64(1.0 * 2.0)`
+                expr = typed_scalar(expr, eqn.outvars[0].aval.dtype)
             comment = self.comment(eqn)
             if eqn.primitive.multiple_results:
                 names = []

@@ -553,7 +553,7 @@ class FunctionWalker:
         taken = self._body((), body, results_or({}), "an `if` on an array")
         placeholders = {}
         if unset:
-            placeholders = {n: tree_map(lambda a: np.zeros(a.shape, a.dtype), t)
+            placeholders = {n: tree_map(_zeros_like_type, t)
                             for n, t in zip(outputs, lax.output_types(taken)) if n in unset}
         branches = [self._body((), orelse, results_or(placeholders), "an `if` on an array"), taken]
         with current_builder().at(self.source.info(node)):
@@ -590,6 +590,7 @@ class FunctionWalker:
                     e.help = ("a `while` on a Python value runs while staging, so it cannot stop on an "
                               "array: put the array condition in the `while` (`while not done:`), or "
                               "bound the loop: `for _ in range(n): ... if done: break`")
+                    e.unrolled_jump = False     # said by the loop the jump belongs to
                 raise
             test = self.expr(node.test)
             if isinstance(test, Tracer):
@@ -676,6 +677,7 @@ class FunctionWalker:
                 if getattr(e, "unrolled_jump", False):
                     e.help = (f"this loop is unrolled because staging it as one loop failed: "
                               f"{unstaged_because.what}; fix that and the jump works")
+                    e.unrolled_jump = False     # said by the loop the jump belongs to
                 raise
         if isinstance(iterable, Tracer) and not iterable.shape:
             raise StagingError("iteration over a 0-d array",
@@ -1368,6 +1370,14 @@ def _updated_arrays(statements, variables: dict) -> list[str]:
                 and node.value.id not in names:
             names.append(node.value.id)
     return names
+
+
+def _zeros_like_type(aval):
+    """Zeros of `aval`'s type: a Python number when it is weakly typed (`y = 3`), so it
+    still takes the type of whatever it meets, as the value it stands for would."""
+    if aval.weak_type and aval.shape == ():
+        return aval.dtype.type(0).item()
+    return np.zeros(aval.shape, aval.dtype)
 
 
 def _hints(names) -> list[str]:

@@ -449,6 +449,8 @@ def _result_types(avals) -> str:
 
 
 def _lower_cond(ctx, eqn, index, *operands):
+    if not eqn.outvars:     # a branch whose results nobody keeps (`if c: z = ...`, z unused)
+        return []
     branches = eqn.params["branches"]
     i32 = ShapedArray((), dtypes.int32)
     index_aval = eqn.invars[0].aval

@@ -567,3 +567,32 @@ def test_reviewed_gradients_equal_autograd(fn, args):
     got = s2s.grad(fn)(*args)
     assert np.all(np.isfinite(got))
     assert_close(got, expected, rtol=1e-9)
+
+
+def dead_store_in_a_branch(x):
+    if x > 0:
+        z = x * 2                  # nothing reads z: a cond with no results
+    return x
+
+
+def python_number_after_continue(xs):
+    total = np.float32(0.0)
+    for x in xs:
+        if x > 0:
+            if x > 5:
+                continue
+            y = 2.0                # weakly typed: takes float32 from the other branch
+        else:
+            y = -x
+        total = total + y
+    return total
+
+
+@pytest.mark.parametrize("fn, args", [(dead_store_in_a_branch, (np.float64(1.0),)),
+                                      (python_number_after_continue, (np.array([1.0, 7.0, -2.0], np.float32),))])
+def test_second_review_loops_equal_python(fn, args):
+    expected = fn(*args)
+    for backend in ("xla", "python"):
+        result = s2s.jit(fn, backend=backend)(*args)
+        assert np.asarray(result).dtype == np.asarray(expected).dtype
+        assert_close(result, expected)

@@ -372,3 +372,15 @@ def test_reviewed_mistakes_say_what_to_write():
     # reverse mode of an unbounded while says so, also when a branch reads its `break` flag
     with pytest.raises(StagingError, match="reverse-mode differentiation of a while_loop"):
         s2s.grad(while_with_else)(np.ones(2))
+
+
+def minus_one_against_unsigned(n):
+    if n[0] > 0:  # ERROR
+        y = -1
+    else:
+        y = n[1]
+    return y
+
+
+def test_a_python_number_that_does_not_fit_the_other_branch_says_so():
+    expect_error(minus_one_against_unsigned, StagingError, np.array([1, 2], np.uint32), contains="cannot hold")
