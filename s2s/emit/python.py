@@ -210,12 +210,14 @@ def _uses(jaxpr) -> dict[Var, int]:
     return uses
 
 
-def _constant_scalar(eqn) -> bool:
-    """Whether `eqn` computes a 0-d value from literals alone: its Python expression
-    (`1.0 * 2.0`) is a Python number, which has no NumPy methods or indexing."""
+def _constant_scalar(eqn, operands) -> bool:
+    """Whether `eqn` computes a 0-d value from bare Python literals alone: its expression
+    (`1.0 * 2.0`) is a Python number, which has no NumPy methods or indexing. (One typed
+    operand, `-np.float32(1.0)`, already makes a NumPy scalar.)"""
     if eqn.primitive.multiple_results or not eqn.invars or eqn.outvars[0].aval.shape != ():
         return False
-    return eqn.outvars[0].aval.dtype != dtypes.float0 and all(isinstance(v, Literal) for v in eqn.invars)
+    return (eqn.outvars[0].aval.dtype != dtypes.float0 and all(isinstance(v, Literal) for v in eqn.invars)
+            and not any(o.text.startswith("np.") for o in operands))
 
 
 class Block:
@@ -272,7 +274,7 @@ class Block:
                 exprs.update(zip(eqn.outvars, rule(self, eqn, operands, names)))
                 continue
             expr = rule(eqn, *operands)
-            if _constant_scalar(eqn):   # `1.0 * 2.0` is a Python float: `np.float64(1.0 * 2.0)`
+            if _constant_scalar(eqn, operands):   # `1.0 * 2.0` is a Python float: `np.float64(1.0 * 2.0)`
                 expr = typed_scalar(expr, eqn.outvars[0].aval.dtype)
             comment = self.comment(eqn)
             if eqn.primitive.multiple_results:

@@ -416,10 +416,10 @@ class FunctionWalker:
     def _returning_if(self, node, test, rest):
         """Raises _Return with the cond of what each path through `node` and `rest` returns."""
         from s2s import lax
-        if _mutates_containers(node.body + node.orelse + rest, self.scope.vars):
+        if _changes_existing_objects(node.body + node.orelse + rest, self.scope.vars):
             raise UnsupportedSyntaxError(
                 "an `if` on an array that can `return`, in a function that changes Python lists, "
-                "dicts or attributes after it: each path would change them",
+                "dicts or attributes made before it: each path would change them",
                 "assign the result to a name in both branches and return it after the `if`, "
                 "or build the list before the `if`", self.source.info(node))
         pred = self._scalar_test(test, node.test, "an `if` condition")
@@ -646,17 +646,36 @@ class FunctionWalker:
         finally:
             self.scope.vars, self.in_staged_loop = saved, in_staged_loop
 
-    def _end_loop(self, node, results: dict):
-        """Binds a staged loop's results, then runs its `else` block unless it broke."""
+    def _end_loop(self, node, results: dict, last_item=None):
+        """Binds a staged loop's results and (from `last_item()`) its loop variable, then
+        runs its `else` block unless it broke."""
         running = results.pop(_RUNNING, np.bool_(True))
         for name, value in results.items():
             self.assign_name(name, value)
+        if last_item is not None:
+            self._bind_loop_variable(node, last_item)
         if not node.orelse:
             return
         if isinstance(running, Tracer):
             self._stage_branches(_region(node.orelse), node.orelse, [], running, node.orelse[0])
         elif running:
             self.block(node.orelse)
+
+    def _bind_loop_variable(self, node, last_item):
+        """Python leaves the loop variable at the last item the loop reached: bound when
+        something reads it after the loop (or in its `else`)."""
+        targets = self.source.stored_names([node.target])
+        read_in_else = any(isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load) and n.id in targets
+                           for n in _walk_statements(node.orelse))
+        if not (read_in_else or self.source.used_outside(node, targets)):
+            return
+        rebound = [t for t in targets if t in self.source.stored_names(node.body)]
+        if rebound:
+            raise StagingError(
+                f"`{rebound[0]}` is this loop's variable, the body assigns it too, and it is read "
+                "after the loop: a staged loop does not carry its variable",
+                f"give the body's new value another name than `{rebound[0]}`", self.source.info(node))
+        self.assign(node.target, last_item())
 
     def stmt_For(self, node):
         from s2s.lax import unroll
@@ -739,14 +758,11 @@ class FunctionWalker:
             if length >= LONG_LOOP:
                 _warn_unrolled(self.source, node, length, failure)
             return failure
-        self._end_loop(node, results)
-        if last is not None and self.source.used_outside(node, targets):
-            # Python leaves the loop variable at the last item the loop reached.
+        def last_item():
             if not isinstance(iterable, range):
-                self.assign(node.target, xs[last])
-            else:
-                self.assign(node.target, iterable[last] if isinstance(last, int)
-                            else iterable.start + last * iterable.step)
+                return xs[last]
+            return iterable[last] if isinstance(last, int) else iterable.start + last * iterable.step
+        self._end_loop(node, results, last_item if last is not None else None)
         return None
 
     def _range_call(self, expr):
@@ -802,14 +818,13 @@ class FunctionWalker:
         names = ["i"] + _hints(carry)
         with current_builder().at(self.source.info(node)):
             after, values = lax.while_loop(_direct(keep_going, names), _direct(step_to_next, names), (first, init))
-        self._end_loop(node, dict(zip(carry, values)))
-        targets = self.source.stored_names([node.target])
-        if self.source.used_outside(node, targets):
-            # Python leaves the loop variable at the last value it took (if the loop ran).
-            last = after - step
-            if targets[0] in self.scope.vars:
-                last = NUMPY_IMPLS[np.where](after != first, last, self.scope.vars[targets[0]])
-            self.assign(node.target, last)
+        def last_item():   # the last value the loop took; if it never ran, what it was before
+            before = self.scope.vars.get(self.source.stored_names([node.target])[0])
+            if isinstance(before, (int, np.integer)) or (isinstance(before, Tracer) and before.shape == ()
+                                                        and np.dtype(before.dtype).kind in "iu"):
+                return NUMPY_IMPLS[np.where](after != first, after - step, before)
+            return after - step
+        self._end_loop(node, dict(zip(carry, values)), last_item)
 
     def _breaking_for(self, node, carry, init, jumps, iterable, xs, length) -> tuple[dict, Any]:
         """A `for` loop that can `break`: a while_loop bounded by the loop's length (so it
@@ -1357,6 +1372,29 @@ def _mutates_containers(statements, variables: dict) -> bool:
                 return True
         if isinstance(node, gast.Attribute) and isinstance(node.ctx, (gast.Store, gast.Del)):
             return True
+    return False
+
+
+def _changes_existing_objects(statements, variables: dict) -> bool:
+    """Whether statements change, in place, Python objects bound to names in `variables`
+    (made before them), or attributes; not counting nested functions, nor objects made
+    by the statements themselves."""
+    stack = list(statements)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)):
+            continue
+        if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) \
+                and node.func.attr in _MUTATING_METHODS and isinstance(node.func.value, gast.Name) \
+                and node.func.value.id in variables:
+            return True
+        if isinstance(node, gast.Subscript) and isinstance(node.ctx, (gast.Store, gast.Del)) \
+                and isinstance(node.value, gast.Name) and node.value.id in variables \
+                and not isinstance(variables[node.value.id], Tracer):
+            return True
+        if isinstance(node, gast.Attribute) and isinstance(node.ctx, (gast.Store, gast.Del)):
+            return True
+        stack.extend(gast.iter_child_nodes(node))
     return False
 
 

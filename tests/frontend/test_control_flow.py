@@ -596,3 +596,39 @@ def test_second_review_loops_equal_python(fn, args):
         result = s2s.jit(fn, backend=backend)(*args)
         assert np.asarray(result).dtype == np.asarray(expected).dtype
         assert_close(result, expected)
+
+
+def else_reads_the_loop_variable(xs):
+    total = 0.0
+    for x in xs:
+        if x > 100:
+            break
+        total = total + x
+    else:
+        total = total * x          # the last item
+    return total
+
+
+def list_made_on_one_path(x):
+    if x > 5:
+        return x
+    parts = []                     # made after the returning if: each path has its own
+    for k in range(3):
+        parts.append(x * k)
+    return parts[0] + parts[1] + parts[2]
+
+
+def count_with_a_sentinel(x, n):
+    i = None
+    for i in range(n):
+        x = x * 2
+    return x, i
+
+
+@pytest.mark.parametrize("fn, args", [(else_reads_the_loop_variable, (np.array([1.0, 2.0, 5.0]),)),
+                                      (list_made_on_one_path, (np.float64(1.0),)),
+                                      (count_with_a_sentinel, (np.float64(1.0), np.int64(3)))])
+def test_third_review_programs_equal_python(fn, args):
+    expected = fn(*args)
+    for backend in ("xla", "python"):
+        assert_close(s2s.jit(fn, backend=backend)(*args), expected)

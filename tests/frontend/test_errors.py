@@ -384,3 +384,13 @@ def minus_one_against_unsigned(n):
 
 def test_a_python_number_that_does_not_fit_the_other_branch_says_so():
     expect_error(minus_one_against_unsigned, StagingError, np.array([1, 2], np.uint32), contains="cannot hold")
+
+
+def loop_variable_rebound(xs):
+    for x in xs:  # ERROR
+        x = x * 2
+    return x
+
+
+def test_a_rebound_loop_variable_read_after_the_loop_says_so():
+    expect_error(loop_variable_rebound, StagingError, x3, contains="the body assigns it too")
