@@ -726,14 +726,7 @@ class FunctionWalker:
         length = len(iterable) if isinstance(iterable, range) else iterable.shape[0]
         targets = self.source.stored_names([node.target])
         carry = self._loop_carry(node, node.body, targets)
-        missing = [name for name in carry if name not in self.scope.vars]
-        reason = ("it has no steps" if length == 0 else
-                  "its body changes Python lists, dicts or attributes"
-                  if _mutates_containers(node.body, self.scope.vars) else
-                  "it can `return`" if _returns(node.body) else
-                  f"`{missing[0]}` has no value before it" if missing else
-                  "it carries Python numbers or objects, not arrays"
-                  if not _carriable(tuple(self.scope.vars[name] for name in carry)) else None)
+        reason = self._unstageable_loop(node, carry, length)
         if reason is not None:
             return StagingError(reason)
         init = tuple(self.scope.vars[name] for name in carry)
@@ -763,6 +756,21 @@ class FunctionWalker:
                 return xs[last]
             return iterable[last] if isinstance(last, int) else iterable.start + last * iterable.step
         self._end_loop(node, results, last_item if last is not None else None)
+        return None
+
+    def _unstageable_loop(self, node, carry, length) -> str | None:
+        """Why a `for` loop cannot be one staged loop, found before staging it, or None."""
+        if length == 0:
+            return "it has no steps"
+        if _mutates_containers(node.body, self.scope.vars):
+            return "its body changes Python lists, dicts or attributes"
+        if _returns(node.body):
+            return "it can `return`"
+        missing = [name for name in carry if name not in self.scope.vars]
+        if missing:
+            return f"`{missing[0]}` has no value before it"
+        if not _carriable(tuple(self.scope.vars[name] for name in carry)):
+            return "it carries Python numbers or objects, not arrays"
         return None
 
     def _range_call(self, expr):
