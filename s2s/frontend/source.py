@@ -63,7 +63,7 @@ class FunctionSource:
         """Names the statements assign (in order of first assignment), not looking into
         nested functions, which have scopes of their own."""
         names: list[str] = []
-        for node in _walk_scope(statements):
+        for node in walk_scope(statements):
             if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store) and node.id not in names:
                 names.append(node.id)
         return names
@@ -74,7 +74,7 @@ class FunctionSource:
         def-use chains: the values a block of code passes on."""
         statement_of = _innermost_statements(region)
         passed_on = []
-        for node in _walk_scope([region]):
+        for node in walk_scope([region]):
             if not (isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store)) or node.id not in names:
                 continue
             chain = self.chains.chains.get(node) if self.chains is not None else None
@@ -90,7 +90,7 @@ class FunctionSource:
     def is_read(self, target) -> bool:
         """Whether any name the assignment target `target` binds is ever read (by the
         def-use chains; True when there are none to ask)."""
-        for node in _walk_scope([target]):
+        for node in walk_scope([target]):
             if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
                 chain = self.chains.chains.get(node) if self.chains is not None else None
                 if chain is None or chain.users():
@@ -113,7 +113,7 @@ class FunctionSource:
         return SourceInfo(self.filename, line, col, self.name, end_col)
 
 
-def _walk_scope(statements):
+def walk_scope(statements):
     """Every node of `statements`, without entering nested functions and classes."""
     stack = list(reversed(list(statements)))
     while stack:

@@ -30,7 +30,7 @@ from s2s import dtypes
 from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError,
                         UnsupportedFunctionError, UnsupportedSyntaxError)
 from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope,
-                                 function_source, nested_function_source)
+                                 function_source, nested_function_source, walk_scope)
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
 from s2s.tree import tree_leaves, tree_map
@@ -1387,11 +1387,7 @@ def _changes_existing_objects(statements, variables: dict) -> bool:
     """Whether statements change, in place, Python objects bound to names in `variables`
     (made before them), or attributes; not counting nested functions, nor objects made
     by the statements themselves."""
-    stack = list(statements)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)):
-            continue
+    for node in walk_scope(statements):
         if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) \
                 and node.func.attr in _MUTATING_METHODS and isinstance(node.func.value, gast.Name) \
                 and node.func.value.id in variables:
@@ -1402,7 +1398,6 @@ def _changes_existing_objects(statements, variables: dict) -> bool:
             return True
         if isinstance(node, gast.Attribute) and isinstance(node.ctx, (gast.Store, gast.Del)):
             return True
-        stack.extend(gast.iter_child_nodes(node))
     return False
 
 
@@ -1433,14 +1428,7 @@ def _hints(names) -> list[str]:
 
 def _has_return(node) -> bool:
     """Whether `node` holds a `return` of the function it is in (not of a nested one)."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, gast.Return):
-            return True
-        if not isinstance(current, (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)):
-            stack.extend(gast.iter_child_nodes(current))
-    return False
+    return any(isinstance(n, gast.Return) for n in walk_scope([node]))
 
 
 def _returns(statements) -> bool:
