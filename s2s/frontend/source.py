@@ -73,6 +73,7 @@ class FunctionSource:
         outside it, or inside it before the assignment (a loop's next iteration), by the
         def-use chains: the values a block of code passes on."""
         statement_of = _innermost_statements(region)
+        reset_before = _resets_before(region)
         passed_on = []
         for node in walk_scope([region]):
             if not (isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store)) or node.id not in names:
@@ -80,9 +81,12 @@ class FunctionSource:
             chain = self.chains.chains.get(node) if self.chains is not None else None
             users = [u.node for u in chain.users()] if chain is not None else []
             # A read in the same statement (`h = f(h)`) or an earlier one sees the value
-            # of the previous iteration.
+            # of the previous iteration, unless the name is assigned again at the top of the
+            # region before that read: then the read is an inner loop's, on its own values.
             here = _position(statement_of[id(node)])
-            if any(id(u) not in statement_of or _position(statement_of[id(u)]) <= here for u in users):
+            if any(id(u) not in statement_of or (_position(statement_of[id(u)]) <= here
+                                                 and node.id not in reset_before.get(id(u), ()))
+                   for u in users):
                 if node.id not in passed_on:
                     passed_on.append(node.id)
         return [n for n in names if n in passed_on]
@@ -135,6 +139,22 @@ def _innermost_statements(region) -> dict[int, object]:
         for child in gast.iter_child_nodes(node):
             visit(child, statement)
     visit(region, region)
+    return found
+
+
+def _resets_before(region) -> dict[int, frozenset[str]]:
+    """id(node) -> the names that a plain assignment among `region`'s own statements (its
+    body, and separately its else block) sets before the statement holding `node`: on every
+    path to `node` those names hold values from this pass, not from the one before."""
+    found: dict[int, frozenset[str]] = {}
+    for block in (getattr(region, "body", []), getattr(region, "orelse", [])):
+        assigned: frozenset[str] = frozenset()
+        for statement in block:
+            for node in walk_scope([statement]):
+                found[id(node)] = assigned
+            if isinstance(statement, gast.Assign):
+                assigned |= {n.id for target in statement.targets for n in walk_scope([target])
+                             if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store)}
     return found
 
 

@@ -121,6 +121,15 @@ class _Continue(_Jump):
 _FLAG_HINTS = {"<running>": "running", "<live>": "live"}
 _RUNNING, _LIVE = _FLAG_HINTS
 
+# What to write instead of a jump under an array test, in a `while` on a Python value.
+_PYTHON_WHILE_JUMP_HELP = {
+    "break": "a `while` on a Python value runs while staging, so it cannot stop on an array: put "
+             "the array condition in the `while` (`while not done:`), or bound the loop: "
+             "`for _ in range(n): ... if done: break`",
+    "continue": "a `while` on a Python value runs while staging, so it cannot skip the rest of a "
+                "pass on an array: put that rest under `if not skip:` instead",
+}
+
 
 class Scope:
     """The variables of one function activation, with lexical parents for nested defs."""
@@ -471,7 +480,7 @@ class FunctionWalker:
                 "loop over range(n) or an array with an index that stays an array (not "
                 "`params[i]` of a list), so the loop is staged and can stop on an array "
                 "condition; or carry a flag and test it", self.source.info(jump.node))
-            error.unrolled_jump = True     # the loop may say why it is unrolled
+            error.unrolled_jump = keyword  # the loop may say why it is unrolled
             raise error from None
 
     def _guarded_block(self, statements):
@@ -493,9 +502,9 @@ class FunctionWalker:
         values = []
         for name in names:
             if name not in self.scope.vars:
-                raise StagingError(f"`{name}` is assigned in {what} but has no value before it, "
-                                   "and it is used after it",
-                                   f"give `{name}` a value before the {what.split()[0]} (e.g. "
+                raise StagingError(f"`{name}` is assigned in {what} and read after it or in its "
+                                   "next pass, but has no value before it",
+                                   f"give `{name}` a value before the loop (e.g. "
                                    f"`{name} = np.zeros_like(...)`)", self.source.info(node))
             values.append(self.scope.vars[name])
         return tuple(values)
@@ -586,11 +595,10 @@ class FunctionWalker:
                 if not self._loop_body(node.body):
                     return
             except UnsupportedSyntaxError as e:
-                if getattr(e, "unrolled_jump", False):
-                    e.help = ("a `while` on a Python value runs while staging, so it cannot stop on an "
-                              "array: put the array condition in the `while` (`while not done:`), or "
-                              "bound the loop: `for _ in range(n): ... if done: break`")
-                    e.unrolled_jump = False     # said by the loop the jump belongs to
+                jump = getattr(e, "unrolled_jump", None)
+                if jump:
+                    e.help = _PYTHON_WHILE_JUMP_HELP[jump]
+                    e.unrolled_jump = None     # said by the loop the jump belongs to
                 raise
             test = self.expr(node.test)
             if isinstance(test, Tracer):
@@ -693,10 +701,10 @@ class FunctionWalker:
             try:
                 return self._unrolled_for(node, iterable)
             except UnsupportedSyntaxError as e:
-                if getattr(e, "unrolled_jump", False):
+                if getattr(e, "unrolled_jump", None):
                     e.help = (f"this loop is unrolled because staging it as one loop failed: "
                               f"{unstaged_because.what}; fix that and the jump works")
-                    e.unrolled_jump = False     # said by the loop the jump belongs to
+                    e.unrolled_jump = None     # said by the loop the jump belongs to
                 raise
         if isinstance(iterable, Tracer) and not iterable.shape:
             raise StagingError("iteration over a 0-d array",

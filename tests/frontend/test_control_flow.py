@@ -632,3 +632,23 @@ def test_third_review_programs_equal_python(fn, args):
     expected = fn(*args)
     for backend in ("xla", "python"):
         assert_close(s2s.jit(fn, backend=backend)(*args), expected)
+
+
+def inner_loop_on_a_fresh_value(x, n):
+    out = 0.0 * x
+    for i in range(n):
+        y = x + i                  # set again each pass: the inner loop's reads are its own
+        while np.sum(y) < 10.0:
+            y = y * 2.0
+        out = out + y
+    return out
+
+
+def test_an_inner_loop_reading_a_name_set_earlier_in_the_pass_is_not_carried():
+    x, n = np.array([0.5, 1.0]), np.int64(3)
+    for backend in ("xla", "python"):
+        assert_close(s2s.jit(inner_loop_on_a_fresh_value, backend=backend)(x, n),
+                     inner_loop_on_a_fresh_value(x, n))
+    carried = s2s.make_jaxpr(inner_loop_on_a_fresh_value)(x, n).jaxpr.eqns[-1]
+    assert carried.primitive.name == "while_loop"
+    assert len(carried.outvars) == 2              # the index and `out`: not `y`

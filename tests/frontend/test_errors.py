@@ -394,3 +394,32 @@ def loop_variable_rebound(xs):
 
 def test_a_rebound_loop_variable_read_after_the_loop_says_so():
     expect_error(loop_variable_rebound, StagingError, x3, contains="the body assigns it too")
+
+
+def carried_without_a_value(x, n):
+    for i in range(n):  # ERROR
+        if i > 0:
+            x = x + y
+        y = x * 2
+    return x
+
+
+def test_a_name_a_staged_loop_passes_on_needs_a_value_before_it():
+    error = expect_error(carried_without_a_value, StagingError, x3, np.int64(3),
+                         contains="`y` is assigned in this `for` loop and read after it or in its next pass")
+    assert "give `y` a value before the loop" in str(error)
+
+
+def continue_in_a_python_while(x):
+    k = 0
+    while k < 3:
+        k += 1
+        if x.sum() > 1:
+            continue  # ERROR
+        x = x * 2
+    return x
+
+
+def test_a_continue_in_a_python_while_says_how_to_skip():
+    error = expect_error(continue_in_a_python_while, UnsupportedSyntaxError, x3, contains="`continue` inside")
+    assert "under `if not skip:`" in str(error) and "break" not in str(error).split("help:")[1]
