@@ -109,10 +109,16 @@ class _Body:
             closed = builder.build(out_leaves)
         self.jaxpr, self.consts = cf.closure_convert(closed)
         self.in_tree = in_tree
+        self.fn = fn
 
     @property
     def out_avals(self) -> list[ShapedArray]:
         return list(self.jaxpr.out_avals)
+
+    @property
+    def out_types(self):
+        """What the function returns, as a tree of ShapedArrays."""
+        return self.out_tree.unflatten(self.out_avals)
 
 
 def _leaf_hints(names: list[str], in_tree: PyTreeDef) -> list[str | None]:
@@ -150,10 +156,11 @@ def _check_carry(what: str, init_tree: PyTreeDef, out_tree: PyTreeDef):
 # ---------------------------------------------------------------------------------------
 
 
-def output_types(fn, *args):
-    """What `fn(*args)` returns, as a tree of ShapedArrays (staged aside, nothing kept)."""
-    body = _Body(fn, args, "a function")
-    return body.out_tree.unflatten(body.out_avals)
+def staged_branch(fn, what: str = "a branch") -> _Body:
+    """`fn` of no arguments, staged once: `.out_types` says what it returns, and `switch`
+    takes it as a branch without staging it again (a branch that must be staged to type
+    another one would otherwise be staged twice, and twice again at each nesting level)."""
+    return _Body(fn, (), what)
 
 
 def switch(index, branches, *operands):
@@ -164,14 +171,15 @@ def switch(index, branches, *operands):
     if not isinstance(index, (Tracer, np.ndarray, np.generic)):
         chosen = min(max(int(index), 0), len(branches) - 1)   # static: just call it
         return _call_user(branches[chosen], operands)
-    bodies = [_Body(b, operands, f"branch {i} of switch") for i, b in enumerate(branches)]
+    bodies = [b if isinstance(b, _Body) and not operands   # from staged_branch
+              else _Body(b, operands, f"branch {i} of switch") for i, b in enumerate(branches)]
     for body in bodies[1:]:
         if body.out_tree != bodies[0].out_tree:
             raise StagingError(f"the branches give different structures: "
                                f"{bodies[0].out_tree} and {body.out_tree}",
                                "make every branch give the same tuple/dict/list structure (a path "
                                "through a function that ends without `return` returns None)")
-    bodies = _weak_results_promoted(bodies, branches, operands)
+    bodies = _weak_results_promoted(bodies, operands)
     # Every branch takes every branch's constants, so that all share one signature.
     all_consts = [c for body in bodies for c in body.consts]
     const_avals = [a for body in bodies for a in body.jaxpr.in_avals[:len(body.consts)]]
@@ -185,7 +193,7 @@ def switch(index, branches, *operands):
     return bodies[0].out_tree.unflatten(outs)
 
 
-def _weak_results_promoted(bodies: list[_Body], branches, operands) -> list[_Body]:
+def _weak_results_promoted(bodies: list[_Body], operands) -> list[_Body]:
     """The branches, where one returns a Python number (weakly typed) for a result that
     another returns as an array of the same or a higher kind, restaged to return that
     number in the array's dtype, as JAX does: `y = 0.0` in one branch and `y = x.sum()` of
@@ -201,15 +209,15 @@ def _weak_results_promoted(bodies: list[_Body], branches, operands) -> list[_Bod
         else:
             targets.append(None)    # the same everywhere, or a real mismatch cond reports
     promoted = []
-    for i, (body, branch) in enumerate(zip(bodies, branches)):
+    for i, body in enumerate(bodies):
         if all(t is None or a.dtype == t for a, t in zip(body.out_avals, targets)):
             promoted.append(body)
             continue
 
-        def cast_results(*args, branch=branch):
+        def cast_results(*args, branch=body.fn):
             leaves, tree = tree_flatten(_call_user(branch, args))
             return tree.unflatten([leaf if t is None else _as_dtype(leaf, t) for leaf, t in zip(leaves, targets)])
-        promoted.append(_Body(Direct(cast_results, _param_names(branch)), operands, f"branch {i} of switch"))
+        promoted.append(_Body(Direct(cast_results, _param_names(body.fn)), operands, f"branch {i} of switch"))
     return promoted
 
 

@@ -561,9 +561,10 @@ class FunctionWalker:
                                  for n in outputs)
         taken = self._body((), body, results_or({}), "an `if` on an array")
         placeholders = {}
-        if unset:
+        if unset:   # the other branch gives zeros of the types this one gives
+            taken = lax.staged_branch(taken, "an `if` on an array")
             placeholders = {n: tree_map(_zeros_like_type, t)
-                            for n, t in zip(outputs, lax.output_types(taken)) if n in unset}
+                            for n, t in zip(outputs, taken.out_types) if n in unset}
         branches = [self._body((), orelse, results_or(placeholders), "an `if` on an array"), taken]
         with current_builder().at(self.source.info(node)):
             values = lax.switch(pred, branches)

@@ -652,3 +652,32 @@ def test_an_inner_loop_reading_a_name_set_earlier_in_the_pass_is_not_carried():
     carried = s2s.make_jaxpr(inner_loop_on_a_fresh_value)(x, n).jaxpr.eqns[-1]
     assert carried.primitive.name == "while_loop"
     assert len(carried.outvars) == 2              # the index and `out`: not `y`
+
+
+def continue_nested(depth: int) -> str:
+    """A loop whose `if`s nest `depth` deep, each with a `continue` and then a name that
+    only the rest of that `if` assigns (so the skipping path needs a placeholder of its type)."""
+    lines = ["import numpy as np", "def f(xs):", "    total = 0.0", "    for x in xs:"]
+    for d in range(depth):
+        pad = "        " + "    " * d
+        lines += [f"{pad}if x > {d}:", f"{pad}    if x > {d + 5}:", f"{pad}        continue",
+                  f"{pad}    a{d} = x * {d + 1}.0"]
+    for d in reversed(range(depth)):
+        pad = "        " + "    " * d
+        lines += [f"{pad}else:", f"{pad}    a{d} = -x", f"{pad}total = total + a{d}"]
+    return "\n".join(lines + ["    return total", ""])
+
+
+def test_each_nested_continue_stages_what_it_guards_once(monkeypatch):
+    from s2s import lax
+    stagings = []
+    staged_once = lax._Body.__init__
+    monkeypatch.setattr(lax._Body, "__init__", lambda self, *a: stagings.append(1) or staged_once(self, *a))
+    xs = np.linspace(-1, 12, 9)
+    counts = {}
+    for depth in (3, 6):
+        fn = load_source(continue_nested(depth), f"nested_{depth}").f
+        stagings.clear()
+        assert_close(s2s.jit(fn)(xs), fn(xs))
+        counts[depth] = len(stagings)
+    assert counts[6] < 2 * counts[3], counts     # linear in the depth (it doubled per level)
