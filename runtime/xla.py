@@ -6,9 +6,11 @@ few it needs itself, so nothing here depends on jax being importable.
 """
 from __future__ import annotations
 
+import collections
 import operator
 import os
 import re
+import sys
 import threading
 
 import numpy as np
@@ -49,6 +51,21 @@ def _install_sharding_hooks(xla_client) -> None:
     sharding._s2s_hooks = True
 
 
+def _install_jit_state() -> None:
+    """The three process-wide settings jaxlib's C++ dispatcher reads on every call (x64,
+    disable-jit, a post-call hook). jax registers its own when it is imported; s2s registers
+    them only when jax is not loaded, since replacing jax's would break jax.jit. If jax takes
+    them over later, its x64 setting becomes part of every dispatch key, and `fast_path`
+    only vouches for arguments whose types do not depend on it."""
+    if "jax" in sys.modules:
+        return
+    from jaxlib import _jax
+    setting = _jax.config.Config
+    _jax.jax_jit.set_enable_x64_state(setting("s2s_enable_x64", True, include_in_jit_key=True))
+    _jax.jax_jit.set_disable_jit_state(setting("s2s_disable_jit", False))
+    _jax.jax_jit.set_post_hook_state(setting("s2s_post_hook", None))
+
+
 def _register_lapack_targets(xla_client) -> None:
     """LAPACK's routines as XLA custom-call targets (`lapack_dgetrf_ffi`, ...): jaxlib ships
     them in jaxlib.cpu._lapack; jax would register them, so s2s does it itself."""
@@ -83,6 +100,7 @@ def client():
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             from jaxlib import xla_client
             _install_sharding_hooks(xla_client)
+            _install_jit_state()
             _register_lapack_targets(xla_client)
             count = _num_cpu_devices or int(os.environ.get("S2S_NUM_CPU_DEVICES", "1"))
             _client = xla_client.make_cpu_client(num_devices=count) if count > 1 \
@@ -251,6 +269,69 @@ for _name, _ufunc in [("neg", np.negative), ("pos", np.positive), ("abs", np.abs
     setattr(Array, f"__{_name}__", lambda self, _ufunc=_ufunc: _ufunc(self))
 
 
+# What jaxlib's C++ dispatcher (`jaxlib._jax.pjit`) reads, by name, from what a cache miss
+# returns, so that it runs the executable itself on later calls with the same signature.
+_FastPath = collections.namedtuple("_FastPath", [
+    "xla_executable", "out_pytree_def", "in_shardings", "out_shardings", "out_avals",
+    "out_committed", "kept_var_bitvec", "in_device_local_layouts", "const_args"])
+
+_registry = None
+_NOT_RUN = object()   # what a runner's first call gives: it only handed its fast path to C++
+
+
+def _dispatch_registry():
+    """The pytree registry the C++ dispatcher flattens arguments and builds results with:
+    jaxlib's defaults (tuple, list, dict, None, namedtuple) and s2s.Array, which flattens to
+    its device buffer (passed to XLA where it lives; a donated one raises DonatedBufferError)
+    and is rebuilt around each result buffer."""
+    global _registry
+    if _registry is None:
+        from jaxlib import _jax
+        registry = _jax.pytree.PyTreeRegistry()
+        registry.register_node(
+            Array, lambda array: ((array._live_buffer(),), array._device),
+            lambda device, buffers: Array(buffers[0], buffers[0].aval.shape, buffers[0].aval.dtype, device))
+        _registry = registry
+    return _registry
+
+
+def _dispatcher_x64_settings() -> tuple[bool, ...]:
+    """The x64 settings the C++ dispatcher may type a numpy argument with right now: ours
+    (True), or, once jax is loaded and has put its own in place, jax's current value (read
+    from the module jax already loaded; both when it cannot be read). The setting is part
+    of every dispatch key, so a later change makes the dispatcher ask again."""
+    if "jax" not in sys.modules:
+        return (True,)
+    value = getattr(getattr(sys.modules.get("jax._src.config"), "enable_x64", None), "value", None)
+    return (value,) if isinstance(value, bool) else (True, False)
+
+
+def _device_put_fallback(value, sharding, layout):
+    """What the C++ dispatcher calls for an argument it cannot put on the device itself."""
+    from jaxlib import xla_client
+    array = np.asarray(value)
+    return xla_client.batched_device_put(_Aval(array.shape, array.dtype), sharding, [array],
+                                         list(sharding.device_set), True, enable_x64=True)
+
+
+def dispatcher(name: str, call, cache_miss, static_argnums=()):
+    """A function run by jaxlib's C++ dispatcher: a call whose signature (argument tree,
+    dtypes, shapes, static arguments) it has seen runs the executable without Python;
+    others go to `cache_miss(*args, **kwargs)`, which returns (result, fast path or None,
+    False), the fast path from `Executable.fast_path` (None: such calls always come back).
+    `call(*args, **kwargs)` is the result alone, used under jax's `disable_jit`. Static
+    arguments must be hashable (see `is_unhashable_static_error`)."""
+    from jaxlib import _jax
+    client()
+    return _jax.pjit(name, call, cache_miss, list(static_argnums), [], ("s2s", name),
+                     _dispatch_registry(), _device_put_fallback)
+
+
+def is_unhashable_static_error(error: BaseException) -> bool:
+    """Whether the dispatcher refused a call because a static argument is unhashable."""
+    return isinstance(error, ValueError) and "Non-hashable static arguments" in str(error)
+
+
 def _placement(device):
     """The device list and compile options that put a one-device computation on `device`."""
     from jaxlib import xla_client
@@ -291,7 +372,9 @@ class Executable:
         self.cache_hit = cache_hit
         self._sharding = xla_client.SingleDeviceSharding(device)
         self._avals: dict[tuple, _Aval] = {}   # (shape, dtype) -> what device_put asks for
-        self.out_avals = _output_avals(self.optimized_hlo_text())
+        self.in_shapes, self.out_avals = _entry_signature(self.optimized_hlo_text())
+        self._out_avals = [_Aval(shape, dtype) for shape, dtype in self.out_avals]
+        self._runner = None
 
     @classmethod
     def from_serialized(cls, data: bytes, in_dtypes, device=None) -> "Executable":
@@ -325,6 +408,80 @@ class Executable:
         return self._xla_client.batched_device_put(aval, self._sharding, [array], [self.device], True,
                                                    enable_x64=True)
 
+    def device_array(self, value, position: int) -> Array:
+        """`value` on this executable's device, typed as its parameter `position`."""
+        dtype = self.in_dtypes[position]
+        return Array(self._put(value, dtype), self.in_shapes[position], dtype, self.device)
+
+    def _fast_path(self, out_pytree_def, const_buffers=()) -> _FastPath:
+        params, results = len(self.in_dtypes), len(self._out_avals)
+        return _FastPath(self._exe, out_pytree_def, [self._sharding] * params,
+                         [self._sharding] * results, self._out_avals, [True] * results,
+                         [True] * params, [None] * params, list(const_buffers))
+
+    def fast_path(self, dynamic_args: tuple, flat_inputs: list, consts: list, result, outs: list):
+        """What the C++ dispatcher (see `dispatcher`) needs to run this executable itself on
+        later calls like this one, or None when it could not do so faithfully.
+
+        `dynamic_args` are the call's arguments as the dispatcher flattens them (static ones
+        left out); `flat_inputs` the parameters they gave after `consts` (Arrays on this
+        device); `result` what the call returned, built from `outs`, this executable's
+        results. The dispatcher must find exactly these values in this order (not so with
+        defaults filled in or arguments s2s keeps static), every one of its parameter's dtype
+        and shape whatever jax's x64 setting (which, when jax is loaded, decides the
+        signature), and `outs` as the leaves of `result`, in order.
+        """
+        from jaxlib import _jax
+        registry = _dispatch_registry()
+        leaves = registry.flatten(dynamic_args)[0]
+        if len(leaves) != len(flat_inputs) or any(
+                leaf is not (value._buffer if type(value) is Array else value)
+                for leaf, value in zip(leaves, flat_inputs)):
+            return None
+        x64_settings = _dispatcher_x64_settings()
+        parameters = zip(self.in_dtypes[len(consts):], self.in_shapes[len(consts):])
+        for leaf, (dtype, shape) in zip(leaves, parameters):
+            if getattr(leaf, "dtype", np.dtype(np.float64)).isnative is False:
+                return None   # byte-swapped: the dispatcher would read the bytes as native
+            for x64 in x64_settings:
+                try:
+                    seen = _jax.jax_jit._ArgSignatureOfValue(leaf, x64)
+                except Exception:   # a kind of value the dispatcher does not take
+                    return None
+                if seen.dtype != dtype or tuple(seen.shape) != shape:
+                    return None
+        out_leaves, out_tree = registry.flatten(result)
+        if len(out_leaves) != len(outs) or any(leaf is not out._buffer for leaf, out in zip(out_leaves, outs)):
+            return None
+        return self._fast_path(out_tree, [c._buffer for c in consts])
+
+    def _run(self, buffers: list) -> list:
+        """The executable run on device buffers, through the C++ dispatcher: the results come
+        back as arrays without Python's help, and without the import of jax that jaxlib's
+        Python-facing result unpacking attempts on every call."""
+        runner = self._runner
+        if runner is None:
+            runner = self._runner = self._make_runner()
+        results = runner(*buffers)
+        if results is _NOT_RUN:   # a signature seen for the first time: now it runs
+            results = runner(*buffers)
+        return results
+
+    def _make_runner(self):
+        from jaxlib import _jax
+        registry = _dispatch_registry()
+        fast = self._fast_path(registry.flatten(list(range(len(self._out_avals))))[1])
+        executable = self._exe
+
+        def hand_over(*buffers):
+            return _NOT_RUN, fast, False
+
+        def run_in_python(*buffers):   # under jax.disable_jit()
+            results = executable.execute_sharded(list(buffers))
+            return [per_device[0] for per_device in results.disassemble_into_single_device_arrays()]
+        return _jax.pjit("s2s_executable", run_in_python, hand_over, [], [], ("s2s executable",),
+                         registry, _device_put_fallback)
+
     def execute(self, args, donated: dict[int, str] | None = None) -> list[Array]:
         """Runs on `args` (one per parameter). `donated` maps the positions of donated
         parameters to how errors name them: an Array passed there is invalid afterwards."""
@@ -335,9 +492,8 @@ class Executable:
             for position, buffer in enumerate(buffers):
                 if position not in donated and id(buffer) in given:
                     buffers[position] = self._put(args[position]._numpy(), self.in_dtypes[position])
-        results = self._exe.execute_sharded(buffers)
-        outs = [Array(per_device[0], shape, dtype, self.device) for per_device, (shape, dtype)
-                in zip(results.disassemble_into_single_device_arrays(), self.out_avals)]
+        outs = [Array(buffer, shape, dtype, self.device)
+                for buffer, (shape, dtype) in zip(self._run(buffers), self.out_avals)]
         if donated:
             for position, label in donated.items():
                 value = args[position]
@@ -368,14 +524,18 @@ _HLO_DTYPES = {"pred": np.bool_, "s8": np.int8, "s16": np.int16, "s32": np.int32
                "c128": np.complex128}
 
 
-def _output_avals(optimized_hlo: str) -> list[tuple[tuple, np.dtype]]:
-    """(shape, dtype) of each result, read from the HLO's entry_computation_layout
-    (`{(f32[4]{0})->(f32[4]{0}, f64[])}`): jaxlib gives result arrays no shape of their own."""
+def _entry_signature(optimized_hlo: str) -> tuple[list[tuple], list[tuple[tuple, np.dtype]]]:
+    """The shape of each parameter and the (shape, dtype) of each result, read from the
+    HLO's entry_computation_layout (`{(f32[4]{0})->(f32[4]{0}, f64[])}`): jaxlib gives
+    result arrays no shape of their own."""
     header = optimized_hlo.split("\n", 1)[0]
     layout = header[header.index("entry_computation_layout={"):]
-    results = layout[layout.index(")->") + 3:]
-    return [(tuple(int(d) for d in dims.split(",") if d), np.dtype(_HLO_DTYPES[kind]))
-            for kind, dims in re.findall(r"\b(pred|[suf]\d+|c\d+)\[([\d,]*)\]", results)]
+    split = layout.index(")->")
+
+    def typed(text):
+        return [(tuple(int(d) for d in dims.split(",") if d), np.dtype(_HLO_DTYPES[kind]))
+                for kind, dims in re.findall(r"\b(pred|[suf]\d+|c\d+)\[([\d,]*)\]", text)]
+    return [shape for shape, _ in typed(layout[:split])], typed(layout[split + 3:])
 
 
 def hlo_text(mlir_text: str) -> str:

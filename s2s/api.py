@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import os
 import warnings
+import weakref
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from s2s.frontend import Staged, reraise_clean, stage
 from s2s.frontend.args import describe_arg
 from s2s.staging import paused_gc
 from s2s.tree import leaf_paths
-from s2s_runtime.xla import Array
+from s2s_runtime.xla import Array, dispatcher, is_unhashable_static_error
 
 tree_util.register_array_type(Array)
 
@@ -193,6 +194,11 @@ class Jitted:
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
         # (shapes and dtypes, config) -> a function of the arguments.
         self._fast: dict[tuple, object] = {}
+        # On the XLA backend, jaxlib's C++ dispatcher makes the calls it has seen (see
+        # s2s_runtime.xla.dispatcher): one per configuration, made when first called.
+        self._dispatch, self._dispatch_config = None, None
+        self._dispatch_static = tuple(sorted(
+            {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)))
         functools.update_wrapper(self, fn, updated=())
 
     def _staged(self, args, kwargs) -> Staged:
@@ -200,6 +206,45 @@ class Jitted:
                                self.dynamic_argnums)
 
     def __call__(self, *args, **kwargs):
+        if self.backend == "python":
+            return self._python_call(args, kwargs)
+        if self._dispatch_config is not config.cache_key():
+            self._new_dispatcher()
+        try:
+            return self._dispatch(*args, **kwargs)
+        except ValueError as e:
+            if not is_unhashable_static_error(e):
+                raise
+            return self._xla_call(args, kwargs)[0]   # which says so, in s2s's words
+
+    def _new_dispatcher(self) -> None:
+        # The dispatcher reaches this Jitted through a weak reference: it is this object's,
+        # and a cycle through it would outlive the user's function.
+        this = weakref.ref(self)
+        static = self._dispatch_static if all(i >= 0 for i in self._dispatch_static) else ()
+        self._dispatch = dispatcher(
+            self.__name__ if isinstance(getattr(self, "__name__", None), str) else "jitted",
+            lambda *args, **kwargs: this()._xla_call(args, kwargs)[0],
+            lambda *args, **kwargs: (*this()._xla_call(args, kwargs), False), static)
+        self._dispatch_config = config.cache_key()
+
+    def _xla_call(self, args, kwargs):
+        """A call made in Python: (the result, what the dispatcher needs to make the next
+        call like it by itself, or None)."""
+        dynamic = None if kwargs else tuple(a for i, a in enumerate(args) if i not in self._dispatch_static)
+        fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
+        if fast is not None:
+            fast_key, leaves = fast
+            run = self._fast.get(fast_key)
+            if run is not None:
+                return run(leaves, dynamic)
+        staged = self._staged(args, kwargs)
+        run = self._xla_runner(staged, args)
+        if fast is not None and len(staged.closed.jaxpr.invars) == len(leaves):
+            self._fast[fast_key] = run
+        return run(staged.flat_inputs(args, kwargs), dynamic)
+
+    def _python_call(self, args, kwargs):
         fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
         if fast is not None:
             fast_key, leaves = fast
@@ -207,11 +252,6 @@ class Jitted:
             if run is not None:
                 return run(leaves)
         staged = self._staged(args, kwargs)
-        if self.backend == "xla":
-            run = self._xla_runner(staged, args)
-            if fast is not None and len(staged.closed.jaxpr.invars) == len(leaves):
-                self._fast[fast_key] = run
-            return run(staged.flat_inputs(args, kwargs))
         run = _python_runner(staged)
         signature = signature_of(staged)
         if fast is not None and len(signature.params) == len(args) == len(leaves) and config.values.enable_x64:
@@ -221,21 +261,27 @@ class Jitted:
                                       canonicalize=not config.values.enable_x64))
 
     def _xla_runner(self, staged: Staged, args):
-        """A function of the jaxpr's inputs that runs the executable and builds the result."""
+        """A function of (the jaxpr's inputs, the call's arguments less the static ones, or
+        None) that runs the executable: (the result, the dispatcher's fast path or None).
+        There is none for donating calls (the dispatcher would not mark the donated Arrays)
+        nor for outputs without data (float0 tangents of ints, made here as zeros)."""
         donated = _donated_leaves(staged, args, self.donate_argnums)
         device = self.device or devices()[0]
         compiled = staged.artifact(("xla", device.id, tuple(donated)),
                                    lambda: _compile_xla(staged, device, donated))
-        executable, consts, out_tree = compiled.executable, staged.closed.consts, staged.out_tree
+        executable, consts, out_tree = compiled.executable, compiled.consts, staged.out_tree
         float0_outputs = [i for i, v in enumerate(staged.closed.jaxpr.outvars) if v.aval.dtype == dtypes.float0]
-        if not float0_outputs:
-            return lambda flat: out_tree.unflatten(executable.execute([*consts, *flat], compiled.donated))
+        dispatchable = not compiled.donated and not float0_outputs
 
-        def run(flat):   # float0 outputs (tangents of ints) carry no data: zeros, made here
+        def run(flat, dynamic_args):
             outs = executable.execute([*consts, *flat], compiled.donated)
+            result = list(outs)
             for i in float0_outputs:
-                outs[i] = np.zeros(outs[i].shape, dtypes.float0)
-            return out_tree.unflatten(outs)
+                result[i] = np.zeros(outs[i].shape, dtypes.float0)
+            result = out_tree.unflatten(result)
+            if not dispatchable or dynamic_args is None:
+                return result, None
+            return result, executable.fast_path(dynamic_args, flat, consts, result, outs)
         return run
 
     def lower(self, *args, **kwargs) -> "Lowered":
@@ -249,6 +295,7 @@ class Jitted:
 class _XlaCompiled:
     executable: object
     donated: dict[int, str]    # executable parameter -> how errors name the donated argument
+    consts: list               # the jaxpr's constants, on the device once (Arrays)
 
 
 def _donated_leaves(staged: Staged, args, donate_argnums) -> dict[int, str]:
@@ -290,7 +337,8 @@ def _compile_xla(staged: Staged, device, donated: dict[int, str]) -> _XlaCompile
     executable = Executable(text, [_device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars],
                             device)
     offset = len(jaxpr.constvars)
-    return _XlaCompiled(executable, {offset + i: label for i, label in donated.items()})
+    consts = [executable.device_array(c, i) for i, c in enumerate(staged.closed.consts)]
+    return _XlaCompiled(executable, {offset + i: label for i, label in donated.items()}, consts)
 
 
 def _device_dtype(dtype) -> np.dtype:

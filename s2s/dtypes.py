@@ -51,8 +51,11 @@ def from_short_name(name: str) -> np.dtype:
 
 
 def canonicalize_dtype(dtype) -> np.dtype:
-    """The dtype a value of `dtype` has inside s2s under the current config."""
+    """The dtype a value of `dtype` has inside s2s under the current config (in the
+    machine's byte order: a byte-swapped input is converted where it enters)."""
     dtype = np.dtype(dtype)
+    if not dtype.isnative:
+        dtype = dtype.newbyteorder("=")
     if dtype == float0:
         return dtype
     if not config.values.enable_x64:

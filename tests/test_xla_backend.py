@@ -83,6 +83,16 @@ NO_JAX_SCRIPT = textwrap.dedent("""
     expected = s2s.grad(mlp_loss)(params, x)
     assert np.allclose(g["W"], expected["W"]) and np.allclose(g["b"], expected["b"])
 
+    from s2s.api import Jitted              # jaxlib's C++ dispatcher makes the calls it has seen
+    python_calls = []
+    through_python = Jitted._xla_call
+    Jitted._xla_call = lambda self, args, kwargs: python_calls.append(1) or through_python(self, args, kwargs)
+    grad_fn = s2s.jit(s2s.grad(mlp_loss))
+    for _ in range(3):
+        assert np.allclose(grad_fn(params, x)["W"], expected["W"])
+    assert len(python_calls) == 1, python_calls
+    Jitted._xla_call = through_python
+
     a = np.array([[4.0, 1.0], [2.0, 3.0]])       # LU through jaxlib's LAPACK custom call
     assert np.isclose(s2s.jit(solve_sum)(a, np.ones(2)), np.linalg.solve(a, np.ones(2)).sum())
 
@@ -218,3 +228,103 @@ def test_block_until_ready_waits_for_every_array_in_a_tree():
     tree = {"grads": grads, "step": 3}
     assert s2s.block_until_ready(tree) is tree
     np.testing.assert_allclose(grads["b"], s2s.grad(mlp_loss)(params, np.ones((5, 4)))["b"])
+
+
+# jaxlib's C++ dispatcher makes the calls it has seen without Python; everything it must
+# not take over (values s2s keeps static, keywords, donation, byte order) comes back.
+
+def counting_python_calls(monkeypatch) -> list:
+    """The calls that reach s2s's Python path (staging-cache lookup, or the first of a kind)."""
+    from s2s.api import Jitted
+    calls = []
+    python_call = Jitted._xla_call
+    monkeypatch.setattr(Jitted, "_xla_call", lambda self, args, kwargs: calls.append(args) or
+                        python_call(self, args, kwargs))
+    return calls
+
+
+def scale_and_shift(x, scale, shift=np.float32(1.0)):
+    return x * scale + shift
+
+
+def test_calls_seen_before_run_without_python(monkeypatch):
+    params = {"W": np.ones((4, 3)), "b": np.zeros(3)}
+    on_device = {"W": s2s.jit(lambda w: w)(params["W"]), "b": params["b"]}   # an Array leaf
+    calls = counting_python_calls(monkeypatch)
+    f = s2s.jit(mlp_loss)
+    for k in range(4):
+        x = np.full((5, 4), 0.1 * k)
+        np.testing.assert_allclose(f(params, x), mlp_loss(params, x), rtol=1e-12)
+    assert len(calls) == 1
+    f(params, np.ones((6, 4)))                         # a new shape: once through Python
+    f(on_device, np.ones((6, 4)))
+    assert len(calls) == 3
+    out = f(on_device, np.ones((6, 4)))
+    assert len(calls) == 3 and isinstance(out, s2s.Array) and out.shape == () and out.dtype == np.float64
+    np.testing.assert_allclose(out, mlp_loss(params, np.ones((6, 4))), rtol=1e-12)
+
+
+def test_what_the_dispatcher_must_not_take_over_still_gives_the_right_result():
+    f = s2s.jit(scale_and_shift)
+    x = np.arange(4, dtype=np.float32)
+    for scale in (2.0, 3.0, 2, np.float32(5.0)):       # Python numbers may be static to s2s
+        np.testing.assert_array_equal(f(x, scale), scale_and_shift(x, scale))
+    np.testing.assert_array_equal(f(x, np.float32(5.0), shift=np.float32(-1.0)), x * 5 - 1)
+    np.testing.assert_array_equal(f(shift=np.float32(2.0), scale=x, x=np.float32(3.0)), 3.0 * x + 2.0)
+    np.testing.assert_array_equal(f(np.arange(4, dtype=np.int32), np.float32(2.0)),
+                                  np.arange(4, dtype=np.int32) * np.float32(2.0) + np.float32(1.0))
+    swapped = np.arange(5, dtype=">f4")     # byte-swapped, a signature not seen before: read right
+    np.testing.assert_array_equal(f(swapped, np.float32(3.0)), 3 * np.arange(5) + 1)
+    strided = np.arange(16, dtype=np.float32).reshape(4, 4)
+    for view in (strided.T, strided[::2, 1::2], strided[:, 0]):
+        for _ in range(2):
+            np.testing.assert_array_equal(f(view, np.float32(2.0)), view * 2 + 1)
+
+
+def test_static_arguments_key_the_dispatcher_by_value_and_type():
+    f = s2s.jit(lambda x, n: x * n + n, static_argnums=1)
+    x = np.arange(3)
+    for n in (2, 3, 2.0, True, 2):
+        result = f(x, n)
+        np.testing.assert_array_equal(result, x * n + n)
+        assert result.dtype == (x * n + n).dtype
+
+
+def test_changing_the_configuration_reaches_the_dispatcher():
+    f = s2s.jit(lambda x: x * 2)
+    x = np.ones(3)
+    assert f(x).dtype == np.float64
+    s2s.config.update("enable_x64", False)
+    try:
+        assert f(x).dtype == np.float32
+        assert f(x).dtype == np.float32
+    finally:
+        s2s.config.update("enable_x64", True)
+    assert f(x).dtype == np.float64
+
+
+def test_results_of_every_tree_kind_come_back_as_arrays(monkeypatch):
+    from collections import namedtuple
+    Pair = namedtuple("Pair", "first second")
+    calls = counting_python_calls(monkeypatch)
+    f = s2s.jit(lambda x: {"b": (x, [x * 2]), "a": Pair(x + 1, None), "c": x.sum()})
+    x = np.arange(3.0)
+    for _ in range(3):
+        out = f(x)
+        assert sorted(out) == ["a", "b", "c"] and isinstance(out["a"], Pair) and out["a"].second is None
+        for got, expected in ((out["b"][0], x), (out["b"][1][0], 2 * x), (out["a"].first, x + 1),
+                              (out["c"], 3.0)):
+            assert isinstance(got, s2s.Array)
+            np.testing.assert_array_equal(got, expected)
+    assert len(calls) == 1
+
+
+def test_a_donated_array_passed_again_says_so():
+    step = s2s.jit(lambda w, g: w - 0.1 * g, donate_argnums=0)
+    w = s2s.jit(lambda v: v * 1.0)(np.ones(3))
+    for _ in range(3):
+        new = step(w, np.ones(3))
+        with pytest.raises(s2s.DonatedBufferError, match="donated as"):
+            step(w, np.ones(3))
+        w = new
+    np.testing.assert_allclose(w, 0.7)
