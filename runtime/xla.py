@@ -15,6 +15,10 @@ import threading
 
 import numpy as np
 
+# jaxlib's C++ logging reads this once, when its library loads (the first jaxlib import,
+# wherever it happens): without it every process prints XLA's INFO lines about its devices.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 _lock = threading.Lock()
 _client = None
 _num_cpu_devices: int | None = None   # set_num_cpu_devices(); else S2S_NUM_CPU_DEVICES, else 1
@@ -97,7 +101,6 @@ def client():
         return _client
     with _lock:
         if _client is None:
-            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             from jaxlib import xla_client
             _install_sharding_hooks(xla_client)
             _install_jit_state()

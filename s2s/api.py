@@ -211,11 +211,14 @@ class Jitted:
         if self._dispatch_config is not config.cache_key():
             self._new_dispatcher()
         try:
-            return self._dispatch(*args, **kwargs)
-        except ValueError as e:
-            if not is_unhashable_static_error(e):
-                raise
+            try:
+                return self._dispatch(*args, **kwargs)
+            except ValueError as error:
+                if not is_unhashable_static_error(error):
+                    raise
             return self._xla_call(args, kwargs)[0]   # which says so, in s2s's words
+        except S2SError as error:   # the user's to fix: shown without the frames it came through
+            raise error.with_traceback(None)
 
     def _new_dispatcher(self) -> None:
         # The dispatcher reaches this Jitted through a weak reference: it is this object's,

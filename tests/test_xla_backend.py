@@ -113,11 +113,13 @@ def test_jit_of_grad_donation_and_disk_cache_run_without_jax(tmp_path):
     """jaxlib imports jax by itself when it can, and jax patches jaxlib: block it. Two
     processes share a fresh disk cache: the second loads every executable from it."""
     env = dict(os.environ, S2S_CACHE_DIR=str(tmp_path))
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)    # s2s sets it itself, before jaxlib loads
     outputs = []
     for _ in range(2):
         result = subprocess.run([sys.executable, "-c", NO_JAX_SCRIPT], cwd=ROOT, capture_output=True,
                                 text=True, env=env)
         assert result.returncode == 0, result.stdout + result.stderr
+        assert "pjrt_client" not in result.stderr, result.stderr   # no XLA INFO lines
         outputs.append(result.stdout)
     assert "ok without jax; disk cache hits: [False, False, False]" in outputs[0]
     assert "ok without jax; disk cache hits: [True, True, True]" in outputs[1]
