@@ -12,8 +12,9 @@
 Both sides are given the same NumPy arrays (so both copy them to the device on each call)
 and both results are waited for with `block_until_ready`. (1) and (2) are medians over
 batches of calls after a warm-up, the two sides' batches interleaved so that a noisy
-machine slows both alike; (3) is the median over fresh copies of the function, in a process where both backends are already initialized, with s2s's on-disk
-executable cache off (jax's persistent cache is off by default). Results are checked to
+machine slows both alike; (3) is the median over 9 fresh copies of the function, the two
+sides interleaved, in a process where both backends are already initialized, with s2s's
+on-disk executable cache off (jax's persistent cache is off by default). Results are checked to
 agree (allclose) before anything is timed.
 Targets: s2s/jax at most 1.5x on (1) and at most 1.05x on (2).
 """
@@ -52,6 +53,12 @@ def medians_per_call(ours, theirs, calls: int, repeats: int) -> tuple[float, flo
     for _ in range(max(calls // 10, 3)):
         ours()
         theirs()
+    return interleaved_medians(ours, theirs, repeats, calls)
+
+
+def interleaved_medians(ours, theirs, repeats: int, calls: int = 1) -> tuple[float, float]:
+    """Median seconds per call of each over `repeats` batches of `calls` calls, the two
+    sides' batches taking turns so that a noisy machine slows both alike."""
     times = {ours: [], theirs: []}
     for _ in range(repeats):
         for fn in (ours, theirs):
@@ -76,13 +83,11 @@ def disk_cache_off():
             os.environ["S2S_DISK_CACHE"] = before
 
 
-def seconds_to_first_result(make_and_call, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        make_and_call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def seconds_to_first_result(ours, theirs, repeats: int) -> tuple[float, float]:
+    """Median seconds of each of `ours()` and `theirs()` (each makes a new function and calls
+    it once), interleaved, s2s's without its disk cache."""
+    with disk_cache_off():
+        return interleaved_medians(ours, theirs, repeats)
 
 
 def mlp_problem(tiny: bool):
@@ -108,7 +113,7 @@ def run(tiny: bool):
     import jax
     import jax.numpy as jnp
 
-    calls, repeats, first_repeats = (20, 3, 1) if tiny else (2000, 7, 3)
+    calls, repeats, first_repeats = (20, 3, 1) if tiny else (2000, 7, 9)
     rows = []
 
     # (1) dispatch of a tiny function, cache hit.
@@ -130,9 +135,7 @@ def run(tiny: bool):
     def jax_first():
         return jax.block_until_ready(jax.jit(jax.grad(fresh(mlp_loss, np=jnp)))(*args))
 
-    with disk_cache_off():
-        t_first_ours = seconds_to_first_result(s2s_first, first_repeats)
-    t_first_theirs = seconds_to_first_result(jax_first, first_repeats)
+    t_first_ours, t_first_theirs = seconds_to_first_result(s2s_first, jax_first, first_repeats)
 
     # (2) steady state of the same jit(grad).
     with disk_cache_off():  # nothing written to the user's cache by a benchmark
