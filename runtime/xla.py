@@ -21,6 +21,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 _lock = threading.Lock()
 _client = None
+_x64_default = True     # see set_dispatch_x64
+_x64_setting = None     # the dispatcher's x64 setting, when s2s installed it
 _num_cpu_devices: int | None = None   # set_num_cpu_devices(); else S2S_NUM_CPU_DEVICES, else 1
 
 
@@ -61,11 +63,13 @@ def _install_jit_state() -> None:
     them only when jax is not loaded, since replacing jax's would break jax.jit. If jax takes
     them over later, its x64 setting becomes part of every dispatch key, and `fast_path`
     only vouches for arguments whose types do not depend on it."""
+    global _x64_setting
     if "jax" in sys.modules:
         return
     from jaxlib import _jax
     setting = _jax.config.Config
-    _jax.jax_jit.set_enable_x64_state(setting("s2s_enable_x64", True, include_in_jit_key=True))
+    _x64_setting = setting("s2s_enable_x64", _x64_default, include_in_jit_key=True)
+    _jax.jax_jit.set_enable_x64_state(_x64_setting)
     _jax.jax_jit.set_disable_jit_state(setting("s2s_disable_jit", False))
     _jax.jax_jit.set_post_hook_state(setting("s2s_post_hook", None))
 
@@ -298,13 +302,26 @@ def _dispatch_registry():
     return _registry
 
 
+# The 32-bit types a 64-bit NumPy value is typed as when the dispatcher's x64 is off.
+_SQUASHED_64BIT = frozenset(np.dtype(t) for t in (np.float32, np.int32, np.uint32, np.complex64))
+
+
+def set_dispatch_x64(enabled: bool) -> None:
+    """Whether the dispatcher keeps 64-bit NumPy values 64-bit (s2s's enable_x64): the
+    setting s2s installed, if jax has not put its own in place."""
+    global _x64_default
+    _x64_default = bool(enabled)
+    if _x64_setting is not None:
+        _x64_setting.set_global(_x64_default)
+
+
 def _dispatcher_x64_settings() -> tuple[bool, ...]:
-    """The x64 settings the C++ dispatcher may type a numpy argument with right now: ours
-    (True), or, once jax is loaded and has put its own in place, jax's current value (read
-    from the module jax already loaded; both when it cannot be read). The setting is part
-    of every dispatch key, so a later change makes the dispatcher ask again."""
+    """The x64 settings the C++ dispatcher may type a numpy argument with right now: ours,
+    or, once jax is loaded and has put its own in place, jax's current value (read from the
+    module jax already loaded; both when it cannot be read). The setting is part of every
+    dispatch key, so a later change makes the dispatcher ask again."""
     if "jax" not in sys.modules:
-        return (True,)
+        return (_x64_default,)
     value = getattr(getattr(sys.modules.get("jax._src.config"), "enable_x64", None), "value", None)
     return (value,) if isinstance(value, bool) else (True, False)
 
@@ -323,16 +340,18 @@ def dispatcher(name: str, call, cache_miss, static_argnums=()):
     others go to `cache_miss(*args, **kwargs)`, which returns (result, fast path or None,
     False), the fast path from `Executable.fast_path` (None: such calls always come back).
     `call(*args, **kwargs)` is the result alone, used under jax's `disable_jit`. Static
-    arguments must be hashable (see `is_unhashable_static_error`)."""
+    arguments must be hashable (see `is_refused_call`)."""
     from jaxlib import _jax
     client()
     return _jax.pjit(name, call, cache_miss, list(static_argnums), [], ("s2s", name),
                      _dispatch_registry(), _device_put_fallback)
 
 
-def is_unhashable_static_error(error: BaseException) -> bool:
-    """Whether the dispatcher refused a call because a static argument is unhashable."""
-    return isinstance(error, ValueError) and "Non-hashable static arguments" in str(error)
+def is_refused_call(error: BaseException) -> bool:
+    """Whether the dispatcher refused a call before running anything, for arguments it
+    cannot key (an unhashable static argument, dict keys that do not sort)."""
+    return isinstance(error, ValueError) and any(
+        reason in str(error) for reason in ("Non-hashable static arguments", "sorting pytree dictionary keys"))
 
 
 def _placement(device):
@@ -422,7 +441,8 @@ class Executable:
                          [self._sharding] * results, self._out_avals, [True] * results,
                          [True] * params, [None] * params, list(const_buffers))
 
-    def fast_path(self, dynamic_args: tuple, flat_inputs: list, consts: list, result, outs: list):
+    def fast_path(self, dynamic_args: tuple, flat_inputs: list, consts: list, result, outs: list,
+                  squashes_64bit: bool = False):
         """What the C++ dispatcher (see `dispatcher`) needs to run this executable itself on
         later calls like this one, or None when it could not do so faithfully.
 
@@ -431,21 +451,30 @@ class Executable:
         device); `result` what the call returned, built from `outs`, this executable's
         results. The dispatcher must find exactly these values in this order (not so with
         defaults filled in or arguments s2s keeps static), every one of its parameter's dtype
-        and shape whatever jax's x64 setting (which, when jax is loaded, decides the
-        signature), and `outs` as the leaves of `result`, in order.
+        and shape under the dispatcher's x64 setting, and `outs` as the leaves of `result`, in
+        order. With x64 off the dispatcher takes a 64-bit NumPy value for its 32-bit type, so
+        a 32-bit parameter only gets a fast path when the caller does the same
+        (`squashes_64bit`); otherwise a later float64 argument would run as float32.
         """
-        from jaxlib import _jax
+        from jaxlib import _jax, xla_client
         registry = _dispatch_registry()
-        leaves = registry.flatten(dynamic_args)[0]
+        try:
+            leaves = registry.flatten(dynamic_args)[0]
+            out_leaves, out_tree = registry.flatten(result)
+        except ValueError:   # e.g. dict keys that do not sort; s2s's trees sort them by repr
+            return None
         if len(leaves) != len(flat_inputs) or any(
                 leaf is not (value._buffer if type(value) is Array else value)
                 for leaf, value in zip(leaves, flat_inputs)):
             return None
         x64_settings = _dispatcher_x64_settings()
+        conflated = () if squashes_64bit or all(x64_settings) else _SQUASHED_64BIT
         parameters = zip(self.in_dtypes[len(consts):], self.in_shapes[len(consts):])
         for leaf, (dtype, shape) in zip(leaves, parameters):
             if getattr(leaf, "dtype", np.dtype(np.float64)).isnative is False:
                 return None   # byte-swapped: the dispatcher would read the bytes as native
+            if dtype in conflated and type(leaf) is not xla_client.ArrayImpl:
+                return None
             for x64 in x64_settings:
                 try:
                     seen = _jax.jax_jit._ArgSignatureOfValue(leaf, x64)
@@ -453,7 +482,6 @@ class Executable:
                     return None
                 if seen.dtype != dtype or tuple(seen.shape) != shape:
                     return None
-        out_leaves, out_tree = registry.flatten(result)
         if len(out_leaves) != len(outs) or any(leaf is not out._buffer for leaf, out in zip(out_leaves, outs)):
             return None
         return self._fast_path(out_tree, [c._buffer for c in consts])

@@ -21,7 +21,7 @@ from s2s.frontend import Staged, reraise_clean, stage
 from s2s.frontend.args import describe_arg
 from s2s.staging import paused_gc
 from s2s.tree import leaf_paths
-from s2s_runtime.xla import Array, dispatcher, is_unhashable_static_error
+from s2s_runtime.xla import Array, dispatcher, is_refused_call
 
 tree_util.register_array_type(Array)
 
@@ -201,6 +201,10 @@ class Jitted:
             {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)))
         functools.update_wrapper(self, fn, updated=())
 
+    def __getstate__(self):
+        """A copy makes its own dispatcher (this one reaches back to this object)."""
+        return {**self.__dict__, "_dispatch": None, "_dispatch_config": None}
+
     def _staged(self, args, kwargs) -> Staged:
         return staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
                                self.dynamic_argnums)
@@ -214,9 +218,9 @@ class Jitted:
             try:
                 return self._dispatch(*args, **kwargs)
             except ValueError as error:
-                if not is_unhashable_static_error(error):
+                if not is_refused_call(error):
                     raise
-            return self._xla_call(args, kwargs)[0]   # which says so, in s2s's words
+            return self._xla_call(args, kwargs)[0]   # in Python (which says what is wrong, if anything)
         except S2SError as error:   # the user's to fix: shown without the frames it came through
             raise error.with_traceback(None)
 
@@ -233,8 +237,12 @@ class Jitted:
 
     def _xla_call(self, args, kwargs):
         """A call made in Python: (the result, what the dispatcher needs to make the next
-        call like it by itself, or None)."""
-        dynamic = None if kwargs else tuple(a for i, a in enumerate(args) if i not in self._dispatch_static)
+        call like it by itself, or None). The dispatcher keys static arguments by value and
+        type, but not the types inside a tuple, where s2s tells (1, 2) from (1.0, 2.0):
+        calls with a static tuple stay in Python."""
+        dynamic = None
+        if not kwargs and not any(isinstance(a, tuple) for i, a in enumerate(args) if i in self._dispatch_static):
+            dynamic = tuple(a for i, a in enumerate(args) if i not in self._dispatch_static)
         fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
         if fast is not None:
             fast_key, leaves = fast
@@ -284,7 +292,8 @@ class Jitted:
             result = out_tree.unflatten(result)
             if not dispatchable or dynamic_args is None:
                 return result, None
-            return result, executable.fast_path(dynamic_args, flat, consts, result, outs)
+            return result, executable.fast_path(dynamic_args, flat, consts, result, outs,
+                                                squashes_64bit=not config.values.enable_x64)
         return run
 
     def lower(self, *args, **kwargs) -> "Lowered":

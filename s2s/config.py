@@ -30,6 +30,9 @@ def update(name: str, value) -> None:
     if name == "num_cpu_devices":
         from s2s_runtime.xla import set_num_cpu_devices
         set_num_cpu_devices(value)   # refused once the client exists with another count
+    if name == "enable_x64":
+        from s2s_runtime.xla import set_dispatch_x64
+        set_dispatch_x64(value)      # jaxlib's dispatcher types 64-bit NumPy values alike
     setattr(values, name, value)
     _key = None
 

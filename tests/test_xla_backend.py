@@ -24,6 +24,10 @@ def solve_sum(a, b):
     return np.linalg.solve(a, b).sum()
 
 
+def a_third(v):
+    return v / 3
+
+
 def test_jit_xla_matches_numpy():
     rng = np.random.default_rng(0)
     params = {"W": rng.standard_normal((4, 3)), "b": rng.standard_normal(3)}
@@ -75,7 +79,7 @@ NO_JAX_SCRIPT = textwrap.dedent("""
         return result
     disk_cache.get_or_compile = recording
     sys.path.insert(0, "tests")
-    from test_xla_backend import mlp_loss, sgd, solve_sum
+    from test_xla_backend import a_third, mlp_loss, sgd, solve_sum
 
     params = {"W": np.ones((4, 3)) * 0.1, "b": np.zeros(3)}
     x = np.ones((5, 4))
@@ -91,6 +95,13 @@ NO_JAX_SCRIPT = textwrap.dedent("""
     for _ in range(3):
         assert np.allclose(grad_fn(params, x)["W"], expected["W"])
     assert len(python_calls) == 1, python_calls
+    s2s.config.update("enable_x64", False)   # the dispatcher takes float64 for float32 too
+    third = s2s.jit(a_third)
+    for v in (np.ones(2), np.ones(2, np.float32), np.ones(2)):
+        assert third(v).dtype == np.float32 and np.allclose(third(v), 1 / 3)
+    assert len(python_calls) == 2, python_calls
+    s2s.config.update("enable_x64", True)
+    assert third(np.ones(2)).dtype == np.float64
     Jitted._xla_call = through_python
 
     a = np.array([[4.0, 1.0], [2.0, 3.0]])       # LU through jaxlib's LAPACK custom call
@@ -121,8 +132,8 @@ def test_jit_of_grad_donation_and_disk_cache_run_without_jax(tmp_path):
         assert result.returncode == 0, result.stdout + result.stderr
         assert "pjrt_client" not in result.stderr, result.stderr   # no XLA INFO lines
         outputs.append(result.stdout)
-    assert "ok without jax; disk cache hits: [False, False, False]" in outputs[0]
-    assert "ok without jax; disk cache hits: [True, True, True]" in outputs[1]
+    assert "ok without jax; disk cache hits: [False, False, False, False, False]" in outputs[0]
+    assert "ok without jax; disk cache hits: [True, True, True, True, True]" in outputs[1]
 
 
 def test_lower_and_compile_expose_stablehlo_hlo_and_xla_figures():
@@ -163,6 +174,11 @@ def test_donated_arrays_alias_outputs_and_are_invalid_after_the_call():
     assert "input_output_alias" in step.lower(params, grads, 0.5).compile().as_hlo_text()
     first = step(params, grads, 0.5)
     np.testing.assert_array_equal(params["W"], 1.0)     # NumPy inputs are copied, never consumed
+    raw = np.ones((1 << 16) + 8)                         # one jaxlib could alias: 64-byte aligned
+    start = (-raw.ctypes.data % 64) // 8
+    aligned = {"W": raw[start:start + (1 << 16)], "b": np.ones(3)}
+    s2s.block_until_ready(step(aligned, {"W": np.ones(1 << 16), "b": np.ones(3)}, 0.5))
+    np.testing.assert_array_equal(aligned["W"], 1.0)
     second = step(first, grads, 0.5)
     np.testing.assert_allclose(second["W"], -1.0)
     for leaf in (first["W"], first["b"]):
@@ -290,6 +306,49 @@ def test_static_arguments_key_the_dispatcher_by_value_and_type():
         result = f(x, n)
         np.testing.assert_array_equal(result, x * n + n)
         assert result.dtype == (x * n + n).dtype
+    g = s2s.jit(lambda x, t: x + np.array(t), static_argnums=1)   # tuples equal across types
+    x = np.arange(2, dtype=np.int32)
+    for t in ((1, 2), (1.0, 2.0), (1, 2), (True, False), (1, 0), (True, False)):
+        result, expected = g(x, t), x + np.array(t)
+        assert result.dtype == expected.dtype, t
+        np.testing.assert_array_equal(result, expected)
+
+
+def test_with_jax_x64_off_a_64_bit_input_never_runs_as_32_bits():
+    import jax
+    f = s2s.jit(lambda x: x * 3)
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)      # jax's setting now types what the dispatcher sees
+    try:
+        for x in (np.array([1.0, 2.0], np.float32), np.array([1.0 / 3, 2.0]),
+                  np.array([1, 2], np.int32), np.array([2 ** 40, 2], np.int64), np.float64(1 / 3)):
+            for _ in range(2):
+                result = f(x)
+                assert result.dtype == (x * 3).dtype
+                np.testing.assert_array_equal(result, x * 3)
+    finally:
+        jax.config.update("jax_enable_x64", before)
+
+
+def test_dict_keys_that_do_not_sort_go_through_python():
+    f = s2s.jit(lambda d: {"a": d[1] * 2, 1: d["x"]})
+    x = np.arange(3.0)
+    for _ in range(2):
+        out = f({1: x, "x": -x})
+        np.testing.assert_array_equal(out["a"], 2 * x)
+        np.testing.assert_array_equal(out[1], -x)
+
+
+def test_a_copied_jitted_function_has_its_own_dispatcher():
+    import copy
+    import gc
+    f = s2s.jit(lambda a: a * 2)
+    f(np.ones(2))
+    deep, shallow = copy.deepcopy(f), copy.copy(f)
+    del f
+    gc.collect()
+    for g in (deep, shallow):
+        np.testing.assert_array_equal(g(np.ones(3)), 2.0)
 
 
 def test_changing_the_configuration_reaches_the_dispatcher():
