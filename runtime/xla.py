@@ -60,9 +60,8 @@ def _install_sharding_hooks(xla_client) -> None:
 def _install_jit_state() -> None:
     """The three process-wide settings jaxlib's C++ dispatcher reads on every call (x64,
     disable-jit, a post-call hook). jax registers its own when it is imported; s2s registers
-    them only when jax is not loaded, since replacing jax's would break jax.jit. If jax takes
-    them over later, its x64 setting becomes part of every dispatch key, and `fast_path`
-    only vouches for arguments whose types do not depend on it."""
+    them only when jax is not loaded, since replacing jax's would break jax.jit; when jax's
+    are in place, s2s's calls set jax's x64 for their thread (see `jax_x64_setting`)."""
     global _x64_setting
     if "jax" in sys.modules:
         return
@@ -302,28 +301,23 @@ def _dispatch_registry():
     return _registry
 
 
-# The 32-bit types a 64-bit NumPy value is typed as when the dispatcher's x64 is off.
-_SQUASHED_64BIT = frozenset(np.dtype(t) for t in (np.float32, np.int32, np.uint32, np.complex64))
-
-
 def set_dispatch_x64(enabled: bool) -> None:
-    """Whether the dispatcher keeps 64-bit NumPy values 64-bit (s2s's enable_x64): the
-    setting s2s installed, if jax has not put its own in place."""
+    """Whether the dispatcher keeps 64-bit NumPy values 64-bit (s2s's enable_x64). It is
+    the value of the setting s2s installed; once jax has put its own in place, each call
+    swaps this value in for its own thread (see `jax_x64_setting`)."""
     global _x64_default
     _x64_default = bool(enabled)
     if _x64_setting is not None:
         _x64_setting.set_global(_x64_default)
 
 
-def _dispatcher_x64_settings() -> tuple[bool, ...]:
-    """The x64 settings the C++ dispatcher may type a numpy argument with right now: ours,
-    or, once jax is loaded and has put its own in place, jax's current value (read from the
-    module jax already loaded; both when it cannot be read). The setting is part of every
-    dispatch key, so a later change makes the dispatcher ask again."""
-    if "jax" not in sys.modules:
-        return (_x64_default,)
-    value = getattr(getattr(sys.modules.get("jax._src.config"), "enable_x64", None), "value", None)
-    return (value,) if isinstance(value, bool) else (True, False)
+def jax_x64_setting():
+    """jax's x64 setting (a jaxlib Config) once jax is loaded, else None. jax puts it in
+    place of s2s's when imported, and the dispatcher then keys and types arguments by it:
+    with it off, a float64 NumPy array would be taken for float32. So an s2s call sets it to
+    s2s's value (`set_dispatch_x64`) for its own thread while it runs (`swap_local`, then
+    `set_local`), and jax's own calls are left alone."""
+    return getattr(sys.modules.get("jax._src.config"), "enable_x64", None)
 
 
 def _device_put_fallback(value, sharding, layout):
@@ -441,8 +435,7 @@ class Executable:
                          [self._sharding] * results, self._out_avals, [True] * results,
                          [True] * params, [None] * params, list(const_buffers))
 
-    def fast_path(self, dynamic_args: tuple, flat_inputs: list, consts: list, result, outs: list,
-                  squashes_64bit: bool = False):
+    def fast_path(self, dynamic_args: tuple, flat_inputs: list, consts: list, result, outs: list):
         """What the C++ dispatcher (see `dispatcher`) needs to run this executable itself on
         later calls like this one, or None when it could not do so faithfully.
 
@@ -451,12 +444,10 @@ class Executable:
         device); `result` what the call returned, built from `outs`, this executable's
         results. The dispatcher must find exactly these values in this order (not so with
         defaults filled in or arguments s2s keeps static), every one of its parameter's dtype
-        and shape under the dispatcher's x64 setting, and `outs` as the leaves of `result`, in
-        order. With x64 off the dispatcher takes a 64-bit NumPy value for its 32-bit type, so
-        a 32-bit parameter only gets a fast path when the caller does the same
-        (`squashes_64bit`); otherwise a later float64 argument would run as float32.
+        and shape as typed under s2s's x64 (`set_dispatch_x64`), and `outs` as the leaves of
+        `result`, in order.
         """
-        from jaxlib import _jax, xla_client
+        from jaxlib import _jax
         registry = _dispatch_registry()
         try:
             leaves = registry.flatten(dynamic_args)[0]
@@ -467,21 +458,16 @@ class Executable:
                 leaf is not (value._buffer if type(value) is Array else value)
                 for leaf, value in zip(leaves, flat_inputs)):
             return None
-        x64_settings = _dispatcher_x64_settings()
-        conflated = () if squashes_64bit or all(x64_settings) else _SQUASHED_64BIT
         parameters = zip(self.in_dtypes[len(consts):], self.in_shapes[len(consts):])
         for leaf, (dtype, shape) in zip(leaves, parameters):
             if getattr(leaf, "dtype", np.dtype(np.float64)).isnative is False:
                 return None   # byte-swapped: the dispatcher would read the bytes as native
-            if dtype in conflated and type(leaf) is not xla_client.ArrayImpl:
+            try:
+                seen = _jax.jax_jit._ArgSignatureOfValue(leaf, _x64_default)
+            except Exception:   # a kind of value the dispatcher does not take
                 return None
-            for x64 in x64_settings:
-                try:
-                    seen = _jax.jax_jit._ArgSignatureOfValue(leaf, x64)
-                except Exception:   # a kind of value the dispatcher does not take
-                    return None
-                if seen.dtype != dtype or tuple(seen.shape) != shape:
-                    return None
+            if seen.dtype != dtype or tuple(seen.shape) != shape:
+                return None
         if len(out_leaves) != len(outs) or any(leaf is not out._buffer for leaf, out in zip(out_leaves, outs)):
             return None
         return self._fast_path(out_tree, [c._buffer for c in consts])

@@ -21,7 +21,7 @@ from s2s.frontend import Staged, reraise_clean, stage
 from s2s.frontend.args import describe_arg
 from s2s.staging import paused_gc
 from s2s.tree import leaf_paths
-from s2s_runtime.xla import Array, dispatcher, is_refused_call
+from s2s_runtime.xla import Array, dispatcher, is_refused_call, jax_x64_setting
 
 tree_util.register_array_type(Array)
 
@@ -214,6 +214,9 @@ class Jitted:
             return self._python_call(args, kwargs)
         if self._dispatch_config is not config.cache_key():
             self._new_dispatcher()
+        jax_x64 = jax_x64_setting()
+        if jax_x64 is not None:   # jax is loaded: type this call by s2s's x64, not jax's
+            previous = jax_x64.swap_local(config.values.enable_x64)
         try:
             try:
                 return self._dispatch(*args, **kwargs)
@@ -223,6 +226,9 @@ class Jitted:
             return self._xla_call(args, kwargs)[0]   # in Python (which says what is wrong, if anything)
         except S2SError as error:   # the user's to fix: shown without the frames it came through
             raise error.with_traceback(None)
+        finally:
+            if jax_x64 is not None:
+                jax_x64.set_local(previous)
 
     def _new_dispatcher(self) -> None:
         # The dispatcher reaches this Jitted through a weak reference: it is this object's,
@@ -292,8 +298,7 @@ class Jitted:
             result = out_tree.unflatten(result)
             if not dispatchable or dynamic_args is None:
                 return result, None
-            return result, executable.fast_path(dynamic_args, flat, consts, result, outs,
-                                                squashes_64bit=not config.values.enable_x64)
+            return result, executable.fast_path(dynamic_args, flat, consts, result, outs)
         return run
 
     def lower(self, *args, **kwargs) -> "Lowered":

@@ -314,18 +314,24 @@ def test_static_arguments_key_the_dispatcher_by_value_and_type():
         np.testing.assert_array_equal(result, expected)
 
 
-def test_with_jax_x64_off_a_64_bit_input_never_runs_as_32_bits():
+def test_with_jax_x64_off_s2s_calls_keep_their_types_and_their_speed(monkeypatch):
+    """jax's x64 setting is the dispatcher's once jax is loaded: s2s's calls set it to
+    s2s's for their own thread, and jax's calls keep jax's."""
     import jax
+    calls = counting_python_calls(monkeypatch)
     f = s2s.jit(lambda x: x * 3)
     before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)      # jax's setting now types what the dispatcher sees
+    jax.config.update("jax_enable_x64", False)
     try:
-        for x in (np.array([1.0, 2.0], np.float32), np.array([1.0 / 3, 2.0]),
-                  np.array([1, 2], np.int32), np.array([2 ** 40, 2], np.int64), np.float64(1 / 3)):
-            for _ in range(2):
+        inputs = (np.array([1.0, 2.0], np.float32), np.array([1.0 / 3, 2.0]),
+                  np.array([1, 2], np.int32), np.array([2 ** 40, 2], np.int64), np.float64(1 / 3))
+        for x in inputs:
+            for _ in range(3):
                 result = f(x)
                 assert result.dtype == (x * 3).dtype
                 np.testing.assert_array_equal(result, x * 3)
+        assert len(calls) == len(inputs)           # each kind once through Python, then in C++
+        assert jax.jit(lambda x: x * 3)(np.ones(2)).dtype == np.float32
     finally:
         jax.config.update("jax_enable_x64", before)
 
