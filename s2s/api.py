@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import threading
 import warnings
 import weakref
 
@@ -19,7 +20,7 @@ from s2s.emit.python import EmitOptions, EmittedModule, Signature, emit_module, 
 from s2s.errors import S2SError
 from s2s.frontend import Staged, reraise_clean, stage
 from s2s.frontend.args import describe_arg
-from s2s.staging import paused_gc
+from s2s.staging import Tracer, current_builder, inline_jaxpr, paused_gc
 from s2s.tree import leaf_paths
 from s2s_runtime.xla import Array, dispatcher, is_refused_call, jax_x64_setting
 
@@ -160,6 +161,11 @@ def emit_python(fn, *example_args, static_argnums=(), static_argnames=(), dynami
 
 BACKENDS = ("xla", "python")
 
+# While an XLA call runs with jax's x64 set to s2s's (see Jitted.__call__), `.value` is what
+# the caller's thread had before: the user's code sees it again while it is staged.
+_callers_jax_x64 = threading.local()
+_NO_CALLER = object()
+
 
 class Jitted:
     """A function compiled for each kind of arguments it is called with.
@@ -217,6 +223,7 @@ class Jitted:
         jax_x64 = jax_x64_setting()
         if jax_x64 is not None:   # jax is loaded: type this call by s2s's x64, not jax's
             previous = jax_x64.swap_local(config.values.enable_x64)
+            outer, _callers_jax_x64.value = getattr(_callers_jax_x64, "value", _NO_CALLER), previous
         try:
             try:
                 return self._dispatch(*args, **kwargs)
@@ -229,6 +236,7 @@ class Jitted:
         finally:
             if jax_x64 is not None:
                 jax_x64.set_local(previous)
+                _callers_jax_x64.value = outer
 
     def _new_dispatcher(self) -> None:
         # The dispatcher reaches this Jitted through a weak reference: it is this object's,
@@ -255,11 +263,33 @@ class Jitted:
             run = self._fast.get(fast_key)
             if run is not None:
                 return run(leaves, dynamic)
-        staged = self._staged(args, kwargs)
+        if _staging_with(args, kwargs):
+            return self._inlined(args, kwargs), None
+        staged = self._staged_as_called(args, kwargs)
         run = self._xla_runner(staged, args)
         if fast is not None and len(staged.closed.jaxpr.invars) == len(leaves):
             self._fast[fast_key] = run
         return run(staged.flat_inputs(args, kwargs), dynamic)
+
+    def _staged_as_called(self, args, kwargs) -> Staged:
+        """Staged with jax's x64 as the caller had it, not as the call set it: the user's
+        code runs while it is staged, and may call jax."""
+        jax_x64 = jax_x64_setting()
+        caller = getattr(_callers_jax_x64, "value", _NO_CALLER)
+        if jax_x64 is None or caller is _NO_CALLER:
+            return self._staged(args, kwargs)
+        ours = jax_x64.swap_local(caller)
+        try:
+            return self._staged(args, kwargs)
+        finally:
+            jax_x64.set_local(ours)
+
+    def _inlined(self, args, kwargs):
+        """Called on staged values, inside a function being staged (`jit(f)` called in
+        another jitted or differentiated function): its equations join that function's, as
+        jax inlines a nested jit; the backend, device and donation are the outer call's."""
+        staged = self._staged(args, kwargs)
+        return staged.out_tree.unflatten(inline_jaxpr(staged.closed, staged.flat_inputs(args, kwargs)))
 
     def _python_call(self, args, kwargs):
         fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
@@ -268,6 +298,8 @@ class Jitted:
             run = self._fast.get(fast_key)
             if run is not None:
                 return run(leaves)
+        if _staging_with(args, kwargs):
+            return self._inlined(args, kwargs)
         staged = self._staged(args, kwargs)
         run = _python_runner(staged)
         signature = signature_of(staged)
@@ -377,6 +409,12 @@ def _python_runner(staged: Staged):
         out = compiled(*call_args)
         return out_tree.unflatten(out if out_tree.num_leaves != 1 else [out])
     return run
+
+
+def _staging_with(args, kwargs) -> bool:
+    """Whether a call's arguments hold values staged by a function being staged now."""
+    return current_builder() is not None and any(
+        isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves((args, kwargs)))
 
 
 def _host_value(value):

@@ -31,6 +31,7 @@ def update(name: str, value) -> None:
         from s2s_runtime.xla import set_num_cpu_devices
         set_num_cpu_devices(value)   # refused once the client exists with another count
     if name == "enable_x64":
+        value = bool(value)
         from s2s_runtime.xla import set_dispatch_x64
         set_dispatch_x64(value)      # jaxlib's dispatcher types 64-bit NumPy values alike
     setattr(values, name, value)

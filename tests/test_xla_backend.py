@@ -332,8 +332,23 @@ def test_with_jax_x64_off_s2s_calls_keep_their_types_and_their_speed(monkeypatch
                 np.testing.assert_array_equal(result, x * 3)
         assert len(calls) == len(inputs)           # each kind once through Python, then in C++
         assert jax.jit(lambda x: x * 3)(np.ones(2)).dtype == np.float32
+        JAX_X64_SEEN.clear()                       # jax called by the user's code, while staged,
+        s2s.jit(calls_jax)(np.ones(2))             # sees jax's x64 as the caller has it
+        assert JAX_X64_SEEN == [False]
+        s2s.config.update("enable_x64", 0)         # any truth value, as in NumPy
+        assert s2s.jit(lambda x: x * 3)(np.ones(2)).dtype == np.float32
     finally:
+        s2s.config.update("enable_x64", True)
         jax.config.update("jax_enable_x64", before)
+
+
+JAX_X64_SEEN = []
+
+
+def calls_jax(x):
+    import jax
+    JAX_X64_SEEN.append(jax.config.jax_enable_x64)
+    return x * 2
 
 
 def test_dict_keys_that_do_not_sort_go_through_python():
@@ -395,3 +410,20 @@ def test_a_donated_array_passed_again_says_so():
             step(w, np.ones(3))
         w = new
     np.testing.assert_allclose(w, 0.7)
+
+
+def scaled_sine(x, k):
+    return np.sin(x) * k
+
+
+def test_a_jitted_function_called_while_staging_is_inlined():
+    inner = s2s.jit(scaled_sine, static_argnums=1)
+    inner_py = s2s.jit(scaled_sine, backend="python", static_argnums=1)
+    x = np.array([0.5, 1.0, 2.0])
+    outer = s2s.jit(lambda v: inner(v, 2.0) * 3.0 + inner_py(v, 3))
+    for _ in range(2):
+        np.testing.assert_allclose(outer(x), np.sin(x) * 9.0, rtol=1e-12)
+    np.testing.assert_allclose(s2s.grad(lambda v: inner(v, 2.0).sum())(x), 2 * np.cos(x), rtol=1e-12)
+    np.testing.assert_allclose(s2s.jit(s2s.grad(lambda v: inner(v, 2.0).sum()))(x), 2 * np.cos(x), rtol=1e-12)
+    equations = [e.primitive.name for e in s2s.make_jaxpr(lambda v: inner(v, 2.0))(x).jaxpr.eqns]
+    assert "sin" in equations                        # the inner function's own equations

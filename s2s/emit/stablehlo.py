@@ -20,7 +20,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Literal, ShapedArray, Var
-from s2s.errors import UnsupportedFunctionError
+from s2s.errors import ShapeError, UnsupportedFunctionError
 
 stablehlo_rules: dict = {}
 BROADCASTING: set = set()   # primitives whose operands broadcast NumPy-style
@@ -57,10 +57,18 @@ def scalar_text(value, dtype) -> str:
     if dtype == dtypes.bool_:
         return "true" if bool(value) else "false"
     if dtype.kind in "iu":
-        return str(int(value))
+        integer, bounds = int(value), np.iinfo(dtype)
+        if not bounds.min <= integer <= bounds.max:
+            raise ShapeError(f"the integer {integer} does not fit {dtype.name}, and XLA has no "
+                             "larger integers (Python's are unbounded)",
+                             "compute numbers this large outside the jitted function, or as floats")
+        return str(integer)
     if dtype.kind == "f":
         bits = np.asarray(value, dtype).view(f"u{dtype.itemsize}").item()
         return f"0x{bits:0{dtype.itemsize * 2}X}"
+    if dtype.kind == "c":   # (real, imaginary), each exact like a float
+        number, part = np.asarray(value, dtype), np.dtype(f"f{dtype.itemsize // 2}")
+        return f"({scalar_text(number.real, part)}, {scalar_text(number.imag, part)})"
     raise UnsupportedFunctionError(f"constants of dtype {dtype} cannot be lowered to StableHLO yet")
 
 

@@ -153,3 +153,19 @@ def test_abs_and_sign_of_unsigned_integers():
         x = np.array([0, 3, 200], dtype)
         check_lowered(ew.abs.bind, np.abs, x)
         check_lowered(ew.sign.bind, np.sign, x)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_constants_lower_exactly(dtype):
+    x = np.array([1 + 1j, -2.5, 0.5j], dtype)
+    check_lowered(lambda v: v * (1 + 2j) + 1.5 - v * 1, lambda v: v * dtype(1 + 2j) + dtype(1.5) - v, x)
+    check_lowered(lambda v: v * (1 / 3 + 1j / 7), lambda v: v * dtype(1 / 3 + 1j / 7), x, rtol=0, atol=0)
+
+
+def test_an_integer_too_large_for_its_type_is_a_clear_error():
+    from s2s.errors import ShapeError
+    from tests.helpers import stage
+    from s2s.emit.stablehlo import lower
+    closed, _ = stage(lambda v: (v, 2 ** 70), np.arange(3))    # Python's int, returned as it is
+    with pytest.raises(ShapeError, match=f"the integer {2 ** 70} does not fit int64"):
+        lower(closed)
