@@ -380,6 +380,10 @@ def positive(x, *, weak_ok=False):
 @_ufunc(_np("absolute"), 1, name="absolute")
 def absolute(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok)
+    if dt.kind == "c":   # the modulus: a real result, which the abs primitive does not give
+        raise UnsupportedFunctionError("np.abs of complex arrays is not supported yet",
+                                       "keep the real and imaginary parts as real arrays where you "
+                                       "need the modulus: np.hypot(re, im)")
     if dtypes.is_bool(dt) or dt.kind == "u":
         return _materialize(a)
     return ew.abs.bind(a)

@@ -605,9 +605,14 @@ def _combiner(kind: str, dtype) -> tuple[str, object]:
     return "stablehlo.or", False
 
 
+# Reductions of complex numbers XLA has: sums and products (NumPy orders complex numbers
+# lexicographically for max/min; StableHLO's compare does not).
+_COMPLEX_KINDS = ("sum", "prod")
+
+
 def _reduce_text(ctx, x, aval, axes, kind, hint=None):
     """`x` (of `aval`) reduced over `axes` with the combiner of `kind`."""
-    if np.dtype(aval.dtype).kind == "c":
+    if np.dtype(aval.dtype).kind == "c" and kind not in _COMPLEX_KINDS:
         raise _unsupported(aval.dtype)
     op, identity = _combiner(kind, aval.dtype)
     init = ctx.constant(identity, aval.dtype)
@@ -677,7 +682,7 @@ def _lower_cumulative(kind: str):
     def rule(ctx, eqn, x, **_):
         axis, reverse = eqn.params["axis"], eqn.params["reverse"]
         aval = eqn.invars[0].aval
-        if np.dtype(aval.dtype).kind == "c":
+        if np.dtype(aval.dtype).kind == "c" and kind not in _COMPLEX_KINDS:
             raise _unsupported(aval.dtype)
         t = _hlo.tensor_type(aval)
         n = aval.shape[axis]

@@ -289,3 +289,23 @@ def test_every_reduction_and_linalg_primitive_is_tested_here():
               | {"argmax", "argmin", "sort", "dot_general", "cholesky", "triangular_solve", "lu"})
     declared = {p.name for m in (R, La) for p in vars(m).values() if isinstance(p, Primitive)}
     assert declared == tested, (declared - tested, tested - declared)
+
+
+def complex_sums_and_products(z):
+    return np.sum(z, axis=0), np.prod(z, axis=1), z.mean(), np.cumsum(z, axis=1), np.cumprod(z, axis=0)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@SETTINGS
+@given(data=st.data())
+def test_complex_sums_and_products(dtype, data):
+    parts = data.draw(arrays([np.float32], min_dims=2, max_dims=2, min_side=1), label="re")
+    z = (parts + 1j * parts[::-1]).astype(dtype)
+    check_lowered(complex_sums_and_products, complex_sums_and_products, z, rtol=1e-4, atol=1e-4)
+
+
+def test_complex_max_is_a_clear_error():
+    from s2s.errors import UnsupportedFunctionError
+    with pytest.raises(UnsupportedFunctionError, match="complex64 reductions cannot be lowered"):
+        check_lowered(lambda z: np.max(z, axis=0), lambda z: np.max(z, axis=0),
+                      np.ones((2, 2), np.complex64))

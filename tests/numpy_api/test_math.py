@@ -486,3 +486,11 @@ def test_staged_args_of_outer_builder_become_constants():
             closed = inner.build([y])
     assert len(closed.jaxpr.constvars) == 1
     assert primitive_names(closed) == ["sin"]
+
+
+def test_the_modulus_of_a_complex_array_is_refused_clearly():
+    """np.abs of a complex array is real; the abs primitive keeps its operand's dtype."""
+    z = np.array([3 + 4j], np.complex64)
+    for fn in (NUMPY_IMPLS[np.abs], NUMPY_IMPLS[np.absolute], abs):
+        with pytest.raises(UnsupportedFunctionError, match="np.abs of complex arrays"):
+            stage(lambda x: fn(x), z)
