@@ -203,8 +203,9 @@ class Jitted:
         # On the XLA backend, jaxlib's C++ dispatcher makes the calls it has seen (see
         # s2s_runtime.xla.dispatcher): one per configuration, made when first called.
         self._dispatch, self._dispatch_config = None, None
-        self._dispatch_static = tuple(sorted(
-            {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)))
+        # The positions the dispatcher keys by value: none when any is counted from the end
+        # (the dispatcher takes them as given); s2s still keeps those static.
+        self._dispatch_static = tuple(sorted(static)) if all(i >= 0 for i in static) else ()
         functools.update_wrapper(self, fn, updated=())
 
     def __getstate__(self):
@@ -242,11 +243,10 @@ class Jitted:
         # The dispatcher reaches this Jitted through a weak reference: it is this object's,
         # and a cycle through it would outlive the user's function.
         this = weakref.ref(self)
-        static = self._dispatch_static if all(i >= 0 for i in self._dispatch_static) else ()
         self._dispatch = dispatcher(
             self.__name__ if isinstance(getattr(self, "__name__", None), str) else "jitted",
             lambda *args, **kwargs: this()._xla_call(args, kwargs)[0],
-            lambda *args, **kwargs: (*this()._xla_call(args, kwargs), False), static)
+            lambda *args, **kwargs: (*this()._xla_call(args, kwargs), False), self._dispatch_static)
         self._dispatch_config = config.cache_key()
 
     def _xla_call(self, args, kwargs):
@@ -257,19 +257,22 @@ class Jitted:
         dynamic = None
         if not kwargs and not any(isinstance(a, tuple) for i, a in enumerate(args) if i in self._dispatch_static):
             dynamic = tuple(a for i, a in enumerate(args) if i not in self._dispatch_static)
-        fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
-        if fast is not None:
-            fast_key, leaves = fast
-            run = self._fast.get(fast_key)
-            if run is not None:
-                return run(leaves, dynamic)
+        fast, run = self._seen_kind(args, kwargs)
+        if run is not None:
+            return run(fast[1], dynamic)
         if _staging_with(args, kwargs):
             return self._inlined(args, kwargs), None
         staged = self._staged_as_called(args, kwargs)
         run = self._xla_runner(staged, args)
-        if fast is not None and len(staged.closed.jaxpr.invars) == len(leaves):
-            self._fast[fast_key] = run
+        if fast is not None and len(staged.closed.jaxpr.invars) == len(fast[1]):
+            self._fast[fast[0]] = run
         return run(staged.flat_inputs(args, kwargs), dynamic)
+
+    def _seen_kind(self, args, kwargs):
+        """(the fast-path key and leaves of a call whose positional arguments are all arrays,
+        else None; the runner made for that key, or None)."""
+        fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
+        return fast, (self._fast.get(fast[0]) if fast is not None else None)
 
     def _staged_as_called(self, args, kwargs) -> Staged:
         """Staged with jax's x64 as the caller had it, not as the call set it: the user's
@@ -292,19 +295,16 @@ class Jitted:
         return staged.out_tree.unflatten(inline_jaxpr(staged.closed, staged.flat_inputs(args, kwargs)))
 
     def _python_call(self, args, kwargs):
-        fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
-        if fast is not None:
-            fast_key, leaves = fast
-            run = self._fast.get(fast_key)
-            if run is not None:
-                return run(leaves)
+        fast, run = self._seen_kind(args, kwargs)
+        if run is not None:
+            return run(fast[1])
         if _staging_with(args, kwargs):
             return self._inlined(args, kwargs)
         staged = self._staged(args, kwargs)
         run = _python_runner(staged)
         signature = signature_of(staged)
-        if fast is not None and len(signature.params) == len(args) == len(leaves) and config.values.enable_x64:
-            self._fast[fast_key] = lambda a: run(*map(_host_value, a))
+        if fast is not None and len(signature.params) == len(args) == len(fast[1]) and config.values.enable_x64:
+            self._fast[fast[0]] = lambda a: run(*map(_host_value, a))
         # Without x64, 64-bit inputs run as the 32-bit types they were staged as.
         return run(*emitted_call_args(staged, signature, args, kwargs,
                                       canonicalize=not config.values.enable_x64))

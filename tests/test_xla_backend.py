@@ -306,6 +306,9 @@ def test_static_arguments_key_the_dispatcher_by_value_and_type():
         result = f(x, n)
         np.testing.assert_array_equal(result, x * n + n)
         assert result.dtype == (x * n + n).dtype
+    from_the_end = s2s.jit(lambda x, n, m: x * n + m, static_argnums=(1, -1))
+    for n, m in ((2, 3), (3, 2), (2, 3), (3, 2)):
+        np.testing.assert_array_equal(from_the_end(x, n, m), x * n + m)
     g = s2s.jit(lambda x, t: x + np.array(t), static_argnums=1)   # tuples equal across types
     x = np.arange(2, dtype=np.int32)
     for t in ((1, 2), (1.0, 2.0), (1, 2), (True, False), (1, 0), (True, False)):
