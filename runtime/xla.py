@@ -328,7 +328,7 @@ def _device_put_fallback(value, sharding, layout):
                                          list(sharding.device_set), True, enable_x64=True)
 
 
-def dispatcher(name: str, call, cache_miss, static_argnums=()):
+def dispatcher(name: str, call, cache_miss, static_argnums=(), static_argnames=()):
     """A function run by jaxlib's C++ dispatcher: a call whose signature (argument tree,
     dtypes, shapes, static arguments) it has seen runs the executable without Python;
     others go to `cache_miss(*args, **kwargs)`, which returns (result, fast path or None,
@@ -337,8 +337,20 @@ def dispatcher(name: str, call, cache_miss, static_argnums=()):
     arguments must be hashable (see `is_refused_call`)."""
     from jaxlib import _jax
     client()
-    return _jax.pjit(name, call, cache_miss, list(static_argnums), [], ("s2s", name),
+    return _jax.pjit(name, call, cache_miss, list(static_argnums), list(static_argnames), ("s2s", name),
                      _dispatch_registry(), _device_put_fallback)
+
+
+def dispatched_leaves(args: tuple, kwargs: dict, static_argnums, static_argnames) -> list | None:
+    """The values the dispatcher passes to XLA for a call, in its order (positional
+    arguments, then keyword ones by name, static ones left out), found by jaxlib's own
+    parser; None when it refuses the call."""
+    from jaxlib import _jax
+    try:
+        return _jax.jax_jit.parse_arguments(args, list(kwargs.values()), tuple(kwargs), list(static_argnums),
+                                            list(static_argnames), _dispatch_registry())[1]
+    except ValueError:
+        return None
 
 
 def is_refused_call(error: BaseException) -> bool:
@@ -435,23 +447,21 @@ class Executable:
                          [self._sharding] * results, self._out_avals, [True] * results,
                          [True] * params, [None] * params, list(const_buffers))
 
-    def fast_path(self, dynamic_args: tuple, flat_inputs: list, consts: list, result, outs: list):
+    def fast_path(self, leaves: list, flat_inputs: list, consts: list, result, outs: list):
         """What the C++ dispatcher (see `dispatcher`) needs to run this executable itself on
         later calls like this one, or None when it could not do so faithfully.
 
-        `dynamic_args` are the call's arguments as the dispatcher flattens them (static ones
-        left out); `flat_inputs` the parameters they gave after `consts` (Arrays on this
-        device); `result` what the call returned, built from `outs`, this executable's
-        results. The dispatcher must find exactly these values in this order (not so with
-        defaults filled in or arguments s2s keeps static), every one of its parameter's dtype
-        and shape as typed under s2s's x64 (`set_dispatch_x64`), and `outs` as the leaves of
-        `result`, in order.
+        `leaves` are the call's arguments as the dispatcher flattens them (see
+        `dispatched_leaves`); `flat_inputs` the parameters they gave after `consts` (Arrays
+        on this device); `result` what the call returned, built from `outs`, this
+        executable's results. The dispatcher must find exactly these values in this order
+        (not so with defaults filled in or arguments s2s keeps static), every one of its
+        parameter's dtype and shape as typed under s2s's x64 (`set_dispatch_x64`), and
+        `outs` as the leaves of `result`, in order.
         """
         from jaxlib import _jax
-        registry = _dispatch_registry()
         try:
-            leaves = registry.flatten(dynamic_args)[0]
-            out_leaves, out_tree = registry.flatten(result)
+            out_leaves, out_tree = _dispatch_registry().flatten(result)
         except ValueError:   # e.g. dict keys that do not sort; s2s's trees sort them by repr
             return None
         if len(leaves) != len(flat_inputs) or any(

@@ -22,7 +22,7 @@ from s2s.frontend import Staged, reraise_clean, stage
 from s2s.frontend.args import describe_arg
 from s2s.staging import Tracer, current_builder, inline_jaxpr, paused_gc
 from s2s.tree import leaf_paths
-from s2s_runtime.xla import Array, dispatcher, is_refused_call, jax_x64_setting
+from s2s_runtime.xla import Array, dispatched_leaves, dispatcher, is_refused_call, jax_x64_setting
 
 tree_util.register_array_type(Array)
 
@@ -206,6 +206,8 @@ class Jitted:
         # The positions the dispatcher keys by value: none when any is counted from the end
         # (the dispatcher takes them as given); s2s still keeps those static.
         self._dispatch_static = tuple(sorted(static)) if all(i >= 0 for i in static) else ()
+        self._dispatch_static_names = (static_argnames,) if isinstance(static_argnames, str) \
+            else tuple(static_argnames)
         functools.update_wrapper(self, fn, updated=())
 
     def __getstate__(self):
@@ -246,7 +248,8 @@ class Jitted:
         self._dispatch = dispatcher(
             self.__name__ if isinstance(getattr(self, "__name__", None), str) else "jitted",
             lambda *args, **kwargs: this()._xla_call(args, kwargs)[0],
-            lambda *args, **kwargs: (*this()._xla_call(args, kwargs), False), self._dispatch_static)
+            lambda *args, **kwargs: (*this()._xla_call(args, kwargs), False), self._dispatch_static,
+            self._dispatch_static_names)
         self._dispatch_config = config.cache_key()
 
     def _xla_call(self, args, kwargs):
@@ -254,19 +257,19 @@ class Jitted:
         call like it by itself, or None). The dispatcher keys static arguments by value and
         type, but not the types inside a tuple, where s2s tells (1, 2) from (1.0, 2.0):
         calls with a static tuple stay in Python."""
-        dynamic = None
-        if not kwargs and not any(isinstance(a, tuple) for i, a in enumerate(args) if i in self._dispatch_static):
-            dynamic = tuple(a for i, a in enumerate(args) if i not in self._dispatch_static)
+        statics = [a for i, a in enumerate(args) if i in self._dispatch_static] + \
+            [v for k, v in kwargs.items() if k in self._dispatch_static_names]
+        call = None if any(isinstance(a, tuple) for a in statics) else (args, kwargs)
         fast, run = self._seen_kind(args, kwargs)
         if run is not None:
-            return run(fast[1], dynamic)
+            return run(fast[1], call)
         if _staging_with(args, kwargs):
             return self._inlined(args, kwargs), None
         staged = self._staged_as_called(args, kwargs)
         run = self._xla_runner(staged, args)
         if fast is not None and len(staged.closed.jaxpr.invars) == len(fast[1]):
             self._fast[fast[0]] = run
-        return run(staged.flat_inputs(args, kwargs), dynamic)
+        return run(staged.flat_inputs(args, kwargs), call)
 
     def _seen_kind(self, args, kwargs):
         """(the fast-path key and leaves of a call whose positional arguments are all arrays,
@@ -310,10 +313,10 @@ class Jitted:
                                       canonicalize=not config.values.enable_x64))
 
     def _xla_runner(self, staged: Staged, args):
-        """A function of (the jaxpr's inputs, the call's arguments less the static ones, or
-        None) that runs the executable: (the result, the dispatcher's fast path or None).
-        There is none for donating calls (the dispatcher would not mark the donated Arrays)
-        nor for outputs without data (float0 tangents of ints, made here as zeros)."""
+        """A function of (the jaxpr's inputs, the call's (args, kwargs), or None) that runs
+        the executable: (the result, the dispatcher's fast path or None). There is none for
+        donating calls (the dispatcher would not mark the donated Arrays) nor for outputs
+        without data (float0 tangents of ints, made here as zeros)."""
         donated = _donated_leaves(staged, args, self.donate_argnums)
         device = self.device or devices()[0]
         compiled = staged.artifact(("xla", device.id, tuple(donated)),
@@ -321,16 +324,20 @@ class Jitted:
         executable, consts, out_tree = compiled.executable, compiled.consts, staged.out_tree
         float0_outputs = [i for i, v in enumerate(staged.closed.jaxpr.outvars) if v.aval.dtype == dtypes.float0]
         dispatchable = not compiled.donated and not float0_outputs
+        static_argnums, static_argnames = self._dispatch_static, self._dispatch_static_names
 
-        def run(flat, dynamic_args):
+        def run(flat, call):
             outs = executable.execute([*consts, *flat], compiled.donated)
             result = list(outs)
             for i in float0_outputs:
                 result[i] = np.zeros(outs[i].shape, dtypes.float0)
             result = out_tree.unflatten(result)
-            if not dispatchable or dynamic_args is None:
+            leaves = None
+            if dispatchable and call is not None:
+                leaves = dispatched_leaves(*call, static_argnums, static_argnames)
+            if leaves is None:
                 return result, None
-            return result, executable.fast_path(dynamic_args, flat, consts, result, outs)
+            return result, executable.fast_path(leaves, flat, consts, result, outs)
         return run
 
     def lower(self, *args, **kwargs) -> "Lowered":

@@ -259,3 +259,15 @@ def test_static_true_and_1_are_different_cache_entries():
     np.testing.assert_allclose(f(np.full(2, 3.0), 1), 3.0)
     np.testing.assert_allclose(f(np.full(2, 3.0), False), 30.0)
     np.testing.assert_allclose(f(np.full(2, 3.0), 0), 1.0)
+
+
+def scaled_by(x, scale=1.0):
+    return x * scale
+
+
+def test_static_argnames_takes_one_name_as_a_string():
+    x = np.ones(2)
+    for names in ("scale", ("scale",)):
+        closed = s2s.make_jaxpr(scaled_by, static_argnames=names)(x, scale=2.0)
+        assert len(closed.jaxpr.invars) == 1      # the float is static, not its letters
+        np.testing.assert_array_equal(s2s.jit(scaled_by, static_argnames=names)(x, scale=2.0), 2.0)

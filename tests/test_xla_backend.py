@@ -430,3 +430,21 @@ def test_a_jitted_function_called_while_staging_is_inlined():
     np.testing.assert_allclose(s2s.jit(s2s.grad(lambda v: inner(v, 2.0).sum()))(x), 2 * np.cos(x), rtol=1e-12)
     equations = [e.primitive.name for e in s2s.make_jaxpr(lambda v: inner(v, 2.0))(x).jaxpr.eqns]
     assert "sin" in equations                        # the inner function's own equations
+
+
+def difference(x, y, scale=1.0):
+    return (x - 2 * y) * scale
+
+
+def test_keyword_calls_run_in_the_dispatcher_with_each_value_in_its_place(monkeypatch):
+    calls = counting_python_calls(monkeypatch)
+    f = s2s.jit(difference, static_argnames="scale")
+    a, b = np.array([1.0, 2.0]), np.array([10.0, 20.0])
+    for _ in range(3):
+        for got in (f(a, b), f(x=a, y=b), f(y=b, x=a), f(a, y=b), f(b, a, scale=1.0)[::-1] * 0 + f(a, b)):
+            np.testing.assert_array_equal(got, a - 2 * b)
+        np.testing.assert_array_equal(f(y=a, x=b), b - 2 * a)
+        np.testing.assert_array_equal(f(a, b, scale=3.0), (a - 2 * b) * 3)
+        np.testing.assert_array_equal(f(a, b, scale=3), (a - 2 * b) * 3)
+        np.testing.assert_array_equal(f(scale=(2.0), y=b, x=a), (a - 2 * b) * 2)
+    assert len(calls) == 7          # each kind of call through Python once (keyword order is no kind)

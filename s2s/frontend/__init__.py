@@ -199,6 +199,8 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     passed: set[str] = set()
     names, values = bind_arguments(fn, args, kwargs, passed)
     # Defaults the caller did not pass are part of the function, not inputs: static.
+    if isinstance(static_argnames, str):   # one name, as jax takes it (not its letters)
+        static_argnames = (static_argnames,)
     static_argnames = tuple(static_argnames) + tuple(n for n in names if n not in passed)
     static_argnums = _normalize_argnums(static_argnums, len(names))
     dynamic_argnums = _normalize_argnums(dynamic_argnums, len(names))
