@@ -181,7 +181,8 @@ class Array:
         return self._device
 
     def block_until_ready(self) -> "Array":
-        self._live_buffer().block_until_ready()
+        buffer = self._buffer if self._donated_as is None else self._live_buffer()
+        buffer.block_until_ready()
         return self
 
     def is_donated(self) -> bool:
@@ -294,11 +295,16 @@ def _dispatch_registry():
     if _registry is None:
         from jaxlib import _jax
         registry = _jax.pytree.PyTreeRegistry()
-        registry.register_node(
-            Array, lambda array: ((array._live_buffer(),), array._device),
-            lambda device, buffers: Array(buffers[0], buffers[0].aval.shape, buffers[0].aval.dtype, device))
+        registry.register_node(Array, lambda array: ((array._live_buffer(),), array._device), _result_array)
         _registry = registry
     return _registry
+
+
+def _result_array(device, buffers) -> Array:
+    """An Array around a result buffer the dispatcher made (its aval is one of ours)."""
+    buffer, = buffers
+    aval = buffer.aval
+    return Array(buffer, aval.shape, aval.dtype, device)
 
 
 def set_dispatch_x64(enabled: bool) -> None:
