@@ -406,8 +406,8 @@ class Executable:
         self.cache_hit = cache_hit
         self._sharding = xla_client.SingleDeviceSharding(device)
         self._avals: dict[tuple, _Aval] = {}   # (shape, dtype) -> what device_put asks for
-        self.in_shapes, self.out_avals = _entry_signature(self.optimized_hlo_text())
-        self._out_avals = [_Aval(shape, dtype) for shape, dtype in self.out_avals]
+        self.in_shapes, results = _entry_signature(self.optimized_hlo_text())
+        self.out_avals = [_Aval(shape, dtype) for shape, dtype in results]   # what the results get
         self._runner = None
 
     @classmethod
@@ -448,9 +448,9 @@ class Executable:
         return Array(self._put(value, dtype), self.in_shapes[position], dtype, self.device)
 
     def _fast_path(self, out_pytree_def, const_buffers=()) -> _FastPath:
-        params, results = len(self.in_dtypes), len(self._out_avals)
+        params, results = len(self.in_dtypes), len(self.out_avals)
         return _FastPath(self._exe, out_pytree_def, [self._sharding] * params,
-                         [self._sharding] * results, self._out_avals, [True] * results,
+                         [self._sharding] * results, self.out_avals, [True] * results,
                          [True] * params, [None] * params, list(const_buffers))
 
     def fast_path(self, leaves: list, flat_inputs: list, consts: list, result, outs: list):
@@ -476,7 +476,7 @@ class Executable:
             return None
         parameters = zip(self.in_dtypes[len(consts):], self.in_shapes[len(consts):])
         for leaf, (dtype, shape) in zip(leaves, parameters):
-            if getattr(leaf, "dtype", np.dtype(np.float64)).isnative is False:
+            if isinstance(leaf, np.ndarray) and not leaf.dtype.isnative:
                 return None   # byte-swapped: the dispatcher would read the bytes as native
             try:
                 seen = _jax.jax_jit._ArgSignatureOfValue(leaf, _x64_default)
@@ -503,7 +503,7 @@ class Executable:
     def _make_runner(self):
         from jaxlib import _jax
         registry = _dispatch_registry()
-        fast = self._fast_path(registry.flatten(list(range(len(self._out_avals))))[1])
+        fast = self._fast_path(registry.flatten(list(range(len(self.out_avals))))[1])
         executable = self._exe
 
         def hand_over(*buffers):
@@ -525,8 +525,8 @@ class Executable:
             for position, buffer in enumerate(buffers):
                 if position not in donated and id(buffer) in given:
                     buffers[position] = self._put(args[position]._numpy(), self.in_dtypes[position])
-        outs = [Array(buffer, shape, dtype, self.device)
-                for buffer, (shape, dtype) in zip(self._run(buffers), self.out_avals)]
+        outs = [Array(buffer, aval.shape, aval.dtype, self.device)
+                for buffer, aval in zip(self._run(buffers), self.out_avals)]
         if donated:
             for position, label in donated.items():
                 value = args[position]

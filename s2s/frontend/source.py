@@ -143,18 +143,23 @@ def _innermost_statements(region) -> dict[int, object]:
 
 
 def _resets_before(region) -> dict[int, frozenset[str]]:
-    """id(node) -> the names that a plain assignment among `region`'s own statements (its
-    body, and separately its else block) sets before the statement holding `node`: on every
-    path to `node` those names hold values from this pass, not from the one before."""
+    """id(node) -> the names that a plain assignment (`=`, or annotated with a value) among
+    `region`'s own statements (its body, and separately its else block) sets before the
+    statement holding `node`: on every path to `node` those names hold values from this
+    pass, not from the one before."""
     found: dict[int, frozenset[str]] = {}
     for block in (getattr(region, "body", []), getattr(region, "orelse", [])):
         assigned: frozenset[str] = frozenset()
         for statement in block:
             for node in walk_scope([statement]):
                 found[id(node)] = assigned
+            targets = []
             if isinstance(statement, gast.Assign):
-                assigned |= {n.id for target in statement.targets for n in walk_scope([target])
-                             if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store)}
+                targets = statement.targets
+            elif isinstance(statement, gast.AnnAssign) and statement.value is not None:
+                targets = [statement.target]
+            assigned |= {n.id for n in walk_scope(targets)
+                         if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store)}
     return found
 
 

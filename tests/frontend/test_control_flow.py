@@ -644,12 +644,22 @@ def inner_loop_on_a_fresh_value(x, n):
     return out
 
 
-def test_an_inner_loop_reading_a_name_set_earlier_in_the_pass_is_not_carried():
+def inner_loop_on_an_annotated_value(x, n):
+    out = 0.0 * x
+    for i in range(n):
+        y: np.ndarray = x + i      # annotated: set again each pass all the same
+        while np.sum(y) < 10.0:
+            y = y * 2.0
+        out = out + y
+    return out
+
+
+@pytest.mark.parametrize("fn", [inner_loop_on_a_fresh_value, inner_loop_on_an_annotated_value])
+def test_an_inner_loop_reading_a_name_set_earlier_in_the_pass_is_not_carried(fn):
     x, n = np.array([0.5, 1.0]), np.int64(3)
     for backend in ("xla", "python"):
-        assert_close(s2s.jit(inner_loop_on_a_fresh_value, backend=backend)(x, n),
-                     inner_loop_on_a_fresh_value(x, n))
-    carried = s2s.make_jaxpr(inner_loop_on_a_fresh_value)(x, n).jaxpr.eqns[-1]
+        assert_close(s2s.jit(fn, backend=backend)(x, n), fn(x, n))
+    carried = s2s.make_jaxpr(fn)(x, n).jaxpr.eqns[-1]
     assert carried.primitive.name == "while_loop"
     assert len(carried.outvars) == 2              # the index and `out`: not `y`
 

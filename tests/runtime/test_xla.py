@@ -78,3 +78,12 @@ def test_probing_for_attributes_does_not_read_the_array(executable):
     a, _ = executable.execute([np.ones((2, 3), np.float32)])
     assert not hasattr(a, "_fields") and not hasattr(a, "__dataclass_fields__")
     assert a._value is None        # pytree code's probes copied nothing to the host
+
+
+def test_the_dispatchers_put_fallback_puts_a_value_on_the_sharding_device(executable):
+    """jaxlib's C++ dispatcher calls it for arguments it cannot put itself (other layouts,
+    arrays spread over another number of devices); here it is called directly."""
+    from s2s_runtime.xla import _device_put_fallback
+    put = _device_put_fallback(np.arange(6.0).reshape(2, 3), executable._sharding, None)
+    np.testing.assert_array_equal(np.asarray(put), np.arange(6.0).reshape(2, 3))
+    assert list(put.sharding.device_set) == [executable.device]
