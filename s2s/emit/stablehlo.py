@@ -1,4 +1,4 @@
-"""ClosedJaxpr → StableHLO as MLIR text, which jaxlib compiles (`runtime/xla.py`).
+"""ClosedJaxpr → StableHLO as MLIR text, which jaxlib compiles (`s2s_runtime/xla.py`).
 
 Readable like the Python emitter's output: one op per line, SSA names derived from the
 jaxpr's variable names (`%h`, `%h_1`), and `loc("file.py":LINE:COL)` on every op from the

@@ -37,7 +37,7 @@ KINDS = DTYPES + PY_SCALARS + NUMPY_SCALARS
 
 @pytest.fixture(autouse=True)
 def _runtime_sort_multi(monkeypatch):
-    """Emitted argsort calls rt.sort_multi; until runtime/__init__.py exports it, lend it."""
+    """Emitted argsort calls rt.sort_multi; until s2s_runtime/__init__.py exports it, lend it."""
     import s2s_runtime
     if not hasattr(s2s_runtime, "sort_multi"):
         from s2s_runtime import sorting

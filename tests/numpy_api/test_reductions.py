@@ -33,7 +33,7 @@ FLOATS = [np.float16, np.float32, np.float64]
 
 @pytest.fixture(autouse=True)
 def _runtime_sort_multi(monkeypatch):
-    """Emitted argsort calls rt.sort_multi; until runtime/__init__.py exports it, lend it."""
+    """Emitted argsort calls rt.sort_multi; until s2s_runtime/__init__.py exports it, lend it."""
     if not hasattr(s2s_runtime, "sort_multi"):
         monkeypatch.setattr(s2s_runtime, "sort_multi", sorting.sort_multi, raising=False)
 

@@ -262,7 +262,7 @@ def test_integer_pow_matches_numpy(data, y):
 @SETTINGS
 @given(data=st.data(), n=st.integers(1, 3), dtype=st.sampled_from(FLOATS))
 def test_polygamma_matches_jax_on_positive_x(data, n, dtype):
-    """jax.scipy.special.polygamma is right for x > 0 only; tests/runtime covers x < 0."""
+    """jax.scipy.special.polygamma is right for x > 0 only; tests/s2s_runtime covers x < 0."""
     dtype = np.dtype(dtype)
     x = data.draw(hnp.arrays(dtype, shapes(), elements=span(2.0 ** -4, 50)(dtype)))
     closed = check_staged(lambda a: ew.polygamma.bind(a, n=n), polygamma_oracle(n), x,

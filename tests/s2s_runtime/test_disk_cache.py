@@ -1,5 +1,5 @@
 """The on-disk executable cache: fake compile functions for the cache logic, jaxlib for the
-round trip through runtime/xla.py's Executable, subprocesses for cross-process behaviour."""
+round trip through s2s_runtime/xla.py's Executable, subprocesses for cross-process behaviour."""
 import logging
 import os
 import re
