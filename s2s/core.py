@@ -12,7 +12,7 @@ shapes that broadcast); everything else is explicit.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -100,41 +100,12 @@ class Literal:
 Atom = Var | Literal
 
 
-class Primitive:
-    """An operation of the IR.
-
-    Declared once with its shape/dtype rule (`abstract_eval(*avals, **params)`) and its
-    NumPy implementation (`impl(*arrays, **params)`). Each pass keeps its own table of
-    rules keyed by primitive; family modules in `s2s/primitives/` fill every table for
-    the primitives they declare.
-    """
-
-    def __init__(self, name: str, abstract_eval: Callable, impl: Callable,
-                 multiple_results: bool = False):
-        if name in PRIMITIVES:
-            raise ValueError(f"primitive {name!r} declared twice")
-        self.name = name
-        self.abstract_eval = abstract_eval
-        self.impl = impl
-        self.multiple_results = multiple_results
-        PRIMITIVES[name] = self
-
-    def bind(self, *args, **params):
-        """Stages the primitive into the active builder, or runs it on NumPy values."""
-        from s2s import staging
-        return staging.bind(self, args, params)
-
-    def __repr__(self):
-        return self.name
-
-
-PRIMITIVES: dict[str, Primitive] = {}
-
-
 class JaxprEqn:
+    """`outvars = primitive[params] invars`; `primitive` is a `s2s.staging.Primitive`."""
+
     __slots__ = ("primitive", "invars", "outvars", "params", "source_info")
 
-    def __init__(self, primitive: Primitive, invars: list, outvars: list[Var],
+    def __init__(self, primitive: "Primitive", invars: list, outvars: list[Var],
                  params: dict, source_info: SourceInfo = UNKNOWN):
         self.primitive = primitive
         self.invars = list(invars)

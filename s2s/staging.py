@@ -14,15 +14,45 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Primitive, ShapedArray, Var,
-                      aval_of_value, literal_value)
+from s2s.core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var, aval_of_value,
+                      literal_value)
 from s2s.errors import CONCRETE_HELP, ConcretizationError
 from s2s.source_info import SourceInfo, UNKNOWN
+
+class Primitive:
+    """An operation of the IR.
+
+    Declared once with its shape/dtype rule (`abstract_eval(*avals, **params)`) and its
+    NumPy implementation (`impl(*arrays, **params)`). Each pass keeps its own table of
+    rules keyed by primitive; family modules in `s2s/primitives/` fill every table for
+    the primitives they declare.
+    """
+
+    def __init__(self, name: str, abstract_eval: Callable, impl: Callable,
+                 multiple_results: bool = False):
+        if name in PRIMITIVES:
+            raise ValueError(f"primitive {name!r} declared twice")
+        self.name = name
+        self.abstract_eval = abstract_eval
+        self.impl = impl
+        self.multiple_results = multiple_results
+        PRIMITIVES[name] = self
+
+    def bind(self, *args, **params):
+        """Stages the primitive into the active builder, or runs it on NumPy values."""
+        return bind(self, args, params)
+
+    def __repr__(self):
+        return self.name
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
 
 _state = threading.local()
 

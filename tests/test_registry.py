@@ -2,7 +2,7 @@
 import pytest
 
 import s2s  # noqa: F401  (declares every primitive)
-from s2s.core import PRIMITIVES
+from s2s.staging import PRIMITIVES
 from s2s.emit.pyexpr import INLINED_BEFORE_EMISSION, python_rules
 from s2s.emit.stablehlo import stablehlo_rules
 from s2s.passes.jvp import jvp_rules

@@ -76,7 +76,7 @@ def _fold_broadcast(eqn, invars, broadcasts: dict):
 
 
 def _broadcast_primitive():
-    from s2s.core import PRIMITIVES
+    from s2s.staging import PRIMITIVES
     return PRIMITIVES["broadcast_in_dim"]
 
 

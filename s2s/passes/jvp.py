@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from s2s.core import ClosedJaxpr, Literal, Primitive
+from s2s.core import ClosedJaxpr, Literal
 from s2s.passes.tangents import Zero, instantiate, tangent_aval
-from s2s.staging import JaxprBuilder, Tracer, paused_gc
+from s2s.staging import JaxprBuilder, Primitive, Tracer, paused_gc
 
 jvp_rules: dict[Primitive, Callable] = {}
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from s2s.core import ClosedJaxpr, Literal, Primitive, ShapedArray, Var
+from s2s.core import ClosedJaxpr, Literal, ShapedArray, Var
 from s2s.passes.tangents import Zero, add_tangents, instantiate
-from s2s.staging import JaxprBuilder, Tracer, current_builder, paused_gc
+from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
 transpose_rules: dict[Primitive, Callable] = {}
 

@@ -26,8 +26,9 @@ import re
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import ClosedJaxpr, Jaxpr, Literal, Primitive, ShapedArray, eval_jaxpr
+from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, eval_jaxpr
 from s2s.errors import ShapeError
+from s2s.staging import Primitive
 
 
 # ---------------------------------------------------------------------------------------

@@ -12,11 +12,12 @@ function's own equations, not an opaque call.
 """
 from __future__ import annotations
 
-from s2s.core import Primitive, eval_jaxpr
+from s2s.core import eval_jaxpr
 from s2s.emit.pyexpr import INLINED_BEFORE_EMISSION
 from s2s.errors import StagingError
 from s2s.passes import jvp as _jvp, transpose as _transpose
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
+from s2s.staging import Primitive
 
 
 def call_abstract(*avals, call, **params):

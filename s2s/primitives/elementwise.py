@@ -17,9 +17,10 @@ import numpy as np
 import s2s_runtime as rt
 
 from s2s import dtypes
-from s2s.core import Primitive, ShapedArray
+from s2s.core import ShapedArray
 from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
+from s2s.staging import Primitive
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:

@@ -23,9 +23,10 @@ import numpy as np
 from s2s_runtime import indexing as rt_indexing
 
 from s2s import dtypes
-from s2s.core import Primitive, ShapedArray
+from s2s.core import ShapedArray
 from s2s.emit.pyexpr import Expr, call, py_value, register, subscript
 from s2s.errors import ShapeError
+from s2s.staging import Primitive
 
 
 def _check_gather_operands(name: str, operand: ShapedArray, indices, axes) -> tuple:

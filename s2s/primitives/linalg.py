@@ -20,9 +20,10 @@ import numpy as np
 import s2s_runtime.linalg as rt_linalg
 
 from s2s import dtypes
-from s2s.core import Primitive, ShapedArray
+from s2s.core import ShapedArray
 from s2s.emit.pyexpr import ATOM, Expr, binop, call, dtype_text, method, register
 from s2s.errors import ShapeError
+from s2s.staging import Primitive
 
 # ---------------------------------------------------------------------------------------
 # dot_general

@@ -24,9 +24,10 @@ import numpy as np
 from s2s_runtime.sorting import sort_multi
 
 from s2s import dtypes
-from s2s.core import Primitive, ShapedArray
+from s2s.core import ShapedArray
 from s2s.emit.pyexpr import Expr, call, dtype_text, method, register, subscript
 from s2s.errors import ShapeError
+from s2s.staging import Primitive
 
 # ---------------------------------------------------------------------------------------
 # Parameter checks shared by the shape rules

@@ -18,10 +18,11 @@ import numpy as np
 from s2s_runtime import indexing as rt_indexing
 
 from s2s import dtypes
-from s2s.core import Literal, Primitive, ShapedArray
+from s2s.core import Literal, ShapedArray
 from s2s.emit.pyexpr import (ATOM, Expr, call, dtype_text, method, py_value, register, slice_text,
                              subscript, typed_scalar)
 from s2s.errors import ShapeError
+from s2s.staging import Primitive
 
 # ---------------------------------------------------------------------------------------
 # Shared checks

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from s2s.core import Primitive
 from s2s.emit.stablehlo import stablehlo_rules
 from s2s.primitives import elementwise as ew
+from s2s.staging import Primitive
 from tests.emit.strategies import FLOATS, SETTINGS, shapes, tolerance
 from tests.helpers import check_lowered
 from tests.primitives.test_elementwise import (BINARY_CASES, CONVERTIBLE, UNARY_CASES, WIDE_INTS,

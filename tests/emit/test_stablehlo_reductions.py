@@ -13,10 +13,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from s2s.core import Primitive
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.primitives import linalg as La
 from s2s.primitives import reductions as R
+from s2s.staging import Primitive
 from tests.emit.strategies import ANY, FLOATS, SETTINGS, arrays, axes_of, normal_array, tolerance
 from tests.helpers import check_lowered, with_numpy
 from tests.primitives.test_linalg import (FLAGS, batched_reference, batches, dot_problems,

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import s2s
-from s2s.core import Primitive
 from s2s.emit.stablehlo import lower
 from s2s.primitives import indexing as I
 from s2s.primitives import structural as S
+from s2s.staging import Primitive
 from tests.emit.strategies import SETTINGS, shapes, tolerance
 from tests.helpers import assert_same, check_lowered
 from tests.primitives import test_structural as impl_tests

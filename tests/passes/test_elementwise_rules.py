@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import s2s
-from s2s.core import Primitive
 from s2s.numpy_api import math as snp
 from s2s.passes.jvp import jvp_rules
 from s2s.passes.transpose import transpose_rules
 from s2s.primitives import elementwise as ew
+from s2s.staging import Primitive
 from tests import helpers
 
 SETTINGS = settings(max_examples=10, deadline=None)

@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 import s2s
 from s2s import dtypes
 from s2s.autodiff import _vjp_parts
-from s2s.core import PRIMITIVES
+from s2s.staging import PRIMITIVES
 from s2s.passes.jvp import jvp_rules
 from s2s.passes.transpose import transpose_rules
 from s2s.primitives import reductions as red

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from s2s.core import PRIMITIVES, Primitive, ShapedArray
+from s2s.core import ShapedArray
+from s2s.staging import PRIMITIVES, Primitive
 from s2s.emit.pyexpr import python_rules
 from s2s.emit.python import emit_jaxpr_source
 from s2s.errors import ShapeError
