@@ -13,8 +13,9 @@ from s2s.custom_derivatives import custom_jvp, custom_vjp
 from s2s.export import export
 from s2s import lax
 from s2s.lax import unroll
-from s2s.api import (Jitted, block_until_ready, device_count, devices, emit_python, eval_jaxpr, jit,
-                     local_device_count, make_jaxpr, process_count, process_index, stop_gradient)
+from s2s.api import (block_until_ready, device_count, devices, emit_python, eval_jaxpr, local_device_count,
+                     make_jaxpr, process_count, process_index, stop_gradient)
+from s2s.jit import Jitted, jit
 from s2s_runtime.xla import Array, DonatedBufferError
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, check_jaxpr
 from s2s.errors import (ConcretizationError, S2SError, ShapeError, StagingError,

@@ -9,7 +9,7 @@ module reads as a forward pass with the user's names followed by a backward pass
 `_bar` cotangents.
 
 Derived functions are `Transformed` objects. Called on NumPy values they run (the
-derivative jaxpr compiled to Python once per kind of arguments); called on staged values
+derivative jaxpr emitted as Python once per kind of arguments, see `s2s.eager`); called on staged values
 — inside make_jaxpr, emit_python, jit, or another transform — they stage the derivative's
 equations in place. So transforms compose: `grad(grad(f))`, `jacfwd(jacrev(f))`.
 """
@@ -17,53 +17,39 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import weakref
 from typing import Any, Callable
 
 import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
-from s2s.emit.python import emit_jaxpr_source, load_source
+from s2s.eager import run_emitted_jaxpr, staged_or_error
 from s2s.errors import S2SError, StagingError
-from s2s.frontend import Staged, reraise_clean, stage
+from s2s.frontend import Staged, reraise_clean
+from s2s.numpy_api import creation, shaping
 from s2s.passes.cse import cse
 from s2s.passes.dce import dce
 from s2s.passes.jvp import jvp_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr
+from s2s.passes.tangents import zeros
 from s2s.passes.transpose import transpose_jaxpr
 from s2s.staging import JaxprBuilder, Tracer, current_builder, inline_jaxpr, paused_gc
-from s2s.tree import leaf_paths, positional_leaf_ranges, tree_flatten, tree_leaves
-from s2s_runtime.xla import Array
+from s2s.tree import positional_leaf_ranges, tree_flatten, tree_leaves
 
 __all__ = ["grad", "hessian", "jacfwd", "jacrev", "jvp", "linear_transpose", "linearize",
            "value_and_grad", "vjp"]
 
 
 # ---------------------------------------------------------------------------------------
-# Running a derived jaxpr: compiled once when called on NumPy values, inlined when staged.
-
-_compiled: "weakref.WeakKeyDictionary[ClosedJaxpr, Callable]" = weakref.WeakKeyDictionary()
+# Running a derived jaxpr: emitted once when called on NumPy values, inlined when staged.
 
 
-def run(closed: ClosedJaxpr, flat_args: list) -> list:
-    """The outputs of `closed` on `flat_args`: staged in place when staging, else computed."""
+def run(staged: Staged, key, closed: ClosedJaxpr, flat_args: list) -> list:
+    """The outputs of `closed`, derived from `staged` and kept in its artifacts under `key`,
+    on `flat_args`: staged in place when staging, else computed by its emitted module."""
     if current_builder() is not None or any(isinstance(a, Tracer) for a in flat_args):
         return inline_jaxpr(closed, flat_args)
-    flat_args = [np.asarray(a) if isinstance(a, Array) else a for a in flat_args]
-    fn = _compiled.get(closed)
-    if fn is None:
-        fn = load_source(emit_jaxpr_source(closed, "f"), "f").f
-        _compiled[closed] = fn
-    out = fn(*flat_args)
-    return list(out) if len(closed.jaxpr.outvars) != 1 else [out]
-
-
-def _staged(fn, args, kwargs) -> Staged:
-    try:
-        return stage(fn, args, kwargs)
-    except S2SError as e:
-        reraise_clean(e)
+    return run_emitted_jaxpr(staged, key, closed, flat_args)
 
 
 def _float_mask(avals) -> list[bool]:
@@ -143,11 +129,11 @@ class Transformed(DerivedFunction):
         self._derive = derive
 
     def __call__(self, *args, **kwargs):
-        staged = _staged(self.fn, args, kwargs)
+        staged = staged_or_error(self.fn, args, kwargs)
         # argnums count positional arguments, so their number is part of the key.
-        derived = staged.artifact(("derived", self.cache_params, len(args)),
-                                  lambda: self._derive_clean(staged, args))
-        outs = run(derived.closed, staged.flat_inputs(args, kwargs))
+        key = ("derived", self.cache_params, len(args))
+        derived = staged.artifact(key, lambda: self._derive_clean(staged, args))
+        outs = run(staged, key, derived.closed, staged.flat_inputs(args, kwargs))
         return derived.assemble(outs, args, kwargs)
 
     def _derive_clean(self, staged: Staged, args) -> "Derived":
@@ -309,19 +295,19 @@ def _tangent_leaves(staged: Staged, tangents, primals) -> list:
 
 def jvp(fn, primals, tangents):
     """`(fn(*primals), tangent of fn at primals along tangents)`, as pytrees."""
-    staged = _staged(fn, tuple(primals), {})
+    staged = staged_or_error(fn, tuple(primals), {})
     closed = staged.closed
     diff = _float_mask(closed.in_avals)
     jvp_closed = staged.artifact("jvp", lambda: _clean(jvp_jaxpr(closed, diff, instantiate_out=True)[0]))
     flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
-    outs = run(jvp_closed, staged.flat_inputs(tuple(primals), {}) + flat_t)
+    outs = run(staged, "jvp", jvp_closed, staged.flat_inputs(tuple(primals), {}) + flat_t)
     n = len(closed.jaxpr.outvars)
     return staged.out_tree.unflatten(outs[:n]), staged.out_tree.unflatten(outs[n:])
 
 
 def linearize(fn, *primals):
     """`(fn(*primals), f_jvp)` where `f_jvp(*tangents)` evaluates only the linear part."""
-    staged = _staged(fn, primals, {})
+    staged = staged_or_error(fn, primals, {})
     closed = staged.closed
     diff = _float_mask(closed.in_avals)
     n_in, n_out = len(closed.jaxpr.invars), len(closed.jaxpr.outvars)
@@ -332,12 +318,13 @@ def linearize(fn, *primals):
                                 instantiate=[False] * n_out + [True] * n_out)
         return _clean(pe.known), _clean(pe.unknown)
     known, linear = staged.artifact("linearize", split)
-    forward = run(known, staged.flat_inputs(primals, {}))
+    forward = run(staged, ("linearize", "known"), known, staged.flat_inputs(primals, {}))
     outs, residuals = forward[:n_out], forward[n_out:]
 
     def f_jvp(*tangents):
         flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
-        return staged.out_tree.unflatten(run(linear, list(residuals) + flat_t))
+        return staged.out_tree.unflatten(run(staged, ("linearize", "linear"), linear,
+                                             list(residuals) + flat_t))
     return staged.out_tree.unflatten(outs), f_jvp
 
 
@@ -346,15 +333,16 @@ def vjp(fn, *primals, has_aux: bool = False):
 
     With `has_aux`, fn returns `(out, aux)` and vjp returns `(out, vjp_fn, aux)`.
     """
-    staged = _staged(fn, primals, {})
+    staged = staged_or_error(fn, primals, {})
     closed = staged.closed
     n_out = len(closed.jaxpr.outvars)
     diff = _float_mask(closed.in_avals)
     n_primary = staged.out_tree.children[0].num_leaves if has_aux else n_out
     diff_out = [i < n_primary and dtypes.is_differentiable(a.dtype)
                 for i, a in enumerate(closed.out_avals)]
-    parts = staged.artifact(("vjp", has_aux), lambda: _vjp_parts(closed, diff, diff_out))
-    forward = run(parts.forward, staged.flat_inputs(primals, {}))
+    key = ("vjp", has_aux)
+    parts = staged.artifact(key, lambda: _vjp_parts(closed, diff, diff_out))
+    forward = run(staged, (key, "forward"), parts.forward, staged.flat_inputs(primals, {}))
     outs, residuals = forward[:n_out], forward[n_out:]
     out_tree = staged.out_tree.children[0] if has_aux else staged.out_tree
 
@@ -365,7 +353,7 @@ def vjp(fn, *primals, has_aux: bool = False):
                                f"function's output has structure {out_tree}",
                                "pass a cotangent with the output's structure")
         cts = [c for c, d in zip(ct_leaves, diff_out) if d]
-        in_cts = run(parts.backward, list(residuals) + cts)
+        in_cts = run(staged, (key, "backward"), parts.backward, list(residuals) + cts)
         return tuple(_arg_cotangents(staged, primals, range(len(primals)), diff, in_cts))
 
     if has_aux:
@@ -376,18 +364,21 @@ def vjp(fn, *primals, has_aux: bool = False):
 
 def linear_transpose(fn, *primals):
     """The transpose of a linear `fn`, evaluated at example `primals` (only their types matter)."""
-    staged = _staged(fn, primals, {})
+    staged = staged_or_error(fn, primals, {})
     closed = staged.closed
     n_in = len(closed.jaxpr.invars)
-    # Parts that read no input (constants) become residuals; the rest must be linear.
-    pe = partial_eval_jaxpr(closed, [True] * n_in, instantiate=True)
-    residuals = run(pe.known, [])
-    backward = transpose_jaxpr(pe.unknown, [False] * pe.num_residuals + [True] * n_in)
+
+    def split():
+        # Parts that read no input (constants) become residuals; the rest must be linear.
+        pe = partial_eval_jaxpr(closed, [True] * n_in, instantiate=True)
+        return pe.known, transpose_jaxpr(pe.unknown, [False] * pe.num_residuals + [True] * n_in)
+    known, backward = staged.artifact("linear_transpose", split)
+    residuals = run(staged, ("linear_transpose", "known"), known, [])
     diff = [True] * n_in
 
     def transposed(cotangent):
         ct_leaves, _ = tree_flatten(cotangent)
-        in_cts = run(backward, list(residuals) + ct_leaves)
+        in_cts = run(staged, ("linear_transpose", "backward"), backward, list(residuals) + ct_leaves)
         return tuple(_arg_cotangents(staged, primals, range(len(primals)), diff, in_cts))
     return transposed
 
@@ -398,13 +389,11 @@ def linear_transpose(fn, *primals):
 
 def _one_hot(index: int, aval: ShapedArray):
     """A staged one-hot array of `aval`'s shape with a 1 at flat position `index`."""
-    from s2s.numpy_api import creation, shaping
     flat = creation.arange(aval.size) == index
     return shaping.reshape(flat.astype(aval.dtype), aval.shape)
 
 
 def _stack_jacobian(columns: list, out_aval: ShapedArray, in_aval: ShapedArray, out_major: bool):
-    from s2s.numpy_api import shaping
     stacked = shaping.stack(columns, axis=0 if out_major else -1)
     return shaping.reshape(stacked, out_aval.shape + in_aval.shape)
 
@@ -430,7 +419,7 @@ def _jac_derive(argnums, mode: str):
                 for o, out_aval in enumerate(out_avals):
                     rows = [[] for _ in in_avals]
                     for k in range(out_aval.size):
-                        cts = [_one_hot(k, a) if i == o else _zeros(a) for i, a in enumerate(out_avals)]
+                        cts = [_one_hot(k, a) if i == o else zeros(a) for i, a in enumerate(out_avals)]
                         for j, ct in enumerate(inline_jaxpr(parts.backward, list(residuals) + cts)):
                             rows[j].append(ct)
                     for j, in_aval in enumerate(in_avals):
@@ -440,7 +429,7 @@ def _jac_derive(argnums, mode: str):
                 cols = [[[] for _ in in_avals] for _ in out_avals]
                 for j, in_aval in enumerate(in_avals):
                     for k in range(in_aval.size):
-                        tangents = [_one_hot(k, a) if i == j else _zeros(a) for i, a in enumerate(in_avals)]
+                        tangents = [_one_hot(k, a) if i == j else zeros(a) for i, a in enumerate(in_avals)]
                         outs = inline_jaxpr(jvp_closed, args + tangents)[n_out:]
                         for o, t in enumerate(outs):
                             cols[o][j].append(t)
@@ -460,11 +449,6 @@ def _jac_derive(argnums, mode: str):
             return staged.out_tree.unflatten(per_out)
         return Derived(fused, assemble)
     return derive
-
-
-def _zeros(aval: ShapedArray):
-    from s2s.passes.tangents import zeros
-    return zeros(aval)
 
 
 def jacrev(fn, argnums=0):

@@ -30,8 +30,18 @@ import os
 import sys
 import time
 import traceback
+from importlib import metadata
 
 import numpy as np
+
+import s2s
+from s2s import tree as tree_util
+from s2s.eager import staged_or_error
+from s2s.emit.stablehlo import lower
+from s2s.errors import S2SError
+from s2s.export import exports_of, write_npz
+from s2s.frontend.args import ShapeDtype
+from s2s_runtime.xla import Executable, hlo_text
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -42,8 +52,6 @@ MANIFEST_FORMAT = 1
 
 
 def versions() -> dict:
-    from importlib import metadata
-    import s2s
     return {"s2s_version": s2s.__version__, "jaxlib_version": metadata.version("jaxlib")}
 
 
@@ -109,7 +117,6 @@ def import_path(path: str):
 
 
 def _describe_leaf(leaf):
-    from s2s.frontend.args import ShapeDtype
     if isinstance(leaf, ShapeDtype):
         return ["aval", list(leaf.shape), leaf.dtype.name]
     if isinstance(leaf, (np.ndarray, np.generic)):
@@ -120,7 +127,6 @@ def _describe_leaf(leaf):
 
 def export_spec(record, transform: str) -> dict:
     """What of the declaration decides the compiled code, as JSON."""
-    from s2s import tree as tree_util
     leaves, treedef = tree_util.tree_flatten(record.args)
     argnums = record.argnums if isinstance(record.argnums, int) else list(record.argnums)
     return {"function": record.fn.__qualname__, "name": record.name, "transform": transform,
@@ -167,7 +173,6 @@ def _function_location(fn) -> str | None:
 
 
 def _error_text(error: BaseException) -> str:
-    from s2s.errors import S2SError
     if isinstance(error, S2SError):
         return str(error)
     return f"{type(error).__name__}: {error}"
@@ -176,7 +181,6 @@ def _error_text(error: BaseException) -> str:
 def plan(paths: list[str]) -> tuple[list[Task], list[dict]]:
     """The compile tasks of the module files, and failed entries for modules that do not
     import or whose exports are inconsistent."""
-    from s2s.export import exports_of
     version = versions()
     tasks, failures = [], []
     for path in paths:
@@ -236,11 +240,6 @@ def compile_task(task: Task, out_dir: str) -> dict:
     start = time.perf_counter()
     fallback = None
     try:
-        from s2s.api import staged_or_error
-        from s2s.cli import write_npz
-        from s2s.emit.stablehlo import lower
-        from s2s.export import exports_of
-        from s2s_runtime.xla import Executable, hlo_text
         module = import_path(task.module)
         target = record = None
         for r in exports_of(module):

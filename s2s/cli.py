@@ -14,15 +14,18 @@ status 1; a bad command line exits with status 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.util
-import io
 import os
 import sys
-import zipfile
 
-import numpy as np
-
+from s2s.api import make_jaxpr
+from s2s.batch_compile import cmd_compile
+from s2s.eager import emitted_module, staged_or_error
+from s2s.emit.python import EmitOptions
 from s2s.errors import S2SError
+from s2s.export import emit_exports, write_npz
+from s2s.frontend.args import parse_arg_specs
 
 
 def load_module(path: str):
@@ -54,23 +57,11 @@ def load_target(target: str):
     return obj
 
 
-def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    """An .npz whose bytes depend only on the arrays (fixed timestamps, sorted names)."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
-        for name in sorted(arrays):
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, np.ascontiguousarray(arrays[name]), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            archive.writestr(info, buffer.getvalue())
-
-
 def _static_argnums(text: str | None) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(",") if p.strip()) if text else ()
 
 
 def cmd_jaxpr(args) -> int:
-    from s2s.api import make_jaxpr
-    from s2s.frontend.args import parse_arg_specs
     fn = load_target(args.target)
     example = parse_arg_specs(args.args or "")
     print(make_jaxpr(fn, static_argnums=_static_argnums(args.static_argnums))(*example))
@@ -88,10 +79,6 @@ def _write_files(out_dir: str, files: dict) -> None:
 
 
 def cmd_emit(args) -> int:
-    from s2s.api import emitted_module, staged_or_error
-    from s2s.emit.python import EmitOptions
-    from s2s.export import emit_exports
-    from s2s.frontend.args import parse_arg_specs
     if ":" not in args.target:   # a module: everything it declares with @s2s.export
         if args.out is None:
             raise SystemExit("s2s: emitting a module's exports needs --out DIR")
@@ -116,8 +103,6 @@ def cmd_emit(args) -> int:
 
 def cmd_check(args) -> int:
     """Regenerates a module's exports in memory; non-zero with a diff if any file is stale."""
-    import difflib
-    from s2s.export import emit_exports
     files = emit_exports(load_module(args.target), not args.no_comments)
     problems = 0
     for filename, module in files.items():
@@ -168,7 +153,6 @@ def main(argv=None) -> int:
     p.add_argument("-j", "--jobs", type=int, default=1, help="parallel worker processes")
     p.add_argument("--force", action="store_true", help="recompile entries that are up to date")
     args = parser.parse_args(argv)
-    from s2s.batch_compile import cmd_compile
     try:
         return {"jaxpr": cmd_jaxpr, "emit": cmd_emit, "check": cmd_check,
                 "compile": cmd_compile}[args.command](args)

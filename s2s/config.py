@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from s2s_runtime.xla import set_dispatch_x64, set_num_cpu_devices
+
 
 @dataclasses.dataclass
 class _Values:
@@ -28,11 +30,9 @@ def update(name: str, value) -> None:
         raise ValueError(f"unknown s2s config option {name!r}; known options: {', '.join(known)}")
     global _key
     if name == "num_cpu_devices":
-        from s2s_runtime.xla import set_num_cpu_devices
         set_num_cpu_devices(value)   # refused once the client exists with another count
     if name == "enable_x64":
         value = bool(value)
-        from s2s_runtime.xla import set_dispatch_x64
         set_dispatch_x64(value)      # jaxlib's dispatcher types 64-bit NumPy values alike
     setattr(values, name, value)
     _key = None

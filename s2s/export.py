@@ -9,14 +9,21 @@ The decorator records the argument types and the transforms wanted on the functi
 returns it unchanged, so the module stays plain NumPy. `s2s emit mod.py --out DIR` writes
 one file per (function, transform) — `loss.py`, `grad_loss.py`, `jvp_loss.py`,
 `vjp_loss.py` — and `s2s check mod.py --against DIR` regenerates them in memory and fails
-with a unified diff when a committed file is stale or missing.
+with a unified diff when a committed file is stale or missing. `write_npz` writes the
+sidecar files of constants, for `s2s emit` and `s2s compile` alike.
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import io
+import zipfile
+
+import numpy as np
 
 from s2s import autodiff
+from s2s.eager import emitted_module, staged_or_error
+from s2s.emit.python import EmitOptions, EmittedModule
 from s2s.errors import StagingError
 from s2s.frontend import stage
 from s2s.frontend.args import ShapeDtype, parse_arg_specs
@@ -74,10 +81,8 @@ def export(*args, transforms=("primal", "grad"), name: str | None = None, argnum
     return declare
 
 
-def emit_exports(module, source_comments: bool = True) -> dict[str, "EmittedModule"]:
+def emit_exports(module, source_comments: bool = True) -> dict[str, EmittedModule]:
     """File name -> emitted module, for every (function, transform) `module` exports."""
-    from s2s.api import emitted_module, staged_or_error
-    from s2s.emit.python import EmitOptions
     files = {}
     for record in exports_of(module):
         for transform, (stem, target) in zip(record.transforms, record.targets()):
@@ -139,3 +144,14 @@ def vjp_function(fn):
         out, vjp_fn = autodiff.vjp(fn, *a[:-1])
         return out, vjp_fn(a[-1])
     return _DerivedWithSignature(fn, "vjp", _params(names + ["out_bar"]), call)
+
+
+def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """An .npz whose bytes depend only on the arrays (fixed timestamps, sorted names), so
+    that regenerated files are byte for byte the same."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name in sorted(arrays):
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            archive.writestr(info, buffer.getvalue())

@@ -15,6 +15,8 @@ import threading
 
 import numpy as np
 
+from s2s_runtime import disk_cache
+
 # jaxlib's C++ logging reads this once, when its library loads (the first jaxlib import,
 # wherever it happens): without it every process prints XLA's INFO lines about its devices.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -384,7 +386,6 @@ class Executable:
 
     def __init__(self, mlir_text: str, in_dtypes, device=None):
         from jaxlib import version as jaxlib_version
-        from . import disk_cache
         device = device or devices()[0]
         cl = client()
         device_list, options = _placement(device)

@@ -71,7 +71,7 @@ def check_function(fn, *args, rtol=1e-6, atol=1e-6, static_argnums=(), **kwargs)
     expected = fn(*args, **kwargs)
     closed = s2s.make_jaxpr(fn, static_argnums=static_argnums)(*args, **kwargs)
     check_jaxpr(closed)
-    staged = s2s.api.staged_or_error(fn, args, kwargs, static_argnums)
+    staged = s2s.eager.staged_or_error(fn, args, kwargs, static_argnums)
     staged_inputs = staged.flat_inputs(args, kwargs)
     got = staged.out_tree.unflatten(eval_jaxpr(closed, *staged_inputs))
     _compare_trees(got, expected, rtol, atol, "eval_jaxpr: ")
@@ -81,9 +81,10 @@ def check_function(fn, *args, rtol=1e-6, atol=1e-6, static_argnums=(), **kwargs)
     name = getattr(fn, "__name__", "f")
     name = name if name.isidentifier() else "f"
     module = load_source(source, name)
-    call_args = s2s.api.emitted_call_args(staged, s2s.api.signature_of(staged), args, kwargs)
+    signature = s2s.emit.signature.emitted_signature(staged)
+    call_args = s2s.eager.emitted_call_args(staged, signature, args, kwargs)
     emitted = getattr(module, name)(*call_args)
-    if s2s.api.signature_of(staged).output_builder is None:
+    if signature.output_builder is None:
         emitted = staged.out_tree.unflatten(emitted if staged.out_tree.num_leaves != 1 else [emitted])
     _compare_trees(emitted, expected, rtol, atol, "emitted module: ")
 

@@ -2,6 +2,7 @@
 stop_gradient."""
 import collections
 import gc
+import importlib
 import os
 import subprocess
 import sys
@@ -13,7 +14,10 @@ import numpy as np
 import pytest
 
 import s2s
+from s2s.eager import staged_or_error
 from s2s.emit.python import load_source
+
+JIT_MODULE = importlib.import_module("s2s.jit")   # `s2s.jit` is the function
 
 Out = collections.namedtuple("Out", "value grad_hint")
 
@@ -62,8 +66,8 @@ def test_jit_as_decorator_with_and_without_arguments():
 @pytest.mark.parametrize("backend, compiler", [("python", "emitted_module"), ("xla", "_compile_xla")])
 def test_jit_compiles_once_per_kind_of_arguments(monkeypatch, backend, compiler):
     compiled = []
-    original = getattr(s2s.api, compiler)
-    monkeypatch.setattr(s2s.api, compiler, lambda *a, **k: compiled.append(1) or original(*a, **k))
+    original = getattr(JIT_MODULE, compiler)
+    monkeypatch.setattr(JIT_MODULE, compiler, lambda *a, **k: compiled.append(1) or original(*a, **k))
 
     def affine_here(x, W, b):   # fresh for this test: nothing compiled for it yet
         return x @ W + b
@@ -80,8 +84,8 @@ def test_jit_compiles_once_per_kind_of_arguments(monkeypatch, backend, compiler)
 
 def test_rebuilt_transform_chains_share_compiled_code(monkeypatch):
     compiled = []
-    original = s2s.api._compile_xla
-    monkeypatch.setattr(s2s.api, "_compile_xla", lambda *a, **k: compiled.append(1) or original(*a, **k))
+    original = JIT_MODULE._compile_xla
+    monkeypatch.setattr(JIT_MODULE, "_compile_xla", lambda *a, **k: compiled.append(1) or original(*a, **k))
 
     def loss(w, x):
         return np.sum(np.tanh(x @ w) ** 2)
@@ -188,7 +192,7 @@ def test_dropping_a_function_frees_what_was_compiled_for_it():
     x = np.ones(3)
     s2s.jit(f)(x)
     s2s.jit(s2s.grad(lambda v: f(v).sum()))(x)
-    staged = s2s.api.staged_or_error(f, (x,), {})
+    staged = staged_or_error(f, (x,), {})
     (compiled,) = [a for key, a in staged.artifacts.items() if key[0] == "xla"]
     executable_ref, staged_ref = weakref.ref(compiled.executable), weakref.ref(staged)
     del f, staged, compiled
@@ -224,8 +228,8 @@ def test_rebinding_a_jitted_lambda_in_a_loop_does_not_grow_memory(tmp_path):
 
 def test_many_threads_calling_one_jitted_function_compile_it_once(monkeypatch):
     compiled = []
-    original = s2s.api._compile_xla
-    monkeypatch.setattr(s2s.api, "_compile_xla", lambda *a, **k: compiled.append(1) or original(*a, **k))
+    original = JIT_MODULE._compile_xla
+    monkeypatch.setattr(JIT_MODULE, "_compile_xla", lambda *a, **k: compiled.append(1) or original(*a, **k))
 
     def threaded_affine(x, w, b):
         return np.tanh(x @ w + b)

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 import s2s
+from s2s.eager import emitted_call_args, staged_or_error
+from s2s.emit.signature import emitted_signature
 from s2s.test_util import check_grads
 from tests.frontend import test_realistic as realistic
 from tests.helpers import with_numpy
@@ -71,8 +73,8 @@ def test_emitted_gradient_module_matches_autograd(name, fn, args):
     assert "import jax" not in source and "autograd" not in source
     namespace = {}
     exec(compile(source, f"<{name}>", "exec"), namespace)
-    staged = s2s.api.staged_or_error(grad_fn, args, {})
-    emitted = namespace[grad_fn.__name__](*s2s.api.emitted_call_args(staged, s2s.api.signature_of(staged), args, {}))
+    staged = staged_or_error(grad_fn, args, {})
+    emitted = namespace[grad_fn.__name__](*emitted_call_args(staged, emitted_signature(staged), args, {}))
     theirs = oracle_grad(name, fn, argnums)(*args)
     for o, t in zip(s2s.tree_leaves(emitted), s2s.tree_leaves(theirs)):
         np.testing.assert_allclose(o, t, **tolerance(args))

@@ -87,10 +87,10 @@ NO_JAX_SCRIPT = textwrap.dedent("""
     expected = s2s.grad(mlp_loss)(params, x)
     assert np.allclose(g["W"], expected["W"]) and np.allclose(g["b"], expected["b"])
 
-    from s2s.api import Jitted              # jaxlib's C++ dispatcher makes the calls it has seen
+    from s2s.jit import Jitted              # jaxlib's C++ dispatcher makes the calls it has seen
     python_calls = []
-    through_python = Jitted._xla_call
-    Jitted._xla_call = lambda self, args, kwargs: python_calls.append(1) or through_python(self, args, kwargs)
+    through_python = Jitted._call_in_python
+    Jitted._call_in_python = lambda self, args, kwargs: python_calls.append(1) or through_python(self, args, kwargs)
     grad_fn = s2s.jit(s2s.grad(mlp_loss))
     for _ in range(3):
         assert np.allclose(grad_fn(params, x)["W"], expected["W"])
@@ -102,7 +102,7 @@ NO_JAX_SCRIPT = textwrap.dedent("""
     assert len(python_calls) == 2, python_calls
     s2s.config.update("enable_x64", True)
     assert third(np.ones(2)).dtype == np.float64
-    Jitted._xla_call = through_python
+    Jitted._call_in_python = through_python
 
     a = np.array([[4.0, 1.0], [2.0, 3.0]])       # LU through jaxlib's LAPACK custom call
     assert np.isclose(s2s.jit(solve_sum)(a, np.ones(2)), np.linalg.solve(a, np.ones(2)).sum())
@@ -253,10 +253,10 @@ def test_block_until_ready_waits_for_every_array_in_a_tree():
 
 def counting_python_calls(monkeypatch) -> list:
     """The calls that reach s2s's Python path (staging-cache lookup, or the first of a kind)."""
-    from s2s.api import Jitted
+    from s2s.jit import Jitted
     calls = []
-    python_call = Jitted._xla_call
-    monkeypatch.setattr(Jitted, "_xla_call", lambda self, args, kwargs: calls.append(args) or
+    python_call = Jitted._call_in_python
+    monkeypatch.setattr(Jitted, "_call_in_python", lambda self, args, kwargs: calls.append(args) or
                         python_call(self, args, kwargs))
     return calls
 

@@ -1,0 +1,108 @@
+"""Staging a user's function for the user-level API, and running it eagerly as emitted Python.
+
+Every user-facing entry point (make_jaxpr, emit_python, jit, the transforms, export, the
+CLI) stages through `staged_or_error`, so a mistake in the user's code surfaces as one
+compiler-style error. `jit(backend="python")` and the transforms called on NumPy values
+(`grad(f)(x)`, `jvp`, `vjp`, ...) run what they staged the same way: the jaxpr is emitted
+as a Python module, executed once, and the function kept in the `Staged`'s artifacts, so
+it lives as long as the user's function and is shared by every caller of the same staging.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from s2s.core import ClosedJaxpr
+from s2s.emit.python import EmitOptions, EmittedModule, Signature, emit_jaxpr_source, emit_module, load_source
+from s2s.emit.signature import emitted_docstring, emitted_signature
+from s2s.errors import S2SError
+from s2s.frontend import Staged, reraise_clean, stage
+from s2s.frontend.args import describe_arg
+from s2s.staging import paused_gc
+from s2s.tree import leaf_paths, register_array_type, tree_flatten
+from s2s_runtime.xla import Array
+
+# What jit returns is an array, a leaf of every pytree (as NumPy arrays are): results can
+# be passed back to jit, to the transforms, and to the emitted modules they run.
+register_array_type(Array)
+
+
+def staged_or_error(fn, args, kwargs, static_argnums=(), static_argnames=(),
+                    dynamic_argnums=()) -> Staged:
+    """Stages `fn`; a user mistake is raised as one clean compiler-style error."""
+    try:
+        return stage(fn, args, kwargs, static_argnums=static_argnums,
+                     static_argnames=static_argnames, dynamic_argnums=dynamic_argnums)
+    except S2SError as e:
+        reraise_clean(e)
+
+
+def function_name(staged: Staged, name: str | None = None) -> str:
+    """The emitted function's name: `name`, else the user's, else `f` (a lambda's `<lambda>`)."""
+    name = name or staged.name
+    return name if name.isidentifier() else "f"
+
+
+def emitted_module(staged: Staged, name: str | None = None,
+                   options: EmitOptions | None = None) -> EmittedModule:
+    """The module `s2s emit` writes for a staged function: its signature is the user's."""
+    name = function_name(staged, name)
+    docstring = emitted_docstring(staged, name, [describe_arg(v) for v in staged.example_args])
+    with paused_gc():
+        return emit_module(staged.closed, name, emitted_signature(staged), docstring, options)
+
+
+def emitted_function(staged: Staged, key, name: str, write_source: Callable[[str], str]) -> Callable:
+    """The function `name` of the module `write_source(name)` returns, emitted and executed
+    once per (`staged`, `key`) and kept in the staged function's artifacts."""
+    return staged.artifact(("python", key), lambda: getattr(load_source(write_source(name), name), name))
+
+
+def run_emitted_jaxpr(staged: Staged, key, closed: ClosedJaxpr, flat_args: list) -> list:
+    """The flat outputs of `closed` on NumPy values (or Arrays), by its emitted module.
+
+    `closed` is derived from `staged` (a derivative, say) and always the same for `key`:
+    its module is emitted once, under that key.
+    """
+    run = emitted_function(staged, key, "f", lambda name: emit_jaxpr_source(closed, name))
+    out = run(*map(host_value, flat_args))
+    return list(out) if len(closed.jaxpr.outvars) != 1 else [out]
+
+
+def host_value(value):
+    """An s2s.Array as the NumPy array emitted modules compute with; other values as they are."""
+    return np.asarray(value) if isinstance(value, Array) else value
+
+
+def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
+                      canonicalize: bool = False) -> list:
+    """The emitted function's arguments for a call of the user's function.
+
+    With `canonicalize`, each staged array leaf is converted to the dtype it was staged
+    as (what `enable_x64=False` needs: float64 inputs run as float32).
+    """
+    names, values = staged.param_names, staged.bind(args, kwargs)
+    leaves, treedef = tree_flatten(values)
+    leaves = [host_value(leaf) for leaf in leaves]
+    if canonicalize:
+        staged_dtypes = iter(v.aval.dtype for v in staged.closed.jaxpr.invars)
+        converted = []
+        for leaf, staged_leaf in zip(leaves, staged.staged_mask):
+            if staged_leaf:
+                dtype = next(staged_dtypes)
+                if isinstance(leaf, np.ndarray):
+                    leaf = leaf.astype(dtype, copy=False)
+            converted.append(leaf)
+        leaves = converted
+    by_name = dict(zip(names, treedef.unflatten(leaves)))
+    out = []
+    for param in signature.params:
+        if param in by_name:
+            out.append(by_name[param])
+            continue
+        # `<name>_leaves`: the staged leaves of an argument that holds a custom pytree node.
+        index = names.index(param[: -len("_leaves")])
+        out.append([leaf for leaf, path, staged_leaf in zip(leaves, leaf_paths(treedef), staged.staged_mask)
+                    if staged_leaf and path[0][1] == index])
+    return out

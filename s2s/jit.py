@@ -1,0 +1,434 @@
+"""jit: a function compiled for each kind of arguments it is called with.
+
+One `Jitted` holds what every backend shares: staging (through the staging cache), the
+fast path for calls whose arguments are all arrays, and inlining when called on staged
+values. What differs sits in a backend object with one interface: `call` (the entry point
+of a call) and `runner` (how one `Staged` is run):
+
+- `XlaBackend` lowers the jaxpr to StableHLO, compiles it with jaxlib on a device, and
+  puts jaxlib's C++ dispatcher in front, which makes the calls it has seen without Python;
+- `PythonBackend` runs the emitted NumPy module (see `s2s.eager`).
+
+What is compiled hangs off the staging-cache entry (see `s2s.frontend`), so it lives as
+long as the user's function and is shared by every jit of the same function.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import threading
+import warnings
+import weakref
+from typing import Callable
+
+import numpy as np
+
+from s2s import config, dtypes, tree as tree_util
+from s2s.eager import emitted_call_args, emitted_function, emitted_module, function_name, host_value, staged_or_error
+from s2s.emit.signature import emitted_signature, leaf_expression
+from s2s.emit.stablehlo import donation_aliases, lower
+from s2s.errors import S2SError
+from s2s.frontend import Staged, reraise_clean
+from s2s.staging import Tracer, current_builder, inline_jaxpr
+from s2s.tree import leaf_paths
+from s2s_runtime.xla import (Array, Executable, devices, dispatched_leaves, dispatcher, hlo_text, is_refused_call,
+                             jax_x64_setting)
+
+
+@dataclasses.dataclass
+class Runner:
+    """How a backend runs one `Staged`. Both functions return (the result, the C++
+    dispatcher's fast path for calls like this one, or None).
+
+    `call(args, kwargs)` runs any call of the user's function. `leaves(flat, args, kwargs)`
+    runs a call whose positional arguments are the jaxpr's inputs one to one (`flat`); it
+    is None where the backend cannot take such calls so, and they go through `call`.
+    """
+    call: Callable
+    leaves: Callable | None
+
+
+class Jitted:
+    """A function compiled for each kind of arguments it is called with.
+
+    backend="xla" lowers the jaxpr to StableHLO and runs it through jaxlib on `device`,
+    returning `s2s.Array`s; backend="python" runs the emitted NumPy module.
+    """
+
+    def __init__(self, fn, static_argnums=(), static_argnames=(), dynamic_argnums=(),
+                 donate_argnums=(), device=None, backend: str = "xla"):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; available: {', '.join(map(repr, BACKENDS))}")
+        self.fn = fn
+        self.static_argnums = static_argnums
+        self.static_argnames = static_argnames
+        self.dynamic_argnums = dynamic_argnums
+        self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+        self.device = device
+        self.backend = backend
+        functools.update_wrapper(self, fn, updated=())
+        self._backend = BACKENDS[backend](self)
+        # Calls whose positional arguments are all arrays skip the staging-cache lookup:
+        # (shapes and dtypes, config) -> Runner.leaves.
+        self._fast: dict[tuple, Callable] = {}
+
+    def __getstate__(self):
+        """A copy gets its own backend: the backend reaches back to its Jitted (and an XLA
+        dispatcher is made for one Jitted)."""
+        return {**self.__dict__, "_backend": copy.copy(self._backend)}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._backend.jitted = weakref.ref(self)
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self._backend.call(args, kwargs)
+        except S2SError as error:   # the user's to fix: shown without the frames it came through
+            raise error.with_traceback(None)
+
+    def _call_in_python(self, args, kwargs):
+        """A call made in Python: (the result, what the dispatcher needs to make the next
+        call like it by itself, or None)."""
+        fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
+        if fast is not None:
+            run = self._fast.get(fast[0])
+            if run is not None:
+                return run(fast[1], args, kwargs)
+        if _staging_with(args, kwargs):
+            return self._inlined(args, kwargs), None
+        staged = self._staged(args, kwargs)
+        runner = self._backend.runner(staged, args)
+        if fast is not None and runner.leaves is not None and len(staged.closed.jaxpr.invars) == len(fast[1]):
+            self._fast[fast[0]] = runner.leaves
+        return runner.call(args, kwargs)
+
+    def _staged(self, args, kwargs) -> Staged:
+        """Staged with jax's x64 as the caller had it (see `_callers_jax_x64`)."""
+        with _CallersJaxX64():
+            return staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
+                                   self.dynamic_argnums)
+
+    def _inlined(self, args, kwargs):
+        """Called on staged values, inside a function being staged (`jit(f)` called in
+        another jitted or differentiated function): its equations join that function's, as
+        jax inlines a nested jit; the backend, device and donation are the outer call's."""
+        staged = self._staged(args, kwargs)
+        return staged.out_tree.unflatten(inline_jaxpr(staged.closed, staged.flat_inputs(args, kwargs)))
+
+    def lower(self, *args, **kwargs) -> "Lowered":
+        """The StableHLO this function lowers to for these arguments (JAX's `.lower`)."""
+        staged = self._staged(args, kwargs)
+        return Lowered(_lowered_text(staged, _donated_leaves(staged, args, self.donate_argnums)),
+                       staged, self.device)
+
+
+def jit(fn=None, *, static_argnums=(), static_argnames=(), dynamic_argnums=(), donate_argnums=(),
+        device=None, backend: str = "xla"):
+    """`@s2s.jit` or `s2s.jit(f, static_argnums=..., donate_argnums=..., device=...)`.
+
+    Donated positional arguments give their buffers to outputs of the same shape and
+    dtype; an `s2s.Array` passed there is invalid after the call (DonatedBufferError).
+    `device` (one of `s2s.devices()`) alone decides where the computation runs.
+    """
+    if fn is None:
+        return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
+                                 dynamic_argnums=dynamic_argnums, donate_argnums=donate_argnums,
+                                 device=device, backend=backend)
+    return Jitted(fn, static_argnums, static_argnames, dynamic_argnums, donate_argnums, device, backend)
+
+
+def _staging_with(args, kwargs) -> bool:
+    """Whether a call's arguments hold values staged by a function being staged now."""
+    return current_builder() is not None and any(
+        isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves((args, kwargs)))
+
+
+def _array_signature(args) -> tuple | None:
+    """((tree, (shape, dtype) per leaf, config), leaves) when every leaf of `args` is an
+    array (NumPy or s2s), else None: the key of the jit fast path, which skips the
+    staging-cache lookup (binding, per-leaf avals) for such calls."""
+    signature = []
+    for a in args:   # the common case, every argument one array, without flattening
+        kind = type(a)
+        if kind is not np.ndarray and kind is not Array:
+            break
+        signature.append((a.shape, a.dtype))
+    else:
+        return (None, tuple(signature), config.cache_key()), args
+    leaves, treedef = tree_util.tree_flatten(args)
+    signature = []
+    for a in leaves:
+        kind = type(a)
+        if kind is not np.ndarray and kind is not Array:
+            return None
+        signature.append((a.shape, a.dtype))
+    return (treedef, tuple(signature), config.cache_key()), leaves
+
+
+# ---------------------------------------------------------------------------------------
+# jax's x64 setting. Once jax is imported, jaxlib's dispatcher types and keys arguments by
+# jax's x64 setting, not s2s's (see `s2s_runtime.xla.jax_x64_setting`): an XLA call sets
+# it to s2s's value for its thread while it runs, and the user's code, which runs while it
+# is staged and may call jax, sees the caller's value again.
+
+_callers_jax_x64 = threading.local()   # `.value`: the caller's, while an XLA call runs
+_NO_CALLER = object()
+
+
+def _set_jax_x64_for_call():
+    """Sets jax's x64 to s2s's for this thread; returns what `_restore_jax_x64` needs (None
+    when jax is not loaded)."""
+    jax_x64 = jax_x64_setting()
+    if jax_x64 is None:
+        return None
+    previous = jax_x64.swap_local(config.values.enable_x64)
+    outer, _callers_jax_x64.value = getattr(_callers_jax_x64, "value", _NO_CALLER), previous
+    return jax_x64, previous, outer
+
+
+def _restore_jax_x64(saved) -> None:
+    jax_x64, previous, outer = saved
+    jax_x64.set_local(previous)
+    _callers_jax_x64.value = outer
+
+
+class _CallersJaxX64:
+    """Inside an XLA call, jax's x64 as the caller had it; elsewhere nothing changes."""
+
+    def __enter__(self):
+        jax_x64 = jax_x64_setting()
+        caller = getattr(_callers_jax_x64, "value", _NO_CALLER)
+        self.restore = None
+        if jax_x64 is not None and caller is not _NO_CALLER:
+            self.restore = jax_x64, jax_x64.swap_local(caller)
+
+    def __exit__(self, *exc):
+        if self.restore is not None:
+            jax_x64, ours = self.restore
+            jax_x64.set_local(ours)
+
+
+# ---------------------------------------------------------------------------------------
+# The backends
+
+
+class XlaBackend:
+    """StableHLO compiled by jaxlib on one device, with jaxlib's C++ dispatcher in front:
+    one dispatcher per configuration, made when first called."""
+
+    def __init__(self, jitted: Jitted):
+        static = {jitted.static_argnums} if isinstance(jitted.static_argnums, int) else set(jitted.static_argnums)
+        if static & set(jitted.donate_argnums):
+            raise ValueError(f"argument(s) {sorted(static & set(jitted.donate_argnums))} are both static "
+                             "and donated; only arrays can be donated")
+        device = jitted.device
+        if device is not None and not (hasattr(device, "platform") and hasattr(device, "id")):
+            raise TypeError(f"device must be one of s2s.devices(), not {device!r}")
+        # The dispatcher reaches the Jitted through a weak reference: a cycle through it
+        # would outlive the user's function.
+        self.jitted = weakref.ref(jitted)
+        self.device = device
+        self.donate_argnums = jitted.donate_argnums
+        # The positions the dispatcher keys by value: none when any is counted from the end
+        # (the dispatcher takes them as given); s2s still keeps those static.
+        self.static_argnums = tuple(sorted(static)) if all(i >= 0 for i in static) else ()
+        names = jitted.static_argnames
+        self.static_argnames = (names,) if isinstance(names, str) else tuple(names)
+        self.name = jitted.__name__ if isinstance(getattr(jitted, "__name__", None), str) else "jitted"
+        self._dispatch, self._dispatch_config = None, None
+
+    def __getstate__(self):
+        """A copy makes its own dispatcher, for the Jitted it is given to."""
+        return {**self.__dict__, "_dispatch": None, "_dispatch_config": None}
+
+    def call(self, args, kwargs):
+        if self._dispatch_config is not config.cache_key():
+            self._new_dispatcher()
+        saved = _set_jax_x64_for_call()
+        try:
+            try:
+                return self._dispatch(*args, **kwargs)
+            except ValueError as error:
+                if not is_refused_call(error):
+                    raise
+            return self.jitted()._call_in_python(args, kwargs)[0]   # says what is wrong, if anything
+        finally:
+            if saved is not None:
+                _restore_jax_x64(saved)
+
+    def _new_dispatcher(self) -> None:
+        jitted = self.jitted
+        self._dispatch = dispatcher(
+            self.name, lambda *args, **kwargs: jitted()._call_in_python(args, kwargs)[0],
+            lambda *args, **kwargs: (*jitted()._call_in_python(args, kwargs), False),
+            self.static_argnums, self.static_argnames)
+        self._dispatch_config = config.cache_key()
+
+    def runner(self, staged: Staged, args) -> Runner:
+        """Runs the executable. The dispatcher gets no fast path for donating calls (it
+        would not mark the donated Arrays) nor for outputs without data (float0 tangents of
+        ints, made here as zeros), nor for calls with a static tuple: it keys static
+        arguments by value and type, but not the types inside a tuple, where s2s tells
+        (1, 2) from (1.0, 2.0)."""
+        donated = _donated_leaves(staged, args, self.donate_argnums)
+        device = self.device or devices()[0]
+        compiled = staged.artifact(("xla", device.id, tuple(donated)),
+                                   lambda: _compile_xla(staged, device, donated))
+        executable, consts, out_tree = compiled.executable, compiled.consts, staged.out_tree
+        float0_outputs = [i for i, v in enumerate(staged.closed.jaxpr.outvars) if v.aval.dtype == dtypes.float0]
+        dispatchable = not compiled.donated and not float0_outputs
+        static_argnums, static_argnames = self.static_argnums, self.static_argnames
+
+        def run(flat, args, kwargs):
+            outs = executable.execute([*consts, *flat], compiled.donated)
+            result = list(outs)
+            for i in float0_outputs:
+                result[i] = np.zeros(outs[i].shape, dtypes.float0)
+            result = out_tree.unflatten(result)
+            if not dispatchable:
+                return result, None
+            statics = [a for i, a in enumerate(args) if i in static_argnums] + \
+                [v for k, v in kwargs.items() if k in static_argnames]
+            if any(isinstance(a, tuple) for a in statics):
+                return result, None
+            leaves = dispatched_leaves(args, kwargs, static_argnums, static_argnames)
+            if leaves is None:
+                return result, None
+            return result, executable.fast_path(leaves, flat, consts, result, outs)
+        return Runner(lambda args, kwargs: run(staged.flat_inputs(args, kwargs), args, kwargs), run)
+
+
+class PythonBackend:
+    """The emitted NumPy module, run on the host."""
+
+    def __init__(self, jitted: Jitted):
+        if jitted.donate_argnums or jitted.device is not None:
+            raise ValueError("donate_argnums and device need backend='xla': the Python backend "
+                             "runs NumPy on the host")
+        self.jitted = weakref.ref(jitted)   # as XlaBackend's: no cycle through the Jitted
+
+    def call(self, args, kwargs):
+        return self.jitted()._call_in_python(args, kwargs)[0]
+
+    def runner(self, staged: Staged, args) -> Runner:
+        """Runs the module `emit_python` shows. Without x64, 64-bit inputs run as the 32-bit
+        types they were staged as, so only calls with x64 on take arrays as they come."""
+        run = emitted_function(staged, "module", function_name(staged),
+                               lambda name: emitted_module(staged, name).source)
+        signature = emitted_signature(staged)
+        if signature.output_builder is None:   # the module returns the flat leaves
+            run = _rebuilding_output_tree(run, staged.out_tree)
+        canonicalize = not config.values.enable_x64
+
+        def call(args, kwargs):
+            return run(*emitted_call_args(staged, signature, args, kwargs, canonicalize)), None
+
+        def leaves(flat, args, kwargs):
+            return run(*map(host_value, flat)), None
+        one_to_one = len(signature.params) == len(args) == len(staged.closed.jaxpr.invars)
+        return Runner(call, leaves if one_to_one and not canonicalize else None)
+
+
+def _rebuilding_output_tree(run: Callable, out_tree) -> Callable:
+    def rebuilt(*call_args):
+        out = run(*call_args)
+        return out_tree.unflatten(out if out_tree.num_leaves != 1 else [out])
+    return rebuilt
+
+
+BACKENDS = {"xla": XlaBackend, "python": PythonBackend}
+
+
+# ---------------------------------------------------------------------------------------
+# Lowering and compiling for XLA
+
+
+@dataclasses.dataclass
+class _XlaCompiled:
+    executable: object
+    donated: dict[int, str]    # executable parameter -> how errors name the donated argument
+    consts: list               # the jaxpr's constants, on the device once (Arrays)
+
+
+def _donated_leaves(staged: Staged, args, donate_argnums) -> dict[int, str]:
+    """{jaxpr input index: "`params['W']` of update"} for the leaves of donated positional args."""
+    if not donate_argnums:
+        return {}
+    ranges = tree_util.positional_leaf_ranges(args)
+    wanted = {i for a in donate_argnums if -len(args) <= a < len(args) for i in ranges[a]}
+    donated, invar = {}, 0
+    for leaf_index, (path, staged_leaf) in enumerate(zip(leaf_paths(staged.in_tree), staged.staged_mask)):
+        if not staged_leaf:
+            continue
+        if leaf_index in wanted:
+            name = staged.param_names[path[0][1]]
+            shown = leaf_expression(name, path[1:]) or name
+            donated[invar] = f"`{shown}` of {staged.name}"
+        invar += 1
+    return donated
+
+
+def _lowered_text(staged: Staged, donated: dict[int, str]) -> str:
+    invars = staged.closed.jaxpr.invars
+    aliases = donation_aliases(staged.closed, [i in donated for i in range(len(invars))])
+    unusable = [f"{invars[i].aval.str_short()} ({label})" for i, label in donated.items() if i not in aliases]
+    if unusable:
+        warnings.warn("Some donated buffers were not usable (no output has the same shape and "
+                      f"dtype): {', '.join(unusable)}", UserWarning, stacklevel=4)
+    try:
+        return lower(staged.closed, aliases=aliases)
+    except S2SError as e:
+        reraise_clean(e)
+
+
+def _compile_xla(staged: Staged, device, donated: dict[int, str]) -> _XlaCompiled:
+    text = _lowered_text(staged, donated)
+    jaxpr = staged.closed.jaxpr
+    executable = Executable(text, [_device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars],
+                            device)
+    offset = len(jaxpr.constvars)
+    consts = [executable.device_array(c, i) for i, c in enumerate(staged.closed.consts)]
+    return _XlaCompiled(executable, {offset + i: label for i, label in donated.items()}, consts)
+
+
+def _device_dtype(dtype) -> np.dtype:
+    """What an input of `dtype` is sent to XLA as: float0 (no data) as bool."""
+    return np.dtype(bool) if dtype == dtypes.float0 else dtype
+
+
+class Lowered:
+    """A function lowered to StableHLO: `.as_text()`, `.as_hlo_text()`, `.compile()`."""
+
+    def __init__(self, text: str, staged: Staged, device=None):
+        self.text = text
+        self.staged = staged
+        self.device = device
+
+    def as_text(self) -> str:
+        return self.text
+
+    def as_hlo_text(self) -> str:
+        return hlo_text(self.text)
+
+    def compile(self) -> "Compiled":
+        jaxpr = self.staged.closed.jaxpr
+        return Compiled(Executable(self.text, [v.aval.dtype for v in jaxpr.constvars + jaxpr.invars],
+                                   self.device))
+
+
+class Compiled:
+    """A compiled executable: its optimized HLO and XLA's memory and cost figures."""
+
+    def __init__(self, executable):
+        self.executable = executable
+
+    def as_hlo_text(self) -> str:
+        return self.executable.optimized_hlo_text()
+
+    def memory_analysis(self):
+        return self.executable.memory_analysis()
+
+    def cost_analysis(self):
+        return self.executable.cost_analysis()
