@@ -15,11 +15,9 @@ import threading
 
 import numpy as np
 
-from s2s_runtime import disk_cache
-
-# jaxlib's C++ logging reads this once, when its library loads (the first jaxlib import,
-# wherever it happens): without it every process prints XLA's INFO lines about its devices.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
+from jaxlib import _jax, version as jaxlib_version, xla_client
+from jaxlib.cpu import _lapack
 
 _lock = threading.Lock()
 _client = None
@@ -43,7 +41,7 @@ class _Aval:
         return f"{self.dtype.name}{list(self.shape)}"
 
 
-def _install_sharding_hooks(xla_client) -> None:
+def _install_sharding_hooks() -> None:
     """The attributes jaxlib's C++ side reads from a sharding (jax would install them)."""
     sharding = xla_client.SingleDeviceSharding
     if getattr(sharding, "_s2s_hooks", False):
@@ -67,7 +65,6 @@ def _install_jit_state() -> None:
     global _x64_setting
     if "jax" in sys.modules:
         return
-    from jaxlib import _jax
     setting = _jax.config.Config
     _x64_setting = setting("s2s_enable_x64", _x64_default, include_in_jit_key=True)
     _jax.jax_jit.set_enable_x64_state(_x64_setting)
@@ -75,10 +72,9 @@ def _install_jit_state() -> None:
     _jax.jax_jit.set_post_hook_state(setting("s2s_post_hook", None))
 
 
-def _register_lapack_targets(xla_client) -> None:
+def _register_lapack_targets() -> None:
     """LAPACK's routines as XLA custom-call targets (`lapack_dgetrf_ffi`, ...): jaxlib ships
     them in jaxlib.cpu._lapack; jax would register them, so s2s does it itself."""
-    from jaxlib.cpu import _lapack
     _lapack.initialize()
     for name, capsule in _lapack.registrations().items():
         xla_client.register_custom_call_target(name, capsule, platform="cpu",
@@ -106,10 +102,9 @@ def client():
         return _client
     with _lock:
         if _client is None:
-            from jaxlib import xla_client
-            _install_sharding_hooks(xla_client)
+            _install_sharding_hooks()
             _install_jit_state()
-            _register_lapack_targets(xla_client)
+            _register_lapack_targets()
             count = _num_cpu_devices or int(os.environ.get("S2S_NUM_CPU_DEVICES", "1"))
             _client = xla_client.make_cpu_client(num_devices=count) if count > 1 \
                 else xla_client.make_cpu_client()
@@ -295,7 +290,6 @@ def _dispatch_registry():
     and is rebuilt around each result buffer."""
     global _registry
     if _registry is None:
-        from jaxlib import _jax
         registry = _jax.pytree.PyTreeRegistry()
         registry.register_node(Array, lambda array: ((array._live_buffer(),), array._device), _result_array)
         _registry = registry
@@ -330,7 +324,6 @@ def jax_x64_setting():
 
 def _device_put_fallback(value, sharding, layout):
     """What the C++ dispatcher calls for an argument it cannot put on the device itself."""
-    from jaxlib import xla_client
     array = np.asarray(value)
     return xla_client.batched_device_put(_Aval(array.shape, array.dtype), sharding, [array],
                                          list(sharding.device_set), True, enable_x64=True)
@@ -343,7 +336,6 @@ def dispatcher(name: str, call, cache_miss, static_argnums=(), static_argnames=(
     False), the fast path from `Executable.fast_path` (None: such calls always come back).
     `call(*args, **kwargs)` is the result alone, used under jax's `disable_jit`. Static
     arguments must be hashable (see `is_refused_call`)."""
-    from jaxlib import _jax
     client()
     return _jax.pjit(name, call, cache_miss, list(static_argnums), list(static_argnames), ("s2s", name),
                      _dispatch_registry(), _device_put_fallback)
@@ -353,7 +345,6 @@ def dispatched_leaves(args: tuple, kwargs: dict, static_argnums, static_argnames
     """The values the dispatcher passes to XLA for a call, in its order (positional
     arguments, then keyword ones by name, static ones left out), found by jaxlib's own
     parser; None when it refuses the call."""
-    from jaxlib import _jax
     try:
         return _jax.jax_jit.parse_arguments(args, list(kwargs.values()), tuple(kwargs), list(static_argnums),
                                             list(static_argnames), _dispatch_registry())[1]
@@ -370,7 +361,6 @@ def is_refused_call(error: BaseException) -> bool:
 
 def _placement(device):
     """The device list and compile options that put a one-device computation on `device`."""
-    from jaxlib import xla_client
     options = xla_client.CompileOptions()
     options.executable_build_options.device_assignment = xla_client.DeviceAssignment.create(
         np.array([[device.id]]))
@@ -385,7 +375,6 @@ class Executable:
     """
 
     def __init__(self, mlir_text: str, in_dtypes, device=None):
-        from jaxlib import version as jaxlib_version
         device = device or devices()[0]
         cl = client()
         device_list, options = _placement(device)
@@ -398,8 +387,6 @@ class Executable:
         self._setup(executable, in_dtypes, device, mlir_text, cache_hit)
 
     def _setup(self, executable, in_dtypes, device, text, cache_hit: bool) -> None:
-        from jaxlib import xla_client
-        self._xla_client = xla_client
         self._exe = executable
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]
         self.device = device
@@ -440,7 +427,7 @@ class Executable:
         aval = self._avals.get((array.shape, dtype))
         if aval is None:
             aval = self._avals[array.shape, dtype] = _Aval(array.shape, dtype)
-        return self._xla_client.batched_device_put(aval, self._sharding, [array], [self.device], True,
+        return xla_client.batched_device_put(aval, self._sharding, [array], [self.device], True,
                                                    enable_x64=True)
 
     def device_array(self, value, position: int) -> Array:
@@ -466,7 +453,6 @@ class Executable:
         parameter's dtype and shape as typed under s2s's x64 (`set_dispatch_x64`), and
         `outs` as the leaves of `result`, in order.
         """
-        from jaxlib import _jax
         try:
             out_leaves, out_tree = _dispatch_registry().flatten(result)
         except ValueError:   # e.g. dict keys that do not sort; s2s's trees sort them by repr
@@ -502,7 +488,6 @@ class Executable:
         return results
 
     def _make_runner(self):
-        from jaxlib import _jax
         registry = _dispatch_registry()
         fast = self._fast_path(registry.flatten(list(range(len(self.out_avals))))[1])
         executable = self._exe
@@ -574,7 +559,6 @@ def _entry_signature(optimized_hlo: str) -> tuple[list[tuple], list[tuple[tuple,
 
 def hlo_text(mlir_text: str) -> str:
     """The unoptimized XLA HLO of a StableHLO module."""
-    from jaxlib import _jax
     computation = _jax.mlir.mlir_module_to_xla_computation(mlir_text, use_tuple_args=False,
                                                            return_tuple=False)
     return computation.as_hlo_text()
