@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from importlib import metadata
 
 import numpy as np
 
@@ -27,7 +28,6 @@ class ManifestError(Exception):
 
 
 def _jaxlib_version() -> str:
-    from importlib import metadata
     return metadata.version("jaxlib")
 
 
