@@ -229,8 +229,6 @@ class XlaBackend:
         # The dispatcher reaches the Jitted through a weak reference: a cycle through it
         # would outlive the user's function.
         self.jitted = weakref.ref(jitted)
-        self.device = device
-        self.donate_argnums = jitted.donate_argnums
         # The positions the dispatcher keys by value: none when any is counted from the end
         # (the dispatcher takes them as given); s2s still keeps those static.
         self.static_argnums = tuple(sorted(static)) if all(i >= 0 for i in static) else ()
@@ -272,8 +270,9 @@ class XlaBackend:
         ints, made here as zeros), nor for calls with a static tuple: it keys static
         arguments by value and type, but not the types inside a tuple, where s2s tells
         (1, 2) from (1.0, 2.0)."""
-        donated = _donated_leaves(staged, args, self.donate_argnums)
-        device = self.device or devices()[0]
+        jitted = self.jitted()
+        donated = _donated_leaves(staged, args, jitted.donate_argnums)
+        device = jitted.device or devices()[0]
         compiled = staged.artifact(("xla", device.id, tuple(donated)),
                                    lambda: _compile_xla(staged, device, donated))
         executable, consts, out_tree = compiled.executable, compiled.consts, staged.out_tree
