@@ -41,12 +41,13 @@ class Runner:
     """How a backend runs one `Staged`. Both functions return (the result, the C++
     dispatcher's fast path for calls like this one, or None).
 
-    `call(args, kwargs)` runs any call of the user's function. `leaves(flat, args, kwargs)`
-    runs a call whose positional arguments are the jaxpr's inputs one to one (`flat`); it
-    is None where the backend cannot take such calls so, and they go through `call`.
+    `call(args, kwargs)` runs any call of the user's function. `call_with_inputs(flat,
+    args, kwargs)` runs a call whose positional arguments are the jaxpr's inputs one to one
+    (`flat`), without binding them again; it is None where the backend cannot take such
+    calls so, and they go through `call`.
     """
     call: Callable
-    leaves: Callable | None
+    call_with_inputs: Callable | None
 
 
 class Jitted:
@@ -70,7 +71,7 @@ class Jitted:
         functools.update_wrapper(self, fn, updated=())
         self._backend = BACKENDS[backend](self)
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
-        # (shapes and dtypes, config) -> Runner.leaves.
+        # (shapes and dtypes, config) -> Runner.call_with_inputs.
         self._fast: dict[tuple, Callable] = {}
 
     def __getstate__(self):
@@ -100,8 +101,8 @@ class Jitted:
             return self._inlined(args, kwargs), None
         staged = self._staged(args, kwargs)
         runner = self._backend.runner(staged, args)
-        if fast is not None and runner.leaves is not None and len(staged.closed.jaxpr.invars) == len(fast[1]):
-            self._fast[fast[0]] = runner.leaves
+        if fast is not None and runner.call_with_inputs is not None and len(staged.closed.jaxpr.invars) == len(fast[1]):
+            self._fast[fast[0]] = runner.call_with_inputs
         return runner.call(args, kwargs)
 
     def _staged(self, args, kwargs) -> Staged:
@@ -324,10 +325,10 @@ class PythonBackend:
         def call(args, kwargs):
             return run(*emitted_call_args(staged, signature, args, kwargs, canonicalize)), None
 
-        def leaves(flat, args, kwargs):
+        def call_with_inputs(flat, args, kwargs):
             return run(*map(host_value, flat)), None
         one_to_one = len(signature.params) == len(args) == len(staged.closed.jaxpr.invars)
-        return Runner(call, leaves if one_to_one and not canonicalize else None)
+        return Runner(call, call_with_inputs if one_to_one and not canonicalize else None)
 
 
 def _rebuilding_output_tree(run: Callable, out_tree) -> Callable:
