@@ -171,28 +171,12 @@ def _array_signature(args) -> tuple | None:
 # ---------------------------------------------------------------------------------------
 # jax's x64 setting. Once jax is imported, jaxlib's dispatcher types and keys arguments by
 # jax's x64 setting, not s2s's (see `s2s_runtime.xla.jax_x64_setting`): an XLA call sets
-# it to s2s's value for its thread while it runs, and the user's code, which runs while it
-# is staged and may call jax, sees the caller's value again.
+# it to s2s's value for its thread while it runs (in `XlaBackend.call`, written out there
+# since every call pays for it), and the user's code, which runs while it is staged and
+# may call jax, sees the caller's value again (`_CallersJaxX64`).
 
 _callers_jax_x64 = threading.local()   # `.value`: the caller's, while an XLA call runs
 _NO_CALLER = object()
-
-
-def _set_jax_x64_for_call():
-    """Sets jax's x64 to s2s's for this thread; returns what `_restore_jax_x64` needs (None
-    when jax is not loaded)."""
-    jax_x64 = jax_x64_setting()
-    if jax_x64 is None:
-        return None
-    previous = jax_x64.swap_local(config.values.enable_x64)
-    outer, _callers_jax_x64.value = getattr(_callers_jax_x64, "value", _NO_CALLER), previous
-    return jax_x64, previous, outer
-
-
-def _restore_jax_x64(saved) -> None:
-    jax_x64, previous, outer = saved
-    jax_x64.set_local(previous)
-    _callers_jax_x64.value = outer
 
 
 class _CallersJaxX64:
@@ -245,7 +229,10 @@ class XlaBackend:
     def call(self, args, kwargs):
         if self._dispatch_config is not config.cache_key():
             self._new_dispatcher()
-        saved = _set_jax_x64_for_call()
+        jax_x64 = jax_x64_setting()
+        if jax_x64 is not None:   # jax is loaded: type this call by s2s's x64, not jax's
+            previous = jax_x64.swap_local(config.values.enable_x64)
+            outer, _callers_jax_x64.value = getattr(_callers_jax_x64, "value", _NO_CALLER), previous
         try:
             try:
                 return self._dispatch(*args, **kwargs)
@@ -254,8 +241,9 @@ class XlaBackend:
                     raise
             return self.jitted()._call_in_python(args, kwargs)[0]   # says what is wrong, if anything
         finally:
-            if saved is not None:
-                _restore_jax_x64(saved)
+            if jax_x64 is not None:
+                jax_x64.set_local(previous)
+                _callers_jax_x64.value = outer
 
     def _new_dispatcher(self) -> None:
         jitted = self.jitted
