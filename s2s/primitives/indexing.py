@@ -24,8 +24,12 @@ from s2s_runtime import indexing as rt_indexing
 
 from s2s import dtypes
 from s2s.core import ShapedArray
+from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, call, py_value, register, subscript
 from s2s.errors import ShapeError
+from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes.tangents import instantiate, is_zero, zeros
+from s2s.passes.transpose import is_linear
 from s2s.staging import Primitive
 
 
@@ -119,9 +123,6 @@ register(scatter_add, _emit_scatter_add)
 # other's transposes: gather reads positions, scatter_add adds back to them (repeated
 # indices accumulate, as the cotangent of an element read twice must).
 
-from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
-from s2s.passes.tangents import Zero, instantiate, is_zero, zeros  # noqa: E402
-from s2s.passes.transpose import is_linear  # noqa: E402
 
 
 def _gather_jvp(primals, tangents, *, axes):
@@ -144,22 +145,17 @@ _jvp.register(scatter_add, _scatter_add_jvp)
 
 
 def _gather_transpose(ct, operand, *indices, axes):
-    if is_zero(ct):
-        return [Zero(operand.aval)] + [None] * len(indices)
     zeros_operand = zeros(operand.aval.strip_weak_type())
     return [scatter_add.bind(zeros_operand, ct, *indices, axes=axes)] + [None] * len(indices)
 
 
 def _scatter_add_transpose(ct, operand, updates, *indices, axes):
-    if is_zero(ct):
-        return ([Zero(a.aval) if is_linear(a) else None for a in (operand, updates)]
-                + [None] * len(indices))
     ct_updates = gather.bind(ct, *indices, axes=axes) if is_linear(updates) else None
     return [ct if is_linear(operand) else None, ct_updates] + [None] * len(indices)
 
 
-_transpose.register(gather, _gather_transpose)
-_transpose.register(scatter_add, _scatter_add_transpose)
+_transpose.register(gather, _transpose.skip_zero(_gather_transpose))
+_transpose.register(scatter_add, _transpose.skip_zero(_scatter_add_transpose))
 
 # ---------------------------------------------------------------------------------------
 # StableHLO lowering. The k index arrays (common shape B, rank nb) are converted to one
@@ -170,7 +166,6 @@ _transpose.register(scatter_add, _scatter_add_transpose)
 # dims are nb, nb + 1, .... XLA's gather clamps starts into range, as the impl does; its
 # scatter drops out-of-range updates instead, so scatter_add clamps the indices first.
 
-from s2s.emit import stablehlo as _hlo  # noqa: E402
 
 _HLO_INDEX_DTYPE = np.dtype(np.int64)
 
