@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from s2s.core import ClosedJaxpr, Literal, ShapedArray, Var
+from s2s.core import ClosedJaxpr, Literal, Var
 from s2s.passes.tangents import AvalMarker, Zero, add_tangents, instantiate, is_zero
 from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 

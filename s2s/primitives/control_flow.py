@@ -830,20 +830,6 @@ _transpose.register(while_loop, _while_transpose)
 # no loop is left at all.
 
 
-def _row(x, i: int):
-    """`x[i]` for a static `i`: a one-row slice with its leading axis squeezed."""
-    start = (i,) + (0,) * (x.ndim - 1)
-    limit = (i + 1,) + tuple(x.shape[1:])
-    return ops.squeeze(ops.slice(x, start, limit), (0,))
-
-
-def _rows(x, start: int, stop: int):
-    """`x[start:stop]` (`x` itself when that is every row)."""
-    if (start, stop) == (0, x.shape[0]):
-        return x
-    return ops.slice(x, (start,) + (0,) * (x.ndim - 1), (stop,) + tuple(x.shape[1:]))
-
-
 def _stack(rows):
     """`np.stack(rows)`: each row given a leading axis, then joined along it."""
     expanded = [ops.expand_dims(r, (0,)) for r in rows]
@@ -868,7 +854,8 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
             """Runs the body for `indices` (in loop order); returns the carry and ys rows."""
             ys_rows = {}
             for j in indices:
-                out = inline_jaxpr(body, list(consts) + list(carry) + [_row(x, j) for x in xs_rows])
+                rows = [ops.index_in_dim(x, j) for x in xs_rows]
+                out = inline_jaxpr(body, list(consts) + list(carry) + rows)
                 carry, ys_rows[j] = out[:n_carry], out[n_carry:]
             return carry, [[ys_rows[j][m] for j in sorted(ys_rows)] for m in range(len(body.out_avals) - n_carry)]
 
@@ -878,7 +865,7 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
         rest = range(blocks * k, length) if not reverse else range(0, leftover)
         ys_parts = []
         if blocks:
-            blocked_xs = [ops.reshape(_rows(x, *main), (blocks, k) + tuple(x.shape[1:]))
+            blocked_xs = [ops.reshape(ops.slice_in_dim(x, *main), (blocks, k) + tuple(x.shape[1:]))
                           for x in xs]
             order = list(range(k))[::-1] if reverse else list(range(k))
 

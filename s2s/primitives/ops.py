@@ -25,11 +25,21 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import Literal, ShapedArray
-from s2s.staging import PRIMITIVES
+from s2s.staging import PRIMITIVES, Tracer
 
 
 def _bind(name: str, *args, **params):
     return PRIMITIVES[name].bind(*args, **params)
+
+
+def _ints(values) -> tuple[int, ...]:
+    """Static sizes or axes as a tuple of Python ints (as the jaxpr's params print them)."""
+    return tuple(int(v) for v in values)
+
+
+def _dtype(x) -> np.dtype:
+    """The dtype of an operand: a staged value, a literal or a NumPy value."""
+    return x.aval.dtype if isinstance(x, (Tracer, Literal)) else np.asarray(x).dtype
 
 
 # ---------------------------------------------------------------------------------------
@@ -71,23 +81,28 @@ def scalar(value, dtype):
 def full(shape, value, dtype):
     """An array of `shape` and `dtype` with every element `value`: a broadcast literal, so
     no constant is baked into the jaxpr."""
-    shape = tuple(shape)
     return broadcast_in_dim(literal(value, dtype, weak=False), shape, ())
 
 
 def iota(shape, dimension: int, dtype=None):
     """Indices along `dimension` in an array of `shape` (the default int unless `dtype`)."""
     dtype = dtypes.default_int() if dtype is None else np.dtype(dtype)
-    return _bind("iota", dtype=dtype, shape=tuple(shape), dimension=dimension)
+    return _bind("iota", dtype=dtype, shape=_ints(shape), dimension=dimension)
 
 
-def eye(n: int, m: int | None = None, k: int = 0, dtype=float):
-    """Ones where column == row + k (NumPy's `np.eye`): two int32 iotas compared, converted."""
-    m = n if m is None else m
+def index_grid(n: int, m: int, k: int = 0):
+    """(row + k, column) index arrays of shape (n, m), as int32 iotas: comparing them picks
+    a diagonal (`np.eye`) or a triangle (`np.tri`)."""
     rows = iota((n, m), 0, dtypes.int32)
     cols = iota((n, m), 1, dtypes.int32)
     if k:
         rows = add(rows, literal(k, dtypes.int32))
+    return rows, cols
+
+
+def eye(n: int, m: int | None = None, k: int = 0, dtype=float):
+    """Ones where column == row + k (NumPy's `np.eye`), zeros elsewhere."""
+    rows, cols = index_grid(n, n if m is None else m, k)
     mask = eq(rows, cols)
     dtype = np.dtype(dtype)
     return mask if dtype == dtypes.bool_ else convert(mask, dtype)
@@ -113,12 +128,11 @@ def _binary(name: str):
     return op
 
 
-exp, log, sqrt = _unary("exp"), _unary("log"), _unary("sqrt")
+exp, sqrt = _unary("exp"), _unary("sqrt")
 sin, cos, sinh, cosh = _unary("sin"), _unary("cos"), _unary("sinh"), _unary("cosh")
 floor, ceil = _unary("floor"), _unary("ceil")
-add, mul = _binary("add"), _binary("mul")
-eq, ne, lt, le, gt, ge = (_binary(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
-and_, or_ = _binary("and"), _binary("or")
+add, and_ = _binary("add"), _binary("and")
+eq, ne, lt, le, ge = (_binary(n) for n in ("eq", "ne", "lt", "le", "ge"))
 
 
 def select(pred, on_true, on_false):
@@ -133,7 +147,7 @@ def convert(x, dtype, weak_type: bool = False):
 
 def trunc(x):
     """Rounds a float toward zero: ceil below zero, floor above."""
-    return select(lt(x, literal(0, x.dtype)), ceil(x), floor(x))
+    return select(lt(x, literal(0, _dtype(x))), ceil(x), floor(x))
 
 
 # ---------------------------------------------------------------------------------------
@@ -142,14 +156,14 @@ def trunc(x):
 
 def broadcast_in_dim(x, shape, broadcast_dimensions):
     """`x` broadcast to `shape`; its axis i becomes axis `broadcast_dimensions[i]`."""
-    return _bind("broadcast_in_dim", x, shape=tuple(shape),
-                 broadcast_dimensions=tuple(broadcast_dimensions))
+    return _bind("broadcast_in_dim", x, shape=_ints(shape),
+                 broadcast_dimensions=_ints(broadcast_dimensions))
 
 
 def broadcast_to(x, shape):
     """`x` broadcast to `shape`, right-aligned as NumPy aligns; `x` itself when it already
     has that shape."""
-    shape = tuple(shape)
+    shape = _ints(shape)
     if tuple(x.shape) == shape:
         return x
     return broadcast_in_dim(x, shape, range(len(shape) - len(x.shape), len(shape)))
@@ -157,13 +171,13 @@ def broadcast_to(x, shape):
 
 def reshape(x, shape):
     """`x` with the same elements in `shape` (C order); `x` itself when nothing changes."""
-    shape = tuple(shape)
+    shape = _ints(shape)
     return x if tuple(x.shape) == shape else _bind("reshape", x, new_sizes=shape)
 
 
 def transpose(x, permutation):
     """`x` with its axes permuted; `x` itself for the identity permutation."""
-    permutation = tuple(int(p) for p in permutation)
+    permutation = _ints(permutation)
     if permutation == tuple(range(len(permutation))):
         return x
     return _bind("transpose", x, permutation=permutation)
@@ -191,9 +205,29 @@ def pad(x, padding_value, padding_config):
 
 def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001  (lax's name)
     """The static slice `x[start:limit:stride, ...]` (unit strides when None)."""
-    strides = (1,) * len(x.shape) if strides is None else tuple(strides)
-    return _bind("slice", x, start_indices=tuple(start_indices),
-                 limit_indices=tuple(limit_indices), strides=strides)
+    strides = (1,) * len(x.shape) if strides is None else _ints(strides)
+    return _bind("slice", x, start_indices=_ints(start_indices),
+                 limit_indices=_ints(limit_indices), strides=strides)
+
+
+def slice_in_dim(x, start: int, limit: int, axis: int = 0):
+    """`x[start:limit]` along `axis` (0 <= start <= limit); `x` itself when that is all of
+    it, as NumPy's basic indexing stages it."""
+    shape = tuple(x.shape)
+    if (start, limit) == (0, shape[axis]):
+        return x
+    starts, limits = [0] * len(shape), list(shape)
+    starts[axis], limits[axis] = start, limit
+    return slice(x, starts, limits)
+
+
+def index_in_dim(x, index: int, axis: int = 0):
+    """`x[index]` along `axis` for a static, non-negative `index`: a one-wide slice with
+    that axis squeezed out."""
+    shape = tuple(x.shape)
+    starts, limits = [0] * len(shape), list(shape)
+    starts[axis], limits[axis] = index, index + 1
+    return squeeze(slice(x, starts, limits), (axis,))
 
 
 def triangle(x, k: int, lower: bool):
@@ -206,7 +240,7 @@ def triangle(x, k: int, lower: bool):
         row = add(row, literal(k, row.dtype))
     col = iota((rows, cols), 1)
     mask = ge(row, col) if lower else le(row, col)
-    return select(mask, x, literal(0, x.dtype))
+    return select(mask, x, literal(0, _dtype(x)))
 
 
 def tril(x, k: int = 0):
@@ -218,20 +252,14 @@ def triu(x, k: int = 0):
 
 
 # ---------------------------------------------------------------------------------------
-# Reductions, indexing, products
+# Reductions and indexing
 
 
 def reduce_sum(x, axes):
     """The sum of `x` over `axes` (dtype preserved)."""
-    return _bind("reduce_sum", x, axes=tuple(axes))
+    return _bind("reduce_sum", x, axes=_ints(axes))
 
 
 def gather(x, *indices, axes):
     """`x[i0, i1, ...]` with integer index arrays of one shape on the distinct `axes`."""
-    return _bind("gather", x, *indices, axes=tuple(axes))
-
-
-def dot_general(lhs, rhs, dimension_numbers, preferred_element_type=None):
-    """The contraction `(((lhs contracting), (rhs contracting)), ((lhs batch), (rhs batch)))`."""
-    return _bind("dot_general", lhs, rhs, dimension_numbers=dimension_numbers,
-                 preferred_element_type=preferred_element_type)
+    return _bind("gather", x, *indices, axes=_ints(axes))
