@@ -15,7 +15,8 @@ gets the output cotangent(s) (`Zero` when symbolic) and the arguments, where a l
 one is a `LinearInput(aval)` marker and the others are their values. Cotangents are
 accumulated with `add_any`, kept as symbolic zeros until needed, and popped from the
 environment when read: in SSA each is read once, so memory is released as the backward
-pass proceeds.
+pass proceeds. A rule that only computes with a real cotangent is registered wrapped in
+`skip_zero`, which answers a symbolic zero for it.
 
 Names carry over: the cotangent of `h_dot` (the tangent of `h`) is `h_bar`.
 """

@@ -123,7 +123,7 @@ def _unary(name: str):
 def _binary(name: str):
     def op(x, y):
         return _bind(name, x, y)
-    op.__name__ = op.__qualname__ = name.rstrip("_")
+    op.__name__ = op.__qualname__ = name
     op.__doc__ = f"The `{name}` primitive (operands broadcast as NumPy's do)."
     return op
 
