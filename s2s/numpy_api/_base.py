@@ -18,6 +18,7 @@ from s2s import dtypes
 from s2s.core import Literal, ShapedArray, aval_of_value
 from s2s.errors import ShapeError
 from s2s.primitives import elementwise as ew
+from s2s.primitives import ops
 from s2s.staging import Tracer
 
 NUMPY_IMPLS: dict[Callable, Callable] = {}
@@ -66,19 +67,41 @@ def asarray(x):
     if isinstance(x, (Tracer, np.ndarray, np.generic, Literal)) or is_python_scalar(x):
         return x
     if isinstance(x, (list, tuple)):
-        if any(isinstance(leaf, Tracer) for leaf in _flat(x)):
-            from s2s.numpy_api.shaping import stack
-            return stack([asarray(e) for e in x])
+        if has_tracer(x):
+            return stack_operands([operand(asarray(e)) for e in x], 0)
         return np.asarray(x)
     raise TypeError(f"expected an array, got {type(x).__name__}: {x!r}")
 
 
-def _flat(x):
+def operand(x):
+    """An array operand: Python scalars and (nested) lists become NumPy arrays as
+    `np.asarray` makes them (strongly typed); staged values pass through."""
+    if is_python_scalar(x):
+        return np.asarray(x, dtype=dtypes.dtype_of_python_scalar(x))
+    return asarray(x)
+
+
+def shape_str(shape) -> str:
+    """A shape as NumPy writes it in messages: `(3,)`, `(2, 3)`."""
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def stack_operands(arrays: list, axis: int, dtype=None):
+    """np.stack of array operands along a normalized `axis`: each given a new axis there,
+    converted to their common dtype (or `dtype`), then joined."""
+    first = aval(arrays[0]).shape
+    if any(aval(a).shape != first for a in arrays[1:]):
+        raise ShapeError("all input arrays must have the same shape, got "
+                         + ", ".join(shape_str(aval(a).shape) for a in arrays))
+    expanded = with_dtype([ops.expand_dims(a, (axis,)) for a in arrays], dtype)
+    return expanded[0] if len(expanded) == 1 else ops.concatenate(expanded, axis)
+
+
+def has_tracer(x) -> bool:
+    """Whether `x` is a staged value or a (nested) list or tuple holding one."""
     if isinstance(x, (list, tuple)):
-        for e in x:
-            yield from _flat(e)
-    else:
-        yield x
+        return any(has_tracer(e) for e in x)
+    return isinstance(x, Tracer)
 
 
 def _cast_scalar(value, to: np.dtype):
@@ -113,12 +136,47 @@ def result_dtype(*xs) -> tuple[np.dtype, bool]:
     return dtypes.result_type(*[(aval(x).dtype, aval(x).weak_type) for x in xs])
 
 
+def cast(x, to: np.dtype, weak: bool):
+    """`x` as dtype `to`. Python scalars stay weak literals (written bare in emitted code);
+    `cast_all` makes one operand strong where the result must be."""
+    if is_python_scalar(x):
+        return ops.literal(x, to, True)
+    if isinstance(x, Literal):
+        return ops.literal(x.value, to, x.aval.weak_type)
+    a = aval(x)
+    if a.dtype == to:
+        return x
+    return convert(x, to, weak_type=a.weak_type and weak)
+
+
+def cast_all(xs, to: np.dtype, weak: bool) -> list:
+    """Converts operands to `to`. When `weak` is False, makes sure one operand is strong
+    (retagging a literal is free; a weak staged value needs a convert)."""
+    out = [cast(x, to, weak) for x in xs]
+    if not weak and out and all(aval(o).weak_type for o in out):
+        lits = [i for i, o in enumerate(out) if isinstance(o, Literal)]
+        if lits:
+            for i in lits:
+                out[i] = Literal(out[i].value, out[i].aval.update(weak_type=False))
+        else:
+            out[0] = convert(out[0], to, weak_type=False)
+    return out
+
+
 def promote(*xs):
     """Converts operands to their NumPy result dtype; returns them as a list."""
     xs = [asarray(x) for x in xs]
     to, weak = result_dtype(*xs)
     return [x if (aval(x).dtype == to and not is_python_scalar(x)) else convert(x, to, weak)
             for x in xs]
+
+
+def with_dtype(arrays, dtype):
+    """`arrays` converted to `dtype`, or promoted to their common dtype when it is None."""
+    if dtype is None:
+        return promote(*arrays)
+    to = dtypes.canonicalize_dtype(dtype)
+    return [convert(a, to) for a in arrays]
 
 
 def float_dtype_for(dt: np.dtype, weak: bool = False) -> np.dtype:

@@ -21,28 +21,18 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import Literal, ShapedArray
 from s2s.errors import ShapeError, UnsupportedFunctionError
-from s2s.numpy_api._base import aval, implements, is_python_scalar, normalize_axis
-from s2s.numpy_api.math import _cast_all, lit
+from s2s.numpy_api._base import (aval, cast_all, has_tracer, implements, is_python_scalar,
+                                 normalize_axis)
+from s2s.numpy_api.shaping import stack
 from s2s.primitives import elementwise as ew
+from s2s.primitives import ops
+from s2s.primitives import structural as st
 from s2s.staging import Tracer, current_builder
-
-
-def _structural():
-    from s2s.primitives import structural
-    return structural
 
 
 def _staging(*values) -> bool:
     """Whether to stage: a builder is active, or an argument is staged."""
-    return current_builder() is not None or any(_has_tracer(v) for v in values)
-
-
-def _has_tracer(x) -> bool:
-    if isinstance(x, Tracer):
-        return True
-    if isinstance(x, (list, tuple)):
-        return any(_has_tracer(e) for e in x)
-    return False
+    return current_builder() is not None or any(has_tracer(v) for v in values)
 
 
 def _shape_arg(shape) -> tuple[int, ...]:
@@ -67,12 +57,12 @@ def _broadcast(x, shape: tuple[int, ...]):
     dims = tuple(range(len(shape) - x_ndim, len(shape)))
     if isinstance(x, Tracer) and x.shape == shape:
         return x
-    return _structural().broadcast_in_dim.bind(x, shape=shape, broadcast_dimensions=dims)
+    return st.broadcast_in_dim.bind(x, shape=shape, broadcast_dimensions=dims)
 
 
 def _filled(shape, value, dt: np.dtype):
     """A staged array of `shape` and dtype `dt`, every element `value` (strongly typed)."""
-    (v,) = _cast_all([value], dt, False)
+    (v,) = cast_all([value], dt, False)
     return _broadcast(v, shape)
 
 
@@ -115,7 +105,7 @@ def _fill_dtype(fill_value) -> np.dtype:
 def _operand(x):
     """Lists holding staged values are stacked; other lists become NumPy arrays."""
     if isinstance(x, (list, tuple)):
-        return _stack_leaves(x) if _has_tracer(x) else np.asarray(x)
+        return _stack_leaves(x) if has_tracer(x) else np.asarray(x)
     return x
 
 
@@ -172,16 +162,6 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, d
 # eye, identity, tri: comparisons of two iotas
 
 
-def _row_col(n: int, m: int, k: int):
-    """(row + k, col) as int32 iotas of shape (n, m)."""
-    shape = (n, m)
-    rows = ew.iota.bind(dtype=dtypes.int32, shape=shape, dimension=0)
-    cols = ew.iota.bind(dtype=dtypes.int32, shape=shape, dimension=1)
-    if k:
-        rows = ew.add.bind(rows, lit(k, dtypes.int32))
-    return rows, cols
-
-
 def _bool_to(mask, dt):
     if dt == dtypes.bool_:
         return mask
@@ -197,8 +177,7 @@ def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, like=None):
     dt = _dtype_arg(dtype, float)
     if not _staging():
         return np.eye(n, m, k, dtype=dt)
-    rows, cols = _row_col(n, m, k)
-    return _bool_to(ew.eq.bind(rows, cols), dt)
+    return ops.eye(n, m, k, dt)
 
 
 @implements(np.identity)
@@ -215,7 +194,7 @@ def tri(N, M=None, k=0, dtype=float, *, like=None):
     dt = _dtype_arg(dtype, float)
     if not _staging():
         return np.tri(n, m, k, dtype=dt)
-    rows, cols = _row_col(n, m, k)
+    rows, cols = ops.index_grid(n, m, k)
     return _bool_to(ew.ge.bind(rows, cols), dt)
 
 
@@ -224,7 +203,7 @@ def tri(N, M=None, k=0, dtype=float, *, like=None):
 
 
 def _concrete_scalar(name: str, what: str, value):
-    if _has_tracer(value):
+    if has_tracer(value):
         raise UnsupportedFunctionError(
             f"np.{name}'s {what} is a staged value, but the length of the result (its shape) "
             f"must be known when the function is staged",
@@ -262,9 +241,9 @@ def arange(start=None, stop=None, step=None, dtype=None, *, device=None, like=No
     delta = second - first
     out = ew.iota.bind(dtype=dt, shape=(length,), dimension=0)
     if length > 1 and delta != 1:
-        out = ew.mul.bind(out, lit(delta, dt))
+        out = ew.mul.bind(out, ops.literal(delta, dt))
     if first != 0:
-        out = ew.add.bind(out, lit(first, dt))
+        out = ew.add.bind(out, ops.literal(first, dt))
     return out
 
 
@@ -295,29 +274,29 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
         delta = last - first
         step = delta / div if div > 0 else np.asarray(np.nan, dt)[()]
         t = ew.iota.bind(dtype=dt, shape=(num,), dimension=0)
-        y = ew.mul.bind(t, lit(step if div > 0 else delta, dt)) if num > 1 else t
-        y = ew.add.bind(y, lit(first, dt)) if first != 0 else y
+        y = ew.mul.bind(t, ops.literal(step if div > 0 else delta, dt)) if num > 1 else t
+        y = ew.add.bind(y, ops.literal(first, dt)) if first != 0 else y
         if endpoint and num > 1:
             computed = np.asarray(np.asarray(num - 1, dt) * (step if div > 0 else delta) + first, dt)
             if computed != last:
-                y = ew.select.bind(ew.eq.bind(t, lit(num - 1, dt)), lit(last, dt), y)
+                y = ew.select.bind(ew.eq.bind(t, ops.literal(num - 1, dt)), ops.literal(last, dt), y)
         return _linspace_finish(y, out_dt, retstep, step)
 
-    start_op, stop_op = _cast_all([start, stop], dt, False)
+    start_op, stop_op = cast_all([start, stop], dt, False)
     s = ew.broadcast_shapes(aval(start_op).shape, aval(stop_op).shape)
     delta = ew.sub.bind(stop_op, start_op)
-    step = ew.div.bind(delta, lit(div, dt)) if div > 0 else None
+    step = ew.div.bind(delta, ops.literal(div, dt)) if div > 0 else None
     t = ew.iota.bind(dtype=dt, shape=(num,) + (1,) * len(s), dimension=0)
     y = ew.add.bind(ew.mul.bind(t, step if step is not None else delta), start_op)
     if endpoint and num > 1:
-        y = ew.select.bind(ew.eq.bind(t, lit(num - 1, dt)), stop_op, y)
+        y = ew.select.bind(ew.eq.bind(t, ops.literal(num - 1, dt)), stop_op, y)
     if y.shape != (num,) + s:
         y = _broadcast(y, (num,) + s)
     axis = normalize_axis(axis, 1 + len(s))
     if axis != 0:
         perm = list(range(1, 1 + len(s)))
         perm.insert(axis, 0)
-        y = _structural().transpose.bind(y, permutation=tuple(perm))
+        y = st.transpose.bind(y, permutation=tuple(perm))
     if step is None:
         step = np.asarray(np.nan, dt)[()]
     return _linspace_finish(y, out_dt, retstep, step)
@@ -339,7 +318,6 @@ def _stack_leaves(obj):
     """A nested list holding staged values, stacked: other leaves are strong NumPy values
     (np.array types each Python scalar on its own: 1.0 is float64)."""
     if isinstance(obj, (list, tuple)):
-        from s2s.numpy_api.shaping import stack
         return stack([_stack_leaves(e) for e in obj])
     if isinstance(obj, Tracer):
         return obj
@@ -366,7 +344,7 @@ def _finish_array(x, dtype, ndmin):
             x = ew.convert_element_type.bind(x, new_dtype=dt, weak_type=False)
     ndim = aval(x).ndim
     if ndmin > ndim:
-        x = _structural().reshape.bind(x, new_sizes=(1,) * (ndmin - ndim) + aval(x).shape)
+        x = st.reshape.bind(x, new_sizes=(1,) * (ndmin - ndim) + aval(x).shape)
     return x
 
 
@@ -374,7 +352,7 @@ def _finish_array(x, dtype, ndmin):
 def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None):
     """Staged values (also inside nested lists, which are stacked) keep their dtype unless
     `dtype=` is given; concrete data becomes a constant of the jaxpr."""
-    if _has_tracer(object):
+    if has_tracer(object):
         if isinstance(object, Tracer) and object.weak_type and dtype is None:
             dtype = object.dtype     # np.array(python_float) is strongly typed
         return _finish_array(_stack_leaves(object), dtype, ndmin)

@@ -29,12 +29,13 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.errors import ConcretizationError, ShapeError
-from s2s.numpy_api._base import aval, convert, implements, normalize_axis
-from s2s.numpy_api.shaping import (broadcast_to, operand, ravel, static_int, transpose)
+from s2s.numpy_api._base import aval, convert, has_tracer, implements, normalize_axis, operand
+from s2s.numpy_api.math import where
+from s2s.numpy_api.shaping import broadcast_to, ravel, stack, static_int, transpose
 from s2s.primitives import elementwise as ew
 from s2s.primitives import indexing as ix
 from s2s.primitives import structural as st
-from s2s.staging import Tracer
+from s2s.staging import JaxprBuilder, Tracer
 
 _VALID_INDICES = ("only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) "
                   "and integer or boolean arrays are valid indices")
@@ -137,8 +138,7 @@ def _classify(entry, item: int) -> _Entry:
                              f"got {entry.aval.str_short()}")
         return _Entry("dyn" if entry.ndim == 0 else "array", entry, item)
     if isinstance(entry, (list, tuple)):
-        if any(isinstance(leaf, Tracer) for leaf in _leaves(entry)):
-            from s2s.numpy_api.shaping import stack
+        if has_tracer(entry):
             return _classify(stack([operand(e) for e in entry]), item)
         try:
             entry = np.asarray(entry)
@@ -158,14 +158,6 @@ def _classify(entry, item: int) -> _Entry:
             return _Entry("int", int(entry), item)
         return _Entry("array", entry, item)
     raise ShapeError(_VALID_INDICES + f", got {type(entry).__name__}: {entry!r}")
-
-
-def _leaves(x):
-    if isinstance(x, (list, tuple)):
-        for e in x:
-            yield from _leaves(e)
-    else:
-        yield x
 
 
 def _static_bound(value, what: str):
@@ -482,14 +474,13 @@ def setitem(x, index, value):
 
 def _masked_store(x, mask, value):
     """`x[mask] = scalar` for a staged boolean mask over x's leading axes: np.where."""
-    from s2s.numpy_api import NUMPY_IMPLS
     shape = aval(x).shape
     if mask.shape != shape[:mask.ndim]:
         raise ShapeError(f"boolean index of shape {mask.shape} does not match the indexed array "
                          f"of shape {shape}")
     mask = st.reshape.bind(mask, new_sizes=tuple(mask.shape) + (1,) * (len(shape) - mask.ndim))
     value = convert(operand(value), aval(x).dtype, aval(x).weak_type)
-    return NUMPY_IMPLS[np.where](mask, value, x)
+    return where(mask, value, x)
 
 
 def _window(entries, shape):
@@ -525,24 +516,13 @@ def _window(entries, shape):
 
 
 def _setitem_by_transpose(x, index, value):
-    from s2s.passes.partial_eval import partial_eval_jaxpr
-    from s2s.passes.transpose import backward_pass
-    from s2s.staging import JaxprBuilder, inline_jaxpr
     x_aval = aval(x).strip_weak_type()
     with JaxprBuilder() as builder:
         read = builder.build([getitem(builder.new_arg(x_aval), index)])
-    # Work on the index (wrapping negative staged indices ...) runs here; the rest is linear.
-    split = partial_eval_jaxpr(read, [True])
-    residuals = inline_jaxpr(split.known, [])
-    linear = [False] * split.num_residuals + [True]
+    scatter = ix.transposed_read(read)
     picked = read.out_avals[0]
-
-    def scatter(values):
-        return backward_pass(split.unknown, linear, list(residuals) + [None], [values])[0]
     scattered = scatter(broadcast_to(convert(operand(value), x_aval.dtype, False), picked.shape))
     written = scatter(broadcast_to(np.ones((), x_aval.dtype), picked.shape))
-    from s2s.numpy_api import NUMPY_IMPLS
-    where = NUMPY_IMPLS[np.where]
     touched = written != 0
     mean = scattered / where(touched, written, 1) if dtypes.is_inexact(x_aval.dtype) else scattered
     return where(touched, mean.astype(x_aval.dtype) if aval(mean).dtype != x_aval.dtype else mean, x)

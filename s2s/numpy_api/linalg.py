@@ -27,7 +27,11 @@ from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.numpy_api._base import (aval, asarray, convert, implements, is_python_scalar,
                                  normalize_axis, promote)
 from s2s.primitives import elementwise as ew
+from s2s.numpy_api import reductions as np_reductions
+from s2s.numpy_api.shaping import diagonal
 from s2s.primitives import linalg as la
+from s2s.primitives import ops
+from s2s.primitives import reductions as reduction_primitives
 from s2s.staging import Tracer
 
 # ---------------------------------------------------------------------------------------
@@ -71,42 +75,9 @@ def _shape_text(shape) -> str:
     return str(tuple(shape)).replace(",)", ")")
 
 
-def _structural():
-    from s2s.primitives import structural  # lazily: written alongside this module
-    return structural
-
-
-def _reshape(x, shape):
-    shape = tuple(int(d) for d in shape)
-    if _shape(x) == shape:
-        return x
-    return _structural().reshape.bind(x, new_sizes=shape)
-
-
-def _transpose(x, perm):
-    perm = tuple(int(p) for p in perm)
-    if perm == tuple(range(len(perm))):
-        return x
-    return _structural().transpose.bind(x, permutation=perm)
-
-
-def _broadcast_to(x, shape):
-    """Broadcasts `x` (NumPy rules, aligned right) to `shape`."""
-    shape = tuple(shape)
-    if _shape(x) == shape:
-        return x
-    dims = tuple(range(len(shape) - _ndim(x), len(shape)))
-    return _structural().broadcast_in_dim.bind(x, shape=shape, broadcast_dimensions=dims)
-
-
 def _swap_last(x):
     n = _ndim(x)
-    return _transpose(x, list(range(n - 2)) + [n - 1, n - 2])
-
-
-def _reductions():
-    from s2s.primitives import reductions  # lazily: written alongside this module
-    return reductions
+    return ops.transpose(x, list(range(n - 2)) + [n - 1, n - 2])
 
 
 def _reduce(kind: str, x, axes):
@@ -114,10 +85,9 @@ def _reduce(kind: str, x, axes):
     axes = tuple(sorted(int(a) for a in axes))
     if not axes:
         return x
-    red = _reductions()
     if _dtype(x) == dtypes.bool_:
         kind = {"sum": "or", "max": "or", "prod": "and", "min": "and"}[kind]
-    return getattr(red, f"reduce_{kind}").bind(x, axes=axes)
+    return getattr(reduction_primitives, f"reduce_{kind}").bind(x, axes=axes)
 
 
 def _zero(dtype):
@@ -127,16 +97,6 @@ def _zero(dtype):
 def _literal(value, dtype):
     """A strong scalar of `dtype`, for operands of elementwise primitives."""
     return Literal(np.asarray(value, dtype=dtype)[()], ShapedArray((), dtype))
-
-
-def _iota(dtype, shape, dimension):
-    return ew.iota.bind(dtype=np.dtype(dtype), shape=tuple(shape), dimension=dimension)
-
-
-def _diagonal(x, axis1: int, axis2: int, offset: int = 0):
-    """np.diagonal: the diagonal of axis1 and axis2, as a new last axis."""
-    from s2s.numpy_api.shaping import diagonal  # lazily: written alongside this module
-    return diagonal(x, offset, axis1, axis2)
 
 
 def _dot_general(a, b, lc, rc, lb=(), rb=()):
@@ -191,10 +151,10 @@ def matmul(a, b, /, out=None, **kwargs):
     if la_ == 2:        # (m, k) @ (..., k, n): (m, ..., n), then m moves behind the batch
         out = _dot_general(a, b, (1,), (lb_ - 2,))
         nb = lb_ - 2
-        return _transpose(out, list(range(1, nb + 1)) + [0, nb + 1])
+        return ops.transpose(out, list(range(1, nb + 1)) + [0, nb + 1])
     batch = _broadcast_batch("matmul", sa[:-2], sb[:-2])
-    a = _broadcast_to(a, batch + sa[-2:])
-    b = _broadcast_to(b, batch + sb[-2:])
+    a = ops.broadcast_to(a, batch + sa[-2:])
+    b = ops.broadcast_to(b, batch + sb[-2:])
     nb = len(batch)
     return _dot_general(a, b, (nb + 1,), (nb,), tuple(range(nb)), tuple(range(nb)))
 
@@ -240,7 +200,7 @@ def vdot(a, b):
     if na != nb:
         raise ShapeError(f"vdot: arrays of {na} and {nb} elements cannot be multiplied "
                          f"element by element")
-    return _dot_general(_reshape(a, (na,)), _reshape(b, (nb,)), (0,), (0,))
+    return _dot_general(ops.reshape(a, (na,)), ops.reshape(b, (nb,)), (0,), (0,))
 
 
 @implements(np.inner)
@@ -260,8 +220,8 @@ def inner(a, b):
 def outer(a, b):
     """The outer product of the flattened arrays."""
     a, b = _operands(a, b)
-    a = _reshape(a, (math.prod(_shape(a)),))
-    b = _reshape(b, (math.prod(_shape(b)),))
+    a = ops.reshape(a, (math.prod(_shape(a)),))
+    b = ops.reshape(b, (math.prod(_shape(b)),))
     return _dot_general(a, b, (), ())
 
 
@@ -308,9 +268,9 @@ def kron(a, b):
     sa, sb = _shape(a), _shape(b)
     nd = max(len(sa), len(sb))
     sa, sb = (1,) * (nd - len(sa)) + sa, (1,) * (nd - len(sb)) + sb
-    a = _reshape(a, [d for s in sa for d in (s, 1)])
-    b = _reshape(b, [d for s in sb for d in (1, s)])
-    return _reshape(ew.mul.bind(a, b), [x * y for x, y in zip(sa, sb)])
+    a = ops.reshape(a, [d for s in sa for d in (s, 1)])
+    b = ops.reshape(b, [d for s in sb for d in (1, s)])
+    return ops.reshape(ew.mul.bind(a, b), [x * y for x, y in zip(sa, sb)])
 
 
 # ---------------------------------------------------------------------------------------
@@ -428,7 +388,7 @@ def einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="safe
     for i, (x, ls) in enumerate(zip(xs, labels)):
         keep = [j for j, l in enumerate(ls) if not (_shape(x)[j] == 1 and sizes[l] != 1)]
         if len(keep) != len(ls):
-            xs[i] = _reshape(x, [_shape(x)[j] for j in keep])
+            xs[i] = ops.reshape(x, [_shape(x)[j] for j in keep])
             labels[i] = [ls[j] for j in keep]
     # 3. Contract pairwise, left to right, summing each label once nothing later needs it.
     x, ls = xs[0], labels[0]
@@ -443,7 +403,7 @@ def einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="safe
                          [ls.index(l) for l in batch], [ms.index(l) for l in batch])
         ls = batch + [l for l in ls if l not in ms] + [l for l in ms if l not in ls]
     x, ls = _sum_unneeded(x, ls, set(out_labels))
-    return _transpose(x, [ls.index(l) for l in out_labels])
+    return ops.transpose(x, [ls.index(l) for l in out_labels])
 
 
 def _label_text(label) -> str:
@@ -462,7 +422,7 @@ def _take_diagonals(x, labels):
         if shape[p] != shape[q]:
             raise ShapeError(f"einsum: subscript {_label_text(repeated)} is repeated over "
                              f"dimensions of sizes {shape[p]} and {shape[q]}")
-        x = _diagonal(x, p, q)
+        x = diagonal(x, 0, p, q)
         labels = [l for j, l in enumerate(labels) if j not in (p, q)] + [repeated]
 
 
@@ -480,7 +440,6 @@ def _sum_unneeded(x, labels, needed):
 @implements(np.trace)
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     """The sum along a diagonal: np.sum of np.diagonal, as NumPy computes it."""
-    from s2s.numpy_api.reductions import sum as np_sum
     _no_out("np.trace", out)
     a = _strong(a)
     nd = _ndim(a)
@@ -492,7 +451,7 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
         raise ShapeError("trace: axis1 and axis2 cannot be the same")
     if not isinstance(offset, (int, np.integer)):
         raise ShapeError(f"trace: offset must be a static int, got {offset!r}")
-    return np_sum(_diagonal(a, axis1, axis2, int(offset)), axis=-1, dtype=dtype)
+    return np_reductions.sum(diagonal(a, int(offset), axis1, axis2), axis=-1, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -548,23 +507,14 @@ def _permutation_matrix(perm, dtype):
     """P with P[..., i, j] = (perm[..., i] == j), so P @ a == a[..., perm, :]."""
     shape = _shape(perm)
     n = shape[-1]
-    column = _reshape(perm, shape + (1,))
-    onehot = ew.eq.bind(column, _iota(_dtype(perm), (n,), 0))
+    column = ops.reshape(perm, shape + (1,))
+    onehot = ew.eq.bind(column, ops.iota((n,), 0, _dtype(perm)))
     return ew.convert_element_type.bind(onehot, new_dtype=np.dtype(dtype), weak_type=False)
-
-
-def _permute_rows(b, perm):
-    """b[..., perm, :], batched: perm indexes b's rows within each matrix of the batch."""
-    from s2s.primitives import indexing  # lazily: written alongside this module
-    shape = _shape(perm)
-    nb = len(shape) - 1
-    batch_index = [_iota(_dtype(perm), shape, d) for d in range(nb)]
-    return indexing.gather.bind(b, *batch_index, perm, axes=tuple(range(nb + 1)))
 
 
 def _lu_solve(lu, perm, b):
     """x with a @ x = b from a's LU factors: U^-1 L^-1 (P @ b)."""
-    pb = _permute_rows(b, perm)
+    pb = la.permute_rows(b, perm)
     y = la.triangular_solve.bind(lu, pb, left_side=True, lower=True, transpose_a=False,
                                  unit_diagonal=True)
     return la.triangular_solve.bind(lu, y, left_side=True, lower=False, transpose_a=False,
@@ -585,14 +535,14 @@ def solve(a, b):
                          f"{_shape_text(sb)} do not align: {n} != {rows}")
     if len(sb) == 1:
         batch = sa[:-2]
-        b_mat = _broadcast_to(_reshape(b, (n, 1)), batch + (n, 1))
+        b_mat = ops.broadcast_to(ops.reshape(b, (n, 1)), batch + (n, 1))
     else:
         batch = _broadcast_batch("solve", sa[:-2], sb[:-2])
-        a = _broadcast_to(a, batch + sa[-2:])
-        b_mat = _broadcast_to(b, batch + sb[-2:])
+        a = ops.broadcast_to(a, batch + sa[-2:])
+        b_mat = ops.broadcast_to(b, batch + sb[-2:])
     lu, _, perm = la.lu.bind(a)
     x = _lu_solve(lu, perm, b_mat)
-    return _reshape(x, batch + (n,)) if len(sb) == 1 else x
+    return ops.reshape(x, batch + (n,)) if len(sb) == 1 else x
 
 
 @implements(np.linalg.inv)
@@ -610,8 +560,8 @@ def _lu_diagonal_and_sign(a):
     """U's diagonal and the sign of the row permutation (-1 per pivot that swapped rows)."""
     lu, pivots, _ = la.lu.bind(a)
     nd = _ndim(lu)
-    diag = _diagonal(lu, nd - 2, nd - 1)
-    steps = _iota(dtypes.int32, _shape(pivots)[-1:], 0)
+    diag = diagonal(lu, 0, nd - 2, nd - 1)
+    steps = ops.iota(_shape(pivots)[-1:], 0, dtypes.int32)
     swapped = ew.ne.bind(pivots, steps)
     dt = _dtype(lu)
     flips = ew.select.bind(swapped, _literal(-1, dt), _literal(1, dt))
@@ -651,7 +601,7 @@ def _keepdims(x, nd: int, axes) -> object:
     shape = list(_shape(x))
     for axis in sorted(axes):
         shape.insert(axis, 1)
-    return _reshape(x, shape)
+    return ops.reshape(x, shape)
 
 
 def _is(ord, value) -> bool:
@@ -671,7 +621,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
     if axis is None:
         if ord is None or (ord in ("f", "fro") and nd == 2) or (_is(ord, 2) and nd == 1):
             out = ew.sqrt.bind(_reduce("sum", ew.mul.bind(x, x), range(nd)))
-            return _reshape(out, (1,) * nd) if keepdims else out
+            return ops.reshape(out, (1,) * nd) if keepdims else out
         if nd not in (1, 2):
             raise ShapeError("norm: improper number of dimensions to norm: an ord needs a "
                              "vector or a matrix, or axis=")

@@ -23,67 +23,17 @@ import math as _pymath
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import Literal, ShapedArray
+from s2s.core import Literal
 from s2s.errors import ShapeError, UnsupportedFunctionError, UnsupportedSyntaxError
-from s2s.numpy_api._base import (asarray, aval, convert, float_dtype_for, implements,
+from s2s.numpy_api._base import (asarray, aval, cast_all, convert, float_dtype_for, implements,
                                  is_python_scalar, result_dtype)
+from s2s.numpy_api.creation import zeros_like
 from s2s.primitives import elementwise as ew
+from s2s.primitives import ops
 from s2s.staging import Tracer
 
 # ---------------------------------------------------------------------------------------
 # Operand preparation
-
-
-def _scalar_as(value, to: np.dtype):
-    """A Python (or NumPy) scalar as the Python scalar type of dtype `to`, range-checked."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    kind = to.kind
-    if kind == "b":
-        return bool(value)
-    if kind in "iu":
-        if isinstance(value, int) and not isinstance(value, bool):
-            info = np.iinfo(to)
-            if not info.min <= value <= info.max:
-                raise OverflowError(f"Python integer {value} out of bounds for {to}")
-        return int(value)
-    if kind == "f":
-        return float(value)
-    return complex(value)
-
-
-def lit(value, to, weak: bool = True) -> Literal:
-    """A scalar literal of dtype `to`. Internal constants are weak so they never decide
-    whether a result is weak."""
-    to = np.dtype(to)
-    return Literal(_scalar_as(value, to), ShapedArray((), to, weak))
-
-
-def _cast(x, to: np.dtype, weak: bool):
-    """`x` as dtype `to`. Python scalars stay weak literals (written bare in emitted code);
-    `_cast_all` makes one operand strong where the result must be."""
-    if is_python_scalar(x):
-        return lit(x, to, True)
-    if isinstance(x, Literal):
-        return lit(x.value, to, x.aval.weak_type)
-    a = aval(x)
-    if a.dtype == to:
-        return x
-    return convert(x, to, weak_type=a.weak_type and weak)
-
-
-def _cast_all(xs, to: np.dtype, weak: bool) -> list:
-    """Converts operands to `to`. When `weak` is False, makes sure one operand is strong
-    (retagging a literal is free; a weak staged value needs a convert)."""
-    out = [_cast(x, to, weak) for x in xs]
-    if not weak and out and all(aval(o).weak_type for o in out):
-        lits = [i for i, o in enumerate(out) if isinstance(o, Literal)]
-        if lits:
-            for i in lits:
-                out[i] = Literal(out[i].value, out[i].aval.update(weak_type=False))
-        else:
-            out[0] = convert(out[0], to, weak_type=False)
-    return out
 
 
 def _prep(xs, weak_ok: bool, dtype_rule=None):
@@ -98,7 +48,7 @@ def _prep(xs, weak_ok: bool, dtype_rule=None):
     elif dtype_rule is not None:
         dt = dtypes.canonicalize_dtype(dtype_rule(dt, all_weak))
     weak = weak_ok and all_weak
-    return _cast_all(xs, dt, weak), dt, weak
+    return cast_all(xs, dt, weak), dt, weak
 
 
 def _float_rule(dt, weak):
@@ -172,7 +122,7 @@ def _ufunc(np_fns, nin: int, name: str | None = None):
                     f"compute everywhere and choose with np.where(mask, np.{fname}(...), other)")
             if dtype is not None:
                 dt = dtypes.canonicalize_dtype(dtype)
-                args = _cast_all([asarray(a) for a in args], dt, False)
+                args = cast_all([asarray(a) for a in args], dt, False)
             return core(*args, weak_ok=False)
 
         fn.__name__ = fn.__qualname__ = fname
@@ -193,12 +143,17 @@ def _np(*names):
 # Arithmetic
 
 
-@_ufunc(_np("add"), 2)
-def add(x1, x2, *, weak_ok=False):
-    (a, b), dt, _ = _prep([x1, x2], weak_ok)
-    if dtypes.is_bool(dt):
-        return ew.or_.bind(a, b)
-    return ew.add.bind(a, b)
+def _binary_with_bool_loop(np_name: str, prim, bool_prim, doc: str | None = None):
+    """The NumPy binary function `np_name`: `prim` on the promoted operands, or `bool_prim`
+    when they are booleans (NumPy's boolean loops of add and maximum are a logical or)."""
+    def core(x1, x2, *, weak_ok=False):
+        (a, b), dt, _ = _prep([x1, x2], weak_ok)
+        return (bool_prim if dtypes.is_bool(dt) else prim).bind(a, b)
+    core.__doc__ = doc
+    return _ufunc(_np(np_name), 2, name=np_name)(core)
+
+
+add = _binary_with_bool_loop("add", ew.add, ew.or_)
 
 
 @_ufunc(_np("subtract"), 2)
@@ -210,12 +165,7 @@ def subtract(x1, x2, *, weak_ok=False):
     return ew.sub.bind(a, b)
 
 
-@_ufunc(_np("multiply"), 2)
-def multiply(x1, x2, *, weak_ok=False):
-    (a, b), dt, _ = _prep([x1, x2], weak_ok)
-    if dtypes.is_bool(dt):
-        return ew.and_.bind(a, b)
-    return ew.mul.bind(a, b)
+multiply = _binary_with_bool_loop("multiply", ew.mul, ew.and_)
 
 
 def _true_divide_rule(dt, weak):
@@ -243,7 +193,7 @@ def _floor_fix(r, b, dt):
 
     A concrete divisor folds to one comparison: `r < 0` for b >= 0, `r > 0` for b < 0.
     """
-    zero = lit(0, dt)
+    zero = ops.literal(0, dt)
     if isinstance(b, Literal):
         return (ew.gt if _literal_value(b) < 0 else ew.lt).bind(r, zero)
     return ew.and_.bind(ew.ne.bind(r, zero),
@@ -259,10 +209,10 @@ def _divmod_core(x1, x2, weak_ok, want_div: bool, want_mod: bool):
         div = None
         if want_div:
             div = ew.div.bind(ew.sub.bind(a, mod), b)
-            div = ew.round.bind(ew.select.bind(fix, ew.sub.bind(div, lit(1, dt)), div))
+            div = ew.round.bind(ew.select.bind(fix, ew.sub.bind(div, ops.literal(1, dt)), div))
             # Division by zero gives a / b (±inf or nan), not nan.
             if not isinstance(b, Literal):
-                div = ew.select.bind(ew.eq.bind(b, lit(0, dt)), ew.div.bind(a, b), div)
+                div = ew.select.bind(ew.eq.bind(b, ops.literal(0, dt)), ew.div.bind(a, b), div)
             elif _literal_value(b) == 0:
                 div = ew.div.bind(a, b)
         if want_mod:
@@ -275,7 +225,7 @@ def _divmod_core(x1, x2, weak_ok, want_div: bool, want_mod: bool):
     div = mod = None
     if want_div:
         q = ew.div.bind(a, b)
-        div = ew.select.bind(fix, ew.sub.bind(q, lit(1, dt)), q)
+        div = ew.select.bind(fix, ew.sub.bind(q, ops.literal(1, dt)), q)
     if want_mod:
         mod = ew.select.bind(fix, ew.add.bind(r, b), r)
     return div, mod
@@ -340,7 +290,7 @@ def power(x1, x2, *, weak_ok=False):
             raise ValueError("Integers to negative integer powers are not allowed.")
         dt = dtypes.default_float()    # Python: 2 ** -1 == 0.5
     if n is not None:
-        (a,) = _cast_all([x1], dt, weak)
+        (a,) = cast_all([x1], dt, weak)
         return ew.integer_pow.bind(a, y=n)
     if not dtypes.is_inexact(dt):
         raise UnsupportedFunctionError(
@@ -348,7 +298,7 @@ def power(x1, x2, *, weak_ok=False):
             f"{aval(x2).str_short()}) is not supported",
             "use a concrete Python int exponent (x ** 3), or compute in floats: "
             "x.astype(float) ** y")
-    a, b = _cast_all([x1, x2], dt, weak)
+    a, b = cast_all([x1, x2], dt, weak)
     return ew.pow.bind(a, b)
 
 
@@ -416,7 +366,7 @@ def square(x, *, weak_ok=False):
 def reciprocal(x, *, weak_ok=False):
     """1 / x in x's dtype (integers divide truncating, as NumPy's integer loop does)."""
     (a,), dt, _ = _prep([x], weak_ok, _bool_to_int8)
-    return ew.div.bind(lit(1, dt), a)
+    return ew.div.bind(ops.literal(1, dt), a)
 
 
 # ---------------------------------------------------------------------------------------
@@ -456,14 +406,14 @@ arctanh = _float_unary(["arctanh"], ew.atanh)
 def exp2(x, *, weak_ok=False):
     """2 ** x, as pow(2, x): exact at integers."""
     (a,), dt, _ = _prep([x], weak_ok, _float_rule)
-    return ew.pow.bind(lit(2.0, dt), a)
+    return ew.pow.bind(ops.literal(2.0, dt), a)
 
 
 def _log_base(np_name, base):
     @_ufunc(_np(np_name), 1, name=np_name)
     def core(x, *, weak_ok=False):
         (a,), dt, _ = _prep([x], weak_ok, _float_rule)
-        return ew.div.bind(ew.log.bind(a), lit(_pymath.log(base), dt))
+        return ew.div.bind(ew.log.bind(a), ops.literal(_pymath.log(base), dt))
     core.__doc__ = f"np.{np_name}: log(x) / log({base})."
     return core
 
@@ -491,13 +441,13 @@ logistic = _unary_not_exported(ew.logistic)
 @_ufunc(_np("deg2rad", "radians"), 1, name="deg2rad")
 def deg2rad(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok, _float_rule)
-    return ew.mul.bind(a, lit(np.pi / 180.0, dt))
+    return ew.mul.bind(a, ops.literal(np.pi / 180.0, dt))
 
 
 @_ufunc(_np("rad2deg", "degrees"), 1, name="rad2deg")
 def rad2deg(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok, _float_rule)
-    return ew.mul.bind(a, lit(180.0 / np.pi, dt))
+    return ew.mul.bind(a, ops.literal(180.0 / np.pi, dt))
 
 
 radians = deg2rad
@@ -511,10 +461,10 @@ def sinc(x):
     x = asarray(x)
     a = aval(x)
     dt = a.dtype if dtypes.is_inexact(a.dtype) else dtypes.default_float()
-    (x,) = _cast_all([x], dt, False)
-    x = ew.mul.bind(x, lit(np.pi, dt))
+    (x,) = cast_all([x], dt, False)
+    x = ew.mul.bind(x, ops.literal(np.pi, dt))
     eps = float(np.finfo(dt).eps) if dt.kind == "f" else 1e-20
-    y = ew.select.bind(ew.ne.bind(x, lit(0, dt)), x, lit(eps, dt))
+    y = ew.select.bind(ew.ne.bind(x, ops.literal(0, dt)), x, ops.literal(eps, dt))
     return ew.div.bind(ew.sin.bind(y), y)
 
 
@@ -534,10 +484,10 @@ def hypot(x1, x2, *, weak_ok=False):
     (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
     a, b = ew.abs.bind(a), ew.abs.bind(b)
     big, small = ew.max.bind(a, b), ew.min.bind(a, b)
-    big_is_zero = ew.eq.bind(big, lit(0, dt))
-    ratio = ew.div.bind(small, ew.select.bind(big_is_zero, lit(1, dt), big))
-    out = ew.mul.bind(big, ew.sqrt.bind(ew.add.bind(lit(1, dt), ew.integer_pow.bind(ratio, y=2))))
-    return ew.select.bind(ew.eq.bind(big, lit(np.inf, dt)), big, out)
+    big_is_zero = ew.eq.bind(big, ops.literal(0, dt))
+    ratio = ew.div.bind(small, ew.select.bind(big_is_zero, ops.literal(1, dt), big))
+    out = ew.mul.bind(big, ew.sqrt.bind(ew.add.bind(ops.literal(1, dt), ew.integer_pow.bind(ratio, y=2))))
+    return ew.select.bind(ew.eq.bind(big, ops.literal(np.inf, dt)), big, out)
 
 
 @_ufunc(_np("logaddexp"), 2)
@@ -556,8 +506,8 @@ def logaddexp2(x1, x2, *, weak_ok=False):
     (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
     amax = ew.max.bind(a, b)
     delta = ew.sub.bind(a, b)
-    tail = ew.log1p.bind(ew.pow.bind(lit(2.0, dt), ew.neg.bind(ew.abs.bind(delta))))
-    soft = ew.add.bind(amax, ew.div.bind(tail, lit(_pymath.log(2.0), dt)))
+    tail = ew.log1p.bind(ew.pow.bind(ops.literal(2.0, dt), ew.neg.bind(ew.abs.bind(delta))))
+    soft = ew.add.bind(amax, ew.div.bind(tail, ops.literal(_pymath.log(2.0), dt)))
     return ew.select.bind(ew.ne.bind(delta, delta), ew.add.bind(a, b), soft)
 
 
@@ -565,8 +515,8 @@ def logaddexp2(x1, x2, *, weak_ok=False):
 def heaviside(x1, x2, *, weak_ok=False):
     """0 for x1 < 0, x2 at 0, 1 for x1 > 0 (nan stays nan): (sign(x1) + 1) / 2 off zero."""
     (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
-    step = ew.mul.bind(ew.add.bind(ew.sign.bind(a), lit(1, dt)), lit(0.5, dt))
-    return ew.select.bind(ew.eq.bind(a, lit(0, dt)), b, step)
+    step = ew.mul.bind(ew.add.bind(ew.sign.bind(a), ops.literal(1, dt)), ops.literal(0.5, dt))
+    return ew.select.bind(ew.eq.bind(a, ops.literal(0, dt)), b, step)
 
 
 # ---------------------------------------------------------------------------------------
@@ -585,15 +535,11 @@ def ceil(x, *, weak_ok=False):
     return ew.ceil.bind(a) if dtypes.is_inexact(dt) else _materialize(a)
 
 
-def _trunc_float(a, dt):
-    return ew.select.bind(ew.lt.bind(a, lit(0, dt)), ew.ceil.bind(a), ew.floor.bind(a))
-
-
 @_ufunc(_np("trunc"), 1)
 def trunc(x, *, weak_ok=False):
     """Rounds toward zero: ceil below zero, floor above."""
     (a,), dt, _ = _prep([x], weak_ok)
-    return _trunc_float(a, dt) if dtypes.is_inexact(dt) else _materialize(a)
+    return ops.trunc(a) if dtypes.is_inexact(dt) else _materialize(a)
 
 
 @implements(*_np("fix"))
@@ -631,16 +577,16 @@ def round(a, decimals=0, out=None):
         if decimals == 0:
             return ew.round.bind(x)
         if decimals > 0:
-            f = lit(10.0 ** decimals, dt)
+            f = ops.literal(10.0 ** decimals, dt)
             return ew.div.bind(ew.round.bind(ew.mul.bind(x, f)), f)
-        f = lit(10.0 ** -decimals, dt)
+        f = ops.literal(10.0 ** -decimals, dt)
         return ew.mul.bind(ew.round.bind(ew.div.bind(x, f)), f)
     if decimals >= 0:
         return _materialize(x)
     # Integers with negative decimals round in float64 and convert back, as NumPy does.
     f64 = dtypes.default_float()
     y = convert(x, f64)
-    f = lit(10.0 ** -decimals, f64)
+    f = ops.literal(10.0 ** -decimals, f64)
     y = ew.mul.bind(ew.round.bind(ew.div.bind(y, f)), f)
     return convert(y, dt)
 
@@ -660,22 +606,8 @@ implements(*_np("round", "around"))(round)
 # Maximum, minimum, clip, where
 
 
-@_ufunc(_np("maximum"), 2)
-def maximum(x1, x2, *, weak_ok=False):
-    """Elementwise max; nan propagates."""
-    (a, b), dt, _ = _prep([x1, x2], weak_ok)
-    if dtypes.is_bool(dt):
-        return ew.or_.bind(a, b)
-    return ew.max.bind(a, b)
-
-
-@_ufunc(_np("minimum"), 2)
-def minimum(x1, x2, *, weak_ok=False):
-    """Elementwise min; nan propagates."""
-    (a, b), dt, _ = _prep([x1, x2], weak_ok)
-    if dtypes.is_bool(dt):
-        return ew.and_.bind(a, b)
-    return ew.min.bind(a, b)
+maximum = _binary_with_bool_loop("maximum", ew.max, ew.or_, "Elementwise max; nan propagates.")
+minimum = _binary_with_bool_loop("minimum", ew.min, ew.and_, "Elementwise min; nan propagates.")
 
 
 def _fmaxmin(x1, x2, weak_ok, prim, bool_prim):
@@ -742,8 +674,8 @@ def _to_bool(x):
     if dtypes.is_bool(a.dtype):
         return x
     if isinstance(x, Literal):
-        return lit(bool(x.value), dtypes.bool_, a.weak_type)
-    return ew.ne.bind(x, lit(0, a.dtype))
+        return ops.literal(bool(x.value), dtypes.bool_, a.weak_type)
+    return ew.ne.bind(x, ops.literal(0, a.dtype))
 
 
 @implements(np.where)
@@ -779,7 +711,7 @@ def isinf(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok)
     if not dtypes.is_inexact(dt):
         return ew.ne.bind(a, a)
-    return ew.eq.bind(ew.abs.bind(a), lit(np.inf, dt))
+    return ew.eq.bind(ew.abs.bind(a), ops.literal(np.inf, dt))
 
 
 @_ufunc(_np("isfinite"), 1)
@@ -801,10 +733,10 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     info = np.finfo(dt)
     posinf = float(info.max) if posinf is None else posinf
     neginf = float(info.min) if neginf is None else neginf
-    nan_v, pos_v, neg_v = _cast_all([nan, posinf, neginf], dt, True)
+    nan_v, pos_v, neg_v = cast_all([nan, posinf, neginf], dt, True)
     a = ew.select.bind(ew.ne.bind(a, a), nan_v, a)
-    a = ew.select.bind(ew.eq.bind(a, lit(np.inf, dt)), pos_v, a)
-    return ew.select.bind(ew.eq.bind(a, lit(-np.inf, dt)), neg_v, a)
+    a = ew.select.bind(ew.eq.bind(a, ops.literal(np.inf, dt)), pos_v, a)
+    return ew.select.bind(ew.eq.bind(a, ops.literal(-np.inf, dt)), neg_v, a)
 
 
 def _real_only(name, x):
@@ -817,7 +749,7 @@ def _real_only(name, x):
 def _python_attribute(value, name):
     """np.real(3) is `(3).real`: a Python scalar's attribute, still a (weak) Python scalar."""
     result = getattr(value, name)
-    return _materialize(lit(result, dtypes.dtype_of_python_scalar(result), weak=True))
+    return _materialize(ops.literal(result, dtypes.dtype_of_python_scalar(result), weak=True))
 
 
 @implements(np.real)
@@ -833,8 +765,7 @@ def imag(val):
     if is_python_scalar(val):
         return _python_attribute(val, "imag")
     a, dt = _real_only("imag", val)
-    from s2s.numpy_api import creation
-    return creation.zeros_like(a)
+    return zeros_like(a)
 
 
 @_ufunc(_np("conjugate"), 1, name="conjugate")

@@ -19,7 +19,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import Literal
 from s2s.errors import ShapeError, UnsupportedFunctionError, UnsupportedSyntaxError
-from s2s.numpy_api import math
+from s2s.numpy_api import indexing, linalg, math
 from s2s.numpy_api._base import NUMPY_IMPLS
 from s2s.primitives import elementwise as ew
 from s2s.staging import Tracer
@@ -60,7 +60,6 @@ def _numpy(name: str):
 
 
 def _matmul(a, b):
-    from s2s.numpy_api import linalg
     return linalg.matmul(a, b)
 
 
@@ -91,7 +90,6 @@ def _rpow(self, other, modulo=None):
 
 
 def _getitem(self, index):
-    from s2s.numpy_api import indexing
     return indexing.getitem(self, index)
 
 

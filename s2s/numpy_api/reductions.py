@@ -35,6 +35,7 @@ from s2s.numpy_api._base import (aval, asarray, convert, dtype as dtype_of, impl
                                  shape as shape_of)
 from s2s.primitives import elementwise as ew
 from s2s.primitives import reductions as red
+from s2s.primitives import structural as st
 
 __all__ = ["all", "amax", "amin", "any", "argmax", "argmin", "argsort", "average",
            "count_nonzero", "cumprod", "cumsum", "max", "mean", "median", "min", "nanmean",
@@ -42,12 +43,6 @@ __all__ = ["all", "amax", "amin", "any", "argmax", "argmin", "argsort", "average
 
 # ---------------------------------------------------------------------------------------
 # Helpers
-
-
-def _structural():
-    """The structural primitives (reshape, expand_dims ...), imported when first needed."""
-    from s2s.primitives import structural
-    return structural
 
 
 def _operand(a):
@@ -100,7 +95,7 @@ def _reshape(x, new_shape):
     new_shape = tuple(int(d) for d in new_shape)
     if shape_of(x) == new_shape:
         return x
-    return _structural().reshape.bind(x, new_sizes=new_shape)
+    return st.reshape.bind(x, new_sizes=new_shape)
 
 
 def _flatten(x):
@@ -115,7 +110,7 @@ def _broadcast_to(x, new_shape):
     lead = len(new_shape) - len(old)
     if lead < 0 or builtins.any(d not in (1, n) for d, n in zip(old, new_shape[lead:])):
         raise ShapeError(f"cannot broadcast an array of shape {old} to shape {new_shape}")
-    return _structural().broadcast_in_dim.bind(
+    return st.broadcast_in_dim.bind(
         x, shape=new_shape, broadcast_dimensions=tuple(range(lead, len(new_shape))))
 
 
@@ -123,7 +118,7 @@ def _expand(out, axes):
     """`out` with new length-1 axes at positions `axes` of the result (`s[:, None]`)."""
     if not axes:
         return out
-    return _structural().expand_dims.bind(out, dimensions=tuple(sorted(axes)))
+    return st.expand_dims.bind(out, dimensions=tuple(sorted(axes)))
 
 
 def _finish(out, in_shape, axes, keepdims: bool):
@@ -256,24 +251,24 @@ def _as_bool(x):
     return x if dtype_of(x) == dtypes.bool_ else convert(x, dtypes.bool_)
 
 
-@implements(np.all)
-def all(a, axis=None, out=None, keepdims=False, *, where=True):
-    """np.all: every element nonzero (NaN counts as true)."""
-    _no_out(out, "all")
-    x = _as_bool(_operand(a))
-    axes = _axes(axis, aval(x).ndim)
-    result = red.reduce_and.bind(_where_mask(x, where, True), axes=axes)
-    return _finish(result, shape_of(x), axes, keepdims)
+def _logical_reduction(name: str, prim, identity: bool, doc: str):
+    """np.all / np.any: `prim` over the elements' truth values; masked-out elements (`where=`)
+    count as `identity`."""
+    def reduction(a, axis=None, out=None, keepdims=False, *, where=True):
+        _no_out(out, name)
+        x = _as_bool(_operand(a))
+        axes = _axes(axis, aval(x).ndim)
+        result = prim.bind(_where_mask(x, where, identity), axes=axes)
+        return _finish(result, shape_of(x), axes, keepdims)
+    reduction.__name__ = reduction.__qualname__ = name
+    reduction.__doc__ = doc
+    return implements(getattr(np, name))(reduction)
 
 
-@implements(np.any)
-def any(a, axis=None, out=None, keepdims=False, *, where=True):
-    """np.any: some element nonzero (NaN counts as true)."""
-    _no_out(out, "any")
-    x = _as_bool(_operand(a))
-    axes = _axes(axis, aval(x).ndim)
-    result = red.reduce_or.bind(_where_mask(x, where, False), axes=axes)
-    return _finish(result, shape_of(x), axes, keepdims)
+all = _logical_reduction("all", red.reduce_and, True,
+                         "np.all: every element nonzero (NaN counts as true).")
+any = _logical_reduction("any", red.reduce_or, False,
+                         "np.any: some element nonzero (NaN counts as true).")
 
 
 @implements(np.count_nonzero)
@@ -434,10 +429,7 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
 
 
 def _transpose(x, permutation):
-    structural = _structural()
-    if not hasattr(structural, "transpose"):
-        raise ShapeError("this needs the transpose primitive, which s2s does not have yet")
-    return structural.transpose.bind(x, permutation=tuple(permutation))
+    return st.transpose.bind(x, permutation=tuple(permutation))
 
 
 # ---------------------------------------------------------------------------------------
@@ -593,11 +585,10 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     (ordered,) = red.sort.bind(work, dimension=ax, num_keys=1)
 
     def element(i):   # `ordered[:, i]`: the i-th smallest of each slice
-        structural = _structural()
         starts = tuple(i if d == ax else 0 for d in range(len(shape_of(work))))
         limits = tuple(i + 1 if d == ax else size for d, size in enumerate(shape_of(work)))
-        picked = structural.slice.bind(ordered, start_indices=starts, limit_indices=limits)
-        return _to(structural.squeeze.bind(picked, dimensions=(ax,)), acc)
+        picked = st.slice.bind(ordered, start_indices=starts, limit_indices=limits)
+        return _to(st.squeeze.bind(picked, dimensions=(ax,)), acc)
 
     if n == 0:   # NumPy: the mean of an empty slice, 0 / 0
         result = _divide(red.reduce_sum.bind(_to(ordered, acc), axes=(ax,)), 0, acc)

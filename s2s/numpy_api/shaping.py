@@ -20,22 +20,16 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.errors import ConcretizationError, ShapeError, UnsupportedFunctionError
-from s2s.numpy_api._base import (asarray, aval, convert, implements, is_python_scalar,
-                                 normalize_axes, normalize_axis, promote)
+from s2s.numpy_api._base import (aval, convert, implements, normalize_axes, normalize_axis,
+                                 operand, shape_str, stack_operands, with_dtype)
 from s2s.primitives import elementwise as ew
+from s2s.primitives import indexing as ix
+from s2s.primitives import ops
 from s2s.primitives import structural as st
 from s2s.staging import Tracer
 
 # ---------------------------------------------------------------------------------------
 # Helpers
-
-
-def operand(x):
-    """An array operand: Python scalars and (nested) lists become NumPy arrays as
-    `np.asarray` makes them (strongly typed); staged values pass through."""
-    if is_python_scalar(x):
-        return np.asarray(x, dtype=dtypes.dtype_of_python_scalar(x))
-    return asarray(x)
 
 
 def static_int(value, what: str) -> int:
@@ -70,10 +64,6 @@ def _ndim(x) -> int:
     return len(aval(x).shape)
 
 
-def _zero(dtype):
-    return convert(0, dtype)
-
-
 # ---------------------------------------------------------------------------------------
 # reshape, ravel, transpose, axes
 
@@ -89,15 +79,11 @@ def _resolve_shape(shape, size: int) -> tuple[int, ...]:
         known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
         if known == 0 or size % known:
             raise ShapeError(f"cannot reshape array of size {size} into shape "
-                             f"{_shape_str(shape)}")
+                             f"{shape_str(shape)}")
         shape = tuple(size // known if d == -1 else d for d in shape)
     if int(np.prod(shape, dtype=np.int64)) != size:
-        raise ShapeError(f"cannot reshape array of size {size} into shape {_shape_str(shape)}")
+        raise ShapeError(f"cannot reshape array of size {size} into shape {shape_str(shape)}")
     return shape
-
-
-def _shape_str(shape) -> str:
-    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _check_order(order, fn: str):
@@ -218,8 +204,8 @@ def expand_dims(a, axis):
 
 
 def _broadcast_error(shape, target):
-    return ShapeError(f"cannot broadcast an array of shape {_shape_str(shape)} to shape "
-                      f"{_shape_str(target)}: each dimension must be 1 or match, aligned "
+    return ShapeError(f"cannot broadcast an array of shape {shape_str(shape)} to shape "
+                      f"{shape_str(target)}: each dimension must be 1 or match, aligned "
                       "from the right")
 
 
@@ -296,20 +282,13 @@ def atleast_3d(*arys):
 def _arrays(arrays, fn: str) -> list:
     if isinstance(arrays, (Tracer, np.ndarray)):
         # NumPy iterates over the first axis of an array passed as the sequence.
-        from s2s.numpy_api.indexing import getitem
-        return [getitem(arrays, i) for i in range(_shape(arrays)[0])] if _ndim(arrays) else \
-            [operand(arrays)]
+        if not _ndim(arrays):
+            return [operand(arrays)]
+        return [ops.index_in_dim(arrays, i) for i in range(_shape(arrays)[0])]
     arrays = [operand(a) for a in arrays]
     if not arrays:
         raise ShapeError(f"need at least one array to {fn}")
     return arrays
-
-
-def _with_dtype(arrays, dtype):
-    if dtype is None:
-        return promote(*arrays)
-    to = dtypes.canonicalize_dtype(dtype)
-    return [convert(a, to) for a in arrays]
 
 
 @implements(np.concatenate)
@@ -321,7 +300,7 @@ def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     if axis is None:
         arrays = [ravel(a) for a in arrays]
         axis = 0
-    arrays = _with_dtype(arrays, dtype)
+    arrays = with_dtype(arrays, dtype)
     ndim = _ndim(arrays[0])
     if ndim == 0:
         raise ShapeError("zero-dimensional arrays cannot be concatenated")
@@ -338,13 +317,12 @@ def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
 
 @implements(np.stack)
 def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    if out is not None:
+        raise UnsupportedFunctionError("concatenate(..., out=) is not supported",
+                                       "use the returned array instead of out=")
     arrays = _arrays(arrays, "stack")
-    first = _shape(arrays[0])
-    if any(_shape(a) != first for a in arrays[1:]):
-        raise ShapeError("all input arrays must have the same shape, got "
-                         + ", ".join(_shape_str(_shape(a)) for a in arrays))
-    axis = normalize_axis(static_int(axis, "axis"), len(first) + 1)
-    return concatenate([expand_dims(a, axis) for a in arrays], axis=axis, out=out, dtype=dtype)
+    axis = normalize_axis(static_int(axis, "axis"), _ndim(arrays[0]) + 1)
+    return stack_operands(arrays, axis, dtype)
 
 
 @implements(np.hstack)
@@ -387,9 +365,18 @@ def append(arr, values, axis=None):
     return concatenate([arr, values], axis=axis)
 
 
-def _take_range(a, axis: int, start, stop):
-    from s2s.numpy_api.indexing import getitem
-    return getitem(a, (builtins.slice(None),) * axis + (builtins.slice(start, stop),))
+def _take_range(a, axis: int, start: int, stop: int):
+    """`a[..., start:stop]` on `axis` (Python's slice bounds: clipped, empty when reversed)."""
+    start, stop, _ = builtins.slice(start, stop).indices(_shape(a)[axis])
+    return ops.slice_in_dim(a, start, builtins.max(start, stop), axis)
+
+
+def _take(a, axis: int, index: np.ndarray):
+    """`a[..., index]` for a constant integer array `index` on `axis`: a gather (which puts
+    the indexed axis first) and a transpose moving it back."""
+    picked = ix.gather.bind(a, index.astype(dtypes.default_int()), axes=(axis,))
+    back = tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, _ndim(a)))
+    return ops.transpose(picked, back)
 
 
 @implements(np.array_split)
@@ -490,9 +477,7 @@ def repeat(a, repeats, axis=None):
     if counts.ndim != 1 or counts.size != shape[axis]:
         raise ShapeError(f"operands could not be broadcast together with shape "
                          f"({shape[axis]},) ({counts.size},)")
-    index = np.repeat(np.arange(shape[axis]), counts).astype(dtypes.default_int())
-    from s2s.numpy_api.indexing import getitem
-    return getitem(a, (builtins.slice(None),) * axis + (index,))
+    return _take(a, axis, np.repeat(np.arange(shape[axis]), counts))
 
 
 def _rev(a, axes):
@@ -639,7 +624,6 @@ def pad(array, pad_width, mode="constant", **kwargs):
         extra = set(kwargs) - {"reflect_type"}
         if extra:
             raise ShapeError(f"unsupported keyword arguments for mode {mode!r}: {sorted(extra)}")
-        from s2s.numpy_api.indexing import getitem
         for ax, (lo, hi) in enumerate(pairs):
             if not lo and not hi:
                 continue
@@ -648,8 +632,7 @@ def pad(array, pad_width, mode="constant", **kwargs):
                 index = np.pad(np.arange(shape[ax]), (lo, hi), mode=mode)
             except ValueError as e:
                 raise ShapeError(f"{e} (axis {ax})") from None
-            index = index.astype(dtypes.default_int())
-            array = getitem(array, (builtins.slice(None),) * ax + (index,))
+            array = _take(array, ax, index)
         return array
     raise UnsupportedFunctionError(
         f"np.pad mode={mode!r} is not supported",
@@ -666,10 +649,6 @@ def _scalar(v):
 # Triangles and diagonals
 
 
-def _iota(shape, dimension):
-    return ew.iota.bind(dtype=dtypes.default_int(), shape=tuple(shape), dimension=dimension)
-
-
 def _offset(x, k: int):
     """`x + k` for a staged integer array; `x` itself for k == 0."""
     if k == 0:
@@ -683,12 +662,7 @@ def _triangle(m, k, keep_lower: bool):
     if len(shape) == 0:
         raise ShapeError(f"{'tril' if keep_lower else 'triu'} needs an array of at least "
                          "one dimension, got a scalar")
-    k = static_int(k, "k")
-    rows, cols = (shape[-2], shape[-1]) if len(shape) >= 2 else (shape[0], shape[0])
-    row = _offset(_iota((rows, cols), 0), k)
-    col = _iota((rows, cols), 1)
-    mask = ew.ge.bind(row, col) if keep_lower else ew.le.bind(row, col)
-    return ew.select.bind(mask, m, _zero(aval(m).dtype))
+    return ops.triangle(m, static_int(k, "k"), keep_lower)
 
 
 @implements(np.tril)
@@ -705,7 +679,6 @@ def triu(m, k=0):
 
 @implements(np.diagonal)
 def diagonal(a, offset=0, axis1=0, axis2=1):
-    from s2s.primitives import indexing as ix
     a = operand(a)
     shape = _shape(a)
     if len(shape) < 2:
@@ -717,8 +690,8 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
         raise ShapeError("axis1 and axis2 cannot be the same")
     n1, n2 = shape[ax1], shape[ax2]
     length = max(0, min(n1 + min(offset, 0), n2 - max(offset, 0)))
-    rows = _offset(_iota((length,), 0), max(-offset, 0))
-    cols = _offset(_iota((length,), 0), max(offset, 0))
+    rows = _offset(ops.iota((length,), 0), max(-offset, 0))
+    cols = _offset(ops.iota((length,), 0), max(offset, 0))
     out = ix.gather.bind(a, rows, cols, axes=(ax1, ax2))    # (length,) + remaining dims
     return moveaxis(out, 0, -1)
 
@@ -734,8 +707,8 @@ def diag(v, k=0):
         raise ShapeError("Input must be 1- or 2-d.")
     n = shape[0] + abs(k)
     # Put v along the columns of an n-by-n array (shifted by k), keep the k-th diagonal.
-    line = v if k == 0 else st.pad.bind(v, _zero(aval(v).dtype),
+    line = v if k == 0 else st.pad.bind(v, ops.literal(0, aval(v).dtype),
                                         padding_config=((max(k, 0), max(-k, 0), 0),))
     square = broadcast_in_dim(line, (n, n), (1,))
-    on_diagonal = ew.eq.bind(_offset(_iota((n, n), 0), k), _iota((n, n), 1))
-    return ew.select.bind(on_diagonal, square, _zero(aval(v).dtype))
+    on_diagonal = ew.eq.bind(_offset(ops.iota((n, n), 0), k), ops.iota((n, n), 1))
+    return ew.select.bind(on_diagonal, square, ops.literal(0, aval(v).dtype))

@@ -9,8 +9,9 @@ Each equation is handled by `jvp_rules[primitive]`:
 where a tangent is a staged value or a symbolic `Zero`; for a primitive with multiple
 results both outputs are lists. An equation whose tangents are all `Zero` is just
 re-staged, and its outputs' tangents are `Zero`: no rule runs, so a function that ignores
-an argument costs nothing for it. Rules are written with the NumPy surface or
-`Primitive.bind`, so they read like the math they implement.
+an argument costs nothing for it. Rules are written with `Primitive.bind` and the op layer
+(`s2s.primitives.ops`), so they read like the math they implement; `defzero` and
+`deflinear` build the two rules every family needs.
 
 Variable names carry over: a primal keeps its user name (`h`), its tangent is `h_dot`.
 """
@@ -20,13 +21,33 @@ from typing import Callable
 
 from s2s.core import ClosedJaxpr, Literal
 from s2s.passes.tangents import Zero, instantiate, tangent_aval
-from s2s.staging import JaxprBuilder, Primitive, Tracer, paused_gc
+from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
 jvp_rules: dict[Primitive, Callable] = {}
 
 
 def register(primitive: Primitive, rule: Callable) -> None:
     jvp_rules[primitive] = rule
+
+
+def defzero(primitive: Primitive) -> None:
+    """Registers a zero tangent for `primitive`: its results are piecewise constant (floor,
+    comparisons) or not differentiable at all (booleans, indices)."""
+    def rule(primals, tangents, **params):
+        out = primitive.bind(*primals, **params)
+        if primitive.multiple_results:
+            return out, [Zero(tangent_aval(y.aval)) for y in out]
+        return out, Zero(tangent_aval(out.aval))
+    register(primitive, rule)
+
+
+def deflinear(primitive: Primitive) -> None:
+    """Registers the tangent of a primitive linear in all its operands: the primitive
+    applied to the tangents (symbolic zeros instantiated)."""
+    def rule(primals, tangents, **params):
+        out = primitive.bind(*primals, **params)
+        return out, primitive.bind(*[instantiate(t) for t in tangents], **params)
+    register(primitive, rule)
 
 
 def tangent_hint(hint: str | None) -> str | None:
@@ -40,7 +61,6 @@ def _name(value, hint):
 
 def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, list]:
     """Stages the JVP of `closed` into the current builder; returns (primals, tangents) out."""
-    from s2s.staging import current_builder
     builder = current_builder()
     jaxpr = closed.jaxpr
     primal_env, tangent_env = {}, {}

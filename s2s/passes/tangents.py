@@ -4,17 +4,23 @@ A tangent that is known to be zero is a `Zero(aval)` instance, never a staged ar
 zeros, until a rule truly needs its value (`instantiate`). That keeps the derivative of a
 function that ignores an argument free of any work for it. Integer and boolean values
 have `float0` tangents: `tangent_aval` says which.
+
+Passes sit below the primitive families, so the few equations staged here (the zeros'
+broadcast, `add_any`, unbroadcasting's `reduce_sum` and `reshape`) bind primitives looked
+up by name in the registry when first needed, as `s2s.primitives.ops` does.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import ShapedArray
+from s2s.core import Literal, ShapedArray
+from s2s.staging import PRIMITIVES
 
 
-class Zero:
-    """A symbolic zero tangent or cotangent of a given abstract value."""
+class AvalMarker:
+    """A stand-in for a value of which a pass knows only the abstract value: a symbolic
+    zero here, a linear input in `transpose`."""
 
     __slots__ = ("aval",)
 
@@ -22,7 +28,13 @@ class Zero:
         self.aval = aval
 
     def __repr__(self):
-        return f"Zero({self.aval.str_short()})"
+        return f"{type(self).__name__}({self.aval.str_short()})"
+
+
+class Zero(AvalMarker):
+    """A symbolic zero tangent or cotangent of a given abstract value."""
+
+    __slots__ = ()
 
 
 def tangent_aval(aval: ShapedArray) -> ShapedArray:
@@ -37,11 +49,12 @@ def is_zero(t) -> bool:
 
 
 def zeros(aval: ShapedArray):
-    """Staged zeros of `aval` (a broadcast literal: no constant is baked in)."""
-    from s2s.numpy_api.creation import full
+    """Staged zeros of `aval` (a broadcast strong literal: no constant is baked in)."""
     if aval.dtype == dtypes.float0:
         return np.zeros(aval.shape, dtypes.float0)
-    return full(aval.shape, 0, dtype=aval.dtype)
+    zero = Literal(np.zeros((), aval.dtype).item(), ShapedArray((), aval.dtype))
+    return PRIMITIVES["broadcast_in_dim"].bind(zero, shape=tuple(aval.shape),
+                                               broadcast_dimensions=())
 
 
 def instantiate(t, aval: ShapedArray | None = None):
@@ -57,8 +70,7 @@ def add_tangents(a, b):
         return b
     if isinstance(b, Zero):
         return a
-    from s2s.primitives.elementwise import add_any
-    return add_any.bind(a, b)
+    return PRIMITIVES["add_any"].bind(a, b)
 
 
 def unbroadcast(ct, shape: tuple[int, ...]):
@@ -72,9 +84,10 @@ def unbroadcast(ct, shape: tuple[int, ...]):
     ct_shape = tuple(ct.shape)
     if ct_shape == tuple(shape):
         return ct
-    from s2s.numpy_api import reductions, shaping
     lead = len(ct_shape) - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
                                       if d == 1 and ct_shape[lead + i] != 1)
-    summed = reductions.sum(ct, axis=axes) if axes else ct
-    return shaping.reshape(summed, shape) if tuple(summed.shape) != tuple(shape) else summed
+    summed = PRIMITIVES["reduce_sum"].bind(ct, axes=axes) if axes else ct
+    if tuple(summed.shape) == tuple(shape):
+        return summed
+    return PRIMITIVES["reshape"].bind(summed, new_sizes=tuple(shape))

@@ -15,7 +15,8 @@ gets the output cotangent(s) (`Zero` when symbolic) and the arguments, where a l
 one is a `LinearInput(aval)` marker and the others are their values. Cotangents are
 accumulated with `add_any`, kept as symbolic zeros until needed, and popped from the
 environment when read: in SSA each is read once, so memory is released as the backward
-pass proceeds.
+pass proceeds. A rule that only computes with a real cotangent is registered wrapped in
+`skip_zero`, which answers a symbolic zero for it.
 
 Names carry over: the cotangent of `h_dot` (the tangent of `h`) is `h_bar`.
 """
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from s2s.core import ClosedJaxpr, Literal, ShapedArray, Var
-from s2s.passes.tangents import Zero, add_tangents, instantiate
+from s2s.core import ClosedJaxpr, Literal, Var
+from s2s.passes.tangents import AvalMarker, Zero, add_tangents, instantiate, is_zero
 from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
 transpose_rules: dict[Primitive, Callable] = {}
@@ -34,20 +35,25 @@ def register(primitive: Primitive, rule: Callable) -> None:
     transpose_rules[primitive] = rule
 
 
-class LinearInput:
+class LinearInput(AvalMarker):
     """Marks an argument the equation is linear in (JAX calls it an undefined primal)."""
 
-    __slots__ = ("aval",)
-
-    def __init__(self, aval: ShapedArray):
-        self.aval = aval
-
-    def __repr__(self):
-        return f"LinearInput({self.aval.str_short()})"
+    __slots__ = ()
 
 
 def is_linear(x) -> bool:
     return isinstance(x, LinearInput)
+
+
+def skip_zero(rule: Callable) -> Callable:
+    """`rule`, made never to see a symbolic zero cotangent: with a zero `ct` the cotangent
+    of every linear operand is zero too (and the others get none), so rules that only
+    compute with a real `ct` need no check of their own."""
+    def wrapped(ct, *args, **params):
+        if is_zero(ct):
+            return [Zero(a.aval) if is_linear(a) else None for a in args]
+        return rule(ct, *args, **params)
+    return wrapped
 
 
 def cotangent_hint(hint: str | None) -> str | None:

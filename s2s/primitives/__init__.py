@@ -1,3 +1,6 @@
-"""Primitive families. Importing this package declares every primitive with all its rules."""
+"""Primitive families. Importing this package declares every primitive with all its rules.
+
+The rules are written with `ops` (the lax-level op layer, which binds primitives by name),
+so families need not import one another, and none imports the NumPy surface above them."""
 from s2s.primitives import (control_flow, custom_derivatives, elementwise, implicit,  # noqa: F401
                             indexing, linalg, reductions, structural)

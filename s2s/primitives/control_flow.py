@@ -26,9 +26,18 @@ import re
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, eval_jaxpr
-from s2s.errors import ShapeError
-from s2s.staging import Primitive
+from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var, eval_jaxpr
+from s2s.emit import stablehlo as _hlo
+from s2s.emit.pyexpr import Expr, dtype_text, register_statement, typed_scalar
+from s2s.errors import ShapeError, StagingError
+from s2s.passes import dce as _dce, jvp as _jvp, partial_eval as _pe, transpose as _transpose
+from s2s.passes.dce import dce_jaxpr
+from s2s.passes.jvp import jvp_jaxpr
+from s2s.passes.partial_eval import partial_eval_jaxpr
+from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
+from s2s.passes.transpose import is_linear, transpose_jaxpr
+from s2s.primitives import ops
+from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 
 # ---------------------------------------------------------------------------------------
@@ -161,9 +170,6 @@ scan = Primitive("scan", _scan_abstract, _scan_impl, multiple_results=True)
 # nonzero are found by iterating to a fixed point (a zero tangent stays symbolic only if
 # the body keeps it zero).
 
-from s2s.passes import jvp as _jvp  # noqa: E402
-from s2s.passes.jvp import jvp_jaxpr  # noqa: E402
-from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval  # noqa: E402
 
 
 def _nonzero(tangents) -> list[bool]:
@@ -258,7 +264,6 @@ def _zeros_or(t, aval):
 
 def _ignoring_tangents(closed: ClosedJaxpr, n_consts: int, tangent_avals) -> ClosedJaxpr:
     """`closed` (consts, carry) -> out, taking the carry's tangents too and ignoring them."""
-    from s2s.core import Var
     jaxpr = closed.jaxpr
     extra = [Var(a) for a in tangent_avals]
     return ClosedJaxpr(Jaxpr(jaxpr.constvars, list(jaxpr.invars) + extra, jaxpr.outvars, jaxpr.eqns),
@@ -313,7 +318,6 @@ _jvp.register(scan, _scan_jvp)
 # ---------------------------------------------------------------------------------------
 # Python emission: real `if` / `while` / `for` statements around the bodies' equations.
 
-from s2s.emit.pyexpr import Expr, dtype_text, register_statement, typed_scalar  # noqa: E402
 
 
 def _assign(block, targets: list[str], values: list[Expr]) -> None:
@@ -441,7 +445,6 @@ register_statement(scan, _emit_scan)
 # (regions may capture them), and a scan is a while loop over a counter that slices the
 # xs and writes the ys with dynamic (update) slices.
 
-from s2s.emit import stablehlo as _hlo  # noqa: E402
 
 
 def _result_types(avals) -> str:
@@ -572,11 +575,6 @@ _hlo.register(scan, _lower_scan)
 # tangents; transposing that one gives a scan running the other way. A cond splits the
 # same way branch by branch. Loop-invariant residuals are passed once, not stacked.
 
-from s2s.core import JaxprEqn, Var  # noqa: E402
-from s2s.passes import partial_eval as _pe, transpose as _transpose  # noqa: E402
-from s2s.passes.partial_eval import partial_eval_jaxpr  # noqa: E402
-from s2s.passes.transpose import is_linear, transpose_jaxpr  # noqa: E402
-from s2s.staging import JaxprBuilder, inline_jaxpr  # noqa: E402
 
 
 def _scan_partial_eval(eqn, unknown_ins):
@@ -691,8 +689,8 @@ def _cond_partial_eval(eqn, unknown_ins):
     for pe in splits:
         out_uk = [a or b for a, b in zip(out_uk, pe.out_unknowns)]
     if not any(out_uk):     # unknown operands that no result depends on are dropped
-        ops = eqn.invars[1:]
-        known_eqn = JaxprEqn(cond, [eqn.invars[0]] + [v for v, u in zip(ops, ops_uk) if not u],
+        operands = eqn.invars[1:]
+        known_eqn = JaxprEqn(cond, [eqn.invars[0]] + [v for v, u in zip(operands, ops_uk) if not u],
                              list(eqn.outvars), dict(branches=tuple(pe.known for pe in splits)),
                              eqn.source_info)
         return [known_eqn], [], out_uk
@@ -705,11 +703,11 @@ def _cond_partial_eval(eqn, unknown_ins):
         unknown_branches.append(_unknown_branch(pe, start, res_avals))
         start += pe.num_residuals
     res_vars = [Var(a) for a in res_avals]
-    ops = eqn.invars[1:]
-    known_eqn = JaxprEqn(cond, [eqn.invars[0]] + [v for v, u in zip(ops, ops_uk) if not u],
+    operands = eqn.invars[1:]
+    known_eqn = JaxprEqn(cond, [eqn.invars[0]] + [v for v, u in zip(operands, ops_uk) if not u],
                          [v for v, u in zip(eqn.outvars, out_uk) if not u] + res_vars,
                          dict(branches=tuple(known_branches)), eqn.source_info)
-    unknown_eqn = JaxprEqn(cond, [eqn.invars[0]] + res_vars + [v for v, u in zip(ops, ops_uk) if u],
+    unknown_eqn = JaxprEqn(cond, [eqn.invars[0]] + res_vars + [v for v, u in zip(operands, ops_uk) if u],
                            [v for v, u in zip(eqn.outvars, out_uk) if u],
                            dict(branches=tuple(unknown_branches)), eqn.source_info)
     return [known_eqn], [unknown_eqn], out_uk
@@ -763,13 +761,10 @@ def _while_partial_eval(eqn, unknown_ins):
     if p["max_iters"] is None or all(unknown_ins):
         return _unbounded_while_partial_eval(eqn, unknown_ins)
     if p["max_iters"] >= 2 ** 31:
-        from s2s.errors import StagingError
         raise StagingError(
             f"reverse-mode differentiation of a loop bounded by {p['max_iters']} steps: its "
             "residuals would need a buffer row per step",
             "bound the loop by the steps it can really take (`for _ in range(100): ... break`)")
-    from s2s.numpy_api import NUMPY_IMPLS
-    both = NUMPY_IMPLS[np.logical_and]
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
     flag = ShapedArray((), dtypes.bool_)
     with JaxprBuilder() as unchanged:
@@ -781,7 +776,7 @@ def _while_partial_eval(eqn, unknown_ins):
         carry = [builder.new_arg(v.aval, b.hint or v.hint)
                  for v, b in zip(eqn.outvars, p["body_jaxpr"].jaxpr.invars[n_body:])]
         (holds,) = inline_jaxpr(p["cond_jaxpr"], args[:n_cond] + carry)
-        active = both(active, holds)
+        active = ops.and_(active, holds)
         stepped = cond.bind(active, *args[n_cond:], *carry, branches=(unchanged, p["body_jaxpr"]))
         body = builder.build([active] + list(stepped))
     masked = JaxprEqn(scan, list(eqn.invars[:n_cond + n_body]) + [Literal(True, flag)]
@@ -817,7 +812,6 @@ def _unbounded_while_partial_eval(eqn, unknown_ins):
 
 
 def _while_transpose(cts, *args, **params):
-    from s2s.errors import StagingError
     raise StagingError(
         "reverse-mode differentiation of a while_loop: its number of iterations is only known "
         "when it runs, so there is no fixed loop to run backwards",
@@ -836,6 +830,12 @@ _transpose.register(while_loop, _while_transpose)
 # no loop is left at all.
 
 
+def _stack(rows):
+    """`np.stack(rows)`: each row given a leading axis, then joined along it."""
+    expanded = [ops.expand_dims(r, (0,)) for r in rows]
+    return expanded[0] if len(expanded) == 1 else ops.concatenate(expanded, 0)
+
+
 def unrolled_scan(eqn) -> ClosedJaxpr:
     """A jaxpr equal to the scan `eqn` (same inputs and outputs), its body unrolled by
     `unroll` steps."""
@@ -846,8 +846,6 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
     blocks, leftover = (length // k, length % k) if k else (0, length)
     if blocks == 1 and leftover == 0 and k == length:   # fully unrolled: no loop
         blocks, leftover = 0, length
-    from s2s.numpy_api import NUMPY_IMPLS
-    stack, concatenate = NUMPY_IMPLS[np.stack], NUMPY_IMPLS[np.concatenate]
     with JaxprBuilder() as builder:
         ins = [builder.new_arg(v.aval, v.hint) for v in eqn.invars]
         consts, carry, xs = _scan_split(ins, n_consts, n_carry)
@@ -856,23 +854,25 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
             """Runs the body for `indices` (in loop order); returns the carry and ys rows."""
             ys_rows = {}
             for j in indices:
-                out = inline_jaxpr(body, list(consts) + list(carry) + [x[j] for x in xs_rows])
+                rows = [ops.index_in_dim(x, j) for x in xs_rows]
+                out = inline_jaxpr(body, list(consts) + list(carry) + rows)
                 carry, ys_rows[j] = out[:n_carry], out[n_carry:]
             return carry, [[ys_rows[j][m] for j in sorted(ys_rows)] for m in range(len(body.out_avals) - n_carry)]
 
         # The leftover steps sit at the end of xs for a forward scan, at its start for a
         # reversed one (which runs them last).
-        main = slice(0, blocks * k) if not reverse else slice(leftover, length)
+        main = (0, blocks * k) if not reverse else (leftover, length)
         rest = range(blocks * k, length) if not reverse else range(0, leftover)
         ys_parts = []
         if blocks:
-            blocked_xs = [x[main].reshape((blocks, k) + tuple(x.shape[1:])) for x in xs]
+            blocked_xs = [ops.reshape(ops.slice_in_dim(x, *main), (blocks, k) + tuple(x.shape[1:]))
+                          for x in xs]
             order = list(range(k))[::-1] if reverse else list(range(k))
 
             def block_body(*args):
                 c, xb = list(args[n_consts:n_consts + n_carry]), args[n_consts + n_carry:]
                 c, rows = steps(c, xb, order)
-                return tuple(c) + tuple(stack(r) for r in rows)
+                return tuple(c) + tuple(_stack(r) for r in rows)
             with JaxprBuilder() as inner:
                 args = [inner.new_arg(v.aval) for v in consts + list(carry)] + \
                     [inner.new_arg(ShapedArray((k,) + tuple(x.shape[1:]), x.dtype)) for x in xs]
@@ -882,13 +882,14 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
                              num_consts=len(captured) + n_consts, num_carry=n_carry, length=blocks,
                              reverse=reverse, unroll=1)
             carry = outs[:n_carry]
-            ys_parts.append([y.reshape((blocks * k,) + tuple(y.shape[2:])) for y in outs[n_carry:]])
+            ys_parts.append([ops.reshape(y, (blocks * k,) + tuple(y.shape[2:]))
+                             for y in outs[n_carry:]])
         if rest:
             order = list(rest)[::-1] if reverse else list(rest)
             carry, rows = steps(carry, xs, order)
-            rest_ys = [stack(r) for r in rows]
+            rest_ys = [_stack(r) for r in rows]
             ys_parts = ys_parts + [rest_ys] if not reverse else [rest_ys] + ys_parts
-        ys = [parts[0] if len(ys_parts) == 1 else concatenate(parts)
+        ys = [parts[0] if len(ys_parts) == 1 else ops.concatenate(parts, 0)
               for parts in zip(*ys_parts)] if ys_parts else []
         return builder.build(list(carry) + ys)
 
@@ -897,8 +898,6 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
 # Dead-code elimination into bodies: outputs nobody reads are not computed, and neither
 # are loop carries that only feed them.
 
-from s2s.passes import dce as _dce  # noqa: E402
-from s2s.passes.dce import dce_jaxpr  # noqa: E402
 
 
 def _pruned(closed: ClosedJaxpr, keep_out: list[bool]) -> tuple[Jaxpr, list[bool]]:

@@ -18,8 +18,13 @@ import s2s_runtime as rt
 
 from s2s import dtypes
 from s2s.core import ShapedArray
+from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
+from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast
+from s2s.passes.transpose import is_linear
+from s2s.primitives import ops
 from s2s.staging import Primitive
 
 
@@ -294,38 +299,33 @@ register(add_any, lambda eqn, x, y: binop("+", x, y))
 
 # ---------------------------------------------------------------------------------------
 # Derivatives. Tangent rules read like the math: `t` is the input tangent, `x` the input,
-# `y` the output. Written with the NumPy surface, so they stage readable equations.
-
-from s2s.numpy_api import math as snp  # noqa: E402  (the surface is built on these primitives)
-from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
-from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast  # noqa: E402
-from s2s.passes.transpose import is_linear  # noqa: E402
+# `y` the output. Written with operators and the op layer, so they stage readable equations.
 
 _UNARY_TANGENTS = {
     exp: lambda x, y, t: t * y,
     log: lambda x, y, t: t / x,
     log1p: lambda x, y, t: t / (1 + x),
     expm1: lambda x, y, t: t * (y + 1),
-    sin: lambda x, y, t: t * snp.cos(x),
-    cos: lambda x, y, t: -(t * snp.sin(x)),
+    sin: lambda x, y, t: t * ops.cos(x),
+    cos: lambda x, y, t: -(t * ops.sin(x)),
     tan: lambda x, y, t: t * (1 + y * y),
-    asin: lambda x, y, t: t / snp.sqrt(1 - x * x),
-    acos: lambda x, y, t: -(t / snp.sqrt(1 - x * x)),
+    asin: lambda x, y, t: t / ops.sqrt(1 - x * x),
+    acos: lambda x, y, t: -(t / ops.sqrt(1 - x * x)),
     atan: lambda x, y, t: t / (1 + x * x),
-    sinh: lambda x, y, t: t * snp.cosh(x),
-    cosh: lambda x, y, t: t * snp.sinh(x),
+    sinh: lambda x, y, t: t * ops.cosh(x),
+    cosh: lambda x, y, t: t * ops.sinh(x),
     tanh: lambda x, y, t: t * (1 - y * y),
-    asinh: lambda x, y, t: t / snp.sqrt(x * x + 1),
-    acosh: lambda x, y, t: t / snp.sqrt(x * x - 1),
+    asinh: lambda x, y, t: t / ops.sqrt(x * x + 1),
+    acosh: lambda x, y, t: t / ops.sqrt(x * x - 1),
     atanh: lambda x, y, t: t / (1 - x * x),
     sqrt: lambda x, y, t: t / (2 * y),
     rsqrt: lambda x, y, t: t * (-0.5 * y / x),
     cbrt: lambda x, y, t: t / (3 * y * y),
     logistic: lambda x, y, t: t * (y * (1 - y)),
-    erf: lambda x, y, t: t * (1.1283791670955126 * snp.exp(-(x * x))),   # 2 / sqrt(pi)
+    erf: lambda x, y, t: t * (1.1283791670955126 * ops.exp(-(x * x))),   # 2 / sqrt(pi)
     lgamma: lambda x, y, t: t * digamma.bind(x),
     digamma: lambda x, y, t: t * polygamma.bind(x, n=1),
-    abs: lambda x, y, t: snp.where(x >= 0, t, -t),   # slope 1 at 0, as JAX's abs has
+    abs: lambda x, y, t: ops.select(x >= 0, t, -t),   # slope 1 at 0, as JAX's abs has
 }
 
 
@@ -341,23 +341,14 @@ for _prim, _tangent_of in _UNARY_TANGENTS.items():
     _jvp.register(_prim, _make_unary_jvp(_prim, _tangent_of))
 
 
-def _zero_tangent_jvp(prim):
-    """Piecewise-constant or non-float results: the tangent is zero everywhere."""
-    def rule(primals, tangents, **params):
-        y = prim.bind(*primals, **params)
-        return y, Zero(tangent_aval(y.aval))
-    return rule
-
-
 for _prim in (floor, ceil, round, sign, is_finite, not_, eq, ne, lt, le, gt, ge, and_, or_, xor,
               stop_gradient, iota):
-    _jvp.register(_prim, _zero_tangent_jvp(_prim))
+    _jvp.defzero(_prim)
 
 
 def _spread(t, shape):
     """A tangent broadcast to the output shape (only where an operand was smaller)."""
-    from s2s.numpy_api.shaping import broadcast_to
-    return t if tuple(t.shape) == tuple(shape) else broadcast_to(t, shape)
+    return ops.broadcast_to(t, shape)
 
 
 def _sum_tangents(shape, *terms):
@@ -405,14 +396,15 @@ def _pow_jvp(primals, tangents):
 
     # Primitives on the primals: x or y may be a literal (`x ** 0.5`, `2.0 ** x`), which
     # has no operators, and a weak one whose dtype a Python `1` must not widen.
-    one = snp.lit(1, y.aval.dtype)
+    one = ops.literal(1, y.aval.dtype)
 
     def d_base():
         return tx * (y * pow.bind(x, sub.bind(y, one)))
 
     def d_exponent():   # log(x) * x**y, taken as 0 where x == 0 (the limit for y > 0)
-        safe = snp.where(eq.bind(x, snp.lit(0, x.aval.dtype)), 1, x)
-        return ty * (out * snp.log(safe))
+        dtype = x.aval.dtype
+        safe = select.bind(eq.bind(x, ops.literal(0, dtype)), ops.literal(1, dtype), x)
+        return ty * (out * log.bind(safe))
     return out, _sum_tangents(out.shape, (tx, d_base), (ty, d_exponent))
 
 
@@ -434,7 +426,7 @@ def _minmax_jvp(prim, picks_x):
         out = prim.bind(x, y)
         tx, ty = (_spread(instantiate(t), out.shape) for t in (tx, ty))
         x_wins, y_wins = picks_x(x, y), picks_x(y, x)
-        return out, snp.where(x_wins, tx, snp.where(y_wins, ty, (tx + ty) / 2))
+        return out, select.bind(x_wins, tx, select.bind(y_wins, ty, (tx + ty) / 2))
     return rule
 
 
@@ -451,7 +443,7 @@ def _rem_jvp(primals, tangents):
     out = rem.bind(x, y)
     if dtypes.is_integer(out.dtype):
         return out, Zero(tangent_aval(out.aval))
-    return out, _sum_tangents(out.shape, (tx, lambda: tx), (ty, lambda: -(ty * snp.trunc(x / y))))
+    return out, _sum_tangents(out.shape, (tx, lambda: tx), (ty, lambda: -(ty * ops.trunc(x / y))))
 
 
 def _select_jvp(primals, tangents):
@@ -463,15 +455,20 @@ def _select_jvp(primals, tangents):
     return out, _spread(select.bind(p, ta, tb), out.shape)
 
 
+def _where_else_zero(pred, t):
+    """`t` where `pred` holds, 0 elsewhere (a weak literal, so it takes `t`'s dtype)."""
+    return select.bind(pred, t, ops.literal(0, t.dtype))
+
+
 def _clamp_jvp(primals, tangents):
     (lo, x, hi), (tlo, tx, thi) = primals, tangents
     out = clamp.bind(lo, x, hi)
     shape = out.shape
     # Primitives, not operators: the bounds may be literals (np.clip(x, 0.0, 1.0)).
     # lo > hi clamps everything to hi (min is applied last), so lo then gets nothing.
-    terms = [(tx, lambda: snp.where(and_.bind(ge.bind(x, lo), le.bind(x, hi)), tx, 0)),
-             (tlo, lambda: snp.where(and_.bind(lt.bind(x, lo), le.bind(lo, hi)), tlo, 0)),
-             (thi, lambda: snp.where(or_.bind(gt.bind(x, hi), gt.bind(lo, hi)), thi, 0))]
+    terms = [(tx, lambda: _where_else_zero(and_.bind(ge.bind(x, lo), le.bind(x, hi)), tx)),
+             (tlo, lambda: _where_else_zero(and_.bind(lt.bind(x, lo), le.bind(lo, hi)), tlo)),
+             (thi, lambda: _where_else_zero(or_.bind(gt.bind(x, hi), gt.bind(lo, hi)), thi))]
     return out, _sum_tangents(shape, *terms)
 
 
@@ -483,21 +480,15 @@ def _convert_jvp(primals, tangents, *, new_dtype, weak_type):
     return out, convert_element_type.bind(t, new_dtype=new_dtype, weak_type=False)
 
 
-def _linear_jvp(prim):
-    def rule(primals, tangents, **params):
-        out = prim.bind(*primals, **params)
-        return out, _spread(prim.bind(*[instantiate(t) for t in tangents], **params), out.shape)
-    return rule
-
-
 for _prim, _rule in [(add, _add_jvp), (sub, _sub_jvp), (mul, _mul_jvp), (div, _div_jvp),
                      (pow, _pow_jvp), (integer_pow, _integer_pow_jvp),
                      (max, _minmax_jvp(max, lambda a, b: a > b)),
                      (min, _minmax_jvp(min, lambda a, b: a < b)),
                      (atan2, _atan2_jvp), (rem, _rem_jvp), (select, _select_jvp),
-                     (clamp, _clamp_jvp), (convert_element_type, _convert_jvp),
-                     (neg, _linear_jvp(neg)), (add_any, _linear_jvp(add_any))]:
+                     (clamp, _clamp_jvp), (convert_element_type, _convert_jvp)]:
     _jvp.register(_prim, _rule)
+_jvp.deflinear(neg)
+_jvp.deflinear(add_any)   # of two values of one type: nothing to broadcast
 
 
 def _polygamma_jvp(primals, tangents, *, n):
@@ -553,8 +544,8 @@ def _convert_transpose(ct, x, *, new_dtype, weak_type):
 
 def _select_transpose(ct, p, a, b):
     return [None] + [unbroadcast(_map_ct(ct, keep), operand.aval.shape) if is_linear(operand) else None
-                     for operand, keep in ((a, lambda c: snp.where(p, c, 0)),
-                                           (b, lambda c: snp.where(p, 0, c)))]
+                     for operand, keep in ((a, lambda c: _where_else_zero(p, c)),
+                                           (b, lambda c: select.bind(p, ops.literal(0, c.dtype), c)))]
 
 
 for _prim, _rule in [(add, _add_transpose), (add_any, _add_transpose), (sub, _sub_transpose),
@@ -565,7 +556,6 @@ for _prim, _rule in [(add, _add_transpose), (add_any, _add_transpose), (sub, _su
 # ---------------------------------------------------------------------------------------
 # StableHLO lowering. Operands arrive already broadcast to the output shape.
 
-from s2s.emit import stablehlo as _hlo  # noqa: E402
 
 _HLO_UNARY = {
     neg: "stablehlo.negate", exp: "stablehlo.exponential", log: "stablehlo.log",

@@ -12,6 +12,9 @@ puts the indexed dimensions elsewhere.
 (shaped like gather's result) added at those positions; repeated positions accumulate,
 as `np.add.at` does. It is gather's transpose.
 
+`transposed_read(read)` writes through any read of an array: it transposes the linear part
+of a jaxpr that reads elements, which is how the NumPy surface stages `x[index] = value`.
+
 Out-of-range indices are clamped into range, as XLA's gather clamps them (scatter_add
 clamps the same way so the two stay transposes of each other). Emitted code writes
 `x[i, j]` for in-range indices, so an out-of-range index there raises NumPy's IndexError
@@ -19,14 +22,21 @@ instead.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from s2s_runtime import indexing as rt_indexing
 
 from s2s import dtypes
-from s2s.core import ShapedArray
+from s2s.core import ClosedJaxpr, ShapedArray
+from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, call, py_value, register, subscript
 from s2s.errors import ShapeError
-from s2s.staging import Primitive
+from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes.partial_eval import partial_eval_jaxpr
+from s2s.passes.tangents import instantiate, is_zero, zeros
+from s2s.passes.transpose import backward_pass, is_linear
+from s2s.staging import Primitive, inline_jaxpr
 
 
 def _check_gather_operands(name: str, operand: ShapedArray, indices, axes) -> tuple:
@@ -119,9 +129,6 @@ register(scatter_add, _emit_scatter_add)
 # other's transposes: gather reads positions, scatter_add adds back to them (repeated
 # indices accumulate, as the cotangent of an element read twice must).
 
-from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
-from s2s.passes.tangents import Zero, instantiate, is_zero, zeros  # noqa: E402
-from s2s.passes.transpose import is_linear  # noqa: E402
 
 
 def _gather_jvp(primals, tangents, *, axes):
@@ -144,22 +151,36 @@ _jvp.register(scatter_add, _scatter_add_jvp)
 
 
 def _gather_transpose(ct, operand, *indices, axes):
-    if is_zero(ct):
-        return [Zero(operand.aval)] + [None] * len(indices)
     zeros_operand = zeros(operand.aval.strip_weak_type())
     return [scatter_add.bind(zeros_operand, ct, *indices, axes=axes)] + [None] * len(indices)
 
 
 def _scatter_add_transpose(ct, operand, updates, *indices, axes):
-    if is_zero(ct):
-        return ([Zero(a.aval) if is_linear(a) else None for a in (operand, updates)]
-                + [None] * len(indices))
     ct_updates = gather.bind(ct, *indices, axes=axes) if is_linear(updates) else None
     return [ct if is_linear(operand) else None, ct_updates] + [None] * len(indices)
 
 
-_transpose.register(gather, _gather_transpose)
-_transpose.register(scatter_add, _scatter_add_transpose)
+_transpose.register(gather, _transpose.skip_zero(_gather_transpose))
+_transpose.register(scatter_add, _transpose.skip_zero(_scatter_add_transpose))
+
+
+def transposed_read(read: ClosedJaxpr) -> Callable:
+    """The transpose of reading an array: `read` takes one array and returns elements of it
+    (a jaxpr of slices, gathers, reshapes ... that the NumPy surface staged for `x[index]`).
+
+    Its index work (wrapping negative staged indices, say) is staged here, once; the rest
+    is linear in the array. Returns `scatter(values)`, which stages the transpose of that
+    linear part: `values`, shaped like what `read` returns, added back at the places they
+    were read from (places read twice get the sum), in an array of the input's shape.
+    That is how `x[index] = value` is written for any index NumPy accepts.
+    """
+    split = partial_eval_jaxpr(read, [True])
+    residuals = inline_jaxpr(split.known, [])
+    linear = [False] * split.num_residuals + [True]
+
+    def scatter(values):
+        return backward_pass(split.unknown, linear, list(residuals) + [None], [values])[0]
+    return scatter
 
 # ---------------------------------------------------------------------------------------
 # StableHLO lowering. The k index arrays (common shape B, rank nb) are converted to one
@@ -170,7 +191,6 @@ _transpose.register(scatter_add, _scatter_add_transpose)
 # dims are nb, nb + 1, .... XLA's gather clamps starts into range, as the impl does; its
 # scatter drops out-of-range updates instead, so scatter_add clamps the indices first.
 
-from s2s.emit import stablehlo as _hlo  # noqa: E402
 
 _HLO_INDEX_DTYPE = np.dtype(np.int64)
 

@@ -20,10 +20,15 @@ import numpy as np
 import s2s_runtime.linalg as rt_linalg
 
 from s2s import dtypes
-from s2s.core import ShapedArray
+from s2s.core import Literal, ShapedArray, aval_of_value
+from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import ATOM, Expr, binop, call, dtype_text, method, register
-from s2s.errors import ShapeError
-from s2s.staging import Primitive
+from s2s.errors import ShapeError, UnsupportedFunctionError
+from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes.tangents import Zero, is_zero, tangent_aval
+from s2s.passes.transpose import LinearInput, is_linear
+from s2s.primitives import ops
+from s2s.staging import Primitive, Tracer
 
 # ---------------------------------------------------------------------------------------
 # dot_general
@@ -255,20 +260,14 @@ register(lu, lambda eqn, a: call("rt.lu", a))
 
 # ---------------------------------------------------------------------------------------
 # Derivatives. Rules read like the math: `x` is a primal, `x_dot` its tangent, `ct` an
-# output cotangent. They stage with the NumPy surface and the primitives above, so the
-# derivative code reads as `a_dot @ b + a @ b_dot`, `solve(L, ...)`, `np.tril(...)`.
+# output cotangent. They stage with the op layer and the primitives above, so the
+# derivative code reads as `a_dot @ b + a @ b_dot`, `solve(L, ...)`, `tril(...)`.
 # Real dtypes only (the NumPy surface has no complex conjugation yet).
-
-from s2s.numpy_api import creation as _creation, shaping as _shaping  # noqa: E402
-from s2s.numpy_api._base import aval as _value_aval, convert as _convert  # noqa: E402
-from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
-from s2s.passes.tangents import Zero, is_zero, tangent_aval  # noqa: E402
-from s2s.passes.transpose import is_linear  # noqa: E402
 
 
 def _aval(x) -> ShapedArray:
     """The abstract value of a staged value, a constant or a LinearInput marker."""
-    return x.aval if is_linear(x) else _value_aval(x)
+    return x.aval if isinstance(x, (LinearInput, Tracer, Literal)) else aval_of_value(x)
 
 
 def _add_terms(*terms):
@@ -288,7 +287,7 @@ def _argsort(values) -> tuple[int, ...]:
 def _mT(x):
     """The transpose of each matrix of a batch (the last two axes swapped)."""
     n = _aval(x).ndim
-    return _shaping.transpose(x, tuple(range(n - 2)) + (n - 1, n - 2))
+    return ops.transpose(x, tuple(range(n - 2)) + (n - 1, n - 2))
 
 
 def _matmul(a, b):
@@ -321,13 +320,13 @@ def _same_dtype(ct, other):
     """With preferred_element_type the cotangent's dtype can differ from the operands':
     the transposed product is then computed in the cotangent's (wider) dtype."""
     if _aval(other).dtype != _aval(ct).dtype:
-        other = _convert(other, _aval(ct).dtype)
+        other = ops.convert(other, _aval(ct).dtype)
     return other
 
 
 def _as_operand(x_bar, aval):
     """A cotangent in its operand's dtype (computed in a wider one by _same_dtype)."""
-    return _convert(x_bar, aval.dtype) if _aval(x_bar).dtype != aval.dtype else x_bar
+    return ops.convert(x_bar, aval.dtype) if _aval(x_bar).dtype != aval.dtype else x_bar
 
 
 def _dot_general_transpose(ct, lhs, rhs, *, dimension_numbers, preferred_element_type=None):
@@ -358,7 +357,7 @@ def _dot_general_transpose(ct, lhs, rhs, *, dimension_numbers, preferred_element
             preferred_element_type=None)
         # Its free rhs dims are rhs's contracting dims in rhs's order: lc sorted by rc.
         layout = list(lb) + lhs_kept + [lc[i] for i in _argsort(rc)]
-        lhs_bar = _shaping.transpose(product, _argsort(layout))
+        lhs_bar = ops.transpose(product, _argsort(layout))
         return [_as_operand(lhs_bar, lhs_aval), None]
     if is_zero(ct):
         return [None, Zero(tangent_aval(rhs_aval))]
@@ -368,7 +367,7 @@ def _dot_general_transpose(ct, lhs, rhs, *, dimension_numbers, preferred_element
         preferred_element_type=None)
     # [batch, lhs's contracting dims in lhs's order (= rc sorted by lc), rhs kept]
     layout = list(rb) + [rc[i] for i in _argsort(lc)] + rhs_kept
-    rhs_bar = _shaping.transpose(product, _argsort(layout))
+    rhs_bar = ops.transpose(product, _argsort(layout))
     return [None, _as_operand(rhs_bar, rhs_aval)]
 
 
@@ -384,7 +383,7 @@ _transpose.register(dot_general, _dot_general_transpose)
 def _lower_half_diagonal(x):
     """Φ(X): the lower triangle of X with its diagonal halved."""
     n = _aval(x).shape[-1]
-    return _shaping.tril(x) / (1 + _creation.eye(n, dtype=_aval(x).dtype))
+    return ops.tril(x) / (1 + ops.eye(n, dtype=_aval(x).dtype))
 
 
 def _cholesky_jvp(primals, tangents):
@@ -411,7 +410,7 @@ def _triangle_read(a_dot, lower: bool, unit_diagonal: bool):
     """The part of ȧ the solve depends on: its lower (or upper) triangle, without the
     diagonal when the diagonal is taken to be ones."""
     k = 1 if unit_diagonal else 0
-    return _shaping.tril(a_dot, -k) if lower else _shaping.triu(a_dot, k)
+    return ops.tril(a_dot, -k) if lower else ops.triu(a_dot, k)
 
 
 def _triangular_solve_jvp(primals, tangents, *, left_side, lower, transpose_a, unit_diagonal):
@@ -459,31 +458,47 @@ def _lu_factors(lu_, m: int, n: int):
     """
     dtype = _aval(lu_).dtype
     batch = _aval(lu_).shape[:-2]
-    L = _shaping.tril(lu_[..., :, :m] if m < n else lu_, -1)
+    ndim = len(batch) + 2
+    L = ops.tril(_leading(lu_, -1, m) if m < n else lu_, -1)
     if m > n:
-        L = _shaping.concatenate([L, _creation.zeros(batch + (m, m - n), dtype=dtype)], axis=-1)
-    L = L + _creation.eye(m, dtype=dtype)
-    U = lu_[..., :n, :] if m > n else lu_
+        L = ops.concatenate([L, ops.full(batch + (m, m - n), 0, dtype)], ndim - 1)
+    L = L + ops.eye(m, dtype=dtype)
+    U = _leading(lu_, -2, n) if m > n else lu_
     if m < n:
-        identity_rows = _creation.eye(n - m, n, k=m, dtype=dtype)
-        U = _shaping.concatenate([U, _shaping.broadcast_to(identity_rows, batch + (n - m, n))],
-                                 axis=-2)
-    return L, _shaping.triu(U)
+        identity_rows = ops.eye(n - m, n, k=m, dtype=dtype)
+        U = ops.concatenate([U, ops.broadcast_to(identity_rows, batch + (n - m, n))], ndim - 2)
+    return L, ops.triu(U)
+
+
+def _leading(x, axis: int, size: int):
+    """The first `size` entries of `x` along `axis` (`x[..., :size, :]` for axis -2)."""
+    shape = tuple(_aval(x).shape)
+    limits = list(shape)
+    limits[axis] = size
+    return ops.slice(x, (0,) * len(shape), limits)
+
+
+def permute_rows(b, permutation):
+    """`b[..., permutation, :]`, batched: `permutation` indexes the rows of each matrix of
+    the batch (the batch dimensions gathered with iotas, the rows with `permutation`)."""
+    shape = tuple(_aval(permutation).shape)
+    nb = len(shape) - 1
+    batch_index = [ops.iota(shape, d, _aval(permutation).dtype) for d in range(nb)]
+    return ops.gather(b, *batch_index, permutation, axes=range(nb + 1))
 
 
 def _lu_jvp(primals, tangents):
-    from s2s.numpy_api.linalg import _permute_rows
     (a,), (a_dot,) = primals, tangents
     lu_, pivots, permutation = lu.bind(a)
     m, n = _aval(a).shape[-2:]
     L, U = _lu_factors(lu_, m, n)
-    pa_dot = _permute_rows(a_dot, permutation)
+    pa_dot = permute_rows(a_dot, permutation)
     Li_pa_dot = _solve(L, pa_dot, left_side=True, lower=True, transpose_a=False,
                        unit_diagonal=True)
     Li_pa_dot_Ui = _solve(U, Li_pa_dot, left_side=False, lower=False, transpose_a=False,
                           unit_diagonal=False)
-    lu_dot = (_matmul(L, _shaping.tril(Li_pa_dot_Ui, -1))
-              + _matmul(_shaping.triu(Li_pa_dot_Ui), U))
+    lu_dot = (_matmul(L, ops.tril(Li_pa_dot_Ui, -1))
+              + _matmul(ops.triu(Li_pa_dot_Ui), U))
     return ([lu_, pivots, permutation],
             [lu_dot, Zero(tangent_aval(_aval(pivots))), Zero(tangent_aval(_aval(permutation)))])
 
@@ -497,7 +512,6 @@ _jvp.register(lu, _lu_jvp)
 # |a[i, j]|, row swaps as selects, then the rank-1 update), batched over leading dims, so
 # the module runs on a jaxlib without jax's LAPACK targets registered.
 
-from s2s.emit import stablehlo as _hlo  # noqa: E402
 
 
 def _tt(shape, dtype) -> str:
@@ -569,7 +583,6 @@ def _lower_lu(ctx, eqn, a):
     aval = eqn.invars[0].aval
     dtype, i32 = np.dtype(aval.dtype), dtypes.int32
     if dtype not in (np.float32, np.float64):
-        from s2s.errors import UnsupportedFunctionError
         raise UnsupportedFunctionError(f"lu of {dtype} cannot be lowered to StableHLO yet",
                                        "use backend='python' for this function")
     *batch, m, n = aval.shape

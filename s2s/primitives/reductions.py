@@ -25,8 +25,12 @@ from s2s_runtime.sorting import sort_multi
 
 from s2s import dtypes
 from s2s.core import ShapedArray
+from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, call, dtype_text, method, register, subscript
-from s2s.errors import ShapeError
+from s2s.errors import ShapeError, UnsupportedFunctionError
+from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes.tangents import Zero, is_zero, tangent_aval
+from s2s.primitives import ops
 from s2s.staging import Primitive
 
 # ---------------------------------------------------------------------------------------
@@ -286,39 +290,13 @@ register(sort, _emit_sort)
 # `t` (a mask, a weight or a permutation computed from the primals, then a sum or a
 # gather of `t`) and so that they are right where a naive formula divides by zero.
 
-from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
-from s2s.passes.tangents import Zero, is_zero, tangent_aval  # noqa: E402
-from s2s.primitives import elementwise as _ew  # noqa: E402
-
-
-def _st():
-    """The structural primitives (imported when a rule runs: they import this module)."""
-    from s2s.primitives import structural
-    return structural
-
-
 def _kept(ndim: int, axes) -> tuple[int, ...]:
     return tuple(d for d in range(ndim) if d not in axes)
 
 
 def _broadcast_back(y, shape, axes):
     """`y`, reduced over `axes`, broadcast back to the operand's `shape`."""
-    return _st().broadcast_in_dim.bind(y, shape=tuple(shape),
-                                       broadcast_dimensions=_kept(len(shape), axes))
-
-
-def _as(mask, dtype):
-    return _ew.convert_element_type.bind(mask, new_dtype=dtype, weak_type=False)
-
-
-def _scalar(value, dtype):
-    """A typed scalar, staged as a literal."""
-    return np.asarray(value, dtype)[()]
-
-
-def _iota(shape, dimension):
-    index = dtypes.canonicalize_dtype(np.intp)
-    return _ew.iota.bind(dtype=index, shape=tuple(shape), dimension=dimension)
+    return ops.broadcast_in_dim(y, shape, _kept(len(shape), axes))
 
 
 def _shift(x, axis: int, reverse: bool, fill):
@@ -326,31 +304,22 @@ def _shift(x, axis: int, reverse: bool, fill):
     value just before each position (`out[i] = x[i - 1]`, or `x[i + 1]` when reversed)."""
     config = [(0, 0, 0)] * x.ndim
     config[axis] = (-1, 1, 0) if reverse else (1, -1, 0)
-    return _st().pad.bind(x, _scalar(fill, x.dtype), padding_config=tuple(config))
+    return ops.pad(x, ops.scalar(fill, x.dtype), config)
 
 
 def _take_along(t, index, axis: int):
     """`np.take_along_axis(t, index, axis)` for an in-range `index` of `t`'s shape."""
-    from s2s.primitives.indexing import gather
     shape = tuple(t.shape)
-    indices = [index if d == axis else _iota(shape, d) for d in range(len(shape))]
-    return gather.bind(t, *indices, axes=tuple(range(len(shape))))
+    indices = [index if d == axis else ops.iota(shape, d) for d in range(len(shape))]
+    return ops.gather(t, *indices, axes=range(len(shape)))
 
 
 def _differentiable(value) -> bool:
     return dtypes.is_differentiable(value.dtype)
 
 
-def _zero_tangent_jvp(prim):
-    """Boolean and index results (all, any, argmax, argmin): their tangent is zero."""
-    def rule(primals, tangents, **params):
-        y = prim.bind(*primals, **params)
-        return y, Zero(tangent_aval(y.aval))
-    return rule
-
-
-for _prim in (reduce_and, reduce_or, argmax, argmin):
-    _jvp.register(_prim, _zero_tangent_jvp(_prim))
+for _prim in (reduce_and, reduce_or, argmax, argmin):   # boolean and index results
+    _jvp.defzero(_prim)
 
 
 def _reduce_sum_jvp(primals, tangents, *, axes):
@@ -371,7 +340,7 @@ def _extremum_jvp(prim):
             return y, Zero(tangent_aval(y.aval))
         if not axes:
             return y, t
-        at_extremum = _as(_ew.eq.bind(x, _broadcast_back(y, x.shape, axes)), t.dtype)
+        at_extremum = ops.convert(ops.eq(x, _broadcast_back(y, x.shape, axes)), t.dtype)
         count = reduce_sum.bind(at_extremum, axes=axes)
         return y, reduce_sum.bind(t * at_extremum, axes=axes) / count
     return rule
@@ -389,22 +358,17 @@ def _exclusive_products(x, axis: int):
 def _product_of_others(x, axes):
     """The product of the other elements reduced with each one (its partial derivative of
     `reduce_prod`). Several axes are first merged into one, last axis."""
-    st = _st()
     if len(axes) == 1:
         return _exclusive_products(x, axes[0])
     shape = tuple(x.shape)
     kept = _kept(len(shape), axes)
     permutation = kept + tuple(axes)
-    moved = x if permutation == tuple(range(len(shape))) else \
-        st.transpose.bind(x, permutation=permutation)
+    moved = ops.transpose(x, permutation)
     moved_shape = tuple(shape[d] for d in permutation)
     merged_shape = moved_shape[:len(kept)] + (int(np.prod(moved_shape[len(kept):])),)
-    merged = st.reshape.bind(moved, new_sizes=merged_shape)
-    others = _exclusive_products(merged, len(kept))
-    others = st.reshape.bind(others, new_sizes=moved_shape)
-    if permutation == tuple(range(len(shape))):
-        return others
-    return st.transpose.bind(others, permutation=tuple(int(p) for p in np.argsort(permutation)))
+    merged = ops.reshape(moved, merged_shape)
+    others = ops.reshape(_exclusive_products(merged, len(kept)), moved_shape)
+    return ops.transpose(others, np.argsort(permutation))
 
 
 def _reduce_prod_jvp(primals, tangents, *, axes):
@@ -441,16 +405,16 @@ def _cumprod_jvp(primals, tangents, *, axis, reverse):
         return cumsum.bind(v, axis=axis, reverse=reverse)
 
     index = dtypes.canonicalize_dtype(np.intp)
-    is_zero_ = _ew.eq.bind(x, _scalar(0, x.dtype))
-    zeros_so_far = scan_sum(_as(is_zero_, index))
+    is_zero_ = ops.eq(x, ops.scalar(0, x.dtype))
+    zeros_so_far = scan_sum(ops.convert(is_zero_, index))
     first_zero = is_zero_ & (zeros_so_far == 1)
-    zero = _scalar(0, y.dtype)
-    before = _ew.select.bind(zeros_so_far == 0, y, zero)
-    safe_x = _ew.select.bind(is_zero_, _scalar(1, x.dtype), x)
-    without_first_zero = cumprod.bind(_ew.select.bind(first_zero, _scalar(1, x.dtype), x),
+    zero = ops.scalar(0, y.dtype)
+    before = ops.select(zeros_so_far == 0, y, zero)
+    safe_x = ops.select(is_zero_, ops.scalar(1, x.dtype), x)
+    without_first_zero = cumprod.bind(ops.select(first_zero, ops.scalar(1, x.dtype), x),
                                       axis=axis, reverse=reverse)
-    after_one = _ew.select.bind(zeros_so_far == 1, without_first_zero, zero)
-    t_at_first_zero = _ew.select.bind(first_zero, t, zero)
+    after_one = ops.select(zeros_so_far == 1, without_first_zero, zero)
+    t_at_first_zero = ops.select(first_zero, t, zero)
     return y, before * scan_sum(t / safe_x) + after_one * scan_sum(t_at_first_zero)
 
 
@@ -463,14 +427,14 @@ def _running_extremum_jvp(prim):
         if not _differentiable(y):
             return y, Zero(tangent_aval(y.aval))
         n = x.shape[axis]
-        iota = _iota(x.shape, axis)
+        iota = ops.iota(x.shape, axis)
         index = iota.dtype
-        first = _ew.eq.bind(iota, _scalar(n - 1 if reverse else 0, index))
+        first = ops.eq(iota, ops.scalar(n - 1 if reverse else 0, index))
         # A new extremum starts where the running value changes (or at the first element).
-        starts = first | _ew.ne.bind(y, _shift(y, axis, reverse, 0))
+        starts = first | ops.ne(y, _shift(y, axis, reverse, 0))
         # Its position, carried along the scan: the latest start reached so far (the
         # largest index going forward, the smallest going backward).
-        marked = _ew.select.bind(starts, iota, _scalar(n - 1 if reverse else 0, index))
+        marked = ops.select(starts, iota, ops.scalar(n - 1 if reverse else 0, index))
         source = (cummin if reverse else cummax).bind(marked, axis=axis, reverse=reverse)
         return y, _take_along(t, source, axis)
     return rule
@@ -480,7 +444,7 @@ def _sort_jvp(primals, tangents, *, dimension, num_keys):
     """Every operand is permuted alike: sort an iota along with them to get the
     permutation, and gather each tangent with it."""
     shape = primals[0].shape
-    *outs, permutation = sort.bind(*primals, _iota(shape, dimension), dimension=dimension,
+    *outs, permutation = sort.bind(*primals, ops.iota(shape, dimension), dimension=dimension,
                                    num_keys=num_keys)
     out_tangents = [Zero(tangent_aval(y.aval)) if is_zero(t) or not _differentiable(y)
                     else _take_along(t, permutation, dimension)
@@ -525,7 +489,6 @@ _transpose.register(cumsum, _cumsum_transpose)
 # `stablehlo.reduce_window` with a window as long as the axis, padded in front; sort is
 # `stablehlo.sort` with a lexicographic comparator that orders like NumPy (NaNs last).
 
-from s2s.emit import stablehlo as _hlo  # noqa: E402
 
 
 def _ttype(shape, dtype) -> str:
@@ -542,7 +505,6 @@ def _compare_kind(dtype) -> str:
 
 
 def _unsupported(dtype):
-    from s2s.errors import UnsupportedFunctionError
     return UnsupportedFunctionError(f"{np.dtype(dtype).name} reductions cannot be lowered to "
                                     f"StableHLO yet", "use backend='python' for this function")
 

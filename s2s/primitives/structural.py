@@ -19,9 +19,14 @@ from s2s_runtime import indexing as rt_indexing
 
 from s2s import dtypes
 from s2s.core import Literal, ShapedArray
+from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import (ATOM, Expr, call, dtype_text, method, py_value, register, slice_text,
                              subscript, typed_scalar)
 from s2s.errors import ShapeError
+from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes.tangents import instantiate, is_zero, zeros
+from s2s.passes.transpose import is_linear
+from s2s.primitives import ops
 from s2s.staging import Primitive
 
 # ---------------------------------------------------------------------------------------
@@ -466,23 +471,6 @@ NUMPY_VIEWS = frozenset({slice, squeeze, reshape, transpose, expand_dims, rev})
 # cotangent back to where the operand's elements came from: a broadcast sums, a slice
 # pads with zeros, a pad slices, a concatenate splits.
 
-from s2s.passes import jvp as _jvp, transpose as _transpose  # noqa: E402
-from s2s.passes.tangents import Zero, instantiate, is_zero, zeros  # noqa: E402
-from s2s.passes.transpose import is_linear  # noqa: E402
-
-
-def _zero_scalar(dtype):
-    """A typed scalar 0 (staged as a literal, so no equation computes it)."""
-    return np.zeros((), dtype)[()]
-
-
-def _linear_unary_jvp(prim):
-    def rule(primals, tangents, **params):
-        (x,), (t,) = primals, tangents
-        return prim.bind(x, **params), prim.bind(t, **params)
-    return rule
-
-
 def _concatenate_jvp(primals, tangents, *, dimension):
     out = concatenate.bind(*primals, dimension=dimension)
     return out, concatenate.bind(*[instantiate(t) for t in tangents], dimension=dimension)
@@ -491,7 +479,7 @@ def _concatenate_jvp(primals, tangents, *, dimension):
 def _pad_jvp(primals, tangents, *, padding_config):
     (x, padding_value), (t, t_value) = primals, tangents
     out = pad.bind(x, padding_value, padding_config=padding_config)
-    t_value = _zero_scalar(out.dtype) if is_zero(t_value) else t_value
+    t_value = ops.scalar(0, out.dtype) if is_zero(t_value) else t_value
     return out, pad.bind(instantiate(t), t_value, padding_config=padding_config)
 
 
@@ -509,7 +497,7 @@ def _dynamic_update_slice_jvp(primals, tangents):
 
 
 for _prim in (broadcast_in_dim, reshape, transpose, squeeze, expand_dims, slice, rev):
-    _jvp.register(_prim, _linear_unary_jvp(_prim))
+    _jvp.deflinear(_prim)
 for _prim, _rule in [(concatenate, _concatenate_jvp), (pad, _pad_jvp),
                      (dynamic_slice, _dynamic_slice_jvp),
                      (dynamic_update_slice, _dynamic_update_slice_jvp)]:
@@ -520,23 +508,13 @@ for _prim, _rule in [(concatenate, _concatenate_jvp), (pad, _pad_jvp),
 # others (start indices, a constant padding value) are values and get no cotangent.
 
 
-def _unless_zero(rule):
-    """Rules never compute with a symbolic zero: each linear operand's cotangent is zero."""
-    def wrapped(ct, *args, **params):
-        if is_zero(ct):
-            return [Zero(a.aval) if is_linear(a) else None for a in args]
-        return rule(ct, *args, **params)
-    return wrapped
-
-
 def _broadcast_in_dim_transpose(ct, x, *, shape, broadcast_dimensions):
     """Sums over the new dimensions and over the size-1 dimensions that were stretched."""
-    from s2s.primitives.reductions import reduce_sum
     stretched = [d for i, d in enumerate(broadcast_dimensions)
                  if x.aval.shape[i] == 1 and shape[d] != 1]
     new = [d for d in range(len(shape)) if d not in broadcast_dimensions]
     axes = tuple(sorted(new + stretched))
-    summed = reduce_sum.bind(ct, axes=axes) if axes else ct
+    summed = ops.reduce_sum(ct, axes) if axes else ct
     if tuple(summed.shape) != x.aval.shape:
         summed = reshape.bind(summed, new_sizes=x.aval.shape)
     return [summed]
@@ -581,18 +559,17 @@ def _pad_transpose(ct, x, padding_value, *, padding_config):
     padding (a negative edge cropped, so it pads with zeros) and take every
     (interior + 1)-th element. The padding value was copied to every other position: its
     cotangent is the sum of the cotangent there, the total less the operand's part."""
-    from s2s.primitives.reductions import reduce_sum
     unpad = tuple((-lo, -hi, 0) for lo, hi, _ in padding_config)
     ct_x = ct
     if any(lo or hi for lo, hi, _ in unpad):
-        ct_x = pad.bind(ct_x, _zero_scalar(ct.dtype), padding_config=unpad)
+        ct_x = pad.bind(ct_x, ops.scalar(0, ct.dtype), padding_config=unpad)
     if any(interior for _, _, interior in padding_config):
         ct_x = slice.bind(ct_x, start_indices=(0,) * ct.ndim, limit_indices=tuple(ct_x.shape),
                           strides=tuple(interior + 1 for _, _, interior in padding_config))
     ct_value = None
     if is_linear(padding_value):
         every = tuple(range(ct.ndim))
-        ct_value = reduce_sum.bind(ct, axes=every) - reduce_sum.bind(ct_x, axes=every)
+        ct_value = ops.reduce_sum(ct, every) - ops.reduce_sum(ct_x, every)
     return [ct_x if is_linear(x) else None, ct_value]
 
 
@@ -603,7 +580,7 @@ def _slice_transpose(ct, x, *, start_indices, limit_indices, strides=None):
     for d, n, start, stride in zip(x.aval.shape, ct.shape, start_indices, strides):
         end = start + (n - 1) * stride + 1 if n else start   # one past the last element read
         config.append((start, d - end, stride - 1 if n else 0))
-    return [pad.bind(ct, _zero_scalar(ct.dtype), padding_config=tuple(config))]
+    return [pad.bind(ct, ops.scalar(0, ct.dtype), padding_config=tuple(config))]
 
 
 def _dynamic_slice_transpose(ct, x, *starts, slice_sizes):
@@ -633,13 +610,12 @@ for _prim, _rule in [(broadcast_in_dim, _broadcast_in_dim_transpose),
                      (slice, _slice_transpose), (dynamic_slice, _dynamic_slice_transpose),
                      (dynamic_update_slice, _dynamic_update_slice_transpose),
                      (rev, _rev_transpose)]:
-    _transpose.register(_prim, _unless_zero(_rule))
+    _transpose.register(_prim, _transpose.skip_zero(_rule))
 
 # ---------------------------------------------------------------------------------------
 # StableHLO lowering. None of these broadcast their operands; a scalar literal operand
 # arrives as a 0-d constant, which every rule below accepts like any other operand.
 
-from s2s.emit import stablehlo as _hlo  # noqa: E402
 
 
 def _in_type(eqn, i: int = 0) -> str:
