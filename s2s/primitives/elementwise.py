@@ -17,9 +17,10 @@ import numpy as np
 import s2s_runtime as rt
 
 from s2s import dtypes
-from s2s.core import ShapedArray
+from s2s.core import ShapedArray, Var
 from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
+from s2s.passes import simplify as _simplify
 from s2s.staging import Primitive
 
 
@@ -702,3 +703,29 @@ for _prim, _rule in [(integer_pow, _lower_integer_pow), (is_finite, _lower_is_fi
 _hlo.register(iota, _lower_iota)
 _hlo.register(stop_gradient, lambda ctx, eqn, x: [x])
 
+# ---------------------------------------------------------------------------------------
+# Simplification: `x * 1`, `x + 0` and `x - 0` are `x`. Differentiation makes them (the
+# cotangent seed is a literal 1, and the transpose of a sum broadcasts it); dropping them
+# keeps emitted derivatives free of `1.0 * t` noise.
+
+
+def _identity_rule(unit, commutative: bool):
+    """The rule dropping an equation whose one operand passes through because the other is
+    `unit` everywhere (and the result has the operand's shape and dtype: no broadcast or
+    promotion is lost)."""
+    def rule(eqn, producer):
+        out = eqn.outvars[0].aval
+        for keep, other in [(0, 1), (1, 0)] if commutative else [(0, 1)]:
+            operand = eqn.invars[keep]
+            value = _simplify.fill_value(eqn.invars[other], producer)
+            if (value is not None and value == unit and isinstance(operand, Var)
+                    and operand.aval.shape == out.shape and operand.aval.dtype == out.dtype):
+                return operand
+        return None
+    return rule
+
+
+_simplify.register(mul, _identity_rule(1, commutative=True))
+_simplify.register(add, _identity_rule(0, commutative=True))
+_simplify.register(add_any, _identity_rule(0, commutative=True))
+_simplify.register(sub, _identity_rule(0, commutative=False))
