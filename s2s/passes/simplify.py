@@ -10,7 +10,7 @@ primitive that has such an identity registers a rule in `simplify_rules`:
 that defines an operand, or None for inputs, constants and literals, so a rule can look
 one step up the graph. A rule returns the atom the equation's one output equals (the
 equation is dropped and its output renamed), a replacement equation with the same
-outputs (simplified again, until no rule applies), or None to keep the equation.
+outputs (in its final form: it is not simplified again), or None to keep the equation.
 
 Primitives are pure, so a rule only has to preserve values, shapes and dtypes. Bodies of
 control flow are left as they are.
@@ -51,7 +51,7 @@ def fill_value(atom: Atom, producer: Callable):
 def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     """`closed` with every equation a rule simplifies replaced (top level only)."""
     jaxpr = closed.jaxpr
-    rename: dict[Var, Atom] = {}        # output of a dropped equation -> the atom it equals
+    rename: dict[Var, Atom] = {}          # output of a dropped equation -> the atom it equals
     producers: dict[Var, JaxprEqn] = {}   # output -> the kept equation that defines it
 
     def renamed(v):
@@ -64,26 +64,17 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     for eqn in jaxpr.eqns:
         eqn = JaxprEqn(eqn.primitive, [renamed(v) for v in eqn.invars], eqn.outvars, eqn.params,
                        eqn.source_info)
-        result = _apply_rules(eqn, producer)
+        rule = simplify_rules.get(eqn.primitive)
+        result = rule(eqn, producer) if rule is not None else None
         if isinstance(result, JaxprEqn):
-            eqns.append(result)
-            producers.update((v, result) for v in result.outvars)
-            continue
-        (out,) = eqn.outvars
-        rename[out] = result
-        if isinstance(result, Var) and result.hint is None:   # keep the user's name for it
-            result.hint = out.hint
+            eqn, result = result, None
+        if result is None:
+            eqns.append(eqn)
+            producers.update((v, eqn) for v in eqn.outvars)
+        else:
+            (out,) = eqn.outvars
+            rename[out] = result
+            if isinstance(result, Var) and result.hint is None:   # keep the user's name for it
+                result.hint = out.hint
     outvars = [renamed(v) for v in jaxpr.outvars]
     return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, eqns), closed.consts)
-
-
-def _apply_rules(eqn: JaxprEqn, producer: Callable) -> JaxprEqn | Atom:
-    """The equation after every rule that applies, or the atom it reduced to."""
-    while (rule := simplify_rules.get(eqn.primitive)) is not None:
-        result = rule(eqn, producer)
-        if result is None:
-            return eqn
-        if not isinstance(result, JaxprEqn):
-            return result
-        eqn = result
-    return eqn
