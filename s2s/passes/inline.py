@@ -4,8 +4,9 @@ The emitters run this first, so a function with a custom derivative is written o
 own equations, readable like everything else. Bodies of control flow (a scan's jaxpr, a
 cond's branches) are inlined too, so a call inside a loop is written out as well.
 
-A call primitive (custom_jvp_call ...) carries the jaxpr it calls in its `call` parameter
-and is declared one with `register_call`; emitters have no rules for those.
+A call primitive (custom_jvp_call ...) carries the jaxpr it calls in its `call` parameter;
+its family declares it with `register_call`, and the emitters, which inline first, need no
+rule for it.
 """
 from __future__ import annotations
 

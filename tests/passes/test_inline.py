@@ -81,15 +81,12 @@ def test_calls_in_the_bodies_of_control_flow_are_inlined():
         assert_equivalent(closed, inlined, np.int32(index), X3, np.stack([X3, -X3]))
 
 
-@s2s.custom_jvp
-def softplus(x):
+def softplus_primal(x):
     return np.log1p(np.exp(x))
 
 
-@softplus.defjvp
-def softplus_jvp(primals, tangents):
-    (x,), (t,) = primals, tangents
-    return softplus(x), t / (1 + np.exp(-x))
+softplus = s2s.custom_jvp(softplus_primal)
+softplus.defjvps(lambda t, ans, x: t / (1 + np.exp(-x)))
 
 
 def test_a_staged_custom_jvp_function_is_written_out_as_its_primal():
