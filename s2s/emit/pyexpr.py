@@ -49,12 +49,15 @@ python_rules: dict = {}   # Primitive -> rule(eqn, *operands: Expr) -> Expr
 # `names` are the names the caller wants the results in, if any (see emit/python.py's Block).
 STATEMENT_RULES: set = set()
 
-# Call primitives (custom_jvp_call ...) whose `call` jaxpr the emitter writes out in place.
-INLINED_BEFORE_EMISSION: set = set()
+# Primitives whose NumPy spelling types a bare Python scalar operand like the array beside
+# it (NEP 50), so `x * 0.5` can be written instead of `x * np.float32(0.5)`.
+BARE_SCALAR_OK: set = set()
 
 
-def register(primitive, rule: Callable) -> None:
+def register(primitive, rule: Callable, bare_scalar_ok: bool = False) -> None:
     python_rules[primitive] = rule
+    if bare_scalar_ok:
+        BARE_SCALAR_OK.add(primitive)
 
 
 def register_statement(primitive, rule: Callable) -> None:

@@ -22,12 +22,9 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Literal, Var
-from s2s.emit.pyexpr import ATOM, STATEMENT_RULES, UNARY, Expr, dtype_text, python_rules, typed_scalar
-
-# Rules whose NumPy spelling types a bare Python scalar operand like the array beside it
-# (NEP 50), so `x * 0.5` can be written instead of `x * np.float32(0.5)`.
-BARE_SCALAR_OK = {"add", "sub", "mul", "div", "pow", "max", "min", "atan2", "rem", "eq", "ne",
-                  "lt", "le", "gt", "ge", "and", "or", "xor", "select", "clamp"}
+from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, UNARY, Expr, dtype_text, python_rules,
+                             typed_scalar)
+from s2s.passes.inline import inline_calls
 
 INLINE_MAX_CHARS = 72          # longer expressions get a name of their own
 LARGE_CONST_ELEMENTS = 1000    # larger constants are never written as literals
@@ -147,7 +144,6 @@ def _const_source(name: str, value: np.ndarray, options: EmitOptions, sidecar: d
 def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: str,
                 options: EmitOptions | None = None) -> EmittedModule:
     options = options or EmitOptions()
-    from s2s.passes.inline import inline_calls
     closed = inline_calls(closed)
     jaxpr = closed.jaxpr
     names = _Names(taken=[name] + signature.params)
@@ -262,7 +258,7 @@ class Block:
         for eqn in jaxpr.eqns:
             if not any(uses.get(v) for v in eqn.outvars):
                 continue
-            bare_ok = eqn.primitive.name in BARE_SCALAR_OK and any(
+            bare_ok = eqn.primitive in BARE_SCALAR_OK and any(
                 isinstance(v, Var) for v in eqn.invars)
             operands = [literal_expr(v, bare_ok) if isinstance(v, Literal) else exprs[v]
                         for v in eqn.invars]

@@ -21,6 +21,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Literal, ShapedArray, Var
 from s2s.errors import ShapeError, UnsupportedFunctionError
+from s2s.passes.inline import inline_calls
 
 stablehlo_rules: dict = {}
 BROADCASTING: set = set()   # primitives whose operands broadcast NumPy-style
@@ -154,7 +155,6 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
     `aliases` ({input index: output index}, see `donation_aliases`) lets XLA write those
     outputs into the donated inputs' buffers (`tf.aliasing_output`).
     """
-    from s2s.passes.inline import inline_calls
     closed = inline_calls(closed)
     jaxpr = closed.jaxpr
     ctx = LoweringContext()

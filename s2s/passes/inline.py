@@ -3,12 +3,21 @@
 The emitters run this first, so a function with a custom derivative is written out as its
 own equations, readable like everything else. Bodies of control flow (a scan's jaxpr, a
 cond's branches) are inlined too, so a call inside a loop is written out as well.
+
+A call primitive (custom_jvp_call ...) carries the jaxpr it calls in its `call` parameter;
+its family declares it with `register_call`, and the emitters, which inline first, need no
+rule for it.
 """
 from __future__ import annotations
 
 from s2s.core import ClosedJaxpr
-from s2s.emit.pyexpr import INLINED_BEFORE_EMISSION
 from s2s.staging import JaxprBuilder, inline_jaxpr, paused_gc
+
+call_primitives: set = set()   # primitives whose equations are replaced by their `call` jaxpr
+
+
+def register_call(primitive) -> None:
+    call_primitives.add(primitive)
 
 
 def _bodies(value) -> list[ClosedJaxpr]:
@@ -21,7 +30,7 @@ def _bodies(value) -> list[ClosedJaxpr]:
 
 
 def _has_calls(closed: ClosedJaxpr) -> bool:
-    return any(eqn.primitive in INLINED_BEFORE_EMISSION
+    return any(eqn.primitive in call_primitives
                or any(_has_calls(b) for v in eqn.params.values() for b in _bodies(v))
                for eqn in closed.jaxpr.eqns)
 
@@ -45,4 +54,4 @@ def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
         return closed
     with paused_gc(), JaxprBuilder() as builder:
         args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]
-        return builder.build(inline_jaxpr(closed, args, INLINED_BEFORE_EMISSION, _with_bodies_inlined_params))
+        return builder.build(inline_jaxpr(closed, args, call_primitives, _with_bodies_inlined_params))

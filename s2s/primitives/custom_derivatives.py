@@ -7,15 +7,14 @@ user's jvp function, staged from its source; a custom_vjp_call becomes the user'
 function plus `custom_vjp_lin`, a linear primitive over the tangents whose transpose is the
 user's backward function. After differentiation no call is left for transpose to see.
 
-Emitters inline call bodies (`INLINED_BEFORE_EMISSION`), so generated Python shows the
+Emitters inline call bodies (`passes/inline.py`), so generated Python shows the
 function's own equations, not an opaque call.
 """
 from __future__ import annotations
 
 from s2s.core import eval_jaxpr
-from s2s.emit.pyexpr import INLINED_BEFORE_EMISSION
 from s2s.errors import StagingError
-from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes import inline as _inline, jvp as _jvp, transpose as _transpose
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.staging import Primitive
 
@@ -32,7 +31,8 @@ def call_impl(*args, call, **params):
 
 custom_jvp_call = Primitive("custom_jvp_call", call_abstract, call_impl, multiple_results=True)
 custom_vjp_call = Primitive("custom_vjp_call", call_abstract, call_impl, multiple_results=True)
-INLINED_BEFORE_EMISSION.update({custom_jvp_call, custom_vjp_call})
+_inline.register_call(custom_jvp_call)
+_inline.register_call(custom_vjp_call)
 
 
 def _custom_jvp_rule(primals, tangents, *, call, rule):

@@ -17,11 +17,11 @@ import numpy as np
 import s2s_runtime as rt
 
 from s2s import dtypes
-from s2s.core import ShapedArray
+from s2s.core import ShapedArray, Var
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
-from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
@@ -169,9 +169,9 @@ def _binary(name: str, np_fn, emit, kind: str = "numeric", out_dtype=None):
     impl = _keep_dtype(np_fn) if out_dtype is None else (lambda x, y: np_fn(x, y))
     prim = Primitive(name, _elementwise_abstract(name, kind, out_dtype), impl)
     if emit.startswith("np.") or emit.startswith("rt."):
-        register(prim, lambda eqn, x, y: call(emit, x, y))
+        register(prim, lambda eqn, x, y: call(emit, x, y), bare_scalar_ok=True)
     else:
-        register(prim, lambda eqn, x, y: binop(emit, x, y))
+        register(prim, lambda eqn, x, y: binop(emit, x, y), bare_scalar_ok=True)
     return prim
 
 
@@ -185,7 +185,7 @@ rem = _binary("rem", np.fmod, "np.fmod")        # sign of the dividend, like C a
 pow = Primitive("pow", _elementwise_abstract("pow", "float"), _keep_dtype(np.power))
 # `**` of two Python floats is complex for a negative base; np.power gives NaN, like XLA.
 register(pow, lambda eqn, x, y: binop("**", x, y) if eqn.outvars[0].aval.shape
-         else call("np.power", x, y))
+         else call("np.power", x, y), bare_scalar_ok=True)
 
 
 def _div_impl(x, y):
@@ -203,7 +203,7 @@ def _emit_div(eqn, x, y):
 # Floats divide; integers divide rounding toward zero (XLA's rule). NumPy's `//` floors:
 # the NumPy surface builds floor division out of this and a correction.
 div = Primitive("div", _elementwise_abstract("div", "numeric"), _div_impl)
-register(div, _emit_div)
+register(div, _emit_div, bare_scalar_ok=True)
 
 # ---------------------------------------------------------------------------------------
 # Comparisons and logic
@@ -233,7 +233,7 @@ def _select_abstract(pred, on_true, on_false):
 # select(pred, on_true, on_false) is np.where: broadcasting, as everything elementwise.
 select = Primitive("select", _select_abstract,
                    lambda p, a, b: np.asarray(np.where(p, a, b), dtype=np.result_type(a, b))[()])
-register(select, lambda eqn, p, a, b: call("np.where", p, a, b))
+register(select, lambda eqn, p, a, b: call("np.where", p, a, b), bare_scalar_ok=True)
 
 
 def _clamp_abstract(lo, x, hi):
@@ -245,7 +245,7 @@ def _clamp_abstract(lo, x, hi):
 # clamp(lo, x, hi) = np.clip(x, lo, hi): min(max(x, lo), hi), so lo wins nothing over hi.
 clamp = Primitive("clamp", _clamp_abstract,
                   lambda lo, x, hi: np.asarray(np.minimum(np.maximum(x, lo), hi), dtype=x.dtype)[()])
-register(clamp, lambda eqn, lo, x, hi: call("np.clip", x, lo, hi))
+register(clamp, lambda eqn, lo, x, hi: call("np.clip", x, lo, hi), bare_scalar_ok=True)
 
 # ---------------------------------------------------------------------------------------
 # convert_element_type, iota
@@ -691,3 +691,30 @@ for _prim, _rule in [(integer_pow, _lower_integer_pow), (is_finite, _lower_is_fi
     _hlo.register(_prim, _rule, broadcasting=True)
 _hlo.register(iota, _lower_iota)
 _hlo.register(stop_gradient, lambda ctx, eqn, x: [x])
+
+# ---------------------------------------------------------------------------------------
+# Simplification: `x * 1`, `x + 0` and `x - 0` are `x`. Differentiation makes them (the
+# cotangent seed is a literal 1, and the transpose of a sum broadcasts it); dropping them
+# keeps emitted derivatives free of `1.0 * t` noise.
+
+
+def _identity_rule(unit, commutative: bool):
+    """The rule dropping an equation whose one operand passes through because the other is
+    `unit` everywhere (and the result has the operand's shape and dtype: no broadcast or
+    promotion is lost)."""
+    def rule(eqn, producer):
+        out = eqn.outvars[0].aval
+        for keep, other in [(0, 1), (1, 0)] if commutative else [(0, 1)]:
+            operand = eqn.invars[keep]
+            value = _simplify.fill_value(eqn.invars[other], producer)
+            if (value is not None and value == unit and isinstance(operand, Var)
+                    and operand.aval.shape == out.shape and operand.aval.dtype == out.dtype):
+                return operand
+        return None
+    return rule
+
+
+_simplify.register(mul, _identity_rule(1, commutative=True))
+_simplify.register(add, _identity_rule(0, commutative=True))
+_simplify.register(add_any, _identity_rule(0, commutative=True))
+_simplify.register(sub, _identity_rule(0, commutative=False))

@@ -17,9 +17,8 @@ Emitters inline `call`, so generated code shows the solver as written.
 """
 from __future__ import annotations
 
-from s2s.emit.pyexpr import INLINED_BEFORE_EMISSION
 from s2s.primitives.custom_derivatives import call_abstract, call_impl
-from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes import inline as _inline, jvp as _jvp, transpose as _transpose
 from s2s.passes.jvp import jvp_eqns
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.transpose import is_linear
@@ -28,7 +27,8 @@ from s2s.staging import Primitive
 
 custom_root = Primitive("custom_root", call_abstract, call_impl, multiple_results=True)
 custom_linear_solve = Primitive("custom_linear_solve", call_abstract, call_impl, multiple_results=True)
-INLINED_BEFORE_EMISSION.update({custom_root, custom_linear_solve})
+_inline.register_call(custom_root)
+_inline.register_call(custom_linear_solve)
 
 
 class ImplicitRule:

@@ -18,12 +18,12 @@ import numpy as np
 from s2s_runtime import indexing as rt_indexing
 
 from s2s import dtypes
-from s2s.core import Literal, ShapedArray
+from s2s.core import JaxprEqn, Literal, ShapedArray
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import (ATOM, Expr, call, dtype_text, method, py_value, register, slice_text,
                              subscript, typed_scalar)
 from s2s.errors import ShapeError
-from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose
 from s2s.passes.tangents import instantiate, is_zero, zeros
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
@@ -720,3 +720,28 @@ for _prim, _rule in [(broadcast_in_dim, _lower_broadcast_in_dim), (reshape, _low
                      (dynamic_slice, _lower_dynamic_slice),
                      (dynamic_update_slice, _lower_dynamic_update_slice), (rev, _lower_rev)]:
     _hlo.register(_prim, _rule)
+
+# ---------------------------------------------------------------------------------------
+# Simplification: a broadcast (or expand_dims) of a broadcast is one broadcast_in_dim of
+# the source. Transposed reductions produce chains like broadcast -> expand_dims ->
+# broadcast; folding them keeps emitted gradients to one `np.broadcast_to`.
+
+
+def _fold_broadcast(eqn, producer):
+    inner = producer(eqn.invars[0])
+    if inner is None or inner.primitive is not broadcast_in_dim:
+        return None
+    out_shape = eqn.outvars[0].aval.shape
+    if eqn.primitive is broadcast_in_dim:
+        outer = eqn.params["broadcast_dimensions"]
+    else:   # expand_dims: input dim i lands on the i-th output dim that was not inserted
+        inserted = {d % len(out_shape) for d in eqn.params["dimensions"]}
+        outer = tuple(d for d in range(len(out_shape)) if d not in inserted)
+    params = {"shape": tuple(out_shape),
+              "broadcast_dimensions": tuple(outer[d] for d in inner.params["broadcast_dimensions"])}
+    return JaxprEqn(broadcast_in_dim, [inner.invars[0]], eqn.outvars, params, eqn.source_info)
+
+
+_simplify.register(broadcast_in_dim, _fold_broadcast)
+_simplify.register(expand_dims, _fold_broadcast)
+_simplify.register_repeating(broadcast_in_dim)

@@ -13,11 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from s2s.emit.stablehlo import stablehlo_rules
+from s2s.emit.stablehlo import lower, stablehlo_rules
+from s2s.errors import ShapeError
 from s2s.primitives import elementwise as ew
 from s2s.staging import Primitive
 from tests.emit.strategies import FLOATS, SETTINGS, shapes, tolerance
-from tests.helpers import check_lowered
+from tests.helpers import check_lowered, stage
 from tests.primitives.test_elementwise import (BINARY_CASES, CONVERTIBLE, UNARY_CASES, WIDE_INTS,
                                                away_from_zero, broadcastable, polygamma_oracle,
                                                span)
@@ -163,9 +164,6 @@ def test_complex_constants_lower_exactly(dtype):
 
 
 def test_an_integer_too_large_for_its_type_is_a_clear_error():
-    from s2s.errors import ShapeError
-    from tests.helpers import stage
-    from s2s.emit.stablehlo import lower
     closed, _ = stage(lambda v: (v, 2 ** 70), np.arange(3))    # Python's int, returned as it is
     with pytest.raises(ShapeError, match=f"the integer {2 ** 70} does not fit int64"):
         lower(closed)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from s2s.errors import UnsupportedFunctionError
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.primitives import linalg as La
 from s2s.primitives import reductions as R
@@ -305,7 +306,6 @@ def test_complex_sums_and_products(dtype, data):
 
 
 def test_complex_max_is_a_clear_error():
-    from s2s.errors import UnsupportedFunctionError
     with pytest.raises(UnsupportedFunctionError, match="complex64 reductions cannot be lowered"):
         check_lowered(lambda z: np.max(z, axis=0), lambda z: np.max(z, axis=0),
                       np.ones((2, 2), np.complex64))

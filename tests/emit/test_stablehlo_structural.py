@@ -21,6 +21,7 @@ from s2s.emit.stablehlo import lower
 from s2s.primitives import indexing as I
 from s2s.primitives import structural as S
 from s2s.staging import Primitive
+from s2s_runtime.xla import Executable
 from tests.emit.strategies import SETTINGS, shapes, tolerance
 from tests.helpers import assert_same, check_lowered
 from tests.primitives import test_structural as impl_tests
@@ -35,7 +36,6 @@ NUMERIC = [d for d in DTYPES if d != np.bool_]
 def check_def(fn, *args):
     """`fn` (a def using the NumPy surface) staged by the front end, lowered, compiled and
     run by XLA, equals `fn(*args)` run by NumPy. Returns the StableHLO text."""
-    from s2s_runtime.xla import Executable
     closed = s2s.make_jaxpr(fn)(*args)
     text = lower(closed)
     staged = [a for a in args if isinstance(a, (np.ndarray, np.generic, float))]

@@ -1,0 +1,80 @@
+"""Algebraic simplification: equations rewritten by per-primitive rules.
+
+Differentiation leaves arithmetic a person would not write: `1.0 * t` (the cotangent seed
+is a literal 1), `t + 0`, a broadcast of a broadcast (the transpose of a reduction). Each
+primitive that has such an identity registers a rule in `simplify_rules`:
+
+    rule(eqn, producer) -> an atom, an equation, or None
+
+`eqn`'s operands are already simplified; `producer(atom)` is the (simplified) equation
+that defines an operand, or None for inputs, constants and literals, so a rule can look
+one step up the graph. A rule returns the atom the equation's one output equals (the
+equation is dropped and its output renamed), a replacement equation with the same
+outputs (in its final form: it is not simplified again), or None to keep the equation.
+
+Primitives are pure, so a rule only has to preserve values, shapes and dtypes. Bodies of
+control flow are left as they are.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from s2s.core import Atom, ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
+
+simplify_rules: dict = {}   # Primitive -> rule(eqn, producer) -> Atom | JaxprEqn | None
+
+# Primitives whose result repeats their operand: broadcast from a literal, every element of
+# the result is that literal's value (see `fill_value`).
+_REPEATS_OPERAND: set = set()
+
+
+def register(primitive, rule: Callable) -> None:
+    simplify_rules[primitive] = rule
+
+
+def register_repeating(primitive) -> None:
+    """Declares that `primitive`'s result is its first operand repeated (a broadcast)."""
+    _REPEATS_OPERAND.add(primitive)
+
+
+def fill_value(atom: Atom, producer: Callable):
+    """The value every element of `atom` holds, when the jaxpr fixes it at compile time (a
+    literal, or a literal repeated by a broadcast); None otherwise."""
+    if isinstance(atom, Literal):
+        return atom.value
+    eqn = producer(atom)
+    if eqn is not None and eqn.primitive in _REPEATS_OPERAND and isinstance(eqn.invars[0], Literal):
+        return eqn.invars[0].value
+    return None
+
+
+def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """`closed` with every equation a rule simplifies replaced (top level only)."""
+    jaxpr = closed.jaxpr
+    rename: dict[Var, Atom] = {}          # output of a dropped equation -> the atom it equals
+    producers: dict[Var, JaxprEqn] = {}   # output -> the kept equation that defines it
+
+    def renamed(v):
+        return rename.get(v, v) if isinstance(v, Var) else v
+
+    def producer(atom):
+        return producers.get(atom) if isinstance(atom, Var) else None
+
+    eqns = []
+    for eqn in jaxpr.eqns:
+        eqn = JaxprEqn(eqn.primitive, [renamed(v) for v in eqn.invars], eqn.outvars, eqn.params,
+                       eqn.source_info)
+        rule = simplify_rules.get(eqn.primitive)
+        result = rule(eqn, producer) if rule is not None else None
+        if isinstance(result, JaxprEqn):
+            eqn, result = result, None
+        if result is None:
+            eqns.append(eqn)
+            producers.update((v, eqn) for v in eqn.outvars)
+        else:
+            (out,) = eqn.outvars
+            rename[out] = result
+            if isinstance(result, Var) and result.hint is None:   # keep the user's name for it
+                result.hint = out.hint
+    outvars = [renamed(v) for v in jaxpr.outvars]
+    return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, eqns), closed.consts)

@@ -1,0 +1,187 @@
+"""The simplify pass: per-primitive rules drop identities and fold broadcast chains.
+
+The rules live with their primitives (elementwise: `x * 1`, `x + 0`, `x - 0`; structural:
+a broadcast or expand_dims of a broadcast); these tests hold the interpreter and those
+rules to what they promise on small hand-built jaxprs, and check every result is still a
+well-formed jaxpr computing the same values.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from s2s.core import Literal
+from s2s.passes import simplify as simplify_pass
+from s2s.passes.simplify import fill_value, simplify, simplify_rules
+from s2s.primitives import control_flow as C, elementwise as E, reductions as R, structural as S
+from tests.passes.handbuilt import arr, assert_equivalent, build, names
+
+X3 = np.array([1.5, -2.0, 3.25])
+
+
+def ones(shape, value=1.0):
+    return S.broadcast_in_dim.bind(value, shape=shape, broadcast_dimensions=())
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: E.mul.bind(x, 1.0), lambda x: E.mul.bind(1.0, x),
+    lambda x: E.add.bind(x, 0.0), lambda x: E.add.bind(0.0, x),
+    lambda x: E.add_any.bind(x, 0.0), lambda x: E.add_any.bind(0.0, x),
+    lambda x: E.sub.bind(x, 0.0), lambda x: E.mul.bind(x, ones((3,))),
+    lambda x: E.add.bind(ones((3,), 0.0), x),
+], ids=["x*1", "1*x", "x+0", "0+x", "add_any(x,0)", "add_any(0,x)", "x-0", "x*ones", "zeros+x"])
+def test_an_identity_is_dropped_and_its_output_renamed_to_the_operand(fn):
+    closed = build(fn, arr(3))
+    simplified = simplify(closed)
+    assert not {"mul", "add", "add_any", "sub"} & set(names(simplified))
+    assert simplified.jaxpr.outvars == closed.jaxpr.invars
+    assert_equivalent(closed, simplified, X3)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: E.sub.bind(0.0, x),                   # 0 - x is -x, not x
+    lambda x: E.mul.bind(x, 2.0),
+    lambda x: E.mul.bind(x, 0.0),
+    lambda x: E.add.bind(x, 1.0),
+    lambda x: E.mul.bind(x, ones((3,), 2.0)),
+    lambda x: E.mul.bind(x, E.sin.bind(x)),
+], ids=["0-x", "x*2", "x*0", "x+1", "x*twos", "x*sin(x)"])
+def test_an_operation_that_changes_the_value_is_kept(fn):
+    closed = build(fn, arr(3))
+    simplified = simplify(closed)
+    assert names(simplified) == names(closed)
+    assert_equivalent(closed, simplified, X3)
+
+
+def test_an_identity_that_broadcasts_its_operand_is_kept():
+    # x is a scalar and ones a vector: the product has ones' shape, so it is not x.
+    closed = build(lambda x: E.mul.bind(x, ones((3,))), arr())
+    simplified = simplify(closed)
+    assert names(simplified) == ["broadcast_in_dim", "mul"]
+    assert_equivalent(closed, simplified, np.float64(2.5))
+
+
+def test_an_identity_of_two_literals_is_kept():
+    # Nothing to rename the output to: the pass never turns an equation into a literal.
+    closed = build(lambda x: [x, E.mul.bind(2.0, 1.0)], arr())
+    assert names(simplify(closed)) == ["mul"]
+
+
+def test_identities_in_a_chain_all_go_and_users_read_the_operand():
+    closed = build(lambda x: E.sin.bind(E.add.bind(E.mul.bind(x, 1.0), 0.0)), arr(3))
+    simplified = simplify(closed)
+    assert names(simplified) == ["sin"]
+    assert simplified.jaxpr.eqns[0].invars == closed.jaxpr.invars
+    assert_equivalent(closed, simplified, X3)
+
+
+def test_the_dropped_output_lends_its_name_to_a_nameless_operand():
+    def fn(x):
+        y = E.mul.bind(E.sin.bind(x), 1.0)
+        y.variable.hint = "y"
+        return y
+    simplified = simplify(build(fn, arr(3)))
+    (out,) = simplified.jaxpr.outvars
+    assert simplified.jaxpr.eqns[0].outvars == [out] and out.hint == "y"
+
+
+def test_a_named_operand_keeps_its_name():
+    def fn(x):
+        s = E.sin.bind(x)
+        s.variable.hint = "s"
+        y = E.mul.bind(s, 1.0)
+        y.variable.hint = "y"
+        return y
+    (out,) = simplify(build(fn, arr(3))).jaxpr.outvars
+    assert out.hint == "s"
+
+
+def test_a_broadcast_of_a_broadcast_is_one_broadcast_of_the_source():
+    def fn(x):
+        inner = S.broadcast_in_dim.bind(x, shape=(2, 3), broadcast_dimensions=(1,))
+        return S.broadcast_in_dim.bind(inner, shape=(4, 2, 3), broadcast_dimensions=(1, 2))
+    closed = build(fn, arr(3))
+    simplified = simplify(closed)
+    outer = simplified.jaxpr.eqns[-1]
+    assert outer.primitive is S.broadcast_in_dim and outer.invars == closed.jaxpr.invars
+    assert outer.params == {"shape": (4, 2, 3), "broadcast_dimensions": (2,)}
+    assert_equivalent(closed, simplified, X3)
+
+
+@pytest.mark.parametrize("dimensions, expected_dims", [((0,), (2,)), ((2,), (1,)), ((1,), (2,))])
+def test_expand_dims_of_a_broadcast_becomes_a_broadcast_of_the_source(dimensions, expected_dims):
+    def fn(x):
+        inner = S.broadcast_in_dim.bind(x, shape=(2, 3), broadcast_dimensions=(1,))
+        return S.expand_dims.bind(inner, dimensions=dimensions)
+    closed = build(fn, arr(3))
+    simplified = simplify(closed)
+    folded = simplified.jaxpr.eqns[-1]
+    assert folded.primitive is S.broadcast_in_dim and folded.invars == closed.jaxpr.invars
+    assert folded.params["broadcast_dimensions"] == expected_dims
+    assert_equivalent(closed, simplified, X3)
+
+
+def test_a_chain_of_three_broadcasts_folds_to_one_read_of_the_source():
+    def fn(x):
+        a = S.broadcast_in_dim.bind(x, shape=(2, 3), broadcast_dimensions=(1,))
+        b = S.expand_dims.bind(a, dimensions=(0,))
+        return S.broadcast_in_dim.bind(b, shape=(5, 2, 3), broadcast_dimensions=(0, 1, 2))
+    closed = build(fn, arr(3))
+    simplified = simplify(closed)
+    assert all(e.primitive is S.broadcast_in_dim and e.invars == closed.jaxpr.invars
+               for e in simplified.jaxpr.eqns)
+    assert_equivalent(closed, simplified, X3)
+
+
+def test_a_broadcast_of_a_computed_value_is_kept():
+    closed = build(lambda x: S.broadcast_in_dim.bind(E.sin.bind(x), shape=(2, 3),
+                                                     broadcast_dimensions=(1,)), arr(3))
+    simplified = simplify(closed)
+    assert simplified.jaxpr.eqns[-1].invars == closed.jaxpr.eqns[-1].invars
+
+
+def test_a_folded_broadcast_of_a_literal_still_counts_as_filled():
+    # ones reaches the mul through expand_dims: folding makes it a broadcast of 1.0, so
+    # the mul is an identity.
+    def fn(x):
+        filled = S.expand_dims.bind(ones((3,)), dimensions=(0,))
+        return E.mul.bind(x, filled)
+    closed = build(fn, arr(1, 3))
+    simplified = simplify(closed)
+    assert "mul" not in names(simplified)
+    assert_equivalent(closed, simplified, X3[None])
+
+
+def test_an_identity_on_one_output_of_a_multiple_result_equation():
+    def fn(keys, values):
+        sorted_keys, sorted_values = R.sort.bind(keys, values, dimension=0, num_keys=1)
+        return [E.mul.bind(sorted_values, 1.0), sorted_keys]
+    closed = build(fn, arr(3), arr(3))
+    simplified = simplify(closed)
+    assert names(simplified) == ["sort"]
+    assert simplified.jaxpr.outvars == simplified.jaxpr.eqns[0].outvars[::-1]
+    assert_equivalent(closed, simplified, X3, X3 * 2)
+
+
+def test_bodies_of_control_flow_are_left_as_they_are():
+    branch = build(lambda x: E.mul.bind(x, 1.0), arr(3))
+    closed = build(lambda i, x: C.cond.bind(i, x, branches=(branch, branch)), arr(dtype="int32"), arr(3))
+    simplified = simplify(closed)
+    assert simplified.jaxpr.eqns[0].params["branches"] == (branch, branch)
+    assert_equivalent(closed, simplified, np.int32(1), X3)
+
+
+def test_fill_value_sees_literals_and_broadcast_literals_only():
+    closed = build(lambda x: [ones((3,), 2.5), S.broadcast_in_dim.bind(x, shape=(3,),
+                                                                       broadcast_dimensions=())], arr())
+    producers = {eqn.outvars[0]: eqn for eqn in closed.jaxpr.eqns}
+    filled, broadcast_input = closed.jaxpr.outvars
+    assert fill_value(filled, producers.get) == 2.5
+    assert fill_value(broadcast_input, producers.get) is None
+    assert fill_value(closed.jaxpr.invars[0], producers.get) is None
+    assert fill_value(Literal(np.float64(4.0), arr()), producers.get) == 4.0
+
+
+def test_the_families_register_their_simplifications():
+    assert {E.mul, E.add, E.add_any, E.sub, S.broadcast_in_dim, S.expand_dims} <= set(simplify_rules)
+    assert simplify_pass.simplify_rules is simplify_rules
