@@ -20,19 +20,12 @@ import functools
 
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean, stage
-from s2s.frontend.walker import stage_python_function
+from s2s.frontend.walker import call_user
 from s2s.primitives.custom_derivatives import custom_jvp_call, custom_vjp_call
 from s2s.staging import Tracer, current_builder
 from s2s.tree import tree_flatten, tree_leaves
 
 __all__ = ["custom_jvp", "custom_vjp"]
-
-
-def _call_user(fn, args):
-    """Stages a user rule from its source (or calls an s2s function directly)."""
-    if getattr(fn, "__s2s_transform__", False) or isinstance(fn, (custom_jvp, custom_vjp)):
-        return fn(*args)
-    return stage_python_function(fn, args, {})
 
 
 class _CallSite:
@@ -76,7 +69,7 @@ class _CallSite:
         primal_args, tangent_args = self.primal_args(primals), self.primal_args(tangents)
         owner = self.owner
         if owner.jvp is not None:
-            out, out_tangent = _call_user(owner.jvp, (*self.nondiff(), primal_args, tangent_args))
+            out, out_tangent = call_user(owner.jvp, (*self.nondiff(), primal_args, tangent_args), {})
             return self.flat_outputs(out, "the jvp rule"), self.flat_outputs(out_tangent, "the jvp rule")
         # defjvps: one rule per differentiable argument, jvp_i(t_i, ans, *primals), summed.
         out = self.owner(*self._full_args(primal_args))
@@ -84,7 +77,7 @@ class _CallSite:
         for rule, t in zip(owner.jvps, tangent_args):
             if rule is None:
                 continue
-            term = _call_user(rule, (t, out, *primal_args))
+            term = call_user(rule, (t, out, *primal_args), {})
             total = term if total is None else total + term
         return self.flat_outputs(out, "the function"), self.flat_outputs(total, "a defjvps rule")
 
@@ -94,7 +87,7 @@ class _CallSite:
                      for i in range(len(self.args)))
 
     def apply_fwd(self, primals: list):
-        result = _call_user(self.owner.fwd, (*self.nondiff(), *self.primal_args(primals)))
+        result = call_user(self.owner.fwd, (*self.nondiff(), *self.primal_args(primals)), {})
         if not (isinstance(result, tuple) and len(result) == 2):
             raise StagingError(f"the fwd rule of {self.name} must return (output, residuals)",
                                "return a pair: the function's output and what bwd needs")
@@ -105,7 +98,7 @@ class _CallSite:
     def apply_bwd(self, residual_leaves: list, cts: list) -> list:
         residuals = self.residual_tree.unflatten(residual_leaves)
         ct = self.staged.out_tree.unflatten(cts)
-        in_cts = _call_user(self.owner.bwd, (*self.nondiff(), residuals, ct))
+        in_cts = call_user(self.owner.bwd, (*self.nondiff(), residuals, ct), {})
         if not isinstance(in_cts, tuple):
             raise StagingError(f"the bwd rule of {self.name} must return a tuple with one "
                                "cotangent per differentiable argument", "return `(x_bar,)`")

@@ -26,14 +26,15 @@ from typing import Any
 
 from s2s import config
 from s2s.core import ClosedJaxpr
-from s2s.errors import S2SError, StagingError
+from s2s.errors import StagingError
 from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf
+from s2s.frontend.reraise import reraise_clean
 from s2s.frontend.source import function_source
 from s2s.frontend.walker import stage_python_function
 from s2s.staging import JaxprBuilder, Tracer, paused_gc
 from s2s.tree import PyTreeDef, leaf_paths, tree_flatten, tree_leaves
 
-__all__ = ["ShapeDtype", "Staged", "stage"]
+__all__ = ["ShapeDtype", "Staged", "reraise_clean", "stage"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -309,10 +310,3 @@ def _typed(value):
     if isinstance(value, tuple):
         return (tuple,) + tuple(_typed(v) for v in value)
     return type(value), value
-
-
-def reraise_clean(error: S2SError):
-    """Raises a user-facing error without s2s's internal frames behind it."""
-    error.__cause__ = None
-    error.__suppress_context__ = True
-    raise error.with_traceback(None)

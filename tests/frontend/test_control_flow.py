@@ -10,6 +10,7 @@ import pytest
 
 import s2s
 from s2s.emit.python import load_source
+from s2s.frontend import structured
 
 rng = np.random.default_rng(0)
 
@@ -679,10 +680,9 @@ def continue_nested(depth: int) -> str:
 
 
 def test_each_nested_continue_stages_what_it_guards_once(monkeypatch):
-    from s2s import lax
     stagings = []
-    staged_once = lax._Body.__init__
-    monkeypatch.setattr(lax._Body, "__init__", lambda self, *a: stagings.append(1) or staged_once(self, *a))
+    staged_once = structured.StagedBody.__init__
+    monkeypatch.setattr(structured.StagedBody, "__init__", lambda self, *a: stagings.append(1) or staged_once(self, *a))
     xs = np.linspace(-1, 12, 9)
     counts = {}
     for depth in (3, 6):
