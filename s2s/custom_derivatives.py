@@ -36,7 +36,7 @@ class _CallSite:
 
     def __init__(self, owner, staged: Staged, args: tuple):
         self.owner = owner
-        self.name = getattr(owner.fun, "__qualname__", "f")
+        self.name = owner.name
         self.staged = staged
         self.args = args
         self.residual_tree = None
@@ -124,6 +124,10 @@ class _CustomBase:
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
 
+    @property
+    def name(self) -> str:
+        return getattr(self.fun, "__qualname__", "f")
+
     def __call__(self, *args):
         if current_builder() is None and not any(isinstance(l, Tracer) for l in tree_leaves(args)):
             return self.fun(*args)   # plain NumPy values: just run it
@@ -142,11 +146,8 @@ class custom_jvp(_CustomBase):
     """A function with a user-defined forward-mode derivative (JAX's custom_jvp)."""
 
     primitive = custom_jvp_call
-
-    def __init__(self, fun, nondiff_argnums=()):
-        super().__init__(fun, nondiff_argnums)
-        self.jvp = None
-        self.jvps = None
+    jvp = None      # the rule, until defjvp or defjvps gives one
+    jvps = None
 
     def defjvp(self, jvp):
         """`jvp(*nondiff_args, primals, tangents) -> (primal_out, tangent_out)`."""
@@ -159,7 +160,7 @@ class custom_jvp(_CustomBase):
 
     def _check_rule(self):
         if self.jvp is None and self.jvps is None:
-            raise StagingError(f"custom_jvp function {self.fun.__qualname__} has no jvp rule",
+            raise StagingError(f"custom_jvp function {self.name} has no jvp rule",
                                "define one with @f.defjvp or f.defjvps(...)")
 
 
@@ -167,11 +168,8 @@ class custom_vjp(_CustomBase):
     """A function with a user-defined reverse-mode derivative (JAX's custom_vjp)."""
 
     primitive = custom_vjp_call
-
-    def __init__(self, fun, nondiff_argnums=()):
-        super().__init__(fun, nondiff_argnums)
-        self.fwd = None
-        self.bwd = None
+    fwd = None      # the rules, until defvjp gives them
+    bwd = None
 
     def defvjp(self, fwd, bwd):
         """`fwd(*args) -> (out, residuals)`; `bwd(*nondiff_args, residuals, ct) -> tuple`."""
@@ -179,5 +177,5 @@ class custom_vjp(_CustomBase):
 
     def _check_rule(self):
         if self.fwd is None:
-            raise StagingError(f"custom_vjp function {self.fun.__qualname__} has no vjp rule",
+            raise StagingError(f"custom_vjp function {self.name} has no vjp rule",
                                "define one with f.defvjp(fwd, bwd)")

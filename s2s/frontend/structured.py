@@ -228,14 +228,8 @@ def _taking_all_consts(body: StagedBody, start: int, const_avals: list[ShapedArr
 
 
 def while_loop(cond_fun, body_fun, init_val, max_iters=None):
-    """`while cond_fun(val): val = body_fun(val)`, staged as one `while_loop`.
-
-    With `max_iters` (beyond jax.lax.while_loop) the loop also stops after `max_iters`
-    steps, and reverse mode works: differentiated, it runs as a scan of `max_iters` steps,
-    each running the body only while `cond_fun` has held, with each step's residuals in
-    buffers of `max_iters` rows. Run or differentiated in forward mode, the loop stops as
-    soon as `cond_fun` is false.
-    """
+    """`while cond_fun(val): val = body_fun(val)`, staged as one `while_loop` (stopping after
+    `max_iters` steps too, if given: see `s2s.lax.while_loop`)."""
     if max_iters is not None and (isinstance(max_iters, bool) or not isinstance(max_iters, (int, np.integer))
                                   or max_iters < 0):
         raise StagingError(f"while_loop's max_iters must be a non-negative int, not {max_iters!r}",

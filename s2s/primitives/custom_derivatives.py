@@ -13,7 +13,8 @@ function's own equations, not an opaque call.
 from __future__ import annotations
 
 from s2s.core import eval_jaxpr
-from s2s.emit.pyexpr import INLINED_BEFORE_EMISSION
+from s2s.emit import stablehlo as _hlo
+from s2s.emit.pyexpr import INLINED_BEFORE_EMISSION, register as _register_python
 from s2s.errors import StagingError
 from s2s.passes import jvp as _jvp, transpose as _transpose
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
@@ -95,11 +96,6 @@ def _emit_lin(eqn, *operands):
     _lin_impl(**eqn.params)
 
 
-from s2s.emit.pyexpr import register as _register_python  # noqa: E402
-
+# Call primitives are inlined before emission; custom_vjp_lin only runs in reverse mode.
 _register_python(custom_vjp_lin, _emit_lin)
-
-# Call primitives are inlined before lowering; custom_vjp_lin only runs in reverse mode.
-from s2s.emit import stablehlo as _hlo  # noqa: E402
-
 _hlo.register(custom_vjp_lin, lambda ctx, eqn, *operands: _emit_lin(eqn))
