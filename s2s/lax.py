@@ -164,10 +164,10 @@ def _staged_solver(solve, linear_map: ClosedJaxpr, consts: list, b, what: str) -
 
     def apply(x):
         return b_tree.unflatten(inline_jaxpr(linear_map, list(consts) + tree_leaves(x)))
+    what = f"custom_linear_solve's {what}"
     body = StagedBody(Direct(lambda rhs: call_user(solve, (Direct(apply, ["x"]), rhs), {}), ["b"]), (b,), what)
     if body.out_tree != b_tree:
-        raise StagingError(f"custom_linear_solve's {what} returns {body.out_tree}, but b is {b_tree}",
-                           "return x in the structure of b")
+        raise StagingError(f"{what} returns {body.out_tree}, but b is {b_tree}", "return x in the structure of b")
     return body
 
 
@@ -182,13 +182,13 @@ def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False)
                            f"structure {b_tree}", "matvec must map x to a value shaped like b")
     consts, n_consts, n_b = matvec_body.consts, len(matvec_body.consts), len(tree_leaves(b))
     solve_body = _staged_solver(solve, matvec_body.jaxpr, consts, b, "solve")
-    if symmetric:
-        transpose_solve = solve
-    vecmat_jaxpr = transpose_body = None
-    if transpose_solve is not None:
+    transpose_solve = solve if symmetric else transpose_solve
+    if transpose_solve is None:     # reverse mode says that it needs one
+        vecmat_jaxpr, transpose_consts, transpose_solve_jaxpr = None, [], None
+    else:
         vecmat_jaxpr = transpose_jaxpr(matvec_body.jaxpr, [False] * n_consts + [True] * n_b)
         transpose_body = _staged_solver(transpose_solve, vecmat_jaxpr, consts, b, "transpose_solve")
-    return b_tree.unflatten(implicit.linear_solve(
-        consts, matvec_body.jaxpr, vecmat_jaxpr, solve_body.consts, solve_body.jaxpr,
-        [] if transpose_body is None else transpose_body.consts,
-        None if transpose_body is None else transpose_body.jaxpr, tree_leaves(b)))
+        transpose_consts, transpose_solve_jaxpr = transpose_body.consts, transpose_body.jaxpr
+    x = implicit.linear_solve(consts, matvec_body.jaxpr, vecmat_jaxpr, solve_body.consts, solve_body.jaxpr,
+                              transpose_consts, transpose_solve_jaxpr, tree_leaves(b))
+    return b_tree.unflatten(x)

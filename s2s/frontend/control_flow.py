@@ -17,7 +17,8 @@ import numpy as np
 
 from s2s.errors import ConcretizationError, S2SError, StagingError, UnsupportedSyntaxError
 from s2s.frontend import structured
-from s2s.frontend.in_place import changes_existing_objects, mutates_containers, updated_arrays, walk_statements
+from s2s.frontend.in_place import (changes_existing_objects, mutates_containers, updated_arrays,
+                                   walk_statements)
 from s2s.frontend.source import walk_scope
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
@@ -81,13 +82,6 @@ class ControlFlow:
         taken = node.body if self.truth(test, node.test, "an `if` condition") else node.orelse
         # In a staged loop a jump under an array condition in here guards what follows it.
         self._guarded_block(taken) if self.in_staged_loop else self.block(taken)
-
-    # --- control flow on staged values: cond, while_loop and scan -----------------------
-    #
-    # The names a branch or loop body passes on (assigned in it and read after it, or by
-    # the next iteration: the def-use chains say which) become the outputs of a `cond`
-    # or the carry of a loop. Everything else the body reads it takes from the enclosing
-    # function directly (closure conversion makes those explicit operands).
 
     def _tail_block(self, statements):
         """Statements that end the function: its body, and the paths through an `if` that

@@ -299,7 +299,8 @@ class Loops:
             return i + step, self._iteration(node, carry, jumps, values, i)
         names = ["i"] + hints_of(carry)
         with current_builder().at(self.source.info(node)):
-            after, values = structured.while_loop(direct_body(keep_going, names), direct_body(step_to_next, names), (first, init))
+            after, values = structured.while_loop(direct_body(keep_going, names),
+                                                  direct_body(step_to_next, names), (first, init))
         def last_item():   # the last value the loop took; if it never ran, what it was before
             before = self.scope.vars.get(self.source.stored_names([node.target])[0])
             if isinstance(before, (int, np.integer)) or (isinstance(before, Tracer) and before.shape == ()
@@ -322,8 +323,9 @@ class Loops:
         if isinstance(iterable, range) and not self.source.is_read(node.target):
             def step(values):     # `for _ in range(n):` needs no position
                 return self._iteration(node, carry, jumps, values)
-            values = structured.while_loop(direct_body(lambda values: values[-1], hints_of(carry)), direct_body(step, hints_of(carry)),
-                                    init + (np.bool_(True),), max_iters=length)
+            values = structured.while_loop(direct_body(lambda values: values[-1], hints_of(carry)),
+                                           direct_body(step, hints_of(carry)), init + (np.bool_(True),),
+                                           max_iters=length)
             return dict(zip(carry, values)), None
 
         def keep_going(state):
@@ -335,7 +337,7 @@ class Loops:
         position = np.zeros((), xs.dtype if isinstance(iterable, range) else dtypes.default_int())
         names = ["k"] + hints_of(carry)
         steps, values = structured.while_loop(direct_body(keep_going, names), direct_body(step_at, names),
-                                       (position, init + (np.bool_(True),)), max_iters=length)
+                                              (position, init + (np.bool_(True),)), max_iters=length)
         return dict(zip(carry, values)), steps - 1
 
 

@@ -115,6 +115,8 @@ class StagedFunction:
 
 
 def signature_from_ast(args: gast.arguments, defaults: list, kw_defaults: dict) -> inspect.Signature:
+    """The signature of a def or lambda met while staging, read from its AST (there is no
+    function object to inspect), with the default values the walker computed."""
     P = inspect.Parameter
     params = []
     positional = args.posonlyargs + args.args

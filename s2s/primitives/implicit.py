@@ -47,6 +47,7 @@ def padded(solver: ClosedJaxpr, n_consts: int, before: list[ShapedArray],
 
 
 def _custom_root_jvp(primals, tangents, **params):
+    """dx solves ∂f/∂x · dx = -∂f/∂θ · dθ at the root x: the staged tangent_solve, applied."""
     x = custom_root.bind(*primals, **params)
     n_f_consts, n_tangent_consts = params["n_f_consts"], params["n_tangent_consts"]
     theta, dtheta = primals[:n_f_consts], tangents[:n_f_consts]
@@ -79,50 +80,47 @@ def linear_solve(matvec_consts, matvec_jaxpr: ClosedJaxpr, vecmat_jaxpr: ClosedJ
                                     n_transpose_consts=len(transpose_consts))
 
 
-def _operands(args, n_matvec_consts, n_solve_consts, n_transpose_consts) -> tuple[list, list, list, list]:
-    """custom_linear_solve's operands: matvec's, solve's and transpose_solve's constants, b."""
-    ends = [n_matvec_consts, n_matvec_consts + n_solve_consts,
-            n_matvec_consts + n_solve_consts + n_transpose_consts]
-    return list(args[:ends[0]]), list(args[ends[0]:ends[1]]), list(args[ends[1]:ends[2]]), list(args[ends[2]:])
+def _operands(args, params) -> tuple[list, list, list, list]:
+    """custom_linear_solve's operands, split: matvec's, solve's and transpose_solve's
+    constants, and b."""
+    solve_start = params["n_matvec_consts"]
+    transpose_start = solve_start + params["n_solve_consts"]
+    b_start = transpose_start + params["n_transpose_consts"]
+    return (list(args[:solve_start]), list(args[solve_start:transpose_start]),
+            list(args[transpose_start:b_start]), list(args[b_start:]))
 
 
 def _custom_linear_solve_jvp(primals, tangents, **params):
     """dx = A⁻¹ (db - dA · x): the same solve again, on another right-hand side."""
-    matvec_jaxpr, call = params["matvec_jaxpr"], params["call"]
-    consts, _, _, _ = _operands(primals, params["n_matvec_consts"], params["n_solve_consts"],
-                                params["n_transpose_consts"])
-    dconsts, _, _, db = _operands(tangents, params["n_matvec_consts"], params["n_solve_consts"],
-                                  params["n_transpose_consts"])
-    b_avals = [v.aval for v in call.jaxpr.outvars]
+    consts, solve_consts, transpose_consts, _ = _operands(primals, params)
+    dconsts, _, _, db = _operands(tangents, params)
+    x_zeros = [Zero(tangent_aval(v.aval)) for v in params["call"].jaxpr.outvars]
     x = custom_linear_solve.bind(*primals, **params)
     if all(is_zero(t) for t in dconsts + db):
-        return x, [Zero(tangent_aval(a)) for a in b_avals]
-    rhs = [instantiate(t) if not is_zero(t) else instantiate(Zero(tangent_aval(a))) for t, a in zip(db, b_avals)]
+        return x, x_zeros
+    rhs = [instantiate(t) if not is_zero(t) else instantiate(zero) for t, zero in zip(db, x_zeros)]
     if not all(is_zero(t) for t in dconsts):
-        _, dAx = jvp_eqns(matvec_jaxpr, consts + list(x), dconsts + [Zero(tangent_aval(a)) for a in b_avals])
+        _, dAx = jvp_eqns(params["matvec_jaxpr"], consts + list(x), dconsts + x_zeros)
         rhs = [r - instantiate(d) for r, d in zip(rhs, dAx)]
-    return x, custom_linear_solve.bind(*primals[:len(primals) - len(rhs)], *rhs, **params)
+    return x, custom_linear_solve.bind(*consts, *solve_consts, *transpose_consts, *rhs, **params)
 
 
 _jvp.register(custom_linear_solve, _custom_linear_solve_jvp)
 
 
-def _custom_linear_solve_transpose(cts, *args, call, matvec_jaxpr, vecmat_jaxpr, solve_jaxpr,
-                                   transpose_solve_jaxpr, n_matvec_consts, n_solve_consts,
-                                   n_transpose_consts):
+def _custom_linear_solve_transpose(cts, *args, **params):
     """b̄ = A⁻ᵀ x̄: a solve with the transposed map and the transposed solver."""
-    consts, solve_consts, transpose_consts, b = _operands(args, n_matvec_consts, n_solve_consts,
-                                                          n_transpose_consts)
+    consts, solve_consts, transpose_consts, b = _operands(args, params)
     if any(is_linear(c) for c in args[:len(args) - len(b)]) or not all(is_linear(v) for v in b):
         raise _transpose.NonLinearEquationError("custom_linear_solve is linear in b only")
-    if transpose_solve_jaxpr is None:
+    if params["transpose_solve_jaxpr"] is None:
         raise StagingError(
             "reverse mode through custom_linear_solve needs a solver for the transposed "
             "system", "pass transpose_solve=..., or symmetric=True when A is symmetric")
     cts = [instantiate(c) if not is_zero(c) else instantiate(Zero(v.aval))
-           for c, v in zip(cts, call.jaxpr.outvars)]
-    b_bar = linear_solve(consts, vecmat_jaxpr, matvec_jaxpr, transpose_consts, transpose_solve_jaxpr,
-                         solve_consts, solve_jaxpr, cts)
+           for c, v in zip(cts, params["call"].jaxpr.outvars)]
+    b_bar = linear_solve(consts, params["vecmat_jaxpr"], params["matvec_jaxpr"], transpose_consts,
+                         params["transpose_solve_jaxpr"], solve_consts, params["solve_jaxpr"], cts)
     return [None] * (len(args) - len(b)) + list(b_bar)
 
 
