@@ -48,7 +48,7 @@ def is_array_constant(value) -> bool:
 
 
 class Expressions:
-    """The walker's expression half (a mixin of FunctionWalker): `expr(node)` returns the
+    """The walker's expressions (a mixin of FunctionWalker): `expr(node)` returns the
     node's value. Names resolve in `self.scope`; calls go through `self.call` and new
     functions (lambdas) are made by `self._make_function`, both of the walker's core."""
 

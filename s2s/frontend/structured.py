@@ -57,7 +57,9 @@ class Direct:
 
 
 def param_names(fn) -> list[str]:
-    signature = getattr(fn, "signature", None)    # a def or lambda inside a staged function
+    """`fn`'s parameter names (hints for a body's inputs): from the `signature` that a
+    `Direct` and a def made while staging carry, else from inspect."""
+    signature = getattr(fn, "signature", None)
     try:
         return list((signature or inspect.signature(fn)).parameters)
     except (TypeError, ValueError):
@@ -65,7 +67,8 @@ def param_names(fn) -> list[str]:
 
 
 class StagedBody:
-    """A user function staged on arguments of given types, closure-converted."""
+    """A function of staged values staged once on arguments of given types, closure-converted:
+    `jaxpr` takes the values it read from the enclosing function (`consts`) first."""
 
     def __init__(self, fn, args: tuple, what: str):
         leaves, in_tree = tree_flatten(args)

@@ -7,6 +7,11 @@ user's jvp function, staged from its source; a custom_vjp_call becomes the user'
 function plus `custom_vjp_lin`, a linear primitive over the tangents whose transpose is the
 user's backward function. After differentiation no call is left for transpose to see.
 
+`rule` is the call site `s2s.custom_derivatives` binds (it lives in the layer above and is
+never imported here): `apply_jvp`, `apply_fwd` and `apply_bwd` stage the user's rules,
+with call_user, on the values the passes give them. They are staged only when a derivative
+is taken, as in JAX.
+
 Emitters inline call bodies (`INLINED_BEFORE_EMISSION`), so generated Python shows the
 function's own equations, not an opaque call.
 """
