@@ -104,7 +104,8 @@ def _cache_owner_and_key(fn) -> tuple[Any, tuple]:
         base = base.fn
     py_fn, self_arg = underlying_function(base)
     owner = py_fn if self_arg is None else self_arg
-    return owner, (tuple(chain), None if self_arg is None else py_fn, getattr(py_fn, "__code__", None))
+    return owner, (tuple(chain), None if self_arg is None else py_fn,
+                   getattr(_defining_function(base), "__code__", None))
 
 
 def underlying_function(fn):

@@ -59,6 +59,15 @@ def test_a_partial_stages_its_if_when_called_directly(x):
 
 
 @pytest.mark.parametrize("x", [X, -np.abs(X), np.abs(X)])
+def test_a_partial_stages_its_if_at_the_top_level(x):
+    assert_stages_an_if(scale_by_3, x)
+    np.testing.assert_allclose(s2s.jit(scale_by_3)(x), reference_scaled(3.0, x))
+    # Each partial is its own function: its arguments are not shared through the cache.
+    np.testing.assert_allclose(s2s.jit(functools.partial(scaled_unless_negative, 5.0))(x),
+                               reference_scaled(5.0, x))
+
+
+@pytest.mark.parametrize("x", [X, -np.abs(X), np.abs(X)])
 def test_a_partial_stages_its_if_as_a_cond_branch(x):
     def f(x):
         return lax.cond(x[0] > 10.0, np.sin, scale_by_3, x)
