@@ -36,8 +36,7 @@ def _staging(fn) -> Direct:
 
 def switch(index, branches, *operands):
     """`branches[index](*operands)`, with `index` clamped into range (jax.lax.switch)."""
-    return structured.switch(index, [b if isinstance(b, StagedBody) else _staging(b) for b in branches],
-                             *operands)
+    return structured.switch(index, [_staging(b) for b in branches], *operands)
 
 
 def cond(pred, true_fun, false_fun, *operands):
