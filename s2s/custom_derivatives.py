@@ -20,19 +20,12 @@ import functools
 
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean, stage
-from s2s.frontend.walker import stage_python_function
+from s2s.frontend.walker import call_user
 from s2s.primitives.custom_derivatives import custom_jvp_call, custom_vjp_call
 from s2s.staging import Tracer, current_builder
 from s2s.tree import tree_flatten, tree_leaves
 
 __all__ = ["custom_jvp", "custom_vjp"]
-
-
-def _call_user(fn, args):
-    """Stages a user rule from its source (or calls an s2s function directly)."""
-    if getattr(fn, "__s2s_transform__", False) or isinstance(fn, (custom_jvp, custom_vjp)):
-        return fn(*args)
-    return stage_python_function(fn, args, {})
 
 
 class _CallSite:
@@ -43,7 +36,7 @@ class _CallSite:
 
     def __init__(self, owner, staged: Staged, args: tuple):
         self.owner = owner
-        self.name = getattr(owner.fun, "__qualname__", "f")
+        self.name = owner.name
         self.staged = staged
         self.args = args
         self.residual_tree = None
@@ -76,7 +69,7 @@ class _CallSite:
         primal_args, tangent_args = self.primal_args(primals), self.primal_args(tangents)
         owner = self.owner
         if owner.jvp is not None:
-            out, out_tangent = _call_user(owner.jvp, (*self.nondiff(), primal_args, tangent_args))
+            out, out_tangent = call_user(owner.jvp, (*self.nondiff(), primal_args, tangent_args), {})
             return self.flat_outputs(out, "the jvp rule"), self.flat_outputs(out_tangent, "the jvp rule")
         # defjvps: one rule per differentiable argument, jvp_i(t_i, ans, *primals), summed.
         out = self.owner(*self._full_args(primal_args))
@@ -84,7 +77,7 @@ class _CallSite:
         for rule, t in zip(owner.jvps, tangent_args):
             if rule is None:
                 continue
-            term = _call_user(rule, (t, out, *primal_args))
+            term = call_user(rule, (t, out, *primal_args), {})
             total = term if total is None else total + term
         return self.flat_outputs(out, "the function"), self.flat_outputs(total, "a defjvps rule")
 
@@ -94,7 +87,7 @@ class _CallSite:
                      for i in range(len(self.args)))
 
     def apply_fwd(self, primals: list):
-        result = _call_user(self.owner.fwd, (*self.nondiff(), *self.primal_args(primals)))
+        result = call_user(self.owner.fwd, (*self.nondiff(), *self.primal_args(primals)), {})
         if not (isinstance(result, tuple) and len(result) == 2):
             raise StagingError(f"the fwd rule of {self.name} must return (output, residuals)",
                                "return a pair: the function's output and what bwd needs")
@@ -105,7 +98,7 @@ class _CallSite:
     def apply_bwd(self, residual_leaves: list, cts: list) -> list:
         residuals = self.residual_tree.unflatten(residual_leaves)
         ct = self.staged.out_tree.unflatten(cts)
-        in_cts = _call_user(self.owner.bwd, (*self.nondiff(), residuals, ct))
+        in_cts = call_user(self.owner.bwd, (*self.nondiff(), residuals, ct), {})
         if not isinstance(in_cts, tuple):
             raise StagingError(f"the bwd rule of {self.name} must return a tuple with one "
                                "cotangent per differentiable argument", "return `(x_bar,)`")
@@ -131,6 +124,10 @@ class _CustomBase:
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
 
+    @property
+    def name(self) -> str:
+        return getattr(self.fun, "__qualname__", "f")
+
     def __call__(self, *args):
         if current_builder() is None and not any(isinstance(l, Tracer) for l in tree_leaves(args)):
             return self.fun(*args)   # plain NumPy values: just run it
@@ -149,11 +146,8 @@ class custom_jvp(_CustomBase):
     """A function with a user-defined forward-mode derivative (JAX's custom_jvp)."""
 
     primitive = custom_jvp_call
-
-    def __init__(self, fun, nondiff_argnums=()):
-        super().__init__(fun, nondiff_argnums)
-        self.jvp = None
-        self.jvps = None
+    jvp = None      # the rule, until defjvp or defjvps gives one
+    jvps = None
 
     def defjvp(self, jvp):
         """`jvp(*nondiff_args, primals, tangents) -> (primal_out, tangent_out)`."""
@@ -166,7 +160,7 @@ class custom_jvp(_CustomBase):
 
     def _check_rule(self):
         if self.jvp is None and self.jvps is None:
-            raise StagingError(f"custom_jvp function {self.fun.__qualname__} has no jvp rule",
+            raise StagingError(f"custom_jvp function {self.name} has no jvp rule",
                                "define one with @f.defjvp or f.defjvps(...)")
 
 
@@ -174,11 +168,8 @@ class custom_vjp(_CustomBase):
     """A function with a user-defined reverse-mode derivative (JAX's custom_vjp)."""
 
     primitive = custom_vjp_call
-
-    def __init__(self, fun, nondiff_argnums=()):
-        super().__init__(fun, nondiff_argnums)
-        self.fwd = None
-        self.bwd = None
+    fwd = None      # the rules, until defvjp gives them
+    bwd = None
 
     def defvjp(self, fwd, bwd):
         """`fwd(*args) -> (out, residuals)`; `bwd(*nondiff_args, residuals, ct) -> tuple`."""
@@ -186,5 +177,5 @@ class custom_vjp(_CustomBase):
 
     def _check_rule(self):
         if self.fwd is None:
-            raise StagingError(f"custom_vjp function {self.fun.__qualname__} has no vjp rule",
+            raise StagingError(f"custom_vjp function {self.name} has no vjp rule",
                                "define one with f.defvjp(fwd, bwd)")

@@ -1,265 +1,53 @@
 """Explicit structured control flow with JAX's signatures: `cond`, `switch`, `while_loop`,
-`fori_loop`, `scan` and `map`.
+`fori_loop`, `scan` and `map`; and implicit differentiation: `custom_root` and
+`custom_linear_solve`.
 
-The functions passed in are staged (from their source, like every user function) into the
-body jaxprs of the `cond`, `while_loop` and `scan` primitives
-(`s2s/primitives/control_flow.py`); values they read from the enclosing function become
-explicit operands. Outside any staging they run too, on NumPy values.
+The user-level API over `s2s/frontend/structured.py`, which stages bodies into the `cond`,
+`while_loop` and `scan` primitives (`s2s/primitives/control_flow.py`): here each function
+the user passes is wrapped so that every call stages it with `call_user`, like any user
+function. Values they read from the enclosing function become explicit operands. Outside
+any staging they run too, on NumPy values.
 """
 from __future__ import annotations
 
-import inspect
-import types
-
 import numpy as np
 
-from s2s import dtypes
-from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
-from s2s.errors import S2SError, StagingError
-from s2s.frontend import reraise_clean
+from s2s.core import ClosedJaxpr
+from s2s.errors import StagingError
+from s2s.frontend import structured
 from s2s.frontend.args import aval_of_arg
-from s2s.primitives import control_flow as cf
-from s2s.primitives.elementwise import convert_element_type
-from s2s.staging import JaxprBuilder, Tracer, paused_gc
-from s2s.tree import PyTreeDef, tree_flatten, tree_leaves
+from s2s.frontend.structured import Direct, StagedBody, param_names, unroll
+from s2s.frontend.walker import call_user, stage_python_function
+from s2s.passes.jvp import jvp_eqns
+from s2s.passes.tangents import Zero, instantiate, tangent_aval
+from s2s.passes.transpose import transpose_jaxpr
+from s2s.primitives import implicit
+from s2s.staging import Tracer, inline_jaxpr
+from s2s.tree import tree_flatten, tree_leaves
 
 __all__ = ["cond", "custom_linear_solve", "custom_root", "fori_loop", "map", "scan", "switch",
            "unroll", "while_loop"]
 
 
-class unroll:
-    """`for i in s2s.unroll(range(n)):` asks for a Python loop to be unrolled at staging time
-    (one copy of the body per iteration) instead of staged as one scan. Iterating it
-    outside staging just iterates the wrapped iterable."""
-
-    def __init__(self, iterable):
-        self.iterable = iterable
-
-    def __iter__(self):
-        return iter(self.iterable)
-
-    def __len__(self):
-        return len(self.iterable)
-
-
-class Direct:
-    """A function of staged values that s2s calls as it is, rather than staging it from its
-    source (the bodies the front end makes of `if`/`for`/`while` blocks, the linear maps
-    handed to custom_root's tangent_solve). `names` name its parameters, for readable
-    names in jaxprs and emitted code."""
-
-    def __init__(self, run, names=()):
-        self.run = run
-        self.signature = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                                            for n in names])
-
-    def __call__(self, *args):
-        return self.run(*args)
-
-
-def _call_user(fn, args):
-    """Calls `fn` on staged values: Python functions and methods are staged from their
-    source; functions defined inside a staged function, s2s's own, and s2s transforms are
-    called."""
-    from s2s.frontend.walker import stage_python_function
-    from s2s.numpy_api import NUMPY_IMPLS
-    try:
-        numpy_impl = NUMPY_IMPLS.get(fn)
-    except TypeError:   # unhashable callables are not NumPy's
-        numpy_impl = None
-    if numpy_impl is not None:      # np.sin passed as a branch
-        return numpy_impl(*args)
-    if isinstance(fn, types.FunctionType):
-        return stage_python_function(fn, args, {})
-    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-        return stage_python_function(fn.__func__, args, {}, self_arg=fn.__self__)
-    return fn(*args)
-
-
-def _param_names(fn) -> list[str]:
-    signature = getattr(fn, "signature", None)    # a def or lambda inside a staged function
-    try:
-        return list((signature or inspect.signature(fn)).parameters)
-    except (TypeError, ValueError):
-        return []
-
-
-def _aval(leaf) -> ShapedArray:
-    return leaf.aval if isinstance(leaf, Tracer) else aval_of_arg(leaf)
-
-
-class _Body:
-    """A user function staged on arguments of given types, closure-converted."""
-
-    def __init__(self, fn, args: tuple, what: str):
-        leaves, in_tree = tree_flatten(args)
-        names = _param_names(fn)
-        with paused_gc(), JaxprBuilder() as builder:
-            hints = _leaf_hints(names, in_tree)
-            staged = in_tree.unflatten([builder.new_arg(_aval(l), h) for l, h in zip(leaves, hints)])
-            try:
-                out = _call_user(fn, tuple(staged))
-            except S2SError as e:
-                reraise_clean(e)
-            out_leaves, self.out_tree = tree_flatten(out)
-            for leaf in out_leaves:
-                if not (isinstance(leaf, (Tracer, np.ndarray, np.generic, bool, int, float, complex))):
-                    raise StagingError(f"{what} returns a {type(leaf).__name__}, which is not an array",
-                                       "return arrays, numbers, or tuples/lists/dicts of them")
-            closed = builder.build(out_leaves)
-        self.jaxpr, self.consts = cf.closure_convert(closed)
-        self.in_tree = in_tree
-        self.fn = fn
-
-    @property
-    def out_avals(self) -> list[ShapedArray]:
-        return list(self.jaxpr.out_avals)
-
-    @property
-    def out_types(self):
-        """What the function returns, as a tree of ShapedArrays."""
-        return self.out_tree.unflatten(self.out_avals)
-
-
-def _leaf_hints(names: list[str], in_tree: PyTreeDef) -> list[str | None]:
-    """A readable hint per leaf: the parameter's name when the parameter is one leaf (or
-    one name per leaf when there are as many names as leaves)."""
-    if len(names) == in_tree.num_leaves and len(names) != len(in_tree.children):
-        return list(names)
-    hints = []
-    for i, child in enumerate(in_tree.children):
-        name = names[i] if i < len(names) else None
-        hints.extend([name] if child.is_leaf else [None] * child.num_leaves)
-    return hints
-
-
-def _matching(init_leaves: list, out_avals: list[ShapedArray]) -> list:
-    """The initial values, with weakly typed ones (Python scalars) converted to the type
-    the body gives them, as JAX does; other mismatches are left for the type check."""
-    matched = []
-    for leaf, out in zip(init_leaves, out_avals):
-        aval = _aval(leaf)
-        if aval.weak_type and aval.shape == out.shape and aval.dtype != out.dtype:
-            leaf = convert_element_type.bind(leaf, new_dtype=out.dtype, weak_type=False) \
-                if isinstance(leaf, Tracer) else np.asarray(leaf, out.dtype)
-        matched.append(leaf)
-    return matched
-
-
-def _check_carry(what: str, init_tree: PyTreeDef, out_tree: PyTreeDef):
-    if init_tree != out_tree:
-        raise StagingError(f"{what} must return a carry with the structure of the initial value: "
-                           f"it starts as {init_tree} and the function returns {out_tree}",
-                           "return the carry in the same structure (same tuple/dict/list nesting)")
-
-
-# ---------------------------------------------------------------------------------------
-
-
-def staged_branch(fn, what: str = "a branch") -> _Body:
-    """`fn` of no arguments, staged once: `.out_types` says what it returns, and `switch`
-    takes it as a branch without staging it again (a branch that must be staged to type
-    another one would otherwise be staged twice, and twice again at each nesting level)."""
-    return _Body(fn, (), what)
+def _staging(fn) -> Direct:
+    """The user's `fn` as a function of staged values: each call stages it with call_user."""
+    return Direct(lambda *args: call_user(fn, args, {}), param_names(fn))
 
 
 def switch(index, branches, *operands):
     """`branches[index](*operands)`, with `index` clamped into range (jax.lax.switch)."""
-    branches = list(branches)
-    if not branches:
-        raise StagingError("switch needs at least one branch", "pass a list of functions")
-    if not isinstance(index, (Tracer, np.ndarray, np.generic)):
-        chosen = min(max(int(index), 0), len(branches) - 1)   # static: just call it
-        return _call_user(branches[chosen], operands)
-    bodies = [b if isinstance(b, _Body) and not operands   # from staged_branch
-              else _Body(b, operands, f"branch {i} of switch") for i, b in enumerate(branches)]
-    for body in bodies[1:]:
-        if body.out_tree != bodies[0].out_tree:
-            raise StagingError(f"the branches give different structures: "
-                               f"{bodies[0].out_tree} and {body.out_tree}",
-                               "make every branch give the same tuple/dict/list structure (a path "
-                               "through a function that ends without `return` returns None)")
-    bodies = _weak_results_promoted(bodies, operands)
-    # Every branch takes every branch's constants, so that all share one signature.
-    all_consts = [c for body in bodies for c in body.consts]
-    const_avals = [a for body in bodies for a in body.jaxpr.in_avals[:len(body.consts)]]
-    branches_closed, start = [], 0
-    for body in bodies:
-        branches_closed.append(_taking_all_consts(body, start, const_avals))
-        start += len(body.consts)
-    if not (len(branches) == 2 and _aval(index).dtype == np.dtype(bool)):   # cond keeps its bool
-        index = convert_element_type.bind(index, new_dtype=np.dtype(np.int32), weak_type=False)
-    outs = cf.cond.bind(index, *all_consts, *tree_leaves(operands), branches=tuple(branches_closed))
-    return bodies[0].out_tree.unflatten(outs)
-
-
-def _weak_results_promoted(bodies: list[_Body], operands) -> list[_Body]:
-    """The branches, where one returns a Python number (weakly typed) for a result that
-    another returns as an array of the same or a higher kind, restaged to return that
-    number in the array's dtype, as JAX does: `y = 0.0` in one branch and `y = x.sum()` of
-    float32 in the other is float32."""
-    targets = []
-    for results in zip(*(b.out_avals for b in bodies)):
-        strong = {a.dtype for a in results if not a.weak_type}
-        weak_kinds = {_KIND_ORDER[a.dtype.kind] for a in results if a.weak_type}
-        if len(strong) == 1 and all(k <= _KIND_ORDER[next(iter(strong)).kind] for k in weak_kinds):
-            targets.append(strong.pop())
-        elif not strong and len({a.dtype for a in results}) > 1:   # `0` here, `0.5` there
-            targets.append(np.result_type(*(a.dtype for a in results)))
-        else:
-            targets.append(None)    # the same everywhere, or a real mismatch cond reports
-    promoted = []
-    for i, body in enumerate(bodies):
-        if all(t is None or a.dtype == t for a, t in zip(body.out_avals, targets)):
-            promoted.append(body)
-            continue
-
-        def cast_results(*args, branch=body.fn):
-            leaves, tree = tree_flatten(_call_user(branch, args))
-            return tree.unflatten([leaf if t is None else _as_dtype(leaf, t) for leaf, t in zip(leaves, targets)])
-        promoted.append(_Body(Direct(cast_results, _param_names(body.fn)), operands, f"branch {i} of switch"))
-    return promoted
-
-
-# A Python number only takes an array's dtype of the same or a higher kind: `0.5` against
-# an int array stays a type mismatch (cond reports it), never a truncation to 0.
-_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
-
-
-def _as_dtype(value, dtype):
-    if isinstance(value, Tracer):
-        return value if value.aval.dtype == dtype else convert_element_type.bind(value, new_dtype=dtype,
-                                                                                 weak_type=False)
-    try:
-        converted = np.asarray(value, dtype)
-    except OverflowError:
-        converted = None
-    if converted is None or converted != value:
-        raise StagingError(f"one branch gives {value!r}, which {dtype.name}, the type another branch "
-                           "gives, cannot hold", f"make every branch give the same type (e.g. cast "
-                           f"the other branch with .astype(...)), or give a value that fits {dtype.name}")
-    return converted
+    return structured.switch(index, [_staging(b) for b in branches], *operands)
 
 
 def cond(pred, true_fun, false_fun, *operands):
     """`true_fun(*operands) if pred else false_fun(*operands)`, staged as one `cond`
     (jax.lax.cond); a static `pred` just calls the branch it picks."""
     if not isinstance(pred, (Tracer, np.ndarray, np.generic)):
-        return _call_user(true_fun if pred else false_fun, operands)
-    if _aval(pred).shape != ():
-        raise StagingError(f"cond needs a scalar predicate, got shape {_aval(pred).shape}",
+        return call_user(true_fun if pred else false_fun, operands, {})
+    if aval_of_arg(pred).shape != ():
+        raise StagingError(f"cond needs a scalar predicate, got shape {aval_of_arg(pred).shape}",
                            "reduce it to one bool (e.g. with .any() or .all())")
     return switch(pred, [false_fun, true_fun], *operands)
-
-
-def _taking_all_consts(body: _Body, start: int, const_avals: list[ShapedArray]) -> ClosedJaxpr:
-    """`body`'s jaxpr taking every branch's constants (its own at `start`), then operands."""
-    jaxpr = body.jaxpr.jaxpr
-    n = len(body.consts)
-    before = [Var(a) for a in const_avals[:start]]
-    after = [Var(a) for a in const_avals[start + n:]]
-    return ClosedJaxpr(Jaxpr([], before + list(jaxpr.invars[:n]) + after + list(jaxpr.invars[n:]),
-                             jaxpr.outvars, jaxpr.eqns), [])
 
 
 def while_loop(cond_fun, body_fun, init_val, max_iters=None):
@@ -271,70 +59,20 @@ def while_loop(cond_fun, body_fun, init_val, max_iters=None):
     buffers of `max_iters` rows. Run or differentiated in forward mode, the loop stops as
     soon as `cond_fun` is false.
     """
-    if max_iters is not None and (isinstance(max_iters, bool) or not isinstance(max_iters, (int, np.integer))
-                                  or max_iters < 0):
-        raise StagingError(f"while_loop's max_iters must be a non-negative int, not {max_iters!r}",
-                           "pass a Python int bound, e.g. max_iters=100")
-    init_leaves, init_tree = tree_flatten(init_val)
-    body = _Body(body_fun, (init_val,), "while_loop's body")
-    _check_carry("while_loop's body", init_tree, body.out_tree)
-    init_leaves = _matching(init_leaves, body.out_avals)
-    init_val = init_tree.unflatten(init_leaves)
-    body = _Body(body_fun, (init_val,), "while_loop's body")
-    condition = _Body(cond_fun, (init_val,), "while_loop's condition")
-    (pred,) = condition.out_avals if len(condition.out_avals) == 1 else (None,)
-    if pred is None or pred.shape != () or pred.dtype != dtypes.bool_:
-        raise StagingError("while_loop's condition must return one scalar bool",
-                           "return a comparison such as `val[0] < n`")
-    outs = cf.while_loop.bind(*condition.consts, *body.consts, *init_leaves,
-                              cond_jaxpr=condition.jaxpr, body_jaxpr=body.jaxpr,
-                              cond_nconsts=len(condition.consts), body_nconsts=len(body.consts),
-                              max_iters=None if max_iters is None else int(max_iters))
-    return init_tree.unflatten(outs)
+    return structured.while_loop(_staging(cond_fun), _staging(body_fun), init_val, max_iters)
 
 
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     """jax.lax.scan: `carry, y = f(carry, x)` over the leading axis of `xs` (a pytree, or
     None with `length`); returns the final carry and the stacked ys."""
-    x_leaves, x_tree = tree_flatten(xs)
-    lengths = {_aval(x).shape[0] if _aval(x).shape else None for x in x_leaves}
-    if None in lengths:
-        raise StagingError("scan slices its xs along their leading axis: a scalar has none",
-                           "pass arrays with at least one dimension")
-    if length is None:
-        if len(lengths) != 1:
-            raise StagingError(f"scan's xs have different leading sizes {sorted(lengths)}"
-                               if lengths else "scan needs `length` when there are no xs",
-                               "pass xs of one length, or `length=`")
-        (length,) = lengths
-    elif lengths - {length}:
-        raise StagingError(f"scan was given length={length} but xs of leading sizes {sorted(lengths)}",
-                           "make `length` match the xs")
-    length = int(length)
-    if isinstance(unroll, bool):
-        unroll = length if unroll else 1
-    if not isinstance(unroll, int) or unroll < 1:
-        raise StagingError(f"scan's unroll must be a positive int or a bool, not {unroll!r}",
-                           "pass unroll=1 (no unrolling), k, or True (fully)")
-    x_slices = x_tree.unflatten([ShapedArray(_aval(x).shape[1:], _aval(x).dtype) for x in x_leaves])
-    init_leaves, init_tree = tree_flatten(init)
+    return structured.scan(_staging(f), init, xs, length, reverse, unroll)
 
-    def staged_body(carry):
-        return _Body(f, (carry, x_slices), "scan's function")
-    body = staged_body(init)
-    if not (body.out_tree.node_type in (tuple, list) and len(body.out_tree.children) == 2):
-        raise StagingError("scan's function must return a pair (carry, y)",
-                           "return `new_carry, y` (y may be None)")
-    carry_tree = body.out_tree.children[0]
-    _check_carry("scan's function", init_tree, carry_tree)
-    init_leaves = _matching(init_leaves, body.out_avals[:len(init_leaves)])
-    init = init_tree.unflatten(init_leaves)
-    body = staged_body(init)
-    outs = cf.scan.bind(*body.consts, *init_leaves, *x_leaves, jaxpr=body.jaxpr,
-                        num_consts=len(body.consts), num_carry=len(init_leaves), length=length,
-                        reverse=bool(reverse), unroll=min(unroll, max(length, 1)))
-    n = len(init_leaves)
-    return init_tree.unflatten(outs[:n]), body.out_tree.children[1].unflatten(outs[n:])
+
+def _from_source(helper) -> Direct:
+    """One of this module's own helpers, staged from its source as user code is (so the
+    names it assigns, `i` and `val`, name the loop's values in emitted code); the user's
+    function it calls is a call in that source, staged by call_user."""
+    return Direct(lambda *args: stage_python_function(helper, args, {}), param_names(helper))
 
 
 def fori_loop(lower, upper, body_fun, init_val):
@@ -346,7 +84,8 @@ def fori_loop(lower, upper, body_fun, init_val):
         def step(carry, _):
             i, val = carry
             return (i + 1, body_fun(i, val)), None
-        (_, result), _ = scan(step, (np.asarray(lower), init_val), None, length=max(upper - lower, 0))
+        (_, result), _ = structured.scan(_from_source(step), (np.asarray(lower), init_val), None,
+                                         length=max(upper - lower, 0))
         return result
 
     def keep_going(carry):
@@ -356,7 +95,8 @@ def fori_loop(lower, upper, body_fun, init_val):
         i, stop, val = carry
         return i + 1, stop, body_fun(i, val)
     start = lower if isinstance(lower, Tracer) else np.asarray(lower)
-    _, _, result = while_loop(keep_going, step_while, (start, upper, init_val))
+    _, _, result = structured.while_loop(_from_source(keep_going), _from_source(step_while),
+                                         (start, upper, init_val))
     return result
 
 
@@ -364,19 +104,13 @@ def map(f, xs):
     """`np.stack([f(x) for x in xs])` over the leading axis (of every leaf), as a scan."""
     def step(carry, x):
         return carry, f(x)
-    _, ys = scan(step, (), xs)
+    _, ys = structured.scan(_from_source(step), (), xs)
     return ys
 
 
 # ---------------------------------------------------------------------------------------
-# Implicit differentiation (the primitives are in s2s/primitives/implicit.py)
-
-
-def _padded(body: _Body, leading_avals) -> ClosedJaxpr:
-    """`body`'s jaxpr taking unused inputs of `leading_avals` first."""
-    jaxpr = body.jaxpr.jaxpr
-    return ClosedJaxpr(Jaxpr([], [Var(a) for a in leading_avals] + list(jaxpr.invars), jaxpr.outvars,
-                             jaxpr.eqns), [])
+# Implicit differentiation (the primitives are in s2s/primitives/implicit.py). The user's
+# solvers are staged here, when the primitive is bound, into jaxprs its rules apply.
 
 
 def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
@@ -384,58 +118,76 @@ def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
     differentiated by the implicit function theorem with `tangent_solve(g, y)`, which solves
     g(x) = y for the linear map g = ∂f/∂x (jax.lax.custom_root). Derivatives flow to what f
     closes over; the solver's iterations are never differentiated."""
-    from s2s.primitives import implicit
     if has_aux:
         raise StagingError("custom_root(has_aux=True) is not supported yet",
                            "return only the root from solve")
     x_leaves, x_tree = tree_flatten(initial_guess)
-    f_body = _Body(f, (initial_guess,), "custom_root's f")
-    solve_body = _Body(Direct(lambda x0: _call_user(solve, (f, x0)), ["x0"]), (initial_guess,),
-                       "custom_root's solve")
+    f_body = StagedBody(_staging(f), (initial_guess,), "custom_root's f")
+    solve_body = StagedBody(Direct(lambda x0: call_user(solve, (f, x0), {}), ["x0"]), (initial_guess,),
+                            "custom_root's solve")
     if solve_body.out_tree != x_tree:
         raise StagingError(f"custom_root's solve returns {solve_body.out_tree}, but the initial "
                            f"guess is {x_tree}", "return x in the structure of the initial guess")
-    f_const_avals = f_body.jaxpr.in_avals[:len(f_body.consts)]
-    rule = implicit.ImplicitRule(x_tree, tangent_solve=tangent_solve)
-    outs = implicit.custom_root.bind(*f_body.consts, *solve_body.consts, *x_leaves,
-                                     call=_padded(solve_body, f_const_avals), f_jaxpr=f_body.jaxpr,
-                                     n_f_consts=len(f_body.consts), rule=rule)
+    theta_avals = f_body.jaxpr.in_avals[:len(f_body.consts)]
+    x_avals = solve_body.out_avals
+
+    def solve_tangent(theta, x, y):      # tangent_solve(v ↦ ∂f/∂x · v at (θ, x), y)
+        g = _linear_map(f_body.jaxpr, list(theta) + tree_leaves(x), len(theta), x_tree)
+        return call_user(tangent_solve, (g, y), {})
+    tangent_body = StagedBody(Direct(solve_tangent, ["theta", "x", "y"]),
+                              (theta_avals, x_tree.unflatten(x_avals),
+                               x_tree.unflatten([tangent_aval(a) for a in x_avals])),
+                              "custom_root's tangent_solve")
+    unused_by_solve = theta_avals + tangent_body.jaxpr.in_avals[:len(tangent_body.consts)]
+    outs = implicit.custom_root.bind(
+        *f_body.consts, *tangent_body.consts, *solve_body.consts, *x_leaves,
+        call=implicit.padded(solve_body.jaxpr, len(solve_body.consts), unused_by_solve),
+        f_jaxpr=f_body.jaxpr, tangent_jaxpr=tangent_body.jaxpr, n_f_consts=len(f_body.consts),
+        n_tangent_consts=len(tangent_body.consts))
     return x_tree.unflatten(outs)
 
 
-def linear_solve_call(matvec_jaxpr: ClosedJaxpr, n_matvec_consts: int, matvec_consts, b_leaves, rule):
-    """Stages `rule.solve(matvec, b)` as a custom_linear_solve, matvec applying `matvec_jaxpr`
-    (its constants first); returns x's leaves."""
-    from s2s.primitives import implicit
-    from s2s.staging import inline_jaxpr
-    b = rule.x_tree.unflatten(list(b_leaves))
-    consts = list(matvec_consts)
+def _linear_map(closed: ClosedJaxpr, point: list, n_fixed: int, tree) -> Direct:
+    """v ↦ the jvp of `closed` at `point` along v in the inputs after the first `n_fixed`:
+    a function on pytrees that stages its equations where it is called."""
+    def apply(v):
+        zeros = [Zero(tangent_aval(var.aval)) for var in closed.jaxpr.invars[:n_fixed]]
+        _, out = jvp_eqns(closed, point, zeros + tree_leaves(v))
+        return tree.unflatten([instantiate(t) for t in out])
+    return Direct(apply, ["v"])
 
-    def matvec(v):
-        return rule.x_tree.unflatten(inline_jaxpr(matvec_jaxpr, consts + tree_leaves(v)))
-    solve_body = _Body(Direct(lambda rhs: _call_user(rule.solve, (Direct(matvec, ["x"]), rhs)), ["b"]),
-                       (b,), "custom_linear_solve's solve")
-    if solve_body.out_tree != rule.x_tree:
-        raise StagingError(f"custom_linear_solve's solve returns {solve_body.out_tree}, but b is "
-                           f"{rule.x_tree}", "return x in the structure of b")
-    const_avals = matvec_jaxpr.in_avals[:n_matvec_consts]
-    return implicit.custom_linear_solve.bind(*consts, *solve_body.consts, *tree_leaves(b),
-                                             call=_padded(solve_body, const_avals),
-                                             matvec_jaxpr=matvec_jaxpr, n_matvec_consts=n_matvec_consts,
-                                             rule=rule)
+
+def _staged_solver(solve, linear_map: ClosedJaxpr, consts: list, b, what: str) -> StagedBody:
+    """`solve(A, b)` staged, A applying `linear_map` (which takes `consts` first)."""
+    _, b_tree = tree_flatten(b)
+
+    def apply(x):
+        return b_tree.unflatten(inline_jaxpr(linear_map, list(consts) + tree_leaves(x)))
+    what = f"custom_linear_solve's {what}"
+    body = StagedBody(Direct(lambda rhs: call_user(solve, (Direct(apply, ["x"]), rhs), {}), ["b"]), (b,), what)
+    if body.out_tree != b_tree:
+        raise StagingError(f"{what} returns {body.out_tree}, but b is {b_tree}", "return x in the structure of b")
+    return body
 
 
 def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False):
     """x = A⁻¹ b for the linear map `matvec`, computed by `solve(matvec, b)` and
     differentiated implicitly: forward mode solves again, reverse mode solves with Aᵀ
     (`transpose_solve(vecmat, b)`, or `solve` when `symmetric`) — jax.lax.custom_linear_solve."""
-    from s2s.primitives import implicit
     _, b_tree = tree_flatten(b)
-    matvec_body = _Body(matvec, (b,), "custom_linear_solve's matvec")
+    matvec_body = StagedBody(_staging(matvec), (b,), "custom_linear_solve's matvec")
     if matvec_body.out_tree != b_tree:
         raise StagingError(f"custom_linear_solve's matvec returns {matvec_body.out_tree} for b of "
                            f"structure {b_tree}", "matvec must map x to a value shaped like b")
-    rule = implicit.ImplicitRule(b_tree, solve=solve,
-                                 transpose_solve=solve if symmetric else transpose_solve)
-    return b_tree.unflatten(linear_solve_call(matvec_body.jaxpr, len(matvec_body.consts),
-                                              matvec_body.consts, tree_leaves(b), rule))
+    consts, n_consts, n_b = matvec_body.consts, len(matvec_body.consts), len(tree_leaves(b))
+    solve_body = _staged_solver(solve, matvec_body.jaxpr, consts, b, "solve")
+    transpose_solve = solve if symmetric else transpose_solve
+    if transpose_solve is None:     # reverse mode says that it needs one
+        vecmat_jaxpr, transpose_consts, transpose_solve_jaxpr = None, [], None
+    else:
+        vecmat_jaxpr = transpose_jaxpr(matvec_body.jaxpr, [False] * n_consts + [True] * n_b)
+        transpose_body = _staged_solver(transpose_solve, vecmat_jaxpr, consts, b, "transpose_solve")
+        transpose_consts, transpose_solve_jaxpr = transpose_body.consts, transpose_body.jaxpr
+    x = implicit.linear_solve(consts, matvec_body.jaxpr, vecmat_jaxpr, solve_body.consts, solve_body.jaxpr,
+                              transpose_consts, transpose_solve_jaxpr, tree_leaves(b))
+    return b_tree.unflatten(x)

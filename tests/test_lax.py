@@ -17,6 +17,8 @@ import pytest
 import s2s
 from s2s import lax
 from s2s.emit.python import load_source
+from s2s.passes.dce import dce
+from s2s.passes.inline import inline_calls
 
 rng = np.random.default_rng(0)
 
@@ -401,7 +403,6 @@ def test_custom_root_differentiates_a_while_loop_solver_implicitly():
     np.testing.assert_allclose(s2s.jvp(sqrt_by_newton, (a,), (np.float64(2.0),))[1], 2 * expected, rtol=1e-12)
     # Reverse mode never runs the solver backwards: its while loop is only in the forward pass.
     closed = s2s.make_jaxpr(s2s.grad(sqrt_by_newton))(a)
-    from s2s.passes.inline import inline_calls
     assert [e.primitive.name for e in inline_calls(closed).eqns].count("while_loop") == 1
 
 
@@ -433,7 +434,6 @@ def test_dead_outputs_of_loops_and_branches_are_not_computed():
     # grad of the final carry only: the forward scan stops computing the per-step sums.
     source = s2s.emit_python(s2s.grad(lambda W, h0, xs: rnn(W, h0, xs)[0].sum()), W, h0, xs)
     assert ".sum()" not in source.split("reversed(range(5))")[0]
-    from s2s.passes.dce import dce
 
     def two_outputs(x):
         return lax.cond(x.sum() > 0, lambda v: (np.sin(v), np.exp(v)), lambda v: (v, -v), x)

@@ -1,9 +1,9 @@
 """The front end: a Python function and example arguments in, a ClosedJaxpr out.
 
 `stage(fn, args, kwargs, ...)` binds the arguments to the function's signature, decides
-which leaves are staged (see `args.py`), walks the function's source with a fresh builder
-(`walker.py`) and returns a `Staged` record: the jaxpr plus everything needed to call it
-with the same kind of arguments again.
+which leaves are staged (see `args.py`), calls the function on them with a fresh builder
+(`call_user` in `walker.py`, which walks a Python function's source) and returns a `Staged`
+record: the jaxpr plus everything needed to call it with the same kind of arguments again.
 
 The staging cache has two levels: a `WeakKeyDictionary` keyed by the user's function (or
 the object whose method is staged), then a dict keyed by (the chain of s2s transforms
@@ -26,14 +26,15 @@ from typing import Any
 
 from s2s import config
 from s2s.core import ClosedJaxpr
-from s2s.errors import S2SError, StagingError
+from s2s.errors import StagingError
 from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf
+from s2s.frontend.reraise import reraise_clean
 from s2s.frontend.source import function_source
-from s2s.frontend.walker import stage_python_function
+from s2s.frontend.walker import call_user
 from s2s.staging import JaxprBuilder, Tracer, paused_gc
 from s2s.tree import PyTreeDef, leaf_paths, tree_flatten, tree_leaves
 
-__all__ = ["ShapeDtype", "Staged", "stage"]
+__all__ = ["ShapeDtype", "Staged", "reraise_clean", "stage"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -103,25 +104,31 @@ def _cache_owner_and_key(fn) -> tuple[Any, tuple]:
         base = base.fn
     py_fn, self_arg = underlying_function(base)
     owner = py_fn if self_arg is None else self_arg
-    return owner, (tuple(chain), None if self_arg is None else py_fn, getattr(py_fn, "__code__", None))
+    return owner, (tuple(chain), None if self_arg is None else py_fn,
+                   getattr(_defining_function(base), "__code__", None))
 
 
 def underlying_function(fn):
-    """The Python function whose source is staged, and the `self` to prepend, if any."""
-    if getattr(fn, "__s2s_transform__", False):
-        return fn, None   # an s2s-derived function: called directly on staged values
+    """The Python function whose source is staged, and the `self` to prepend, if any. s2s
+    transforms and `functools.partial` objects are their own (call_user calls them)."""
+    if getattr(fn, "__s2s_transform__", False) or isinstance(fn, functools.partial):
+        return fn, None
     if isinstance(fn, types.MethodType):
         return fn.__func__, fn.__self__
     if isinstance(fn, types.FunctionType):
         return fn, None
-    if isinstance(fn, functools.partial):
-        raise StagingError("functools.partial objects cannot be staged at the top level",
-                           "wrap it in a def or lambda that calls it")
     call = getattr(type(fn), "__call__", None)
     if isinstance(call, types.FunctionType):
         return call, fn
     raise StagingError(f"s2s can only stage Python functions, not {type(fn).__name__}",
                        "pass a function defined with def or lambda")
+
+
+def _defining_function(fn):
+    """The user's def (or lambda) whose source `fn` runs: under s2s transforms and partials."""
+    while getattr(fn, "__s2s_transform__", False) or isinstance(fn, functools.partial):
+        fn = fn.func if isinstance(fn, functools.partial) else fn.fn
+    return underlying_function(fn)[0]
 
 
 _signatures: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -219,11 +226,9 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
         hit = _cache_entries(owner).get(key)
     if hit is not None:
         return hit
-    py_fn, self_arg = underlying_function(fn)
-
-    transformed = getattr(py_fn, "__s2s_transform__", False)
-    if not transformed:
-        function_source(py_fn)  # a clear error now if the source cannot be read
+    transformed = getattr(fn, "__s2s_transform__", False)
+    # A clear error now if the source cannot be read.
+    source = None if transformed else function_source(_defining_function(fn))
     with paused_gc(), JaxprBuilder() as builder:
         staged_leaves = []
         for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths):
@@ -232,19 +237,15 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
             else:
                 staged_leaves.append(leaf)
         staged_values = in_tree.unflatten(staged_leaves)
-        call_kwargs = dict(zip(names, staged_values))
-        call_args, call_kwargs = _split_by_kind(py_fn, self_arg, call_kwargs)
-        if transformed:
-            out = py_fn(*call_args, **call_kwargs)
-        else:
-            out = stage_python_function(py_fn, call_args, call_kwargs, self_arg=self_arg)
+        call_args, call_kwargs = _split_by_kind(signature_of(fn), dict(zip(names, staged_values)))
+        out = call_user(fn, call_args, call_kwargs)
         out_leaves, out_tree = tree_flatten(out)
         for leaf in out_leaves:
             if not (isinstance(leaf, Tracer) or is_staged_leaf(leaf) or isinstance(leaf, (bool, int))):
                 raise StagingError(
-                    f"{py_fn.__qualname__} returns a {type(leaf).__name__}, which is not an array",
+                    f"{_qualname(fn)} returns a {type(leaf).__name__}, which is not an array",
                     "return arrays, numbers, or tuples/lists/dicts of them",
-                    None if transformed else function_source(py_fn).info(function_source(py_fn).node))
+                    None if source is None else source.info(source.node))
         closed = builder.build(out_leaves)
     example_args = in_tree.unflatten([aval_of_arg(l) if m else l for l, m in zip(in_leaves, mask)])
     result = Staged(closed, names, in_tree, mask, out_tree, example_args, signature_of(fn),
@@ -257,21 +258,21 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
 def _description_and_location(fn) -> tuple[str, tuple[str, int]]:
     """'grad(loss)' or 'loss', and the file and line where the user's function is defined."""
     description = fn.describe() if getattr(fn, "__s2s_transform__", False) else None
-    while getattr(fn, "__s2s_transform__", False):
-        fn = fn.fn
-    source = function_source(underlying_function(fn)[0])
+    source = function_source(_defining_function(fn))
     return description or source.name, (source.filename, source.node.lineno)
 
 
-def _split_by_kind(py_fn, self_arg, call_kwargs: dict) -> tuple[list, dict]:
+def _qualname(fn) -> str:
+    """The qualified name of what `fn` calls (a method's function, a partial's)."""
+    py_fn = underlying_function(fn)[0]
+    return getattr(py_fn, "__qualname__", None) or _defining_function(fn).__qualname__
+
+
+def _split_by_kind(signature: inspect.Signature, call_kwargs: dict) -> tuple[list, dict]:
     """Positional and keyword arguments for parameters given by name (respecting
     positional-only parameters and *args/**kwargs)."""
-    signature = signature_of(py_fn)
     args, kwargs = [], {}
-    params = list(signature.parameters.values())
-    if self_arg is not None:
-        params = params[1:]
-    for p in params:
+    for p in signature.parameters.values():
         if p.name not in call_kwargs:
             continue
         value = call_kwargs[p.name]
@@ -309,10 +310,3 @@ def _typed(value):
     if isinstance(value, tuple):
         return (tuple,) + tuple(_typed(v) for v in value)
     return type(value), value
-
-
-def reraise_clean(error: S2SError):
-    """Raises a user-facing error without s2s's internal frames behind it."""
-    error.__cause__ = None
-    error.__suppress_context__ = True
-    raise error.with_traceback(None)

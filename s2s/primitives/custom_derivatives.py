@@ -7,12 +7,19 @@ user's jvp function, staged from its source; a custom_vjp_call becomes the user'
 function plus `custom_vjp_lin`, a linear primitive over the tangents whose transpose is the
 user's backward function. After differentiation no call is left for transpose to see.
 
+`rule` is the call site `s2s.custom_derivatives` binds (it lives in the layer above and is
+never imported here): `apply_jvp`, `apply_fwd` and `apply_bwd` stage the user's rules,
+with call_user, on the values the passes give them. They are staged only when a derivative
+is taken, as in JAX.
+
 Emitters inline call bodies (`passes/inline.py`), so generated Python shows the
 function's own equations, not an opaque call.
 """
 from __future__ import annotations
 
 from s2s.core import eval_jaxpr
+from s2s.emit import stablehlo as _hlo
+from s2s.emit.pyexpr import register as _register_python
 from s2s.errors import StagingError
 from s2s.passes import inline as _inline, jvp as _jvp, transpose as _transpose
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
@@ -95,11 +102,6 @@ def _emit_lin(eqn, *operands):
     _lin_impl(**eqn.params)
 
 
-from s2s.emit.pyexpr import register as _register_python  # noqa: E402
-
+# Call primitives are inlined before emission; custom_vjp_lin only runs in reverse mode.
 _register_python(custom_vjp_lin, _emit_lin)
-
-# Call primitives are inlined before lowering; custom_vjp_lin only runs in reverse mode.
-from s2s.emit import stablehlo as _hlo  # noqa: E402
-
 _hlo.register(custom_vjp_lin, lambda ctx, eqn, *operands: _emit_lin(eqn))

@@ -2,27 +2,32 @@
 
 Both compute their value with a user's solver (any code: a Newton `while` loop, conjugate
 gradients), staged as their `call` jaxpr, and differentiate by the implicit function
-theorem instead of through the solver's iterations:
+theorem instead of through the solver's iterations. `s2s.lax` stages every function of
+the user's these rules need into jaxprs when it binds the primitive; the rules only apply
+those jaxprs:
 
-- `custom_root[call, f_jaxpr, rule](*f_consts, *solve_consts, *x0)`: x* with f(x*) = 0,
-  where f closes over f_consts (θ). Its tangent solves ∂f/∂x · dx = -∂f/∂θ · dθ with the
-  user's `tangent_solve(g, y)`, g being v ↦ ∂f/∂x · v. The solver itself is never
-  differentiated, so reverse mode works even when it is a while loop.
-- `custom_linear_solve[call, matvec_jaxpr, rule](*matvec_consts, *solve_consts, *b)`:
-  x = A⁻¹ b for the linear map A = matvec. It is linear in b: its jvp is another solve,
-  dx = A⁻¹ (db - dA · x), and its transpose solves with Aᵀ (`transpose_solve`, or `solve`
-  when `symmetric`).
+- `custom_root[call, f_jaxpr, tangent_jaxpr](*f_consts, *tangent_consts, *solve_consts, *x0)`:
+  x* with f(x*) = 0, where f closes over f_consts (θ). Its tangent solves
+  ∂f/∂x · dx = -∂f/∂θ · dθ with `tangent_jaxpr(*tangent_consts, *θ, *x, *y)`, the user's
+  `tangent_solve(g, y)` staged with g being v ↦ ∂f/∂x · v at (θ, x). The solver itself is
+  never differentiated, so reverse mode works even when it is a while loop.
+- `custom_linear_solve[...](*matvec_consts, *solve_consts, *transpose_consts, *b)`: x = A⁻¹ b
+  for the linear map A = `matvec_jaxpr`, computed by `solve_jaxpr`. It is linear in b: its
+  jvp is another solve, dx = A⁻¹ (db - dA · x), and its transpose solves with Aᵀ
+  (`vecmat_jaxpr`) by `transpose_solve_jaxpr` (None when the user gave no solver for it).
 
 Emitters inline `call`, so generated code shows the solver as written.
 """
 from __future__ import annotations
 
+from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
+from s2s.errors import StagingError
 from s2s.primitives.custom_derivatives import call_abstract, call_impl
 from s2s.passes import inline as _inline, jvp as _jvp, transpose as _transpose
 from s2s.passes.jvp import jvp_eqns
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.transpose import is_linear
-from s2s.staging import Primitive
+from s2s.staging import Primitive, inline_jaxpr
 
 
 custom_root = Primitive("custom_root", call_abstract, call_impl, multiple_results=True)
@@ -31,92 +36,92 @@ _inline.register_call(custom_root)
 _inline.register_call(custom_linear_solve)
 
 
-class ImplicitRule:
-    """What the derivative rules need from the user beyond jaxprs: the solvers to call on
-    linear maps, and the pytree structure of x. Hashable by identity (a parameter)."""
-
-    def __init__(self, x_tree, tangent_solve=None, solve=None, transpose_solve=None):
-        self.x_tree = x_tree
-        self.tangent_solve = tangent_solve
-        self.solve = solve
-        self.transpose_solve = transpose_solve
-
-    def transposed(self) -> "ImplicitRule":
-        if self.transpose_solve is None:
-            from s2s.errors import StagingError
-            raise StagingError(
-                "reverse mode through custom_linear_solve needs a solver for the transposed "
-                "system", "pass transpose_solve=..., or symmetric=True when A is symmetric")
-        return ImplicitRule(self.x_tree, solve=self.transpose_solve, transpose_solve=self.solve)
-
-    def __repr__(self):
-        return "ImplicitRule"
+def padded(solver: ClosedJaxpr, n_consts: int, before: list[ShapedArray],
+           between: list[ShapedArray] = ()) -> ClosedJaxpr:
+    """A call jaxpr takes every operand of its primitive, also those only the rules use:
+    `solver` (its `n_consts` constants, then its arguments) taking unused inputs of types
+    `before` first and `between` after its constants."""
+    invars = list(solver.jaxpr.invars)
+    return ClosedJaxpr(Jaxpr([], [Var(a) for a in before] + invars[:n_consts] + [Var(a) for a in between]
+                             + invars[n_consts:], solver.jaxpr.outvars, solver.jaxpr.eqns), [])
 
 
-def _linear_map(closed, fixed: list, n_fixed: int, tree):
-    """v ↦ the jvp of `closed` at (fixed, point) along v in the last inputs only: a
-    Python function on pytrees that stages its equations where it is called."""
-    from s2s.lax import Direct
-
-    def apply(v):
-        from s2s.tree import tree_leaves
-        leaves = tree_leaves(v)
-        zeros = [Zero(tangent_aval(var.aval)) for var in closed.jaxpr.invars[:n_fixed]]
-        _, out = jvp_eqns(closed, list(fixed), zeros + list(leaves))
-        return tree.unflatten([instantiate(t) for t in out])
-    return Direct(apply, ["v"])
-
-
-def _custom_root_jvp(primals, tangents, *, call, f_jaxpr, n_f_consts, rule):
-    from s2s.lax import _call_user
-    x = custom_root.bind(*primals, call=call, f_jaxpr=f_jaxpr, n_f_consts=n_f_consts, rule=rule)
+def _custom_root_jvp(primals, tangents, **params):
+    """dx solves ∂f/∂x · dx = -∂f/∂θ · dθ at the root x: the staged tangent_solve, applied."""
+    x = custom_root.bind(*primals, **params)
+    n_f_consts, n_tangent_consts = params["n_f_consts"], params["n_tangent_consts"]
     theta, dtheta = primals[:n_f_consts], tangents[:n_f_consts]
+    x_zeros = [Zero(tangent_aval(v.aval)) for v in params["call"].jaxpr.outvars]
     if all(is_zero(t) for t in dtheta):
-        return x, [Zero(tangent_aval(v.aval)) for v in call.jaxpr.outvars]
-    x_zeros = [Zero(tangent_aval(v.aval)) for v in call.jaxpr.outvars]
-    _, f_dot = jvp_eqns(f_jaxpr, list(theta) + list(x), list(dtheta) + x_zeros)
-    rhs = rule.x_tree.unflatten([-instantiate(t) for t in f_dot])
-    g = _linear_map(f_jaxpr, list(theta) + list(x), n_f_consts, rule.x_tree)
-    from s2s.tree import tree_leaves
-    return x, tree_leaves(_call_user(rule.tangent_solve, (g, rhs)))
+        return x, x_zeros
+    _, f_dot = jvp_eqns(params["f_jaxpr"], list(theta) + list(x), list(dtheta) + x_zeros)
+    rhs = [-instantiate(t) for t in f_dot]
+    tangent_consts = primals[n_f_consts:n_f_consts + n_tangent_consts]
+    return x, inline_jaxpr(params["tangent_jaxpr"], [*tangent_consts, *theta, *x, *rhs])
 
 
 _jvp.register(custom_root, _custom_root_jvp)
 
 
-def _custom_linear_solve_jvp(primals, tangents, *, call, matvec_jaxpr, n_matvec_consts, rule):
-    from s2s.lax import linear_solve_call
-    n_b = len(call.jaxpr.outvars)
-    consts, b_avals = primals[:n_matvec_consts], [v.aval for v in call.jaxpr.outvars]
-    x = custom_linear_solve.bind(*primals, call=call, matvec_jaxpr=matvec_jaxpr,
-                                 n_matvec_consts=n_matvec_consts, rule=rule)
-    dconsts, db = tangents[:n_matvec_consts], tangents[len(primals) - n_b:]
-    if all(is_zero(t) for t in list(dconsts) + list(db)):
-        return x, [Zero(tangent_aval(a)) for a in b_avals]
-    rhs = [instantiate(t) if not is_zero(t) else instantiate(Zero(tangent_aval(a))) for t, a in zip(db, b_avals)]
-    if not all(is_zero(t) for t in dconsts):      # dx = A⁻¹ (db - dA · x)
-        _, dAx = jvp_eqns(matvec_jaxpr, list(consts) + list(x),
-                          list(dconsts) + [Zero(tangent_aval(a)) for a in b_avals])
+def linear_solve(matvec_consts, matvec_jaxpr: ClosedJaxpr, vecmat_jaxpr: ClosedJaxpr | None,
+                 solve_consts, solve_jaxpr: ClosedJaxpr, transpose_consts,
+                 transpose_solve_jaxpr: ClosedJaxpr | None, b_leaves) -> list:
+    """Binds custom_linear_solve: x = A⁻¹ b by `solve_jaxpr(*solve_consts, *b)`, A applying
+    `matvec_jaxpr(*matvec_consts, *x)`. Its transpose solves with Aᵀ (`vecmat_jaxpr`, taking
+    the same constants) by `transpose_solve_jaxpr(*transpose_consts, *b)`, both None when
+    the user gave no solver for the transposed system."""
+    transpose_avals = [] if transpose_solve_jaxpr is None else \
+        transpose_solve_jaxpr.in_avals[:len(transpose_consts)]
+    call = padded(solve_jaxpr, len(solve_consts), matvec_jaxpr.in_avals[:len(matvec_consts)], transpose_avals)
+    return custom_linear_solve.bind(*matvec_consts, *solve_consts, *transpose_consts, *b_leaves, call=call,
+                                    matvec_jaxpr=matvec_jaxpr, vecmat_jaxpr=vecmat_jaxpr,
+                                    solve_jaxpr=solve_jaxpr, transpose_solve_jaxpr=transpose_solve_jaxpr,
+                                    n_matvec_consts=len(matvec_consts), n_solve_consts=len(solve_consts),
+                                    n_transpose_consts=len(transpose_consts))
+
+
+def _operands(args, params) -> tuple[list, list, list, list]:
+    """custom_linear_solve's operands, split: matvec's, solve's and transpose_solve's
+    constants, and b."""
+    solve_start = params["n_matvec_consts"]
+    transpose_start = solve_start + params["n_solve_consts"]
+    b_start = transpose_start + params["n_transpose_consts"]
+    return (list(args[:solve_start]), list(args[solve_start:transpose_start]),
+            list(args[transpose_start:b_start]), list(args[b_start:]))
+
+
+def _custom_linear_solve_jvp(primals, tangents, **params):
+    """dx = A⁻¹ (db - dA · x): the same solve again, on another right-hand side."""
+    consts, solve_consts, transpose_consts, _ = _operands(primals, params)
+    dconsts, _, _, db = _operands(tangents, params)
+    x_zeros = [Zero(tangent_aval(v.aval)) for v in params["call"].jaxpr.outvars]
+    x = custom_linear_solve.bind(*primals, **params)
+    if all(is_zero(t) for t in dconsts + db):
+        return x, x_zeros
+    rhs = [instantiate(t) if not is_zero(t) else instantiate(zero) for t, zero in zip(db, x_zeros)]
+    if not all(is_zero(t) for t in dconsts):
+        _, dAx = jvp_eqns(params["matvec_jaxpr"], consts + list(x), dconsts + x_zeros)
         rhs = [r - instantiate(d) for r, d in zip(rhs, dAx)]
-    return x, linear_solve_call(matvec_jaxpr, n_matvec_consts, consts, rhs, rule)
+    return x, custom_linear_solve.bind(*consts, *solve_consts, *transpose_consts, *rhs, **params)
 
 
 _jvp.register(custom_linear_solve, _custom_linear_solve_jvp)
 
 
-def _custom_linear_solve_transpose(cts, *args, call, matvec_jaxpr, n_matvec_consts, rule):
+def _custom_linear_solve_transpose(cts, *args, **params):
     """b̄ = A⁻ᵀ x̄: a solve with the transposed map and the transposed solver."""
-    from s2s.lax import linear_solve_call
-    from s2s.passes.transpose import transpose_jaxpr
-    n_b = len(call.jaxpr.outvars)
-    consts, b = args[:n_matvec_consts], args[len(args) - n_b:]
-    if any(is_linear(c) for c in args[:len(args) - n_b]) or not all(is_linear(v) for v in b):
+    consts, solve_consts, transpose_consts, b = _operands(args, params)
+    if any(is_linear(c) for c in args[:len(args) - len(b)]) or not all(is_linear(v) for v in b):
         raise _transpose.NonLinearEquationError("custom_linear_solve is linear in b only")
+    if params["transpose_solve_jaxpr"] is None:
+        raise StagingError(
+            "reverse mode through custom_linear_solve needs a solver for the transposed "
+            "system", "pass transpose_solve=..., or symmetric=True when A is symmetric")
     cts = [instantiate(c) if not is_zero(c) else instantiate(Zero(v.aval))
-           for c, v in zip(cts, call.jaxpr.outvars)]
-    vecmat = transpose_jaxpr(matvec_jaxpr, [False] * n_matvec_consts + [True] * n_b)
-    b_bar = linear_solve_call(vecmat, n_matvec_consts, consts, cts, rule.transposed())
-    return [None] * (len(args) - n_b) + list(b_bar)
+           for c, v in zip(cts, params["call"].jaxpr.outvars)]
+    b_bar = linear_solve(consts, params["vecmat_jaxpr"], params["matvec_jaxpr"], transpose_consts,
+                         params["transpose_solve_jaxpr"], solve_consts, params["solve_jaxpr"], cts)
+    return [None] * (len(args) - len(b)) + list(b_bar)
 
 
 _transpose.register(custom_linear_solve, _custom_linear_solve_transpose)

@@ -3,6 +3,8 @@
 The functions are plain NumPy: run as Python they are the value oracle, and autograd
 (which follows Python control flow as it runs) is the derivative oracle.
 """
+import types
+
 import autograd
 import autograd.numpy as anp
 import numpy as np
@@ -10,6 +12,8 @@ import pytest
 
 import s2s
 from s2s.emit.python import load_source
+from s2s.frontend import structured
+from tests.frontend.test_in_place import rnn_states
 
 rng = np.random.default_rng(0)
 
@@ -263,7 +267,6 @@ DIFFERENTIABLE = ["piecewise_pos", "piecewise_neg", "three_pieces_high", "three_
 
 
 def as_autograd(fn):
-    import types
     return types.FunctionType(fn.__code__, {**fn.__globals__, "np": anp}, fn.__name__)
 
 
@@ -361,7 +364,6 @@ def test_s2s_unroll_asks_for_a_loop_to_be_unrolled():
 
 
 def test_a_range_loop_is_written_with_the_users_index():
-    from tests.frontend.test_in_place import rnn_states
     W, h0, xs = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal(3), rng.standard_normal((4, 3))
     source = s2s.emit_python(rnn_states, W, h0, xs)
     assert "for t in np.arange(4, dtype=np.int64):" in source
@@ -679,10 +681,9 @@ def continue_nested(depth: int) -> str:
 
 
 def test_each_nested_continue_stages_what_it_guards_once(monkeypatch):
-    from s2s import lax
     stagings = []
-    staged_once = lax._Body.__init__
-    monkeypatch.setattr(lax._Body, "__init__", lambda self, *a: stagings.append(1) or staged_once(self, *a))
+    staged_once = structured.StagedBody.__init__
+    monkeypatch.setattr(structured.StagedBody, "__init__", lambda self, *a: stagings.append(1) or staged_once(self, *a))
     xs = np.linspace(-1, 12, 9)
     counts = {}
     for depth in (3, 6):

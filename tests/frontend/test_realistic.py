@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import s2s
+from s2s.frontend import stage
 from tests.helpers import check_function
 
 rng = np.random.default_rng(0)
@@ -433,7 +434,6 @@ def test_staging_is_cached_per_avals_and_static_values():
     def f(x, n):
         calls.append(1)
         return x * n
-    from s2s.frontend import stage
     a = stage(f, (randn(3), 2))
     assert stage(f, (randn(3), 2)) is a
     assert stage(f, (randn(4), 2)) is not a

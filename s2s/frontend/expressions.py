@@ -1,0 +1,295 @@
+"""Expressions: what the walker computes from each expression node.
+
+Python values that do not depend on the array arguments stay concrete and are computed
+directly; every operation on an array (operators, comparisons, subscripts of array
+constants) is staged as the NumPy function that implements it. Where Python itself needs
+a concrete value from a staged one (`truth`), ConcretizationError points at the line.
+"""
+from __future__ import annotations
+
+import operator
+
+import gast
+import numpy as np
+
+from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError,
+                        UnsupportedFunctionError, UnsupportedSyntaxError)
+from s2s.numpy_api import NUMPY_IMPLS
+from s2s.numpy_api.indexing import getitem
+from s2s.staging import Tracer, current_builder
+
+# Python operators on arrays, as the NumPy functions that implement them.
+# Python operators on arrays, as the NumPy functions that implement them.
+BINARY_OPERATORS = {
+    gast.Add: (operator.add, np.add), gast.Sub: (operator.sub, np.subtract),
+    gast.Mult: (operator.mul, np.multiply), gast.Div: (operator.truediv, np.true_divide),
+    gast.FloorDiv: (operator.floordiv, np.floor_divide), gast.Mod: (operator.mod, np.remainder),
+    gast.Pow: (operator.pow, np.power), gast.MatMult: (operator.matmul, np.matmul),
+    gast.BitAnd: (operator.and_, np.bitwise_and), gast.BitOr: (operator.or_, np.bitwise_or),
+    gast.BitXor: (operator.xor, np.bitwise_xor), gast.LShift: (operator.lshift, np.left_shift),
+    gast.RShift: (operator.rshift, np.right_shift),
+}
+UNARY_OPERATORS = {
+    gast.USub: (operator.neg, np.negative), gast.UAdd: (operator.pos, np.positive),
+    gast.Invert: (operator.invert, np.invert),
+}
+COMPARISONS = {
+    gast.Eq: (operator.eq, np.equal), gast.NotEq: (operator.ne, np.not_equal),
+    gast.Lt: (operator.lt, np.less), gast.LtE: (operator.le, np.less_equal),
+    gast.Gt: (operator.gt, np.greater), gast.GtE: (operator.ge, np.greater_equal),
+    gast.Is: (operator.is_, None), gast.IsNot: (operator.is_not, None),
+    gast.In: (lambda a, b: a in b, None), gast.NotIn: (lambda a, b: a not in b, None),
+}
+
+
+def is_array_constant(value) -> bool:
+    """An array from outside the function (a global, a closure): staged where it is used."""
+    return isinstance(value, np.ndarray) and value.ndim > 0
+
+
+class Expressions:
+    """The walker's expressions (a mixin of FunctionWalker): `expr(node)` returns the
+    node's value. Names resolve in `self.scope`; calls go through `self.call` and new
+    functions (lambdas) are made by `self._make_function`, both of the walker's core."""
+
+    def expr(self, node):
+        builder = current_builder()
+        saved = builder.source_info if builder is not None else None
+        if builder is not None:
+            builder.source_info = self.source.info(node)
+        try:
+            method = getattr(self, "expr_" + type(node).__name__, None)
+            if method is None:
+                raise UnsupportedSyntaxError(
+                    f"`{type(node).__name__}` expressions are not supported in staged functions",
+                    "rewrite the expression with supported syntax")
+            return method(node)
+        except S2SError as e:
+            raise e.at(self.source.info(node))
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError,
+                OverflowError, RecursionError) as e:
+            error = StagingError(f"{type(e).__name__}: {e}",
+                                 "this Python error was raised while s2s ran the expression "
+                                 "above; fix the expression (or the values it was given)")
+            error.original = e
+            raise error.at(self.source.info(node)) from None
+        finally:
+            if builder is not None:
+                builder.source_info = saved
+
+    def expr_Constant(self, node):
+        return node.value
+
+    def expr_Name(self, node):
+        value = self.scope.lookup(node.id, node)
+        if is_array_constant(value):
+            builder = current_builder()
+            if builder is not None:
+                builder.name_constant(value, node.id)
+        return value
+
+    def expr_Attribute(self, node):
+        obj = self.expr(node.value)
+        if isinstance(obj, Tracer) and not hasattr(obj, node.attr):
+            raise UnsupportedFunctionError(
+                f"the ndarray attribute or method `.{node.attr}` is not supported on staged arrays",
+                "see the README's table of supported NumPy functions and methods")
+        return getattr(obj, node.attr)
+
+    def expr_Subscript(self, node):
+        obj = self.expr(node.value)
+        index = self.expr(node.slice)
+        if is_array_constant(obj) and current_builder() is not None:
+            return getitem(obj, index)
+        return obj[index]
+
+    def expr_Slice(self, node):
+        part = lambda n: None if n is None else self.expr(n)
+        return slice(part(node.lower), part(node.upper), part(node.step))
+
+    def expr_Tuple(self, node):
+        return tuple(self._elements(node.elts))
+
+    def expr_List(self, node):
+        return list(self._elements(node.elts))
+
+    def expr_Set(self, node):
+        return set(self._elements(node.elts))
+
+    def _elements(self, elts):
+        out = []
+        for e in elts:
+            if isinstance(e, gast.Starred):
+                out.extend(self.expr(e.value))
+            else:
+                out.append(self.expr(e))
+        return out
+
+    def expr_Dict(self, node):
+        out = {}
+        for k, v in zip(node.keys, node.values):
+            if k is None:
+                out.update(self.expr(v))
+            else:
+                out[self.expr(k)] = self.expr(v)
+        return out
+
+    def expr_JoinedStr(self, node):
+        parts = []
+        for v in node.values:
+            parts.append(v.value if isinstance(v, gast.Constant) else self.expr(v))
+        return "".join(str(p) for p in parts)
+
+    def expr_FormattedValue(self, node):
+        value = self.expr(node.value)
+        if isinstance(value, Tracer):
+            raise UnsupportedSyntaxError("formatting a staged array into a string is not supported",
+                                         "format static values (shapes, Python numbers) only")
+        spec = "" if node.format_spec is None else self.expr(node.format_spec)
+        conv = {-1: lambda v: v, 115: str, 114: repr, 97: ascii}[node.conversion]
+        return format(conv(value), spec)
+
+    def expr_BinOp(self, node):
+        python_op, numpy_fn = BINARY_OPERATORS[type(node.op)]
+        return self.operate(python_op, numpy_fn, self.expr(node.left), self.expr(node.right), node)
+
+    def expr_UnaryOp(self, node):
+        operand = self.expr(node.operand)
+        if isinstance(node.op, gast.Not):
+            return not self.truth(operand, node.operand, "`not`")
+        python_op, numpy_fn = UNARY_OPERATORS[type(node.op)]
+        if self._stages(operand):
+            return self._numpy(numpy_fn)(operand)
+        return python_op(operand)
+
+    def expr_BoolOp(self, node):
+        what = "`and`" if isinstance(node.op, gast.And) else "`or`"
+        value = None
+        for operand in node.values:
+            value = self.expr(operand)
+            truth = self.truth(value, operand, what, logical=True)
+            if isinstance(node.op, gast.And) and not truth:
+                return value
+            if isinstance(node.op, gast.Or) and truth:
+                return value
+        return value
+
+    def expr_Compare(self, node):
+        left = self.expr(node.left)
+        result = True
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.expr(right_node)
+            python_op, numpy_fn = COMPARISONS[type(op)]
+            if numpy_fn is not None and (self._stages(left) or self._stages(right)):
+                value = self._numpy(numpy_fn)(left, right)
+            else:
+                value = python_op(left, right)
+            if len(node.ops) == 1:
+                return value
+            if not self.truth(value, node, "a chained comparison", logical=True):
+                return value
+            result, left = value, right
+        return result
+
+    def expr_IfExp(self, node):
+        if self.truth(self.expr(node.test), node.test, "a conditional expression"):
+            return self.expr(node.body)
+        return self.expr(node.orelse)
+
+    def expr_Lambda(self, node):
+        return self._make_function(node)
+
+    def expr_Starred(self, node):
+        raise UnsupportedSyntaxError("a starred expression is only allowed in calls, lists and tuples")
+
+    def expr_ListComp(self, node):
+        return self._comprehension(node, lambda out, n: out.append(self.expr(n.elt)), [])
+
+    def expr_SetComp(self, node):
+        return self._comprehension(node, lambda out, n: out.add(self.expr(n.elt)), set())
+
+    def expr_GeneratorExp(self, node):
+        # Evaluated eagerly: `sum(x ** 2 for x in xs)` means the same with a list.
+        return iter(self.expr_ListComp(node))
+
+    def expr_DictComp(self, node):
+        def add(out, n):
+            out[self.expr(n.key)] = self.expr(n.value)
+        return self._comprehension(node, add, {})
+
+    def _comprehension(self, node, add, out):
+        # Comprehension variables are local to the comprehension, as in Python 3.
+        saved = dict(self.scope.vars)
+
+        def loop(generators):
+            if not generators:
+                add(out, node)
+                return
+            gen = generators[0]
+            for item in self.expr(gen.iter):
+                self.assign(gen.target, item)
+                if all(self.truth(self.expr(c), c, "a comprehension filter") for c in gen.ifs):
+                    loop(generators[1:])
+        try:
+            loop(node.generators)
+        finally:
+            targets = {n.id for g in node.generators for n in gast.walk(g.target)
+                       if isinstance(n, gast.Name)}
+            for name in targets:
+                if name in saved:
+                    self.scope.vars[name] = saved[name]
+                else:
+                    self.scope.vars.pop(name, None)
+        return out
+
+    def expr_NamedExpr(self, node):
+        value = self.expr(node.value)
+        self.assign(node.target, value)
+        return value
+
+    def expr_Yield(self, node):
+        raise UnsupportedSyntaxError("generators (`yield`) cannot be staged",
+                                     "return a list or tuple instead")
+
+    expr_YieldFrom = expr_Yield
+
+    def expr_Await(self, node):
+        raise UnsupportedSyntaxError("`await` cannot be staged", "staged functions are synchronous")
+
+    def expr_Call(self, node):
+        fn = self.expr(node.func)
+        args = self._elements(node.args)
+        kwargs = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                kwargs.update(self.expr(kw.value))
+            else:
+                kwargs[kw.arg] = self.expr(kw.value)
+        return self.call(fn, args, kwargs)
+
+    def _stages(self, value) -> bool:
+        return isinstance(value, Tracer) or (is_array_constant(value)
+                                             and current_builder() is not None)
+
+    def _numpy(self, numpy_fn):
+        impl = NUMPY_IMPLS.get(numpy_fn)
+        if impl is None:
+            raise UnsupportedFunctionError(f"the operator for np.{numpy_fn.__name__} is not supported on arrays")
+        return impl
+
+    def operate(self, python_op, numpy_fn, left, right, node):
+        if self._stages(left) or self._stages(right):
+            return self._numpy(numpy_fn)(left, right)
+        return python_op(left, right)
+
+    def truth(self, value, node, what: str, logical: bool = False) -> bool:
+        if isinstance(value, Tracer):
+            help = CONCRETE_HELP
+            if logical:
+                help = ("combine array conditions with `&`, `|`, `~` or np.logical_and / "
+                        "np.logical_or, and choose values with np.where(cond, a, b)")
+            raise ConcretizationError(
+                f"{what} needs a Python bool, but this is a staged array "
+                f"({value.aval.str_short()}) whose value is only known when the function runs",
+                help, self.source.info(node))
+        return bool(value)
