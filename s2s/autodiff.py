@@ -31,6 +31,7 @@ from s2s.passes.cse import cse
 from s2s.passes.dce import dce
 from s2s.passes.jvp import jvp_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr
+from s2s.passes.simplify import simplify
 from s2s.passes.tangents import zeros
 from s2s.passes.transpose import transpose_jaxpr
 from s2s.staging import JaxprBuilder, Tracer, current_builder, inline_jaxpr, paused_gc
@@ -67,7 +68,7 @@ def _select_outputs(closed: ClosedJaxpr, keep: list[bool]) -> ClosedJaxpr:
 
 
 def _clean(closed: ClosedJaxpr) -> ClosedJaxpr:
-    return dce(cse(dce(closed)))
+    return dce(cse(simplify(dce(closed))))
 
 
 @dataclasses.dataclass

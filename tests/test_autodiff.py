@@ -340,7 +340,7 @@ def test_forward_mode_of_custom_vjp_is_a_clear_error():
         s2s.jvp(lambda x: clip_gradient(x, -1.0, 1.0), (np.ones(2),), (np.ones(2),))
 
 
-def test_every_derivative_is_cleaned_by_dce_and_cse():
+def test_every_derivative_is_cleaned_by_dce_simplify_and_cse():
     def f(x):
         unused = np.exp(x) * 3.0   # dead: never reaches the output
         return np.sum(np.sin(x) * np.sin(x))
@@ -351,7 +351,7 @@ def test_every_derivative_is_cleaned_by_dce_and_cse():
 
 
 def test_broadcast_chains_fold_into_one_broadcast():
-    """Transposed reductions broadcast, expand and broadcast again; CSE folds the chain."""
+    """Transposed reductions broadcast, expand and broadcast again; simplify folds the chain."""
     from examples import mlp
     rng = np.random.default_rng(0)
     params = mlp.init_params(rng, (6, 5, 3))

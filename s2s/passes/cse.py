@@ -6,13 +6,13 @@ dropped and its outputs are renamed to the earlier one's. Primitives are pure, s
 always sound; it removes the duplicates that differentiation rules produce (the same
 `cos x` for two tangents, the same `x - mean` the user wrote twice).
 
-`cse` is the cleanup every derivative gets: algebraic simplification (`passes/simplify.py`,
-which drops `x * 1` and folds broadcasts) and then the merging of what has become equal.
+Derivatives are cleaned by `dce(cse(simplify(dce(jaxpr))))` (`s2s/autodiff.py`): the
+identities `simplify` removes (`x * 1`, a broadcast of a broadcast) can hide duplicates,
+so simplification runs first.
 """
 from __future__ import annotations
 
 from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
-from s2s.passes.simplify import simplify
 
 
 def _atom_key(v):
@@ -31,7 +31,7 @@ def _params_key(params: dict):
         return None  # parameters we cannot compare (sub-jaxprs): never merged
 
 
-def merge_common_subexpressions(closed: ClosedJaxpr) -> ClosedJaxpr:
+def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
     """`closed` with each repeated equation replaced by the first one (top level only)."""
     jaxpr = closed.jaxpr
     rename: dict[Var, Var] = {}
@@ -59,7 +59,3 @@ def merge_common_subexpressions(closed: ClosedJaxpr) -> ClosedJaxpr:
     outvars = [renamed(v) for v in jaxpr.outvars]
     return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, eqns), closed.consts)
 
-
-def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """Simplification, then common-subexpression elimination of the result."""
-    return merge_common_subexpressions(simplify(closed))
