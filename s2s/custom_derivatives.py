@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import functools
 
-from s2s.errors import S2SError, StagingError
-from s2s.frontend import Staged, reraise_clean, stage
+from s2s.eager import staged_or_error
+from s2s.errors import StagingError
+from s2s.frontend import Staged
 from s2s.frontend.walker import call_user
 from s2s.primitives.custom_derivatives import custom_jvp_call, custom_vjp_call
 from s2s.staging import Tracer, current_builder
@@ -132,10 +133,7 @@ class _CustomBase:
         if current_builder() is None and not any(isinstance(l, Tracer) for l in tree_leaves(args)):
             return self.fun(*args)   # plain NumPy values: just run it
         self._check_rule()
-        try:
-            staged = stage(self.fun, args, {}, static_argnums=self.nondiff_argnums)
-        except S2SError as e:
-            reraise_clean(e)
+        staged = staged_or_error(self.fun, args, {}, static_argnums=self.nondiff_argnums)
         site = _CallSite(self, staged, args)
         flat = [l for l, m in zip(tree_leaves(args), staged.staged_mask) if m]
         outs = self.primitive.bind(*flat, call=staged.closed, rule=site)
