@@ -70,29 +70,28 @@ def _filled(shape, value, dt: np.dtype):
 # zeros, ones, full, empty and their _like forms
 
 
-@implements(np.zeros)
-def zeros(shape, dtype=None, order="C", *, device=None, like=None):
+def _filled_new(numpy_new, shape, dtype, value):
+    """`numpy_new(shape, dtype)` outside staging; staged, every element `value`."""
     shape, dt = _shape_arg(shape), _dtype_arg(dtype, float)
     if not _staging():
-        return np.zeros(shape, dt)
-    return _filled(shape, 0, dt)
+        return numpy_new(shape, dt)
+    return _filled(shape, value, dt)
+
+
+@implements(np.zeros)
+def zeros(shape, dtype=None, order="C", *, device=None, like=None):
+    return _filled_new(np.zeros, shape, dtype, 0)
 
 
 @implements(np.ones)
 def ones(shape, dtype=None, order="C", *, device=None, like=None):
-    shape, dt = _shape_arg(shape), _dtype_arg(dtype, float)
-    if not _staging():
-        return np.ones(shape, dt)
-    return _filled(shape, 1, dt)
+    return _filled_new(np.ones, shape, dtype, 1)
 
 
 @implements(np.empty)
 def empty(shape, dtype=None, order="C", *, device=None, like=None):
     """Staged as zeros: an uninitialized array has no value to reproduce."""
-    shape, dt = _shape_arg(shape), _dtype_arg(dtype, float)
-    if not _staging():
-        return np.empty(shape, dt)
-    return _filled(shape, 0, dt)
+    return _filled_new(np.empty, shape, dtype, 0)
 
 
 def _fill_dtype(fill_value) -> np.dtype:
@@ -118,41 +117,41 @@ def full(shape, fill_value, dtype=None, order="C", *, device=None, like=None):
     return _filled(shape, _operand(fill_value), dt)
 
 
-def _like(name, a, dtype, shape):
+def _like(a, dtype, shape):
+    """The dtype and shape of a `*_like` result: `a`'s, unless given."""
     a_aval = aval(_operand(a))
     dt = a_aval.dtype if dtype is None else _dtype_arg(dtype)
     shape = a_aval.shape if shape is None else _shape_arg(shape)
     return dt, shape
 
 
+def _filled_like(numpy_like, a, value, dtype, shape):
+    """`numpy_like(a)` for NumPy values; staged, an array like `a` with every element `value`."""
+    dt, shape = _like(a, dtype, shape)
+    if not _staging(a):
+        return numpy_like(shape, dt)
+    return _filled(shape, value, dt)
+
+
 @implements(np.zeros_like)
 def zeros_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
-    dt, shape = _like("zeros_like", a, dtype, shape)
-    if not _staging(a):
-        return np.zeros(shape, dt)
-    return _filled(shape, 0, dt)
+    return _filled_like(np.zeros, a, 0, dtype, shape)
 
 
 @implements(np.ones_like)
 def ones_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
-    dt, shape = _like("ones_like", a, dtype, shape)
-    if not _staging(a):
-        return np.ones(shape, dt)
-    return _filled(shape, 1, dt)
+    return _filled_like(np.ones, a, 1, dtype, shape)
 
 
 @implements(np.empty_like)
 def empty_like(prototype, dtype=None, order="K", subok=True, shape=None, *, device=None):
     """Staged as zeros_like."""
-    dt, shape = _like("empty_like", prototype, dtype, shape)
-    if not _staging(prototype):
-        return np.empty(shape, dt)
-    return _filled(shape, 0, dt)
+    return _filled_like(np.empty, prototype, 0, dtype, shape)
 
 
 @implements(np.full_like)
 def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
-    dt, shape = _like("full_like", a, dtype, shape)
+    dt, shape = _like(a, dtype, shape)
     if not _staging(a, fill_value):
         return np.full(shape, fill_value, dt)
     return _filled(shape, _operand(fill_value), dt)

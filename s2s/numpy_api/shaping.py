@@ -495,20 +495,22 @@ def flip(m, axis=None):
     return _rev(m, axes)
 
 
+def _flip_along(m, axis: int):
+    """`m` reversed along `axis`, which it must have (NumPy's message otherwise)."""
+    m = operand(m)
+    if _ndim(m) <= axis:
+        raise ShapeError(f"Input must be >= {axis + 1}-d.")
+    return _rev(m, (axis,))
+
+
 @implements(np.fliplr)
 def fliplr(m):
-    m = operand(m)
-    if _ndim(m) < 2:
-        raise ShapeError("Input must be >= 2-d.")
-    return _rev(m, (1,))
+    return _flip_along(m, 1)
 
 
 @implements(np.flipud)
 def flipud(m):
-    m = operand(m)
-    if _ndim(m) < 1:
-        raise ShapeError("Input must be >= 1-d.")
-    return _rev(m, (0,))
+    return _flip_along(m, 0)
 
 
 @implements(np.rot90)

@@ -88,11 +88,16 @@ def _keep_dtype(np_fn):
 UNARY: dict[str, Primitive] = {}
 
 
+def _declare(name: str, kind: str, impl, emit_rule, out_dtype=None, bare_scalar_ok=False):
+    """An elementwise primitive with its shape rule, impl and Python emission rule."""
+    prim = Primitive(name, _elementwise_abstract(name, kind, out_dtype), impl)
+    register(prim, emit_rule, bare_scalar_ok=bare_scalar_ok)
+    return prim
+
+
 def _unary(name: str, np_fn, emit: str, kind: str = "float"):
     """Declares `name` with impl `np_fn` (dtype kept) emitted as `emit(x)`."""
-    prim = Primitive(name, _elementwise_abstract(name, kind), _keep_dtype(np_fn))
-    register(prim, lambda eqn, x: call(emit, x))
-    UNARY[name] = prim
+    prim = UNARY[name] = _declare(name, kind, _keep_dtype(np_fn), lambda eqn, x: call(emit, x))
     return prim
 
 
@@ -167,12 +172,9 @@ register(integer_pow, lambda eqn, x: binop("**", x, Expr(str(eqn.params["y"]))
 def _binary(name: str, np_fn, emit, kind: str = "numeric", out_dtype=None):
     """`emit` is an operator ("+") or a function name ("np.maximum")."""
     impl = _keep_dtype(np_fn) if out_dtype is None else (lambda x, y: np_fn(x, y))
-    prim = Primitive(name, _elementwise_abstract(name, kind, out_dtype), impl)
-    if emit.startswith("np.") or emit.startswith("rt."):
-        register(prim, lambda eqn, x, y: call(emit, x, y), bare_scalar_ok=True)
-    else:
-        register(prim, lambda eqn, x, y: binop(emit, x, y), bare_scalar_ok=True)
-    return prim
+    def emit_rule(eqn, x, y):
+        return call(emit, x, y) if emit.startswith(("np.", "rt.")) else binop(emit, x, y)
+    return _declare(name, kind, impl, emit_rule, out_dtype, bare_scalar_ok=True)
 
 
 add = _binary("add", np.add, "+")

@@ -322,28 +322,26 @@ for _prim in (reduce_and, reduce_or, argmax, argmin):   # boolean and index resu
     _jvp.defzero(_prim)
 
 
-def _reduce_sum_jvp(primals, tangents, *, axes):
-    (x,), (t,) = primals, tangents
-    y = reduce_sum.bind(x, axes=axes)
-    if not _differentiable(y):
-        return y, Zero(tangent_aval(y.aval))
-    return y, reduce_sum.bind(t, axes=axes)
-
-
-def _extremum_jvp(prim):
-    """max/min: the tangent at the extremum; ties share it evenly, as in JAX:
-    `sum(t * at_extremum) / count(at_extremum)`."""
-    def rule(primals, tangents, *, axes):
+def _one_operand_jvp(prim, tangent_of):
+    """The jvp of a reduction or scan of one operand: `tangent_of(x, y, t, **params)` is the
+    output's tangent; a result that is not differentiable (integers, booleans) has a zero one."""
+    def rule(primals, tangents, **params):
         (x,), (t,) = primals, tangents
-        y = prim.bind(x, axes=axes)
+        y = prim.bind(x, **params)
         if not _differentiable(y):
             return y, Zero(tangent_aval(y.aval))
-        if not axes:
-            return y, t
-        at_extremum = ops.convert(ops.eq(x, _broadcast_back(y, x.shape, axes)), t.dtype)
-        count = reduce_sum.bind(at_extremum, axes=axes)
-        return y, reduce_sum.bind(t * at_extremum, axes=axes) / count
+        return y, tangent_of(x, y, t, **params)
     return rule
+
+
+def _extremum_tangent(x, y, t, *, axes):
+    """max/min: the tangent at the extremum; ties share it evenly, as in JAX:
+    `sum(t * at_extremum) / count(at_extremum)`."""
+    if not axes:
+        return t
+    at_extremum = ops.convert(ops.eq(x, _broadcast_back(y, x.shape, axes)), t.dtype)
+    count = reduce_sum.bind(at_extremum, axes=axes)
+    return reduce_sum.bind(t * at_extremum, axes=axes) / count
 
 
 def _exclusive_products(x, axis: int):
@@ -371,36 +369,19 @@ def _product_of_others(x, axes):
     return ops.transpose(others, np.argsort(permutation))
 
 
-def _reduce_prod_jvp(primals, tangents, *, axes):
-    (x,), (t,) = primals, tangents
-    y = reduce_prod.bind(x, axes=axes)
-    if not _differentiable(y):
-        return y, Zero(tangent_aval(y.aval))
+def _reduce_prod_tangent(x, y, t, *, axes):
     if not axes:
-        return y, t
-    return y, reduce_sum.bind(t * _product_of_others(x, axes), axes=axes)
+        return t
+    return reduce_sum.bind(t * _product_of_others(x, axes), axes=axes)
 
 
-def _cumsum_jvp(primals, tangents, *, axis, reverse):
-    (x,), (t,) = primals, tangents
-    y = cumsum.bind(x, axis=axis, reverse=reverse)
-    if not _differentiable(y):
-        return y, Zero(tangent_aval(y.aval))
-    return y, cumsum.bind(t, axis=axis, reverse=reverse)
-
-
-def _cumprod_jvp(primals, tangents, *, axis, reverse):
+def _cumprod_tangent(x, y, t, *, axis, reverse):
     """d y_i = sum_{j <= i} t_j * prod_{k <= i, k != j} x_k, in three regimes along the scan:
 
       before the first zero   every factor is nonzero: y_i * sum_{j <= i} t_j / x_j
       up to the second zero   only the zero's own term survives: t_z * (y_i with x_z := 1)
       after the second zero   every term has a zero factor: 0
     """
-    (x,), (t,) = primals, tangents
-    y = cumprod.bind(x, axis=axis, reverse=reverse)
-    if not _differentiable(y):
-        return y, Zero(tangent_aval(y.aval))
-
     def scan_sum(v):
         return cumsum.bind(v, axis=axis, reverse=reverse)
 
@@ -415,29 +396,23 @@ def _cumprod_jvp(primals, tangents, *, axis, reverse):
                                       axis=axis, reverse=reverse)
     after_one = ops.select(zeros_so_far == 1, without_first_zero, zero)
     t_at_first_zero = ops.select(first_zero, t, zero)
-    return y, before * scan_sum(t / safe_x) + after_one * scan_sum(t_at_first_zero)
+    return before * scan_sum(t / safe_x) + after_one * scan_sum(t_at_first_zero)
 
 
-def _running_extremum_jvp(prim):
+def _running_extremum_tangent(x, y, t, *, axis, reverse):
     """cummax/cummin: the tangent of the element the running extremum came from (with
     ties, the first one reached by the scan), gathered with `take_along_axis`."""
-    def rule(primals, tangents, *, axis, reverse):
-        (x,), (t,) = primals, tangents
-        y = prim.bind(x, axis=axis, reverse=reverse)
-        if not _differentiable(y):
-            return y, Zero(tangent_aval(y.aval))
-        n = x.shape[axis]
-        iota = ops.iota(x.shape, axis)
-        index = iota.dtype
-        first = ops.eq(iota, ops.scalar(n - 1 if reverse else 0, index))
-        # A new extremum starts where the running value changes (or at the first element).
-        starts = first | ops.ne(y, _shift(y, axis, reverse, 0))
-        # Its position, carried along the scan: the latest start reached so far (the
-        # largest index going forward, the smallest going backward).
-        marked = ops.select(starts, iota, ops.scalar(n - 1 if reverse else 0, index))
-        source = (cummin if reverse else cummax).bind(marked, axis=axis, reverse=reverse)
-        return y, _take_along(t, source, axis)
-    return rule
+    n = x.shape[axis]
+    iota = ops.iota(x.shape, axis)
+    index = iota.dtype
+    first = ops.eq(iota, ops.scalar(n - 1 if reverse else 0, index))
+    # A new extremum starts where the running value changes (or at the first element).
+    starts = first | ops.ne(y, _shift(y, axis, reverse, 0))
+    # Its position, carried along the scan: the latest start reached so far (the
+    # largest index going forward, the smallest going backward).
+    marked = ops.select(starts, iota, ops.scalar(n - 1 if reverse else 0, index))
+    source = (cummin if reverse else cummax).bind(marked, axis=axis, reverse=reverse)
+    return _take_along(t, source, axis)
 
 
 def _sort_jvp(primals, tangents, *, dimension, num_keys):
@@ -452,15 +427,15 @@ def _sort_jvp(primals, tangents, *, dimension, num_keys):
     return outs, out_tangents
 
 
-for _prim, _rule in [(reduce_sum, _reduce_sum_jvp),
-                     (reduce_max, _extremum_jvp(reduce_max)),
-                     (reduce_min, _extremum_jvp(reduce_min)),
-                     (reduce_prod, _reduce_prod_jvp), (cumsum, _cumsum_jvp),
-                     (cumprod, _cumprod_jvp),
-                     (cummax, _running_extremum_jvp(cummax)),
-                     (cummin, _running_extremum_jvp(cummin)),
-                     (sort, _sort_jvp)]:
-    _jvp.register(_prim, _rule)
+for _prim, _tangent_of in [
+        (reduce_sum, lambda x, y, t, *, axes: reduce_sum.bind(t, axes=axes)),
+        (reduce_max, _extremum_tangent), (reduce_min, _extremum_tangent),
+        (reduce_prod, _reduce_prod_tangent),
+        (cumsum, lambda x, y, t, *, axis, reverse: cumsum.bind(t, axis=axis, reverse=reverse)),
+        (cumprod, _cumprod_tangent),
+        (cummax, _running_extremum_tangent), (cummin, _running_extremum_tangent)]:
+    _jvp.register(_prim, _one_operand_jvp(_prim, _tangent_of))
+_jvp.register(sort, _sort_jvp)
 
 # ---------------------------------------------------------------------------------------
 # Transposes of the linear ones: a sum spreads its cotangent back over what it summed; a
