@@ -36,3 +36,20 @@ def test_the_readme_example_runs(tmp_path):
     path.write_text(code)
     exec(compile(code, str(path), "exec"), namespace)
     assert "np.tanh" in s2s.emit_python(namespace["predict"], namespace["params"], namespace["x"])
+
+
+def test_layout_names_every_module():
+    block = readme().split("## Layout", 1)[1].split("```", 2)[1]
+    missing = []
+    for package in ("s2s", "s2s_runtime"):
+        for dirpath, _, filenames in os.walk(os.path.join(ROOT, package)):
+            folder = os.path.relpath(dirpath, ROOT) + "/"
+            for filename in filenames:
+                if not filename.endswith(".py") or f"{folder}{filename}" in block:
+                    continue
+                stem = filename[:-3]
+                listed_in_folder = folder in block and (
+                    stem == "__init__" or re.search(rf"\b{stem}\b", block.split(folder, 1)[1]))
+                if not listed_in_folder:
+                    missing.append(folder + filename)
+    assert not missing, f"add these to README's Layout: {sorted(missing)}"
