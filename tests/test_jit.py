@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import weakref
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 
 import s2s
 from s2s.eager import staged_or_error
+from tests.concurrency import run_together
 
 JIT_MODULE = importlib.import_module("s2s.jit")   # `s2s.jit` is the function
 
@@ -181,21 +181,12 @@ def test_many_threads_calling_one_jitted_function_compile_it_once(monkeypatch):
         return np.tanh(x @ w + b)
     f = s2s.jit(threaded_affine)
     args = np.ones((4, 3)), np.ones((3, 2)), np.ones(2)
-    start = threading.Barrier(16)
-    results, errors = [], []
+    results = []
 
-    def worker():
-        start.wait()
-        try:
-            for _ in range(200):
-                results.append(f(*args))
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=worker) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    def work():
+        for _ in range(200):
+            results.append(f(*args))
+    errors = run_together(work, 16)
     assert not errors and len(compiled) == 1
     expected = threaded_affine(*args)
     assert len(results) == 3200 and all(np.allclose(r, expected) for r in results)

@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 from s2s_runtime import disk_cache
+from tests.concurrency import run_together
 
 RUNTIME_DIR = Path(disk_cache.__file__).resolve().parent
 
@@ -183,27 +183,17 @@ def test_default_directory(monkeypatch):
 
 def test_concurrent_threads_same_key(cache_dir):
     payload = b"z" * 50_000
-    results, errors = [], []
-    start = threading.Barrier(8)
+    results = []
 
     def compile_fn():
         time.sleep(0.01)
         return Fake(payload)
 
-    def worker():
-        try:
-            start.wait()
-            exe, _ = disk_cache.get_or_compile(("same",), compile_fn, lambda e: e.payload,
-                                               lambda b: Fake(bytes(b)))
-            results.append(exe.payload)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    def work():
+        exe, _ = disk_cache.get_or_compile(("same",), compile_fn, lambda e: e.payload,
+                                           lambda b: Fake(bytes(b)))
+        results.append(exe.payload)
+    errors = run_together(work, 8)
     assert not errors and results == [payload] * 8
     [entry] = entries(cache_dir)
     assert disk_cache.decode(entry.read_bytes()) == payload
@@ -213,6 +203,7 @@ def test_concurrent_threads_same_key(cache_dir):
 WRITER = textwrap.dedent("""
     import sys, time
     from s2s_runtime import disk_cache
+from tests.concurrency import run_together
     payload = sys.argv[1].encode() * 20000
     go = float(sys.argv[2])
     while time.time() < go:
