@@ -203,7 +203,6 @@ def test_concurrent_threads_same_key(cache_dir):
 WRITER = textwrap.dedent("""
     import sys, time
     from s2s_runtime import disk_cache
-from tests.concurrency import run_together
     payload = sys.argv[1].encode() * 20000
     go = float(sys.argv[2])
     while time.time() < go:
