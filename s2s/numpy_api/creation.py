@@ -167,13 +167,16 @@ def _bool_to(mask, dt):
     return ew.convert_element_type.bind(mask, new_dtype=dt, weak_type=False)
 
 
+def _matrix_args(N, M, k, dtype) -> tuple[int, int, int, np.dtype]:
+    """np.eye's and np.tri's arguments: N rows, M columns (N if None), diagonal k, dtype."""
+    n = operator.index(N)
+    return n, n if M is None else operator.index(M), operator.index(k), _dtype_arg(dtype, float)
+
+
 @implements(np.eye)
 def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, like=None):
     """Ones where col == row + k: iota, iota, eq, convert."""
-    n = operator.index(N)
-    m = n if M is None else operator.index(M)
-    k = operator.index(k)
-    dt = _dtype_arg(dtype, float)
+    n, m, k, dt = _matrix_args(N, M, k, dtype)
     if not _staging():
         return np.eye(n, m, k, dtype=dt)
     return ops.eye(n, m, k, dt)
@@ -187,10 +190,7 @@ def identity(n, dtype=None, *, like=None):
 @implements(np.tri)
 def tri(N, M=None, k=0, dtype=float, *, like=None):
     """Ones where col <= row + k."""
-    n = operator.index(N)
-    m = n if M is None else operator.index(M)
-    k = operator.index(k)
-    dt = _dtype_arg(dtype, float)
+    n, m, k, dt = _matrix_args(N, M, k, dtype)
     if not _staging():
         return np.tri(n, m, k, dtype=dt)
     rows, cols = ops.index_grid(n, m, k)

@@ -83,8 +83,8 @@ def _materialize(x):
     return x
 
 
-def _bool_error(name: str, instead: str):
-    raise ShapeError(f"numpy boolean {name} is not supported, use {instead} instead")
+def _boolean_refusal(name: str, instead: str) -> str:
+    return f"numpy boolean {name} is not supported, use {instead} instead"
 
 
 # ---------------------------------------------------------------------------------------
@@ -160,8 +160,8 @@ add = _binary_with_bool_loop("add", ew.add, ew.or_)
 def subtract(x1, x2, *, weak_ok=False):
     (a, b), dt, _ = _prep([x1, x2], weak_ok)
     if dtypes.is_bool(dt):
-        _bool_error("subtract, the `-` operator,", "the bitwise_xor, the `^` operator, "
-                    "or the logical_xor function")
+        raise ShapeError(_boolean_refusal("subtract, the `-` operator,",
+                                          "the bitwise_xor, the `^` operator, or the logical_xor function"))
     return ew.sub.bind(a, b)
 
 
@@ -311,20 +311,24 @@ def float_power(x1, x2, *, weak_ok=False):
     return ew.pow.bind(a, b)
 
 
-@_ufunc(_np("negative"), 1)
-def negative(x, *, weak_ok=False):
+def _non_boolean(x, weak_ok: bool, refusal: str):
+    """The operand of a unary ufunc that NumPy has no boolean loop for (`refusal` says so)."""
     (a,), dt, _ = _prep([x], weak_ok)
     if dtypes.is_bool(dt):
-        _bool_error("negative, the `-` operator,", "the `~` operator or the logical_not function")
-    return ew.neg.bind(a)
+        raise ShapeError(refusal)
+    return a
+
+
+@_ufunc(_np("negative"), 1)
+def negative(x, *, weak_ok=False):
+    return ew.neg.bind(_non_boolean(x, weak_ok, _boolean_refusal(
+        "negative, the `-` operator,", "the `~` operator or the logical_not function")))
 
 
 @_ufunc(_np("positive"), 1)
 def positive(x, *, weak_ok=False):
-    (a,), dt, _ = _prep([x], weak_ok)
-    if dtypes.is_bool(dt):
-        raise ShapeError("numpy boolean positive, the unary `+` operator, is not supported")
-    return _materialize(a)
+    return _materialize(_non_boolean(
+        x, weak_ok, "numpy boolean positive, the unary `+` operator, is not supported"))
 
 
 @_ufunc(_np("absolute"), 1, name="absolute")
@@ -350,10 +354,8 @@ def fabs(x, *, weak_ok=False):
 
 @_ufunc(_np("sign"), 1)
 def sign(x, *, weak_ok=False):
-    (a,), dt, _ = _prep([x], weak_ok)
-    if dtypes.is_bool(dt):
-        raise ShapeError("np.sign is not defined for booleans (NumPy has no loop for it)")
-    return ew.sign.bind(a)
+    return ew.sign.bind(_non_boolean(
+        x, weak_ok, "np.sign is not defined for booleans (NumPy has no loop for it)"))
 
 
 @_ufunc(_np("square"), 1)
@@ -743,7 +745,7 @@ def _real_only(name, x):
     (a,), dt, _ = _prep([x], False)
     if dt.kind == "c":
         raise UnsupportedFunctionError(f"np.{name} of complex arrays is not supported yet")
-    return a, dt
+    return a
 
 
 def _python_attribute(value, name):
@@ -752,20 +754,22 @@ def _python_attribute(value, name):
     return _materialize(ops.literal(result, dtypes.dtype_of_python_scalar(result), weak=True))
 
 
+def _complex_part(name: str, val, of_real_array):
+    """np.real/np.imag: a Python scalar's attribute, or `of_real_array(a)` for a real array
+    (complex arrays are not supported yet)."""
+    if is_python_scalar(val):
+        return _python_attribute(val, name)
+    return of_real_array(_real_only(name, val))
+
+
 @implements(np.real)
 def real(val):
-    if is_python_scalar(val):
-        return _python_attribute(val, "real")
-    a, _ = _real_only("real", val)
-    return _materialize(a)
+    return _complex_part("real", val, _materialize)
 
 
 @implements(np.imag)
 def imag(val):
-    if is_python_scalar(val):
-        return _python_attribute(val, "imag")
-    a, dt = _real_only("imag", val)
-    return zeros_like(a)
+    return _complex_part("imag", val, zeros_like)
 
 
 @_ufunc(_np("conjugate"), 1, name="conjugate")

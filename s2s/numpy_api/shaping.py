@@ -291,12 +291,17 @@ def _arrays(arrays, fn: str) -> list:
     return arrays
 
 
+def _joined(arrays, out, fn: str) -> list:
+    """The operands of a joining function (`fn` names it in errors), which writes no `out=`."""
+    if out is not None:
+        raise UnsupportedFunctionError(f"{fn}(..., out=) is not supported",
+                                       "use the returned array instead of out=")
+    return _arrays(arrays, fn)
+
+
 @implements(np.concatenate)
 def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
-    if out is not None:
-        raise UnsupportedFunctionError("concatenate(..., out=) is not supported",
-                                       "use the returned array instead of out=")
-    arrays = _arrays(arrays, "concatenate")
+    arrays = _joined(arrays, out, "concatenate")
     if axis is None:
         arrays = [ravel(a) for a in arrays]
         axis = 0
@@ -317,10 +322,7 @@ def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
 
 @implements(np.stack)
 def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
-    if out is not None:
-        raise UnsupportedFunctionError("concatenate(..., out=) is not supported",
-                                       "use the returned array instead of out=")
-    arrays = _arrays(arrays, "stack")
+    arrays = _joined(arrays, out, "stack")
     axis = normalize_axis(static_int(axis, "axis"), _ndim(arrays[0]) + 1)
     return stack_operands(arrays, axis, dtype)
 

@@ -350,6 +350,8 @@ def test_triangles_and_diagonals(x, k):
     (lambda: S.reshape(A(2, 3), (-1, -1)), ShapeError, "only specify one unknown"),
     (lambda: S.reshape(A(2, 3), (3, 2), order="F"), UnsupportedFunctionError, "order='F'"),
     (lambda: S.ravel(A(2, 3), order="F"), UnsupportedFunctionError, "order='F'"),
+    (lambda: S.concatenate([A(2)], out=A(2)), UnsupportedFunctionError, r"concatenate\(\.\.\., out="),
+    (lambda: S.stack([A(2)], out=A(1, 2)), UnsupportedFunctionError, r"stack\(\.\.\., out="),
     (lambda: S.transpose(A(2, 3), (0,)), ShapeError, "axes don't match array"),
     (lambda: S.transpose(A(2, 3), (0, 0)), ShapeError, "repeated axis"),
     (lambda: S.transpose(A(2, 3), (0, 2)), ShapeError, "out of bounds"),
