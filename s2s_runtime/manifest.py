@@ -8,15 +8,26 @@ The executable is deserialized from NAME.exe through jaxlib (no compiler, no s2s
 Serialized executables only load into the jaxlib version that wrote them: a mismatch is an
 error that says to recompile. Constants the function closes over come from NAME.consts.npz
 (plain arrays, never pickles).
+
+A build folder is code: its executables run as native code in this process. The manifest
+is still checked as untrusted data, so that a damaged or hand-edited one is a clear
+`ManifestError` naming the field, never a raw Python or XLA error or a wrong result: every
+file it names must be a regular file inside the build folder (no absolute path, no `..`,
+no symlink out, no device or FIFO), its fields must have their types, and the input avals
+must be those of the executable itself.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import stat
+import zipfile
 from importlib import metadata
 
 import numpy as np
+from jaxlib import xla_client
 
 from s2s_runtime import xla
 
@@ -32,21 +43,104 @@ def _jaxlib_version() -> str:
 
 
 def read(manifest_path: str) -> dict:
-    with open(manifest_path) as f:
-        manifest = json.load(f)
+    """The manifest as a dict of the known format; anything else is a `ManifestError`."""
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ManifestError(f"{manifest_path}: cannot read the manifest ({e}); "
+                            f"recompile with `s2s compile`") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{manifest_path}: a manifest is a JSON object, this is a "
+                            f"{type(manifest).__name__}; recompile with `s2s compile`")
     if manifest.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{manifest_path}: unknown manifest format {manifest.get('format')!r}")
     return manifest
 
 
+def _field(where: str, mapping: dict, key: str, kind, describe: str):
+    """`mapping[key]` if it is a `kind` (never a bool for an int); else a ManifestError."""
+    value = mapping.get(key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ManifestError(f"{where}: field {key!r} must be {describe}, got {value!r}; "
+                            f"the manifest is damaged: recompile with `s2s compile`")
+    return value
+
+
+def _dtype(where: str, text) -> np.dtype:
+    """A plain numeric dtype named by `text` (never an object or structured dtype)."""
+    try:
+        dtype = np.dtype(text) if isinstance(text, str) else None
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "biufc":
+        raise ManifestError(f"{where}: {text!r} is not a numeric dtype name; the manifest is "
+                            f"damaged: recompile with `s2s compile`")
+    return dtype
+
+
+def _avals(where: str, entry: dict) -> list[tuple[tuple, np.dtype]]:
+    """The entry's `inputs` as (shape, dtype) pairs, checked field by field."""
+    avals = []
+    for i, aval in enumerate(_field(where, entry, "inputs", list, "a list of avals")):
+        at = f"{where} inputs[{i}]"
+        if not isinstance(aval, dict):
+            raise ManifestError(f"{at}: an aval is an object with 'shape' and 'dtype', got {aval!r}")
+        shape = _field(at, aval, "shape", list, "a list of dimensions")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise ManifestError(f"{at}: 'shape' must list non-negative ints, got {shape!r}")
+        avals.append((tuple(shape), _dtype(at, aval.get("dtype"))))
+    return avals
+
+
+def _read_inside(base: str, where: str, relative) -> bytes:
+    """The bytes of the regular file `relative` names inside the build folder `base`."""
+    if not isinstance(relative, str) or not relative or os.path.isabs(relative) \
+            or ".." in relative.replace("\\", "/").split("/") or "\0" in relative:
+        raise ManifestError(f"{where}: {relative!r} is not a file name inside the build folder "
+                            f"(no absolute path, no '..'); recompile with `s2s compile`")
+    path = os.path.join(base, relative)
+    real_base = os.path.realpath(base)
+    if os.path.commonpath([real_base, os.path.realpath(path)]) != real_base:
+        raise ManifestError(f"{where}: {relative!r} resolves outside the build folder {base}")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise ManifestError(f"{where}: cannot open {path} ({e.strerror}): recompile") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ManifestError(f"{where}: {path} is not a regular file")
+        return f.read()
+
+
+def _consts(where: str, data: bytes, count: int) -> list[np.ndarray]:
+    """The `count` arrays c0, c1, ... of a constants file (never a pickle)."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            return [npz[f"c{i}"] for i in range(count)]
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        raise ManifestError(f"{where}: its constants file does not hold {count} plain arrays "
+                            f"({e}); recompile with `s2s compile`") from None
+
+
+def _parameters(executable: xla.Executable) -> list[tuple[tuple, np.dtype]]:
+    """(shape, dtype) of each parameter, as the compiled program itself declares them."""
+    module = executable._exe.hlo_modules()[0]
+    program = xla_client.XlaComputation(module.as_serialized_hlo_module_proto()).program_shape()
+    return [(tuple(p.dimensions()), np.dtype(p.numpy_dtype())) for p in program.parameter_shapes()]
+
+
 def load(manifest_path: str, name: str, device=None):
     """`name`'s compiled executable as `f(*flat_arrays) -> list[np.ndarray]`."""
     manifest = read(manifest_path)
-    entries = manifest.get("entries", {})
+    entries = _field(manifest_path, manifest, "entries", dict, "an object of entries")
     if name not in entries:
         raise ManifestError(f"{manifest_path} has no entry {name!r}; it has: "
-                            f"{', '.join(sorted(entries)) or '(none)'}")
+                            f"{', '.join(sorted(map(str, entries))) or '(none)'}")
     entry = entries[name]
+    where = f"{manifest_path} entry {name!r}"
+    if not isinstance(entry, dict):
+        raise ManifestError(f"{where}: an entry is an object, got {entry!r}; recompile")
     if entry.get("status") != "ok":
         raise ManifestError(f"{name} failed to compile ({entry.get('location')}): "
                             f"{entry.get('error')}")
@@ -55,16 +149,27 @@ def load(manifest_path: str, name: str, device=None):
         raise ManifestError(f"{manifest_path} was built with jaxlib {built_with}, this is "
                             f"jaxlib {_jaxlib_version()}: recompile with `s2s compile`")
     base = os.path.dirname(os.path.abspath(manifest_path))
-    with open(os.path.join(base, entry["files"]["exe"]), "rb") as f:
-        data = f.read()
-    if hashlib.sha256(data).hexdigest() != entry["exe_sha256"]:
-        raise ManifestError(f"{entry['files']['exe']} does not match its manifest entry: recompile")
+    files = _field(where, entry, "files", dict, "an object of file names")
+    data = _read_inside(base, f"{where} files.exe", files.get("exe"))
+    if hashlib.sha256(data).hexdigest() != entry.get("exe_sha256"):
+        raise ManifestError(f"{files['exe']} does not match its manifest entry: recompile")
+    num_consts = _field(where, entry, "num_consts", int, "a number of constants")
+    in_dtypes = [_dtype(f"{where} in_dtypes", d)
+                 for d in _field(where, entry, "in_dtypes", list, "a list of dtype names")]
+    inputs = _avals(where, entry)
     consts = []
-    if entry.get("num_consts"):
-        with np.load(os.path.join(base, entry["files"]["consts"]), allow_pickle=False) as npz:
-            consts = [npz[f"c{i}"] for i in range(entry["num_consts"])]
-    executable = xla.Executable.from_serialized(data, entry["in_dtypes"], device)
-    inputs = [(tuple(a["shape"]), np.dtype(a["dtype"])) for a in entry["inputs"]]
+    if num_consts:
+        consts = _consts(where, _read_inside(base, f"{where} files.consts", files.get("consts")),
+                         num_consts)
+    try:
+        executable = xla.Executable.from_serialized(data, in_dtypes, device)
+    except xla_client.XlaRuntimeError as e:
+        raise ManifestError(f"{where}: jaxlib cannot load {files['exe']} ({e}); recompile") from None
+    declared = [(c.shape, c.dtype) for c in consts] + inputs
+    parameters = _parameters(executable)
+    if parameters != declared or [d for _, d in declared] != in_dtypes:
+        raise ManifestError(f"{where}: its constants, 'inputs' and 'in_dtypes' do not match the "
+                            f"executable's parameters {parameters}; recompile with `s2s compile`")
 
     def call(*args) -> list[np.ndarray]:
         if len(args) != len(inputs):
