@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import fcntl
 import hashlib
 import importlib.util
 import inspect
@@ -44,6 +45,7 @@ from s2s.frontend.args import ShapeDtype
 from s2s_runtime.xla import Executable, hlo_text
 
 MANIFEST = "manifest.json"
+MANIFEST_LOCK = "manifest.json.lock"   # held while the manifest is read, merged and replaced
 MANIFEST_FORMAT = 1
 
 
@@ -292,6 +294,26 @@ def _worker_init(sys_path: list[str]) -> None:
 # The command
 
 
+def merge_into_manifest(out_dir: str, compiled_modules: set[str], results: dict) -> None:
+    """Writes this run's entries into the folder's manifest, keeping the entries of other
+    modules that a concurrent `s2s compile` into the same folder may have written since this
+    run began: the manifest is re-read and replaced under an exclusive lock, atomically."""
+    with open(os.path.join(out_dir, MANIFEST_LOCK), "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            current = read_manifest(out_dir)
+            same_versions = all(current.get(k) == v for k, v in versions().items())
+            entries = {n: e for n, e in current.get("entries", {}).items()
+                       if same_versions and isinstance(e, dict)
+                       and e.get("module") not in compiled_modules and n not in results}
+            entries.update(results)
+            manifest = {"format": MANIFEST_FORMAT, **versions(), "entries": entries}
+            _write(os.path.join(out_dir, MANIFEST),
+                   json.dumps(manifest, indent=1, sort_keys=False) + "\n")
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
 def read_manifest(out_dir: str) -> dict:
     path = os.path.join(out_dir, MANIFEST)
     try:
@@ -299,7 +321,10 @@ def read_manifest(out_dir: str) -> dict:
             manifest = json.load(f)
     except (OSError, ValueError):
         return {}
-    return manifest if manifest.get("format") == MANIFEST_FORMAT else {}
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT \
+            or not isinstance(manifest.get("entries"), dict):
+        return {}   # not a manifest this version wrote: everything is recompiled
+    return manifest
 
 
 def _progress(i: int, total: int, entry: dict, skipped: bool = False) -> None:
@@ -359,14 +384,8 @@ def compile_paths(paths, out_dir: str, jobs: int = 1, force: bool = False) -> in
             done += 1
             results[task.name] = entry
             _progress(done, total, entry)
-    # Entries of modules not compiled this time stay; this run's modules are replaced.
-    compiled_modules = set(modules)
-    entries = {n: e for n, e in old_entries.items()
-               if e.get("module") not in compiled_modules and n not in results}
     order = [e["name"] for e in failures] + [t.name for t in tasks]
-    entries.update({n: results[n] for n in order})
-    manifest = {"format": MANIFEST_FORMAT, **versions(), "entries": entries}
-    _write(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=1, sort_keys=False) + "\n")
+    merge_into_manifest(out_dir, set(modules), {n: results[n] for n in order})
     failed = [e for e in results.values() if e["status"] != "ok"]
     skipped = sum(1 for e in results.values() if e.get("skipped"))
     for e in failed:

@@ -160,3 +160,40 @@ def test_compile_module_that_fails_to_import_is_reported(tmp_path):
     (entry,) = entries.values()
     assert entry["status"] == "failed" and "boom" in entry["error"]
     assert entry["location"] == f"{tmp_path / 'oops.py'}:7"
+
+
+RENDEZVOUS = '''\
+import os
+import time
+
+import numpy as np
+import s2s
+
+# Both compiles read the manifest, then import their module: each waits here until the
+# other has arrived too, so that both runs overlap for certain.
+open(os.path.join({folder!r}, {me!r}), "w").close()
+deadline = time.monotonic() + 60
+while not os.path.exists(os.path.join({folder!r}, {other!r})) and time.monotonic() < deadline:
+    time.sleep(0.01)
+
+
+@s2s.export("f32[3]", transforms=("primal",))
+def {function}(x):
+    return np.sin(x)
+'''
+
+
+def test_two_concurrent_compiles_into_one_folder_keep_both_entries(tmp_path):
+    for me, other, function in [("a", "b", "first"), ("b", "a", "second")]:
+        (tmp_path / f"{function}.py").write_text(RENDEZVOUS.format(
+            folder=str(tmp_path), me=me, other=other, function=function))
+    out = tmp_path / "build"
+    runs = [subprocess.Popen([sys.executable, "-m", "s2s", "compile", str(tmp_path / f"{m}.py"),
+                              "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for m in ("first", "second")]
+    for run in runs:
+        _, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr
+    entries = json.loads((out / "manifest.json").read_text())["entries"]
+    assert sorted(entries) == ["first", "second"]
+    assert all(e["status"] == "ok" for e in entries.values())
