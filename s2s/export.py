@@ -17,6 +17,10 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import io
+import keyword
+import linecache
+import sys
+import unicodedata
 import zipfile
 
 import numpy as np
@@ -27,6 +31,7 @@ from s2s.emit.python import EmitOptions, EmittedModule
 from s2s.errors import StagingError
 from s2s.frontend import stage
 from s2s.frontend.args import ShapeDtype, parse_arg_specs
+from s2s.source_info import SourceInfo
 
 TRANSFORMS = ("primal", "grad", "value_and_grad", "jvp", "vjp")
 
@@ -63,10 +68,38 @@ class Export:
         return self.args
 
 
+NAME_HELP = ("use a Python identifier such as `loss_v2` (letters, digits and underscores, "
+             "not starting with a digit, not a keyword): it names the emitted function and "
+             "its files, which are always written inside the output folder")
+
+
+def is_valid_name(name) -> bool:
+    """Whether `name` may name an emitted function and the files written for it: a Python
+    identifier as Python itself would spell it (NFKC-stable, so no look-alike letters), not
+    a keyword. Such a name has no path separator, no `..` and is never empty or absolute."""
+    return (isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
+            and unicodedata.normalize("NFKC", name) == name)
+
+
+def _caller_location(depth: int) -> SourceInfo:
+    """Where the user called us from (`depth` frames up), for an error with a caret."""
+    frame = sys._getframe(depth + 1)
+    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    column = text.find("name=") + 1 or len(text) - len(text.lstrip()) + 1
+    return SourceInfo(frame.f_code.co_filename, frame.f_lineno, column, frame.f_code.co_name)
+
+
+def _refuse_name(name, where: SourceInfo) -> None:
+    raise StagingError(f"the export name {name!r} is not a Python identifier", NAME_HELP, where)
+
+
 def export(*args, transforms=("primal", "grad"), name: str | None = None, argnums=0):
     """Declares a function for `s2s emit`/`s2s check`. `args`: one spec string
     ('f32[128,784], f32[784]') or example arguments (ShapeDtypes, arrays, static values:
-    Python ints stay static, as everywhere). `argnums` is what grad differentiates."""
+    Python ints stay static, as everywhere). `argnums` is what grad differentiates.
+    `name` (default: the function's) must be a Python identifier: it names files."""
+    if name is not None and not is_valid_name(name):
+        _refuse_name(name, _caller_location(1))
     if len(args) == 1 and isinstance(args[0], str):
         args = tuple(parse_arg_specs(args[0]))
     unknown = [t for t in transforms if t not in TRANSFORMS]
@@ -74,6 +107,8 @@ def export(*args, transforms=("primal", "grad"), name: str | None = None, argnum
         raise ValueError(f"unknown transforms {unknown}; choose from {TRANSFORMS}")
 
     def declare(fn):
+        if name is None and not is_valid_name(fn.__name__):
+            _refuse_name(fn.__name__, _caller_location(1))
         record = Export(fn, tuple(args), tuple(transforms), name or fn.__name__, argnums)
         exports = fn.__dict__.setdefault("__s2s_exports__", [])
         exports.append(record)

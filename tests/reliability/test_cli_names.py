@@ -1,0 +1,144 @@
+"""Hostile names through `s2s emit`, `s2s check`, `s2s compile` and `@s2s.export(name=...)`:
+path separators, `..`, absolute paths, empty names, unicode look-alikes and invisible
+characters, keywords, and names that collide with the module being read or with a
+hand-written file. For every one: no file is written outside the output folder, and no file
+that s2s did not generate is changed. The commands run in-process (`s2s.cli.main`) so the
+fuzz stays fast; bytecode caching is off so that only the CLI's own writes are seen."""
+import os
+import sys
+import textwrap
+
+import pytest
+
+from s2s import cli
+from s2s.emit.signature import is_generated_source
+
+HOSTILE_NAMES = [
+    "../escape", "../../x", "sub/name", "sub\\name", "..", ".", "", " ", "a b", "name\0",
+    "x.py", "layer.py", "1abc", "class", "\u202eyp.x", "a\u200bb", "\ufb01le", "\uff46oo",
+    "ok\n__import__('os')", "grad_layer/..", "/tmp/s2s_absolute_name",
+]
+HAND_WRITTEN = "# my own code, not generated\nVALUE = 1\n"
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    """tmp/a/b/src (the modules), tmp/a/b/out (the output folder, holding a hand-written
+    grad_layer.py), and an absolute-path target inside tmp: an escape lands in tmp."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    src, out = tmp_path / "a" / "b" / "src", tmp_path / "a" / "b" / "out"
+    src.mkdir(parents=True)
+    out.mkdir()
+    (out / "grad_layer.py").write_text(HAND_WRITTEN)
+    (src / "grad_layer.py").write_text(HAND_WRITTEN)
+    return tmp_path, src, out
+
+
+def snapshot(root) -> dict[str, bytes]:
+    files = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, root)] = f.read()
+    return files
+
+
+def assert_only_generated_files_in_out(root, out, before: dict, after: dict):
+    out_rel = os.path.relpath(out, root)
+    assert set(before) <= set(after), f"files removed: {set(before) - set(after)}"
+    for path, data in after.items():
+        if before.get(path) == data:
+            continue
+        assert path.startswith(out_rel + os.sep), f"wrote {path} outside the output folder"
+        if path in before and path.endswith(".py"):
+            assert is_generated_source(before[path].decode().split("\n")[0]), \
+                f"overwrote {path}, which s2s did not generate"
+
+
+def module_source(name_argument: str) -> str:
+    return textwrap.dedent(f"""\
+        import numpy as np
+        import s2s
+
+
+        @s2s.export("f32[3]", transforms=("primal", "grad"){name_argument})
+        def layer(x):
+            return np.sum(np.tanh(x))
+        """)
+
+
+def run(argv) -> int:
+    try:
+        return cli.main(argv)
+    except SystemExit as e:   # argparse and load errors
+        return e.code if isinstance(e.code, int) else 1
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_hostile_export_names_write_nothing_outside_out(tree, name, capsys):
+    root, src, out = tree
+    module = src / f"mod_{HOSTILE_NAMES.index(name)}.py"
+    module.write_text(module_source(f", name={name!r}"))
+    before = snapshot(root)
+    for argv in (["emit", str(module), "--out", str(out)],
+                 ["check", str(module), "--against", str(out)],
+                 ["compile", str(module), "--out", str(out / "build")]):
+        assert run(argv) != 0, argv
+        assert_only_generated_files_in_out(root, out, before, snapshot(root))
+    assert "is not a Python identifier" in capsys.readouterr().err
+    assert not os.path.exists("/tmp/s2s_absolute_name.py")
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_hostile_emit_names_write_nothing(tree, name, capsys):
+    root, src, out = tree
+    (src / "plain.py").write_text(module_source(""))
+    before = snapshot(root)
+    code = run(["emit", f"{src / 'plain.py'}:layer", "--args", "f32[3]", "--name", name,
+                "--out", str(out)])
+    assert code == 2
+    assert "Python identifier" in capsys.readouterr().err
+    assert snapshot(root) == before
+    assert not os.path.exists("/tmp/s2s_absolute_name.py")
+
+
+def test_emit_into_the_source_folder_never_replaces_the_source(tree, capsys):
+    root, src, _ = tree
+    (src / "layer.py").write_text(module_source(""))
+    before = snapshot(root)
+    assert run(["emit", str(src / "layer.py"), "--out", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to overwrite" in err and "the source file being read" in err
+    assert snapshot(root) == before
+
+
+def test_hand_written_file_is_never_overwritten(tree, capsys):
+    root, src, out = tree
+    (src / "mod.py").write_text(module_source(", name='layer'"))
+    before = snapshot(root)
+    assert run(["emit", str(src / "mod.py"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"refusing to overwrite {out / 'grad_layer.py'}" in err and "not generated by s2s" in err
+    assert snapshot(root) == before   # not even layer.py, which was free: all or nothing
+
+
+def test_symlink_in_out_is_not_followed(tree, capsys):
+    root, src, out = tree
+    (src / "mod.py").write_text(module_source(", name='other'"))
+    (out / "other.py").symlink_to(src / "mod.py")
+    before = snapshot(root)
+    assert run(["emit", str(src / "mod.py"), "--out", str(out)]) == 2
+    assert "refusing" in capsys.readouterr().err
+    assert snapshot(root) == before
+
+
+def test_generated_files_are_regenerated_in_place(tree):
+    root, src, out = tree
+    (src / "mod.py").write_text(module_source(", name='other'"))
+    assert run(["emit", str(src / "mod.py"), "--out", str(out)]) == 0
+    first = snapshot(root)
+    (out / "other.py").write_text((out / "other.py").read_text() + "# stale\n")
+    assert run(["emit", str(src / "mod.py"), "--out", str(out)]) == 0
+    assert snapshot(root) == first
+    assert run(["check", str(src / "mod.py"), "--against", str(out)]) == 0
