@@ -89,6 +89,24 @@ def _identifier(hint: str) -> str:
     return name
 
 
+def escaped(text: str, also: str = "", keep: str = "") -> str:
+    """`text` with every character that is not printable (newlines, carriage returns,
+    NUL, bidirectional overrides, lone surrogates ...) and every character in `also`
+    written as its backslash escape, except those in `keep`. User strings (file names,
+    function names, argument descriptions) pass through here before they reach generated
+    source, so that none can end a comment or a string literal early; ordinary text, which
+    has none of these characters, is unchanged byte for byte."""
+    return "".join(ch if ch in keep or (ch.isprintable() and ch not in also)
+                   else "\\" + ch if ch in also else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+
+
+def docstring_literal(text: str) -> str:
+    """`text` as a module docstring that reads back as exactly `text` and cannot end early:
+    backslashes and double quotes are escaped, as is everything not printable."""
+    return '"""' + escaped(text.strip(), also='\\"', keep="\n") + '\n"""'
+
+
 def literal_expr(lit: Literal, bare_ok: bool) -> Expr:
     dtype = lit.aval.dtype
     if dtype == dtypes.float0:   # a scalar float0 zero (the tangent of a 0-d int or bool)
@@ -178,7 +196,7 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
     else:
         body.line(f"return {', '.join(outs)}" if outs else "return ()")
 
-    lines = ['"""' + header.strip() + '\n"""', "import numpy as np", "import s2s_runtime as rt", "",
+    lines = [docstring_literal(header), "import numpy as np", "import s2s_runtime as rt", "",
              f"__all__ = [{name!r}]", ""]
     if sidecar:
         lines += [f"_consts = rt.load_npz(__file__, {options.sidecar_name!r})"]
@@ -236,7 +254,7 @@ class Block:
         return Block(self.names, self.options, [] if apart else self.lines, self.indent + "    ")
 
     def comment(self, eqn) -> str:
-        return f"  # {eqn.source_info.short()}" if (
+        return f"  # {escaped(eqn.source_info.short())}" if (
             self.options.source_comments and eqn.source_info.line) else ""
 
     def named(self, expr: Expr, hint: str | None) -> Expr:

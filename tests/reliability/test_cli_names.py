@@ -8,8 +8,10 @@ import os
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
+import s2s
 from s2s import cli
 from s2s.emit.signature import is_generated_source
 
@@ -142,3 +144,55 @@ def test_generated_files_are_regenerated_in_place(tree):
     assert run(["emit", str(src / "mod.py"), "--out", str(out)]) == 0
     assert snapshot(root) == first
     assert run(["check", str(src / "mod.py"), "--against", str(out)]) == 0
+
+
+# --- user strings that reach generated code ------------------------------------------------
+
+PAYLOAD = '__import__("os").environ.__setitem__("S2S_PWNED", "1")'
+HOSTILE_FILE_STEMS = [f'a""";{PAYLOAD};"""b', f"c\n{PAYLOAD}\n#", f"d\r{PAYLOAD}\r#",
+                      f"e\\\n{PAYLOAD}", "f\u202e\u2028\x0c"]
+HOSTILE_MODULE = '''\
+import numpy as np
+
+{blank_lines}
+
+
+def step(params, x):
+    return np.tanh(x) * params[{key!r}]
+'''
+HOSTILE_KEY = f'k""";{PAYLOAD};"""'
+
+
+def load_emitted(path, monkeypatch):
+    """Imports an emitted module from its file, as a user would; nothing may run but it."""
+    monkeypatch.delenv("S2S_PWNED", raising=False)
+    source = path.read_text(encoding="utf-8")
+    namespace = {"__file__": str(path)}
+    exec(compile(source, str(path), "exec"), namespace)
+    assert "S2S_PWNED" not in os.environ, f"loading {path.name} ran code:\n{source[:400]}"
+    return namespace
+
+
+@pytest.mark.parametrize("stem", HOSTILE_FILE_STEMS)
+def test_hostile_file_names_run_nothing_when_the_emitted_module_loads(tree, stem, monkeypatch):
+    root, src, out = tree
+    module = src / f"{stem}.py"
+    # Each case's def on a line of its own: s2s's source cache is keyed by code objects,
+    # which compare equal across files for the same function at the same line.
+    module.write_text(HOSTILE_MODULE.format(key=HOSTILE_KEY,
+                                            blank_lines="\n" * HOSTILE_FILE_STEMS.index(stem)))
+    assert run(["emit", f"{module}:step", "--args", f"{{{HOSTILE_KEY!r}: f64[3]}}, f64[3]",
+                "--out", str(out)]) == 0
+    namespace = load_emitted(out / "step.py", monkeypatch)
+    assert stem in namespace["__doc__"] and HOSTILE_KEY in namespace["__doc__"]
+    x = np.array([0.1, -0.4, 2.0])
+    np.testing.assert_allclose(namespace["step"]({HOSTILE_KEY: x}, x), np.tanh(x) * x)
+
+
+def test_hostile_function_names_are_escaped(tmp_path, monkeypatch):
+    def step(x):
+        return np.sin(x)
+    step.__qualname__ = f'q""";{PAYLOAD};"""'
+    (tmp_path / "step.py").write_text(s2s.emit_python(step, np.ones(2)))
+    namespace = load_emitted(tmp_path / "step.py", monkeypatch)
+    assert step.__qualname__ in namespace["__doc__"]
