@@ -88,8 +88,9 @@ def _refusal(path: str, sources: list[str]) -> str | None:
 
 
 def _planned_writes(out_dir: str, files: dict, sources: list[str]) -> list[tuple[str, object]]:
-    """(path, module-or-sidecar) for every file to write, after checking all of them: each
-    lies inside `out_dir` and is new or one s2s generated (a sidecar .npz: its .py is)."""
+    """(path, module) for every module to write, after checking all of them: each file (and
+    its sidecar .npz) lies inside `out_dir` and is new or one s2s generated; an existing
+    sidecar may be replaced only beside its generated .py."""
     real_out = os.path.realpath(out_dir)
     writes = []
     for filename, module in files.items():
