@@ -3,6 +3,7 @@ entry stores its full key and the load checks it."""
 import logging
 import shutil
 import textwrap
+from pathlib import Path
 
 import numpy as np
 
@@ -22,7 +23,7 @@ def test_entry_copied_over_another_keys_file_is_a_miss(cache_dir, caplog):
     assert (hit, exe.payload) == (False, b"sin code")
     assert "another key" in caplog.text
     assert calls == [b"sin code", b"cos code", b"sin code"]
-    assert disk_cache.decode(open(sin_file, "rb").read(), sin_key) == b"sin code"   # replaced
+    assert disk_cache.decode(Path(sin_file).read_bytes(), sin_key) == b"sin code"   # replaced
     assert get_or_compile(sin_key, b"sin code", calls)[1] is True       # the replacement is served
     assert get_or_compile(cos_key, b"cos code", calls)[1] is True       # the original is untouched
 
