@@ -367,6 +367,18 @@ def _placement(device):
     return xla_client.DeviceList((device,)), options
 
 
+def disk_cache_key(mlir_text: str, device, options) -> tuple:
+    """The disk-cache key parts of compiling `mlir_text` for `device` with `options`:
+    everything that changes the compiled code (DESIGN.md: never serve wrong code)."""
+    cl = client()
+    return (mlir_text, f"jaxlib {jaxlib_version.__version__}",
+            f"platform {cl.platform} {cl.platform_version}",
+            f"{len(cl.devices())} {device.device_kind} devices, on {device.id}",
+            b"compile options " + options.SerializeAsString(),
+            f"option overrides {sorted(options.env_option_overrides)!r}",
+            *disk_cache.process_environment())
+
+
 class Executable:
     """A compiled StableHLO module on one device.
 
@@ -379,8 +391,7 @@ class Executable:
         cl = client()
         device_list, options = _placement(device)
         executable, cache_hit = disk_cache.get_or_compile(
-            (mlir_text, jaxlib_version.__version__, cl.platform, "default-options",
-             f"{len(cl.devices())} devices, on {device.id}"),
+            disk_cache_key(mlir_text, device, options),
             lambda: cl.compile_and_load(mlir_text, device_list, options),
             cl.serialize_executable,
             lambda b: cl.deserialize_executable(b, device_list, options))

@@ -1,8 +1,10 @@
 """The on-disk executable cache: fake compile functions for the cache logic, jaxlib for the
 round trip through s2s_runtime/xla.py's Executable, subprocesses for cross-process behaviour."""
+import hashlib
 import logging
 import os
 import re
+import struct
 import subprocess
 import sys
 import textwrap
@@ -14,28 +16,14 @@ import pytest
 
 from s2s_runtime import disk_cache
 from tests.concurrency import run_together
+from tests.reliability import MULTIPLY_ADD_MODULE, isolated_cache_dir
 
 RUNTIME_DIR = Path(disk_cache.__file__).resolve().parent
-
-MODULE = """module @m {
-  func.func public @main(%arg0: tensor<3xf32>) -> tensor<3xf32> {
-    %0 = stablehlo.multiply %arg0, %arg0 : tensor<3xf32>
-    %1 = stablehlo.add %0, %arg0 : tensor<3xf32>
-    return %1 : tensor<3xf32>
-  }
-}"""
-
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     """Every test gets its own cache directory (via the environment, so subprocesses too)."""
-    d = tmp_path / "cache"
-    monkeypatch.setenv("S2S_CACHE_DIR", str(d))
-    monkeypatch.delenv("S2S_DISK_CACHE", raising=False)
-    monkeypatch.delenv("S2S_CACHE_MAX_BYTES", raising=False)
-    disk_cache.configure()
-    yield d
-    disk_cache.configure()
+    yield from isolated_cache_dir(tmp_path, monkeypatch)
 
 
 class Fake:
@@ -122,26 +110,74 @@ def test_unwritable_directory_still_compiles(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="s2s_runtime.disk_cache"):
         exe, hit = disk_cache.get_or_compile(("k",), compile_fn, ser, de)
     assert not hit and exe.payload == b"compiled-executable"
-    assert "cannot store" in caplog.text
+    assert "cannot use" in caplog.text
+
+
+def test_folder_in_place_of_an_entry_still_compiles(cache_dir, caplog):
+    Path(disk_cache.entry_path(("k",))).mkdir(parents=True)
+    compile_fn, ser, de, calls = fake_fns()
+    with caplog.at_level(logging.WARNING, logger="s2s_runtime.disk_cache"):
+        exe, hit = disk_cache.get_or_compile(("k",), compile_fn, ser, de)
+    assert (hit, exe.payload, calls) == (False, b"compiled-executable", ["compile"])
+    assert "cannot read" in caplog.text
 
 
 def test_lru_eviction_under_a_small_cap(cache_dir):
+    """Passing the cap evicts least recently used entries down to 90% of it (headroom, so the
+    next rescan is many stores away)."""
     payload = b"p" * 1000
-    size = len(disk_cache.encode(payload))
-    disk_cache.configure(max_bytes=3 * size)
+    size = len(disk_cache.encode(("k0",), payload))     # every key here is two characters
+    disk_cache.configure(max_bytes=10 * size)
     compile_fn, ser, de, calls = fake_fns(payload)
-    paths = {}
-    for i, name in enumerate("abc"):
+    names = [f"k{i}" for i in range(10)]
+    for i, name in enumerate(names):
         disk_cache.get_or_compile((name,), compile_fn, ser, de)
-        paths[name] = disk_cache.entry_path((name,))
-        os.utime(paths[name], ns=(10**18 + i * 10**9,) * 2)   # a, b, c: oldest to newest
-    assert len(entries(cache_dir)) == 3
-    assert disk_cache.get_or_compile(("a",), compile_fn, ser, de)[1]    # hit touches a
-    disk_cache.get_or_compile(("d",), compile_fn, ser, de)             # evicts b, the LRU
-    assert {p.name for p in entries(cache_dir)} == {
-        os.path.basename(paths["a"]), os.path.basename(paths["c"]),
-        os.path.basename(disk_cache.entry_path(("d",)))}
-    assert sum(p.stat().st_size for p in entries(cache_dir)) <= 3 * size
+        os.utime(disk_cache.entry_path((name,)), ns=(10**18 + i * 10**9,) * 2)   # oldest to newest
+    assert len(entries(cache_dir)) == 10
+    assert disk_cache.get_or_compile(("k0",), compile_fn, ser, de)[1]     # hit touches k0
+    disk_cache.get_or_compile(("kn",), compile_fn, ser, de)              # evicts k1 and k2, the LRU
+    kept = {os.path.basename(disk_cache.entry_path((name,))) for name in names + ["kn"]
+            if name not in ("k1", "k2")}
+    assert {p.name for p in entries(cache_dir)} == kept
+    assert sum(p.stat().st_size for p in entries(cache_dir)) <= 9 * size
+
+
+def test_old_format_entry_is_a_miss_and_replaced(cache_dir, caplog):
+    """A version-1 entry (no stored key) cannot show which key it was compiled for."""
+    key, payload = ("text", "v1"), b"old payload"
+    version_1 = struct.pack(">5sBQ32s", disk_cache.MAGIC, 1, len(payload),
+                            hashlib.sha256(payload).digest()) + payload
+    path = Path(disk_cache.entry_path(key))
+    path.parent.mkdir(mode=0o700)
+    path.write_bytes(version_1)
+    compile_fn, ser, de, calls = fake_fns(b"new payload")
+    with caplog.at_level(logging.WARNING, logger="s2s_runtime.disk_cache"):
+        exe, hit = disk_cache.get_or_compile(key, compile_fn, ser, de)
+    assert (hit, exe.payload, calls) == (False, b"new payload", ["compile"])
+    assert "format version 1, expected 2" in caplog.text
+    assert disk_cache.decode(path.read_bytes(), key) == b"new payload"
+
+
+def test_stores_do_not_rescan_the_folder(cache_dir, monkeypatch):
+    """The folder is scanned at the first store and again only when the running size
+    estimate passes the cap, so a store is O(1) amortized however many entries there are."""
+    scans = []
+    evict = disk_cache.evict
+    monkeypatch.setattr(disk_cache, "evict", lambda *a, **k: scans.append(1) or evict(*a, **k))
+    compile_fn, ser, de, _ = fake_fns(b"p" * 100)
+    size = len(disk_cache.encode(("k000",), b"p" * 100))     # every key here is four characters
+    disk_cache.configure(max_bytes=50 * size)
+
+    def store(first, last):
+        for i in range(first, last):
+            disk_cache.get_or_compile((f"k{i:03d}",), compile_fn, ser, de)
+
+    store(0, 50)                  # up to the cap: only the first store scans
+    assert len(scans) == 1 and len(entries(cache_dir)) == 50
+    store(50, 51)                 # past the cap: one rescan, down to 90% of it
+    assert len(scans) == 2 and len(entries(cache_dir)) == 45
+    store(51, 56)
+    assert len(scans) == 2 and len(entries(cache_dir)) == 50
 
 
 def test_cap_smaller_than_one_entry_keeps_the_new_entry(cache_dir):
@@ -196,7 +232,7 @@ def test_concurrent_threads_same_key(cache_dir):
     errors = run_together(work, 8)
     assert not errors and results == [payload] * 8
     [entry] = entries(cache_dir)
-    assert disk_cache.decode(entry.read_bytes()) == payload
+    assert disk_cache.decode(entry.read_bytes(), ("same",)) == payload
     assert not [p for p in cache_dir.iterdir() if p.suffix != disk_cache.SUFFIX]  # no temp files
 
 
@@ -213,9 +249,9 @@ WRITER = textwrap.dedent("""
     for i in range(40):
         # each process both rewrites the entry and reads it back: a reader must never see
         # a half-written file
-        disk_cache._write(disk_cache.entry_path(("shared",)), disk_cache.encode(payload))
+        disk_cache._write(disk_cache.entry_path(("shared",)), disk_cache.encode(("shared",), payload))
         blob = open(disk_cache.entry_path(("shared",)), "rb").read()
-        disk_cache.decode(blob)
+        disk_cache.decode(blob, ("shared",))
     exe, hit = disk_cache.get_or_compile(("slow",), lambda: (time.sleep(0.2), Fake(payload))[1],
                                          lambda e: e.p, lambda b: Fake(bytes(b)))
     assert exe.p in (b"a" * 20000, b"b" * 20000)
@@ -232,7 +268,7 @@ def test_concurrent_processes_same_key(cache_dir):
         assert p.returncode == 0, err
         assert out.startswith("ok")
     for key in (("shared",), ("slow",)):
-        payload = disk_cache.decode(Path(disk_cache.entry_path(key)).read_bytes())
+        payload = disk_cache.decode(Path(disk_cache.entry_path(key)).read_bytes(), key)
         assert payload in (b"a" * 20000, b"b" * 20000)
     assert not [p for p in cache_dir.iterdir() if p.suffix != disk_cache.SUFFIX]
 
@@ -257,7 +293,7 @@ CHILD = textwrap.dedent("""
     exe = Executable(%r, ["float32"])
     out = exe(np.array([1.0, 2.0, 3.0], dtype=np.float32))[0]
     print(json.dumps({"hit": exe.cache_hit, "out": out.tolist()}))
-""") % MODULE
+""") % MULTIPLY_ADD_MODULE
 
 
 def run_child():
@@ -276,19 +312,21 @@ def test_executable_hit_across_processes(cache_dir):
 
 
 def test_executable_corrupt_entry_recompiles(cache_dir, caplog):
+    from s2s_runtime import xla
     from s2s_runtime.xla import Executable
     x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
-    exe = Executable(MODULE, ["float32"])
+    exe = Executable(MULTIPLY_ADD_MODULE, ["float32"])
     assert exe.cache_hit is False
     [entry] = entries(cache_dir)
     good_size = entry.stat().st_size
     entry.write_bytes(entry.read_bytes()[: good_size // 3])
     with caplog.at_level(logging.WARNING, logger="s2s_runtime.disk_cache"):
-        again = Executable(MODULE, ["float32"])
+        again = Executable(MULTIPLY_ADD_MODULE, ["float32"])
     assert again.cache_hit is False and "bad entry" in caplog.text
     np.testing.assert_array_equal(again(x)[0], x * x + x)
-    assert disk_cache.decode(entry.read_bytes())           # replaced by a valid entry
-    third = Executable(MODULE, ["float32"])
+    key = xla.disk_cache_key(MULTIPLY_ADD_MODULE, again.device, xla._placement(again.device)[1])
+    assert disk_cache.decode(entry.read_bytes(), key)      # replaced by a valid entry
+    third = Executable(MULTIPLY_ADD_MODULE, ["float32"])
     assert third.cache_hit is True
     np.testing.assert_array_equal(third(x)[0], x * x + x)
 
@@ -296,6 +334,6 @@ def test_executable_corrupt_entry_recompiles(cache_dir, caplog):
 def test_executable_with_cache_disabled(cache_dir, monkeypatch):
     from s2s_runtime.xla import Executable
     monkeypatch.setenv("S2S_DISK_CACHE", "0")
-    exe = Executable(MODULE, ["float32"])
+    exe = Executable(MULTIPLY_ADD_MODULE, ["float32"])
     assert exe.cache_hit is False and not cache_dir.exists()
     np.testing.assert_array_equal(exe(np.ones(3, np.float32))[0], np.full(3, 2.0, np.float32))
