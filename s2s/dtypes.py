@@ -41,7 +41,7 @@ _SUPPORTED = frozenset([*_SHORT_NAMES.values(), float0])
 def is_supported(dtype) -> bool:
     """Whether s2s stages values of `dtype` (in either byte order): the dtypes XLA and the
     emitted NumPy agree on, and float0. Not object, bfloat16, longdouble, datetime, string or structured."""
-    return isinstance(dtype, np.dtype) and dtype.newbyteorder("=") in _SUPPORTED
+    return isinstance(dtype, np.dtype) and (dtype in _SUPPORTED or dtype.newbyteorder("=") in _SUPPORTED)
 
 
 def short_name(dtype) -> str:

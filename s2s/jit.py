@@ -272,6 +272,12 @@ class XlaBackend:
                     raise
             except _RefusedArgument:
                 pass
+            except SystemError as error:
+                # jaxlib's flatten of a too-deep tree leaves its RecursionError set, and
+                # the dispatcher goes on into Python, which reports it this way.
+                if isinstance(error.__cause__, RecursionError):
+                    raise tree_util.nested_too_deeply() from None
+                raise
             return self.jitted()._call_in_python(args, kwargs)[0]   # says what is wrong, if anything
         finally:
             if jax_x64 is not None:

@@ -140,9 +140,8 @@ def aval_of_arg(leaf) -> ShapedArray:
         return ShapedArray(leaf.shape, dtypes.canonicalize_dtype(leaf.dtype))
     if hasattr(leaf, "aval") and isinstance(leaf.aval, ShapedArray):   # a staged value
         return leaf.aval
-    error = unsupported_argument_error([(leaf, describe_value(leaf))])
-    if error is not None:
-        raise error
+    if unsupported_leaf_reason(leaf) is not None:   # named by what it is: its path is not known here
+        raise unsupported_argument_error([(leaf, describe_value(leaf))])
     if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
         return ShapedArray((), dtypes.dtype_of_python_scalar(leaf), weak_type=True)
     array = np.asarray(leaf)

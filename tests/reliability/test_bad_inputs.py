@@ -123,7 +123,8 @@ def test_pytree_nested_a_thousand_deep():
     for _ in range(1000):
         deep = [deep]
     for call in (lambda: s2s.make_jaxpr(lambda t: 1.0)(deep), lambda: s2s.emit_python(lambda t: 1.0, deep),
-                 lambda: s2s.jit(lambda t: 1.0, backend="python")(deep)):
+                 lambda: s2s.jit(lambda t: 1.0, backend="python")(deep), lambda: s2s.jit(lambda t: 1.0)(deep),
+                 lambda: s2s.grad(lambda t: 1.0)(deep)):
         with pytest.raises(S2SError, match="nested too deeply"):
             call()
 
