@@ -29,7 +29,7 @@ from s2s.eager import emitted_call_args, emitted_function, emitted_module, funct
 from s2s.emit.signature import emitted_signature, leaf_expression
 from s2s.emit.stablehlo import donation_aliases, lower
 from s2s.errors import S2SError, StagingError
-from s2s.frontend import Staged, reraise_clean
+from s2s.frontend import Staged, bind_arguments, reraise_clean
 from s2s.frontend.args import unsupported_argument_error
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s.tree import leaf_paths
@@ -113,8 +113,8 @@ class Jitted:
                 return staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
                                        self.dynamic_argnums)
             except StagingError:
-                named = unsupported_argument_error(_leaves_as_written(args, kwargs))
-                if named is not None:   # the same refusal, naming the argument as the call wrote it
+                named = unsupported_argument_error(_leaves_by_parameter(self.fn, args, kwargs))
+                if named is not None:   # the same refusal, naming the argument by its parameter
                     raise named from None
                 raise
 
@@ -153,12 +153,19 @@ def _staging_with(args, kwargs) -> bool:
         isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves((args, kwargs)))
 
 
-def _leaves_as_written(args, kwargs):
-    """Each leaf of a call's arguments with how the call wrote it: `args[0]['W1']`, `kwargs['x']`."""
-    leaves, treedef = tree_util.tree_flatten((args, kwargs))
+def _leaves_by_parameter(fn, args, kwargs) -> list[tuple]:
+    """Each leaf of a call's arguments with how the function names it: `params['W1']`,
+    `args[2]` (a *args parameter); none when the call does not bind (that is its error)."""
+    try:
+        names, values = bind_arguments(fn, args, kwargs)
+    except StagingError:
+        return []
+    leaves, treedef = tree_util.tree_flatten(values)
+    named = []
     for leaf, path in zip(leaves, leaf_paths(treedef)):
-        root = "args" if path[0][1] == 0 else "kwargs"
-        yield leaf, leaf_expression(root, path[1:]) or root
+        name = names[path[0][1]]
+        named.append((leaf, f"`{leaf_expression(name, path[1:]) or name}`"))
+    return named
 
 
 class _RefusedArgument(Exception):

@@ -232,5 +232,5 @@ def test_dispatcher_refuses_a_matrix_after_plain_arrays():
     squared = s2s.jit(lambda a: a * a)
     for _ in range(3):
         squared(np.ones((2, 2)))
-    with pytest.raises(s2s.errors.StagingError, match=r"argument `args\[0\]` is a numpy.matrix"):
+    with pytest.raises(s2s.errors.StagingError, match=r"argument `a` is a numpy.matrix"):
         squared(m)

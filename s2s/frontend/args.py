@@ -118,11 +118,12 @@ UNSUPPORTED_LEAF_HELP = ("convert it first: np.asarray(x, dtype=np.float64) for 
 def unsupported_argument_error(leaves_with_names) -> StagingError | None:
     """The error naming the first argument leaf that cannot be staged, or None.
 
-    `leaves_with_names` yields (leaf, how the user names it: `args[0]['W1']`)."""
+    `leaves_with_names` yields (leaf, how the user names it: "`params['W1']`", or what it is
+    where its parameter is not known: "(float64[2,2] matrix)")."""
     for leaf, name in leaves_with_names:
         reason = unsupported_leaf_reason(leaf)
         if reason is not None:
-            return StagingError(f"argument `{name}` is {reason}", UNSUPPORTED_LEAF_HELP)
+            return StagingError(f"argument {name} is {reason}", UNSUPPORTED_LEAF_HELP)
     return None
 
 
@@ -141,7 +142,7 @@ def aval_of_arg(leaf) -> ShapedArray:
     if hasattr(leaf, "aval") and isinstance(leaf.aval, ShapedArray):   # a staged value
         return leaf.aval
     if unsupported_leaf_reason(leaf) is not None:   # named by what it is: its path is not known here
-        raise unsupported_argument_error([(leaf, describe_value(leaf))])
+        raise unsupported_argument_error([(leaf, f"({describe_value(leaf)})")])
     if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
         return ShapedArray((), dtypes.dtype_of_python_scalar(leaf), weak_type=True)
     array = np.asarray(leaf)

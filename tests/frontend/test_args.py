@@ -41,10 +41,15 @@ def test_subclasses_with_other_operators_are_refused_and_others_are_not(tmp_path
 
 
 def test_error_names_the_first_bad_leaf():
-    error = unsupported_argument_error([(np.ones(2), "args[0]"), (np.ones(2, object), "args[1]['b']")])
-    assert "argument `args[1]['b']` is an array of dtype object" in str(error)
+    error = unsupported_argument_error([(np.ones(2), "`x`"), (np.ones(2, object), "`params['b']`")])
+    assert "argument `params['b']` is an array of dtype object" in str(error)
     assert "help: convert it first" in str(error)
-    assert unsupported_argument_error([(np.ones(2), "args[0]"), (3, "args[1]")]) is None
+    assert unsupported_argument_error([(np.ones(2), "`x`"), (3, "`n`")]) is None
+
+
+def test_unnamed_leaf_is_described():
+    with pytest.raises(StagingError, match=r"argument \(float64\[1\] MaskedArray\) is a numpy.ma.MaskedArray"):
+        aval_of_arg(np.ma.masked_array([1.0]))
 
 
 def test_shape_dtype_accepts_numpy_ints_and_one_int():
