@@ -20,6 +20,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import ShapedArray
 from s2s.errors import StagingError
+from s2s.frontend.reraise import reraise_clean
 from s2s_runtime.xla import Array
 
 
@@ -29,8 +30,11 @@ class ShapeDtype:
     __slots__ = ("shape", "dtype")
 
     def __init__(self, shape, dtype):
-        self.shape = _checked_shape(shape)
-        self.dtype = _checked_dtype(dtype)
+        try:
+            self.shape = _checked_shape(shape)
+            self.dtype = _checked_dtype(dtype)
+        except StagingError as error:   # the user's call is the place to show
+            reraise_clean(error)
 
     @property
     def ndim(self) -> int:

@@ -102,8 +102,9 @@ def test_matrix_product_is_not_silently_elementwise():
     ((2**63,), "more than XLA's largest"), ("ab", "not an int"), (None, "not a tuple of dims"),
 ])
 def test_bad_shape_dtype_shape(shape, complaint):
-    with pytest.raises(S2SError, match=complaint):
+    with pytest.raises(S2SError, match=complaint) as info:
         s2s.ShapeDtype(shape, "float32")
+    assert not any(f.name == "_checked_shape" for f in traceback.extract_tb(info.value.__traceback__))
 
 
 @pytest.mark.parametrize("dtype, complaint", [
