@@ -148,7 +148,11 @@ def aval_of_arg(leaf) -> ShapedArray:
     if unsupported_leaf_reason(leaf) is not None:   # named by what it is: its path is not known here
         raise unsupported_argument_error([(leaf, f"({describe_value(leaf)})")])
     if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
-        return ShapedArray((), dtypes.dtype_of_python_scalar(leaf), weak_type=True)
+        dtype = dtypes.dtype_of_python_scalar(leaf)
+        if dtypes.is_integer(dtype) and not np.iinfo(dtype).min <= leaf <= np.iinfo(dtype).max:
+            raise StagingError(f"argument {leaf} is a Python int staged as {dtype}, which cannot hold it",
+                               "pass it as a float, or keep it static (out of dynamic_argnums)")
+        return ShapedArray((), dtype, weak_type=True)
     array = np.asarray(leaf)
     return ShapedArray(array.shape, dtypes.canonicalize_dtype(array.dtype))
 

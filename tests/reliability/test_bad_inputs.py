@@ -144,3 +144,17 @@ def test_same_array_donated_twice():
     a, _ = donating(x, s2s.jit(lambda v: v + 0)(np.ones(3)))   # still usable: nothing was donated
     np.testing.assert_array_equal(a, np.full(3, 2.0))
 
+
+
+def scale(x, n):
+    return x * n
+
+
+def test_dynamic_int_too_big_for_its_dtype():
+    with pytest.raises(S2SError, match="Python int staged as int64, which cannot hold it"):
+        s2s.make_jaxpr(scale, dynamic_argnums=1)(np.ones(2), 2**70)
+    jitted = s2s.jit(scale, dynamic_argnums=1)
+    for _ in range(3):   # the dispatcher's fast path for (f64[2], int) exists now
+        np.testing.assert_array_equal(jitted(np.ones(2), 3), np.full(2, 3.0))
+    with pytest.raises(S2SError, match="Python int staged as int64, which cannot hold it"):
+        jitted(np.ones(2), 2**70)
