@@ -415,7 +415,8 @@ def _refuse_donating_twice(flat: list, donated: dict[int, str], offset: int) -> 
             continue
         if id(value) in first_label:
             raise StagingError(f"the same s2s.Array is donated twice: as {first_label[id(value)]} and as {label}",
-                               "donate it once, or pass a copy to the other argument (s2s.jit(lambda v: v + 0)(x), np.array(x))")
+                               "donate it once, or pass a copy to the other argument "
+                               "(np.array(x), or s2s.jit(lambda v: v + 0)(x) to keep it on the device)")
         first_label[id(value)] = label
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from s2s import dtypes
 from s2s.errors import StagingError
-from s2s.frontend.args import ShapeDtype, aval_of_arg, parse_arg_specs, unsupported_argument_error, unsupported_leaf_reason
+from s2s.frontend.args import (ShapeDtype, aval_of_arg, parse_arg_specs, unsupported_argument_error,
+                               unsupported_leaf_reason)
 
 
 @pytest.mark.parametrize("dtype", ["bool", "int8", "uint64", "float16", "float32", "float64", "complex64",
