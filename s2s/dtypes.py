@@ -35,6 +35,15 @@ _SHORT_OF = {dt: name for name, dt in _SHORT_NAMES.items()}
 _X64_TO_X32 = {int64: int32, uint64: uint32, float64: float32, complex128: complex64}
 
 
+_SUPPORTED = frozenset([*_SHORT_NAMES.values(), float0])
+
+
+def is_supported(dtype) -> bool:
+    """Whether s2s stages values of `dtype` (in either byte order): the dtypes XLA and the
+    emitted NumPy agree on, and float0. Not object, bfloat16, longdouble, datetime, string or structured."""
+    return isinstance(dtype, np.dtype) and (dtype in _SUPPORTED or dtype.newbyteorder("=") in _SUPPORTED)
+
+
 def short_name(dtype) -> str:
     """The jaxpr printer's name for a dtype: f32, i64, bool, float0."""
     dtype = np.dtype(dtype)

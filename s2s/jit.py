@@ -28,12 +28,13 @@ from s2s import config, dtypes, tree as tree_util
 from s2s.eager import emitted_call_args, emitted_function, emitted_module, function_name, host_value, staged_or_error
 from s2s.emit.signature import emitted_signature, leaf_expression
 from s2s.emit.stablehlo import donation_aliases, lower
-from s2s.errors import S2SError
-from s2s.frontend import Staged, reraise_clean
+from s2s.errors import S2SError, StagingError
+from s2s.frontend import Staged, bind_arguments, reraise_clean
+from s2s.frontend.args import unsupported_argument_error
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s.tree import leaf_paths
-from s2s_runtime.xla import (Array, Executable, devices, dispatched_leaves, dispatcher, hlo_text, is_refused_call,
-                             jax_x64_setting)
+from s2s_runtime.xla import (Array, Executable, _dispatch_registry, devices, dispatched_leaves, dispatcher, hlo_text,
+                             is_refused_call, jax_x64_setting)
 
 
 @dataclasses.dataclass
@@ -108,8 +109,14 @@ class Jitted:
     def _staged(self, args, kwargs) -> Staged:
         """Staged with jax's x64 as the caller had it (see `_callers_jax_x64`)."""
         with _CallersJaxX64():
-            return staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
-                                   self.dynamic_argnums)
+            try:
+                return staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
+                                       self.dynamic_argnums)
+            except StagingError:
+                named = unsupported_argument_error(_leaves_by_parameter(self.fn, args, kwargs))
+                if named is not None:   # the same refusal, naming the argument by its parameter
+                    raise named from None
+                raise
 
     def _inlined(self, args, kwargs):
         """Called on staged values, inside a function being staged (`jit(f)` called in
@@ -144,6 +151,37 @@ def _staging_with(args, kwargs) -> bool:
     """Whether a call's arguments hold values staged by a function being staged now."""
     return current_builder() is not None and any(
         isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves((args, kwargs)))
+
+
+def _leaves_by_parameter(fn, args, kwargs) -> list[tuple]:
+    """Each leaf of a call's arguments with how the function names it: `params['W1']`,
+    `args[2]` (a *args parameter); none when the call does not bind (that is its error)."""
+    try:
+        names, values = bind_arguments(fn, args, kwargs)
+    except StagingError:
+        return []
+    leaves, treedef = tree_util.tree_flatten(values)
+    named = []
+    for leaf, path in zip(leaves, leaf_paths(treedef)):
+        name = names[path[0][1]]
+        named.append((leaf, f"`{leaf_expression(name, path[1:]) or name}`"))
+    return named
+
+
+class _RefusedArgument(Exception):
+    """Raised while jaxlib's dispatcher flattens an argument s2s refuses: the call goes to
+    the Python path, which says what is wrong."""
+
+
+def _refuse_in_dispatcher(value):
+    raise _RefusedArgument(type(value).__qualname__)
+
+
+# The dispatcher types an ndarray subclass as the ndarray it derives from (it looks up the
+# type's __mro__), so a matrix or masked array would run a jitted function compiled for
+# plain arrays. As pytree nodes that refuse to flatten they never reach its cache.
+for _refused_class in (np.matrix, np.ma.MaskedArray):
+    _dispatch_registry().register_node(_refused_class, _refuse_in_dispatcher, _refuse_in_dispatcher)
 
 
 def _array_signature(args) -> tuple | None:
@@ -239,6 +277,14 @@ class XlaBackend:
             except ValueError as error:
                 if not is_refused_call(error):
                     raise
+            except _RefusedArgument:
+                pass
+            except SystemError as error:
+                # jaxlib's flatten of a too-deep tree leaves its RecursionError set, and
+                # the dispatcher goes on into Python, which reports it this way.
+                if isinstance(error.__cause__, RecursionError):
+                    raise tree_util.nested_too_deeply() from None
+                raise
             return self.jitted()._call_in_python(args, kwargs)[0]   # says what is wrong, if anything
         finally:
             if jax_x64 is not None:
@@ -270,6 +316,8 @@ class XlaBackend:
         static_argnums, static_argnames = self.static_argnums, self.static_argnames
 
         def run(flat, args, kwargs):
+            if len(compiled.donated) > 1:
+                _refuse_donating_twice(flat, compiled.donated, len(consts))
             outs = executable.execute([*consts, *flat], compiled.donated)
             result = list(outs)
             for i in float0_outputs:
@@ -356,6 +404,20 @@ def _donated_leaves(staged: Staged, args, donate_argnums) -> dict[int, str]:
             donated[invar] = f"`{shown}` of {staged.name}"
         invar += 1
     return donated
+
+
+def _refuse_donating_twice(flat: list, donated: dict[int, str], offset: int) -> None:
+    """XLA cannot give one buffer to two donated parameters: name both instead of its error."""
+    first_label: dict[int, str] = {}
+    for position, label in donated.items():
+        value = flat[position - offset]
+        if not isinstance(value, Array):
+            continue
+        if id(value) in first_label:
+            raise StagingError(f"the same s2s.Array is donated twice: as {first_label[id(value)]} and as {label}",
+                               "donate it once, or pass a copy to the other argument "
+                               "(np.array(x), or s2s.jit(lambda v: v + 0)(x) to keep it on the device)")
+        first_label[id(value)] = label
 
 
 def _lowered_text(staged: Staged, donated: dict[int, str]) -> str:

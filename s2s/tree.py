@@ -11,6 +11,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from s2s.errors import StagingError
+
 
 class _NodeKind(NamedTuple):
     name: str
@@ -137,7 +139,19 @@ def _hashable(aux):
 
 def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None) -> tuple[list, PyTreeDef]:
     leaves: list = []
-    return leaves, _flatten_into(tree, leaves, is_leaf)
+    try:
+        return leaves, _flatten_into(tree, leaves, is_leaf)
+    except RecursionError:   # caught here, not counted per node: flattening is on every call's path
+        raise nested_too_deeply() from None
+
+
+def nested_too_deeply() -> StagingError:
+    """The error for a pytree deeper than Python's recursion limit, wherever it is flattened
+    (here, or by jaxlib's dispatcher in front of a jitted function)."""
+    return StagingError("a pytree is nested too deeply to flatten (deeper than Python's recursion "
+                        "limit); is a container inside itself?",
+                        "keep containers a few levels deep: stack the leaves into one array, or "
+                        "keep them in one flat list or dict")
 
 
 def _flatten_into(value, leaves: list, is_leaf) -> PyTreeDef:

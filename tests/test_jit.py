@@ -216,3 +216,21 @@ def test_static_argnames_takes_one_name_as_a_string():
         assert len(closed.jaxpr.invars) == 1      # the float is static, not its letters
         np.testing.assert_array_equal(s2s.jit(scaled_by, static_argnames=names)(x, scale=2.0), 2.0)
 
+
+
+def test_same_array_donated_twice_is_named():
+    donating = s2s.jit(lambda a, b: (a + b, a - b), donate_argnums=(0, 1))
+    x = s2s.jit(lambda v: v * 1)(np.ones(2))
+    with pytest.raises(s2s.errors.StagingError, match=r"donated twice: as `a` of <lambda> and as `b` of <lambda>"):
+        donating(x, x)
+    np.testing.assert_array_equal(x, np.ones(2))   # refused before anything was donated
+
+
+def test_dispatcher_refuses_a_matrix_after_plain_arrays():
+    with pytest.warns(PendingDeprecationWarning):   # NumPy discourages np.matrix; users still pass them
+        m = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+    squared = s2s.jit(lambda a: a * a)
+    for _ in range(3):
+        squared(np.ones((2, 2)))
+    with pytest.raises(s2s.errors.StagingError, match=r"argument `a` is a numpy.matrix"):
+        squared(m)

@@ -100,3 +100,18 @@ def test_array_types_are_leaves_found_first():
     assert type(result) is Array
     leaves, treedef = tree_flatten([(result, np.zeros(1)), {"a": result}])
     assert leaves[0] is result and leaves[2] is result and treedef.num_leaves == 3
+
+
+def test_deeply_nested_tree_is_a_clear_error():
+    deep = 1.0
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(s2s.errors.StagingError, match="nested too deeply"):
+        tree_flatten(deep)
+
+
+def test_self_containing_list_is_a_clear_error():
+    loop = []
+    loop.append(loop)
+    with pytest.raises(s2s.errors.StagingError, match="is a container inside itself"):
+        tree_flatten(loop)

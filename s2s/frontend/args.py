@@ -4,6 +4,12 @@ Arrays, NumPy scalars, Python floats and complexes, and `ShapeDtype`s are staged
 become jaxpr inputs. Python ints and bools are static by default: their values specialize
 the jaxpr, so `for i in range(n_steps)` just works. `static_argnums`/`static_argnames`
 make a whole argument static; `dynamic_argnums` stages the ints and bools in an argument.
+
+Only what XLA and the NumPy module can both run stages: bool, (u)int8-64, float16-64 and
+complex64/128 arrays. Anything else (object, bfloat16, longdouble, datetime, string,
+structured arrays; `np.matrix` and masked arrays, whose operators mean something else than
+an ndarray's) is refused here with an error that names the argument, never staged as
+something it is not.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import ShapedArray
 from s2s.errors import StagingError
+from s2s.frontend.reraise import reraise_clean
 from s2s_runtime.xla import Array
 
 
@@ -23,8 +30,11 @@ class ShapeDtype:
     __slots__ = ("shape", "dtype")
 
     def __init__(self, shape, dtype):
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = dtypes.from_short_name(dtype) if isinstance(dtype, str) else np.dtype(dtype)
+        try:
+            self.shape = _checked_shape(shape)
+            self.dtype = _checked_dtype(dtype)
+        except StagingError as error:   # the user's call is the place to show
+            reraise_clean(error)
 
     @property
     def ndim(self) -> int:
@@ -38,6 +48,87 @@ class ShapeDtype:
 
     def __hash__(self):
         return hash((self.shape, self.dtype))
+
+
+_SHAPE_HELP = "write the shape as a tuple of non-negative ints: ShapeDtype((128, 784), 'float32')"
+_DTYPE_HELP = ("use one of bool, int8..int64, uint8..uint64, float16, float32, float64, complex64, "
+               "complex128 (or f16/f32/f64, i8..i64, u8..u64, c64/c128)")
+
+
+_MAX_DIM = np.iinfo(np.int64).max
+
+
+def _checked_shape(shape) -> tuple[int, ...]:
+    """`shape` as a tuple of dims, each a non-negative int (a float, a bool or a negative
+    dim is a mistake, not something to round)."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise StagingError(f"ShapeDtype shape {shape!r} is not a tuple of dims", _SHAPE_HELP) from None
+    for dim in dims:
+        if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
+            raise StagingError(f"ShapeDtype shape {shape!r} has the dim {dim!r}, which is not an int",
+                               _SHAPE_HELP)
+        if dim < 0:
+            raise StagingError(f"ShapeDtype shape {shape!r} has the negative dim {dim}", _SHAPE_HELP)
+        if dim > _MAX_DIM:
+            raise StagingError(f"ShapeDtype shape {shape!r} has the dim {dim}, more than XLA's "
+                               f"largest ({_MAX_DIM}, a signed 64-bit int)", _SHAPE_HELP)
+    return tuple(int(d) for d in dims)
+
+
+def _checked_dtype(dtype) -> np.dtype:
+    """`dtype` (a NumPy dtype, a type, or a name such as 'float32' or 'f32') if s2s stages it."""
+    try:
+        parsed = dtypes.from_short_name(dtype) if isinstance(dtype, str) else np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise StagingError(f"ShapeDtype dtype {dtype!r} is not a dtype NumPy knows", _DTYPE_HELP) from None
+    if not dtypes.is_supported(parsed):
+        raise StagingError(f"ShapeDtype dtype {parsed} is not one s2s stages", _DTYPE_HELP)
+    return parsed
+
+
+def unsupported_leaf_reason(leaf) -> str | None:
+    """Why an argument leaf cannot be staged (None when it can): what it is, for an error."""
+    if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray and _overrides_operators(type(leaf)):
+        return (f"a {type(leaf).__module__}.{type(leaf).__qualname__}, whose operators mean something "
+                "else than an ndarray's (np.matrix's `*` is a matrix product, a masked array's "
+                "skip masked entries)")
+    dtype = getattr(leaf, "dtype", None)
+    if isinstance(leaf, (np.ndarray, np.generic)) and not dtypes.is_supported(dtype):
+        return f"an array of dtype {dtype}, which XLA and s2s do not compute with"
+    return None
+
+
+# The operators an ndarray subclass may give another meaning: such a subclass is refused,
+# others (np.memmap, say) stage as the ndarray they are.
+_OPERATORS = ("__array_ufunc__", "__array_function__", "__mul__", "__rmul__", "__matmul__",
+              "__pow__", "__add__", "__sub__", "__truediv__")
+
+
+def _overrides_operators(cls: type) -> bool:
+    return any(getattr(cls, name, None) is not getattr(np.ndarray, name) for name in _OPERATORS)
+
+
+UNSUPPORTED_LEAF_HELP = ("convert it first: np.asarray(x, dtype=np.float64) for object, longdouble "
+                         "or bfloat16 arrays (x.astype(np.float32) for bfloat16), np.asarray(m) "
+                         "for an np.matrix (then `@` for its matrix product), m.filled(value) for "
+                         "a masked array; numbers in strings or datetimes must be converted to "
+                         "numeric arrays")
+
+
+def unsupported_argument_error(leaves_with_names) -> StagingError | None:
+    """The error naming the first argument leaf that cannot be staged, or None.
+
+    `leaves_with_names` yields (leaf, how the user names it: "`params['W1']`", or what it is
+    where its parameter is not known: "(float64[2,2] matrix)")."""
+    for leaf, name in leaves_with_names:
+        reason = unsupported_leaf_reason(leaf)
+        if reason is not None:
+            return StagingError(f"argument {name} is {reason}", UNSUPPORTED_LEAF_HELP)
+    return None
 
 
 def is_staged_leaf(leaf) -> bool:
@@ -54,8 +145,14 @@ def aval_of_arg(leaf) -> ShapedArray:
         return ShapedArray(leaf.shape, dtypes.canonicalize_dtype(leaf.dtype))
     if hasattr(leaf, "aval") and isinstance(leaf.aval, ShapedArray):   # a staged value
         return leaf.aval
+    if unsupported_leaf_reason(leaf) is not None:   # named by what it is: its path is not known here
+        raise unsupported_argument_error([(leaf, f"({describe_value(leaf)})")])
     if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
-        return ShapedArray((), dtypes.dtype_of_python_scalar(leaf), weak_type=True)
+        dtype = dtypes.dtype_of_python_scalar(leaf)
+        if dtypes.is_integer(dtype) and not np.iinfo(dtype).min <= leaf <= np.iinfo(dtype).max:
+            raise StagingError(f"argument {leaf} is a Python int staged as {dtype}, which cannot hold it",
+                               "pass it as a float, or keep it static (out of dynamic_argnums)")
+        return ShapedArray((), dtype, weak_type=True)
     array = np.asarray(leaf)
     return ShapedArray(array.shape, dtypes.canonicalize_dtype(array.dtype))
 
@@ -129,10 +226,8 @@ class _SpecParser:
             dims = [d for d in dims.rstrip("]").replace(" ", "").split(",") if d]
             try:
                 return ShapeDtype(tuple(int(d) for d in dims), name)
-            except TypeError:
-                raise StagingError(f"unknown dtype {name!r} in argument spec {tok!r}",
-                                   "use f16/f32/f64, i8/i16/i32/i64, u8..u64, bool, c64/c128 "
-                                   "or a NumPy dtype name") from None
+            except StagingError as error:
+                raise StagingError(f"argument spec {tok!r}: {error.what}", error.help) from None
         if kind == "number":
             return float(tok) if any(c in tok for c in ".eE") else int(tok)
         if kind == "string":
@@ -178,3 +273,11 @@ def describe_arg(value) -> str:
         aval = aval_of_arg(value)
         return aval.str_short() + (" (weak)" if aval.weak_type else "")
     return repr(value)
+
+
+def describe_value(value) -> str:
+    """An argument leaf as errors show it when its name is not known: `float64[2,2] matrix`."""
+    dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+    if dtype is None or shape is None:
+        return type(value).__name__
+    return f"{dtype}[{','.join(map(str, shape))}] {type(value).__name__}"
