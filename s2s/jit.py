@@ -71,7 +71,7 @@ class Jitted:
         functools.update_wrapper(self, fn, updated=())
         self._backend = BACKENDS[backend](self)
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
-        # (shapes and dtypes, config) -> Runner.call_with_inputs.
+        # (shapes and dtypes, config) -> (the staging's guards, Runner.call_with_inputs).
         self._fast: dict[tuple, Callable] = {}
 
     def __getstate__(self):
@@ -94,15 +94,18 @@ class Jitted:
         call like it by itself, or None)."""
         fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
         if fast is not None:
-            run = self._fast.get(fast[0])
-            if run is not None:
-                return run(fast[1], args, kwargs)
+            entry = self._fast.get(fast[0])
+            if entry is not None:
+                guards, run = entry
+                if guards.hold():
+                    return run(fast[1], args, kwargs)
+                self._fast.pop(fast[0], None)   # stale: staged again below
         if _staging_with(args, kwargs):
             return self._inlined(args, kwargs), None
         staged = self._staged(args, kwargs)
         runner = self._backend.runner(staged, args)
         if fast is not None and runner.call_with_inputs is not None and len(staged.closed.jaxpr.invars) == len(fast[1]):
-            self._fast[fast[0]] = runner.call_with_inputs
+            self._fast[fast[0]] = (staged.guards, runner.call_with_inputs)
         return runner.call(args, kwargs)
 
     def _staged(self, args, kwargs) -> Staged:
@@ -254,7 +257,8 @@ class XlaBackend:
         self._dispatch_config = config.cache_key()
 
     def runner(self, staged: Staged, args) -> Runner:
-        """Runs the executable. The dispatcher gets no fast path for donating calls (it
+        """Runs the executable. The dispatcher gets no fast path for stagings with guards
+        it would have to check, for donating calls (it
         would not mark the donated Arrays) nor for outputs without data (float0 tangents of
         ints, made here as zeros), nor for calls with a static tuple: it keys static
         arguments by value and type, but not the types inside a tuple, where s2s tells
@@ -266,7 +270,9 @@ class XlaBackend:
                                    lambda: _compile_xla(staged, device, donated))
         executable, consts, out_tree = compiled.executable, compiled.consts, staged.out_tree
         float0_outputs = [i for i, v in enumerate(staged.closed.jaxpr.outvars) if v.aval.dtype == dtypes.float0]
-        dispatchable = not compiled.donated and not float0_outputs
+        # The dispatcher checks no guards: it is handed only stagings that read nothing
+        # that can change unseen (see `Guards.stable`); the others stay on the Python path.
+        dispatchable = not compiled.donated and not float0_outputs and staged.guards.stable
         static_argnums, static_argnames = self.static_argnums, self.static_argnames
 
         def run(flat, args, kwargs):

@@ -28,6 +28,7 @@ from s2s import config
 from s2s.core import ClosedJaxpr
 from s2s.errors import StagingError
 from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf
+from s2s.frontend.guards import Guards, include, recording
 from s2s.frontend.reraise import reraise_clean
 from s2s.frontend.source import function_source
 from s2s.frontend.walker import call_user
@@ -54,6 +55,7 @@ class Staged:
     name: str                     # the function's __name__
     description: str              # what it is: 'loss', or 'grad(loss)' for a derived function
     location: tuple[str, int]     # file and line of the user's def
+    guards: Guards                # the Python values staging read, checked on each reuse
     # What is built from this staging, by kind: derived jaxprs, emitted modules, executables.
     artifacts: dict = dataclasses.field(default_factory=dict)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -138,14 +140,18 @@ def signature_of(fn) -> inspect.Signature:
     """The parameters a call of `fn` fills (a method's self left out), remembered per
     function: every call of a jitted function binds."""
     py_fn, self_arg = underlying_function(fn)
+    # Remembered with the defaults it was read with: `f.__defaults__` may be replaced.
+    defaults = (getattr(py_fn, "__defaults__", None), getattr(py_fn, "__kwdefaults__", None))
     try:
-        signature = _signatures.get(py_fn)
+        remembered = _signatures.get(py_fn)
     except TypeError:   # not weak-referenceable
-        signature = None
-    if signature is None:
+        remembered = None
+    if remembered is not None and remembered[0][0] is defaults[0] and remembered[0][1] is defaults[1]:
+        signature = remembered[1]
+    else:
         signature = inspect.signature(py_fn)
         try:
-            _signatures[py_fn] = signature
+            _signatures[py_fn] = (defaults, signature)
         except TypeError:
             pass
     if self_arg is not None:
@@ -224,12 +230,13 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
            config.cache_key())
     with _cache_lock:
         hit = _cache_entries(owner).get(key)
-    if hit is not None:
+    if hit is not None and hit.guards.hold():
+        include(hit.guards)
         return hit
     transformed = getattr(fn, "__s2s_transform__", False)
     # A clear error now if the source cannot be read.
     source = None if transformed else function_source(_defining_function(fn))
-    with paused_gc(), JaxprBuilder() as builder:
+    with paused_gc(), recording() as reads, JaxprBuilder() as builder:
         staged_leaves = []
         for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths):
             if staged:
@@ -248,11 +255,19 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
                     None if source is None else source.info(source.node))
         closed = builder.build(out_leaves)
     example_args = in_tree.unflatten([aval_of_arg(l) if m else l for l, m in zip(in_leaves, mask)])
+    description, location = _description_and_location(fn)
+    guards = reads.result(f"{description} ({location[0]}:{location[1]})")
+    include(guards)
     result = Staged(closed, names, in_tree, mask, out_tree, example_args, signature_of(fn),
-                    getattr(fn, "__name__", "f"), *_description_and_location(fn))
+                    getattr(fn, "__name__", "f"), description, location, guards)
     with _cache_lock:
-        # Threads that staged the same thing at once all use the first result.
-        return _cache_entries(owner).setdefault(key, result)
+        # Threads that staged the same thing at once all use the first result; a stale
+        # entry (`hit`, whose guards failed) is replaced, and what was built from it goes.
+        entries = _cache_entries(owner)
+        current = entries.get(key)
+        if current is None or current is hit:
+            current = entries[key] = result
+        return current
 
 
 def _description_and_location(fn) -> tuple[str, tuple[str, int]]:
