@@ -29,7 +29,7 @@ from s2s.eager import emitted_call_args, emitted_function, emitted_module, funct
 from s2s.emit.signature import emitted_signature, leaf_expression
 from s2s.emit.stablehlo import donation_aliases, lower
 from s2s.errors import S2SError
-from s2s.frontend import Staged, reraise_clean
+from s2s.frontend import Staged, reraise_clean, staging_receiver
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s.tree import leaf_paths
 from s2s_runtime.xla import (Array, Executable, devices, dispatched_leaves, dispatcher, hlo_text, is_refused_call,
@@ -71,7 +71,8 @@ class Jitted:
         functools.update_wrapper(self, fn, updated=())
         self._backend = BACKENDS[backend](self)
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
-        # (shapes and dtypes, config) -> (the staging's guards, Runner.call_with_inputs).
+        # (shapes and dtypes, config) -> (the staging's guards, the receiver they are
+        # checked with, Runner.call_with_inputs).
         self._fast: dict[tuple, Callable] = {}
 
     def __getstate__(self):
@@ -96,8 +97,8 @@ class Jitted:
         if fast is not None:
             entry = self._fast.get(fast[0])
             if entry is not None:
-                guards, run = entry
-                if guards.hold():
+                guards, receiver, run = entry
+                if guards.hold(receiver):
                     return run(fast[1], args, kwargs)
                 self._fast.pop(fast[0], None)   # stale: staged again below
         if _staging_with(args, kwargs):
@@ -105,7 +106,7 @@ class Jitted:
         staged = self._staged(args, kwargs)
         runner = self._backend.runner(staged, args)
         if fast is not None and runner.call_with_inputs is not None and len(staged.closed.jaxpr.invars) == len(fast[1]):
-            self._fast[fast[0]] = (staged.guards, runner.call_with_inputs)
+            self._fast[fast[0]] = (staged.guards, staging_receiver(self.fn), runner.call_with_inputs)
         return runner.call(args, kwargs)
 
     def _staged(self, args, kwargs) -> Staged:

@@ -35,7 +35,7 @@ from s2s.frontend.walker import call_user
 from s2s.staging import JaxprBuilder, Tracer, paused_gc
 from s2s.tree import PyTreeDef, leaf_paths, tree_flatten, tree_leaves
 
-__all__ = ["ShapeDtype", "Staged", "reraise_clean", "stage"]
+__all__ = ["ShapeDtype", "Staged", "reraise_clean", "stage", "staging_receiver"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -79,7 +79,8 @@ class Staged:
         return found
 
 
-# owner -> {key: Staged}; owners that cannot be weakly referenced are kept by id.
+# owner -> {key: Staged}; owners that cannot be weakly referenced are kept by id (a
+# method's receiver never is: see `_cache_owner_and_key`).
 _cache: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 _strong_cache: dict[int, tuple[Any, dict]] = {}
 _cache_lock = threading.Lock()
@@ -93,11 +94,17 @@ def _cache_entries(owner) -> dict:
         return _strong_cache.setdefault(id(owner), (owner, {}))[1]
 
 
-def _cache_owner_and_key(fn) -> tuple[Any, tuple]:
-    """Who owns `fn`'s cache entries, and the part of the key that names `fn`.
+def _cache_owner_and_key(fn) -> tuple[Any, tuple, Any]:
+    """Who owns `fn`'s cache entries, the part of the key that names `fn`, and the
+    receiver (`self`) of the staged method, or None.
 
     A chain of s2s transforms (`jit(grad(f))`) is keyed by each transform's parameters
     under the innermost user function, so rebuilding the chain finds the same entries.
+    A method's entries are its receiver's; those of a receiver that cannot be weakly
+    referenced (a class with `__slots__`) are its class's, shared by its instances: what
+    staging read from `self` is guarded on the receiver of each call (see `Guards`), so
+    an instance is never kept alive by the cache, and one whose attributes differ is staged
+    again (its staging replaces the entry).
     """
     chain = []
     base = fn
@@ -105,9 +112,23 @@ def _cache_owner_and_key(fn) -> tuple[Any, tuple]:
         chain.append(base.cache_params)
         base = base.fn
     py_fn, self_arg = underlying_function(base)
-    owner = py_fn if self_arg is None else self_arg
+    owner = py_fn if self_arg is None else self_arg if _weakly_referenceable(self_arg) else type(self_arg)
     return owner, (tuple(chain), None if self_arg is None else py_fn,
-                   getattr(_defining_function(base), "__code__", None))
+                   getattr(_defining_function(base), "__code__", None)), self_arg
+
+
+def _weakly_referenceable(obj) -> bool:
+    try:
+        weakref.ref(obj)
+        return True
+    except TypeError:
+        return False
+
+
+def staging_receiver(fn):
+    """The `self` whose method `fn` (under s2s transforms) stages, or None: what a
+    staging's guards are checked with (`Staged.guards.hold(staging_receiver(fn))`)."""
+    return _cache_owner_and_key(fn)[2]
 
 
 def underlying_function(fn):
@@ -223,20 +244,20 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     param_of_leaf = [path[0][1] for path in paths]
     mask = [_leaf_mode(i, names[i], leaf, static_argnums, static_argnames, dynamic_argnums)
             for i, leaf in zip(param_of_leaf, in_leaves)]
-    owner, fn_key = _cache_owner_and_key(fn)
+    owner, fn_key, receiver = _cache_owner_and_key(fn)
     key = (fn_key, in_tree,
            tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))
                  for l, m, i in zip(in_leaves, mask, param_of_leaf)),
            config.cache_key())
     with _cache_lock:
         hit = _cache_entries(owner).get(key)
-    if hit is not None and hit.guards.hold():
-        include(hit.guards)
+    if hit is not None and hit.guards.hold(receiver):
+        include(hit.guards, receiver)
         return hit
     transformed = getattr(fn, "__s2s_transform__", False)
     # A clear error now if the source cannot be read.
     source = None if transformed else function_source(_defining_function(fn))
-    with paused_gc(), recording() as reads, JaxprBuilder() as builder:
+    with paused_gc(), recording(receiver) as reads, JaxprBuilder() as builder:
         staged_leaves = []
         for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths):
             if staged:
@@ -257,7 +278,7 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     example_args = in_tree.unflatten([aval_of_arg(l) if m else l for l, m in zip(in_leaves, mask)])
     description, location = _description_and_location(fn)
     guards = reads.result(f"{description} ({location[0]}:{location[1]})")
-    include(guards)
+    include(guards, receiver)
     result = Staged(closed, names, in_tree, mask, out_tree, example_args, signature_of(fn),
                     getattr(fn, "__name__", "f"), description, location, guards)
     with _cache_lock:

@@ -74,9 +74,15 @@ class _Guard:
 
 
 class Guards:
-    """The guards of one staging (its own reads and those of the stagings it used)."""
+    """The guards of one staging (its own reads and those of the stagings it used).
 
-    def __init__(self, guards: list[_Guard]):
+    Reads from the staged method's own `self` are guarded relative to the receiver of the
+    call being checked (`hold(receiver)`), not to the object that was staged: the guards
+    then hold no reference to it, and an object that cannot be weakly referenced (a class
+    with `__slots__`) can share its class's cache entries without being kept alive.
+    """
+
+    def __init__(self, guards: list):
         self.guards = guards
         # Whether every guard is on an imported module or an unshadowed builtin: the jit's
         # C++ fast path, which checks nothing, is handed only such stagings. Rebinding a
@@ -84,18 +90,61 @@ class Guards:
         # is the one change s2s does not look for on that path.
         self.stable = all(g.stable for g in guards)
 
-    def hold(self) -> bool:
-        return all(g.holds() for g in self.guards)
+    def hold(self, receiver=None) -> bool:
+        """Whether every value read is as it was, for a call on `receiver` (the `self` of
+        the staged method, or None)."""
+        saved = getattr(_receiver, "value", None)
+        _receiver.value = receiver
+        try:
+            return all(g.holds() for g in self.guards)
+        finally:
+            _receiver.value = saved
 
     def __len__(self):
         return len(self.guards)
 
 
+_receiver = threading.local()   # `.value`: the receiver of the call whose guards are checked
+
+
+def _current_receiver():
+    return _receiver.value
+
+
+class _ReceiverBound:
+    """A nested staging's guard on its own receiver's attributes, added to a staging whose
+    receiver is another object: checked with that receiver (held weakly where it can be)."""
+    __slots__ = ("guard", "receiver", "stable")
+
+    def __init__(self, guard, receiver):
+        self.guard = guard
+        self.receiver = _reference(receiver)
+        self.stable = False
+
+    def holds(self) -> bool:
+        saved = _receiver.value
+        _receiver.value = self.receiver()
+        try:
+            return _receiver.value is not None and self.guard.holds()
+        finally:
+            _receiver.value = saved
+
+
+def _reference(obj):
+    """A weak reference to `obj` where it allows one, else a function returning it."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
 class _Recorder:
     """The reads of one staging in progress. `origins` maps the id of each object reached
-    from a global or a cell to how to read it again, so its attributes can be guarded."""
+    from a global, a cell or a receiver to how to read it again, so its attributes can be
+    guarded. `receiver` is the staged method's `self` (None for a function)."""
 
-    def __init__(self):
+    def __init__(self, receiver):
+        self.receiver = receiver
         self.reads: list[tuple] = []       # (read, value, describe, stable) of this staging's reads
         self.guards: list[_Guard] = []     # of the nested stagings it used
         self.origins: dict[int, tuple] = {}
@@ -122,11 +171,14 @@ def _stack() -> list:
 
 
 class recording:
-    """`with recording() as r:` collects the guards of one staging; `r.result()` returns
-    them after the block. Guards of nested stagings are added with `include`."""
+    """`with recording(receiver) as r:` collects the guards of one staging; `r.result()`
+    returns them after the block. Guards of nested stagings are added with `include`."""
+
+    def __init__(self, receiver=None):
+        self.receiver = receiver
 
     def __enter__(self):
-        self.recorder = _Recorder()
+        self.recorder = _Recorder(self.receiver)
         _stack().append(self.recorder)
         return self
 
@@ -148,16 +200,19 @@ class recording:
         return Guards(guards + recorder.guards)
 
 
-def include(guards: Guards) -> None:
-    """Adds a nested staging's guards (a helper staged through the cache) to the staging
-    in progress, if any: when they fail, the outer staging is stale too."""
+def include(guards: Guards, receiver=None) -> None:
+    """Adds a nested staging's guards (a helper staged through the cache, for a call on
+    `receiver`) to the staging in progress, if any: when they fail, the outer staging is
+    stale too."""
     stack = _stack()
     if stack:
         recorder = stack[-1]
+        rebind = receiver is not recorder.receiver
         for guard in guards.guards:
             if id(guard) not in recorder.seen:
                 recorder.seen.add(id(guard))
-                recorder.guards.append(guard)
+                recorder.guards.append(_ReceiverBound(guard, receiver) if rebind and receiver is not None
+                                       else guard)
 
 
 def record_global(fn_globals: dict, name: str, value) -> None:
@@ -196,18 +251,15 @@ def record_defaults(fn) -> None:
 
 def record_receiver(obj, describe: str) -> None:
     """The object a staged method is called on (`self`): its attributes are guarded as
-    those of objects reached from a global, through a weak reference where it allows one
-    (the object may own the staging-cache entry holding the guard)."""
+    those of objects reached from a global. The staging's own receiver is read as the
+    receiver of the call checked (see `Guards`); another object through a weak reference
+    where it allows one."""
     stack = _stack()
     if not stack or isinstance(obj, types.ModuleType) or id(obj) in stack[-1].origins:
         return
-    try:
-        read = weakref.ref(obj)
-    except TypeError:
-        def read():
-            return obj
-    stack[-1].origins[id(obj)] = (read, describe)
-    stack[-1].keep.append(obj)
+    recorder = stack[-1]
+    recorder.origins[id(obj)] = (_current_receiver if obj is recorder.receiver else _reference(obj), describe)
+    recorder.keep.append(obj)
 
 
 def record_attribute(obj, attr: str, value) -> None:

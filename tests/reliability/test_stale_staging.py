@@ -4,6 +4,7 @@ staging whose guards fail is staged again (issue 12)."""
 import gc
 import sys
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -232,3 +233,46 @@ def test_only_stagings_reading_nothing_changeable_get_the_unchecked_fast_path():
     assert stage(only_numpy, (X,)).guards.stable
     assert not stage(scaled_sum, (X,)).guards.stable
     assert not stage(through_helper, (X,)).guards.stable
+
+
+class SlottedScaler:
+    """A callable object that cannot be weakly referenced (no `__weakref__` slot)."""
+    __slots__ = ("factor",)
+    freed = []
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __call__(self, x):
+        return np.sum(x * self.factor)
+
+    def __del__(self):
+        SlottedScaler.freed.append(self.factor)
+
+
+@pytest.mark.parametrize("entry", ["jit", "grad"])
+def test_dropping_a_slotted_callable_frees_it_and_its_stagings(entry):
+    run = ENTRY_POINTS[entry]
+    SlottedScaler.freed.clear()
+    stagings_left = []
+    for factor in range(1, 41):
+        scaler = SlottedScaler(float(factor))
+        assert run(scaler) == 3.0 * factor
+        stagings_left.append(weakref.ref(stage(scaler, (X,))))
+        del scaler
+    gc.collect()
+    assert len(SlottedScaler.freed) == 40
+    # One staging per kind of arguments is kept for the class (each instance's replaced the last).
+    assert sum(ref() is not None for ref in stagings_left) <= 1
+
+
+def test_slotted_callables_with_different_attributes_each_get_their_own_result():
+    a, b = SlottedScaler(1.0), SlottedScaler(5.0)
+    jitted_a, jitted_b = s2s.jit(a), s2s.jit(b)
+    for _ in range(3):
+        assert value_of(jitted_a(X)) == 3.0
+        assert value_of(jitted_b(X)) == 15.0
+        assert float(np.sum(s2s.grad(a)(X))) == 3.0
+        assert float(np.sum(s2s.grad(b)(X))) == 15.0
+    b.factor = 2.0
+    assert value_of(jitted_b(X)) == 6.0
