@@ -225,13 +225,20 @@ class XlaBackend:
         self.static_argnames = (names,) if isinstance(names, str) else tuple(names)
         self.name = jitted.__name__ if isinstance(getattr(jitted, "__name__", None), str) else "jitted"
         self._dispatch, self._dispatch_config = None, None
+        # (guards, receiver) of the stagings the dispatcher was handed whose guards can
+        # change (`Guards.stable`): it runs the calls it has seen without Python, so they
+        # are checked before each call, and when one fails the dispatcher is replaced (its
+        # fast paths dropped) and the call goes through Python, which stages again.
+        # Empty for functions that read only modules, builtins and their arguments.
+        self._checked: list[tuple] = []
 
     def __getstate__(self):
         """A copy makes its own dispatcher, for the Jitted it is given to."""
-        return {**self.__dict__, "_dispatch": None, "_dispatch_config": None}
+        return {**self.__dict__, "_dispatch": None, "_dispatch_config": None, "_checked": []}
 
     def call(self, args, kwargs):
-        if self._dispatch_config is not config.cache_key():
+        if self._dispatch_config is not config.cache_key() or (
+                self._checked and not all(guards.hold(receiver) for guards, receiver in self._checked)):
             self._new_dispatcher()
         jax_x64 = jax_x64_setting()
         if jax_x64 is not None:   # jax is loaded: type this call by s2s's x64, not jax's
@@ -256,10 +263,10 @@ class XlaBackend:
             lambda *args, **kwargs: (*jitted()._call_in_python(args, kwargs), False),
             self.static_argnums, self.static_argnames)
         self._dispatch_config = config.cache_key()
+        self._checked = []
 
     def runner(self, staged: Staged, args) -> Runner:
-        """Runs the executable. The dispatcher gets no fast path for stagings with guards
-        it would have to check, for donating calls (it
+        """Runs the executable. The dispatcher gets no fast path for donating calls (it
         would not mark the donated Arrays) nor for outputs without data (float0 tangents of
         ints, made here as zeros), nor for calls with a static tuple: it keys static
         arguments by value and type, but not the types inside a tuple, where s2s tells
@@ -271,9 +278,9 @@ class XlaBackend:
                                    lambda: _compile_xla(staged, device, donated))
         executable, consts, out_tree = compiled.executable, compiled.consts, staged.out_tree
         float0_outputs = [i for i, v in enumerate(staged.closed.jaxpr.outvars) if v.aval.dtype == dtypes.float0]
-        # The dispatcher checks no guards: it is handed only stagings that read nothing
-        # that can change unseen (see `Guards.stable`); the others stay on the Python path.
-        dispatchable = not compiled.donated and not float0_outputs and staged.guards.stable
+        dispatchable = not compiled.donated and not float0_outputs
+        # The dispatcher checks no guards: `call` checks those it may need to (see `_checked`).
+        checked = None if staged.guards.stable else (staged.guards, staging_receiver(jitted.fn))
         static_argnums, static_argnames = self.static_argnums, self.static_argnames
 
         def run(flat, args, kwargs):
@@ -291,6 +298,8 @@ class XlaBackend:
             leaves = dispatched_leaves(args, kwargs, static_argnums, static_argnames)
             if leaves is None:
                 return result, None
+            if checked is not None:
+                self._checked.append(checked)
             return result, executable.fast_path(leaves, flat, consts, result, outs)
         return Runner(lambda args, kwargs: run(staged.flat_inputs(args, kwargs), args, kwargs), run)
 

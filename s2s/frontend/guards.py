@@ -57,9 +57,9 @@ class _Guard:
         # Objects compared by identity must stay the same objects: weak references where
         # possible (a dead one fails the guard), else the object itself.
         self.alive = refs
-        # What may go unchecked by the jit's C++ fast path, which cannot check anything: an
-        # imported module, a builtin not shadowed by a global (see `Guards.stable`), or
-        # what the recorder says cannot change the staging (`record_defaults`).
+        # What is not checked before each call of the jit's C++ dispatcher (see
+        # `Guards.stable`): an imported module, a builtin not shadowed by a global, or what
+        # the recorder says cannot change the staging (`record_defaults`).
         self.stable = stable or isinstance(value, types.ModuleType) or value is _MISSING
 
     def holds(self) -> bool:
@@ -84,10 +84,11 @@ class Guards:
 
     def __init__(self, guards: list):
         self.guards = guards
-        # Whether every guard is on an imported module or an unshadowed builtin: the jit's
-        # C++ fast path, which checks nothing, is handed only such stagings. Rebinding a
-        # module's name (`np = ...`) or shadowing a builtin by a new global after a call
-        # is the one change s2s does not look for on that path.
+        # Whether every guard is on an imported module or an unshadowed builtin: the guards
+        # of the stagings the jit's C++ dispatcher runs are checked before each call,
+        # except such ones, so that the common function (reading only `np` and its
+        # arguments) pays nothing. Rebinding a module's name (`np = ...`) or shadowing a
+        # builtin by a new global after a call is the one change that path does not see.
         self.stable = all(g.stable for g in guards)
 
     def hold(self, receiver=None) -> bool:

@@ -86,16 +86,37 @@ def test_a_module_level_float_changed_is_seen(entry, scale):
     assert run(scaled_sum) == 9.0
 
 
+def with_default(x, factor=2.0):
+    return np.sum(x * factor)
+
+
+def rebind_helper(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "helper", lambda x: x * 3.0)
+
+
+# function, its value at X before the change, the change, its value after.
+PRIMED_CASES = {
+    "global": (scaled_sum, 3.0, lambda monkeypatch: monkeypatch.setattr(
+        sys.modules[__name__], "SCALE", 2.0), 6.0),
+    "helper": (through_helper, 6.0, rebind_helper, 9.0),
+    "defaults": (with_default, 6.0, lambda monkeypatch: monkeypatch.setattr(
+        with_default, "__defaults__", (5.0,)), 15.0),
+}
+
+
 @pytest.mark.parametrize("backend", ["xla", "python"])
-def test_a_primed_jit_sees_a_changed_global(backend, scale):
-    """Called often enough for every fast path to be taken, then the global changes."""
-    scale(1.0)
-    jitted = s2s.jit(scaled_sum, backend=backend)
+@pytest.mark.parametrize("case", sorted(PRIMED_CASES))
+def test_a_primed_jit_sees_the_change(backend, case, monkeypatch):
+    """Called often enough for every fast path to be taken (the Python backend's, and
+    jaxlib's C++ dispatcher for XLA), then what the function read changes."""
+    fn, before, change, after = PRIMED_CASES[case]
+    monkeypatch.setattr(sys.modules[__name__], "SCALE", 1.0)
+    jitted = s2s.jit(fn, backend=backend)
     for _ in range(5):
-        assert value_of(jitted(X)) == 3.0
-    scale(2.0)
+        assert value_of(jitted(X)) == before
+    change(monkeypatch)
     for _ in range(3):
-        assert value_of(jitted(X)) == 6.0
+        assert value_of(jitted(X)) == after
 
 
 def test_emit_python_reads_the_current_global(scale):
@@ -131,10 +152,6 @@ def test_a_closure_list_changed_in_place_and_a_rebound_cell_are_seen(entry):
     assert value_of(s2s.jit(with_cell)(X)) == 3.0
     set_offset(1.5)
     assert value_of(s2s.jit(with_cell)(X)) == 4.5
-
-
-def with_default(x, factor=2.0):
-    return np.sum(x * factor)
 
 
 def test_replaced_defaults_are_seen(monkeypatch):
@@ -227,9 +244,10 @@ def test_an_unchanged_function_is_not_staged_again(scale):
     assert stagings == ["scaled_sum", "scaled_sum"]
 
 
-def test_only_stagings_reading_nothing_changeable_get_the_unchecked_fast_path():
-    """jaxlib's C++ dispatcher checks no guards: it is handed only stagings whose guards are
-    on imported modules and unshadowed builtins."""
+def test_guards_on_modules_and_builtins_alone_are_not_checked_before_dispatched_calls():
+    """jaxlib's C++ dispatcher checks no guards: `s2s.jit` checks those of the stagings it
+    handed it before each call, except guards on imported modules and unshadowed builtins
+    (`stable`), so a function reading only `np` and its arguments pays nothing."""
     assert stage(only_numpy, (X,)).guards.stable
     assert not stage(scaled_sum, (X,)).guards.stable
     assert not stage(through_helper, (X,)).guards.stable
