@@ -9,7 +9,10 @@ The staging cache has two levels: a `WeakKeyDictionary` keyed by the user's func
 the object whose method is staged), then a dict keyed by (the chain of s2s transforms
 around it with their parameters, the function's code object, the argument tree and avals,
 static values, config). The code object compares by bytecode, constants and names, and the
-source s2s stages is read once per code object, so both are part of the key. Everything
+source s2s stages is read once per code object, so both are part of the key. The Python
+values staging read besides the arguments are not: each entry carries their guards
+(`guards.py`), checked on every hit, and an entry whose guards fail is staged again and
+replaced. Everything
 compiled from a `Staged` (derived jaxprs, emitted modules, executables) hangs off it in
 `artifacts`, so `jit(grad(f))` rebuilt in a loop hits the cache, and dropping every reference
 to `f` frees all of it: a `Staged` holds no reference back to the function.
