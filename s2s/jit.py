@@ -73,7 +73,7 @@ class Jitted:
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
         # (shapes and dtypes, config) -> (the staging's guards, the receiver they are
         # checked with, Runner.call_with_inputs).
-        self._fast: dict[tuple, Callable] = {}
+        self._fast: dict[tuple, tuple] = {}
 
     def __getstate__(self):
         """A copy gets its own backend: the backend reaches back to its Jitted (and an XLA
