@@ -98,7 +98,7 @@ class Jitted:
             entry = self._fast.get(fast[0])
             if entry is not None:
                 guards, receiver, run = entry
-                if guards.hold(receiver):
+                if guards.hold(receiver, changing_only=True):   # as the dispatcher's calls
                     return run(fast[1], args, kwargs)
                 self._fast.pop(fast[0], None)   # stale: staged again below
         if _staging_with(args, kwargs):
@@ -237,8 +237,8 @@ class XlaBackend:
         return {**self.__dict__, "_dispatch": None, "_dispatch_config": None, "_checked": []}
 
     def call(self, args, kwargs):
-        if self._dispatch_config is not config.cache_key() or (
-                self._checked and not all(guards.hold(receiver) for guards, receiver in self._checked)):
+        if self._dispatch_config is not config.cache_key() or (self._checked and not all(
+                guards.hold(receiver, changing_only=True) for guards, receiver in self._checked)):
             self._new_dispatcher()
         jax_x64 = jax_x64_setting()
         if jax_x64 is not None:   # jax is loaded: type this call by s2s's x64, not jax's

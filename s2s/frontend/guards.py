@@ -89,15 +89,17 @@ class Guards:
         # except such ones, so that the common function (reading only `np` and its
         # arguments) pays nothing. Rebinding a module's name (`np = ...`) or shadowing a
         # builtin by a new global after a call is the one change that path does not see.
-        self.stable = all(g.stable for g in guards)
+        self.changing = [g for g in guards if not g.stable]
+        self.stable = not self.changing
 
-    def hold(self, receiver=None) -> bool:
+    def hold(self, receiver=None, changing_only: bool = False) -> bool:
         """Whether every value read is as it was, for a call on `receiver` (the `self` of
-        the staged method, or None)."""
+        the staged method, or None); only those that are not `stable` with `changing_only`
+        (before a call of the jit's C++ dispatcher)."""
         saved = getattr(_receiver, "value", None)
         _receiver.value = receiver
         try:
-            return all(g.holds() for g in self.guards)
+            return all(g.holds() for g in (self.changing if changing_only else self.guards))
         finally:
             _receiver.value = saved
 
