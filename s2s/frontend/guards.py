@@ -103,9 +103,6 @@ class Guards:
         finally:
             _receiver.value = saved
 
-    def __len__(self):
-        return len(self.guards)
-
 
 _receiver = threading.local()   # `.value`: the receiver of the call whose guards are checked
 
