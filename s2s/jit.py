@@ -29,7 +29,7 @@ from s2s.eager import emitted_call_args, emitted_function, emitted_module, funct
 from s2s.emit.signature import emitted_signature, leaf_expression
 from s2s.emit.stablehlo import donation_aliases, lower
 from s2s.errors import S2SError, StagingError
-from s2s.frontend import Staged, bind_arguments, reraise_clean
+from s2s.frontend import Staged, bind_arguments, reraise_clean, staging_receiver
 from s2s.frontend.args import unsupported_argument_error
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s.tree import leaf_paths
@@ -72,8 +72,9 @@ class Jitted:
         functools.update_wrapper(self, fn, updated=())
         self._backend = BACKENDS[backend](self)
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
-        # (shapes and dtypes, config) -> Runner.call_with_inputs.
-        self._fast: dict[tuple, Callable] = {}
+        # (shapes and dtypes, config) -> (the staging's guards, the receiver they are
+        # checked with, Runner.call_with_inputs).
+        self._fast: dict[tuple, tuple] = {}
 
     def __getstate__(self):
         """A copy gets its own backend: the backend reaches back to its Jitted (and an XLA
@@ -95,15 +96,18 @@ class Jitted:
         call like it by itself, or None)."""
         fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
         if fast is not None:
-            run = self._fast.get(fast[0])
-            if run is not None:
-                return run(fast[1], args, kwargs)
+            entry = self._fast.get(fast[0])
+            if entry is not None:
+                guards, receiver, run = entry
+                if guards.hold(receiver, changing_only=True):   # as the dispatcher's calls
+                    return run(fast[1], args, kwargs)
+                self._fast.pop(fast[0], None)   # stale: staged again below
         if _staging_with(args, kwargs):
             return self._inlined(args, kwargs), None
         staged = self._staged(args, kwargs)
         runner = self._backend.runner(staged, args)
         if fast is not None and runner.call_with_inputs is not None and len(staged.closed.jaxpr.invars) == len(fast[1]):
-            self._fast[fast[0]] = runner.call_with_inputs
+            self._fast[fast[0]] = (staged.guards, staging_receiver(self.fn), runner.call_with_inputs)
         return runner.call(args, kwargs)
 
     def _staged(self, args, kwargs) -> Staged:
@@ -259,13 +263,20 @@ class XlaBackend:
         self.static_argnames = (names,) if isinstance(names, str) else tuple(names)
         self.name = jitted.__name__ if isinstance(getattr(jitted, "__name__", None), str) else "jitted"
         self._dispatch, self._dispatch_config = None, None
+        # (guards, receiver) of the stagings the dispatcher was handed whose guards can
+        # change (`Guards.stable`): it runs the calls it has seen without Python, so they
+        # are checked before each call, and when one fails the dispatcher is replaced (its
+        # fast paths dropped) and the call goes through Python, which stages again.
+        # Empty for functions that read only modules, builtins and their arguments.
+        self._checked: list[tuple] = []
 
     def __getstate__(self):
         """A copy makes its own dispatcher, for the Jitted it is given to."""
-        return {**self.__dict__, "_dispatch": None, "_dispatch_config": None}
+        return {**self.__dict__, "_dispatch": None, "_dispatch_config": None, "_checked": []}
 
     def call(self, args, kwargs):
-        if self._dispatch_config is not config.cache_key():
+        if self._dispatch_config is not config.cache_key() or (self._checked and not all(
+                guards.hold(receiver, changing_only=True) for guards, receiver in self._checked)):
             self._new_dispatcher()
         jax_x64 = jax_x64_setting()
         if jax_x64 is not None:   # jax is loaded: type this call by s2s's x64, not jax's
@@ -298,6 +309,7 @@ class XlaBackend:
             lambda *args, **kwargs: (*jitted()._call_in_python(args, kwargs), False),
             self.static_argnums, self.static_argnames)
         self._dispatch_config = config.cache_key()
+        self._checked = []
 
     def runner(self, staged: Staged, args) -> Runner:
         """Runs the executable. The dispatcher gets no fast path for donating calls (it
@@ -313,6 +325,8 @@ class XlaBackend:
         executable, consts, out_tree = compiled.executable, compiled.consts, staged.out_tree
         float0_outputs = [i for i, v in enumerate(staged.closed.jaxpr.outvars) if v.aval.dtype == dtypes.float0]
         dispatchable = not compiled.donated and not float0_outputs
+        # The dispatcher checks no guards: `call` checks those it may need to (see `_checked`).
+        checked = None if staged.guards.stable else (staged.guards, staging_receiver(jitted.fn))
         static_argnums, static_argnames = self.static_argnums, self.static_argnames
 
         def run(flat, args, kwargs):
@@ -332,6 +346,8 @@ class XlaBackend:
             leaves = dispatched_leaves(args, kwargs, static_argnums, static_argnames)
             if leaves is None:
                 return result, None
+            if checked is not None:
+                self._checked.append(checked)
             return result, executable.fast_path(leaves, flat, consts, result, outs)
         return Runner(lambda args, kwargs: run(staged.flat_inputs(args, kwargs), args, kwargs), run)
 

@@ -9,7 +9,10 @@ The staging cache has two levels: a `WeakKeyDictionary` keyed by the user's func
 the object whose method is staged), then a dict keyed by (the chain of s2s transforms
 around it with their parameters, the function's code object, the argument tree and avals,
 static values, config). The code object compares by bytecode, constants and names, and the
-source s2s stages is read once per code object, so both are part of the key. Everything
+source s2s stages is read once per code object, so both are part of the key. The Python
+values staging read besides the arguments are not: each entry carries their guards
+(`guards.py`), checked on every hit, and an entry whose guards fail is staged again and
+replaced. Everything
 compiled from a `Staged` (derived jaxprs, emitted modules, executables) hangs off it in
 `artifacts`, so `jit(grad(f))` rebuilt in a loop hits the cache, and dropping every reference
 to `f` frees all of it: a `Staged` holds no reference back to the function.
@@ -28,13 +31,14 @@ from s2s import config
 from s2s.core import ClosedJaxpr
 from s2s.errors import StagingError
 from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf
+from s2s.frontend.guards import Guards, include, recording
 from s2s.frontend.reraise import reraise_clean
 from s2s.frontend.source import function_source
 from s2s.frontend.walker import call_user
 from s2s.staging import JaxprBuilder, Tracer, paused_gc
 from s2s.tree import PyTreeDef, leaf_paths, tree_flatten, tree_leaves
 
-__all__ = ["ShapeDtype", "Staged", "reraise_clean", "stage"]
+__all__ = ["ShapeDtype", "Staged", "reraise_clean", "stage", "staging_receiver"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -54,6 +58,7 @@ class Staged:
     name: str                     # the function's __name__
     description: str              # what it is: 'loss', or 'grad(loss)' for a derived function
     location: tuple[str, int]     # file and line of the user's def
+    guards: Guards                # the Python values staging read, checked on each reuse
     # What is built from this staging, by kind: derived jaxprs, emitted modules, executables.
     artifacts: dict = dataclasses.field(default_factory=dict)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -77,7 +82,8 @@ class Staged:
         return found
 
 
-# owner -> {key: Staged}; owners that cannot be weakly referenced are kept by id.
+# owner -> {key: Staged}; owners that cannot be weakly referenced are kept by id (a
+# method's receiver never is: see `_cache_owner_and_key`).
 _cache: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 _strong_cache: dict[int, tuple[Any, dict]] = {}
 _cache_lock = threading.Lock()
@@ -91,11 +97,17 @@ def _cache_entries(owner) -> dict:
         return _strong_cache.setdefault(id(owner), (owner, {}))[1]
 
 
-def _cache_owner_and_key(fn) -> tuple[Any, tuple]:
-    """Who owns `fn`'s cache entries, and the part of the key that names `fn`.
+def _cache_owner_and_key(fn) -> tuple[Any, tuple, Any]:
+    """Who owns `fn`'s cache entries, the part of the key that names `fn`, and the
+    receiver (`self`) of the staged method, or None.
 
     A chain of s2s transforms (`jit(grad(f))`) is keyed by each transform's parameters
     under the innermost user function, so rebuilding the chain finds the same entries.
+    A method's entries are its receiver's; those of a receiver that cannot be weakly
+    referenced (a class with `__slots__`) are its class's, shared by its instances: what
+    staging read from `self` is guarded on the receiver of each call (see `Guards`), so
+    an instance is never kept alive by the cache, and one whose attributes differ is staged
+    again (its staging replaces the entry).
     """
     chain = []
     base = fn
@@ -103,9 +115,23 @@ def _cache_owner_and_key(fn) -> tuple[Any, tuple]:
         chain.append(base.cache_params)
         base = base.fn
     py_fn, self_arg = underlying_function(base)
-    owner = py_fn if self_arg is None else self_arg
+    owner = py_fn if self_arg is None else self_arg if _weakly_referenceable(self_arg) else type(self_arg)
     return owner, (tuple(chain), None if self_arg is None else py_fn,
-                   getattr(_defining_function(base), "__code__", None))
+                   getattr(_defining_function(base), "__code__", None)), self_arg
+
+
+def _weakly_referenceable(obj) -> bool:
+    try:
+        weakref.ref(obj)
+        return True
+    except TypeError:
+        return False
+
+
+def staging_receiver(fn):
+    """The `self` whose method `fn` (under s2s transforms) stages, or None: what a
+    staging's guards are checked with (`Staged.guards.hold(staging_receiver(fn))`)."""
+    return _cache_owner_and_key(fn)[2]
 
 
 def underlying_function(fn):
@@ -138,14 +164,18 @@ def signature_of(fn) -> inspect.Signature:
     """The parameters a call of `fn` fills (a method's self left out), remembered per
     function: every call of a jitted function binds."""
     py_fn, self_arg = underlying_function(fn)
+    # Remembered with the defaults it was read with: `f.__defaults__` may be replaced.
+    defaults = (getattr(py_fn, "__defaults__", None), getattr(py_fn, "__kwdefaults__", None))
     try:
-        signature = _signatures.get(py_fn)
+        remembered = _signatures.get(py_fn)
     except TypeError:   # not weak-referenceable
-        signature = None
-    if signature is None:
+        remembered = None
+    if remembered is not None and remembered[0][0] is defaults[0] and remembered[0][1] is defaults[1]:
+        signature = remembered[1]
+    else:
         signature = inspect.signature(py_fn)
         try:
-            _signatures[py_fn] = signature
+            _signatures[py_fn] = (defaults, signature)
         except TypeError:
             pass
     if self_arg is not None:
@@ -217,19 +247,20 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     param_of_leaf = [path[0][1] for path in paths]
     mask = [_leaf_mode(i, names[i], leaf, static_argnums, static_argnames, dynamic_argnums)
             for i, leaf in zip(param_of_leaf, in_leaves)]
-    owner, fn_key = _cache_owner_and_key(fn)
+    owner, fn_key, receiver = _cache_owner_and_key(fn)
     key = (fn_key, in_tree,
            tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))
                  for l, m, i in zip(in_leaves, mask, param_of_leaf)),
            config.cache_key())
     with _cache_lock:
         hit = _cache_entries(owner).get(key)
-    if hit is not None:
+    if hit is not None and hit.guards.hold(receiver):
+        include(hit.guards, receiver)
         return hit
     transformed = getattr(fn, "__s2s_transform__", False)
     # A clear error now if the source cannot be read.
     source = None if transformed else function_source(_defining_function(fn))
-    with paused_gc(), JaxprBuilder() as builder:
+    with paused_gc(), recording(receiver) as reads, JaxprBuilder() as builder:
         staged_leaves = []
         for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths):
             if staged:
@@ -248,11 +279,19 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
                     None if source is None else source.info(source.node))
         closed = builder.build(out_leaves)
     example_args = in_tree.unflatten([aval_of_arg(l) if m else l for l, m in zip(in_leaves, mask)])
+    description, location = _description_and_location(fn)
+    guards = reads.result(f"{description} ({location[0]}:{location[1]})")
+    include(guards, receiver)
     result = Staged(closed, names, in_tree, mask, out_tree, example_args, signature_of(fn),
-                    getattr(fn, "__name__", "f"), *_description_and_location(fn))
+                    getattr(fn, "__name__", "f"), description, location, guards)
     with _cache_lock:
-        # Threads that staged the same thing at once all use the first result.
-        return _cache_entries(owner).setdefault(key, result)
+        # Threads that staged the same thing at once all use the first result; a stale
+        # entry (`hit`, whose guards failed) is replaced, and what was built from it goes.
+        entries = _cache_entries(owner)
+        current = entries.get(key)
+        if current is None or current is hit:
+            current = entries[key] = result
+        return current
 
 
 def _description_and_location(fn) -> tuple[str, tuple[str, int]]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError,
                         UnsupportedFunctionError, UnsupportedSyntaxError)
+from s2s.frontend.guards import record_attribute
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api.indexing import getitem
 from s2s.staging import Tracer, current_builder
@@ -94,7 +95,9 @@ class Expressions:
             raise UnsupportedFunctionError(
                 f"the ndarray attribute or method `.{node.attr}` is not supported on staged arrays",
                 "see the README's table of supported NumPy functions and methods")
-        return getattr(obj, node.attr)
+        value = getattr(obj, node.attr)
+        record_attribute(obj, node.attr, value)
+        return value
 
     def expr_Subscript(self, node):
         obj = self.expr(node.value)

@@ -35,6 +35,8 @@ from s2s.errors import (ConcretizationError, S2SError, StagingError, Unsupported
                         UnsupportedSyntaxError)
 from s2s.frontend.control_flow import FLAG_HINTS, Break, Continue, ControlFlow, Return
 from s2s.frontend.expressions import Expressions, is_array_constant
+from s2s.frontend.guards import (record_builtin, record_cell, record_defaults, record_global,
+                                 record_receiver)
 from s2s.frontend.in_place import InPlaceUpdates
 from s2s.frontend.loops import Loops
 from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope,
@@ -68,11 +70,12 @@ class Scope:
     """The variables of one function activation, with lexical parents for nested defs."""
 
     def __init__(self, source: FunctionSource, fn_globals: dict, closure: dict,
-                 parent: Scope | None):
+                 parent: Scope | None, cells: dict | None = None):
         self.source = source
         self.vars: dict[str, Any] = {}
         self.globals = fn_globals
         self.closure = closure
+        self.cells = cells or {}   # name -> the function's closure cell, guarded when read
         self.parent = parent
 
     def lookup(self, name: str, node) -> Any:
@@ -84,11 +87,16 @@ class Scope:
                 raise StagingError(f"local variable {name!r} is used before it is assigned",
                                    f"assign {name} before this line")
             if name in scope.closure:
-                return scope.closure[name]
+                value = scope.closure[name]
+                record_cell(scope.cells[name], name, value)
+                return value
             scope = scope.parent
         if name in self.globals:
-            return self.globals[name]
+            value = self.globals[name]
+            record_global(self.globals, name, value)
+            return value
         if name in BUILTINS:
+            record_builtin(self.globals, name)
             return BUILTINS[name]
         raise StagingError(f"name {name!r} is not defined", "define it or import it")
 
@@ -152,18 +160,21 @@ def stage_python_function(fn, args, kwargs, self_arg=None):
         raise UnsupportedSyntaxError(f"{source.name} is a generator or coroutine, which cannot be staged",
                                      "return a list or tuple instead of yielding",
                                      source.info(source.node))
-    closure = {}
+    closure, cells = {}, {}
     if fn.__closure__:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
             try:
                 closure[name] = cell.cell_contents
+                cells[name] = cell
             except ValueError:  # an empty cell: the name is not bound yet
                 pass
+    record_defaults(fn)
     if self_arg is not None:
+        record_receiver(self_arg, f"self of {fn.__qualname__}")
         args = (self_arg,) + tuple(args)
     signature = inspect.signature(fn, follow_wrapped=False)
     bound = _bind(signature, args, kwargs, source.name)
-    scope = Scope(source, fn.__globals__, closure, None)
+    scope = Scope(source, fn.__globals__, closure, None, cells)
     return FunctionWalker(scope).run(bound)
 
 
