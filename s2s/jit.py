@@ -33,8 +33,8 @@ from s2s.frontend import Staged, bind_arguments, reraise_clean, staging_receiver
 from s2s.frontend.args import unsupported_argument_error
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s.tree import leaf_paths
-from s2s_runtime.xla import (Array, Executable, _dispatch_registry, devices, dispatched_leaves, dispatcher, hlo_text,
-                             is_refused_call, jax_x64_setting)
+from s2s_runtime.xla import (Array, Executable, devices, dispatched_leaves, dispatcher, hlo_text, is_refused_call,
+                             jax_x64_setting, refuse_in_dispatcher)
 
 
 @dataclasses.dataclass
@@ -185,7 +185,7 @@ def _refuse_in_dispatcher(value):
 # type's __mro__), so a matrix or masked array would run a jitted function compiled for
 # plain arrays. As pytree nodes that refuse to flatten they never reach its cache.
 for _refused_class in (np.matrix, np.ma.MaskedArray):
-    _dispatch_registry().register_node(_refused_class, _refuse_in_dispatcher, _refuse_in_dispatcher)
+    refuse_in_dispatcher(_refused_class, _refuse_in_dispatcher)
 
 
 def _array_signature(args) -> tuple | None:

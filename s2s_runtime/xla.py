@@ -296,6 +296,13 @@ def _dispatch_registry():
     return _registry
 
 
+def refuse_in_dispatcher(cls, refuse) -> None:
+    """Sends every call with a `cls` leaf through Python: `refuse(value)` raises while the C++
+    dispatcher flattens it. For ndarray subclasses whose meaning differs from ndarray's (the
+    dispatcher types a subclass as the class it derives from)."""
+    _dispatch_registry().register_node(cls, refuse, refuse)
+
+
 def _result_array(device, buffers) -> Array:
     """An Array around a result buffer the dispatcher made (its aval is one of ours)."""
     buffer, = buffers

@@ -1,6 +1,10 @@
-"""Reliability tests: the executable cache never serves wrong code (a swapped entry, a
-changed XLA flag, a folder or entry someone else can write), checked end to end in
-subprocesses that share one ``S2S_CACHE_DIR`` like separate runs of a user's program."""
+"""Reliability tests: s2s never serves wrong code and never writes where it must not.
+
+The executable cache (a swapped entry, a changed XLA flag, a folder or entry someone else
+can write: checked end to end in subprocesses that share one ``S2S_CACHE_DIR``, like separate
+runs of a user's program), build folders and the CLI (manifest fuzzing, hostile names),
+staging (stale globals, cells, defaults and attributes) and bad inputs. The cache tests'
+shared fixture and helpers live here."""
 import json
 import os
 import subprocess
