@@ -29,8 +29,7 @@ from s2s.eager import emitted_call_args, emitted_function, emitted_module, funct
 from s2s.emit.signature import emitted_signature, leaf_expression
 from s2s.emit.stablehlo import donation_aliases, lower
 from s2s.errors import S2SError, StagingError
-from s2s.frontend import Staged, bind_arguments, reraise_clean, staging_receiver
-from s2s.frontend.args import unsupported_argument_error
+from s2s.frontend import Staged, reraise_clean, staging_receiver
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s.tree import leaf_paths
 from s2s_runtime.xla import (Array, Executable, devices, dispatched_leaves, dispatcher, hlo_text, is_refused_call,
@@ -113,14 +112,8 @@ class Jitted:
     def _staged(self, args, kwargs) -> Staged:
         """Staged with jax's x64 as the caller had it (see `_callers_jax_x64`)."""
         with _CallersJaxX64():
-            try:
-                return staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
-                                       self.dynamic_argnums)
-            except StagingError:
-                named = unsupported_argument_error(_leaves_by_parameter(self.fn, args, kwargs))
-                if named is not None:   # the same refusal, naming the argument by its parameter
-                    raise named from None
-                raise
+            return staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
+                                   self.dynamic_argnums)
 
     def _inlined(self, args, kwargs):
         """Called on staged values, inside a function being staged (`jit(f)` called in
@@ -155,21 +148,6 @@ def _staging_with(args, kwargs) -> bool:
     """Whether a call's arguments hold values staged by a function being staged now."""
     return current_builder() is not None and any(
         isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves((args, kwargs)))
-
-
-def _leaves_by_parameter(fn, args, kwargs) -> list[tuple]:
-    """Each leaf of a call's arguments with how the function names it: `params['W1']`,
-    `args[2]` (a *args parameter); none when the call does not bind (that is its error)."""
-    try:
-        names, values = bind_arguments(fn, args, kwargs)
-    except StagingError:
-        return []
-    leaves, treedef = tree_util.tree_flatten(values)
-    named = []
-    for leaf, path in zip(leaves, leaf_paths(treedef)):
-        name = names[path[0][1]]
-        named.append((leaf, f"`{leaf_expression(name, path[1:]) or name}`"))
-    return named
 
 
 class _RefusedArgument(Exception):

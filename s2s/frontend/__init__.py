@@ -29,8 +29,9 @@ from typing import Any
 
 from s2s import config
 from s2s.core import ClosedJaxpr
+from s2s.emit.signature import leaf_expression
 from s2s.errors import StagingError
-from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf
+from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf, unsupported_argument_error
 from s2s.frontend.guards import Guards, include, recording
 from s2s.frontend.reraise import reraise_clean
 from s2s.frontend.source import function_source
@@ -247,6 +248,11 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     param_of_leaf = [path[0][1] for path in paths]
     mask = [_leaf_mode(i, names[i], leaf, static_argnums, static_argnames, dynamic_argnums)
             for i, leaf in zip(param_of_leaf, in_leaves)]
+    refused = unsupported_argument_error(
+        (leaf, f"`{leaf_expression(names[i], path[1:]) or names[i]}`")
+        for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths) if staged)
+    if refused is not None:   # named as the function reads it: params['W1']
+        raise refused
     owner, fn_key, receiver = _cache_owner_and_key(fn)
     key = (fn_key, in_tree,
            tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))

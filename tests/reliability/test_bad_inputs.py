@@ -56,7 +56,7 @@ def test_unsupported_array_is_a_clear_error(kind, entry):
         ENTRY_POINTS[entry](BAD_ARRAYS[kind])
     message = str(info.value)
     assert "help: convert it first" in message
-    assert message.startswith("argument ")
+    assert message.startswith("argument `x` is ")   # named as the function reads it
     # As other user errors: re-raised clean, without the frames of staging that found it.
     frames = [f.filename for f in traceback.extract_tb(info.value.__traceback__)]
     assert not any(f.endswith(("frontend/args.py", "frontend/__init__.py", "s2s/tree.py")) or "/s2s/emit/" in f
@@ -67,8 +67,10 @@ def layer(params, x, *rest):
     return params["W1"] * x + sum(rest)
 
 
-def test_jit_names_the_argument_by_its_path():
-    jitted = s2s.jit(layer)
+@pytest.mark.parametrize("wrap", [s2s.jit, lambda f: s2s.jit(f, backend="python"),
+                                  lambda f: s2s.make_jaxpr(f)], ids=["jit", "jit_python", "make_jaxpr"])
+def test_the_argument_is_named_by_its_path(wrap):
+    jitted = wrap(layer)
     with pytest.raises(S2SError, match=r"argument `params\['W1'\]` is an array of dtype object"):
         jitted({"W1": np.ones(2, object)}, 1.0)
     with pytest.raises(S2SError, match=r"argument `x` is an array of dtype bfloat16"):
