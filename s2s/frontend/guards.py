@@ -37,8 +37,9 @@ import numpy as np
 __all__ = ["Guards", "include", "record_attribute", "record_builtin", "record_cell", "record_defaults",
            "record_global", "record_receiver", "recording", "SMALL_ARRAY_BYTES"]
 
-# Arrays up to this size are guarded by content (hashed on each check); larger ones by identity.
-SMALL_ARRAY_BYTES = 64 * 1024
+# Arrays up to this size are guarded by content, hashed on each check (about 1 us at this
+# size; a 32 KiB global made each jit call 7x slower), larger ones by identity.
+SMALL_ARRAY_BYTES = 1024
 
 _MISSING = object()
 _SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic)
