@@ -123,13 +123,6 @@ def _consts(where: str, data: bytes, count: int) -> list[np.ndarray]:
                             f"({e}); recompile with `s2s compile`") from None
 
 
-def _parameters(executable: xla.Executable) -> list[tuple[tuple, np.dtype]]:
-    """(shape, dtype) of each parameter, as the compiled program itself declares them."""
-    module = executable._exe.hlo_modules()[0]
-    program = xla_client.XlaComputation(module.as_serialized_hlo_module_proto()).program_shape()
-    return [(tuple(p.dimensions()), np.dtype(p.numpy_dtype())) for p in program.parameter_shapes()]
-
-
 def load(manifest_path: str, name: str, device=None):
     """`name`'s compiled executable as `f(*flat_arrays) -> list[np.ndarray]`."""
     manifest = read(manifest_path)
@@ -166,7 +159,7 @@ def load(manifest_path: str, name: str, device=None):
     except xla_client.XlaRuntimeError as e:
         raise ManifestError(f"{where}: jaxlib cannot load {files['exe']} ({e}); recompile") from None
     declared = [(c.shape, c.dtype) for c in consts] + inputs
-    parameters = _parameters(executable)
+    parameters = executable.parameter_types()
     if parameters != declared or [d for _, d in declared] != in_dtypes:
         raise ManifestError(f"{where}: its constants, 'inputs' and 'in_dtypes' do not match the "
                             f"executable's parameters {parameters}; recompile with `s2s compile`")

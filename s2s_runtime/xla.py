@@ -429,6 +429,12 @@ class Executable:
         """The compiled executable as bytes, for `from_serialized` (never pickled)."""
         return client().serialize_executable(self._exe)
 
+    def parameter_types(self) -> list[tuple[tuple, np.dtype]]:
+        """(shape, dtype) of each parameter, as the compiled program itself declares them."""
+        proto = self._exe.hlo_modules()[0].as_serialized_hlo_module_proto()
+        program = xla_client.XlaComputation(proto).program_shape()
+        return [(tuple(p.dimensions()), np.dtype(p.numpy_dtype())) for p in program.parameter_shapes()]
+
     def _put(self, value, dtype: np.dtype):
         """A device buffer of `value` on this executable's device, as `dtype`."""
         if type(value) is np.ndarray and value.dtype == dtype:
