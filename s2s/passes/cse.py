@@ -6,6 +6,11 @@ dropped and its outputs are renamed to the earlier one's. Primitives are pure, s
 always sound; it removes the duplicates that differentiation rules produce (the same
 `cos x` for two tangents, the same `x - mean` the user wrote twice).
 
+An equation that reads no variable (zeros, a fill of a literal) is never merged: it
+costs one fill to compute again, while merging it makes unrelated values one variable,
+read under the first one's name. A scan's gradient accumulator initialized with the same
+zeros as the user's `h = np.zeros(3)` would start as `b_bar = h`.
+
 Derivatives are cleaned by `dce(cse(simplify(dce(jaxpr))))` (`s2s/autodiff.py`): the
 identities `simplify` removes (`x * 1`, a broadcast of a broadcast) can hide duplicates,
 so simplification runs first.
@@ -45,7 +50,7 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
         invars = [renamed(v) for v in eqn.invars]
         params_key = _params_key(eqn.params)
         key = None
-        if params_key is not None:
+        if params_key is not None and any(isinstance(v, Var) for v in invars):
             key = (eqn.primitive.name, tuple(_atom_key(v) for v in invars), params_key)
         if key is not None and key in seen:
             for old, new in zip(eqn.outvars, seen[key]):

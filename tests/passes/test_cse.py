@@ -10,7 +10,7 @@ import numpy as np
 from s2s.core import Literal
 from s2s.passes.cse import cse
 from s2s.passes.simplify import simplify
-from s2s.primitives import control_flow as C, elementwise as E, reductions as R
+from s2s.primitives import control_flow as C, elementwise as E, reductions as R, structural as S
 from tests.passes.handbuilt import arr, assert_equivalent, build, names
 
 X3 = np.array([0.5, -1.0, 2.0])
@@ -127,3 +127,18 @@ def test_simplifying_first_lets_cse_merge_what_identities_hid():
     assert names(cleaned) == ["sin"]
     assert cleaned.jaxpr.eqns[0].invars == closed.jaxpr.invars
     assert_equivalent(closed, cleaned, X3)
+
+
+def test_constants_read_no_variable_and_are_never_merged():
+    """Regression: a scan's gradient accumulator `b_bar` started from the same zeros as the
+    user's `h = np.zeros(3)`; merged, its loop was emitted `W_bar, b_bar, carry = ..., h, ...`
+    (`b_bar = h`). Each fill keeps its own variable, and the emitter writes it where it is read."""
+    def fn(x):
+        zeros = [S.broadcast_in_dim.bind(Literal(0.0, arr()), shape=(3,), broadcast_dimensions=())
+                 for _ in range(2)]
+        return [E.add.bind(x, zeros[0]), zeros[1]]
+    closed = build(fn, arr(3))
+    merged = cse(closed)
+    assert names(merged) == ["broadcast_in_dim", "broadcast_in_dim", "add"]
+    assert merged.jaxpr.outvars[1] is not merged.jaxpr.eqns[0].outvars[0]
+    assert_equivalent(closed, merged, X3)
