@@ -9,6 +9,7 @@ it lives as long as the user's function and is shared by every caller of the sam
 """
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import numpy as np
@@ -48,9 +49,19 @@ def emitted_module(staged: Staged, name: str | None = None,
                    options: EmitOptions | None = None) -> EmittedModule:
     """The module `s2s emit` writes for a staged function: its signature is the user's."""
     name = function_name(staged, name)
-    docstring = emitted_docstring(staged, name, [describe_arg(v) for v in staged.example_args])
+    docstring = emitted_docstring(staged, name, _param_descriptions(staged))
     with paused_gc():
         return emit_module(staged.closed, name, emitted_signature(staged), docstring, options)
+
+
+def _param_descriptions(staged: Staged) -> list[str]:
+    """How the header shows each parameter: its type, or for a static one (`n_steps`,
+    a default such as `scale=0.5`) the value the module was specialized for."""
+    has_staged_leaf = [False] * len(staged.param_names)
+    for path, staged_leaf in zip(leaf_paths(staged.in_tree), staged.staged_mask):
+        has_staged_leaf[path[0][1]] |= staged_leaf
+    return [describe_arg(value) if staged_leaf else repr(value)
+            for value, staged_leaf in zip(staged.example_args, has_staged_leaf)]
 
 
 def emitted_function(staged: Staged, key, name: str, write_source: Callable[[str], str]) -> Callable:
@@ -76,8 +87,9 @@ def host_value(value):
 
 
 def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
-                      canonicalize: bool = False) -> list:
-    """The emitted function's arguments for a call of the user's function.
+                      canonicalize: bool = False) -> tuple[list, dict]:
+    """The emitted function's positional and keyword arguments for a call of the user's
+    function, each parameter passed as its kind says (`signature.kinds`).
 
     With `canonicalize`, each staged array leaf is converted to the dtype it was staged
     as (what `enable_x64=False` needs: float64 inputs run as float32).
@@ -96,13 +108,21 @@ def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
             converted.append(leaf)
         leaves = converted
     by_name = dict(zip(names, treedef.unflatten(leaves)))
-    out = []
+    positional, keyword = [], {}
     for param in signature.params:
         if param in by_name:
-            out.append(by_name[param])
-            continue
-        # `<name>_leaves`: the staged leaves of an argument that holds a custom pytree node.
-        index = names.index(param[: -len("_leaves")])
-        out.append([leaf for leaf, path, staged_leaf in zip(leaves, leaf_paths(treedef), staged.staged_mask)
-                    if staged_leaf and path[0][1] == index])
-    return out
+            value = by_name[param]
+        else:   # `<name>_leaves`: the staged leaves of an argument that holds a custom pytree node.
+            index = names.index(param[: -len("_leaves")])
+            value = [leaf for leaf, path, staged_leaf in zip(leaves, leaf_paths(treedef), staged.staged_mask)
+                     if staged_leaf and path[0][1] == index]
+        kind = signature.kinds.get(param, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            positional.extend(value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            keyword.update(value)
+        elif kind is inspect.Parameter.KEYWORD_ONLY:
+            keyword[param] = value
+        else:
+            positional.append(value)
+    return positional, keyword

@@ -15,6 +15,7 @@ sidecar files of constants, for `s2s emit` and `s2s compile` alike.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import io
 import keyword
@@ -28,6 +29,7 @@ import numpy as np
 from s2s import autodiff
 from s2s.eager import emitted_module, staged_or_error
 from s2s.emit.python import EmitOptions, EmittedModule
+from s2s.emit.signature import TANGENT_PARAMETER
 from s2s.errors import StagingError
 from s2s.frontend import stage
 from s2s.frontend.args import ShapeDtype, parse_arg_specs
@@ -145,7 +147,11 @@ def exports_of(module) -> list[Export]:
 
 
 class _DerivedWithSignature(autodiff.DerivedFunction):
-    """jvp/vjp of `fn` as one function with an explicit signature, for emission."""
+    """jvp/vjp of `fn` as one function with an explicit signature, for emission.
+
+    `call(args, defaults)` gets the positional arguments and the values of `fn`'s
+    parameters with defaults (keyword-only here, so they never shift the positions of
+    the tangents or of `out_bar`)."""
 
     def __init__(self, fn, transform: str, parameters, call):
         super().__init__(fn, transform)
@@ -154,31 +160,59 @@ class _DerivedWithSignature(autodiff.DerivedFunction):
 
     def __call__(self, *args, **kwargs):
         bound = self.__signature__.bind(*args, **kwargs)
-        return self._call(*bound.args)
+        bound.apply_defaults()
+        defaults = {name: bound.arguments.pop(name) for name, p in self.__signature__.parameters.items()
+                    if p.kind is p.KEYWORD_ONLY}
+        return self._call(tuple(bound.arguments.values()), defaults)
 
 
-def _params(names):
-    return [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+def _split_parameters(fn, transform: str):
+    """`fn`'s parameters without defaults (the ones differentiated) and those with them
+    (passed on as they are: a default is part of the function, and stays static)."""
+    required, defaulted = [], []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise StagingError(
+                f"{transform} export of {getattr(fn, '__qualname__', fn)!r}: its `{p}` parameter "
+                "cannot be given tangents or cotangents by name",
+                "give each value a named parameter in the function's def",
+                SourceInfo(inspect.getsourcefile(fn) or "<unknown>", inspect.getsourcelines(fn)[1], 1,
+                           getattr(fn, "__name__", "f")))
+        if p.default is p.empty and p.kind is not p.KEYWORD_ONLY:
+            required.append(inspect.Parameter(p.name, p.POSITIONAL_OR_KEYWORD))
+        else:
+            defaulted.append(p.replace(kind=p.KEYWORD_ONLY))
+    return required, defaulted
+
+
+def _with_defaults(fn, defaults: dict):
+    """`fn` with its defaulted parameters bound by keyword (still defaults to its staging)."""
+    return functools.partial(fn, **defaults) if defaults else fn
 
 
 def jvp_function(fn):
-    """`jvp_f(*primals, *tangents) -> (out, out_dot)`: tangents named `<arg>_dot`."""
-    names = list(inspect.signature(fn).parameters)
-    n = len(names)
+    """`jvp_f(*primals, *tangents, **defaulted) -> (out, out_dot)`: tangents named
+    `<arg>_dot`. The tangent of a static primal (an int) is a `TANGENT_PARAMETER`, which
+    the emitted function leaves out: the primal appears once, checked."""
+    required, defaulted = _split_parameters(fn, "jvp")
+    tangents = [inspect.Parameter(f"{p.name}_dot", p.POSITIONAL_OR_KEYWORD, annotation=TANGENT_PARAMETER)
+                for p in required]
+    n = len(required)
     return _DerivedWithSignature(
-        fn, "jvp", _params(names + [f"{p}_dot" for p in names]),
-        lambda *a: autodiff.jvp(fn, a[:n], a[n:]))
+        fn, "jvp", required + tangents + defaulted,
+        lambda args, defaults: autodiff.jvp(_with_defaults(fn, defaults), args[:n], args[n:]))
 
 
 def vjp_function(fn):
-    """`vjp_f(*primals, out_bar) -> (out, (arg_bar, ...))`: the forward pass, then the
-    backward pass for the given output cotangent."""
-    names = list(inspect.signature(fn).parameters)
+    """`vjp_f(*primals, out_bar, **defaulted) -> (out, (arg_bar, ...))`: the forward pass,
+    then the backward pass for the given output cotangent."""
+    required, defaulted = _split_parameters(fn, "vjp")
 
-    def call(*a):
-        out, vjp_fn = autodiff.vjp(fn, *a[:-1])
-        return out, vjp_fn(a[-1])
-    return _DerivedWithSignature(fn, "vjp", _params(names + ["out_bar"]), call)
+    def call(args, defaults):
+        out, vjp_fn = autodiff.vjp(_with_defaults(fn, defaults), *args[:-1])
+        return out, vjp_fn(args[-1])
+    out_bar = inspect.Parameter("out_bar", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return _DerivedWithSignature(fn, "vjp", required + [out_bar] + defaulted, call)
 
 
 def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:

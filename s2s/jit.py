@@ -353,7 +353,8 @@ class PythonBackend:
         canonicalize = not config.values.enable_x64
 
         def call(args, kwargs):
-            return run(*emitted_call_args(staged, signature, args, kwargs, canonicalize)), None
+            positional, keyword = emitted_call_args(staged, signature, args, kwargs, canonicalize)
+            return run(*positional, **keyword), None
 
         def call_with_inputs(flat, args, kwargs):
             return run(*map(host_value, flat)), None

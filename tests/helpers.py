@@ -82,8 +82,8 @@ def check_function(fn, *args, rtol=1e-6, atol=1e-6, static_argnums=(), **kwargs)
     name = name if name.isidentifier() else "f"
     module = load_source(source, name)
     signature = s2s.emit.signature.emitted_signature(staged)
-    call_args = s2s.eager.emitted_call_args(staged, signature, args, kwargs)
-    emitted = getattr(module, name)(*call_args)
+    call_args, call_kwargs = s2s.eager.emitted_call_args(staged, signature, args, kwargs)
+    emitted = getattr(module, name)(*call_args, **call_kwargs)
     if signature.output_builder is None:
         emitted = staged.out_tree.unflatten(emitted if staged.out_tree.num_leaves != 1 else [emitted])
     _compare_trees(emitted, expected, rtol, atol, "emitted module: ")

@@ -74,7 +74,8 @@ def test_emitted_gradient_module_matches_autograd(name, fn, args):
     namespace = {}
     exec(compile(source, f"<{name}>", "exec"), namespace)
     staged = staged_or_error(grad_fn, args, {})
-    emitted = namespace[grad_fn.__name__](*emitted_call_args(staged, emitted_signature(staged), args, {}))
+    positional, keyword = emitted_call_args(staged, emitted_signature(staged), args, {})
+    emitted = namespace[grad_fn.__name__](*positional, **keyword)
     theirs = oracle_grad(name, fn, argnums)(*args)
     for o, t in zip(s2s.tree_leaves(emitted), s2s.tree_leaves(theirs)):
         np.testing.assert_allclose(o, t, **tolerance(args))
@@ -376,3 +377,26 @@ def test_a_gradient_from_constants_alone_is_written_as_a_numpy_scalar(fn, expect
     x = np.array([1.0, 2.0, 3.0])
     np.testing.assert_allclose(s2s.grad(fn)(x), expected)
     np.testing.assert_allclose(s2s.jit(s2s.grad(fn), backend="python")(x), expected)
+
+
+def rnn_with_bias(W, b, xs):
+    h = np.zeros(3)
+    for i in range(3):
+        h = np.tanh(W @ h + b + xs[i])
+    return h.sum()
+
+
+def test_a_gradient_accumulator_never_starts_as_an_alias_of_unrelated_zeros():
+    """Regression: the loop accumulating `b_bar` started from the same zeros as the user's
+    `h = np.zeros(3)`; common-subexpression elimination merged them, and the backward loop
+    was emitted `W_bar, b_bar, carry = np.full(...), h, h_bar`: `b_bar = h`."""
+    args = (np.eye(3) * 0.5, np.full(3, 0.1), np.linspace(-1.0, 1.0, 9).reshape(3, 3))
+    source = s2s.emit_python(s2s.grad(rnn_with_bias, argnums=(0, 1)), *args)
+    init = next(line for line in source.splitlines() if line.lstrip().startswith("W_bar, b_bar"))
+    assert init.split(" = ")[1].split("  #")[0].split(", h_bar")[0].count("np.full(") == 2, init
+    namespace = {}
+    exec(compile(source, "<grad_rnn_with_bias>", "exec"), namespace)
+    got = namespace["grad_rnn_with_bias"](*args)
+    expected = autograd.grad(with_numpy(rnn_with_bias, anp), argnum=(0, 1))(*args)
+    for o, t in zip(got, expected):
+        np.testing.assert_allclose(o, t, rtol=1e-10)

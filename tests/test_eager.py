@@ -57,5 +57,5 @@ def test_staged_or_error_raises_the_users_mistake_without_internal_frames():
 def test_emitted_call_args_canonicalize_to_the_staged_dtypes():
     with_x64_off = eager.staged_or_error(tanh_sum, (np.ones(2, np.float32),), {})
     signature = s2s.emit.signature.emitted_signature(with_x64_off)
-    (arg,) = eager.emitted_call_args(with_x64_off, signature, (np.ones(2),), {}, canonicalize=True)
+    (arg,), _ = eager.emitted_call_args(with_x64_off, signature, (np.ones(2),), {}, canonicalize=True)
     assert arg.dtype == np.float32

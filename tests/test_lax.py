@@ -227,7 +227,7 @@ def test_grad_of_an_rnn_is_a_loop_each_way():
     assert text.count("stablehlo.while") == 2      # the forward loop and the backward loop
     expected = jax.grad(scalar_loss(as_jax(rnn)))(W, h0, xs)
     name = re.search(r"^def (\w+)\(", source, re.M).group(1)
-    emitted = getattr(load_source(source, name), name)((W, h0, xs))   # loss(*args): one tuple
+    emitted = getattr(load_source(source, name), name)(W, h0, xs)   # loss(*args), called as the source is
     assert_trees_close(emitted, expected, rtol=1e-8, atol=1e-10)
 
 
@@ -245,7 +245,7 @@ def test_a_long_scan_stays_one_equation_a_loop_in_python_and_one_while_in_hlo():
 
 def test_emitted_control_flow_reads_like_python():
     source = s2s.emit_python(newton_sqrt, np.float64(2.0))
-    assert re.search(r"x, steps = a, np\.int64\(0\)\n    while np\.abs\(x \* x - a\) > ", source)
+    assert re.search(r"x, steps = a, np\.int64\(0\)  # test_lax\.py:\d+\n    while np\.abs\(x \* x - a\) > ", source)
     source = s2s.emit_python(piecewise, np.ones(3))
     assert re.search(r"if x\.sum\(\) > 0\.0:.*\n        r = np\.sin\(x\) \* 2\.0.*\n    else:\n        r = x \*\* 2",
                      source), source

@@ -52,6 +52,9 @@ class Signature:
     input_exprs: list[str]
     input_hints: list[str | None]
     output_builder: Callable[[list[str]], str] | None = None
+    declaration: str | None = None   # the def's parameter list, defaults included (None: `params`)
+    prologue: list[str] = field(default_factory=list)   # statements the body opens with (checks)
+    kinds: dict = field(default_factory=dict)   # param -> its inspect.Parameter kind, if not positional
 
 
 @dataclass
@@ -180,6 +183,8 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
         exprs[var] = Expr(const_name)
 
     body = Block(names, options)
+    for text in signature.prologue:
+        body.line(text)
     in_exprs = []
     for var, source, hint in zip(jaxpr.invars, signature.input_exprs, signature.input_hints):
         if source in signature.params or not uses.get(var):
@@ -189,12 +194,14 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
             body.line(f"{local} = {source}")
             in_exprs.append(Expr(local))
     outs = [e.text for e in body.write(jaxpr, in_exprs, exprs)]
+    # A return that computes (an output written where it is read) says where, as statements do.
+    comment = next((body.inlined_comments[v] for v in jaxpr.outvars if v in body.inlined_comments), "")
     if signature.output_builder is not None:
-        body.line(f"return {signature.output_builder(outs)}")
+        body.line(f"return {signature.output_builder(outs)}{comment}")
     elif len(outs) == 1:
-        body.line(f"return {outs[0]}")
+        body.line(f"return {outs[0]}{comment}")
     else:
-        body.line(f"return {', '.join(outs)}" if outs else "return ()")
+        body.line(f"return {', '.join(outs)}{comment}" if outs else "return ()")
 
     lines = [docstring_literal(header), "import numpy as np", "import s2s_runtime as rt", "",
              f"__all__ = [{name!r}]", ""]
@@ -202,7 +209,8 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
         lines += [f"_consts = rt.load_npz(__file__, {options.sidecar_name!r})"]
     if const_lines:
         lines += const_lines + [""]
-    lines += ["", f"def {name}({', '.join(signature.params)}):"]
+    declaration = ", ".join(signature.params) if signature.declaration is None else signature.declaration
+    lines += ["", f"def {name}({declaration}):"]
     lines += [f"    {line}" for line in body.lines]
     source = "\n".join(lines) + "\n"
     return EmittedModule(source, sidecar)
@@ -245,6 +253,7 @@ class Block:
         self.options = options
         self.lines = [] if lines is None else lines
         self.indent = indent
+        self.inlined_comments: dict[Var, str] = {}   # a value written where it is read -> its comment
 
     def line(self, text: str) -> None:
         self.lines.append(self.indent + text)
@@ -257,12 +266,12 @@ class Block:
         return f"  # {escaped(eqn.source_info.short())}" if (
             self.options.source_comments and eqn.source_info.line) else ""
 
-    def named(self, expr: Expr, hint: str | None) -> Expr:
+    def named(self, expr: Expr, hint: str | None, comment: str = "") -> Expr:
         """`expr` as a plain name (assigning it first unless it already is one)."""
         if re.fullmatch(r"[A-Za-z_]\w*", expr.text):
             return expr
         local = self.names.fresh(hint)
-        self.line(f"{local} = {expr.text}")
+        self.line(f"{local} = {expr.text}{comment}")
         return Expr(local)
 
     def write(self, jaxpr, in_exprs: list[Expr], exprs: dict | None = None,
@@ -306,6 +315,8 @@ class Block:
             if out not in targets and out.hint is None and uses.get(out) == 1 \
                     and len(expr.text) <= INLINE_MAX_CHARS:
                 exprs[out] = expr
+                if comment:
+                    self.inlined_comments[out] = comment
                 continue
             local = targets.pop(out) if out in targets else self.names.fresh(out.hint)
             self.line(f"{local} = {expr.text}{comment}")

@@ -11,11 +11,14 @@ sits in the emit layer, below the front end that makes the record.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import re
 
-from s2s.emit.python import Signature
-from s2s.tree import PyTreeDef, leaf_paths
+from s2s.emit.python import Signature, escaped
+from s2s.errors import StagingError
+from s2s.source_info import SourceInfo
+from s2s.tree import PyTreeDef, leaf_paths, tree_leaves
 
 
 def leaf_expression(param: str, path: tuple) -> str | None:
@@ -58,28 +61,138 @@ def output_builder(out_tree: PyTreeDef):
     return render
 
 
+class _TangentParameter:
+    """The annotation of a parameter that holds the tangent of another (`n_steps_dot`)."""
+
+    def __repr__(self):
+        return "TANGENT_PARAMETER"
+
+
+# A parameter so annotated in a derived function's signature (`jvp_f(x, n, x_dot, n_dot)`)
+# that holds only static leaves is the tangent of a static value: the emitted function
+# leaves it out, as the primal it belongs to is a parameter (checked) already.
+TANGENT_PARAMETER = _TangentParameter()
+
+
 def emitted_signature(staged) -> Signature:
-    """The emitted function's parameters: those of the user's function with staged leaves.
+    """The emitted function's parameters: every named parameter of the user's function.
 
     A parameter whose leaves cannot be reached with plain indexing or attributes (a custom
-    pytree node) is passed as the flat list of its staged leaves, `<name>_leaves`.
+    pytree node) is passed as the flat list of its staged leaves, `<name>_leaves` (its
+    static leaves, which the caller does not pass, are not checked).
+
+    A parameter that holds no staged leaf (a static int such as `n_steps`, a default the
+    caller left alone such as `scale=0.5`) stays a parameter: the module was specialized
+    for its value, so the value is its default where Python allows one (a default cannot
+    precede a parameter without one) and the function checks it on every call, raising a
+    `ValueError` that says to regenerate rather than computing with a value it was not
+    built for. Static leaves of a parameter that also holds arrays (`cfg['n']`) are
+    checked the same way. Parameters keep their kinds (`kinds`): keyword-only ones stay
+    keyword-only, `*args` and `**kwargs` stay variadic (`args[0]`, `kwargs['a']` reach
+    their leaves) and are left out when the specialization passed nothing through them.
     """
     paths = leaf_paths(staged.in_tree)
-    per_param: dict[int, list[int]] = {}
-    for leaf_index, (path, staged_leaf) in enumerate(zip(paths, staged.staged_mask)):
-        if staged_leaf:
-            per_param.setdefault(path[0][1], []).append(leaf_index)
-    params, input_exprs, hints = [], [], []
-    for param_index, leaf_indices in per_param.items():
-        name = staged.param_names[param_index]
-        exprs = [leaf_expression(name, paths[i][1:]) for i in leaf_indices]
-        if any(e is None for e in exprs):
+    leaves_of: dict[int, list[int]] = {i: [] for i in range(len(staged.param_names))}
+    for leaf_index, path in enumerate(paths):
+        leaves_of[path[0][1]].append(leaf_index)
+    leaf_values = tree_leaves(staged.example_args)   # static leaves as their values
+    declared = staged.signature.parameters
+    params, input_exprs, hints, checks, declared_params = [], [], [], [], []
+    for param_index, name in enumerate(staged.param_names):
+        leaf_indices = leaves_of[param_index]
+        staged_indices = [i for i in leaf_indices if staged.staged_mask[i]]
+        kind = declared[name].kind if name in declared else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) and not leaf_indices:
+            continue
+        if not staged_indices and name in declared and declared[name].annotation is TANGENT_PARAMETER:
+            continue
+        if not staged_indices:   # static: the parameter is checked against its value
+            value = staged.example_args[param_index]
+            checks.append(_static_check(staged, name, value))
+            params.append(name)
+            declared_params.append((name, value, kind))
+            continue
+        exprs = [leaf_expression(name, paths[i][1:]) for i in staged_indices]
+        static_indices = [i for i in leaf_indices if not staged.staged_mask[i]]
+        static_exprs = [leaf_expression(name, paths[i][1:]) for i in static_indices]
+        if any(e is None for e in exprs + static_exprs):
             name = f"{name}_leaves"
-            exprs = [f"{name}[{k}]" for k in range(len(leaf_indices))]
+            exprs = [f"{name}[{k}]" for k in range(len(staged_indices))]
+        else:
+            checks.extend(_static_check(staged, e, leaf_values[i]) for e, i in zip(static_exprs, static_indices))
         params.append(name)
+        declared_params.append((name, _STAGED, kind))
         input_exprs.extend(exprs)
         hints.extend(v.hint for v in staged.closed.jaxpr.invars[len(hints):len(hints) + len(exprs)])
-    return Signature(params, input_exprs, hints, output_builder(staged.out_tree))
+    return Signature(params, input_exprs, hints, output_builder(staged.out_tree),
+                     declaration=_declaration(declared_params), prologue=[line for c in checks for line in c],
+                     kinds={name: kind for name, _, kind in declared_params})
+
+
+_STAGED = object()   # marks a parameter that holds staged leaves (it has no default)
+
+
+def _declaration(params: list[tuple[str, object, inspect._ParameterKind]]) -> str:
+    """`W, xs, n_steps=20, *, scale=0.5`: static parameters keep their values as defaults,
+    keyword-only ones always, positional ones in the trailing run (a positional parameter
+    with a default cannot come before one without); `*args` and `**kwargs` as declared."""
+    P = inspect.Parameter
+    texts, defaults_allowed = [], True
+    for name, value, kind in reversed(params):
+        if kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD):
+            defaults_allowed = defaults_allowed and value is not _STAGED
+            texts.append(f"{name}={_literal(value)}" if defaults_allowed else name)
+        elif kind is P.KEYWORD_ONLY:
+            texts.append(name if value is _STAGED else f"{name}={_literal(value)}")
+        else:
+            texts.append(("*" if kind is P.VAR_POSITIONAL else "**") + name)
+    texts.reverse()
+    kinds = [kind for _, _, kind in params]
+    if P.KEYWORD_ONLY in kinds and P.VAR_POSITIONAL not in kinds:
+        texts.insert(kinds.index(P.KEYWORD_ONLY), "*")
+    return ", ".join(texts)
+
+
+def _literal(value) -> str | None:
+    """Python source that evaluates to `value` (and compares equal to it), or None."""
+    if value is None or type(value) in (bool, int, str):
+        return repr(value)
+    if type(value) is float:
+        if value != value:    # NaN: no value equals it, so no check could pass
+            return None
+        return repr(value) if abs(value) != float("inf") else f"float({repr(value)!r})"
+    if type(value) is complex:
+        parts = [_literal(value.real), _literal(value.imag)]
+        return None if None in parts else f"complex({parts[0]}, {parts[1]})"
+    if type(value) in (tuple, list):
+        items = [_literal(v) for v in value]
+        if None in items:
+            return None
+        text = ", ".join(items)
+        return f"({text}{',' if len(items) == 1 else ''})" if type(value) is tuple else f"[{text}]"
+    return None
+
+
+def _static_check(staged, expr: str, value) -> list[str]:
+    """The statements that refuse a call whose `expr` differs from the static `value` the
+    module was specialized for."""
+    literal = _literal(value)
+    if literal is None:
+        raise StagingError(
+            f"{staged.description} takes {expr} = {escaped(repr(value))[:80]} as a static value, "
+            "which cannot be written into the emitted module to check calls against",
+            "pass it as an int, float, bool, str or None (or a tuple of them), or read it as a "
+            "global or closure variable of the function instead of an argument",
+            _def_location(staged))
+    shown_expr, shown_value = expr.replace("%", "%%"), literal.replace("%", "%%")
+    message = (f"{shown_expr}=%r, but this function was specialized for {shown_expr}={shown_value}: "
+               "regenerate it with `s2s emit` (or call the transform again) for other values")
+    return [f"if {expr} != {literal}:", f"    raise ValueError({message!r} % ({expr},))"]
+
+
+def _def_location(staged) -> SourceInfo:
+    filename, line = staged.location
+    return SourceInfo(filename, line, 1, staged.name)
 
 
 GENERATED_MARKER = ": generated by s2s from "   # after the name, on an emitted file's first line

@@ -11,7 +11,8 @@ split too) are split into a known and an unknown equation instead:
 
     rule(eqn, unknown_inputs) -> (known_eqns, unknown_eqns, unknown_outputs)
 
-where the unknown equations may read new variables the known ones define.
+where the unknown equations may read new variables the known ones define. Equations a
+rule makes without a source line get `eqn`'s: both halves compute what it did.
 
 Residuals are exactly the known values that unknown equations (or unknown
 outputs) read, after dead-code elimination of both sides, so nothing is saved that the
@@ -57,6 +58,9 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
         rule = partial_eval_rules.get(eqn.primitive)
         if any(unknown_ins) and rule is not None:
             known_part, unknown_part, unknown_outs = rule(eqn, unknown_ins)
+            for part in [*known_part, *unknown_part]:   # both halves compute at eqn's line
+                if not part.source_info.line:
+                    part.source_info = eqn.source_info
             known_eqns.extend(known_part)
             unknown_eqns.extend(unknown_part)
             unknown_vars.update(v for v, u in zip(eqn.outvars, unknown_outs) if u)

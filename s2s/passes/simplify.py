@@ -11,6 +11,8 @@ that defines an operand, or None for inputs, constants and literals, so a rule c
 one step up the graph. A rule returns the atom the equation's one output equals (the
 equation is dropped and its output renamed), a replacement equation with the same
 outputs (in its final form: it is not simplified again), or None to keep the equation.
+A replacement without a source line gets the line of the equation it replaces, so the
+statement it becomes still says what line of the user's code it computes.
 
 Primitives are pure, so a rule only has to preserve values, shapes and dtypes. Bodies of
 control flow are left as they are.
@@ -67,6 +69,8 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
         rule = simplify_rules.get(eqn.primitive)
         result = rule(eqn, producer) if rule is not None else None
         if isinstance(result, JaxprEqn):
+            if not result.source_info.line:   # it computes what `eqn` did: at its line
+                result.source_info = eqn.source_info
             eqn, result = result, None
         if result is None:
             eqns.append(eqn)

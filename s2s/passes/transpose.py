@@ -19,12 +19,21 @@ pass proceeds. A rule that only computes with a real cotangent is registered wra
 `skip_zero`, which answers a symbolic zero for it.
 
 Names carry over: the cotangent of `h_dot` (the tangent of `h`) is `h_bar`.
+
+Source lines carry over too, so every statement of an emitted backward pass says which
+line of the user's code it differentiates. A rule's equations get the line of the
+equation it transposes. An accumulation (`add_any`: `h_bar = h_bar + ...`, a variable read
+twice) gets the line that defines the variable whose cotangent it sums: the one place both
+contributions flow back to. An input of the linear jaxpr is defined by no equation: its
+accumulations, and the zeros of a cotangent that stays a symbolic zero, get the line of the
+first equation that reads it.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from s2s.core import ClosedJaxpr, Literal, Var
+from s2s.source_info import UNKNOWN, SourceInfo
 from s2s.passes.tangents import AvalMarker, Zero, add_tangents, instantiate, is_zero
 from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
@@ -86,11 +95,13 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
                 "partial evaluation should have moved it to the forward pass")
 
     cts: dict[Var, object] = {}
+    lines = source_lines(jaxpr)
 
     def write(v, ct):
         if ct is None or not isinstance(v, Var) or v not in linear_vars:
             return
-        cts[v] = add_tangents(cts.pop(v, Zero(v.aval)), ct)
+        with builder.at(lines.get(v, UNKNOWN)):
+            cts[v] = add_tangents(cts.pop(v, Zero(v.aval)), ct)
 
     def pop(v):
         """The finished cotangent of `v`, named after it (`h_bar`) unless named already."""
@@ -118,6 +129,18 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
     return [pop(v) for v, lin in zip(jaxpr.invars, linear) if lin]
 
 
+def source_lines(jaxpr) -> dict[Var, SourceInfo]:
+    """The line each variable's cotangent is accumulated at: that of the equation defining
+    it, or for an input, of the first equation reading it (see the module docstring)."""
+    lines: dict[Var, SourceInfo] = {}
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if isinstance(v, Var) and v not in lines:
+                lines[v] = eqn.source_info
+        lines.update((v, eqn.source_info) for v in eqn.outvars)
+    return lines
+
+
 def transpose_jaxpr(closed: ClosedJaxpr, linear: list[bool]) -> ClosedJaxpr:
     """(non-linear inputs, output cotangents) → cotangents of the linear inputs."""
     jaxpr = closed.jaxpr
@@ -127,6 +150,10 @@ def transpose_jaxpr(closed: ClosedJaxpr, linear: list[bool]) -> ClosedJaxpr:
         cts_out = [builder.new_arg(v.aval, cotangent_hint(getattr(v, "hint", None)))
                    for v in jaxpr.outvars]
         cts_in = backward_pass(closed, linear, args, cts_out)
-        lin_avals = [v.aval for v, lin in zip(jaxpr.invars, linear) if lin]
-        result = builder.build([instantiate(c) for c, _ in zip(cts_in, lin_avals)])
+        lines = source_lines(jaxpr)
+        outs = []
+        for v, ct in zip([v for v, lin in zip(jaxpr.invars, linear) if lin], cts_in):
+            with builder.at(lines.get(v, UNKNOWN)):
+                outs.append(instantiate(ct))
+        result = builder.build(outs)
     return result

@@ -320,10 +320,11 @@ _jvp.register(scan, _scan_jvp)
 
 
 
-def _assign(block, targets: list[str], values: list[Expr]) -> None:
-    """`a, b = x, y` (one simultaneous assignment, so a loop carry can swap values)."""
+def _assign(block, targets: list[str], values: list[Expr], comment: str) -> None:
+    """`a, b = x, y` (one simultaneous assignment, so a loop carry can swap values), with
+    the comment of the statement it belongs to: every line says where it comes from."""
     if targets:
-        block.line(f"{', '.join(targets)} = {', '.join(v.text for v in values)}")
+        block.line(f"{', '.join(targets)} = {', '.join(v.text for v in values)}{comment}")
 
 
 def _carry_names(block, body_invars, outvars) -> list[str]:
@@ -337,14 +338,15 @@ def _typed(expr: Expr, var) -> Expr:
 
 
 def _emit_cond(block, eqn, operands, names):
-    args = [block.named(o, None) for o in operands[1:]]
+    comment = block.comment(eqn)
+    args = [block.named(o, None, comment) for o in operands[1:]]
     branches = eqn.params["branches"]
     outs = [name or block.names.fresh(v.hint or "r") for name, v in zip(names, eqn.outvars)]
     if len(branches) == 2:   # `if pred:` (the true branch is branch 1)
         tests = [f"if {operands[0].text}:", "else:"]
         order = [1, 0]
     else:
-        index = block.named(operands[0], "index")
+        index = block.named(operands[0], "index", comment)
         tests = [f"if {index.text} <= 0:"] + [f"elif {index.text} == {i}:" for i in range(1, len(branches) - 1)] + ["else:"]
         order = list(range(len(branches)))
     for test, i in zip(tests, order):
@@ -353,7 +355,7 @@ def _emit_cond(block, eqn, operands, names):
         body = branches[i].jaxpr
         results = inner.write(body, args, targets=dict(zip(body.outvars, outs)))
         pending = [(o, r) for o, r in zip(outs, results) if r.text != o]
-        _assign(inner, [o for o, _ in pending], [r for _, r in pending])
+        _assign(inner, [o for o, _ in pending], [r for _, r in pending], comment)
         if not outs:
             inner.line("pass")
         if test == "else:" and _is_one_if_chain(inner.lines, inner.indent):
@@ -361,7 +363,7 @@ def _emit_cond(block, eqn, operands, names):
             block.line("el" + inner.lines[0][len(inner.indent):])
             block.lines.extend(line[len("    "):] for line in inner.lines[1:])
         else:
-            block.line(test + (block.comment(eqn) if i == order[0] else ""))
+            block.line(test + (comment if i == order[0] else ""))
             block.lines.extend(inner.lines)
     return [Expr(o) for o in outs]
 
@@ -375,26 +377,28 @@ def _is_one_if_chain(lines: list[str], indent: str) -> bool:
 
 def _emit_while(block, eqn, operands, names):
     p = eqn.params
+    comment = block.comment(eqn)
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
-    cond_consts = [block.named(o, None) for o in operands[:n_cond]]
-    body_consts = [block.named(o, None) for o in operands[n_cond:n_cond + n_body]]
+    cond_consts = [block.named(o, None, comment) for o in operands[:n_cond]]
+    body_consts = [block.named(o, None, comment) for o in operands[n_cond:n_cond + n_body]]
     body_invars = p["body_jaxpr"].jaxpr.invars[n_body:]
     carry = _carry_names(block, body_invars, eqn.outvars)
-    _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_cond + n_body:], eqn.invars[n_cond + n_body:])])
+    _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_cond + n_body:], eqn.invars[n_cond + n_body:])],
+            comment)
     carry_exprs = [Expr(c) for c in carry]
     header_at = len(block.lines)
     bounded = p["max_iters"] is not None     # `for step in range(n):` testing the condition first
     block.line((f"for {block.names.fresh('step')} in range({p['max_iters']}):" if bounded else "while True:")
-               + block.comment(eqn))
+               + comment)
     inner = block.nested()
     condition_start = len(block.lines)
     (pred,) = inner.write(p["cond_jaxpr"].jaxpr, cond_consts + carry_exprs)
     if len(block.lines) == condition_start and not bounded:    # the condition is one expression
-        block.lines[header_at] = f"{block.indent}while {pred.text}:{block.comment(eqn)}"
+        block.lines[header_at] = f"{block.indent}while {pred.text}:{comment}"
     else:
         inner.line(f"if not {pred.wrap(8)}:")
         inner.nested().line("break")
-    _assign(inner, carry, inner.write(p["body_jaxpr"].jaxpr, body_consts + carry_exprs))
+    _assign(inner, carry, inner.write(p["body_jaxpr"].jaxpr, body_consts + carry_exprs), comment)
     return carry_exprs
 
 
@@ -404,32 +408,33 @@ def _emit_scan(block, eqn, operands, names):
         return block.write(unrolled_scan(eqn).jaxpr, list(operands))
     n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
     body = p["jaxpr"].jaxpr
+    comment = block.comment(eqn)
     x_vars = body.invars[n_consts + n_carry:]
-    consts = [block.named(o, None) for o in operands[:n_consts]]
+    consts = [block.named(o, None, comment) for o in operands[:n_consts]]
     # A loop over range(n) scans np.arange(n): it is written `for t in np.arange(n):`.
     counting = next((k for k, o in enumerate(operands[n_consts + n_carry:])
                      if re.fullmatch(rf"np\.arange\({length}(, dtype=np\.int(32|64))?\)", o.text)), None)
-    xs = [o if k == counting else block.named(o, None) for k, o in enumerate(operands[n_consts + n_carry:])]
+    xs = [o if k == counting else block.named(o, None, comment) for k, o in enumerate(operands[n_consts + n_carry:])]
     carry = _carry_names(block, p["jaxpr"].jaxpr.invars[n_consts:n_consts + n_carry], eqn.outvars[:n_carry])
     _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_consts:n_consts + n_carry],
-                                                         eqn.invars[n_consts:n_consts + n_carry])])
+                                                         eqn.invars[n_consts:n_consts + n_carry])], comment)
     ys = [block.names.fresh(v.hint or "ys") for v in eqn.outvars[n_carry:]]
     for name, v in zip(ys, eqn.outvars[n_carry:]):
-        block.line(f"{name} = np.empty({tuple(v.aval.shape)!r}, dtype={dtype_text(v.aval.dtype)})")
+        block.line(f"{name} = np.empty({tuple(v.aval.shape)!r}, dtype={dtype_text(v.aval.dtype)}){comment}")
     if counting is None:
         i = block.names.fresh("i")
         steps = f"reversed(range({length}))" if p["reverse"] else f"range({length})"
     else:
         i = block.names.fresh(x_vars[counting].hint or "i")
         steps = f"{xs[counting].text}[::-1]" if p["reverse"] else xs[counting].text
-    block.line(f"for {i} in {steps}:" + block.comment(eqn))
+    block.line(f"for {i} in {steps}:" + comment)
     inner = block.nested()
-    slices = [Expr(i) if k == counting else inner.named(Expr(f"{x.text}[{i}]"), v.hint)
+    slices = [Expr(i) if k == counting else inner.named(Expr(f"{x.text}[{i}]"), v.hint, comment)
               for k, (x, v) in enumerate(zip(xs, x_vars))]
     results = inner.write(body, consts + [Expr(c) for c in carry] + slices)
     for name, y in zip(ys, results[n_carry:]):   # before the carry changes: y may read it
-        inner.line(f"{name}[{i}] = {y.text}")
-    _assign(inner, carry, results[:n_carry])
+        inner.line(f"{name}[{i}] = {y.text}{comment}")
+    _assign(inner, carry, results[:n_carry], comment)
     if not carry and not ys:
         inner.line("pass")
     return [Expr(c) for c in carry] + [Expr(y) for y in ys]

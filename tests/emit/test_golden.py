@@ -1,14 +1,17 @@
 """Emitted modules and printed jaxprs match the committed golden files byte for byte,
 and the emitted source is the same in fresh processes with different hash seeds."""
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+import s2s
 from examples import mlp
 from s2s.emit.python import load_source
+from s2s.export import TRANSFORMS, Export, exports_of
 from tests.golden.cases import CASES
 from tests.golden.regenerate import DERIVATIVES, EXPORTING_MODULE, HERE, ROOT, golden_texts
 from tests.helpers import with_numpy
@@ -89,3 +92,36 @@ def test_derivative_files_run_and_agree_with_autograd(filename):
         return
     for k in params:
         np.testing.assert_allclose(got[k], expected[k], rtol=2e-4, atol=1e-6)
+
+
+def _derivative_sources():
+    """(what, source) for every derivative `@s2s.export` can emit of the golden cases
+    (grad and value_and_grad where the output is a scalar) and of examples/mlp.py."""
+    records = [Export(fn, args, TRANSFORMS, name, 0) for name, (fn, args) in sorted(CASES.items())]
+    records += exports_of(mlp)
+    for record in records:
+        for transform, (stem, target) in zip(record.transforms, record.targets()):
+            if transform == "primal":
+                continue
+            try:
+                yield stem, s2s.emit_python(target, *record.example_args(transform), name=stem)
+            except s2s.StagingError as e:
+                assert transform in ("grad", "value_and_grad") and "scalar" in str(e)
+
+
+STATEMENT = re.compile(r"\s+(return \S|[\w\[\], .]+ = )")
+PARAMETER_LEAF = re.compile(r"\s+\w+ = \w+(\[('\w+'|\d+)\]|\.\w+)+$")   # W1 = params['W1']
+
+
+def test_every_statement_of_a_derivative_carries_its_source_line():
+    """Accumulations (`shifted_bar = logp_bar + ...`) and loop bookkeeping too: a reviewer
+    reading a derivative can follow each line back to the line of the user's code."""
+    bare = []
+    for stem, source in _derivative_sources():
+        body = source.split("\ndef ", 1)[1].splitlines()[1:]
+        for line in body:
+            computes = STATEMENT.match(line) and not PARAMETER_LEAF.match(line) \
+                and not re.match(r"\s+return [\w, ()\[\]{}':]+$", line)   # returns only names
+            if computes and not re.search(r"  # \w+\.py:\d+$", line):
+                bare.append(f"{stem}: {line.strip()}")
+    assert not bare, "\n".join(bare)

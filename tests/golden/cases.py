@@ -42,6 +42,15 @@ def make_scaled(scale):
     return scaled_tanh
 
 
+def rnn(W, xs, n_steps, scale=0.5):
+    """A static int loop bound and a float default the caller leaves alone: both stay
+    parameters of the emitted function, checked against the values it was built for."""
+    h = np.zeros(W.shape[0], W.dtype)
+    for i in range(n_steps):
+        h = np.tanh(W @ h + xs[i])
+    return scale * (h * h).sum()
+
+
 def _f32(*shape):
     return np.ones(shape, np.float32)
 
@@ -53,4 +62,5 @@ CASES = {
     "attention": (attention, (_f32(6, 8), _f32(6, 8), _f32(6, 8))),
     "horner": (horner, ((1.0, -2.0, 0.5, 3.0), np.ones(7))),
     "scaled_tanh": (make_scaled(0.5), (_f32(3),)),
+    "rnn": (rnn, (_f32(4, 4), _f32(6, 4), 5)),
 }

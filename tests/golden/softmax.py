@@ -12,4 +12,4 @@ __all__ = ['softmax']
 def softmax(x):
     z = x - x.max(axis=1)[:, None]  # cases.py:15
     e = np.exp(z)  # cases.py:16
-    return e / e.sum(axis=1)[:, None]
+    return e / e.sum(axis=1)[:, None]  # cases.py:17

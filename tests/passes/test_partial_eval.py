@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from s2s.core import check_jaxpr, eval_jaxpr
+from s2s.core import JaxprEqn, check_jaxpr, eval_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr, partial_eval_rules
 from s2s.primitives import control_flow as C, elementwise as E
+from s2s.source_info import SourceInfo
+from s2s.staging import current_builder
 from tests.passes.handbuilt import arr, build, names
 
 X3 = np.array([0.5, -1.0, 2.0])
@@ -123,3 +125,18 @@ def test_a_scan_is_split_into_a_known_loop_and_an_unknown_loop():
 
 def test_control_flow_rules_are_registered():
     assert {C.scan, C.cond, C.while_loop} <= set(partial_eval_rules)
+
+
+def test_equations_a_rule_splits_off_compute_at_the_line_of_the_equation_they_split(monkeypatch):
+    """A rule may build its halves with no source line; both get the split equation's, so
+    each statement of the forward and backward passes says which line of the user's code
+    it computes."""
+    def split(eqn, unknown_ins):
+        return [], [JaxprEqn(E.neg, eqn.invars, eqn.outvars, {})], [True]
+    monkeypatch.setitem(partial_eval_rules, E.neg, split)
+
+    def fn(x):
+        with current_builder().at(SourceInfo("model.py", 7, 1, "model")):
+            return E.neg.bind(x)
+    pe = partial_eval_jaxpr(build(fn, arr(3)), [True])
+    assert [e.source_info.line for e in pe.unknown.jaxpr.eqns] == [7]

@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from s2s.core import Literal
+from s2s.core import JaxprEqn, Literal
+from s2s.source_info import SourceInfo
+from s2s.staging import current_builder
 from s2s.passes import simplify as simplify_pass
 from s2s.passes.simplify import fill_value, simplify, simplify_rules
 from s2s.primitives import control_flow as C, elementwise as E, reductions as R, structural as S
@@ -185,3 +187,15 @@ def test_fill_value_sees_literals_and_broadcast_literals_only():
 def test_the_families_register_their_simplifications():
     assert {E.mul, E.add, E.add_any, E.sub, S.broadcast_in_dim, S.expand_dims} <= set(simplify_rules)
     assert simplify_pass.simplify_rules is simplify_rules
+
+
+def test_a_replacement_equation_computes_at_the_line_of_the_one_it_replaces(monkeypatch):
+    """A rule may build its replacement with no source line; the statement it becomes would
+    be emitted without its `# file:line` comment, so the pass gives it the replaced one's."""
+    monkeypatch.setitem(simplify_rules, E.neg, lambda eqn, producer: JaxprEqn(E.neg, eqn.invars, eqn.outvars, {}))
+
+    def fn(x):
+        with current_builder().at(SourceInfo("model.py", 12, 1, "model")):
+            return E.neg.bind(x)
+    simplified = simplify(build(fn, arr(3)))
+    assert [e.source_info.line for e in simplified.jaxpr.eqns] == [12]

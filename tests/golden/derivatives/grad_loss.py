@@ -22,9 +22,9 @@ def grad_loss(params, x, y):
     t_2 = np.exp(shifted)  # mlp.py:34
     logp_bar = y * np.broadcast_to(-np.float32(1.0) / 128.0, (128, 10))  # mlp.py:45
     t_3 = np.squeeze((-logp_bar).sum(axis=1).reshape(128, 1) / t_2.sum(axis=1)[:, None], axis=1)  # mlp.py:34
-    shifted_bar = logp_bar + np.broadcast_to(t_3[:, None], (128, 10)) * t_2
+    shifted_bar = logp_bar + np.broadcast_to(t_3[:, None], (128, 10)) * t_2  # mlp.py:33
     t_4 = np.squeeze((-shifted_bar).sum(axis=1).reshape(128, 1), axis=1) / t_1.sum(axis=1)  # mlp.py:33
-    logits_bar = shifted_bar + np.broadcast_to(t_4[:, None], (128, 10)) * t_1
+    logits_bar = shifted_bar + np.broadcast_to(t_4[:, None], (128, 10)) * t_1  # mlp.py:29
     b2_bar = logits_bar.sum(axis=0)  # mlp.py:29
     W2_bar = h.T @ logits_bar  # mlp.py:29
     h_bar = logits_bar @ W2.T  # mlp.py:29

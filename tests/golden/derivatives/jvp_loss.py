@@ -30,4 +30,4 @@ def jvp_loss(params, x, y, params_dot, x_dot, y_dot):
     t_3 = t_2.sum(axis=1)[:, None]  # mlp.py:34
     logp = shifted - np.log(t_3)  # mlp.py:34
     logp_dot = shifted_dot - (shifted_dot * t_2).sum(axis=1)[:, None] / t_3  # mlp.py:34
-    return -((y * logp).sum(axis=1).sum() / 128.0), -((y_dot * logp + y * logp_dot).sum(axis=1).sum() / 128.0)
+    return -((y * logp).sum(axis=1).sum() / 128.0), -((y_dot * logp + y * logp_dot).sum(axis=1).sum() / 128.0)  # mlp.py:45

@@ -24,13 +24,13 @@ def value_and_grad_loss(params, x, y):
     logp = shifted - np.log(t_3)  # mlp.py:34
     logp_bar = y * np.broadcast_to(-np.float32(1.0) / 128.0, (128, 10))  # mlp.py:45
     t_4 = np.broadcast_to(np.squeeze((-logp_bar).sum(axis=1).reshape(128, 1) / t_3, axis=1)[:, None], (128, 10))  # mlp.py:34
-    shifted_bar = logp_bar + t_4 * t_2
+    shifted_bar = logp_bar + t_4 * t_2  # mlp.py:33
     t_5 = np.squeeze((-shifted_bar).sum(axis=1).reshape(128, 1), axis=1) / t_1.sum(axis=1)  # mlp.py:33
-    logits_bar = shifted_bar + np.broadcast_to(t_5[:, None], (128, 10)) * t_1
+    logits_bar = shifted_bar + np.broadcast_to(t_5[:, None], (128, 10)) * t_1  # mlp.py:29
     b2_bar = logits_bar.sum(axis=0)  # mlp.py:29
     W2_bar = h.T @ logits_bar  # mlp.py:29
     h_bar = logits_bar @ W2.T  # mlp.py:29
     t_6 = h_bar * (1.0 - h * h)  # mlp.py:28
     b1_bar = t_6.sum(axis=0)  # mlp.py:28
     W1_bar = x.T @ t_6  # mlp.py:28
-    return -((y * logp).sum(axis=1).sum() / 128.0), {'W1': W1_bar, 'W2': W2_bar, 'b1': b1_bar, 'b2': b2_bar}
+    return -((y * logp).sum(axis=1).sum() / 128.0), {'W1': W1_bar, 'W2': W2_bar, 'b1': b1_bar, 'b2': b2_bar}  # mlp.py:45

@@ -26,9 +26,9 @@ def vjp_loss(params, x, y, out_bar):
     logp_bar = y * t_4  # mlp.py:45
     y_bar = t_4 * logp  # mlp.py:45
     t_5 = np.broadcast_to(np.squeeze((-logp_bar).sum(axis=1).reshape(128, 1) / t_3, axis=1)[:, None], (128, 10))  # mlp.py:34
-    shifted_bar = logp_bar + t_5 * t_2
+    shifted_bar = logp_bar + t_5 * t_2  # mlp.py:33
     t_6 = np.squeeze((-shifted_bar).sum(axis=1).reshape(128, 1), axis=1) / t_1.sum(axis=1)  # mlp.py:33
-    logits_bar = shifted_bar + np.broadcast_to(t_6[:, None], (128, 10)) * t_1
+    logits_bar = shifted_bar + np.broadcast_to(t_6[:, None], (128, 10)) * t_1  # mlp.py:29
     b2_bar = logits_bar.sum(axis=0)  # mlp.py:29
     W2_bar = h.T @ logits_bar  # mlp.py:29
     h_bar = logits_bar @ W2.T  # mlp.py:29
@@ -36,4 +36,4 @@ def vjp_loss(params, x, y, out_bar):
     b1_bar = t_7.sum(axis=0)  # mlp.py:28
     W1_bar = x.T @ t_7  # mlp.py:28
     x_bar = t_7 @ W1.T  # mlp.py:28
-    return -((y * logp).sum(axis=1).sum() / 128.0), ({'W1': W1_bar, 'W2': W2_bar, 'b1': b1_bar, 'b2': b2_bar}, x_bar, y_bar)
+    return -((y * logp).sum(axis=1).sum() / 128.0), ({'W1': W1_bar, 'W2': W2_bar, 'b1': b1_bar, 'b2': b2_bar}, x_bar, y_bar)  # mlp.py:45
