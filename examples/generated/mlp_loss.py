@@ -18,4 +18,4 @@ def loss(params, x, y):
     logits = h @ W2 + b2  # mlp.py:29
     shifted = logits - logits.max(axis=1)[:, None]  # mlp.py:33
     logp = shifted - np.log(np.exp(shifted).sum(axis=1)[:, None])  # mlp.py:34
-    return -((y * logp).sum(axis=1).sum() / 128.0)
+    return -((y * logp).sum(axis=1).sum() / 128.0)  # mlp.py:45
