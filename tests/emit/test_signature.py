@@ -9,7 +9,7 @@ import pytest
 import s2s
 from s2s.eager import staged_or_error
 from s2s.emit.python import load_source
-from s2s.export import TRANSFORMS, Export
+from s2s.export import TRANSFORMS, Export, jvp_function, vjp_function
 from s2s.emit.signature import emitted_docstring, emitted_signature, leaf_expression
 
 State = collections.namedtuple("State", "h c")
@@ -198,3 +198,12 @@ def test_a_static_value_that_cannot_be_written_as_a_literal_is_refused_at_emit_t
     with pytest.raises(s2s.StagingError) as e:
         s2s.emit_python(applied, np.ones(2), np.tanh)
     assert "takes activation = <ufunc 'tanh'> as a static value" in str(e.value)
+
+
+def test_a_jvp_or_vjp_export_of_star_args_is_refused_with_what_to_write_instead():
+    """Tangents and cotangents are parameters named after the primals': `*rest` has none."""
+    for make in (jvp_function, vjp_function):
+        with pytest.raises(s2s.StagingError) as e:
+            make(variadic)
+        assert "its `*rest` parameter cannot be given tangents or cotangents by name" in str(e.value)
+        assert "give each value a named parameter" in str(e.value)
