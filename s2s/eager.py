@@ -49,19 +49,22 @@ def emitted_module(staged: Staged, name: str | None = None,
                    options: EmitOptions | None = None) -> EmittedModule:
     """The module `s2s emit` writes for a staged function: its signature is the user's."""
     name = function_name(staged, name)
-    docstring = emitted_docstring(staged, name, _param_descriptions(staged))
+    signature = emitted_signature(staged)
+    docstring = emitted_docstring(staged, name, _param_descriptions(staged, signature))
     with paused_gc():
-        return emit_module(staged.closed, name, emitted_signature(staged), docstring, options)
+        return emit_module(staged.closed, name, signature, docstring, options)
 
 
-def _param_descriptions(staged: Staged) -> list[str]:
+def _param_descriptions(staged: Staged, signature: Signature) -> list[str | None]:
     """How the header shows each parameter: its type, or for a static one (`n_steps`,
-    a default such as `scale=0.5`) the value the module was specialized for."""
+    a default such as `scale=0.5`) the value the module was specialized for; None for one
+    the emitted function leaves out (the tangent of a static value, an empty `*args`)."""
     has_staged_leaf = [False] * len(staged.param_names)
     for path, staged_leaf in zip(leaf_paths(staged.in_tree), staged.staged_mask):
         has_staged_leaf[path[0][1]] |= staged_leaf
-    return [describe_arg(value) if staged_leaf else repr(value)
-            for value, staged_leaf in zip(staged.example_args, has_staged_leaf)]
+    kept = {p if p in staged.param_names else p[: -len("_leaves")] for p in signature.params}
+    return [None if name not in kept else describe_arg(value) if staged_leaf else repr(value)
+            for name, value, staged_leaf in zip(staged.param_names, staged.example_args, has_staged_leaf)]
 
 
 def emitted_function(staged: Staged, key, name: str, write_source: Callable[[str], str]) -> Callable:

@@ -207,10 +207,11 @@ def is_generated_source(first_line: str) -> bool:
 
 def emitted_docstring(staged, name: str, arg_descriptions: list[str]) -> str:
     """The emitted module's docstring: where it came from, and the arguments it was
-    specialized for (`arg_descriptions`, one per parameter, as the front end shows them)."""
+    specialized for (`arg_descriptions`, one per parameter, as the front end shows them;
+    None for a parameter the emitted function leaves out)."""
     filename, line = staged.location
     shown = os.path.basename(filename)  # never the checkout's absolute path
-    args = ", ".join(f"{n}: {d}" for n, d in zip(staged.param_names, arg_descriptions))
+    args = ", ".join(f"{n}: {d}" for n, d in zip(staged.param_names, arg_descriptions) if d is not None)
     lines = [f"{name}{GENERATED_MARKER}`{staged.description}` ({shown}:{line}).",
              "",
              f"Specialized for ({args}).",

@@ -114,6 +114,7 @@ def test_every_transform_keeps_the_static_parameter_with_export_args():
     for transform, (stem, target) in zip(record.transforms, record.targets()):
         source = s2s.emit_python(target, *record.example_args(transform), name=stem)
         headers[transform] = next(line for line in source.splitlines() if line.startswith("def "))
+        assert "n_steps: 4" in source and "n_steps_dot" not in source   # the header lists what the def takes
         modules[transform] = getattr(load_source(source, stem), stem)
     assert headers == {"primal": "def rnn(W, xs, n_steps=4, scale=0.5):",
                        "grad": "def grad_rnn(W, xs, n_steps=4, scale=0.5):",
