@@ -56,6 +56,7 @@ def test_edit_without_reload_is_an_error_at_the_function(package):
     write_module(tmp_path, name, EXP)       # edited, not reloaded: Python still runs the sine
     np.testing.assert_allclose(m.f(X), np.sum(np.sin(X)))
     for transform in (s2s.grad, s2s.jit, lambda f: s2s.jit(s2s.grad(f)),
+                      lambda f: s2s.jit(f, backend="python"),
                       lambda f: lambda x: s2s.emit_python(f, x)):
         with pytest.raises(s2s.StaleSourceError) as info:
             transform(m.f)(X)
@@ -93,6 +94,7 @@ def test_edit_and_reload_gives_the_new_gradient_and_frees_the_old(package):
     np.testing.assert_allclose(s2s.grad(m.f)(X), 2 * np.exp(X))
     np.testing.assert_allclose(np.asarray(s2s.jit(m.f)(X)), np.sum(2 * np.exp(X)))
     np.testing.assert_allclose(np.asarray(s2s.jit(s2s.grad(m.f))(X)), 2 * np.exp(X))
+    np.testing.assert_allclose(s2s.jit(s2s.grad(m.f), backend="python")(X), 2 * np.exp(X))
     emitted = s2s.emit_python(s2s.grad(m.f), X)
     assert "np.exp(x)" in emitted and "np.cos" not in emitted
     gc.collect()
