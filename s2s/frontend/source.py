@@ -57,6 +57,10 @@ class FunctionSource:
     name: str
     local_names: frozenset[str]   # names bound in the function's own scope (args included)
     chains: beniget.DefUseChains | None = dataclasses.field(default=None, repr=False)
+    # The def that locations are counted from (SourceInfo.function, .def_line): the
+    # function itself, or for a lambda nested in a staged function, that function.
+    anchor_name: str = ""
+    anchor_line: int = 0
     _infos: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def stored_names(self, statements) -> list[str]:
@@ -114,7 +118,7 @@ class FunctionSource:
         end_col = None
         if getattr(node, "end_lineno", None) == line and getattr(node, "end_col_offset", None):
             end_col = node.end_col_offset + 1
-        return SourceInfo(self.filename, line, col, self.name, end_col)
+        return SourceInfo(self.filename, line, col, self.anchor_name, end_col, self.anchor_line)
 
 
 def walk_scope(statements):
@@ -194,7 +198,8 @@ def function_source(fn) -> FunctionSource:
         raise StagingError(
             f"cannot find the definition of {fn.__qualname__} in {filename}:{code.co_firstlineno}",
             "the file on disk may have changed since it was imported; re-import it")
-    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed, node), parsed.duc)
+    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed, node), parsed.duc,
+                            anchor_name=fn.__qualname__.replace(".<locals>", ""), anchor_line=node.lineno)
     _sources[code] = source
     return source
 
@@ -228,8 +233,13 @@ def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
     lines = linecache.getlines(parent.filename)
     parsed = _parse_file(parent.filename, lines)
     name = getattr(node, "name", "<lambda>")
+    if isinstance(node, gast.Lambda):   # one line of its def: counted from the def around it
+        anchor_name, anchor_line = parent.anchor_name, parent.anchor_line
+    else:
+        anchor_name, anchor_line = f"{parent.anchor_name}.{name}", node.lineno
     source = FunctionSource(node, parent.filename, f"{parent.name}.<locals>.{name}",
-                            local_names_of(parsed, node), parsed.duc)
+                            local_names_of(parsed, node), parsed.duc,
+                            anchor_name=anchor_name, anchor_line=anchor_line)
     _sources[node] = source
     return source
 
