@@ -83,7 +83,7 @@ def test_emit_edit_check_fails_with_local_diff_reemit_check_passes(package):
     # Only the lines computing the edited line and its derivative change, in both files:
     # each points at the edited line (`def layer`'s first), and nothing else is renumbered.
     assert changed and all(line.endswith("# layers.py layer+1") for line in changed), changed
-    assert len(changed) <= 8, changed
+    assert len(changed) <= 7, changed   # 3 lines out, 4 in (x @ W gets a name: sin reads it twice)
     # The other module's derivatives, in the same folder, do not depend on the edit.
     assert s2s(package, "check", "metrics.py", "--against", "derivatives").returncode == 0
 
