@@ -136,6 +136,10 @@ class FunctionSource:
     name: str
     local_names: frozenset[str]   # names bound in the function's own scope (args included)
     chains: beniget.DefUseChains | None = dataclasses.field(default=None, repr=False)
+    # The def that locations are counted from (SourceInfo.function, .def_line): the
+    # function itself, or for a lambda nested in a staged function, that function.
+    anchor_name: str = ""
+    anchor_line: int = 0
     _infos: dict = dataclasses.field(default_factory=dict, repr=False)
     nested: dict = dataclasses.field(default_factory=dict, repr=False)   # AST node -> FunctionSource
 
@@ -194,7 +198,7 @@ class FunctionSource:
         end_col = None
         if getattr(node, "end_lineno", None) == line and getattr(node, "end_col_offset", None):
             end_col = node.end_col_offset + 1
-        return SourceInfo(self.filename, line, col, self.name, end_col)
+        return SourceInfo(self.filename, line, col, self.anchor_name, end_col, self.anchor_line)
 
 
 def walk_scope(statements):
@@ -285,7 +289,8 @@ def function_source(fn) -> FunctionSource:
         node = _find_node(parsed.tree, moved[0]) if len(moved) == 1 else None
     if node is None:
         raise _stale_source_error(fn, filename)
-    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed.duc, node), parsed.duc)
+    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed.duc, node), parsed.duc,
+                            anchor_name=fn.__qualname__.replace(".<locals>", ""), anchor_line=node.lineno)
     key = id(code)
 
     def forget(_ref, key=key):
@@ -324,9 +329,14 @@ def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
     source = parent.nested.get(node)
     if source is None:   # read from the parent's own parse, never from a newer text
         name = getattr(node, "name", "<lambda>")
+        if isinstance(node, gast.Lambda):   # one line of its def: counted from the def around it
+            anchor_name, anchor_line = parent.anchor_name, parent.anchor_line
+        else:
+            anchor_name, anchor_line = f"{parent.anchor_name}.{name}", node.lineno
         source = parent.nested.setdefault(node, FunctionSource(
             node, parent.filename, f"{parent.name}.<locals>.{name}",
-            local_names_of(parent.chains, node), parent.chains))
+            local_names_of(parent.chains, node), parent.chains,
+            anchor_name=anchor_name, anchor_line=anchor_line))
     return source
 
 
