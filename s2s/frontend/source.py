@@ -201,6 +201,21 @@ class FunctionSource:
         return SourceInfo(self.filename, line, col, self.anchor_name, end_col, self.anchor_line)
 
 
+def last_return_info(fn) -> SourceInfo | None:
+    """Where `fn` returns its value: its last `return` statement (a lambda's body), or None
+    when `fn` has no source s2s can read (a builtin, a partial, a transformed function)."""
+    if not hasattr(fn, "__code__"):
+        return None
+    try:
+        source = function_source(fn)
+    except StagingError:
+        return None
+    if isinstance(source.node, gast.Lambda):
+        return source.info(source.node.body)
+    returns = [node for node in walk_scope(source.node.body) if isinstance(node, gast.Return)]
+    return source.info(returns[-1]) if returns else None
+
+
 def walk_scope(statements):
     """Every node of `statements`, without entering nested functions and classes."""
     stack = list(reversed(list(statements)))
