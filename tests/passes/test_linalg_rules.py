@@ -335,13 +335,13 @@ def test_linalg_gradients_read_like_the_textbook():
     a, b = well_conditioned(3, 3, seed=20), rand(3, 2, seed=21)
     expected = {
         # d det(A) / dA = det(A) A⁻ᵀ
-        det_sum: "a_bar = rt.solve(a.T, np.broadcast_to(np.linalg.det(a), (3, 3)) * t)",
+        det_sum: "a_bar = rt.solve(a.T, np.broadcast_to(np.linalg.det(a), (3, 3)) * cast)",
         # d log|det A| / dA = A⁻ᵀ
-        logabsdet_sum: "a_bar = rt.solve(a.T, t)",
+        logabsdet_sum: "a_bar = rt.solve(a.T, cast)",
         # X = A⁻¹: Ā = −A⁻ᵀ X̄ Xᵀ
-        inv_squares: "a_bar = -rt.solve(a.T, 2.0 * t_1) @ t_1.T",
+        inv_squares: "a_bar = -rt.solve(a.T, 2.0 * solve_a) @ solve_a.T",
         # x = A⁻¹ b: b̄ = A⁻ᵀ x̄, Ā = −b̄ xᵀ
-        solve_squares: "a_bar = -b_bar @ t.T",
+        solve_squares: "a_bar = -b_bar @ solve_a.T",
     }
     for fn, line in expected.items():
         source = emitted_gradient(fn, a, b) if fn is solve_squares else emitted_gradient(fn, a)
