@@ -1,8 +1,12 @@
 """Loading what `s2s compile` wrote: `load(manifest_path, name)` → a callable.
 
     from s2s_runtime import manifest
-    grad_loss = manifest.load("build/manifest.json", "grad_loss")
+    grad_loss = manifest.load("build/manifest.json", "pkg.models.dense.grad_loss")
     (dW, db) = grad_loss(W, b, x, y)      # flat NumPy arrays in, a list of NumPy arrays out
+
+Entries are named by their module's dotted name and the export's stem. Arguments must have
+the entry's input dtypes and shapes exactly (see `argument`): a float64 array for a float32
+input is a TypeError, never a silent cast.
 
 The executable is deserialized from NAME.exe through jaxlib (no compiler, no s2s, no jax).
 Serialized executables only load into the jaxlib version that wrote them: a mismatch is an
@@ -54,7 +58,8 @@ def read(manifest_path: str) -> dict:
         raise ManifestError(f"{manifest_path}: a manifest is a JSON object, this is a "
                             f"{type(manifest).__name__}; recompile with `s2s compile`")
     if manifest.get("format") != MANIFEST_FORMAT:
-        raise ManifestError(f"{manifest_path}: unknown manifest format {manifest.get('format')!r}")
+        raise ManifestError(f"{manifest_path}: unknown manifest format {manifest.get('format')!r}; "
+                            f"recompile with `s2s compile`")
     return manifest
 
 
