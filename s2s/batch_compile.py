@@ -159,15 +159,16 @@ def _listed_files(entry) -> set[str]:
             and not f.startswith(".")}
 
 
-def merge_into_manifest(out_dir: str, compiled_modules: set[str], results: dict) -> dict[str, list]:
+def merge_into_manifest(out_dir: str, compiled_modules: set[str],
+                        results: dict) -> dict[str, tuple[str, list]]:
     """Writes this run's entries into the folder's manifest, keeping the entries of other
     modules that a concurrent `s2s compile` into the same folder may have written since this
     run began: the manifest is re-read and replaced under an exclusive lock, atomically.
 
     An old entry of a compiled module (or of a name this run rebuilt) gives up the files the
     new manifest no longer lists: they are removed. Returns, per entry name that is gone from
-    the manifest or lost files, the files removed."""
-    removed: dict[str, list] = {}
+    the manifest or lost files, its module and the files removed."""
+    removed: dict[str, tuple[str, list]] = {}
     with open(os.path.join(out_dir, MANIFEST_LOCK), "a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:
@@ -188,7 +189,7 @@ def merge_into_manifest(out_dir: str, compiled_modules: set[str], results: dict)
                     path = os.path.join(out_dir, file)
                     if os.path.isfile(path) and not os.path.islink(path):
                         os.remove(path)
-                        removed.setdefault(name, []).append(file)
+                        removed.setdefault(name, (entry.get("module"), []))[1].append(file)
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
     return removed
@@ -263,8 +264,10 @@ def compile_paths(paths, out_dir: str, jobs: int = 1, force: bool = False,
     order = [e["name"] for e in failures] + [t.name for t in targets]
     removed = merge_into_manifest(out_dir, {m.relative for m in modules},
                                   {n: results[n] for n in order})
-    for name, files in removed.items():
-        why = ("no longer exported" if name not in results else "now failed"
+    unimportable = {e["module"] for e in failures if e["function"] is None}
+    for name, (module, files) in removed.items():
+        why = ("its module failed to import" if name not in results and module in unimportable
+               else "no longer exported" if name not in results else "now failed"
                if results[name]["status"] != "ok" else "files no longer needed")
         print(f"s2s compile: removed {', '.join(files)} ({name}: {why})", file=sys.stderr)
     failed = [e for e in results.values() if e["status"] != "ok"]

@@ -375,3 +375,17 @@ def test_same_package_from_two_checkouts_gives_identical_manifest_and_mlir(tmp_p
     mlir = (one / "repro_pkg.model.loss.mlir").read_text()
     assert 'loc("repro_pkg/model.py":9:' in mlir and str(tmp_path) not in mlir
     assert 'source_file="repro_pkg/model.py" source_line=9' in (one / "repro_pkg.model.loss.hlo.txt").read_text()
+
+
+def test_module_that_stops_importing_has_its_entries_files_removed_and_says_why(tmp_path):
+    write_files(tmp_path / "src", {"breaking.py": FUSED})
+    out = tmp_path / "build"
+    assert run_compile(str(tmp_path / "src"), "--out", str(out)).returncode == 0
+    (tmp_path / "src" / "breaking.py").write_text(FUSED + "\nraise RuntimeError('boom')\n")
+    broken = run_compile(str(tmp_path / "src"), "--out", str(out))
+    assert broken.returncode == 1
+    assert ("removed breaking.fused.exe, breaking.fused.hlo.txt, breaking.fused.mlir "
+            "(breaking.fused: its module failed to import)") in broken.stderr
+    entries = json.loads((out / "manifest.json").read_text())["entries"]
+    assert list(entries) == ["breaking.<module>"] and "boom" in entries["breaking.<module>"]["error"]
+    assert sorted(os.listdir(out)) == ["manifest.json", "manifest.json.lock"]
