@@ -236,6 +236,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="directory for NAME.mlir/.hlo.txt/.exe and manifest.json")
     p.add_argument("-j", "--jobs", type=int, default=1, help="parallel worker processes")
     p.add_argument("--force", action="store_true", help="recompile entries that are up to date")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip loading and running each written executable once on zeros")
     args = parser.parse_args(argv)
     try:
         return {"jaxpr": cmd_jaxpr, "emit": cmd_emit, "check": cmd_check,
