@@ -349,7 +349,7 @@ def test_linalg_gradients_read_like_the_textbook():
         assert "rt.lu" not in source and "triangular_solve" not in source, source
         assert "cumprod" not in source and "scatter_add" not in source, source
     source = emitted_gradient(solve_squares, a, b)
-    assert "b_bar = rt.solve(a.T, 2.0 * t)" in source, source
+    assert "b_bar = rt.solve(a.T, 2.0 * solve_a)" in source, source
 
 
 def central_differences(fn, args, index, eps=1e-6):
