@@ -150,13 +150,17 @@ def read_manifest(out_dir: str) -> dict:
     return manifest
 
 
+OUTPUT_SUFFIXES = (".mlir", ".hlo.txt", ".exe", ".consts.npz")   # what compile_target writes
+
+
 def _listed_files(entry) -> set[str]:
-    """The plain file names (no folder, no dot file) an entry lists."""
+    """The plain file names an entry lists (no folder, no dot file), of the kinds compile
+    writes: a damaged manifest can never name the manifest itself or another file."""
     files = entry.get("files") if isinstance(entry, dict) else None
     if not isinstance(files, dict):
         return set()
     return {f for f in files.values() if isinstance(f, str) and f and os.path.basename(f) == f
-            and not f.startswith(".")}
+            and not f.startswith(".") and f.endswith(OUTPUT_SUFFIXES)}
 
 
 def merge_into_manifest(out_dir: str, compiled_modules: set[str],

@@ -357,6 +357,28 @@ def test_removed_export_files_are_deleted_and_reported_and_unlisted_files_kept(t
         "shrinking.fused", "shrinking.grad_fused"]
 
 
+def test_a_damaged_manifest_cannot_make_compile_remove_other_files(tmp_path):
+    """Removal takes only the kinds of file compile writes: an entry listing the manifest,
+    a user's file or a path elsewhere loses nothing of them."""
+    source = FUSED + "\n\n@s2s.export('f32[2]', transforms=('primal',))\ndef dropped(x):\n" \
+                     "    return x * 3.0\n"
+    write_files(tmp_path / "src", {"shrinking.py": source})
+    out = tmp_path / "build"
+    assert run_compile(str(tmp_path / "src"), "--out", str(out)).returncode == 0
+    write_files(out, {"notes.txt": "mine"})
+    write_files(tmp_path, {"outside.exe": "not the build's"})
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["entries"]["shrinking.dropped"]["files"].update(
+        {"a": "manifest.json", "b": "notes.txt", "c": "../outside.exe", "d": "manifest.json.lock"})
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "src" / "shrinking.py").write_text(FUSED)
+    again = run_compile(str(tmp_path / "src"), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert (out / "notes.txt").read_text() == "mine" and (tmp_path / "outside.exe").is_file()
+    assert sorted(json.loads((out / "manifest.json").read_text())["entries"]) == [
+        "shrinking.fused", "shrinking.grad_fused"]
+
+
 def test_same_package_from_two_checkouts_gives_identical_manifest_and_mlir(tmp_path):
     package = {"repro_pkg/__init__.py": "",
                "repro_pkg/model.py": "import numpy as np\nimport s2s\n\nTABLE = np.eye(3)\n\n\n"
