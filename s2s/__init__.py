@@ -18,7 +18,7 @@ from s2s.api import (block_until_ready, device_count, devices, emit_python, eval
 from s2s.jit import Jitted, jit
 from s2s_runtime.xla import Array, DonatedBufferError
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, check_jaxpr
-from s2s.errors import (ConcretizationError, S2SError, ShapeError, StagingError,
+from s2s.errors import (ConcretizationError, S2SError, ShapeError, StagingError, StaleSourceError,
                         UnsupportedFunctionError, UnsupportedSyntaxError)
 from s2s.frontend.args import ShapeDtype
 from s2s.tree import register_pytree_node, tree_flatten, tree_leaves, tree_map, tree_unflatten
@@ -30,7 +30,7 @@ __all__ = [
     "process_index", "grad", "hessian", "jacfwd", "jacrev", "jvp", "lax", "linear_transpose", "linearize",
     "value_and_grad", "vjp",
     "ClosedJaxpr", "ConcretizationError", "Jaxpr", "Jitted", "S2SError", "ShapeDtype",
-    "ShapeError", "ShapedArray", "StagingError", "UnsupportedFunctionError",
+    "ShapeError", "ShapedArray", "StagingError", "StaleSourceError", "UnsupportedFunctionError",
     "UnsupportedSyntaxError", "check_jaxpr", "config", "dtypes", "emit_python", "eval_jaxpr",
     "jit", "make_jaxpr", "register_pytree_node", "stop_gradient", "tree_flatten", "tree_leaves", "tree_map",
     "tree_unflatten", "tree_util", "unroll",

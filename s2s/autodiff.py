@@ -26,6 +26,7 @@ from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from s2s.eager import run_emitted_jaxpr, staged_or_error
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
+from s2s.frontend.source import last_return_info
 from s2s.numpy_api import creation, shaping
 from s2s.passes.cse import cse
 from s2s.passes.dce import dce
@@ -204,8 +205,11 @@ def _arg_cotangents(staged: Staged, args: tuple, argnums, diff, cts: list) -> li
     return out
 
 
-def _check_scalar_output(staged: Staged, has_aux: bool, what: str):
+def _check_scalar_output(staged: Staged, has_aux: bool, what: str, fn):
     out_avals = staged.closed.out_avals
+    container = staged.out_tree.node_type
+    if not has_aux and container in (tuple, list, dict):
+        _raise_container_output(staged, what, fn)
     if has_aux:
         if not (staged.out_tree.node_type in (tuple, list) and len(staged.out_tree.children) == 2):
             raise StagingError(f"{what}(has_aux=True) needs the function to return a pair "
@@ -223,10 +227,29 @@ def _check_scalar_output(staged: Staged, has_aux: bool, what: str):
     return n_primary
 
 
-def _grad_derive(argnums, has_aux, allow_int, with_value, what):
+def _raise_container_output(staged: Staged, what: str, fn):
+    """grad of a function returning a tuple, list or dict: JAX's "Gradient only defined for
+    scalar-output functions", at the `return`, with `has_aux=True` suggested for a pair."""
+    out_tree = staged.out_tree
+    kind = {tuple: "a tuple", list: "a list", dict: "a dict"}[out_tree.node_type]
+    n = len(out_tree.children)
+    name = staged.name if staged.name.isidentifier() else "f"
+    shown = ", ".join(a.str_short() for a in staged.closed.out_avals)
+    if n == 2 and out_tree.node_type in (tuple, list):
+        help = (f"if the second value is auxiliary data (a metric, a state), pass has_aux=True: "
+                f"{what}({name}, has_aux=True) differentiates the first and returns the "
+                f"second beside the gradient; otherwise return one scalar")
+    else:
+        help = ("return one scalar (e.g. the sum of the outputs), or return (loss, aux) and "
+                "pass has_aux=True; use jacrev or vjp for several outputs")
+    raise StagingError(f"{what} needs a function with one scalar output, but {staged.description} "
+                       f"returns {kind} of {n} value{'s' if n != 1 else ''} ({shown})", help, last_return_info(fn))
+
+
+def _grad_derive(fn, argnums, has_aux, allow_int, with_value, what):
     def derive(staged: Staged, call_args: tuple) -> Derived:
         argnums_t, diff = _diff_leaves(staged, call_args, _argnums_tuple(argnums), allow_int, what)
-        _check_scalar_output(staged, has_aux, what)
+        _check_scalar_output(staged, has_aux, what, fn)
         closed = staged.closed
         n_out = len(closed.jaxpr.outvars)
         diff_out = [i == 0 for i in range(n_out)]
@@ -267,7 +290,7 @@ def grad(fn=None, argnums=0, has_aux: bool = False, allow_int: bool = False):
     """
     if fn is None:
         return functools.partial(grad, argnums=argnums, has_aux=has_aux, allow_int=allow_int)
-    return Transformed(fn, "grad", _grad_derive(argnums, has_aux, allow_int, False, "grad"),
+    return Transformed(fn, "grad", _grad_derive(fn, argnums, has_aux, allow_int, False, "grad"),
                        (_argnums_tuple(argnums), has_aux, allow_int))
 
 
@@ -277,7 +300,7 @@ def value_and_grad(fn=None, argnums=0, has_aux: bool = False, allow_int: bool = 
         return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux,
                                  allow_int=allow_int)
     return Transformed(fn, "value_and_grad",
-                       _grad_derive(argnums, has_aux, allow_int, True, "value_and_grad"),
+                       _grad_derive(fn, argnums, has_aux, allow_int, True, "value_and_grad"),
                        (_argnums_tuple(argnums), has_aux, allow_int))
 
 

@@ -2,7 +2,7 @@
 
     s2s jaxpr path/to/mod.py:fn --args 'f32[128,784], f32[784]'
     s2s emit  path/to/mod.py:fn --args 'f32[128,784], f32[784]' --out generated/
-    s2s emit  path/to/mod.py --out derivatives/            # every @s2s.export of the module
+    s2s emit  path/to/mod.py --out derivatives/            # every @s2s.export; removes orphans
     s2s check path/to/mod.py --against derivatives/        # exit 1 with a diff if stale
     s2s compile path/to/pkg/ --out build/ -j 4             # .mlir, .hlo.txt, .exe + manifest.json
 
@@ -23,7 +23,7 @@ from s2s.api import make_jaxpr
 from s2s.batch_compile import cmd_compile
 from s2s.eager import emitted_module, staged_or_error
 from s2s.emit.python import EmitOptions
-from s2s.emit.signature import is_generated_source
+from s2s.emit.signature import generated_from, is_generated_source, source_label
 from s2s.errors import S2SError
 from s2s.export import NAME_HELP, emit_exports, is_valid_name, write_npz
 from s2s.frontend.args import parse_arg_specs
@@ -123,12 +123,42 @@ def _write_files(out_dir: str, files: dict, sources: list[str]) -> None:
         print(path)
 
 
+def orphans(folder: str, module_path: str, files: dict) -> list[str]:
+    """The generated files in `folder` that came from the module at `module_path` (their
+    header says so, and names the file's own function) but that are not among `files`, what
+    its exports produce now: left behind by a renamed or removed export. Files generated
+    from other modules that share the folder, and files s2s did not write, are not."""
+    if not os.path.isdir(folder):
+        return []
+    label = source_label(module_path)
+    found = []
+    for entry in sorted(os.listdir(folder)):
+        path = os.path.join(folder, entry)
+        if not entry.endswith(".py") or entry in files or os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            origin = generated_from(f.readline())
+        if origin == (entry[:-3], label):
+            found.append(path)
+    return found
+
+
+def _remove_orphans(folder: str, module_path: str, files: dict) -> None:
+    """Deletes (and prints) the module's orphans in `folder`, with their sidecar .npz."""
+    for path in orphans(folder, module_path, files):
+        sidecar = path[:-3] + ".npz"
+        for target in [path] + ([sidecar] if os.path.isfile(sidecar) and not os.path.islink(sidecar) else []):
+            os.remove(target)
+            print(f"removed {target}")
+
+
 def cmd_emit(args) -> int:
     if ":" not in args.target:   # a module: everything it declares with @s2s.export
         if args.out is None:
             raise SystemExit("s2s: emitting a module's exports needs --out DIR")
-        _write_files(args.out, emit_exports(load_module(args.target), not args.no_comments),
-                     [args.target])
+        files = emit_exports(load_module(args.target), not args.no_comments)
+        _write_files(args.out, files, [args.target])
+        _remove_orphans(args.out, args.target, files)
         return 0
     fn = load_target(args.target)
     name = fn.__name__ if args.name is None else args.name
@@ -151,9 +181,14 @@ def cmd_emit(args) -> int:
 
 
 def cmd_check(args) -> int:
-    """Regenerates a module's exports in memory; non-zero with a diff if any file is stale."""
+    """Regenerates a module's exports in memory; exit 1 with a diff if any file is stale or
+    missing, naming each orphan (a generated file of this module no export produces)."""
     files = emit_exports(load_module(args.target), not args.no_comments)
     problems = 0
+    for path in orphans(args.against, args.target, files):
+        print(f"s2s check: orphan {path}: generated from {args.target} by an export that no longer "
+              f"exists (delete it, or run `s2s emit {args.target} --out {args.against}`)")
+        problems += 1
     for filename, module in files.items():
         path = os.path.join(args.against, filename)
         if not os.path.exists(path):
@@ -168,7 +203,7 @@ def cmd_check(args) -> int:
                 committed.splitlines(True), module.source.splitlines(True),
                 fromfile=f"{path} (committed)", tofile=f"{path} (regenerated)"))
     if problems:
-        print(f"s2s check: {problems} of {len(files)} generated files are stale or missing; "
+        print(f"s2s check: {problems} generated files are stale, missing or orphaned ({len(files)} expected); "
               f"regenerate with `s2s emit {args.target} --out {args.against}`")
         return 1
     print(f"s2s check: {len(files)} generated files are up to date")
@@ -194,13 +229,15 @@ def main(argv=None) -> int:
         if name == "check":
             p.add_argument("--against", required=True, help="directory of committed generated files")
         if name != "jaxpr":
-            p.add_argument("--no-comments", action="store_true", help="omit # file:line comments")
+            p.add_argument("--no-comments", action="store_true", help="omit the # file function+N location comments")
     p = sub.add_parser("compile", help="compile every @s2s.export of modules or package folders "
                                         "to StableHLO, HLO and XLA executables, with a manifest")
     p.add_argument("paths", nargs="+", help="module files, or folders searched for them")
     p.add_argument("--out", required=True, help="directory for NAME.mlir/.hlo.txt/.exe and manifest.json")
     p.add_argument("-j", "--jobs", type=int, default=1, help="parallel worker processes")
     p.add_argument("--force", action="store_true", help="recompile entries that are up to date")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip loading and running each written executable once on zeros")
     args = parser.parse_args(argv)
     try:
         return {"jaxpr": cmd_jaxpr, "emit": cmd_emit, "check": cmd_check,

@@ -80,13 +80,30 @@ def run_emitted_jaxpr(staged: Staged, key, closed: ClosedJaxpr, flat_args: list)
     its module is emitted once, under that key.
     """
     run = emitted_function(staged, key, "f", lambda name: emit_jaxpr_source(closed, name))
-    out = run(*map(host_value, flat_args))
+    out = run(*host_leaves(flat_args, [v.aval.dtype for v in closed.jaxpr.invars]))
     return list(out) if len(closed.jaxpr.outvars) != 1 else [out]
 
 
 def host_value(value):
     """An s2s.Array as the NumPy array emitted modules compute with; other values as they are."""
     return np.asarray(value) if isinstance(value, Array) else value
+
+
+def host_leaves(leaves, staged_dtypes, canonicalize: bool = False) -> list:
+    """Staged leaves as the emitted code expects them: arrays, never Python scalars.
+
+    Emitted code indexes and reshapes its inputs (`v[None]`), which a Python float cannot
+    take; a leaf that is not an array yet becomes one of the dtype staging gave it, as the
+    XLA backend converts it. With `canonicalize`, arrays are converted to that dtype too.
+    """
+    out = []
+    for leaf, dtype in zip(map(host_value, leaves), staged_dtypes, strict=True):
+        if not isinstance(leaf, np.ndarray):
+            leaf = np.asarray(leaf, dtype)
+        elif canonicalize:
+            leaf = leaf.astype(dtype, copy=False)
+        out.append(leaf)
+    return out
 
 
 def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
@@ -100,16 +117,10 @@ def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
     names, values = staged.param_names, staged.bind(args, kwargs)
     leaves, treedef = tree_flatten(values)
     leaves = [host_value(leaf) for leaf in leaves]
-    if canonicalize:
-        staged_dtypes = iter(v.aval.dtype for v in staged.closed.jaxpr.invars)
-        converted = []
-        for leaf, staged_leaf in zip(leaves, staged.staged_mask):
-            if staged_leaf:
-                dtype = next(staged_dtypes)
-                if isinstance(leaf, np.ndarray):
-                    leaf = leaf.astype(dtype, copy=False)
-            converted.append(leaf)
-        leaves = converted
+    staged_leaves = iter(host_leaves([leaf for leaf, m in zip(leaves, staged.staged_mask) if m],
+                                     [v.aval.dtype for v in staged.closed.jaxpr.invars],
+                                     canonicalize))
+    leaves = [next(staged_leaves) if m else leaf for leaf, m in zip(leaves, staged.staged_mask)]
     by_name = dict(zip(names, treedef.unflatten(leaves)))
     positional, keyword = [], {}
     for param in signature.params:

@@ -70,6 +70,11 @@ class StagingError(S2SError):
     """Any other mistake found while staging (an undefined name, a wrong argument ...)."""
 
 
+class StaleSourceError(StagingError):
+    """The source file no longer holds the code Python runs for a function (it was edited
+    and the module not reloaded): s2s refuses to differentiate text that does not run."""
+
+
 CONCRETE_HELP = (
     "the value depends on the function's array arguments, so it is only known when the "
     "function runs. Use np.where(cond, a, b) to choose between values, keep the decision on "

@@ -9,7 +9,9 @@ The decorator records the argument types and the transforms wanted on the functi
 returns it unchanged, so the module stays plain NumPy. `s2s emit mod.py --out DIR` writes
 one file per (function, transform) — `loss.py`, `grad_loss.py`, `jvp_loss.py`,
 `vjp_loss.py` — and `s2s check mod.py --against DIR` regenerates them in memory and fails
-with a unified diff when a committed file is stale or missing. `write_npz` writes the
+with a unified diff when a committed file is stale or missing, when a generated file of
+this module is no longer produced by any export (an orphan, say after a rename), or when
+the module exports nothing. `write_npz` writes the
 sidecar files of constants, for `s2s emit` and `s2s compile` alike.
 """
 from __future__ import annotations
@@ -119,9 +121,16 @@ def export(*args, transforms=("primal", "grad"), name: str | None = None, argnum
 
 
 def emit_exports(module, source_comments: bool = True) -> dict[str, EmittedModule]:
-    """File name -> emitted module, for every (function, transform) `module` exports."""
+    """File name -> emitted module, for every (function, transform) `module` exports. A
+    module that exports nothing is an error: checking it would pass having checked nothing."""
+    records = exports_of(module)
+    if not records:
+        raise StagingError(f"{module.__file__} declares no @s2s.export, so there is nothing to emit or check",
+                           "decorate the functions whose derivatives you review with "
+                           "@s2s.export('<argument types>', transforms=(...)), or pass the module "
+                           "that declares them")
     files = {}
-    for record in exports_of(module):
+    for record in records:
         for transform, (stem, target) in zip(record.transforms, record.targets()):
             staged = staged_or_error(target, record.example_args(transform), {})
             options = EmitOptions(source_comments=source_comments, const_mode="sidecar",

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from s2s import config, dtypes, tree as tree_util
-from s2s.eager import emitted_call_args, emitted_function, emitted_module, function_name, host_value, staged_or_error
+from s2s.eager import emitted_call_args, emitted_function, emitted_module, function_name, host_leaves, staged_or_error
 from s2s.emit.signature import emitted_signature, leaf_expression
 from s2s.emit.stablehlo import donation_aliases, lower
 from s2s.errors import S2SError, StagingError
@@ -357,7 +357,7 @@ class PythonBackend:
             return run(*positional, **keyword), None
 
         def call_with_inputs(flat, args, kwargs):
-            return run(*map(host_value, flat)), None
+            return run(*host_leaves(flat, [v.aval.dtype for v in staged.closed.jaxpr.invars])), None
         one_to_one = len(signature.params) == len(args) == len(staged.closed.jaxpr.invars)
         return Runner(call, call_with_inputs if one_to_one and not canonicalize else None)
 

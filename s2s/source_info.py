@@ -1,7 +1,9 @@
 """Where an equation came from: file, line, column and function of the user's source.
 
-Every equation carries one, so errors, emitted comments and (later) HLO locations
-point at the line the user wrote.
+Every equation carries one, so errors, emitted comments and HLO locations point at the
+line the user wrote. Errors and HLO locations give the absolute line (`location()`,
+`short()`); emitted Python gives it relative to the enclosing `def` (`relative()`), so that
+moving a function in its file leaves its emitted derivatives unchanged.
 """
 from __future__ import annotations
 
@@ -15,12 +17,21 @@ class SourceInfo:
     file: str
     line: int          # 1-based
     col: int           # 1-based, as editors and compilers print it
-    function: str
+    function: str      # the enclosing def as the source spells it: `predict`, `loss.helper`
     end_col: int | None = None  # 1-based, exclusive; on the same line as `col`
+    def_line: int = 0  # the line of `function`'s `def` (0: unknown)
 
     def short(self) -> str:
-        """`mlp.py:14`: what emitted code puts in trailing comments."""
+        """`mlp.py:14`: the file's base name and the absolute line."""
         return f"{os.path.basename(self.file)}:{self.line}"
+
+    def relative(self) -> str:
+        """`mlp.py predict+1`: the file's base name, the enclosing def, and how many lines
+        below its `def` line the code is (`short()` when the def is unknown). Emitted
+        comments use it: inserting lines above a function does not change it."""
+        if not self.def_line:
+            return self.short()
+        return f"{os.path.basename(self.file)} {self.function}+{self.line - self.def_line}"
 
     def location(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"

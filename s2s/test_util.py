@@ -1,9 +1,12 @@
 """Checking derivatives without trusting s2s: `check_grads(f, args, order=2)`.
 
 Forward mode is held to central finite differences of `f` itself, run by NumPy in
-float64. Reverse mode is held to forward mode by the dot-product test
-`<vjp(ct), t> == <ct, jvp(t)>` for random `t` and `ct`. Higher orders apply the same
-checks to the derivative functions themselves.
+float64. Reverse mode is held to them too, by the dot-product test
+`<vjp(ct), t> == <ct, df(t)>` for random `t` and `ct`, `df(t)` the central difference
+along `t`. Higher orders apply the same checks to the derivative functions themselves.
+
+Arguments are pytrees (tuples, lists, dicts of arrays), as everywhere in s2s: every leaf
+is perturbed, and the tangents and cotangents have the arguments' structure.
 """
 from __future__ import annotations
 
@@ -13,9 +16,14 @@ from s2s import autodiff
 from s2s.tree import tree_flatten, tree_map
 
 
-def _random_like(rng, x):
-    x = np.asarray(x)
-    return rng.standard_normal(x.shape).astype(x.dtype)
+def _random_like(rng, tree):
+    """Standard normal values in the structure, shapes and dtypes of `tree`."""
+    return tree_map(lambda x: rng.standard_normal(np.shape(x)).astype(np.asarray(x).dtype), tree)
+
+
+def _float64(args) -> tuple:
+    """The arguments with every leaf a float64 array, their pytree structure kept."""
+    return tuple(tree_map(lambda x: np.asarray(x, np.float64), a) for a in args)
 
 
 def _inner(a, b) -> float:
@@ -35,49 +43,55 @@ def _assert_close(got, expected, atol, rtol, what):
                                    atol=atol, rtol=rtol, err_msg=what)
 
 
+def _numeric_jvp(f, args, tangents, eps):
+    """The directional derivative of f at args along tangents, by central differences."""
+    plus = f(*_add(args, tangents, eps))
+    minus = f(*_add(args, tangents, -eps))
+    return tree_map(lambda p, m: (np.asarray(p) - np.asarray(m)) / (2 * eps), plus, minus)
+
+
 def check_jvp(f, args, atol=1e-5, rtol=1e-5, eps=1e-6, seed=0):
     """jvp(f) against central differences of f along a random direction."""
     rng = np.random.default_rng(seed)
-    args = tuple(np.asarray(a, np.float64) for a in args)
-    tangents = tuple(_random_like(rng, a) for a in args)
+    args = _float64(args)
+    tangents = _random_like(rng, args)
     _, t_out = autodiff.jvp(f, args, tangents)
-    plus = f(*_add(args, tangents, eps))
-    minus = f(*_add(args, tangents, -eps))
-    numeric = tree_map(lambda p, m: (np.asarray(p) - np.asarray(m)) / (2 * eps), plus, minus)
-    _assert_close(t_out, numeric, atol, rtol, "jvp vs central finite differences")
+    _assert_close(t_out, _numeric_jvp(f, args, tangents, eps), atol, rtol,
+                  "jvp vs central finite differences")
 
 
-def check_vjp(f, args, atol=1e-5, rtol=1e-5, seed=0):
-    """vjp(f) against jvp(f) by the dot-product test."""
+def check_vjp(f, args, atol=1e-5, rtol=1e-5, eps=1e-6, seed=0):
+    """vjp(f) against central differences by the dot-product test (forward mode is not
+    used, so a function with only a reverse rule, a custom_vjp, is checked too)."""
     rng = np.random.default_rng(seed + 1)
-    args = tuple(np.asarray(a, np.float64) for a in args)
-    tangents = tuple(_random_like(rng, a) for a in args)
-    out, t_out = autodiff.jvp(f, args, tangents)
-    cotangent = tree_map(lambda o: _random_like(rng, o), out)
-    _, vjp_fn = autodiff.vjp(f, *args)
+    args = _float64(args)
+    tangents = _random_like(rng, args)
+    out, vjp_fn = autodiff.vjp(f, *args)
+    cotangent = _random_like(rng, out)
     cts = vjp_fn(cotangent)
-    lhs, rhs = _inner(cts, tangents), _inner(cotangent, t_out)
+    lhs, rhs = _inner(cts, tangents), _inner(cotangent, _numeric_jvp(f, args, tangents, eps))
     np.testing.assert_allclose(lhs, rhs, atol=atol, rtol=rtol,
-                               err_msg="vjp vs jvp: <vjp(ct), t> != <ct, jvp(t)>")
+                               err_msg="vjp vs central differences: <vjp(ct), t> != <ct, df(t)>")
 
 
 def check_grads(f, args, order: int = 1, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5,
                 eps=1e-6, seed=0):
-    """Checks derivatives of `f` at `args` up to `order`, in forward and/or reverse mode."""
-    args = tuple(args)
+    """Checks derivatives of `f` at `args` (a sequence of pytrees) up to `order`, in
+    forward and/or reverse mode."""
+    args = _float64(args)
     if "fwd" in modes:
         check_jvp(f, args, atol, rtol, eps, seed)
     if "rev" in modes:
-        check_vjp(f, args, atol, rtol, seed)
+        check_vjp(f, args, atol, rtol, eps, seed)
     if order > 1:
         rng = np.random.default_rng(seed + 2)
-        directions = tuple(_random_like(rng, a) for a in args)
+        directions = _random_like(rng, args)
         if "fwd" in modes:
             def tangent_of_f(*primals):
                 return autodiff.jvp(f, primals, directions)[1]
             check_grads(tangent_of_f, args, order - 1, ("fwd",), atol, rtol, eps, seed + 3)
         if "rev" in modes:
-            cotangent = tree_map(lambda o: _random_like(rng, o), f(*args))
+            cotangent = _random_like(rng, f(*args))
 
             def cotangent_of_f(*primals):
                 return autodiff.vjp(f, *primals)[1](cotangent)

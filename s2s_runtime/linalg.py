@@ -1,7 +1,9 @@
-"""Dense linear algebra NumPy lacks: LU with partial pivoting and triangular solves.
+"""Dense linear algebra NumPy lacks: LU with partial pivoting, triangular solves, and a
+solve that gives inf/nan for a singular matrix.
 
 `np.linalg` factors and solves, but hides the factorization: it has no `lu` and no
-`triangular_solve`. Emitted code (and the primitives' reference impls) call these instead.
+`triangular_solve`, and its `solve` raises on a singular matrix where XLA's returns inf or
+nan. Emitted code (and the primitives' reference impls) call these instead.
 Both are batched over leading dimensions and vectorized: a Python loop over the n columns,
 each step a NumPy operation on every matrix of the batch at once. No SciPy.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["lu", "triangular_solve"]
+__all__ = ["lu", "solve", "triangular_solve"]
 
 
 def _swap_last(x):
@@ -58,6 +60,22 @@ def _solve_left(a, b, lower, unit_diagonal):
             row = row / a[..., i, i, None]
         x[..., i, :] = row
     return x
+
+
+def solve(a, b):
+    """x with a @ x = b for each matrix of a batch: a (..., n, n), b (..., n, k).
+
+    LAPACK's gesv through np.linalg.solve; a singular matrix, which it refuses, is solved
+    by `lu` and two triangular solves instead, as XLA does, giving inf or nan.
+    """
+    try:
+        return np.linalg.solve(a, b)
+    except np.linalg.LinAlgError:
+        factors, _, permutation = lu(a)
+        rows = np.take_along_axis(np.asarray(b), permutation[..., None].astype(np.intp), axis=-2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = triangular_solve(factors, rows, left_side=True, lower=True, unit_diagonal=True)
+            return triangular_solve(factors, y, left_side=True, lower=False)
 
 
 def lu(a):

@@ -1,8 +1,12 @@
 """Loading what `s2s compile` wrote: `load(manifest_path, name)` → a callable.
 
     from s2s_runtime import manifest
-    grad_loss = manifest.load("build/manifest.json", "grad_loss")
+    grad_loss = manifest.load("build/manifest.json", "pkg.models.dense.grad_loss")
     (dW, db) = grad_loss(W, b, x, y)      # flat NumPy arrays in, a list of NumPy arrays out
+
+Entries are named by their module's dotted name and the export's stem. Arguments must have
+the entry's input dtypes and shapes exactly (see `argument`): a float64 array for a float32
+input is a TypeError, never a silent cast.
 
 The executable is deserialized from NAME.exe through jaxlib (no compiler, no s2s, no jax).
 Serialized executables only load into the jaxlib version that wrote them: a mismatch is an
@@ -31,7 +35,7 @@ from jaxlib import xla_client
 
 from s2s_runtime import xla
 
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2   # 2: entries named by module (`pkg.mod.loss`), paths relative
 
 
 class ManifestError(Exception):
@@ -54,7 +58,8 @@ def read(manifest_path: str) -> dict:
         raise ManifestError(f"{manifest_path}: a manifest is a JSON object, this is a "
                             f"{type(manifest).__name__}; recompile with `s2s compile`")
     if manifest.get("format") != MANIFEST_FORMAT:
-        raise ManifestError(f"{manifest_path}: unknown manifest format {manifest.get('format')!r}")
+        raise ManifestError(f"{manifest_path}: unknown manifest format {manifest.get('format')!r}; "
+                            f"recompile with `s2s compile`")
     return manifest
 
 
@@ -123,6 +128,47 @@ def _consts(where: str, data: bytes, count: int) -> list[np.ndarray]:
                             f"({e}); recompile with `s2s compile`") from None
 
 
+_PYTHON_KINDS = {bool: "b", int: "iu", float: "f", complex: "c"}
+
+
+def _type_name(shape: tuple, dtype: np.dtype) -> str:
+    return f"{dtype.name}[{','.join(map(str, shape))}]"
+
+
+def argument(name: str, position: int, value, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """`value` as parameter `position` of entry `name` (`dtype`[`shape`]), or a TypeError.
+
+    Like a jitted call's compiled signature: a NumPy array or scalar must have the dtype and
+    the shape exactly (float64 is never narrowed to float32 behind your back). A Python
+    number, or a nested list of them, is taken as the parameter's dtype when it is of the
+    same kind (bool; int for an int dtype, when every value fits; float; complex), as jit
+    takes Python numbers as weakly typed."""
+    wanted = _type_name(shape, dtype)
+    if isinstance(value, (np.ndarray, np.generic)):
+        if value.dtype != dtype or value.shape != shape:
+            raise TypeError(f"{name}: argument {position} is {_type_name(value.shape, value.dtype)}, "
+                            f"the compiled entry takes {wanted}; convert it yourself "
+                            f"(np.asarray(x, np.{dtype.name})) or compile an entry for it")
+        return value
+    try:
+        given = np.asarray(value) if isinstance(value, (bool, int, float, complex, list, tuple)) else None
+    except ValueError:   # a ragged list
+        given = None
+    kind = None if given is None else next(
+        (k for t, k in _PYTHON_KINDS.items() if given.dtype.kind in k and np.dtype(t).kind in k), None)
+    converted = None
+    if kind is not None and dtype.kind in kind and given.shape == shape:
+        with np.errstate(all="ignore"):
+            converted = np.asarray(given, dtype)
+        if kind == "iu" and not np.array_equal(converted, given):
+            converted = None   # an int that does not fit
+    if converted is None:
+        got = type(value).__name__ if given is None else f"{type(value).__name__} of {_type_name(given.shape, given.dtype)}"
+        raise TypeError(f"{name}: argument {position} is a {got}, the compiled entry takes {wanted}; "
+                        f"pass np.asarray(x, np.{dtype.name}) of shape {shape}")
+    return converted
+
+
 def load(manifest_path: str, name: str, device=None):
     """`name`'s compiled executable as `f(*flat_arrays) -> list[np.ndarray]`."""
     manifest = read(manifest_path)
@@ -167,11 +213,8 @@ def load(manifest_path: str, name: str, device=None):
     def call(*args) -> list[np.ndarray]:
         if len(args) != len(inputs):
             raise TypeError(f"{name} takes {len(inputs)} arrays, got {len(args)}")
-        for i, (value, (shape, dtype)) in enumerate(zip(args, inputs)):
-            if np.shape(value) != shape:
-                raise TypeError(f"{name}: argument {i} has shape {np.shape(value)}, "
-                                f"expected {shape} ({dtype.name})")
-        return executable(*consts, *args)
+        return executable(*consts, *[argument(name, i, value, shape, dtype)
+                                     for i, (value, (shape, dtype)) in enumerate(zip(args, inputs))])
 
     call.__name__ = name
     call.entry = entry

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
-from jaxlib import _jax, version as jaxlib_version, xla_client
+from jaxlib import _hlo, _jax, version as jaxlib_version, xla_client
 from jaxlib.cpu import _lapack
 
 _lock = threading.Lock()
@@ -397,15 +397,16 @@ class Executable:
         device = device or devices()[0]
         cl = client()
         device_list, options = _placement(device)
+        loaded = []   # the cached bytes a hit was deserialized from (see `serialize`)
         executable, cache_hit = disk_cache.get_or_compile(
             disk_cache_key(mlir_text, device, options),
-            lambda: cl.compile_and_load(mlir_text, device_list, options),
-            cl.serialize_executable,
-            lambda b: cl.deserialize_executable(b, device_list, options))
-        self._setup(executable, in_dtypes, device, mlir_text, cache_hit)
+            lambda: cl.compile_and_load(mlir_text, device_list, options), cl.serialize_executable,
+            lambda b: loaded.append(bytes(b)) or cl.deserialize_executable(b, device_list, options))
+        self._setup(executable, in_dtypes, device, mlir_text, cache_hit, loaded[-1] if cache_hit else None)
 
-    def _setup(self, executable, in_dtypes, device, text, cache_hit: bool) -> None:
+    def _setup(self, executable, in_dtypes, device, text, cache_hit: bool, serialized=None) -> None:
         self._exe = executable
+        self._serialized = serialized
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]
         self.device = device
         self.text = text
@@ -422,11 +423,14 @@ class Executable:
         device = device or devices()[0]
         self = cls.__new__(cls)
         executable = client().deserialize_executable(bytes(data), *_placement(device))
-        self._setup(executable, in_dtypes, device, None, False)
+        self._setup(executable, in_dtypes, device, None, False, bytes(data))
         return self
 
     def serialize(self) -> bytes:
-        """The compiled executable as bytes, for `from_serialized` (never pickled)."""
+        """The compiled executable as bytes, for `from_serialized` (never pickled). A loaded
+        one gives the bytes it came from: jaxlib drops its kernels (`NOT_FOUND: Function`)."""
+        if self._serialized is not None:
+            return self._serialized
         return client().serialize_executable(self._exe)
 
     def parameter_types(self) -> list[tuple[tuple, np.dtype]]:
@@ -581,11 +585,15 @@ def _entry_signature(optimized_hlo: str) -> tuple[list[tuple], list[tuple[tuple,
     return [shape for shape, _ in typed(layout[:split])], typed(layout[split + 3:])
 
 
-def hlo_text(mlir_text: str) -> str:
-    """The unoptimized XLA HLO of a StableHLO module."""
+def hlo_text(mlir_text: str, metadata: bool = False) -> str:
+    """The unoptimized XLA HLO of a StableHLO module; `metadata`: with each op's source."""
     computation = _jax.mlir.mlir_module_to_xla_computation(mlir_text, use_tuple_args=False,
                                                            return_tuple=False)
-    return computation.as_hlo_text()
+    if not metadata:
+        return computation.as_hlo_text()
+    options = _hlo.HloPrintOptions()
+    options.print_metadata = True
+    return computation.get_hlo_module().to_string(options)
 
 
 def process_index() -> int:

@@ -7,14 +7,31 @@ as static values), then checks:
   2. `eval_jaxpr` on the concrete args equals `numpy_fn(*args)` (values, shape, dtype),
   3. the emitted Python module, executed, equals it too.
 It returns the ClosedJaxpr so a test can also assert on its equations.
+
+`run_s2s(*args)` runs the `s2s` command in a subprocess, as a user would.
 """
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 
 from s2s.core import aval_of_value, check_jaxpr, eval_jaxpr
 from s2s.emit.python import emit_jaxpr_source, load_source
 from s2s.staging import JaxprBuilder
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_s2s(*args, pythonpath: str = ROOT, cwd: str = ROOT) -> subprocess.CompletedProcess:
+    """Runs the `s2s` command in a subprocess, as a user would, with the s2s of the checkout
+    at `pythonpath` (this one unless another is named, to compare against a baseline; then
+    `cwd` must not be a checkout, since `python -m` looks there first)."""
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    return subprocess.run([sys.executable, "-m", "s2s", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
 def _is_array_arg(a) -> bool:

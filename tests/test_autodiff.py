@@ -204,6 +204,41 @@ def test_grad_needs_a_scalar_output():
         s2s.grad(lambda x: x * 2)(np.ones(3))
 
 
+def loss_and_prediction(x):
+    prediction = np.sin(x)
+    return np.sum(prediction ** 2), prediction
+
+
+def three_outputs(x):
+    return [np.sum(x), x, x]
+
+
+@pytest.mark.parametrize("transform", [s2s.grad, s2s.value_and_grad])
+def test_grad_of_a_tuple_returning_function_without_has_aux(transform):
+    """grad of `return loss, aux` said only "one scalar floating-point output". It now says
+    the function returns a tuple of 2, points at the `return`, and suggests has_aux=True."""
+    with pytest.raises(s2s.StagingError) as caught:
+        transform(loss_and_prediction)(np.ones(3))
+    message = str(caught.value)
+    line = loss_and_prediction.__code__.co_firstlineno + 2
+    assert f"test_autodiff.py:{line}:5" in message
+    assert "return np.sum(prediction ** 2), prediction\n" in message and "^^^^" in message
+    assert "loss_and_prediction returns a tuple of 2 values (f64[], f64[3])" in message
+    assert f"{transform.__name__}(loss_and_prediction, has_aux=True)" in message
+    result = transform(loss_and_prediction, has_aux=True)(np.ones(3))   # what it suggests works
+    grads = result[0] if transform is s2s.grad else result[1]
+    np.testing.assert_allclose(grads, np.full(3, np.sin(2.0)))   # d/dx sin(x)^2 = sin(2x)
+
+
+def test_grad_of_a_list_or_dict_returning_function_names_the_container():
+    """Only a pair suggests has_aux; other containers get the general advice."""
+    with pytest.raises(s2s.StagingError, match="three_outputs returns a list of 3 values") as caught:
+        s2s.grad(three_outputs)(np.ones(2))
+    assert "has_aux=True)" not in str(caught.value)
+    with pytest.raises(s2s.StagingError, match="returns a dict of 1 value "):
+        s2s.grad(lambda x: {"loss": np.sum(x)})(np.ones(2))
+
+
 def test_grad_as_a_decorator():
     @s2s.grad
     def f(x):

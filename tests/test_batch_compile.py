@@ -1,5 +1,6 @@
 """`s2s compile`: batch compilation of a package's exports, the manifest, incremental
 rebuilds, failures with their location, and loading an entry with s2s_runtime alone."""
+import hashlib
 import json
 import os
 import subprocess
@@ -7,6 +8,14 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
+
+from s2s import batch_compile
+from s2s.batch_compile import compile_paths
+from s2s_runtime import manifest, xla
+from s2s_runtime.xla import Executable
+from tests.reliability import cache_dir  # noqa: F401  (a fixture)
+from tests.test_build_plan import write_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,52 +74,50 @@ def test_compile_package_reports_failures_skips_unchanged_and_loads_without_s2s(
     out = tmp_path / "build"
     result = run_compile(str(pkg), "--out", str(out), "-j", "2")
     assert result.returncode == 1, result.stdout + result.stderr
-    for name in ("loss", "grad_loss", "combine", "project"):
+    for name in ("good.loss", "good.grad_loss", "good.combine", "good.project"):
         for suffix in (".mlir", ".hlo.txt", ".exe"):
             assert (out / f"{name}{suffix}").is_file(), f"{name}{suffix} missing\n{result.stderr}"
-    assert not (out / "broken.exe").exists()
-    assert "stablehlo" in (out / "loss.mlir").read_text()
-    assert "ENTRY" in (out / "grad_loss.hlo.txt").read_text()
+    assert not (out / "sub.bad.broken.exe").exists()
+    assert "stablehlo" in (out / "good.loss.mlir").read_text()
+    assert "ENTRY" in (out / "good.grad_loss.hlo.txt").read_text()
 
     manifest = json.loads((out / "manifest.json").read_text())
     entries = manifest["entries"]
-    assert set(entries) == {"loss", "grad_loss", "combine", "project", "broken"}
-    assert entries["project"]["num_consts"] == 1 and (out / "project.consts.npz").is_file()
-    broken = entries["broken"]
+    assert set(entries) == {"good.loss", "good.grad_loss", "good.combine", "good.project",
+                            "sub.bad.broken"}
+    assert entries["good.project"]["num_consts"] == 1 and (out / "good.project.consts.npz").is_file()
+    broken = entries["sub.bad.broken"]
     assert broken["status"] == "failed"
-    assert broken["location"] == f"{pkg / 'sub' / 'bad.py'}:{BAD_LINE}"
+    assert broken["location"] == f"sub/bad.py:{BAD_LINE}"   # relative to the folder compiled
     assert "ShapeError" in broken["error"]
-    loss = entries["loss"]
+    loss = entries["good.loss"]
     assert loss["status"] == "ok" and loss["transform"] == "primal" and loss["function"] == "loss"
     assert loss["inputs"] == [{"shape": [3, 4], "dtype": "float32"}, {"shape": [4], "dtype": "float32"}]
     assert loss["outputs"] == [{"shape": [], "dtype": "float32"}]
-    assert entries["grad_loss"]["transform"] == "grad"
-    assert os.path.samefile(loss["module"], pkg / "good.py")
-    import hashlib
-    assert loss["mlir_sha256"] == hashlib.sha256((out / "loss.mlir").read_bytes()).hexdigest()
-    assert loss["source_sha256"] == hashlib.sha256((pkg / "good.py").read_bytes()).hexdigest()
-    assert loss["compile_seconds"] >= 0
+    assert entries["good.grad_loss"]["transform"] == "grad"
+    assert loss["module"] == "good.py" and loss["verified"] is True
+    assert loss["mlir_sha256"] == hashlib.sha256((out / "good.loss.mlir").read_bytes()).hexdigest()
+    assert loss["exe_sha256"] == hashlib.sha256((out / "good.loss.exe").read_bytes()).hexdigest()
     # progress lines, one per target, and the failure's location on stderr
-    assert "[" in result.stderr and "/5] grad_loss ok" in result.stderr
+    assert "[" in result.stderr and "/5] good.grad_loss ok" in result.stderr
     assert f"bad.py:{BAD_LINE}" in result.stderr
 
     # Second run: nothing changed, so every good entry is skipped (the failure is retried).
-    mtime = (out / "loss.exe").stat().st_mtime_ns
+    mtime = (out / "good.loss.exe").stat().st_mtime_ns
+    before = (out / "manifest.json").read_bytes()
     again = run_compile(str(pkg), "--out", str(out), "-j", "2")
     assert again.returncode == 1
-    for name in ("loss", "grad_loss", "combine"):
+    for name in ("good.loss", "good.grad_loss", "good.combine"):
         assert f"{name} skipped" in again.stderr, again.stderr
-    assert (out / "loss.exe").stat().st_mtime_ns == mtime
-    entries = json.loads((out / "manifest.json").read_text())["entries"]
-    assert entries["loss"]["skipped"] and entries["loss"]["status"] == "ok"
-    assert entries["broken"]["status"] == "failed"
+    assert (out / "good.loss.exe").stat().st_mtime_ns == mtime
+    assert (out / "manifest.json").read_bytes() == before   # no timings, no run state
 
     # Fixing the broken module recompiles it alone; exit status 0.
     (pkg / "sub" / "bad.py").write_text(BAD.replace("f32[5]", "f32[4]"))
     fixed = run_compile(str(pkg), "--out", str(out))
     assert fixed.returncode == 0, fixed.stderr
-    assert "broken ok" in fixed.stderr and "loss skipped" in fixed.stderr
-    assert (out / "broken.exe").is_file()
+    assert "sub.bad.broken ok" in fixed.stderr and "good.loss skipped" in fixed.stderr
+    assert (out / "sub.bad.broken.exe").is_file()
 
     # Load entries with the runtime only: importing s2s or jax is refused.
     script = textwrap.dedent(f"""
@@ -125,22 +132,22 @@ def test_compile_package_reports_failures_skips_unchanged_and_loads_without_s2s(
         from s2s_runtime import manifest
         W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
         x = np.array([0.5, -1.0, 2.0, 0.25], dtype=np.float32)
-        (value,) = manifest.load({str(out / 'manifest.json')!r}, "loss")(W, x)
+        (value,) = manifest.load({str(out / 'manifest.json')!r}, "good.loss")(W, x)
         assert value.dtype == np.float32 and value.shape == ()
         assert np.allclose(value, np.sum(np.tanh(W @ x)), rtol=1e-5), value
-        (dW,) = manifest.load({str(out / 'manifest.json')!r}, "grad_loss")(W, x)
+        (dW,) = manifest.load({str(out / 'manifest.json')!r}, "good.grad_loss")(W, x)
         expected = np.outer(1 - np.tanh(W @ x) ** 2, x)
         assert np.allclose(dW, expected, rtol=1e-5, atol=1e-6), (dW, expected)
         a, b = np.array([1.0, 2.0]), np.array([5.0, 7.0])
-        first, second = manifest.load({str(out / 'manifest.json')!r}, "combine")(a, b)
+        first, second = manifest.load({str(out / 'manifest.json')!r}, "good.combine")(a, b)
         assert np.allclose(first, a * 2 + np.array([1.0, 2.0])) and np.allclose(second, b - a)
         x2 = np.linspace(-1, 1, 8).reshape(2, 4)
-        (proj,) = manifest.load({str(out / 'manifest.json')!r}, "project")(x2)
+        (proj,) = manifest.load({str(out / 'manifest.json')!r}, "good.project")(x2)
         assert np.allclose(proj, np.tanh(x2 @ (np.arange(12.0).reshape(4, 3) / 10.0)))
         try:
             manifest.load({str(out / 'manifest.json')!r}, "nonexistent")
         except manifest.ManifestError as e:
-            assert "grad_loss" in str(e)
+            assert "good.grad_loss" in str(e)
         else:
             raise AssertionError("no error for a missing entry")
         assert not any(m.split(".")[0] in ("s2s", "jax") for m in sys.modules), "s2s or jax imported"
@@ -159,7 +166,7 @@ def test_compile_module_that_fails_to_import_is_reported(tmp_path):
     entries = json.loads((tmp_path / "build" / "manifest.json").read_text())["entries"]
     (entry,) = entries.values()
     assert entry["status"] == "failed" and "boom" in entry["error"]
-    assert entry["location"] == f"{tmp_path / 'oops.py'}:7"
+    assert entry["location"] == "oops.py:7"
 
 
 RENDEZVOUS = '''\
@@ -195,5 +202,212 @@ def test_two_concurrent_compiles_into_one_folder_keep_both_entries(tmp_path):
         _, stderr = run.communicate(timeout=300)
         assert run.returncode == 0, stderr
     entries = json.loads((out / "manifest.json").read_text())["entries"]
-    assert sorted(entries) == ["first", "second"]
+    assert sorted(entries) == ["first.first", "second.second"]
     assert all(e["status"] == "ok" for e in entries.values())
+
+
+# ---------------------------------------------------------------------------------------
+# Regressions of issue 13: builds a team can trust
+
+FUSED = '''\
+import numpy as np
+import s2s
+
+
+@s2s.export("f32[3,4], f32[4]", transforms=("primal", "grad"))
+def fused(W, x):
+    return np.sum(np.tanh(W @ x) * x[:3])
+'''
+W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+X = np.array([0.5, -1.0, 2.0, 0.25], dtype=np.float32)
+
+
+def fused_expected(W, x):
+    t = np.tanh(W @ x)
+    return {"fused": [np.sum(t * x[:3])], "grad_fused": [np.outer((1 - t ** 2) * x[:3], x)]}
+
+
+def loads_and_runs(build, module: str, expected: dict) -> None:
+    """Every entry of `module` in `build` runs, through manifest.load, to `expected`."""
+    for stem, values in expected.items():
+        results = manifest.load(str(build / "manifest.json"), f"{module}.{stem}")(W, X)
+        assert all(type(r) is np.ndarray for r in results), results
+        for got, want in zip(results, values):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_warm_disk_cache_build_writes_executables_that_load(tmp_path, cache_dir):
+    (tmp_path / "warm_cache_module.py").write_text(FUSED)
+    module = str(tmp_path / "warm_cache_module.py")
+    assert compile_paths([module], str(tmp_path / "cold")) == 0
+    assert compile_paths([module], str(tmp_path / "warm")) == 0          # a new --out
+    assert compile_paths([module], str(tmp_path / "cold"), force=True) == 0   # --force
+    for build in ("cold", "warm"):
+        loads_and_runs(tmp_path / build, "warm_cache_module", fused_expected(W, X))
+
+
+class GarbageExecutable(Executable):
+    def serialize(self) -> bytes:
+        return b"not an executable"
+
+
+def not_numeric_results(self, *args):
+    return [np.array(object(), dtype=object)]
+
+
+@pytest.mark.parametrize("sabotage", ["bytes that do not load", "results that are not arrays"])
+def test_verification_fails_an_entry_whose_executable_does_not_run(tmp_path, monkeypatch, capsys,
+                                                                   sabotage):
+    (tmp_path / "sabotaged_module.py").write_text(FUSED)
+    if sabotage == "bytes that do not load":
+        monkeypatch.setattr(batch_compile, "Executable", GarbageExecutable)
+    else:
+        monkeypatch.setattr(xla.Executable, "__call__", not_numeric_results)
+    assert compile_paths([str(tmp_path / "sabotaged_module.py")], str(tmp_path / "build")) == 1
+    entries = batch_compile.read_manifest(str(tmp_path / "build"))["entries"]
+    assert {e["status"] for e in entries.values()} == {"failed"}
+    assert "sabotaged_module.fused FAILED" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path / "build")) == ["manifest.json", "manifest.json.lock"]
+
+
+def test_no_verify_writes_without_running_and_a_later_verified_build_checks(tmp_path, monkeypatch):
+    (tmp_path / "unverified_module.py").write_text(FUSED)
+    module, out = str(tmp_path / "unverified_module.py"), str(tmp_path / "build")
+    monkeypatch.setattr(batch_compile, "Executable", GarbageExecutable)
+    assert compile_paths([module], out, check=False) == 0
+    entries = batch_compile.read_manifest(out)["entries"]
+    assert [e["verified"] for e in entries.values()] == [False, False]
+    assert compile_paths([module], out) == 1   # unverified entries are not up to date
+
+
+def test_helper_module_change_rebuilds_the_entries_that_use_it(tmp_path):
+    write_files(tmp_path / "src", {
+        "helpers.py": "import numpy as np\n\ndef act(x):\n    return np.tanh(x)\n",
+        "model.py": "import numpy as np\nimport s2s\nfrom helpers import act\n\n\n"
+                    "@s2s.export('f64[3]', transforms=('primal',))\ndef uses_helper(x):\n"
+                    "    return act(x) * 2.0\n\n\n"
+                    "@s2s.export('f64[3]', transforms=('primal',))\ndef no_helper(x):\n"
+                    "    return x + 1.0\n"})
+    out = tmp_path / "build"
+    assert run_compile(str(tmp_path / "src"), "--out", str(out)).returncode == 0
+    (tmp_path / "src" / "helpers.py").write_text(
+        "import numpy as np\n\ndef act(x):\n    return np.sin(x)\n")
+    again = run_compile(str(tmp_path / "src"), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert "model.uses_helper ok" in again.stderr and "model.no_helper skipped" in again.stderr
+    x = np.array([0.1, -0.7, 2.0])
+    (value,) = manifest.load(str(out / "manifest.json"), "model.uses_helper")(x)
+    np.testing.assert_allclose(value, np.sin(x) * 2.0)
+
+
+def test_package_modules_import_each_other_relatively_and_absolutely(tmp_path):
+    body = "\n\n@s2s.export('f64[3]', transforms=('primal', 'grad'))\ndef loss(x):\n" \
+           "    return np.sum(act(x))\n"
+    write_files(tmp_path, {
+        "imports_pkg/__init__.py": "",
+        "imports_pkg/helpers.py": "import numpy as np\n\ndef act(x):\n    return np.tanh(x) * x\n",
+        "imports_pkg/models/__init__.py": "",
+        "imports_pkg/models/relative.py": "import numpy as np\nimport s2s\n"
+                                          "from ..helpers import act\n" + body,
+        "imports_pkg/models/absolute.py": "import numpy as np\nimport s2s\n"
+                                          "from imports_pkg.helpers import act\n" + body})
+    out = tmp_path / "build"
+    assert compile_paths([str(tmp_path / "imports_pkg")], str(out)) == 0
+    x = np.array([0.3, -1.2, 0.8])
+    for module in ("imports_pkg.models.relative", "imports_pkg.models.absolute"):
+        (value,) = manifest.load(str(out / "manifest.json"), f"{module}.loss")(x)
+        np.testing.assert_allclose(value, np.sum(np.tanh(x) * x))
+        (gradient,) = manifest.load(str(out / "manifest.json"), f"{module}.grad_loss")(x)
+        np.testing.assert_allclose(gradient, np.tanh(x) + x * (1 - np.tanh(x) ** 2))
+
+
+def test_adding_a_same_named_export_elsewhere_renames_no_entry(tmp_path, capsys):
+    write_files(tmp_path / "src", {"first_namer.py": FUSED})
+    out = str(tmp_path / "build")
+    assert compile_paths([str(tmp_path / "src")], out) == 0
+    before = batch_compile.read_manifest(out)["entries"]
+    write_files(tmp_path / "src", {"second_namer.py": FUSED})
+    capsys.readouterr()
+    assert compile_paths([str(tmp_path / "src")], out) == 0
+    entries = batch_compile.read_manifest(out)["entries"]
+    assert sorted(entries) == ["first_namer.fused", "first_namer.grad_fused",
+                               "second_namer.fused", "second_namer.grad_fused"]
+    assert {n: entries[n] for n in before} == before
+    assert "first_namer.fused skipped" in capsys.readouterr().err
+
+
+def test_removed_export_files_are_deleted_and_reported_and_unlisted_files_kept(tmp_path):
+    source = FUSED + "\n\n@s2s.export('f32[2]', transforms=('primal',))\ndef dropped(x):\n" \
+                     "    return x * 3.0\n"
+    write_files(tmp_path / "src", {"shrinking.py": source})
+    out = tmp_path / "build"
+    assert run_compile(str(tmp_path / "src"), "--out", str(out)).returncode == 0
+    assert (out / "shrinking.dropped.exe").is_file()
+    write_files(out, {"notes.txt": "mine", "stray.exe": "not listed"})
+    (tmp_path / "src" / "shrinking.py").write_text(FUSED)
+    again = run_compile(str(tmp_path / "src"), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert ("removed shrinking.dropped.exe, shrinking.dropped.hlo.txt, shrinking.dropped.mlir "
+            "(shrinking.dropped: no longer exported)") in again.stderr
+    assert sorted(os.listdir(out)) == sorted(
+        ["manifest.json", "manifest.json.lock", "notes.txt", "stray.exe"]
+        + [f"shrinking.{stem}{suffix}" for stem in ("fused", "grad_fused")
+           for suffix in (".exe", ".hlo.txt", ".mlir")])
+    assert sorted(json.loads((out / "manifest.json").read_text())["entries"]) == [
+        "shrinking.fused", "shrinking.grad_fused"]
+
+
+def test_a_damaged_manifest_cannot_make_compile_remove_other_files(tmp_path):
+    """Removal takes only the kinds of file compile writes: an entry listing the manifest,
+    a user's file or a path elsewhere loses nothing of them."""
+    source = FUSED + "\n\n@s2s.export('f32[2]', transforms=('primal',))\ndef dropped(x):\n" \
+                     "    return x * 3.0\n"
+    write_files(tmp_path / "src", {"shrinking.py": source})
+    out = tmp_path / "build"
+    assert run_compile(str(tmp_path / "src"), "--out", str(out)).returncode == 0
+    write_files(out, {"notes.txt": "mine"})
+    write_files(tmp_path, {"outside.exe": "not the build's"})
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["entries"]["shrinking.dropped"]["files"].update(
+        {"a": "manifest.json", "b": "notes.txt", "c": "../outside.exe", "d": "manifest.json.lock"})
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "src" / "shrinking.py").write_text(FUSED)
+    again = run_compile(str(tmp_path / "src"), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert (out / "notes.txt").read_text() == "mine" and (tmp_path / "outside.exe").is_file()
+    assert sorted(json.loads((out / "manifest.json").read_text())["entries"]) == [
+        "shrinking.fused", "shrinking.grad_fused"]
+
+
+def test_same_package_from_two_checkouts_gives_identical_manifest_and_mlir(tmp_path):
+    package = {"repro_pkg/__init__.py": "",
+               "repro_pkg/model.py": "import numpy as np\nimport s2s\n\nTABLE = np.eye(3)\n\n\n"
+                                     "@s2s.export('f64[3]', transforms=('primal', 'grad'))\n"
+                                     "def loss(x):\n    return np.sum(np.tanh(TABLE @ x))\n"}
+    for checkout in ("one", "two"):
+        write_files(tmp_path / checkout, package)
+        result = run_compile(str(tmp_path / checkout / "repro_pkg"), "--out",
+                             str(tmp_path / checkout / "build"))
+        assert result.returncode == 0, result.stderr
+    one, two = tmp_path / "one" / "build", tmp_path / "two" / "build"
+    assert sorted(os.listdir(one)) == sorted(os.listdir(two))
+    for name in os.listdir(one):
+        if name.endswith((".json", ".mlir", ".hlo.txt", ".npz")):
+            assert (one / name).read_bytes() == (two / name).read_bytes(), name
+    mlir = (one / "repro_pkg.model.loss.mlir").read_text()
+    assert 'loc("repro_pkg/model.py":9:' in mlir and str(tmp_path) not in mlir
+    assert 'source_file="repro_pkg/model.py" source_line=9' in (one / "repro_pkg.model.loss.hlo.txt").read_text()
+
+
+def test_module_that_stops_importing_has_its_entries_files_removed_and_says_why(tmp_path):
+    write_files(tmp_path / "src", {"breaking.py": FUSED})
+    out = tmp_path / "build"
+    assert run_compile(str(tmp_path / "src"), "--out", str(out)).returncode == 0
+    (tmp_path / "src" / "breaking.py").write_text(FUSED + "\nraise RuntimeError('boom')\n")
+    broken = run_compile(str(tmp_path / "src"), "--out", str(out))
+    assert broken.returncode == 1
+    assert ("removed breaking.fused.exe, breaking.fused.hlo.txt, breaking.fused.mlir "
+            "(breaking.fused: its module failed to import)") in broken.stderr
+    entries = json.loads((out / "manifest.json").read_text())["entries"]
+    assert list(entries) == ["breaking.<module>"] and "boom" in entries["breaking.<module>"]["error"]
+    assert sorted(os.listdir(out)) == ["manifest.json", "manifest.json.lock"]

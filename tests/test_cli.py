@@ -1,8 +1,8 @@
-"""The `s2s` command line: jaxpr and emit subcommands, sidecar constants, errors."""
+"""The `s2s` command line: jaxpr, emit and check subcommands, sidecar constants, orphans,
+errors."""
 import os
 import shutil
 import subprocess
-import sys
 import sysconfig
 
 import numpy as np
@@ -10,13 +10,19 @@ import numpy as np
 import s2s
 from s2s.emit.python import load_source
 from tests.fixtures import cli_module
+from tests.helpers import run_s2s as run_cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE = os.path.join("tests", "fixtures", "cli_module.py")
 
+EXPORTING = '''\
+import numpy as np
+import s2s
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "s2s", *args], cwd=ROOT, capture_output=True, text=True)
+
+@s2s.export("f64[3]", transforms=("grad",), name="{name}")
+def f(x):
+    return np.sin(x).sum()
+'''
 
 
 def test_jaxpr_subcommand_prints_the_jaxpr():
@@ -86,3 +92,51 @@ def test_console_script_is_installed():
     assert exe is not None and os.path.exists(exe)
     result = subprocess.run([exe, "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "jaxpr" in result.stdout
+
+
+def test_check_fails_for_a_module_without_exports(tmp_path):
+    """Regression: `s2s check` of a module with no @s2s.export said "0 generated files are
+    up to date" and exited 0, so a CI step pointed at the wrong file always passed."""
+    result = run_cli("check", MODULE, "--against", str(tmp_path))
+    assert result.returncode == 1
+    assert "cli_module.py declares no @s2s.export" in result.stderr and "Traceback" not in result.stderr
+
+
+def exporting_module(folder, name: str, filename: str = "exporting.py") -> str:
+    """A module file in `folder` exporting `grad` of a function under the name `name`."""
+    path = folder / filename
+    path.write_text(EXPORTING.format(name=name))
+    return str(path)
+
+
+def test_check_fails_on_an_orphan_left_by_a_renamed_export(tmp_path):
+    """Regression: after an export was renamed, its old file stayed in the folder and
+    `s2s check` passed once the new file was there, though no export produced the old one."""
+    out = str(tmp_path / "derivatives")
+    assert run_cli("emit", exporting_module(tmp_path, "old"), "--out", out).returncode == 0
+    renamed = exporting_module(tmp_path, "new")
+    assert run_cli("emit", renamed, "--out", str(tmp_path / "elsewhere")).returncode == 0
+    shutil.copy(tmp_path / "elsewhere" / "grad_new.py", out)   # the new file, committed beside the old
+    result = run_cli("check", renamed, "--against", out)
+    assert result.returncode == 1
+    assert f"orphan {os.path.join(out, 'grad_old.py')}" in result.stdout
+    assert "1 generated files are stale, missing or orphaned" in result.stdout
+
+
+def test_emit_removes_its_own_orphans_and_nothing_else(tmp_path):
+    """`s2s emit` deletes what it would leave stale: generated files (and their .npz) whose
+    header names this module and whose export is gone, and no other file in the folder."""
+    out = tmp_path / "derivatives"
+    assert run_cli("emit", exporting_module(tmp_path, "old"), "--out", str(out)).returncode == 0
+    (out / "grad_old.npz").write_bytes(b"constants of the old export")
+    other_module = exporting_module(tmp_path, "other", "metrics.py")   # shares the folder
+    assert run_cli("emit", other_module, "--out", str(out)).returncode == 0
+    copied = (out / "grad_old.py").read_text()
+    (out / "backup.py").write_text(copied)     # a copy under another name: its header names grad_old
+    (out / "notes.py").write_text("# the team's notes, not generated\n")
+
+    result = run_cli("emit", exporting_module(tmp_path, "new"), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    removed = [line for line in result.stdout.splitlines() if line.startswith("removed ")]
+    assert removed == [f"removed {out / 'grad_old.py'}", f"removed {out / 'grad_old.npz'}"]
+    assert sorted(p.name for p in out.iterdir()) == ["backup.py", "grad_new.py", "grad_other.py", "notes.py"]

@@ -6,6 +6,7 @@ import pytest
 
 import s2s
 from s2s import eager
+from s2s.tree import tree_map
 
 
 def tanh_sum(x):
@@ -59,3 +60,65 @@ def test_emitted_call_args_canonicalize_to_the_staged_dtypes():
     signature = s2s.emit.signature.emitted_signature(with_x64_off)
     (arg,), _ = eager.emitted_call_args(with_x64_off, signature, (np.ones(2),), {}, canonicalize=True)
     assert arg.dtype == np.float32
+
+
+def sin_sum(v):
+    return np.sum(np.sin(v))
+
+
+def weighted_sin_sum(params):
+    return np.sum(np.sin(params["a"])) * params["b"] + params["c"][0] ** 2
+
+
+PYTHON_NUMBER_ARGUMENTS = {
+    "list of floats": [0.5, 1.0],
+    "tuple of floats": (0.5, -1.25, 2.0),
+    "float": 0.5,
+}
+
+
+@pytest.mark.parametrize("value", PYTHON_NUMBER_ARGUMENTS.values(), ids=PYTHON_NUMBER_ARGUMENTS)
+def test_python_backend_takes_python_floats_and_lists(value):
+    """grad(f)([0.5, 1.0]) failed in the emitted code ("'float' object is not subscriptable"):
+    Python numbers reached it unconverted. Each entry point that runs emitted code now gets
+    arrays of the staged dtypes, and agrees with the XLA backend and with NumPy."""
+    x = np.asarray(value, np.float64)
+    expected_grad = np.cos(x)
+    expected_value = np.sum(np.sin(x))
+
+    def as_array(tree):
+        return np.asarray(tree, np.float64)
+    np.testing.assert_allclose(as_array(s2s.grad(sin_sum)(value)), expected_grad)
+    got_value, got_grad = s2s.value_and_grad(sin_sum)(value)
+    np.testing.assert_allclose(got_value, expected_value)
+    np.testing.assert_allclose(as_array(got_grad), expected_grad)
+    np.testing.assert_allclose(s2s.jit(sin_sum, backend="python")(value), expected_value)
+    np.testing.assert_allclose(s2s.jit(sin_sum, backend="python")(value), s2s.jit(sin_sum)(value))
+    np.testing.assert_allclose(as_array(s2s.jit(s2s.grad(sin_sum), backend="python")(value)),
+                               expected_grad)
+    ones = tree_map(lambda _: 1.0, value)
+    primal_out, tangent_out = s2s.jvp(sin_sum, (value,), (ones,))
+    np.testing.assert_allclose(primal_out, expected_value)
+    np.testing.assert_allclose(tangent_out, np.sum(np.cos(x)))
+    (cotangent,) = s2s.vjp(sin_sum, value)[1](2.0)
+    np.testing.assert_allclose(as_array(cotangent), 2.0 * expected_grad)
+
+
+@pytest.mark.parametrize("value", [3, [0.5, 3], (2, 1.5)], ids=["int", "list", "tuple"])
+def test_python_backend_takes_python_ints(value):
+    """Ints are not differentiable, but jit runs them, on both backends alike."""
+    np.testing.assert_allclose(s2s.jit(sin_sum, backend="python")(value),
+                               np.sum(np.sin(np.asarray(value, np.float64))))
+    np.testing.assert_allclose(s2s.jit(sin_sum, backend="python")(value), s2s.jit(sin_sum)(value))
+
+
+def test_python_backend_takes_python_numbers_nested_in_pytrees():
+    params = {"a": (0.5, 1.0), "b": 2, "c": [1.5]}
+    a = np.array([0.5, 1.0])
+    value, grads = s2s.value_and_grad(weighted_sin_sum)({**params, "b": 2.0})
+    np.testing.assert_allclose(value, np.sum(np.sin(a)) * 2.0 + 1.5 ** 2)
+    np.testing.assert_allclose(grads["a"], 2.0 * np.cos(a))
+    np.testing.assert_allclose(grads["b"], np.sum(np.sin(a)))
+    np.testing.assert_allclose(grads["c"], [3.0])
+    np.testing.assert_allclose(s2s.jit(weighted_sin_sum, backend="python")(params),
+                               s2s.jit(weighted_sin_sum)(params))

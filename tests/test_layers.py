@@ -28,7 +28,7 @@ LAYERS = [
     ("frontend", ["s2s.frontend"]),
     ("transforms", ["s2s.lax", "s2s.autodiff", "s2s.custom_derivatives", "s2s.eager"]),
     ("user_api", ["s2s.jit", "s2s.api", "s2s.export", "s2s.test_util"]),
-    ("tools", ["s2s.cli", "s2s.batch_compile", "s2s.__main__", "s2s"]),
+    ("tools", ["s2s.cli", "s2s.batch_compile", "s2s.build_plan", "s2s.__main__", "s2s"]),
 ]
 
 # A primitive family or a NumPy-surface module grows a section per pass; the rest stay short.

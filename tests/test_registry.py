@@ -45,7 +45,7 @@ def test_every_primitive_has_abstract_eval_and_impl():
 LINEAR_PRIMITIVES = """
 add sub neg add_any mul div convert_element_type select broadcast_in_dim reshape transpose
 squeeze expand_dims concatenate pad slice dynamic_slice dynamic_update_slice rev gather
-scatter_add reduce_sum cumsum dot_general triangular_solve custom_vjp_lin cond scan
+scatter_add reduce_sum cumsum dot_general triangular_solve solve custom_vjp_lin cond scan
 custom_linear_solve
 """.split()
 # Transpose rules that explain why the primitive cannot run backwards (a while_loop's trip

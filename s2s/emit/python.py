@@ -2,10 +2,23 @@
 
 The module imports only `numpy` and `s2s_runtime`. It reads like NumPy a person would
 write: variables keep the user's names (`h`, `h_1`, ...), single-use temporaries are
-inlined into the expression that uses them (`h = np.tanh(x @ W1 + b1)`), each statement
-can carry a `# file.py:LINE` comment pointing at the source, and dead equations are not
-written at all. The output is deterministic byte for byte: nothing depends on ids, hash
-order or the absolute path of the checkout.
+inlined into the expression that uses them (`h = np.tanh(x @ W1 + b1)`), and dead
+equations are not written at all. The output is deterministic byte for byte: nothing
+depends on ids, hash order or the absolute path of the checkout.
+
+It is also written so that a one-line edit of the source changes only the emitted lines
+that depend on it (derivative files are reviewed as diffs):
+
+- Each statement can end with a comment saying where it came from, relative to the `def`
+  of the function it was staged from: `# mlp.py predict+1` is the line after
+  `def predict` in mlp.py (nested functions are `outer.inner`, methods `Class.method`; a
+  lambda counts from the def around it). Lines inserted above a function change nothing.
+- A temporary is named from what it is, never numbered through the file: the name of the
+  source variable it holds (`h`), else its operation and the source variable it derives
+  from (`exp_shifted`, `max_logits`), capped in length. A new statement renames only
+  temporaries of the same name after it (`exp_shifted_1`).
+- The names of returned cotangents are given out first, so the cotangent of an argument
+  `x` is `x_bar` even when a helper's parameter, also called `x`, has one too (`x_bar_1`).
 """
 from __future__ import annotations
 
@@ -27,6 +40,13 @@ from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, UNARY, Expr,
 from s2s.passes.inline import inline_calls
 
 INLINE_MAX_CHARS = 72          # longer expressions get a name of their own
+NAME_MAX_CHARS = 24            # a temporary's name is cut to this length
+# Operation names of temporaries, where the primitive's own name is long or unclear
+# (otherwise the primitive's name, without `reduce_`: `sum`, `max`).
+_OPERATION_NAMES = {"convert_element_type": "cast", "broadcast_in_dim": "bcast", "dot_general": "dot",
+                    "integer_pow": "pow", "add_any": "add", "expand_dims": "expand",
+                    "dynamic_slice": "slice", "dynamic_update_slice": "update", "scatter_add": "scatter",
+                    "select": "where", "custom_jvp_call": "call", "custom_vjp_call": "call"}
 LARGE_CONST_ELEMENTS = 1000    # larger constants are never written as literals
 _RESERVED = {"np", "rt"} | set(keyword.kwlist)
 
@@ -183,6 +203,7 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
         exprs[var] = Expr(const_name)
 
     body = Block(names, options)
+    body.origins.update((var, var.hint) for var in exprs if var.hint)
     for text in signature.prologue:
         body.line(text)
     in_exprs = []
@@ -193,7 +214,7 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
             local = names.fresh(hint or var.hint, "x")
             body.line(f"{local} = {source}")
             in_exprs.append(Expr(local))
-    outs = [e.text for e in body.write(jaxpr, in_exprs, exprs)]
+    outs = [e.text for e in body.write(jaxpr, in_exprs, exprs, _returned_names(jaxpr, names))]
     # A return that computes (an output written where it is read) says where, as statements do.
     comment = next((body.inlined_comments[v] for v in jaxpr.outvars if v in body.inlined_comments), "")
     if signature.output_builder is not None:
@@ -214,6 +235,19 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
     lines += [f"    {line}" for line in body.lines]
     source = "\n".join(lines) + "\n"
     return EmittedModule(source, sidecar)
+
+
+def _returned_names(jaxpr, names: "_Names") -> dict[Var, str]:
+    """Names for the returned cotangents (`x_bar`: the gradient of argument `x`), given
+    out before any other, so that no temporary takes them first: a helper's parameter also
+    called `x` has the cotangent `x_bar_1`. (Other returned values keep the order of their
+    assignments: `acc`, `acc_1`, ... for a variable assigned again and again.)"""
+    defined = {v for eqn in jaxpr.eqns for v in eqn.outvars}
+    returned = {}
+    for v in jaxpr.outvars:
+        if isinstance(v, Var) and v in defined and (v.hint or "").endswith("_bar") and v not in returned:
+            returned[v] = names.fresh(v.hint)
+    return returned
 
 
 def _uses(jaxpr) -> dict[Var, int]:
@@ -248,11 +282,13 @@ class Block:
     (sub-jaxprs) with `write`; names are shared, so every name in a function is unique."""
 
     def __init__(self, names: "_Names", options: EmitOptions, lines: list[str] | None = None,
-                 indent: str = ""):
+                 indent: str = "", origins: dict | None = None):
         self.names = names
         self.options = options
         self.lines = [] if lines is None else lines
         self.indent = indent
+        # The source name each variable derives from (its own, else its first operand's).
+        self.origins: dict[Var, str] = {} if origins is None else origins
         self.inlined_comments: dict[Var, str] = {}   # a value written where it is read -> its comment
 
     def line(self, text: str) -> None:
@@ -260,11 +296,29 @@ class Block:
 
     def nested(self, apart: bool = False) -> "Block":
         """A block one level in, writing into these lines (or into lines of its own)."""
-        return Block(self.names, self.options, [] if apart else self.lines, self.indent + "    ")
+        return Block(self.names, self.options, [] if apart else self.lines, self.indent + "    ",
+                     self.origins)
 
     def comment(self, eqn) -> str:
-        return f"  # {escaped(eqn.source_info.short())}" if (
+        return f"  # {escaped(eqn.source_info.relative())}" if (
             self.options.source_comments and eqn.source_info.line) else ""
+
+    def temporary_name(self, eqn, var: Var) -> str:
+        """A fresh name for `var`, an output of `eqn`: the source name it has (`h`), else
+        its operation and the source name it derives from (`exp_shifted`)."""
+        if var.hint:
+            return self.names.fresh(var.hint)
+        operation = eqn.primitive.name
+        operation = _OPERATION_NAMES.get(operation, operation.removeprefix("reduce_"))
+        origin = self.origins.get(var)
+        base = f"{operation}_{origin}" if origin else operation
+        return self.names.fresh(base[:NAME_MAX_CHARS].rstrip("_"))
+
+    def _note_origins(self, eqn) -> None:
+        origin = next((self.origins[v] for v in eqn.invars if isinstance(v, Var) and v in self.origins), None)
+        for v in eqn.outvars:
+            if v.hint or origin:
+                self.origins[v] = v.hint or origin
 
     def named(self, expr: Expr, hint: str | None, comment: str = "") -> Expr:
         """`expr` as a plain name (assigning it first unless it already is one)."""
@@ -282,9 +336,13 @@ class Block:
         targets = targets or {}
         exprs = {} if exprs is None else exprs
         exprs.update(zip(jaxpr.invars, in_exprs))
+        for v, e in zip(jaxpr.invars, in_exprs):
+            if v.hint or re.fullmatch(r"[A-Za-z_]\w*", e.text):
+                self.origins.setdefault(v, v.hint or e.text)
         for eqn in jaxpr.eqns:
             if not any(uses.get(v) for v in eqn.outvars):
                 continue
+            self._note_origins(eqn)
             bare_ok = eqn.primitive in BARE_SCALAR_OK and any(
                 isinstance(v, Var) for v in eqn.invars)
             operands = [literal_expr(v, bare_ok) if isinstance(v, Literal) else exprs[v]
@@ -304,7 +362,7 @@ class Block:
                 names = []
                 for v in eqn.outvars:
                     if uses.get(v):
-                        names.append(self.names.fresh(v.hint))
+                        names.append(targets.pop(v) if v in targets else self.temporary_name(eqn, v))
                         exprs[v] = Expr(names[-1])
                     else:
                         names.append("_")
@@ -318,7 +376,7 @@ class Block:
                 if comment:
                     self.inlined_comments[out] = comment
                 continue
-            local = targets.pop(out) if out in targets else self.names.fresh(out.hint)
+            local = targets.pop(out) if out in targets else self.temporary_name(eqn, out)
             self.line(f"{local} = {expr.text}{comment}")
             exprs[out] = Expr(local)
         return [literal_expr(v, False) if isinstance(v, Literal) else exprs[v] for v in jaxpr.outvars]

@@ -14,6 +14,7 @@ NumPy-style implicit broadcasting is handled here, once: operands of the primiti
 """
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -73,17 +74,29 @@ def scalar_text(value, dtype) -> str:
     raise UnsupportedFunctionError(f"constants of dtype {dtype} cannot be lowered to StableHLO yet")
 
 
-def _location(info) -> str:
+def path_inside(path: str, root: str | None) -> str:
+    """`path` relative to `root` ('/'-separated) when it lies inside it; else unchanged."""
+    if root is None or not os.path.isabs(path):
+        return path
+    relative = os.path.relpath(path, root)
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return path
+    return relative.replace(os.sep, "/")
+
+
+def _location(info, root: str | None = None) -> str:
+    """` loc("file":line:col)`, the file relative to `root` when it lies inside it."""
     if not info.line:
         return ""
-    name = info.file.replace("\\", "\\\\").replace('"', '\\"')
+    name = path_inside(info.file, root).replace("\\", "\\\\").replace('"', '\\"')
     return f' loc("{name}":{info.line}:{info.col})'
 
 
 class LoweringContext:
     """Collects the ops of one function body."""
 
-    def __init__(self):
+    def __init__(self, root: str | None = None):
+        self.root = root   # source files inside it are located relative to it
         self.lines: list[str] = []
         self._taken: set[str] = set()
         self._next: dict[str, int] = {}
@@ -149,15 +162,17 @@ def donation_aliases(closed: ClosedJaxpr, donated) -> dict[int, int]:
     return aliases
 
 
-def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | None = None) -> str:
+def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | None = None,
+          root: str | None = None) -> str:
     """The StableHLO module of `closed` as MLIR text; `@main` takes (consts..., args...).
 
     `aliases` ({input index: output index}, see `donation_aliases`) lets XLA write those
-    outputs into the donated inputs' buffers (`tf.aliasing_output`).
+    outputs into the donated inputs' buffers (`tf.aliasing_output`). `root`: a folder whose
+    files the `loc(...)`s name relative to it, so the text is the same in any checkout.
     """
     closed = inline_calls(closed)
     jaxpr = closed.jaxpr
-    ctx = LoweringContext()
+    ctx = LoweringContext(root)
     env: dict[Var, str] = {}
     params = []
     aliases = aliases or {}
@@ -193,7 +208,7 @@ def lower_jaxpr(ctx: LoweringContext, jaxpr, in_names: list[str], env: dict | No
         if rule is None:
             raise UnsupportedFunctionError(f"{eqn.primitive.name} has no StableHLO lowering yet",
                                            "use backend='python' for this function")
-        saved, ctx.location = ctx.location, _location(eqn.source_info)
+        saved, ctx.location = ctx.location, _location(eqn.source_info, ctx.root)
         operands = [read(v) for v in eqn.invars]
         if eqn.primitive in BROADCASTING:
             shape = eqn.outvars[0].aval.shape

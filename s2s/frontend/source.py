@@ -5,28 +5,47 @@ are the file's own, and lambdas in the middle of a line are found exactly), and 
 once with beniget, whose def-use chains say which names each function binds locally.
 Free names are then resolved through the function object itself — its closure cells,
 its `__globals__`, the builtins — never by guessing from the text.
+
+The text must be the code that runs. Python runs a function's bytecode; s2s reads its
+file, which may have been edited since the module was imported (with or without
+`importlib.reload`, in a notebook, ...). So before a function's source is used, the file's
+current text is compiled and the function's code object must be found in it, equal in
+instructions, constants and names (`_same_code`); otherwise staging stops with a
+`StaleSourceError` instead of differentiating text that does not run. Sources are cached
+by the identity of the code object (two files can hold equal code objects), for as long
+as that code object lives, so a reloaded module's functions never see an old text.
 """
 from __future__ import annotations
 
 import builtins
 import dataclasses
 import linecache
+import marshal
+import os
+import threading
+import types
+import weakref
 
 import beniget
 import gast
 
-from s2s.errors import StagingError, UnsupportedSyntaxError
+from s2s.errors import StagingError, StaleSourceError, UnsupportedSyntaxError
 from s2s.source_info import SourceInfo
 
 
 @dataclasses.dataclass
 class ParsedFile:
+    text: str
     tree: gast.Module
     duc: beniget.DefUseChains
     lines: list[str]
+    # (co_qualname, co_firstlineno) -> the code objects `text` compiles to; built on demand.
+    compiled: dict | None = dataclasses.field(default=None, repr=False)
 
 
-_parsed_files: dict[tuple[str, int], ParsedFile] = {}
+# filename -> the parse of its latest text: a file edited and read again replaces its
+# entry, so old texts are freed once no FunctionSource made from them is alive.
+_parsed_files: dict[str, ParsedFile] = {}
 
 
 class _QuietDefUseChains(beniget.DefUseChains):
@@ -38,15 +57,75 @@ class _QuietDefUseChains(beniget.DefUseChains):
 
 def _parse_file(filename: str, lines: list[str]) -> ParsedFile:
     text = "".join(lines)
-    key = (filename, hash(text))
-    parsed = _parsed_files.get(key)
-    if parsed is None:
+    parsed = _parsed_files.get(filename)
+    if parsed is None or parsed.text != text:
         tree = gast.parse(text)
         duc = _QuietDefUseChains(filename)
         duc.visit(tree)
-        parsed = ParsedFile(tree, duc, lines)
-        _parsed_files[key] = parsed
+        parsed = _parsed_files[filename] = ParsedFile(text, tree, duc, lines)
     return parsed
+
+
+def _compiled_functions(parsed: ParsedFile, filename: str) -> dict:
+    """(qualified name, first line) -> the code objects of every function the text of
+    `parsed` defines, at any depth, as Python compiles them."""
+    if parsed.compiled is None:
+        index: dict = {}
+        try:
+            stack = [compile(parsed.text, filename, "exec", dont_inherit=True)]
+        except (SyntaxError, ValueError):
+            stack = []
+        while stack:
+            for const in stack.pop().co_consts:
+                if isinstance(const, types.CodeType):
+                    index.setdefault((const.co_qualname, const.co_firstlineno), []).append(const)
+                    stack.append(const)
+        parsed.compiled = index
+    return parsed.compiled
+
+
+def _rewritten_by_pytest(code: types.CodeType) -> bool:
+    """Whether pytest's assertion rewriting made `code` (its names start with `@py`):
+    its asserts compile to other bytecode than the file's text does."""
+    return any(n.startswith("@py") for n in code.co_varnames + code.co_names)
+
+
+def _same_code(running: types.CodeType, compiled: types.CodeType) -> bool:
+    """Whether the code Python runs is what the file's text compiles to: the same
+    instructions, constants (nested functions compared the same way) and names. Line
+    numbers are not compared: a function that only moved in its file is the same code.
+    Code rewritten by pytest's assertion hook (test files) is compared more loosely: the
+    names of the text must all be among its names, and nested code compares the same way."""
+    loose = _rewritten_by_pytest(running)
+    if loose:   # the rewriting only adds names (its helpers, `AssertionError`, `@py_...`)
+        if not (set(compiled.co_names) <= set(running.co_names)
+                and set(compiled.co_varnames) <= set(running.co_varnames)):
+            return False
+    elif (running.co_code, running.co_names, running.co_varnames, running.co_freevars,
+          running.co_cellvars) != (compiled.co_code, compiled.co_names, compiled.co_varnames,
+                                   compiled.co_freevars, compiled.co_cellvars):
+        return False
+    nested = [c for c in running.co_consts if isinstance(c, types.CodeType)]
+    nested_compiled = [c for c in compiled.co_consts if isinstance(c, types.CodeType)]
+    if len(nested) != len(nested_compiled) or not all(map(_same_code, nested, nested_compiled)):
+        return False
+    if loose:
+        return True
+    # marshal writes each constant exactly (-0.0 and 0.0, nan, 1 and True differ).
+    values = [marshal.dumps(c) for c in running.co_consts if not isinstance(c, types.CodeType)]
+    return values == [marshal.dumps(c) for c in compiled.co_consts
+                      if not isinstance(c, types.CodeType)]
+
+
+def _stale_source_error(fn, filename: str) -> StaleSourceError:
+    code = fn.__code__
+    name = code.co_qualname
+    return StaleSourceError(
+        f"{os.path.basename(filename)} changed since `{name}` was defined: its text is not the "
+        f"code Python runs for `{name}`, and s2s will not differentiate code that does not run",
+        "reload the module (importlib.reload) or restart the process, so that the function "
+        "and its file agree; in a notebook, run the cell that defines it again",
+        SourceInfo(filename, code.co_firstlineno, 1, name))
 
 
 @dataclasses.dataclass
@@ -57,7 +136,12 @@ class FunctionSource:
     name: str
     local_names: frozenset[str]   # names bound in the function's own scope (args included)
     chains: beniget.DefUseChains | None = dataclasses.field(default=None, repr=False)
+    # The def that locations are counted from (SourceInfo.function, .def_line): the
+    # function itself, or for a lambda nested in a staged function, that function.
+    anchor_name: str = ""
+    anchor_line: int = 0
     _infos: dict = dataclasses.field(default_factory=dict, repr=False)
+    nested: dict = dataclasses.field(default_factory=dict, repr=False)   # AST node -> FunctionSource
 
     def stored_names(self, statements) -> list[str]:
         """Names the statements assign (in order of first assignment), not looking into
@@ -114,7 +198,22 @@ class FunctionSource:
         end_col = None
         if getattr(node, "end_lineno", None) == line and getattr(node, "end_col_offset", None):
             end_col = node.end_col_offset + 1
-        return SourceInfo(self.filename, line, col, self.name, end_col)
+        return SourceInfo(self.filename, line, col, self.anchor_name, end_col, self.anchor_line)
+
+
+def last_return_info(fn) -> SourceInfo | None:
+    """Where `fn` returns its value: its last `return` statement (a lambda's body), or None
+    when `fn` has no source s2s can read (a builtin, a partial, a transformed function)."""
+    if not hasattr(fn, "__code__"):
+        return None
+    try:
+        source = function_source(fn)
+    except StagingError:
+        return None
+    if isinstance(source.node, gast.Lambda):
+        return source.info(source.node.body)
+    returns = [node for node in walk_scope(source.node.body) if isinstance(node, gast.Return)]
+    return source.info(returns[-1]) if returns else None
 
 
 def walk_scope(statements):
@@ -167,35 +266,55 @@ def _position(node) -> tuple[int, int]:
     return getattr(node, "lineno", 0), getattr(node, "col_offset", 0)
 
 
-# Code objects and nested AST nodes -> FunctionSource. Both are small and long-lived.
+# id(code object) -> (a weak reference to it, its FunctionSource); its entry goes when the
+# code object does. Nested functions' sources live in their parent's `nested`.
 _sources: dict = {}
+_sources_lock = threading.Lock()
 
 
-def local_names_of(parsed: ParsedFile, node) -> frozenset[str]:
-    return frozenset(d.name() for d in parsed.duc.locals.get(node, ()))
+def local_names_of(chains: beniget.DefUseChains, node) -> frozenset[str]:
+    return frozenset(d.name() for d in chains.locals.get(node, ()))
 
 
 def function_source(fn) -> FunctionSource:
-    """The AST of a Python function or lambda, found in its file by line and column."""
+    """The AST of a Python function or lambda, found in its file by line and column, after
+    checking that the file's current text compiles to the code `fn` runs."""
     code = fn.__code__
-    cached = _sources.get(code)
-    if cached is not None:
-        return cached
+    cached = _sources.get(id(code))
+    if cached is not None and cached[0]() is code:
+        return cached[1]
     filename = code.co_filename
+    linecache.checkcache(filename)   # an edited file is read again (registered texts stay)
     lines = linecache.getlines(filename, fn.__globals__)
     if not lines:
         raise StagingError(
             f"cannot read the source of {fn.__qualname__} (defined in {filename})",
             "s2s reads the function's source text: define it in a file (or a notebook cell), "
             "not with exec() or at an interactive prompt without history")
-    parsed = _parse_file(filename, lines)
-    node = _find_node(parsed.tree, code)
+    try:
+        parsed = _parse_file(filename, lines)
+    except SyntaxError:
+        raise _stale_source_error(fn, filename) from None
+    candidates = _compiled_functions(parsed, filename).get((code.co_qualname, code.co_firstlineno), [])
+    if any(_same_code(code, c) for c in candidates):
+        node = _find_node(parsed.tree, code)
+    else:   # moved, perhaps: the same code at one other place in the file is the same function
+        moved = [c for (qualname, _), found in _compiled_functions(parsed, filename).items()
+                 if qualname == code.co_qualname for c in found if _same_code(code, c)]
+        node = _find_node(parsed.tree, moved[0]) if len(moved) == 1 else None
     if node is None:
-        raise StagingError(
-            f"cannot find the definition of {fn.__qualname__} in {filename}:{code.co_firstlineno}",
-            "the file on disk may have changed since it was imported; re-import it")
-    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed, node), parsed.duc)
-    _sources[code] = source
+        raise _stale_source_error(fn, filename)
+    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed.duc, node), parsed.duc,
+                            anchor_name=fn.__qualname__.replace(".<locals>", ""), anchor_line=node.lineno)
+    key = id(code)
+
+    def forget(_ref, key=key):
+        with _sources_lock:
+            entry = _sources.get(key)
+            if entry is not None and entry[0]() is None:
+                del _sources[key]
+    with _sources_lock:
+        _sources[key] = (weakref.ref(code, forget), source)
     return source
 
 
@@ -222,15 +341,17 @@ def _find_node(tree, code):
 
 def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
     """The FunctionSource of a def or lambda nested in a function being staged."""
-    cached = _sources.get(node)
-    if cached is not None:
-        return cached
-    lines = linecache.getlines(parent.filename)
-    parsed = _parse_file(parent.filename, lines)
-    name = getattr(node, "name", "<lambda>")
-    source = FunctionSource(node, parent.filename, f"{parent.name}.<locals>.{name}",
-                            local_names_of(parsed, node), parsed.duc)
-    _sources[node] = source
+    source = parent.nested.get(node)
+    if source is None:   # read from the parent's own parse, never from a newer text
+        name = getattr(node, "name", "<lambda>")
+        if isinstance(node, gast.Lambda):   # one line of its def: counted from the def around it
+            anchor_name, anchor_line = parent.anchor_name, parent.anchor_line
+        else:
+            anchor_name, anchor_line = f"{parent.anchor_name}.{name}", node.lineno
+        source = parent.nested.setdefault(node, FunctionSource(
+            node, parent.filename, f"{parent.name}.<locals>.{name}",
+            local_names_of(parent.chains, node), parent.chains,
+            anchor_name=anchor_name, anchor_line=anchor_line))
     return source
 
 

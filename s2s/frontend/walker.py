@@ -40,7 +40,7 @@ from s2s.frontend.guards import (record_builtin, record_cell, record_defaults, r
 from s2s.frontend.in_place import InPlaceUpdates
 from s2s.frontend.loops import Loops
 from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope,
-                                 function_source, nested_function_source)
+                                 function_source, nested_function_source, walk_scope)
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer
 
@@ -152,14 +152,31 @@ def _bind(signature: inspect.Signature, args, kwargs, name: str) -> dict:
     return dict(bound.arguments)
 
 
+_SUSPENDING = {gast.Yield: "`yield`", gast.YieldFrom: "`yield from`", gast.Await: "`await`"}
+
+
+def _generator_error(source: FunctionSource) -> UnsupportedSyntaxError:
+    """A generator or coroutine, refused at its first `yield` (or `await`): calling it runs
+    none of its body, so what it yields could never be staged as a value."""
+    first = next((node for node in walk_scope(source.node.body) if type(node) in _SUSPENDING), None)
+    if first is None:   # `async def` without an `await`
+        return UnsupportedSyntaxError(f"{source.name} is a coroutine (`async def`), which cannot be "
+                                      "staged", "staged functions are synchronous: use `def`",
+                                      source.info(source.node))
+    return UnsupportedSyntaxError(
+        f"{_SUSPENDING[type(first)]} makes {source.name} a "
+        f"{'coroutine' if type(first) is gast.Await else 'generator'}, which cannot be staged",
+        "return a list or tuple of the values instead of yielding them"
+        if type(first) is not gast.Await else "staged functions are synchronous: use `def`",
+        source.info(first))
+
+
 def stage_python_function(fn, args, kwargs, self_arg=None):
     """Stages a call of a plain Python function (module-level, nested, lambda, method)."""
     source = function_source(fn)
     check_supported_scope(source)
     if fn.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        raise UnsupportedSyntaxError(f"{source.name} is a generator or coroutine, which cannot be staged",
-                                     "return a list or tuple instead of yielding",
-                                     source.info(source.node))
+        raise _generator_error(source)
     closure, cells = {}, {}
     if fn.__closure__:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):

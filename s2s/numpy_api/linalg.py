@@ -3,7 +3,8 @@
 Every product (`@`, dot, vdot, inner, outer, tensordot, einsum, kron) becomes one
 `dot_general` per pair of operands, plus the reshapes, transposes and reductions that put
 NumPy's result layout on XLA's fixed one (batch, lhs free, rhs free). Solves, inverses and
-determinants go through `lu` and two triangular solves, as LAPACK's gesv does.
+determinants are one primitive each (`solve`, `det`, `slogdet`; an inverse is a solve
+against the identity), so their derivatives are the textbook formulas.
 
 Result dtypes are NumPy's. The products treat a Python scalar as NumPy does here: as a
 strongly typed 0-d array (`np.dot(x32, 2.0)` is float64), unlike the arithmetic operators.
@@ -503,24 +504,6 @@ def cholesky(a, upper=False):
     return factor
 
 
-def _permutation_matrix(perm, dtype):
-    """P with P[..., i, j] = (perm[..., i] == j), so P @ a == a[..., perm, :]."""
-    shape = _shape(perm)
-    n = shape[-1]
-    column = ops.reshape(perm, shape + (1,))
-    onehot = ew.eq.bind(column, ops.iota((n,), 0, _dtype(perm)))
-    return ew.convert_element_type.bind(onehot, new_dtype=np.dtype(dtype), weak_type=False)
-
-
-def _lu_solve(lu, perm, b):
-    """x with a @ x = b from a's LU factors: U^-1 L^-1 (P @ b)."""
-    pb = la.permute_rows(b, perm)
-    y = la.triangular_solve.bind(lu, pb, left_side=True, lower=True, transpose_a=False,
-                                 unit_diagonal=True)
-    return la.triangular_solve.bind(lu, y, left_side=True, lower=False, transpose_a=False,
-                                    unit_diagonal=False)
-
-
 @implements(np.linalg.solve)
 def solve(a, b):
     """x with a @ x = b; b is a vector if 1-D, else a stack of matrices (NumPy 2)."""
@@ -540,40 +523,23 @@ def solve(a, b):
         batch = _broadcast_batch("solve", sa[:-2], sb[:-2])
         a = ops.broadcast_to(a, batch + sa[-2:])
         b_mat = ops.broadcast_to(b, batch + sb[-2:])
-    lu, _, perm = la.lu.bind(a)
-    x = _lu_solve(lu, perm, b_mat)
+    x = la.solve.bind(a, b_mat)
     return ops.reshape(x, batch + (n,)) if len(sb) == 1 else x
 
 
 @implements(np.linalg.inv)
 def inv(a):
-    """a^-1 = U^-1 L^-1 P, from a's LU factors."""
+    """a^-1, as the solve of a @ x = I (so its derivative is the one of solve)."""
     (a,) = _matrices("inv", a)
-    lu, _, perm = la.lu.bind(a)
-    y = la.triangular_solve.bind(lu, _permutation_matrix(perm, _dtype(a)), left_side=True,
-                                 lower=True, transpose_a=False, unit_diagonal=True)
-    return la.triangular_solve.bind(lu, y, left_side=True, lower=False, transpose_a=False,
-                                    unit_diagonal=False)
-
-
-def _lu_diagonal_and_sign(a):
-    """U's diagonal and the sign of the row permutation (-1 per pivot that swapped rows)."""
-    lu, pivots, _ = la.lu.bind(a)
-    nd = _ndim(lu)
-    diag = diagonal(lu, 0, nd - 2, nd - 1)
-    steps = ops.iota(_shape(pivots)[-1:], 0, dtypes.int32)
-    swapped = ew.ne.bind(pivots, steps)
-    dt = _dtype(lu)
-    flips = ew.select.bind(swapped, _literal(-1, dt), _literal(1, dt))
-    return diag, _reduce("prod", flips, (nd - 2,))
+    identity = ops.broadcast_to(ops.eye(_shape(a)[-1], dtype=_dtype(a)), _shape(a))
+    return la.solve.bind(a, identity)
 
 
 @implements(np.linalg.det)
 def det(a):
-    """prod(diag(U)) times the sign of LU's row permutation."""
+    """The determinant of each matrix (its derivative is det(a) * inv(a).T)."""
     (a,) = _matrices("det", a)
-    diag, sign = _lu_diagonal_and_sign(a)
-    return ew.mul.bind(sign, _reduce("prod", diag, (_ndim(diag) - 1,)))
+    return la.det.bind(a)
 
 
 class SlogdetResult(NamedTuple):
@@ -583,14 +549,10 @@ class SlogdetResult(NamedTuple):
 
 @implements(np.linalg.slogdet)
 def slogdet(a):
-    """(sign, log|det|) from LU: sums of logs rather than a product that can overflow."""
+    """(sign, log|det|): a sum of logs rather than a product that can overflow."""
     (a,) = _matrices("slogdet", a)
     _real_only("np.linalg.slogdet", a)
-    diag, sign = _lu_diagonal_and_sign(a)
-    last = (_ndim(diag) - 1,)
-    sign = ew.mul.bind(sign, _reduce("prod", ew.sign.bind(diag), last))
-    logabsdet = _reduce("sum", ew.log.bind(ew.abs.bind(diag)), last)
-    return SlogdetResult(sign, logabsdet)
+    return SlogdetResult(*la.slogdet.bind(a))
 
 
 # ---------------------------------------------------------------------------------------

@@ -422,10 +422,22 @@ def _integer_pow_jvp(primals, tangents, *, y):
 
 
 def _minmax_jvp(prim, picks_x):
-    """max/min: the tangent of the operand that wins; ties split it evenly (as JAX does)."""
+    """max/min: the tangent of the operand that wins; ties split it evenly (as JAX does).
+
+    Against a constant (ReLU's `np.maximum(x, 0.0)`) the tangent is the moving operand's
+    times one weight, 1 where it wins, ½ on a tie and 0 where it loses, so the derivative
+    is one `np.where` expression, not masks of both operands added up.
+    """
     def rule(primals, tangents):
         (x, y), (tx, ty) = primals, tangents
         out = prim.bind(x, y)
+        if is_zero(tx) != is_zero(ty):
+            moving, other, t = (x, y, tx) if is_zero(ty) else (y, x, ty)
+            def constant(value):
+                return ops.literal(value, out.aval.dtype, weak=False)
+            weight = select.bind(picks_x(moving, other), constant(1),
+                                 select.bind(eq.bind(moving, other), constant(0.5), constant(0)))
+            return out, _spread(t, out.shape) * weight
         tx, ty = (_spread(instantiate(t), out.shape) for t in (tx, ty))
         x_wins, y_wins = picks_x(x, y), picks_x(y, x)
         return out, select.bind(x_wins, tx, select.bind(y_wins, ty, (tx + ty) / 2))

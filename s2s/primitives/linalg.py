@@ -28,7 +28,7 @@ from s2s.passes import jvp as _jvp, transpose as _transpose
 from s2s.passes.tangents import Zero, is_zero, tangent_aval
 from s2s.passes.transpose import LinearInput, is_linear
 from s2s.primitives import ops
-from s2s.staging import Primitive, Tracer
+from s2s.staging import JaxprBuilder, Primitive, Tracer
 
 # ---------------------------------------------------------------------------------------
 # dot_general
@@ -506,6 +506,129 @@ def _lu_jvp(primals, tangents):
 _jvp.register(lu, _lu_jvp)
 
 # ---------------------------------------------------------------------------------------
+# solve, det and slogdet: one primitive each, so that a derivative is the textbook formula
+# written with solves, not the derivative of the LU steps that compute the value:
+#   x = A⁻¹ b:        ẋ = A⁻¹ (ḃ − Ȧ x),    so b̄ = A⁻ᵀ x̄ and Ā = −b̄ xᵀ;
+#   d = det A:        ḋ = d · tr(A⁻¹ Ȧ),     so Ā = d̄ · d · A⁻ᵀ;
+#   log|det A|:       its tangent is tr(A⁻¹ Ȧ), so Ā = ḡ · A⁻ᵀ (the sign is constant).
+# NumPy computes them (emitted code calls np.linalg, and rt.solve, which gives inf/nan
+# for a singular matrix as XLA does); StableHLO lowers each through `lu` and triangular
+# solves, as LAPACK's gesv and getrf do.
+
+
+def _solve_abstract(a, b):
+    _check_matrices("solve", a)
+    if b.dtype != a.dtype:
+        raise ShapeError(f"solve needs operands of one dtype, got {a.str_short()} and "
+                         f"{b.str_short()}")
+    if b.ndim != a.ndim or b.shape[:-2] != a.shape[:-2] or b.shape[-2] != a.shape[-1]:
+        raise ShapeError(f"solve needs b with a's batch dimensions and as many rows as a, "
+                         f"got a {a.str_short()} and b {b.str_short()}")
+    return b.strip_weak_type()
+
+
+def _determinant_abstract(a):
+    _check_matrices("det", a)
+    return ShapedArray(a.shape[:-2], a.dtype)
+
+
+# x with a @ x = b for each matrix of a batch: a (..., n, n), b (..., n, k).
+solve = Primitive("solve", _solve_abstract, lambda a, b: rt_linalg.solve(a, b))
+register(solve, lambda eqn, a, b: call("rt.solve", a, b))
+# The determinant of each matrix of a batch.
+det = Primitive("det", _determinant_abstract, lambda a: np.linalg.det(a))
+register(det, lambda eqn, a: call("np.linalg.det", a))
+# (sign, log|det|) of each matrix of a batch, real matrices only.
+slogdet = Primitive("slogdet", lambda a: [_determinant_abstract(a)] * 2,
+                    lambda a: list(np.linalg.slogdet(a)), multiple_results=True)
+register(slogdet, lambda eqn, a: call("np.linalg.slogdet", a))
+
+
+def _trace_of_solve(a, a_dot):
+    """tr(A⁻¹ Ȧ) for each matrix of the batch: the tangent of log|det A|."""
+    aval = _aval(a)
+    n, nd = aval.shape[-1], aval.ndim
+    return ops.reduce_sum(solve.bind(a, a_dot) * ops.eye(n, dtype=aval.dtype), (nd - 2, nd - 1))
+
+
+def _solve_jvp(primals, tangents):
+    (a, b), (a_dot, b_dot) = primals, tangents
+    x = solve.bind(a, b)
+    rhs = _add_terms(b_dot, None if is_zero(a_dot) else -_matmul(a_dot, x))
+    return x, Zero(tangent_aval(_aval(x))) if rhs is None else solve.bind(a, rhs)
+
+
+def _solve_transpose(ct, a, b):
+    """x = A⁻¹ b is linear in b, with b̄ = A⁻ᵀ x̄."""
+    if is_linear(a):
+        raise _transpose.NonLinearEquationError(
+            "solve is linear in b only, but its matrix a is a linear value")
+    if is_zero(ct):
+        return [None, Zero(tangent_aval(_aval(b)))]
+    return [None, solve.bind(_mT(a), ct)]
+
+
+def _det_jvp(primals, tangents):
+    (a,), (a_dot,) = primals, tangents
+    d = det.bind(a)
+    return d, d * _trace_of_solve(a, a_dot)
+
+
+def _slogdet_jvp(primals, tangents):
+    (a,), (a_dot,) = primals, tangents
+    sign, logabsdet = slogdet.bind(a)
+    return [sign, logabsdet], [Zero(tangent_aval(_aval(sign))), _trace_of_solve(a, a_dot)]
+
+
+_jvp.register(solve, _solve_jvp)
+_transpose.register(solve, _solve_transpose)
+_jvp.register(det, _det_jvp)
+_jvp.register(slogdet, _slogdet_jvp)
+
+
+def solve_by_lu(a, b):
+    """`solve` as LAPACK's gesv computes it: P A = L U, then x = U⁻¹ (L⁻¹ (P b))."""
+    lu_, _, permutation = lu.bind(a)
+    y = triangular_solve.bind(lu_, permute_rows(b, permutation), left_side=True, lower=True,
+                              transpose_a=False, unit_diagonal=True)
+    return triangular_solve.bind(lu_, y, left_side=True, lower=False, transpose_a=False,
+                                 unit_diagonal=False)
+
+
+def _diagonal(x):
+    """The diagonal of each matrix of a batch, gathered: x[..., i, i]."""
+    shape = tuple(_aval(x).shape[:-1])
+    nb = len(shape) - 1
+    index = [ops.iota(shape, d, dtypes.int32) for d in range(nb + 1)]
+    return ops.gather(x, *index, index[-1], axes=range(nb + 2))
+
+
+def _permutation_sign_and_u_diagonal(a):
+    """From P A = L U: det P (−1 for each pivot that swapped rows) and U's diagonal, so
+    det A = det P · prod(diag U)."""
+    lu_, pivots, _ = lu.bind(a)
+    u_diagonal = _diagonal(lu_)
+    dtype, last = _aval(lu_).dtype, _aval(pivots).ndim - 1
+    steps = ops.iota(_aval(pivots).shape, last, dtypes.int32)
+    flips = ops.select(ops.ne(pivots, steps), ops.full((), -1, dtype), ops.full((), 1, dtype))
+    return ops.reduce_prod(flips, (last,)), u_diagonal
+
+
+def slogdet_by_lu(a):
+    """(sign, log|det|) from LU: a sum of logs, where a product could overflow."""
+    permutation_sign, u_diagonal = _permutation_sign_and_u_diagonal(a)
+    last = (_aval(u_diagonal).ndim - 1,)
+    return [permutation_sign * ops.reduce_prod(ops.sign(u_diagonal), last),
+            ops.reduce_sum(ops.log(ops.abs_(u_diagonal)), last)]
+
+
+def det_by_lu(a):
+    """det A = det P · prod(diag U) (exactly zero for a singular matrix's zero pivot)."""
+    permutation_sign, u_diagonal = _permutation_sign_and_u_diagonal(a)
+    return permutation_sign * ops.reduce_prod(u_diagonal, (_aval(u_diagonal).ndim - 1,))
+
+
+# ---------------------------------------------------------------------------------------
 # StableHLO lowering. dot_general, cholesky and triangular_solve are StableHLO ops (XLA
 # expands the last two on CPU, no LAPACK custom call needed). `lu` has no op: it lowers to
 # unrolled getrf steps for the static min(m, n) (partial pivoting on the first largest
@@ -657,3 +780,21 @@ _hlo.register(dot_general, _lower_dot_general)
 _hlo.register(cholesky, _lower_cholesky)
 _hlo.register(triangular_solve, _lower_triangular_solve)
 _hlo.register(lu, _lower_lu)
+
+
+def _lowered_as(decomposition):
+    """A lowering that stages `decomposition` (primitives that lower) on the equation's
+    operands and lowers that: StableHLO has no solve and no determinant."""
+    def lower(ctx, eqn, *operands):
+        with JaxprBuilder() as builder:
+            outs = decomposition(*[builder.new_arg(v.aval) for v in eqn.invars])
+            closed = builder.build(outs if eqn.primitive.multiple_results else [outs])
+        if closed.consts:
+            raise AssertionError(f"the decomposition of {eqn.primitive.name} captured constants")
+        return _hlo.lower_jaxpr(ctx, closed.jaxpr, list(operands))
+    return lower
+
+
+_hlo.register(solve, _lowered_as(solve_by_lu))
+_hlo.register(det, _lowered_as(det_by_lu))
+_hlo.register(slogdet, _lowered_as(slogdet_by_lu))

@@ -131,6 +131,7 @@ def _binary(name: str):
 exp, sqrt = _unary("exp"), _unary("sqrt")
 sin, cos, sinh, cosh = _unary("sin"), _unary("cos"), _unary("sinh"), _unary("cosh")
 floor, ceil = _unary("floor"), _unary("ceil")
+log, sign, abs_ = _unary("log"), _unary("sign"), _unary("abs")
 add, and_ = _binary("add"), _binary("and")
 eq, ne, lt, le, ge = (_binary(n) for n in ("eq", "ne", "lt", "le", "ge"))
 
@@ -258,6 +259,11 @@ def triu(x, k: int = 0):
 def reduce_sum(x, axes):
     """The sum of `x` over `axes` (dtype preserved)."""
     return _bind("reduce_sum", x, axes=_ints(axes))
+
+
+def reduce_prod(x, axes):
+    """The product of `x` over `axes` (dtype preserved)."""
+    return _bind("reduce_prod", x, axes=_ints(axes))
 
 
 def gather(x, *indices, axes):

@@ -122,6 +122,6 @@ def test_every_statement_of_a_derivative_carries_its_source_line():
         for line in body:
             computes = STATEMENT.match(line) and not PARAMETER_LEAF.match(line) \
                 and not re.match(r"\s+return [\w, ()\[\]{}':]+$", line)   # returns only names
-            if computes and not re.search(r"  # \w+\.py:\d+$", line):
+            if computes and not re.search(r"  # \S+\.py \S+$", line):
                 bare.append(f"{stem}: {line.strip()}")
     assert not bare, "\n".join(bare)

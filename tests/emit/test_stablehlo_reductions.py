@@ -232,6 +232,11 @@ def inv(a):
     return np.linalg.inv(a)
 
 
+def slogdet(a):
+    sign, logabsdet = np.linalg.slogdet(a)
+    return sign, logabsdet
+
+
 @st.composite
 def matrices(draw, dtypes=FLOATS):
     """(batch shape, n, dtype) of a stack of n x n matrices."""
@@ -256,6 +261,7 @@ def test_solve_det_inv(data, problem, k):
     check(solve, a, b, f64=1e-9, f32=1e-3)
     check(det, a, f64=1e-9, f32=1e-3)
     check(inv, a, f64=1e-9, f32=1e-3)
+    check(slogdet, a, f64=1e-9, f32=1e-3)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -287,7 +293,8 @@ def test_lu(data, problem, m):
 
 def test_every_reduction_and_linalg_primitive_is_tested_here():
     tested = (set(REDUCE_ORACLES) | set(CUM_ORACLES)
-              | {"argmax", "argmin", "sort", "dot_general", "cholesky", "triangular_solve", "lu"})
+              | {"argmax", "argmin", "sort", "dot_general", "cholesky", "triangular_solve", "lu",
+                 "solve", "det", "slogdet"})
     declared = {p.name for m in (R, La) for p in vars(m).values() if isinstance(p, Primitive)}
     assert declared == tested, (declared - tested, tested - declared)
 

@@ -107,8 +107,18 @@ def test_concretization_errors(fn, args, contains):
 
 # --- unsupported syntax -------------------------------------------------------------------
 
-def generator(x):  # ERROR
-    yield x
+def generator(x):
+    y = np.sin(x)
+    yield y  # ERROR
+
+
+def delegating_generator(x):
+    if x.ndim:
+        yield from [x, x]  # ERROR
+
+
+async def coroutine(x):
+    return await x  # ERROR
 
 
 def try_except(x):
@@ -172,7 +182,9 @@ def sorts_in_place(x):
 
 
 @pytest.mark.parametrize("fn, contains", [
-    (generator, "generator"),
+    (generator, "`yield` makes generator a generator"),
+    (delegating_generator, "`yield from` makes delegating_generator a generator"),
+    (coroutine, "`await` makes coroutine a coroutine"),
     (try_except, "try/except"),
     (uses_global, "global"),
     (prints_array, "print()"),
@@ -186,6 +198,30 @@ def sorts_in_place(x):
 ])
 def test_unsupported_syntax(fn, contains):
     expect_error(fn, UnsupportedSyntaxError, x3, contains=contains)
+
+
+@pytest.mark.parametrize("transform", [
+    lambda f: s2s.grad(f)(x3), lambda f: s2s.jit(f)(x3), lambda f: s2s.make_jaxpr(f)(x3),
+    lambda f: s2s.emit_python(f, x3)], ids=["grad", "jit", "make_jaxpr", "emit_python"])
+def test_generator_function_is_refused_at_the_yield(transform):
+    """A generator was refused at its `def` line: the error now points at the `yield`
+    (line, column and caret), whichever transform stages it."""
+    with pytest.raises(UnsupportedSyntaxError) as info:
+        transform(generator)
+    message = str(info.value)
+    assert f"test_errors.py:{marked_line(generator)}:5:" in message.splitlines()[0]
+    assert "    yield y  # ERROR\n        ^^^^^^^\n" in message, message
+
+
+def sum_of_generator_expression(xs):
+    return sum(x_i * 2.0 for x_i in xs)
+
+
+def test_generator_expressions_that_stage_keep_working():
+    xs = (np.ones(2), np.arange(2.0))
+    np.testing.assert_allclose(s2s.jit(sum_of_generator_expression)(xs), [2.0, 4.0])
+    np.testing.assert_allclose(s2s.grad(lambda t: np.sum(sum_of_generator_expression(t)))(xs)[1],
+                               [2.0, 2.0])
 
 
 # --- names, calls, shapes, functions --------------------------------------------------------

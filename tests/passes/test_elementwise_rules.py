@@ -400,6 +400,41 @@ def test_relu_at_zero_has_slope_one_half():
     np.testing.assert_array_equal(s2s.grad(relu)(x), expected)
 
 
+def relu_by_maximum(x, w):
+    return np.sum(np.maximum(x, 0.0) * w)
+
+
+def relu_by_where(x, w):
+    return np.sum(np.where(x > 0, x, 0.0) * w)
+
+
+def negative_part(x, w):
+    return np.sum(np.minimum(0.0, x) * w)
+
+
+@pytest.mark.parametrize("relu, jax_relu", [
+    (relu_by_maximum, lambda x, w: jnp.sum(jnp.maximum(x, 0.0) * w)),
+    (relu_by_where, lambda x, w: jnp.sum(jnp.where(x > 0, x, 0.0) * w)),
+    (negative_part, lambda x, w: jnp.sum(jnp.minimum(0.0, x) * w)),
+], ids=["maximum", "where", "minimum"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_gradient_is_one_where(relu, jax_relu, dtype):
+    """grad(np.maximum(x, 0.0)) emitted a mask, its converts and two `np.where`s added
+    (the tangent of the constant 0.0 taken as real zeros): it is now the cotangent times
+    one where expression (1 where x wins, ½ on a tie as JAX, 0 elsewhere), in x's dtype."""
+    x = np.array([-1.5, 0.0, 2.0, -0.0, 3.0], dtype)
+    w = np.arange(1.0, 6.0).astype(dtype)
+    source = s2s.emit_python(s2s.grad(relu), x, w)
+    body = [line.strip() for line in source.split("def grad_")[1].splitlines()[1:-1]]
+    assert len(body) <= 2 and sum(line.count("np.where(") for line in body) <= 2, source
+    assert "astype" not in source and "rt." not in source, source
+    expected = jax.grad(jax_relu)(x, w)
+    for run in (s2s.grad(relu), s2s.jit(s2s.grad(relu)), s2s.jit(s2s.grad(relu), backend="python")):
+        got = np.asarray(run(x, w))
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, expected)
+
+
 def absolute(x):
     return np.abs(x)
 

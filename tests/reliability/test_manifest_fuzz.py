@@ -28,8 +28,8 @@ def project(x):
 
 X = np.linspace(-1, 1, 8).reshape(2, 4)
 TABLE = np.arange(12.0).reshape(4, 3) / 10.0
-EXPECTED = {"project": [np.sum(np.tanh(X @ TABLE))],
-            "grad_project": [(1 - np.tanh(X @ TABLE) ** 2) @ TABLE.T]}
+EXPECTED = {"mod.project": [np.sum(np.tanh(X @ TABLE))],
+            "mod.grad_project": [(1 - np.tanh(X @ TABLE) ** 2) @ TABLE.T]}
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +61,8 @@ def test_unchanged_manifest_runs(build):
 
 HOSTILE_VALUES = [None, True, 0, -1, 3, 2.5, "", "x", "../mod.py", "/dev/zero", "float32",
                   "object", "V8", [], [1], [-1], [2, 4], ["2"], {}, {"shape": [2, 4]},
-                  {"shape": [2, 4], "dtype": "float64"}, "project.exe", "grad_project.exe",
-                  "project.consts.npz", "a" * 300, "\0", "ok"]
+                  {"shape": [2, 4], "dtype": "float64"}, "mod.project.exe", "mod.grad_project.exe",
+                  "mod.project.consts.npz", "a" * 300, "\0", "ok"]
 
 
 def mutation_sites(value, path=()):
@@ -94,7 +94,7 @@ def mutate(document: dict, rng: random.Random) -> str:
     if action == "delete":
         del parent[key]
     elif action == "rename" and isinstance(parent, dict):
-        parent[rng.choice(["project", "grad_project", "x", "", "exe"])] = parent.pop(key)
+        parent[rng.choice(["mod.project", "mod.grad_project", "x", "", "exe"])] = parent.pop(key)
     else:
         parent[key] = rng.choice(HOSTILE_VALUES)
     return json.dumps(document)
@@ -113,31 +113,31 @@ def test_two_hundred_mutations_refused_or_correct(build):
 
 def with_exe(build, exe: str):
     document = json.loads((build / "manifest.json").read_text())
-    document["entries"]["project"]["files"]["exe"] = exe
+    document["entries"]["mod.project"]["files"]["exe"] = exe
     path = build / "escape.json"
     path.write_text(json.dumps(document))
     return path
 
 
-@pytest.mark.parametrize("exe", ["/dev/zero", "../mod.py", "sub/../../mod.py", "", "project.exe\0"])
+@pytest.mark.parametrize("exe", ["/dev/zero", "../mod.py", "sub/../../mod.py", "", "mod.project.exe\0"])
 def test_exe_path_must_stay_in_the_build_folder(build, exe):
     with pytest.raises(manifest.ManifestError, match="exe"):
-        manifest.load(str(with_exe(build, exe)), "project")
+        manifest.load(str(with_exe(build, exe)), "mod.project")
 
 
 def test_absolute_path_to_the_right_file_is_still_refused(build):
     with pytest.raises(manifest.ManifestError, match="absolute"):
-        manifest.load(str(with_exe(build, str(build / "project.exe"))), "project")
+        manifest.load(str(with_exe(build, str(build / "mod.project.exe"))), "mod.project")
 
 
 def test_symlink_out_of_the_build_folder_is_refused(build, tmp_path):
     outside = tmp_path / "elsewhere.exe"
-    outside.write_bytes((build / "project.exe").read_bytes())
+    outside.write_bytes((build / "mod.project.exe").read_bytes())
     link = build / "linked.exe"
     if not link.exists():
         link.symlink_to(outside)
     with pytest.raises(manifest.ManifestError, match="outside the build folder"):
-        manifest.load(str(with_exe(build, "linked.exe")), "project")
+        manifest.load(str(with_exe(build, "linked.exe")), "mod.project")
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
@@ -146,13 +146,13 @@ def test_fifo_is_refused_without_blocking(build):
     if not fifo.exists():
         os.mkfifo(fifo)
     with pytest.raises(manifest.ManifestError, match="not a regular file"):
-        manifest.load(str(with_exe(build, "pipe.exe")), "project")
+        manifest.load(str(with_exe(build, "pipe.exe")), "mod.project")
 
 
 def test_not_json_and_not_an_object_are_manifest_errors(build):
     for text in ["{", "[1, 2]", "\udcff".encode("utf-8", "surrogatepass").decode("latin-1")]:
         (build / "broken.json").write_text(text)
         with pytest.raises(manifest.ManifestError):
-            manifest.load(str(build / "broken.json"), "project")
+            manifest.load(str(build / "broken.json"), "mod.project")
     with pytest.raises(manifest.ManifestError, match="cannot read"):
-        manifest.load(str(build / "missing.json"), "project")
+        manifest.load(str(build / "missing.json"), "mod.project")

@@ -1,0 +1,106 @@
+"""s2s.emit.python's naming and location comments: a one-line edit of the source changes
+only the emitted lines that depend on it, and every name says what it holds."""
+import re
+import runpy
+
+import jax
+import numpy as np
+
+import s2s
+from s2s.emit.python import load_source
+
+SOFTMAX_XENT = '''\
+import numpy as np
+
+
+def log_softmax(logits):
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def xent(logits, y):
+    {extra}return -(y * log_softmax(logits)).sum()
+'''
+
+ARGS = (np.ones((4, 3)), np.ones((4, 3)))
+
+
+def emitted_grad(tmp_path, folder: str, source: str) -> str:
+    """The emitted gradient of `xent` as defined in `source`, saved as m.py in `folder`
+    (a folder per version: a file's source is read from disk, by its path)."""
+    path = tmp_path / folder / "m.py"
+    path.parent.mkdir()
+    path.write_text(source)
+    xent = runpy.run_path(str(path))["xent"]
+    return s2s.emit_python(s2s.grad(xent), *ARGS)
+
+
+def test_lines_inserted_above_a_function_leave_its_emitted_module_unchanged(tmp_path):
+    """Regression: every comment was `# m.py:LINE`, so a blank line at the top of the file
+    made every derivative file stale."""
+    before = emitted_grad(tmp_path, "a", SOFTMAX_XENT.format(extra=""))
+    moved = "# A comment.\n\n" + SOFTMAX_XENT.format(extra="").replace("def xent", "\n\ndef xent")
+    assert emitted_grad(tmp_path, "b", moved) == before
+    assert "# m.py log_softmax+1" in before and "# m.py xent+1" in before
+    assert not re.search(r"m\.py:\d", before)
+
+
+def test_adding_a_statement_renames_no_temporary_elsewhere(tmp_path):
+    """Regression: temporaries were numbered through the file (`t_3` became `t_7`
+    everywhere when one statement was added). They are named from what they are now."""
+    before = emitted_grad(tmp_path, "a", SOFTMAX_XENT.format(extra=""))
+    after = emitted_grad(tmp_path, "b", SOFTMAX_XENT.format(extra="scale = np.exp(y).max()\n    "))
+    assert not re.search(r"\bt(_\d+)?\b =", before)
+    assert "max_logits = " in before and "exp_shifted = " in before
+    names = set(re.findall(r"^    (\w+) = ", before, re.M))
+    assert names == set(re.findall(r"^    (\w+) = ", after, re.M))   # the dead statement is not written
+    # and the statement below it moved one line down in xent, which changes only its own lines:
+    changed = [line for line in after.splitlines() if line not in before.splitlines()]
+    assert changed and all(line.endswith("# m.py xent+2") for line in changed), changed
+
+
+def test_temporary_names_are_capped_and_prefer_the_source_name():
+    def f(a_rather_long_variable_name_indeed):
+        return np.exp(np.sin(a_rather_long_variable_name_indeed)).sum() * 2.0
+
+    source = s2s.emit_python(s2s.grad(f), np.ones(3))
+    assigned = re.findall(r"^    (\w+) = ", source, re.M)
+    assert "a_rather_long_variable_name_indeed_bar" in assigned, assigned   # a source name is never cut
+    temporaries = [name for name in assigned if not name.startswith("a_rather")]
+    assert temporaries and all(len(name) <= 24 for name in temporaries), temporaries
+
+
+def helper(x):
+    y = np.sin(x) * 2.0
+    return y * x
+
+
+def uses_a_helper_with_the_same_parameter_name(x, w):
+    return helper(x * w).sum()
+
+
+def test_argument_cotangent_is_x_bar_even_when_a_helper_parameter_is_called_x():
+    """Regression: the helper's `x_bar` was written first and took the name, and the
+    gradient of the argument `x` came out as `x_bar_1`."""
+    x, w = np.linspace(0.1, 1.0, 3), np.linspace(-1.0, 1.0, 3)
+    source = s2s.emit_python(s2s.grad(uses_a_helper_with_the_same_parameter_name, argnums=(0, 1)), x, w)
+    assert source.rstrip().endswith("return x_bar, w_bar")
+    module = load_source(source, "grad_uses_a_helper_with_the_same_parameter_name")
+    expected = jax.grad(lambda x, w: (jax.numpy.sin(x * w) * 2.0 * (x * w)).sum(), argnums=(0, 1))(x, w)
+    np.testing.assert_allclose(module.grad_uses_a_helper_with_the_same_parameter_name(x, w), expected, rtol=1e-12)
+
+
+def outer(x):
+    def inner(v):
+        c = np.cos(v)
+        return c * c
+
+    square = lambda v: v * v  # noqa: E731
+    s = square(x)
+    return inner(x) + s
+
+
+def test_nested_functions_and_lambdas_have_readable_locations():
+    source = s2s.emit_python(outer, np.ones(3))
+    assert "c = np.cos(x)  # test_python.py outer.inner+1" in source
+    assert "s = x * x  # test_python.py outer+5" in source   # the lambda's line, counted from `def outer`

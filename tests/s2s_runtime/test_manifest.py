@@ -1,0 +1,58 @@
+"""`s2s_runtime.manifest.load`'s callable checks its arguments against the entry, as a
+jitted function's compiled signature would: NumPy arrays of another dtype or shape are a
+TypeError (a float64 array was once run as float32 silently), Python numbers and lists of
+the input's kind are taken as its dtype."""
+import numpy as np
+import pytest
+
+from s2s.batch_compile import compile_paths
+from s2s_runtime import manifest
+
+MODULE = '''\
+import numpy as np
+import s2s
+
+
+@s2s.export("f32[3], i32[2]", transforms=("primal",))
+def twice(x, k):
+    return x * 2, k + 1
+'''
+
+
+@pytest.fixture(scope="module")
+def twice(tmp_path_factory):
+    root = tmp_path_factory.mktemp("manifest_arguments")
+    (root / "arguments_module.py").write_text(MODULE)
+    assert compile_paths([str(root / "arguments_module.py")], str(root / "build")) == 0
+    return manifest.load(str(root / "build" / "manifest.json"), "arguments_module.twice")
+
+
+def test_loaded_entry_refuses_float64_for_float32(twice):
+    with pytest.raises(TypeError, match=r"argument 0 is float64\[3\], the compiled entry takes float32\[3\]"):
+        twice(np.zeros(3), np.zeros(2, np.int32))
+
+
+def test_loaded_entry_refuses_a_wrong_shape(twice):
+    with pytest.raises(TypeError, match=r"argument 1 is int32\[3\], the compiled entry takes int32\[2\]"):
+        twice(np.zeros(3, np.float32), np.zeros(3, np.int32))
+
+
+def test_loaded_entry_takes_python_numbers_and_lists_of_the_input_kind(twice):
+    doubled, incremented = twice([0.5, -1.0, 2.0], (4, 5))
+    assert doubled.dtype == np.float32 and incremented.dtype == np.int32
+    np.testing.assert_array_equal(doubled, np.array([1.0, -2.0, 4.0], np.float32))
+    np.testing.assert_array_equal(incremented, np.array([5, 6], np.int32))
+
+
+@pytest.mark.parametrize("x, k", [
+    ([1, 2, 3], [1, 2]),                          # ints for a float input
+    ([1.0, 2.0, 3.0], [1.5, 2.0]),                # floats for an int input
+    ([1.0, 2.0, 3.0], [2 ** 40, 1]),              # an int that int32 cannot hold
+    ([True, False, True], [1, 2]),                # bools for a float input
+    ([1.0, 2.0], [1, 2]),                         # a list of the wrong length
+    ("abc", [1, 2]),                              # not a number at all
+    ([[1.0], [2.0, 3.0]], [1, 2]),                # a ragged list
+])
+def test_loaded_entry_refuses_python_values_of_another_kind_or_shape(twice, x, k):
+    with pytest.raises(TypeError, match="the compiled entry takes"):
+        twice(x, k)
