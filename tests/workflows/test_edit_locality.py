@@ -5,7 +5,10 @@ changes across all the exported files, bounded per edit.
 Edits that only move code (a blank line or a comment above a function, an import) must
 change nothing: location comments count lines from the enclosing `def`, and the header
 names no line. Other edits may change only the lines that depend on them: temporaries are
-named from what they are, not numbered through the file.
+named from what they are, not numbered through the file. Every statement of a derivative
+carries its source line, cotangent accumulations too (`logits_bar = shifted_bar + ...  #
+mlp.py predict+2`, in grad, value_and_grad and vjp), so an edit that moves lines inside
+predict or log_softmax changes those three comments as well.
 
 To print the table of lines changed per edit, for this checkout and for another one (the
 baseline before a change):
@@ -51,14 +54,14 @@ EDITS = [Edit(*e) for e in [
     ("comment above loss's decorator", "@s2s.export(", "# reviewed in CI\n@s2s.export(", 0),
     ("import added at the top", "import os\n", "import math\nimport os\n", 0),
     ("docstring added to predict", "def predict(params, x):\n",
-     "def predict(params, x):\n    \"\"\"The logits.\"\"\"\n", 31),
+     "def predict(params, x):\n    \"\"\"The logits.\"\"\"\n", 34),
     ("epsilon inside the log", "keepdims=True))\n", "keepdims=True) + 1e-12)\n", 11),
     ("axis=1 -> axis=-1 in max", "logits.max(axis=1,", "logits.max(axis=-1,", 0),
     ("local renamed: shifted -> z", "shifted", "z", 31, True),
     ("local renamed: h -> hidden", "h = np.tanh(x @ params[\"W1\"] + params[\"b1\"])\n    return h @",
      "hidden = np.tanh(x @ params[\"W1\"] + params[\"b1\"])\n    return hidden @", 28),
-    ("unused value in predict", "    return h @", "    unused = x.sum()\n    return h @", 15),
-    ("unused value in log_softmax", "    shifted = logits -", "    unused = logits.mean()\n    shifted = logits -", 34),
+    ("unused value in predict", "    return h @", "    unused = x.sum()\n    return h @", 18),
+    ("unused value in log_softmax", "    shifted = logits -", "    unused = logits.mean()\n    shifted = logits -", 37),
     ("np.tanh -> np.sin", "np.tanh(", "np.sin(", 13),
     ("+ 0.0 added", "+ params[\"b2\"]", "+ params[\"b2\"] + 0.0", 1),
     ("np.exp(shifted) -> np.exp(shifted * 1.0)", "np.exp(shifted)", "np.exp(shifted * 1.0)", 1),
@@ -67,7 +70,7 @@ EDITS = [Edit(*e) for e in [
     (".mean() -> .sum() / y.shape[0]", ".sum(axis=1).mean()", ".sum(axis=1).sum() / y.shape[0]", 7),
     ("logits.max(...) -> np.max(logits, ...)", "logits.max(axis=1, keepdims=True)",
      "np.max(logits, axis=1, keepdims=True)", 0),
-    ("helper renamed: log_softmax -> log_probs", "log_softmax", "log_probs", 34, True),
+    ("helper renamed: log_softmax -> log_probs", "log_softmax", "log_probs", 37, True),
     ("product commuted: y * logp -> logp * y", "-(y * logp)", "-(logp * y)", 8),
 ]]
 
