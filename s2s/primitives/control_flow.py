@@ -327,9 +327,11 @@ def _assign(block, targets: list[str], values: list[Expr], comment: str) -> None
         block.line(f"{', '.join(targets)} = {', '.join(v.text for v in values)}{comment}")
 
 
-def _carry_names(block, body_invars, outvars) -> list[str]:
-    """Names for loop carries: the body's parameter names where it has them."""
-    return [block.names.fresh(b.hint or o.hint or "carry") for b, o in zip(body_invars, outvars)]
+def _carry_names(block, body_invars, outvars, given) -> list[str]:
+    """Names for loop carries: a name the function gave out already for the loop's result
+    (an argument's cotangent, `W_bar`), else the body's parameter names where it has them."""
+    return [name or block.names.fresh(b.hint or o.hint or "carry")
+            for b, o, name in zip(body_invars, outvars, given)]
 
 
 def _typed(expr: Expr, var) -> Expr:
@@ -382,7 +384,7 @@ def _emit_while(block, eqn, operands, names):
     cond_consts = [block.named(o, None, comment) for o in operands[:n_cond]]
     body_consts = [block.named(o, None, comment) for o in operands[n_cond:n_cond + n_body]]
     body_invars = p["body_jaxpr"].jaxpr.invars[n_body:]
-    carry = _carry_names(block, body_invars, eqn.outvars)
+    carry = _carry_names(block, body_invars, eqn.outvars, names)
     _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_cond + n_body:], eqn.invars[n_cond + n_body:])],
             comment)
     carry_exprs = [Expr(c) for c in carry]
@@ -415,7 +417,8 @@ def _emit_scan(block, eqn, operands, names):
     counting = next((k for k, o in enumerate(operands[n_consts + n_carry:])
                      if re.fullmatch(rf"np\.arange\({length}(, dtype=np\.int(32|64))?\)", o.text)), None)
     xs = [o if k == counting else block.named(o, None, comment) for k, o in enumerate(operands[n_consts + n_carry:])]
-    carry = _carry_names(block, p["jaxpr"].jaxpr.invars[n_consts:n_consts + n_carry], eqn.outvars[:n_carry])
+    carry = _carry_names(block, p["jaxpr"].jaxpr.invars[n_consts:n_consts + n_carry], eqn.outvars[:n_carry],
+                          names[:n_carry])
     _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_consts:n_consts + n_carry],
                                                          eqn.invars[n_consts:n_consts + n_carry])], comment)
     ys = [block.names.fresh(v.hint or "ys") for v in eqn.outvars[n_carry:]]

@@ -90,6 +90,31 @@ def test_argument_cotangent_is_x_bar_even_when_a_helper_parameter_is_called_x():
     np.testing.assert_allclose(module.grad_uses_a_helper_with_the_same_parameter_name(x, w), expected, rtol=1e-12)
 
 
+def layers_in_a_loop(W, b, x):
+    h = x
+    for _ in range(3):
+        h = np.tanh(h @ W + b)
+    return np.sum(h * h)
+
+
+def test_argument_cotangent_accumulated_by_a_loop_is_x_bar():
+    """Regression: a loop's carry took the body's name first, and the gradients of `W` and
+    `b`, accumulated by the backward loop, came out as `W_bar_1` and `b_bar_1`."""
+    W, b, x = np.eye(4) / 2, np.linspace(-0.5, 0.5, 4), np.linspace(-1.0, 1.0, 12).reshape(3, 4)
+    source = s2s.emit_python(s2s.grad(layers_in_a_loop, argnums=(0, 1)), W, b, x)
+    assert source.rstrip().endswith("return W_bar, b_bar"), source
+    module = load_source(source, "grad_layers_in_a_loop")
+
+    def with_jax(W, b, x):
+        h = x
+        for _ in range(3):
+            h = jax.numpy.tanh(h @ W + b)
+        return (h * h).sum()
+    expected = jax.grad(with_jax, argnums=(0, 1))(W, b, x)
+    for got, want in zip(module.grad_layers_in_a_loop(W, b, x), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def outer(x):
     def inner(v):
         c = np.cos(v)
