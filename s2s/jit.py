@@ -356,8 +356,10 @@ class PythonBackend:
             positional, keyword = emitted_call_args(staged, signature, args, kwargs, canonicalize)
             return run(*positional, **keyword), None
 
+        in_dtypes = [v.aval.dtype for v in staged.closed.jaxpr.invars]
+
         def call_with_inputs(flat, args, kwargs):
-            return run(*host_leaves(flat, [v.aval.dtype for v in staged.closed.jaxpr.invars])), None
+            return run(*host_leaves(flat, in_dtypes)), None
         one_to_one = len(signature.params) == len(args) == len(staged.closed.jaxpr.invars)
         return Runner(call, call_with_inputs if one_to_one and not canonicalize else None)
 
