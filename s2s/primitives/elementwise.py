@@ -12,6 +12,7 @@ operand is.
 from __future__ import annotations
 
 import builtins
+import re
 
 import numpy as np
 import s2s_runtime as rt
@@ -211,6 +212,23 @@ register(div, _emit_div, bare_scalar_ok=True)
 # Comparisons and logic
 
 eq = _binary("eq", np.equal, "==", kind="any", out_dtype=dtypes.bool_)
+# How `ops.eye` builds an identity (row index == column index, as int32 iotas), as written.
+_IOTA_2D = re.compile(r"rt\.iota\(np\.int32, \((\d+), (\d+)\), ([01])\)")
+_BOOLEAN_EYE = re.compile(r"np\.eye\((\d+(?:, \d+)?), dtype=np\.bool\)")
+
+
+def _emit_eq(eqn, x, y):
+    """`x == y`; the comparison of a row-index iota with a column-index iota is the
+    identity matrix, and is written as one: `np.eye(3, dtype=np.bool)` (the textbook `I` in
+    derivatives of linear algebra, not two iotas)."""
+    rows, cols = _IOTA_2D.fullmatch(x.text), _IOTA_2D.fullmatch(y.text)
+    if rows and cols and rows.group(1, 2) == cols.group(1, 2) and (rows.group(3), cols.group(3)) == ("0", "1"):
+        n, m = rows.group(1, 2)
+        return Expr(f"np.eye({n if n == m else f'{n}, {m}'}, dtype=np.bool)")
+    return binop("==", x, y)
+
+
+register(eq, _emit_eq, bare_scalar_ok=True)
 ne = _binary("ne", np.not_equal, "!=", kind="any", out_dtype=dtypes.bool_)
 lt = _binary("lt", np.less, "<", out_dtype=dtypes.bool_)
 le = _binary("le", np.less_equal, "<=", out_dtype=dtypes.bool_)
@@ -263,6 +281,9 @@ def _convert_impl(x, *, new_dtype, weak_type):
 
 def _emit_convert(eqn, x):
     dtype = eqn.params["new_dtype"]
+    boolean_eye = _BOOLEAN_EYE.fullmatch(x.text)
+    if boolean_eye:   # the identity of another dtype: `np.eye(3, dtype=np.float64)`
+        return Expr(f"np.eye({boolean_eye.group(1)}, dtype={dtype_text(dtype)})")
     if eqn.invars[0].aval.shape == ():
         return call(dtype_text(dtype), x)
     return method(x, "astype", Expr(dtype_text(dtype)))

@@ -335,9 +335,9 @@ def test_linalg_gradients_read_like_the_textbook():
     a, b = well_conditioned(3, 3, seed=20), rand(3, 2, seed=21)
     expected = {
         # d det(A) / dA = det(A) A⁻ᵀ
-        det_sum: "a_bar = rt.solve(a.T, np.broadcast_to(np.linalg.det(a), (3, 3)) * cast)",
+        det_sum: "a_bar = rt.solve(a.T, np.broadcast_to(np.linalg.det(a), (3, 3)) * np.eye(3, dtype=np.float64))",
         # d log|det A| / dA = A⁻ᵀ
-        logabsdet_sum: "a_bar = rt.solve(a.T, cast)",
+        logabsdet_sum: "a_bar = rt.solve(a.T, np.eye(3, dtype=np.float64))",
         # X = A⁻¹: Ā = −A⁻ᵀ X̄ Xᵀ
         inv_squares: "a_bar = -rt.solve(a.T, 2.0 * solve_a) @ solve_a.T",
         # x = A⁻¹ b: b̄ = A⁻ᵀ x̄, Ā = −b̄ xᵀ

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import s2s
 from s2s.core import ShapedArray
 from s2s.staging import PRIMITIVES, Primitive
 from s2s.emit.pyexpr import python_rules
@@ -637,3 +638,19 @@ def test_emitted_text(fn, reference, args, names, text):
     source = emit_jaxpr_source(closed, "f", arg_names=list(names))
     assert text in source, source
     assert "import jax" not in source
+
+
+def identity_times(a):
+    return (np.eye(3) * a).sum() + (np.eye(2, 3, dtype=np.float32) * a[:2]).sum()
+
+
+def test_the_identity_is_emitted_as_np_eye():
+    """`ops.eye` compares a row-index iota with a column-index iota; the emitted code says
+    what that is (`np.eye`), in every dtype, square or not, and computes the same."""
+    a = np.arange(9.0).reshape(3, 3)
+    source = s2s.emit_python(identity_times, a)
+    assert "np.eye(3, dtype=np.float64)" in source and "np.eye(2, 3, dtype=np.float32)" in source, source
+    assert "rt.iota" not in source, source
+    namespace = {}
+    exec(compile(source, "identity_times.py", "exec"), namespace)
+    np.testing.assert_allclose(namespace["identity_times"](a), identity_times(a))
