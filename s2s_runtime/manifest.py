@@ -31,9 +31,9 @@ import zipfile
 from importlib import metadata
 
 import numpy as np
-from jaxlib import xla_client
 
-from s2s_runtime import xla
+from s2s_runtime import quiet_logs, xla  # noqa: F401  (quiet_logs: before jaxlib loads)
+from jaxlib import xla_client
 
 MANIFEST_FORMAT = 2   # 2: entries named by module (`pkg.mod.loss`), paths relative
 

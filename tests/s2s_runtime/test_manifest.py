@@ -2,6 +2,10 @@
 jitted function's compiled signature would: NumPy arrays of another dtype or shape are a
 TypeError (a float64 array was once run as float32 silently), Python numbers and lists of
 the input's kind are taken as its dtype."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -20,11 +24,28 @@ def twice(x, k):
 
 
 @pytest.fixture(scope="module")
-def twice(tmp_path_factory):
+def built(tmp_path_factory) -> str:
+    """The path of the manifest of MODULE, compiled."""
     root = tmp_path_factory.mktemp("manifest_arguments")
     (root / "arguments_module.py").write_text(MODULE)
     assert compile_paths([str(root / "arguments_module.py")], str(root / "build")) == 0
-    return manifest.load(str(root / "build" / "manifest.json"), "arguments_module.twice")
+    return str(root / "build" / "manifest.json")
+
+
+@pytest.fixture(scope="module")
+def twice(built):
+    return manifest.load(built, "arguments_module.twice")
+
+
+def test_loading_an_entry_prints_nothing(built):
+    """Regression: manifest imported jaxlib before quieting its logging, and a process that
+    only loads and runs an entry printed XLA's INFO lines about its devices."""
+    script = ("import numpy as np\nfrom s2s_runtime import manifest\n"
+              f"f = manifest.load({built!r}, 'arguments_module.twice')\n"
+              "f(np.zeros(3, np.float32), np.zeros(2, np.int32))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
 
 
 def test_loaded_entry_refuses_float64_for_float32(twice):
