@@ -3,7 +3,7 @@
 `custom_linear_solve`.
 
 The user-level API over `s2s/frontend/structured.py`, which stages bodies into the `cond`,
-`while_loop` and `scan` primitives (`s2s/primitives/control_flow.py`): here each function
+`while_loop` and `scan` primitives (`s2s/primitives/cond.py`, `loops.py`): here each function
 the user passes is wrapped so that every call stages it with `call_user`, like any user
 function. Values they read from the enclosing function become explicit operands. Outside
 any staging they run too, on NumPy values.

@@ -1,5 +1,5 @@
 """Staging function bodies into the structured control-flow primitives: the bodies of
-`cond`, `while_loop` and `scan` (`s2s/primitives/control_flow.py`).
+`cond`, `while_loop` and `scan` (`s2s/primitives/cond.py`, `s2s/primitives/loops.py`).
 
 Both the walker (an `if`, `while` or `for` on arrays) and `s2s.lax` (the user's own
 `cond`, `scan` ...) build their loops and branches here. The functions handed in are
@@ -19,7 +19,9 @@ from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from s2s.errors import S2SError, StagingError
 from s2s.frontend.args import aval_of_arg
 from s2s.frontend.reraise import reraise_clean
-from s2s.primitives import control_flow as cf
+from s2s.primitives import loops as primitive_loops
+from s2s.primitives.cond import cond
+from s2s.primitives.control_flow_bodies import closure_convert
 from s2s.primitives.elementwise import convert_element_type
 from s2s.staging import JaxprBuilder, Tracer, paused_gc
 from s2s.tree import PyTreeDef, tree_flatten, tree_leaves
@@ -86,7 +88,7 @@ class StagedBody:
                     raise StagingError(f"{what} returns a {type(leaf).__name__}, which is not an array",
                                        "return arrays, numbers, or tuples/lists/dicts of them")
             closed = builder.build(out_leaves)
-        self.jaxpr, self.consts = cf.closure_convert(closed)
+        self.jaxpr, self.consts = closure_convert(closed)
         self.in_tree = in_tree
         self.fn = fn
 
@@ -168,7 +170,7 @@ def switch(index, branches, *operands):
         start += len(body.consts)
     if not (len(branches) == 2 and aval_of_arg(index).dtype == np.dtype(bool)):   # cond keeps its bool
         index = convert_element_type.bind(index, new_dtype=np.dtype(np.int32), weak_type=False)
-    outs = cf.cond.bind(index, *all_consts, *tree_leaves(operands), branches=tuple(branches_closed))
+    outs = cond.bind(index, *all_consts, *tree_leaves(operands), branches=tuple(branches_closed))
     return bodies[0].out_tree.unflatten(outs)
 
 
@@ -248,10 +250,10 @@ def while_loop(cond_fun, body_fun, init_val, max_iters=None):
     if pred is None or pred.shape != () or pred.dtype != dtypes.bool_:
         raise StagingError("while_loop's condition must return one scalar bool",
                            "return a comparison such as `val[0] < n`")
-    outs = cf.while_loop.bind(*condition.consts, *body.consts, *init_leaves,
-                              cond_jaxpr=condition.jaxpr, body_jaxpr=body.jaxpr,
-                              cond_nconsts=len(condition.consts), body_nconsts=len(body.consts),
-                              max_iters=None if max_iters is None else int(max_iters))
+    outs = primitive_loops.while_loop.bind(*condition.consts, *body.consts, *init_leaves,
+                                           cond_jaxpr=condition.jaxpr, body_jaxpr=body.jaxpr,
+                                           cond_nconsts=len(condition.consts), body_nconsts=len(body.consts),
+                                           max_iters=None if max_iters is None else int(max_iters))
     return init_tree.unflatten(outs)
 
 
@@ -292,8 +294,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     init_leaves = _matching(init_leaves, body.out_avals[:len(init_leaves)])
     init = init_tree.unflatten(init_leaves)
     body = staged_body(init)
-    outs = cf.scan.bind(*body.consts, *init_leaves, *x_leaves, jaxpr=body.jaxpr,
-                        num_consts=len(body.consts), num_carry=len(init_leaves), length=length,
-                        reverse=bool(reverse), unroll=min(unroll, max(length, 1)))
+    outs = primitive_loops.scan.bind(*body.consts, *init_leaves, *x_leaves, jaxpr=body.jaxpr,
+                                     num_consts=len(body.consts), num_carry=len(init_leaves), length=length,
+                                     reverse=bool(reverse), unroll=min(unroll, max(length, 1)))
     n = len(init_leaves)
     return init_tree.unflatten(outs[:n]), body.out_tree.children[1].unflatten(outs[n:])

@@ -10,7 +10,8 @@ import numpy as np
 from s2s.core import Literal
 from s2s.passes.cse import cse
 from s2s.passes.simplify import simplify
-from s2s.primitives import control_flow as C, elementwise as E, reductions as R, structural as S
+from s2s.primitives import elementwise as E, reductions as R, structural as S
+from s2s.primitives.cond import cond
 from tests.passes.handbuilt import arr, assert_equivalent, build, names
 
 X3 = np.array([0.5, -1.0, 2.0])
@@ -84,8 +85,8 @@ def test_all_outputs_of_a_multiple_result_equation_are_renamed():
 def test_control_flow_with_different_bodies_is_not_merged():
     double = build(lambda x: E.mul.bind(x, 2.0), arr(3))
     halve = build(lambda x: E.mul.bind(x, 0.5), arr(3))
-    closed = build(lambda i, x: [*C.cond.bind(i, x, branches=(double, halve)),
-                                 *C.cond.bind(i, x, branches=(halve, double))],
+    closed = build(lambda i, x: [*cond.bind(i, x, branches=(double, halve)),
+                                 *cond.bind(i, x, branches=(halve, double))],
                    arr(dtype="int32"), arr(3))
     merged = cse(closed)
     assert names(merged) == ["cond", "cond"]

@@ -10,7 +10,9 @@ import numpy as np
 
 from s2s.core import ClosedJaxpr, Jaxpr, Literal
 from s2s.passes.dce import dce, dce_jaxpr, dce_rules
-from s2s.primitives import control_flow as C, elementwise as E, reductions as R
+from s2s.primitives import elementwise as E, reductions as R
+from s2s.primitives.cond import cond
+from s2s.primitives.loops import scan, while_loop
 from tests.passes.handbuilt import arr, assert_equivalent, build, names
 
 X3 = np.array([0.5, -1.0, 2.0])
@@ -91,7 +93,7 @@ def test_nothing_to_remove_leaves_the_equations_as_they_are():
 def scan_of_sin_and_cos():
     """A scan summing xs into its carry and stacking sin(x) and cos(x)."""
     body = build(lambda c, x: [E.add.bind(c, x), E.sin.bind(x), E.cos.bind(x)], arr(), arr())
-    return build(lambda init, xs: C.scan.bind(init, xs, jaxpr=body, num_consts=0, num_carry=1,
+    return build(lambda init, xs: scan.bind(init, xs, jaxpr=body, num_consts=0, num_carry=1,
                                               length=3, reverse=False, unroll=1),
                  arr(), arr(3))
 
@@ -116,7 +118,7 @@ def test_a_scan_whose_carry_is_unread_drops_the_carry_and_its_input():
 def test_a_cond_keeps_only_the_read_outputs_of_every_branch():
     first = build(lambda x, y: [E.sin.bind(x), E.cos.bind(y)], arr(3), arr(3))
     second = build(lambda x, y: [E.neg.bind(x), E.exp.bind(y)], arr(3), arr(3))
-    closed = with_outputs(build(lambda i, x, y: C.cond.bind(i, x, y, branches=(first, second)),
+    closed = with_outputs(build(lambda i, x, y: cond.bind(i, x, y, branches=(first, second)),
                                 arr(dtype="int32"), arr(3), arr(3)), [0])
     cleaned = dce(closed)
     (branch,) = cleaned.jaxpr.eqns
@@ -127,4 +129,4 @@ def test_a_cond_keeps_only_the_read_outputs_of_every_branch():
 
 
 def test_control_flow_rules_are_registered():
-    assert {C.scan, C.cond, C.while_loop} <= set(dce_rules)
+    assert {scan, cond, while_loop} <= set(dce_rules)

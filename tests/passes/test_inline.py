@@ -12,7 +12,9 @@ import numpy as np
 import s2s
 from s2s.core import ClosedJaxpr
 from s2s.passes.inline import call_primitives, inline_calls
-from s2s.primitives import control_flow as C, custom_derivatives as CD, elementwise as E, implicit
+from s2s.primitives import custom_derivatives as CD, elementwise as E, implicit
+from s2s.primitives.cond import cond
+from s2s.primitives.loops import scan
 from tests.passes.handbuilt import arr, assert_equivalent, build, names
 
 X3 = np.array([0.5, -1.0, 2.0])
@@ -69,8 +71,8 @@ def test_calls_in_the_bodies_of_control_flow_are_inlined():
     first = build(lambda x: call_of(sin_then_exp())(x), arr(3))
     second = build(lambda x: E.neg.bind(x), arr(3))
     def fn(i, x, xs):
-        branch_out = C.cond.bind(i, x, branches=(first, second))
-        return C.scan.bind(*branch_out, xs, jaxpr=body, num_consts=0, num_carry=1, length=2,
+        branch_out = cond.bind(i, x, branches=(first, second))
+        return scan.bind(*branch_out, xs, jaxpr=body, num_consts=0, num_carry=1, length=2,
                            reverse=False, unroll=1)
     closed = build(fn, arr(dtype="int32"), arr(3), arr(2, 3))
     assert "custom_jvp_call" in all_primitive_names(closed)

@@ -10,7 +10,9 @@ import numpy as np
 
 from s2s.core import JaxprEqn, check_jaxpr, eval_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr, partial_eval_rules
-from s2s.primitives import control_flow as C, elementwise as E
+from s2s.primitives import elementwise as E
+from s2s.primitives.cond import cond
+from s2s.primitives.loops import scan, while_loop
 from s2s.source_info import SourceInfo
 from s2s.staging import current_builder
 from tests.passes.handbuilt import arr, build, names
@@ -111,7 +113,7 @@ def test_a_scan_is_split_into_a_known_loop_and_an_unknown_loop():
     # carry c += sin(x) * t per step: the sines are known, the products unknown.
     body = build(lambda c, x, t: [E.add.bind(c, sin_times_t(x, t)), E.cos.bind(x)],
                  arr(), arr(), arr())
-    closed = build(lambda c, xs, ts: C.scan.bind(c, xs, ts, jaxpr=body, num_consts=0, num_carry=1,
+    closed = build(lambda c, xs, ts: scan.bind(c, xs, ts, jaxpr=body, num_consts=0, num_carry=1,
                                                  length=3, reverse=False, unroll=1),
                    arr(), arr(3), arr(3))
     unknowns = [True, False, True]
@@ -124,7 +126,7 @@ def test_a_scan_is_split_into_a_known_loop_and_an_unknown_loop():
 
 
 def test_control_flow_rules_are_registered():
-    assert {C.scan, C.cond, C.while_loop} <= set(partial_eval_rules)
+    assert {scan, cond, while_loop} <= set(partial_eval_rules)
 
 
 def test_equations_a_rule_splits_off_compute_at_the_line_of_the_equation_they_split(monkeypatch):

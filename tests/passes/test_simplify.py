@@ -15,7 +15,8 @@ from s2s.source_info import SourceInfo
 from s2s.staging import current_builder
 from s2s.passes import simplify as simplify_pass
 from s2s.passes.simplify import fill_value, simplify, simplify_rules
-from s2s.primitives import control_flow as C, elementwise as E, reductions as R, structural as S
+from s2s.primitives import elementwise as E, reductions as R, structural as S
+from s2s.primitives.cond import cond
 from tests.passes.handbuilt import arr, assert_equivalent, build, names
 
 X3 = np.array([1.5, -2.0, 3.25])
@@ -167,7 +168,7 @@ def test_an_identity_on_one_output_of_a_multiple_result_equation():
 
 def test_bodies_of_control_flow_are_left_as_they_are():
     branch = build(lambda x: E.mul.bind(x, 1.0), arr(3))
-    closed = build(lambda i, x: C.cond.bind(i, x, branches=(branch, branch)), arr(dtype="int32"), arr(3))
+    closed = build(lambda i, x: cond.bind(i, x, branches=(branch, branch)), arr(dtype="int32"), arr(3))
     simplified = simplify(closed)
     assert simplified.jaxpr.eqns[0].params["branches"] == (branch, branch)
     assert_equivalent(closed, simplified, np.int32(1), X3)

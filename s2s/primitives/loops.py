@@ -1,8 +1,6 @@
-"""Structured control flow: `cond`, `while_loop` and `scan`, each carrying its body as
+"""`while_loop` and `scan` and all their rules: structured loops, carrying their bodies as
 jaxprs.
 
-- `cond[branches](index, *operands)` runs `branches[index]` (the index clamped into range,
-  as lax.switch does) on the operands; every branch has the same output types.
 - `while_loop[cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, max_iters](*cond_consts,
   *body_consts, *init)`: while `cond_jaxpr(*cond_consts, *carry)`, carry =
   `body_jaxpr(*body_consts, *carry)`, and at most `max_iters` times unless it is None. A
@@ -14,10 +12,14 @@ jaxprs.
   *(x[i] for x in xs))`; the outputs are the final carry and the ys stacked on a new
   leading axis.
 
-Body jaxprs are closed with no constants: whatever a body reads from outside is an explicit
-operand (`closure_convert`). Their rules are here, as for every family: abstract eval,
-NumPy impl, jvp, StableHLO lowering and Python emission (real `if`/`while`/`for`
-statements, see `s2s/emit/python.py`).
+The two are one family because their rules lean on each other: a bounded while loop is
+differentiated in reverse as a scan, both find their carries' tangents, unknowns and
+needed values by the same fixed points, and both are written as Python loops. Their rules
+are here, as for every family: abstract eval, NumPy impl, jvp, Python emission (real
+`while`/`for` statements, see `s2s/emit/python.py`), StableHLO lowering, partial
+evaluation and transposition, and dead-code elimination into bodies. `cond` (`cond.py`)
+is the other half of structured control flow (a masked step of a bounded loop is one);
+what both use on their bodies is in `control_flow_bodies.py`.
 """
 from __future__ import annotations
 
@@ -31,25 +33,19 @@ from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, dtype_text, register_statement, typed_scalar
 from s2s.errors import ShapeError, StagingError
 from s2s.passes import dce as _dce, jvp as _jvp, partial_eval as _pe, transpose as _transpose
-from s2s.passes.dce import dce_jaxpr
 from s2s.passes.jvp import jvp_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.transpose import is_linear, transpose_jaxpr
 from s2s.primitives import ops
+from s2s.primitives.cond import cond
+from s2s.primitives.control_flow_bodies import (closure_convert, differentiable_mask, nonzero_mask, prune_body,
+                                                same_types, type_list, write_assignment)
 from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 
 # ---------------------------------------------------------------------------------------
-# Helpers on body jaxprs
-
-
-def closure_convert(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
-    """`closed` with its constvars turned into leading invars, and the constants' values
-    (arrays, or staged values of an enclosing function) to pass for them."""
-    jaxpr = closed.jaxpr
-    converted = Jaxpr([], list(jaxpr.constvars) + list(jaxpr.invars), jaxpr.outvars, jaxpr.eqns)
-    return ClosedJaxpr(converted, []), list(closed.consts)
+# Helpers on loop bodies
 
 
 def permute(closed: ClosedJaxpr, in_order: list[int], out_order: list[int]) -> ClosedJaxpr:
@@ -58,42 +54,6 @@ def permute(closed: ClosedJaxpr, in_order: list[int], out_order: list[int]) -> C
     jaxpr = closed.jaxpr
     return ClosedJaxpr(Jaxpr(jaxpr.constvars, [jaxpr.invars[i] for i in in_order],
                              [jaxpr.outvars[i] for i in out_order], jaxpr.eqns), closed.consts)
-
-
-def _same_types(a: list[ShapedArray], b: list[ShapedArray]) -> bool:
-    return len(a) == len(b) and all(x.strip_weak_type() == y.strip_weak_type() for x, y in zip(a, b))
-
-
-def _types(avals) -> str:
-    return ", ".join(a.str_short() for a in avals)
-
-
-# ---------------------------------------------------------------------------------------
-# cond
-
-
-def _cond_abstract(index, *operands, branches):
-    if index.shape != () or np.dtype(index.dtype).kind not in "iub":
-        raise ShapeError(f"cond needs a scalar integer or bool index, got {index.str_short()}")
-    outs = branches[0].out_avals
-    for i, branch in enumerate(branches):
-        if not _same_types(list(branch.in_avals), list(operands)):
-            raise ShapeError(f"cond branch {i} takes ({_types(branch.in_avals)}), "
-                             f"but the operands are ({_types(operands)})")
-        if not _same_types(list(branch.out_avals), list(outs)):
-            raise ShapeError(f"cond branches return different types: ({_types(outs)}) and "
-                             f"({_types(branch.out_avals)})",
-                             "make every branch return arrays of the same shapes and dtypes")
-    return [a.strip_weak_type() if not all(b.out_avals[k].weak_type for b in branches) else a
-            for k, a in enumerate(outs)]
-
-
-def _cond_impl(index, *operands, branches):
-    chosen = min(max(int(index), 0), len(branches) - 1)
-    return eval_jaxpr(branches[chosen], *operands)
-
-
-cond = Primitive("cond", _cond_abstract, _cond_impl, multiple_results=True)
 
 
 # ---------------------------------------------------------------------------------------
@@ -105,9 +65,9 @@ def _while_abstract(*avals, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, 
     (pred,) = cond_jaxpr.out_avals
     if pred.shape != () or pred.dtype != dtypes.bool_:
         raise ShapeError(f"while_loop's condition must return a scalar bool, not {pred.str_short()}")
-    if not _same_types(list(body_jaxpr.out_avals), carry):
-        raise ShapeError(f"while_loop's body returns ({_types(body_jaxpr.out_avals)}) but the "
-                         f"loop carries ({_types(carry)})",
+    if not same_types(list(body_jaxpr.out_avals), carry):
+        raise ShapeError(f"while_loop's body returns ({type_list(body_jaxpr.out_avals)}) but the "
+                         f"loop carries ({type_list(carry)})",
                          "return values of the same shapes and dtypes as the initial values")
     return [a.strip_weak_type() for a in carry]
 
@@ -142,9 +102,9 @@ def _scan_abstract(*avals, jaxpr, num_consts, num_carry, length, reverse, unroll
             raise ShapeError(f"scan over {length} steps got an array of shape {x.shape} to slice",
                              "every scanned array needs the scan's length as its leading axis")
     body_out = list(jaxpr.out_avals)
-    if not _same_types(body_out[:num_carry], carry):
-        raise ShapeError(f"scan's body returns the carry as ({_types(body_out[:num_carry])}) "
-                         f"but it starts as ({_types(carry)})",
+    if not same_types(body_out[:num_carry], carry):
+        raise ShapeError(f"scan's body returns the carry as ({type_list(body_out[:num_carry])}) "
+                         f"but it starts as ({type_list(carry)})",
                          "return a carry of the same shapes and dtypes as the initial one")
     ys = [ShapedArray((length,) + y.shape, y.dtype) for y in body_out[num_carry:]]
     return [c.strip_weak_type() for c in carry] + ys
@@ -171,20 +131,11 @@ scan = Primitive("scan", _scan_abstract, _scan_impl, multiple_results=True)
 # the body keeps it zero).
 
 
-
-def _nonzero(tangents) -> list[bool]:
-    return [not is_zero(t) for t in tangents]
-
-
-def _differentiable(avals) -> list[bool]:
-    return [dtypes.is_differentiable(a.dtype) for a in avals]
-
-
 def _carry_fixed_point(body: ClosedJaxpr, fixed_nonzero: list[bool], carry_nonzero: list[bool],
                        carry_out: slice, carry_avals) -> list[bool]:
     """Which carries have nonzero tangents through any number of iterations of `body`
     (inputs: fixed operands then carries; `carry_out`: where the carry sits in the outputs)."""
-    differentiable = _differentiable(carry_avals)
+    differentiable = differentiable_mask(carry_avals)
     carry_nonzero = [nz and d for nz, d in zip(carry_nonzero, differentiable)]
     while True:
         _, out_nonzero = jvp_jaxpr(body, fixed_nonzero + carry_nonzero, instantiate_out=False)
@@ -211,27 +162,12 @@ def _jvp_layout(n_in: int, in_nonzero: list[bool], groups: list[int]) -> list[in
     return order
 
 
-def _cond_jvp(primals, tangents, *, branches):
-    index, operands = primals[0], primals[1:]
-    operand_tangents = tangents[1:]
-    nonzero = _nonzero(operand_tangents)
-    out_avals = branches[0].out_avals
-    differentiable = _differentiable(out_avals)
-    jvp_branches = tuple(jvp_jaxpr(b, nonzero, instantiate_out=differentiable)[0] for b in branches)
-    given = [instantiate(t) for t in operand_tangents if not is_zero(t)]
-    outs = cond.bind(index, *operands, *given, branches=jvp_branches)
-    n = len(out_avals)
-    tangent_outs = iter(outs[n:])
-    return outs[:n], [next(tangent_outs) if d else Zero(tangent_aval(a))
-                      for a, d in zip(out_avals, differentiable)]
-
-
 def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, max_iters):
     n_fixed = cond_nconsts + body_nconsts
     carry = primals[n_fixed:]
-    body_consts_nz = _nonzero(tangents[cond_nconsts:n_fixed])
+    body_consts_nz = nonzero_mask(tangents[cond_nconsts:n_fixed])
     carry_avals = [a.strip_weak_type() for a in body_jaxpr.out_avals]
-    carry_nz = _carry_fixed_point(body_jaxpr, body_consts_nz, _nonzero(tangents[n_fixed:]),
+    carry_nz = _carry_fixed_point(body_jaxpr, body_consts_nz, nonzero_mask(tangents[n_fixed:]),
                                   slice(0, len(carry)), carry_avals)
     if not any(carry_nz):
         outs = while_loop.bind(*primals, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
@@ -273,16 +209,16 @@ def _ignoring_tangents(closed: ClosedJaxpr, n_consts: int, tangent_avals) -> Clo
 def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse, unroll):
     consts_t, carry_t, xs_t = _scan_split(list(tangents), num_consts, num_carry)
     consts, carry, xs = _scan_split(list(primals), num_consts, num_carry)
-    consts_nz, xs_nz = _nonzero(consts_t), _nonzero(xs_t)
+    consts_nz, xs_nz = nonzero_mask(consts_t), nonzero_mask(xs_t)
     carry_avals = [a.strip_weak_type() for a in jaxpr.out_avals[:num_carry]]
     # The fixed point treats consts and xs as fixed operands: reorder the body's inputs.
     fixed_first = permute(jaxpr, list(range(num_consts)) + list(range(num_consts + num_carry, len(primals)))
                           + list(range(num_consts, num_consts + num_carry)),
                           list(range(len(jaxpr.jaxpr.outvars))))
-    carry_nz = _carry_fixed_point(fixed_first, consts_nz + xs_nz, _nonzero(carry_t),
+    carry_nz = _carry_fixed_point(fixed_first, consts_nz + xs_nz, nonzero_mask(carry_t),
                                   slice(0, num_carry), carry_avals)
     ys_avals = jaxpr.out_avals[num_carry:]
-    ys_differentiable = _differentiable(ys_avals)
+    ys_differentiable = differentiable_mask(ys_avals)
     body_jvp, out_nz = jvp_jaxpr(jaxpr, consts_nz + carry_nz + xs_nz,
                                  instantiate_out=carry_nz + ys_differentiable)
     ys_nz = out_nz[num_carry:]
@@ -310,21 +246,12 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
     return list(carry_out) + list(ys_out), tangents_out
 
 
-_jvp.register(cond, _cond_jvp)
 _jvp.register(while_loop, _while_jvp)
 _jvp.register(scan, _scan_jvp)
 
 
 # ---------------------------------------------------------------------------------------
-# Python emission: real `if` / `while` / `for` statements around the bodies' equations.
-
-
-
-def _assign(block, targets: list[str], values: list[Expr], comment: str) -> None:
-    """`a, b = x, y` (one simultaneous assignment, so a loop carry can swap values), with
-    the comment of the statement it belongs to: every line says where it comes from."""
-    if targets:
-        block.line(f"{', '.join(targets)} = {', '.join(v.text for v in values)}{comment}")
+# Python emission: real `while` / `for` statements around the bodies' equations.
 
 
 def _carry_names(block, body_invars, outvars, given) -> list[str]:
@@ -339,44 +266,6 @@ def _typed(expr: Expr, var) -> Expr:
     return typed_scalar(expr, var.aval.dtype) if isinstance(var, Literal) else expr
 
 
-def _emit_cond(block, eqn, operands, names):
-    comment = block.comment(eqn)
-    args = [block.named(o, None, comment) for o in operands[1:]]
-    branches = eqn.params["branches"]
-    outs = [name or block.names.fresh(v.hint or "r") for name, v in zip(names, eqn.outvars)]
-    if len(branches) == 2:   # `if pred:` (the true branch is branch 1)
-        tests = [f"if {operands[0].text}:", "else:"]
-        order = [1, 0]
-    else:
-        index = block.named(operands[0], "index", comment)
-        tests = [f"if {index.text} <= 0:"] + [f"elif {index.text} == {i}:" for i in range(1, len(branches) - 1)] + ["else:"]
-        order = list(range(len(branches)))
-    for test, i in zip(tests, order):
-        inner = block.nested(apart=True)
-        # A branch writes its results straight into the output names (`y = np.sin(x)`).
-        body = branches[i].jaxpr
-        results = inner.write(body, args, targets=dict(zip(body.outvars, outs)))
-        pending = [(o, r) for o, r in zip(outs, results) if r.text != o]
-        _assign(inner, [o for o, _ in pending], [r for _, r in pending], comment)
-        if not outs:
-            inner.line("pass")
-        if test == "else:" and _is_one_if_chain(inner.lines, inner.indent):
-            # `else:` holding nothing but another `if` chain is written `elif`.
-            block.line("el" + inner.lines[0][len(inner.indent):])
-            block.lines.extend(line[len("    "):] for line in inner.lines[1:])
-        else:
-            block.line(test + (comment if i == order[0] else ""))
-            block.lines.extend(inner.lines)
-    return [Expr(o) for o in outs]
-
-
-def _is_one_if_chain(lines: list[str], indent: str) -> bool:
-    """Whether `lines` (at `indent`) are a single `if`/`elif`/`else` statement."""
-    heads = [line[len(indent):] for line in lines if not line.startswith(indent + " ")]
-    return bool(heads) and heads[0].startswith("if ") and all(
-        h.startswith(("elif ", "else:")) for h in heads[1:])
-
-
 def _emit_while(block, eqn, operands, names):
     p = eqn.params
     comment = block.comment(eqn)
@@ -385,8 +274,8 @@ def _emit_while(block, eqn, operands, names):
     body_consts = [block.named(o, None, comment) for o in operands[n_cond:n_cond + n_body]]
     body_invars = p["body_jaxpr"].jaxpr.invars[n_body:]
     carry = _carry_names(block, body_invars, eqn.outvars, names)
-    _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_cond + n_body:], eqn.invars[n_cond + n_body:])],
-            comment)
+    write_assignment(block, carry, [_typed(o, v) for o, v in zip(operands[n_cond + n_body:],
+                                                                 eqn.invars[n_cond + n_body:])], comment)
     carry_exprs = [Expr(c) for c in carry]
     header_at = len(block.lines)
     bounded = p["max_iters"] is not None     # `for step in range(n):` testing the condition first
@@ -400,7 +289,7 @@ def _emit_while(block, eqn, operands, names):
     else:
         inner.line(f"if not {pred.wrap(8)}:")
         inner.nested().line("break")
-    _assign(inner, carry, inner.write(p["body_jaxpr"].jaxpr, body_consts + carry_exprs), comment)
+    write_assignment(inner, carry, inner.write(p["body_jaxpr"].jaxpr, body_consts + carry_exprs), comment)
     return carry_exprs
 
 
@@ -419,8 +308,8 @@ def _emit_scan(block, eqn, operands, names):
     xs = [o if k == counting else block.named(o, None, comment) for k, o in enumerate(operands[n_consts + n_carry:])]
     carry = _carry_names(block, p["jaxpr"].jaxpr.invars[n_consts:n_consts + n_carry], eqn.outvars[:n_carry],
                           names[:n_carry])
-    _assign(block, carry, [_typed(o, v) for o, v in zip(operands[n_consts:n_consts + n_carry],
-                                                         eqn.invars[n_consts:n_consts + n_carry])], comment)
+    write_assignment(block, carry, [_typed(o, v) for o, v in zip(operands[n_consts:n_consts + n_carry],
+                                                                 eqn.invars[n_consts:n_consts + n_carry])], comment)
     ys = [block.names.fresh(v.hint or "ys") for v in eqn.outvars[n_carry:]]
     for name, v in zip(ys, eqn.outvars[n_carry:]):
         block.line(f"{name} = np.empty({tuple(v.aval.shape)!r}, dtype={dtype_text(v.aval.dtype)}){comment}")
@@ -437,49 +326,20 @@ def _emit_scan(block, eqn, operands, names):
     results = inner.write(body, consts + [Expr(c) for c in carry] + slices)
     for name, y in zip(ys, results[n_carry:]):   # before the carry changes: y may read it
         inner.line(f"{name}[{i}] = {y.text}{comment}")
-    _assign(inner, carry, results[:n_carry], comment)
+    write_assignment(inner, carry, results[:n_carry], comment)
     if not carry and not ys:
         inner.line("pass")
     return [Expr(c) for c in carry] + [Expr(y) for y in ys]
 
 
-register_statement(cond, _emit_cond)
 register_statement(while_loop, _emit_while)
 register_statement(scan, _emit_scan)
 
 
 # ---------------------------------------------------------------------------------------
-# StableHLO: `stablehlo.case` and `stablehlo.while`; bodies read outer values directly
-# (regions may capture them), and a scan is a while loop over a counter that slices the
-# xs and writes the ys with dynamic (update) slices.
-
-
-
-def _result_types(avals) -> str:
-    types = [_hlo.tensor_type(a) for a in avals]
-    return types[0] if len(types) == 1 else f"({', '.join(types)})"
-
-
-def _lower_cond(ctx, eqn, index, *operands):
-    if not eqn.outvars:     # a branch whose results nobody keeps (`if c: z = ...`, z unused)
-        return []
-    branches = eqn.params["branches"]
-    i32 = ShapedArray((), dtypes.int32)
-    index_aval = eqn.invars[0].aval
-    if index_aval.dtype != dtypes.int32:
-        index = ctx.op(f"stablehlo.convert {index} : ({_hlo.tensor_type(index_aval)}) -> tensor<i32>")
-    low, high = ctx.constant(0, dtypes.int32), ctx.constant(len(branches) - 1, dtypes.int32)
-    index = ctx.op(f"stablehlo.clamp {low}, {index}, {high} : tensor<i32>")
-    regions = [_hlo.region(ctx, b.jaxpr, list(operands)) for b in branches]
-    name = ctx.fresh(eqn.outvars[0].hint if eqn.outvars else "case")
-    count = len(eqn.outvars)
-    ctx.lines.append(f"{name}{f':{count}' if count > 1 else ''} = \"stablehlo.case\"({index}) ({{")
-    for k, lines in enumerate(regions):
-        ctx.lines.extend(lines)
-        ctx.lines.append("}, {" if k < len(regions) - 1 else
-                         f"}}) : ({_hlo.tensor_type(i32)}) -> {_result_types([v.aval for v in eqn.outvars])}"
-                         f"{ctx.location}")
-    return _hlo.results_of(name, count)
+# StableHLO: `stablehlo.while`; bodies read outer values directly (regions may capture
+# them), and a scan is a while loop over a counter that slices the xs and writes the ys
+# with dynamic (update) slices.
 
 
 def _lower_while(ctx, eqn, *operands):
@@ -572,7 +432,6 @@ def _lower_scan(ctx, eqn, *operands):
     return results[1:]
 
 
-_hlo.register(cond, _lower_cond)
 _hlo.register(while_loop, _lower_while)
 _hlo.register(scan, _lower_scan)
 
@@ -580,9 +439,8 @@ _hlo.register(scan, _lower_scan)
 # ---------------------------------------------------------------------------------------
 # Reverse mode. Partial evaluation splits a scan into a known scan (the forward pass, which
 # also returns the residuals each iteration needs, stacked) and an unknown scan over the
-# tangents; transposing that one gives a scan running the other way. A cond splits the
-# same way branch by branch. Loop-invariant residuals are passed once, not stacked.
-
+# tangents; transposing that one gives a scan running the other way. Loop-invariant
+# residuals are passed once, not stacked. A bounded while loop splits as a scan.
 
 
 def _scan_partial_eval(eqn, unknown_ins):
@@ -686,78 +544,6 @@ _pe.register(scan, _scan_partial_eval)
 _transpose.register(scan, _scan_transpose)
 
 
-def _cond_partial_eval(eqn, unknown_ins):
-    branches = eqn.params["branches"]
-    n_out = len(eqn.outvars)
-    if unknown_ins[0]:          # the branch taken is unknown: all of it is
-        return [], [eqn], [True] * n_out
-    ops_uk = list(unknown_ins[1:])
-    out_uk = [False] * n_out
-    splits = [partial_eval_jaxpr(b, ops_uk) for b in branches]
-    for pe in splits:
-        out_uk = [a or b for a, b in zip(out_uk, pe.out_unknowns)]
-    if not any(out_uk):     # unknown operands that no result depends on are dropped
-        operands = eqn.invars[1:]
-        known_eqn = JaxprEqn(cond, [eqn.invars[0]] + [v for v, u in zip(operands, ops_uk) if not u],
-                             list(eqn.outvars), dict(branches=tuple(pe.known for pe in splits)),
-                             eqn.source_info)
-        return [known_eqn], [], out_uk
-    splits = [partial_eval_jaxpr(b, ops_uk, instantiate=out_uk) for b in branches]
-    # Every branch returns every branch's residuals (zeros in the others' slots).
-    res_avals = [a for pe in splits for a in pe.known.out_avals[len(pe.known.out_avals) - pe.num_residuals:]]
-    known_branches, unknown_branches, start = [], [], 0
-    for pe in splits:
-        known_branches.append(_known_branch(pe, start, res_avals))
-        unknown_branches.append(_unknown_branch(pe, start, res_avals))
-        start += pe.num_residuals
-    res_vars = [Var(a) for a in res_avals]
-    operands = eqn.invars[1:]
-    known_eqn = JaxprEqn(cond, [eqn.invars[0]] + [v for v, u in zip(operands, ops_uk) if not u],
-                         [v for v, u in zip(eqn.outvars, out_uk) if not u] + res_vars,
-                         dict(branches=tuple(known_branches)), eqn.source_info)
-    unknown_eqn = JaxprEqn(cond, [eqn.invars[0]] + res_vars + [v for v, u in zip(operands, ops_uk) if u],
-                           [v for v, u in zip(eqn.outvars, out_uk) if u],
-                           dict(branches=tuple(unknown_branches)), eqn.source_info)
-    return [known_eqn], [unknown_eqn], out_uk
-
-
-def _known_branch(pe, start: int, res_avals) -> ClosedJaxpr:
-    """The known part of one branch, returning all branches' residual slots."""
-    with JaxprBuilder() as builder:
-        args = [builder.new_arg(a) for a in pe.known.in_avals]
-        outs = inline_jaxpr(pe.known, args)
-        n_known = len(outs) - pe.num_residuals
-        own = outs[n_known:]
-        slots = [instantiate(Zero(a)) for a in res_avals[:start]] + list(own) + \
-            [instantiate(Zero(a)) for a in res_avals[start + pe.num_residuals:]]
-        return builder.build(list(outs[:n_known]) + slots)
-
-
-def _unknown_branch(pe, start: int, res_avals) -> ClosedJaxpr:
-    """The unknown part of one branch, taking all branches' residual slots."""
-    with JaxprBuilder() as builder:
-        slots = [builder.new_arg(a) for a in res_avals]
-        unknown_ins = [builder.new_arg(a) for a in pe.unknown.in_avals[pe.num_residuals:]]
-        outs = inline_jaxpr(pe.unknown, slots[start:start + pe.num_residuals] + unknown_ins)
-        return builder.build(outs)
-
-
-def _cond_transpose(cts, index, *operands, branches):
-    if is_linear(index):
-        raise _transpose.NonLinearEquationError("cond transpose: the index is linear")
-    linear = [is_linear(o) for o in operands]
-    out_avals = branches[0].out_avals
-    cts = [instantiate(c) if not is_zero(c) else instantiate(Zero(a)) for c, a in zip(cts, out_avals)]
-    transposed = tuple(transpose_jaxpr(b, linear) for b in branches)
-    residuals = [o for o, lin in zip(operands, linear) if not lin]
-    outs = iter(cond.bind(index, *residuals, *cts, branches=transposed))
-    return [None] + [next(outs) if lin else None for lin in linear]
-
-
-_pe.register(cond, _cond_partial_eval)
-_transpose.register(cond, _cond_transpose)
-
-
 def _while_partial_eval(eqn, unknown_ins):
     """A bounded loop with some known inputs becomes a scan of `max_iters` steps, each
     running the body only while the condition has held (`active`, an `if` around the
@@ -810,7 +596,7 @@ def _unbounded_while_partial_eval(eqn, unknown_ins):
         if updated == carry_uk:
             break
         carry_uk = updated
-    _, cond_reads = _pruned(p["cond_jaxpr"], [True])
+    _, cond_reads = prune_body(p["cond_jaxpr"], [True])
     if all(carry_uk) or any(r and u for r, u in zip(cond_reads, list(unknown_ins[:n_cond]) + carry_uk)):
         return [], [eqn], [True] * len(eqn.outvars)
     known = [not u for u in carry_uk]
@@ -907,22 +693,11 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
 # are loop carries that only feed them.
 
 
-
-def _pruned(closed: ClosedJaxpr, keep_out: list[bool]) -> tuple[Jaxpr, list[bool]]:
-    """The body computing only the kept outputs, and which of its inputs it still reads."""
-    jaxpr = closed.jaxpr
-    body = dce_jaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars,
-                           [v for v, k in zip(jaxpr.outvars, keep_out) if k], jaxpr.eqns))
-    read = {v for e in body.eqns for v in e.invars if isinstance(v, Var)}
-    read |= {v for v in body.outvars if isinstance(v, Var)}
-    return body, [v in read for v in jaxpr.invars]
-
-
 def _needed_carry(body: ClosedJaxpr, n_consts: int, needed: list[bool], ys_used=()) -> list[bool]:
     """The loop carries that must be computed: those `needed` to begin with, and those
     that feed a needed carry or a used output from one iteration to the next."""
     while True:
-        _, reads = _pruned(body, needed + list(ys_used))
+        _, reads = prune_body(body, needed + list(ys_used))
         updated = [a or b for a, b in zip(needed, reads[n_consts:n_consts + len(needed)])]
         if updated == needed:
             return needed
@@ -935,7 +710,7 @@ def _scan_dce(eqn, used):
     body = p["jaxpr"]
     ys_used = list(used[n_carry:])
     carry_needed = _needed_carry(body, n_consts, list(used[:n_carry]), ys_used)
-    pruned, reads = _pruned(body, carry_needed + ys_used)
+    pruned, reads = prune_body(body, carry_needed + ys_used)
     keep_in = reads[:n_consts] + carry_needed + reads[n_consts + n_carry:]
     new_body = Jaxpr([], [v for v, k in zip(pruned.invars, keep_in) if k], pruned.outvars, pruned.eqns)
     return JaxprEqn(scan, [v for v, k in zip(eqn.invars, keep_in) if k],
@@ -948,7 +723,7 @@ def _while_dce(eqn, used):
     """Carries that neither the condition nor a used result depends on are dropped (the
     step counter of a `for` loop whose index nobody reads, say)."""
     p = eqn.params
-    _, cond_reads = _pruned(p["cond_jaxpr"], [True])
+    _, cond_reads = prune_body(p["cond_jaxpr"], [True])
     needed = _needed_carry(p["body_jaxpr"], p["body_nconsts"],
                            [u or r for u, r in zip(used, cond_reads[p["cond_nconsts"]:])])
     return _while_computing(eqn, needed)
@@ -959,8 +734,8 @@ def _while_computing(eqn, carries: list[bool]) -> JaxprEqn:
     body's steps for them, must read no other carry)."""
     p = eqn.params
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
-    condition, cond_reads = _pruned(p["cond_jaxpr"], [True])
-    body, body_reads = _pruned(p["body_jaxpr"], carries)
+    condition, cond_reads = prune_body(p["cond_jaxpr"], [True])
+    body, body_reads = prune_body(p["body_jaxpr"], carries)
     keep_cond, keep_body = cond_reads[:n_cond] + carries, body_reads[:n_body] + carries
 
     def kept(jaxpr: Jaxpr, keep: list[bool]) -> ClosedJaxpr:
@@ -976,18 +751,5 @@ def _while_computing(eqn, carries: list[bool]) -> JaxprEqn:
                     eqn.source_info)
 
 
-def _cond_dce(eqn, used):
-    branches = eqn.params["branches"]
-    pruned = [_pruned(b, used) for b in branches]
-    keep_in = [any(reads[i] for _, reads in pruned) for i in range(len(eqn.invars) - 1)]
-    new_branches = tuple(ClosedJaxpr(Jaxpr([], [v for v, k in zip(body.invars, keep_in) if k],
-                                           body.outvars, body.eqns), [])
-                         for body, _ in pruned)
-    return JaxprEqn(cond, [eqn.invars[0]] + [v for v, k in zip(eqn.invars[1:], keep_in) if k],
-                    [v for v, k in zip(eqn.outvars, used) if k], dict(branches=new_branches),
-                    eqn.source_info)
-
-
 _dce.register(scan, _scan_dce)
 _dce.register(while_loop, _while_dce)
-_dce.register(cond, _cond_dce)

@@ -1,0 +1,62 @@
+"""What `cond.py` and `loops.py` share: helpers on the jaxprs that structured control flow
+carries as bodies, and on writing a body's results.
+
+Body jaxprs are closed with no constants: whatever a body reads from outside is an explicit
+operand (`closure_convert`, which the front end also uses when it stages a body). Here too:
+checking that bodies agree on types, which tangents are nonzero, which inputs a body pruned
+to some of its outputs still reads (dead-code elimination into bodies), and the one
+simultaneous assignment that Python emission writes a body's results with. No primitive is
+declared here.
+"""
+from __future__ import annotations
+
+from s2s import dtypes
+from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
+from s2s.emit.pyexpr import Expr
+from s2s.passes.dce import dce_jaxpr
+from s2s.passes.tangents import is_zero
+
+
+def closure_convert(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
+    """`closed` with its constvars turned into leading invars, and the constants' values
+    (arrays, or staged values of an enclosing function) to pass for them."""
+    jaxpr = closed.jaxpr
+    converted = Jaxpr([], list(jaxpr.constvars) + list(jaxpr.invars), jaxpr.outvars, jaxpr.eqns)
+    return ClosedJaxpr(converted, []), list(closed.consts)
+
+
+def same_types(a: list[ShapedArray], b: list[ShapedArray]) -> bool:
+    """Whether two lists of types agree, weak types aside."""
+    return len(a) == len(b) and all(x.strip_weak_type() == y.strip_weak_type() for x, y in zip(a, b))
+
+
+def type_list(avals) -> str:
+    """`f32[3], i32[]`: types as error messages list them."""
+    return ", ".join(a.str_short() for a in avals)
+
+
+def nonzero_mask(tangents) -> list[bool]:
+    """Which tangents are not symbolic zeros."""
+    return [not is_zero(t) for t in tangents]
+
+
+def differentiable_mask(avals) -> list[bool]:
+    """Which types get real tangents (otherwise float0)."""
+    return [dtypes.is_differentiable(a.dtype) for a in avals]
+
+
+def prune_body(closed: ClosedJaxpr, keep_out: list[bool]) -> tuple[Jaxpr, list[bool]]:
+    """The body computing only the kept outputs, and which of its inputs it still reads."""
+    jaxpr = closed.jaxpr
+    body = dce_jaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars,
+                           [v for v, k in zip(jaxpr.outvars, keep_out) if k], jaxpr.eqns))
+    read = {v for e in body.eqns for v in e.invars if isinstance(v, Var)}
+    read |= {v for v in body.outvars if isinstance(v, Var)}
+    return body, [v in read for v in jaxpr.invars]
+
+
+def write_assignment(block, targets: list[str], values: list[Expr], comment: str) -> None:
+    """`a, b = x, y` (one simultaneous assignment, so a loop carry can swap values), with
+    the comment of the statement it belongs to: every line says where it comes from."""
+    if targets:
+        block.line(f"{', '.join(targets)} = {', '.join(v.text for v in values)}{comment}")
