@@ -41,6 +41,7 @@ from s2s.emit.stablehlo import lower, path_inside
 from s2s.errors import S2SError
 from s2s.export import exports_of
 from s2s.frontend.args import ShapeDtype
+from s2s.frontend.source import check_modules_current
 from s2s_runtime import disk_cache
 
 
@@ -270,6 +271,7 @@ def plan(modules: list[Module]) -> tuple[list[Target], list[dict]]:
     for module in modules:
         try:
             records = exports_of(import_module(module))
+            check_modules_current(os.path.dirname(module.path) if not module.in_package else module.root)
         except Exception as e:  # the module is the user's: report it, go on with the others
             failures.append(failure(f"{module.name}.<module>", module, None, None, e,
                                     f"{module.relative}:1"))

@@ -27,6 +27,7 @@ from s2s.emit.signature import generated_from, is_generated_source, source_label
 from s2s.errors import S2SError
 from s2s.export import NAME_HELP, emit_exports, is_valid_name, write_npz
 from s2s.frontend.args import parse_arg_specs
+from s2s.frontend.source import check_modules_current
 
 
 def load_module(path: str):
@@ -41,6 +42,7 @@ def load_module(path: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
+    check_modules_current(directory)   # helpers imported earlier in this process, since edited
     return module
 
 

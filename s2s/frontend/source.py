@@ -22,6 +22,7 @@ import dataclasses
 import linecache
 import marshal
 import os
+import sys
 import threading
 import types
 import weakref
@@ -283,6 +284,47 @@ def function_source(fn) -> FunctionSource:
     cached = _sources.get(id(code))
     if cached is not None and cached[0]() is code:
         return cached[1]
+    parsed, node = _node_in_current_text(fn)
+    filename = code.co_filename
+    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed.duc, node), parsed.duc,
+                            anchor_name=fn.__qualname__.replace(".<locals>", ""), anchor_line=node.lineno)
+    key = id(code)
+
+    def forget(_ref, key=key):
+        with _sources_lock:
+            entry = _sources.get(key)
+            if entry is not None and entry[0]() is None:
+                del _sources[key]
+    with _sources_lock:
+        _sources[key] = (weakref.ref(code, forget), source)
+    return source
+
+
+def check_current(fn) -> None:
+    """Raises StaleSourceError unless `fn`'s file, as it is now, holds the code `fn` runs.
+    Build tools call it for functions a long-lived process imported earlier: the sources
+    cached with code objects are right for staging, but a build must follow the files."""
+    _node_in_current_text(fn)
+
+
+def check_modules_current(folder: str) -> None:
+    """Raises StaleSourceError when a module this process imported from a file under
+    `folder` has been edited since: `s2s emit`, `check` and `compile` follow the files, and
+    a process that runs them twice (or a notebook) may hold modules older than them."""
+    folder = os.path.realpath(folder)
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or not os.path.realpath(path).startswith(folder + os.sep):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+                check_current(value)
+
+
+def _node_in_current_text(fn):
+    """The parse of `fn`'s file as it is now, and `fn`'s node in it; a StaleSourceError if
+    that text does not compile to the code `fn` runs."""
+    code = fn.__code__
     filename = code.co_filename
     linecache.checkcache(filename)   # an edited file is read again (registered texts stay)
     lines = linecache.getlines(filename, fn.__globals__)
@@ -304,18 +346,7 @@ def function_source(fn) -> FunctionSource:
         node = _find_node(parsed.tree, moved[0]) if len(moved) == 1 else None
     if node is None:
         raise _stale_source_error(fn, filename)
-    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed.duc, node), parsed.duc,
-                            anchor_name=fn.__qualname__.replace(".<locals>", ""), anchor_line=node.lineno)
-    key = id(code)
-
-    def forget(_ref, key=key):
-        with _sources_lock:
-            entry = _sources.get(key)
-            if entry is not None and entry[0]() is None:
-                del _sources[key]
-    with _sources_lock:
-        _sources[key] = (weakref.ref(code, forget), source)
-    return source
+    return parsed, node
 
 
 def _find_node(tree, code):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import s2s
-from s2s import cli
+from s2s import batch_compile, cli
 from s2s.frontend import source as source_module
 
 SINE = "import numpy as np\n\n\ndef helper(x):\n    return np.sin(x)\n\n\ndef f(x):\n    return np.sum(helper(x))\n"
@@ -225,3 +225,36 @@ def test_source_entries_go_with_their_code_objects():
     namespace.clear()
     gc.collect()
     assert len(source_module._sources) < before
+
+
+EXPORTED = ('import numpy as np\nimport s2s\nfrom {helpers} import act\n\n\n'
+            '@s2s.export("f64[3]", transforms=("grad",))\ndef f(x):\n    return np.sum(act(x))\n')
+
+
+def test_compile_run_again_in_one_process_after_an_edit_says_the_module_is_older(package, capsys):
+    """`s2s compile` follows the files: a process that compiles again after an edit, with
+    the module it imported the first time, fails the module's entries and says why, never
+    skips them as up to date nor builds the old code."""
+    tmp_path, module_name = package
+    name = module_name("compiled")
+    write_module(tmp_path, name, SINE.replace("def f(x):", '@s2s.export("f64[3]", transforms=("grad",))\ndef f(x):')
+                 .replace("import numpy as np\n", "import numpy as np\nimport s2s\n"))
+    path, out = str(tmp_path / f"{name}.py"), str(tmp_path / "build")
+    assert batch_compile.compile_paths([path], out) == 0
+    write_module(tmp_path, name, open(path).read().replace("np.sin(x)", "np.cos(x)"))
+    capsys.readouterr()
+    assert batch_compile.compile_paths([path], out) == 1
+    assert f"{name}.py changed since `helper` was defined" in capsys.readouterr().err
+
+
+def test_cli_emit_run_again_after_a_helper_edit_says_the_helper_is_older(package, capsys):
+    tmp_path, module_name = package
+    helpers, user = module_name("act_helpers"), module_name("act_user")
+    write_module(tmp_path, helpers, HELPERS)
+    write_module(tmp_path, user, EXPORTED.format(helpers=helpers))
+    out = str(tmp_path / "derivatives")
+    assert cli.main(["emit", str(tmp_path / f"{user}.py"), "--out", out]) == 0
+    write_module(tmp_path, helpers, HELPERS.replace("np.tanh(x)", "np.sinh(x)"))
+    capsys.readouterr()
+    assert cli.main(["check", str(tmp_path / f"{user}.py"), "--against", out]) == 1
+    assert f"{helpers}.py changed since `act` was defined" in capsys.readouterr().err
