@@ -187,7 +187,18 @@ def _static_check(staged, expr: str, value) -> list[str]:
     shown_expr, shown_value = expr.replace("%", "%%"), literal.replace("%", "%%")
     message = (f"{shown_expr}=%r, but this function was specialized for {shown_expr}={shown_value}: "
                "regenerate it with `s2s emit` (or call the transform again) for other values")
-    return [f"if {expr} != {literal}:", f"    raise ValueError({message!r} % ({expr},))"]
+    return [f"if {_type_test(expr, value)}{expr} != {literal}:", f"    raise ValueError({message!r} % ({expr},))"]
+
+
+def _type_test(expr: str, value) -> str:
+    """The start of a check's condition that refuses a value of another kind than the
+    static one (`3.0` or `True` for the int 3, an array for a float), which staging would
+    have treated differently: `type(n) is not int or `."""
+    if type(value) in (bool, int):
+        return f"type({expr}) is not {type(value).__name__} or "
+    if type(value) is float:
+        return f"not isinstance({expr}, (int, float)) or isinstance({expr}, bool) or "
+    return ""
 
 
 def _def_location(staged) -> SourceInfo:

@@ -97,6 +97,18 @@ def test_a_static_value_the_module_was_not_built_for_is_refused_with_how_to_rege
         grad_rnn(W0, XS0, 4, 0.25)
 
 
+@pytest.mark.parametrize("n_steps", [4.0, True, np.array(4), np.int64(4)], ids=["float", "bool", "array", "np.int64"])
+def test_a_static_value_of_another_kind_is_refused_even_when_equal(n_steps):
+    """Regression: the check was `n_steps != 4`, which 4.0, True and np.array(4) pass (or,
+    for an array, fail with NumPy's ambiguous-truth error), though staging would have
+    treated each of them differently from the int 4."""
+    grad_rnn = emitted(s2s.grad(rnn), W0, XS0, 4)
+    with pytest.raises(ValueError, match="specialized for n_steps=4"):
+        grad_rnn(W0, XS0, n_steps)
+    with pytest.raises(ValueError, match="specialized for scale=0.5"):
+        grad_rnn(W0, XS0, 4, np.array([0.5]))
+
+
 def test_a_default_the_caller_left_alone_is_a_parameter_with_that_default():
     """Regression: `scale=0.5` was baked in and dropped from the signature, so the module
     silently computed with 0.5 for a caller passing another scale."""

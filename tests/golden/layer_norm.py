@@ -10,7 +10,7 @@ __all__ = ['layer_norm']
 
 
 def layer_norm(x, gamma, beta, eps=1e-05):
-    if eps != 1e-05:
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps != 1e-05:
         raise ValueError('eps=%r, but this function was specialized for eps=1e-05: regenerate it with `s2s emit` (or call the transform again) for other values' % (eps,))
     mean = (x.sum(axis=1) / 16.0)[:, None]  # cases.py layer_norm+1
     var = (((x - mean) ** 2).sum(axis=1) / 16.0)[:, None]  # cases.py layer_norm+2

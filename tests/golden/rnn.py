@@ -10,9 +10,9 @@ __all__ = ['rnn']
 
 
 def rnn(W, xs, n_steps=5, scale=0.5):
-    if n_steps != 5:
+    if type(n_steps) is not int or n_steps != 5:
         raise ValueError('n_steps=%r, but this function was specialized for n_steps=5: regenerate it with `s2s emit` (or call the transform again) for other values' % (n_steps,))
-    if scale != 0.5:
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale != 0.5:
         raise ValueError('scale=%r, but this function was specialized for scale=0.5: regenerate it with `s2s emit` (or call the transform again) for other values' % (scale,))
     h = np.full((4,), np.float32(0.0), dtype=np.float32)  # cases.py rnn+3
     h_1 = h  # cases.py rnn+4
