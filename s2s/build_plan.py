@@ -5,7 +5,9 @@ Modules. A module whose folder has an `__init__.py` belongs to a package: the pa
 is found by walking up while `__init__.py` exists, the root's parent goes on sys.path and the
 module is imported by its dotted name (`pkg.models.dense`), so relative and absolute imports
 between the package's modules work as under `python -m`. A module outside any package is
-imported from its file, with its own folder on sys.path.
+imported from its file, with its own folder on sys.path. Each run imports them (and their
+package, and the plain modules beside them) again from their files (`forget_imported`), so a
+process that builds twice builds what the files say, not what it imported the first time.
 
 Names. Each module has a compiled root, the folder its paths are written relative to: the
 package root's parent for a package module, else the folder given on the command line (the
@@ -41,7 +43,6 @@ from s2s.emit.stablehlo import lower, path_inside
 from s2s.errors import S2SError
 from s2s.export import exports_of
 from s2s.frontend.args import ShapeDtype
-from s2s.frontend.source import check_modules_current
 from s2s_runtime import disk_cache
 
 
@@ -119,6 +120,21 @@ def discover(paths) -> list[Module]:
 
 
 _imported: dict[str, object] = {}
+
+
+def forget_imported(folder: str, package: str | None = None) -> None:
+    """Drops from `sys.modules` what a build is about to import, so that it is imported from
+    the files as they are now: top-level modules whose file is in `folder`, and `package`
+    with its submodules. `s2s emit`, `check` and `compile` follow the files, and a process
+    that runs them twice (a notebook, a test) may hold modules imported before an edit."""
+    folder = os.path.realpath(folder)
+    importlib.invalidate_caches()   # files added since are found
+    for name, loaded in list(sys.modules.items()):
+        path = getattr(loaded, "__file__", None)
+        if (package is not None and (name == package or name.startswith(package + "."))) or (
+                "." not in name and isinstance(path, str)
+                and os.path.dirname(os.path.realpath(path)) == folder):
+            del sys.modules[name]
 
 
 def import_module(module: Module):
@@ -268,10 +284,12 @@ def plan(modules: list[Module]) -> tuple[list[Target], list[dict]]:
     """The targets of the modules, and failed entries for modules that do not import, exports
     that do not stage, and names that two modules would both give."""
     targets, failures = [], []
+    _imported.clear()
+    for module in modules:
+        forget_imported(os.path.dirname(module.path), module.name.split(".")[0] if module.in_package else None)
     for module in modules:
         try:
             records = exports_of(import_module(module))
-            check_modules_current(os.path.dirname(module.path) if not module.in_package else module.root)
         except Exception as e:  # the module is the user's: report it, go on with the others
             failures.append(failure(f"{module.name}.<module>", module, None, None, e,
                                     f"{module.relative}:1"))

@@ -21,13 +21,13 @@ import sys
 
 from s2s.api import make_jaxpr
 from s2s.batch_compile import cmd_compile
+from s2s.build_plan import forget_imported
 from s2s.eager import emitted_module, staged_or_error
 from s2s.emit.python import EmitOptions
 from s2s.emit.signature import generated_from, is_generated_source, source_label
 from s2s.errors import S2SError
 from s2s.export import NAME_HELP, emit_exports, is_valid_name, write_npz
 from s2s.frontend.args import parse_arg_specs
-from s2s.frontend.source import check_modules_current
 
 
 def load_module(path: str):
@@ -38,11 +38,11 @@ def load_module(path: str):
     directory = os.path.dirname(os.path.abspath(path))
     if directory not in sys.path:
         sys.path.insert(0, directory)
+    forget_imported(directory)   # its helpers are imported again too, from the files as they are
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
-    check_modules_current(directory)   # helpers imported earlier in this process, since edited
     return module
 
 

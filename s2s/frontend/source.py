@@ -22,7 +22,6 @@ import dataclasses
 import linecache
 import marshal
 import os
-import sys
 import threading
 import types
 import weakref
@@ -298,27 +297,6 @@ def function_source(fn) -> FunctionSource:
     with _sources_lock:
         _sources[key] = (weakref.ref(code, forget), source)
     return source
-
-
-def check_current(fn) -> None:
-    """Raises StaleSourceError unless `fn`'s file, as it is now, holds the code `fn` runs.
-    Build tools call it for functions a long-lived process imported earlier: the sources
-    cached with code objects are right for staging, but a build must follow the files."""
-    _node_in_current_text(fn)
-
-
-def check_modules_current(folder: str) -> None:
-    """Raises StaleSourceError when a module this process imported from a file under
-    `folder` has been edited since: `s2s emit`, `check` and `compile` follow the files, and
-    a process that runs them twice (or a notebook) may hold modules older than them."""
-    folder = os.path.realpath(folder)
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if not isinstance(path, str) or not os.path.realpath(path).startswith(folder + os.sep):
-            continue
-        for value in list(vars(module).values()):
-            if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
-                check_current(value)
 
 
 def _node_in_current_text(fn):
