@@ -169,8 +169,9 @@ def merge_into_manifest(out_dir: str, compiled_modules: set[str],
     modules that a concurrent `s2s compile` into the same folder may have written since this
     run began: the manifest is re-read and replaced under an exclusive lock, atomically.
 
-    An old entry of a compiled module (or of a name this run rebuilt) gives up the files the
-    new manifest no longer lists: they are removed. Returns, per entry name that is gone from
+    An old entry of a compiled module (or of a name this run rebuilt, or any entry built by
+    another s2s or jaxlib version, which is dropped) gives up the files the new manifest no
+    longer lists: they are removed. Returns, per entry name that is gone from
     the manifest or lost files, its module and the files removed."""
     removed: dict[str, tuple[str, list]] = {}
     with open(os.path.join(out_dir, MANIFEST_LOCK), "a") as lock:
@@ -180,9 +181,10 @@ def merge_into_manifest(out_dir: str, compiled_modules: set[str],
             same_versions = all(current.get(k) == v for k, v in versions().items())
             entries, replaced = {}, {}
             for name, entry in current.get("entries", {}).items():
-                if isinstance(entry, dict) and (entry.get("module") in compiled_modules or name in results):
-                    replaced[name] = entry
-                elif same_versions and isinstance(entry, dict):
+                if isinstance(entry, dict) and (entry.get("module") in compiled_modules or name in results
+                                                or not same_versions):
+                    replaced[name] = entry   # (another version's executables do not load here)
+                elif isinstance(entry, dict):
                     entries[name] = entry
             entries.update(results)
             manifest = {"format": MANIFEST_FORMAT, **versions(), "entries": entries}
@@ -266,11 +268,12 @@ def compile_paths(paths, out_dir: str, jobs: int = 1, force: bool = False,
         results[target.name] = result["entry"]
         _progress(done, total, result["entry"], result["timings"])
     order = [e["name"] for e in failures] + [t.name for t in targets]
-    removed = merge_into_manifest(out_dir, {m.relative for m in modules},
-                                  {n: results[n] for n in order})
+    removed = merge_into_manifest(out_dir, {m.relative for m in modules}, {n: results[n] for n in order})
     unimportable = {e["module"] for e in failures if e["function"] is None}
+    compiled = {m.relative for m in modules}
     for name, (module, files) in removed.items():
-        why = ("its module failed to import" if name not in results and module in unimportable
+        why = ("built by another s2s or jaxlib version" if name not in results and module not in compiled
+               else "its module failed to import" if name not in results and module in unimportable
                else "no longer exported" if name not in results else "now failed"
                if results[name]["status"] != "ok" else "files no longer needed")
         print(f"s2s compile: removed {', '.join(files)} ({name}: {why})", file=sys.stderr)

@@ -357,6 +357,24 @@ def test_removed_export_files_are_deleted_and_reported_and_unlisted_files_kept(t
         "shrinking.fused", "shrinking.grad_fused"]
 
 
+def test_entries_of_another_version_have_their_files_removed(tmp_path):
+    """Regression: entries built by another s2s or jaxlib version were dropped from the
+    manifest (their executables do not load here) but their files stayed, listed nowhere."""
+    write_files(tmp_path / "one", {"first.py": FUSED})
+    write_files(tmp_path / "two", {"second.py": FUSED})
+    out = tmp_path / "build"
+    assert run_compile(str(tmp_path / "one"), "--out", str(out)).returncode == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["jaxlib_version"] = "0.0.1"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    again = run_compile(str(tmp_path / "two"), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert "(first.fused: built by another s2s or jaxlib version)" in again.stderr
+    assert not [f for f in os.listdir(out) if f.startswith("first.")]
+    assert sorted(json.loads((out / "manifest.json").read_text())["entries"]) == [
+        "second.fused", "second.grad_fused"]
+
+
 def test_a_damaged_manifest_cannot_make_compile_remove_other_files(tmp_path):
     """Removal takes only the kinds of file compile writes: an entry listing the manifest,
     a user's file or a path elsewhere loses nothing of them."""
