@@ -164,7 +164,7 @@ def argument(name: str, position: int, value, shape: tuple, dtype: np.dtype) -> 
             converted = None   # an int that does not fit
     if converted is None:
         got = type(value).__name__ if given is None else f"{type(value).__name__} of {_type_name(given.shape, given.dtype)}"
-        raise TypeError(f"{name}: argument {position} is a {got}, the compiled entry takes {wanted}; "
+        raise TypeError(f"{name}: argument {position} is a Python {got}, the compiled entry takes {wanted}; "
                         f"pass np.asarray(x, np.{dtype.name}) of shape {shape}")
     return converted
 

@@ -77,3 +77,10 @@ def test_loaded_entry_takes_python_numbers_and_lists_of_the_input_kind(twice):
 def test_loaded_entry_refuses_python_values_of_another_kind_or_shape(twice, x, k):
     with pytest.raises(TypeError, match="the compiled entry takes"):
         twice(x, k)
+
+
+def test_a_refused_python_value_is_named_as_one(twice):
+    """The message said "argument 0 is a int of int64[3]"."""
+    with pytest.raises(TypeError, match=r"argument 0 is a Python list of int64\[3\], the compiled "
+                                        r"entry takes float32\[3\]"):
+        twice([1, 2, 3], [1, 2])
