@@ -128,9 +128,9 @@ def up_to_date(entry: dict | None, target: Target, out_dir: str, check: bool) ->
     if not entry or entry.get("status") != "ok" or entry.get("key") != target.key \
             or (check and not entry.get("verified")) or not isinstance(entry.get("files"), dict):
         return False
-    return all(isinstance(file, str) and os.path.basename(file) == file
-               and _file_sha256(os.path.join(out_dir, file)) == entry.get(f"{kind}_sha256")
-               for kind, file in entry["files"].items())
+    files = entry["files"]
+    return set(files.values()) == _listed_files(entry) and all(   # plain names of its own kinds
+        _file_sha256(os.path.join(out_dir, file)) == entry.get(f"{kind}_sha256") for kind, file in files.items())
 
 
 # ---------------------------------------------------------------------------------------

@@ -54,10 +54,17 @@ STATEMENT_RULES: set = set()
 BARE_SCALAR_OK: set = set()
 
 
-def register(primitive, rule: Callable, bare_scalar_ok: bool = False) -> None:
+# Primitive -> the short word an unnamed temporary it computes is named with (`cast_x` for
+# convert_element_type); a primitive without one is named by its own name.
+TEMP_NAMES: dict = {}
+
+
+def register(primitive, rule: Callable, bare_scalar_ok: bool = False, temp_name: str | None = None) -> None:
     python_rules[primitive] = rule
     if bare_scalar_ok:
         BARE_SCALAR_OK.add(primitive)
+    if temp_name is not None:
+        TEMP_NAMES[primitive] = temp_name
 
 
 def register_statement(primitive, rule: Callable) -> None:

@@ -35,18 +35,12 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Literal, Var
-from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, UNARY, Expr, dtype_text, python_rules,
-                             typed_scalar)
+from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, TEMP_NAMES, UNARY, Expr, dtype_text,
+                             python_rules, typed_scalar)
 from s2s.passes.inline import inline_calls
 
 INLINE_MAX_CHARS = 72          # longer expressions get a name of their own
 NAME_MAX_CHARS = 24            # a temporary's name is cut to this length
-# Operation names of temporaries, where the primitive's own name is long or unclear
-# (otherwise the primitive's name, without `reduce_`: `sum`, `max`).
-_OPERATION_NAMES = {"convert_element_type": "cast", "broadcast_in_dim": "bcast", "dot_general": "dot",
-                    "integer_pow": "pow", "add_any": "add", "expand_dims": "expand",
-                    "dynamic_slice": "slice", "dynamic_update_slice": "update", "scatter_add": "scatter",
-                    "select": "where", "custom_jvp_call": "call", "custom_vjp_call": "call"}
 LARGE_CONST_ELEMENTS = 1000    # larger constants are never written as literals
 _RESERVED = {"np", "rt"} | set(keyword.kwlist)
 
@@ -308,8 +302,7 @@ class Block:
         its operation and the source name it derives from (`exp_shifted`)."""
         if var.hint:
             return self.names.fresh(var.hint)
-        operation = eqn.primitive.name
-        operation = _OPERATION_NAMES.get(operation, operation.removeprefix("reduce_"))
+        operation = TEMP_NAMES.get(eqn.primitive, eqn.primitive.name.removeprefix("reduce_"))
         origin = self.origins.get(var)
         base = f"{operation}_{origin}" if origin else operation
         return self.names.fresh(base[:NAME_MAX_CHARS].rstrip("_"))

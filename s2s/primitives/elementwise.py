@@ -164,7 +164,8 @@ def _integer_pow_impl(x, *, y: int):
 integer_pow = Primitive("integer_pow", _integer_pow_abstract, _integer_pow_impl)
 register(integer_pow, lambda eqn, x: binop("**", x, Expr(str(eqn.params["y"]))
                                            if eqn.params["y"] >= 0
-                                           else unop("-", Expr(str(-eqn.params["y"])))))
+                                           else unop("-", Expr(str(-eqn.params["y"])))),
+         temp_name="pow")
 
 # ---------------------------------------------------------------------------------------
 # Binary arithmetic
@@ -253,7 +254,7 @@ def _select_abstract(pred, on_true, on_false):
 # select(pred, on_true, on_false) is np.where: broadcasting, as everything elementwise.
 select = Primitive("select", _select_abstract,
                    lambda p, a, b: np.asarray(np.where(p, a, b), dtype=np.result_type(a, b))[()])
-register(select, lambda eqn, p, a, b: call("np.where", p, a, b), bare_scalar_ok=True)
+register(select, lambda eqn, p, a, b: call("np.where", p, a, b), bare_scalar_ok=True, temp_name="where")
 
 
 def _clamp_abstract(lo, x, hi):
@@ -290,7 +291,7 @@ def _emit_convert(eqn, x):
 
 
 convert_element_type = Primitive("convert_element_type", _convert_abstract, _convert_impl)
-register(convert_element_type, _emit_convert)
+register(convert_element_type, _emit_convert, temp_name="cast")
 
 
 def _iota_abstract(*, dtype, shape, dimension):
@@ -318,7 +319,7 @@ register(stop_gradient, lambda eqn, x: x)
 
 # add_any: the sum of two cotangents (or tangents) of one type, made by AD itself.
 add_any = Primitive("add_any", _elementwise_abstract("add_any", "any"), _keep_dtype(np.add))
-register(add_any, lambda eqn, x, y: binop("+", x, y))
+register(add_any, lambda eqn, x, y: binop("+", x, y), temp_name="add")
 
 # ---------------------------------------------------------------------------------------
 # Derivatives. Tangent rules read like the math: `t` is the input tangent, `x` the input,

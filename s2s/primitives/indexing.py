@@ -121,7 +121,7 @@ def _emit_scatter_add(eqn, operand, updates, *indices):
 
 
 scatter_add = Primitive("scatter_add", _scatter_add_abstract, _scatter_add_impl)
-register(scatter_add, _emit_scatter_add)
+register(scatter_add, _emit_scatter_add, temp_name="scatter")
 
 # ---------------------------------------------------------------------------------------
 # Derivatives. gather is linear in its operand and scatter_add in (operand, updates)

@@ -186,7 +186,7 @@ def _emit_dot_general(eqn, a, b):
     return dot_general_expr(lhs.ndim, rhs.ndim, eqn.params["dimension_numbers"], a, b)
 
 
-register(dot_general, _emit_dot_general)
+register(dot_general, _emit_dot_general, temp_name="dot")
 
 # ---------------------------------------------------------------------------------------
 # Factorizations and solves

@@ -132,7 +132,7 @@ def _emit_broadcast_in_dim(eqn, x):
 
 
 broadcast_in_dim = Primitive("broadcast_in_dim", _broadcast_in_dim_abstract, _broadcast_in_dim_impl)
-register(broadcast_in_dim, _literal_operand_safe(_emit_broadcast_in_dim))
+register(broadcast_in_dim, _literal_operand_safe(_emit_broadcast_in_dim), temp_name="bcast")
 
 # ---------------------------------------------------------------------------------------
 # reshape
@@ -236,7 +236,7 @@ def _emit_expand_dims(eqn, x):
 
 expand_dims = Primitive("expand_dims", _expand_dims_abstract,
                         lambda x, *, dimensions: np.expand_dims(x, tuple(dimensions)))
-register(expand_dims, _literal_operand_safe(_emit_expand_dims))
+register(expand_dims, _literal_operand_safe(_emit_expand_dims), temp_name="expand")
 
 # ---------------------------------------------------------------------------------------
 # concatenate
@@ -415,7 +415,7 @@ def _tuple_text(exprs) -> str:
 dynamic_slice = Primitive(
     "dynamic_slice", _dynamic_slice_abstract,
     lambda x, *starts, slice_sizes: rt_indexing.dynamic_slice(x, starts, slice_sizes))
-register(dynamic_slice, _emit_dynamic_slice)
+register(dynamic_slice, _emit_dynamic_slice, temp_name="slice")
 
 
 def _dynamic_update_slice_abstract(x, update, *starts):
@@ -436,7 +436,7 @@ def _emit_dynamic_update_slice(eqn, x, update, *starts):
 dynamic_update_slice = Primitive(
     "dynamic_update_slice", _dynamic_update_slice_abstract,
     lambda x, update, *starts: rt_indexing.dynamic_update_slice(x, update, starts))
-register(dynamic_update_slice, _emit_dynamic_update_slice)
+register(dynamic_update_slice, _emit_dynamic_update_slice, temp_name="update")
 
 # ---------------------------------------------------------------------------------------
 # rev
