@@ -23,7 +23,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
-from s2s.eager import run_emitted_jaxpr, staged_or_error
+from s2s.eager import run, staged_or_error
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
 from s2s.frontend.source import last_return_info
@@ -35,7 +35,7 @@ from s2s.passes.partial_eval import partial_eval_jaxpr
 from s2s.passes.simplify import simplify
 from s2s.passes.tangents import zeros
 from s2s.passes.transpose import transpose_jaxpr
-from s2s.staging import JaxprBuilder, Tracer, current_builder, inline_jaxpr, paused_gc
+from s2s.staging import JaxprBuilder, inline_jaxpr, paused_gc
 from s2s.tree import positional_leaf_ranges, tree_flatten, tree_leaves
 
 __all__ = ["grad", "hessian", "jacfwd", "jacrev", "jvp", "linear_transpose", "linearize",
@@ -44,14 +44,6 @@ __all__ = ["grad", "hessian", "jacfwd", "jacrev", "jvp", "linear_transpose", "li
 
 # ---------------------------------------------------------------------------------------
 # Running a derived jaxpr: emitted once when called on NumPy values, inlined when staged.
-
-
-def run(staged: Staged, key, closed: ClosedJaxpr, flat_args: list) -> list:
-    """The outputs of `closed`, derived from `staged` and kept in its artifacts under `key`,
-    on `flat_args`: staged in place when staging, else computed by its emitted module."""
-    if current_builder() is not None or any(isinstance(a, Tracer) for a in flat_args):
-        return inline_jaxpr(closed, flat_args)
-    return run_emitted_jaxpr(staged, key, closed, flat_args)
 
 
 def _float_mask(avals) -> list[bool]:

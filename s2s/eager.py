@@ -20,7 +20,7 @@ from s2s.emit.signature import emitted_docstring, emitted_signature
 from s2s.errors import S2SError
 from s2s.frontend import Staged, reraise_clean, stage
 from s2s.frontend.args import describe_arg
-from s2s.staging import paused_gc
+from s2s.staging import Tracer, current_builder, inline_jaxpr, paused_gc
 from s2s.tree import leaf_paths, register_array_type, tree_flatten
 from s2s_runtime.xla import Array
 
@@ -140,3 +140,11 @@ def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
         else:
             positional.append(value)
     return positional, keyword
+
+
+def run(staged: Staged, key, closed: ClosedJaxpr, flat_args: list) -> list:
+    """The outputs of `closed`, derived from `staged` and kept in its artifacts under `key`,
+    on `flat_args`: staged in place when staging, else computed by its emitted module."""
+    if current_builder() is not None or any(isinstance(a, Tracer) for a in flat_args):
+        return inline_jaxpr(closed, flat_args)
+    return run_emitted_jaxpr(staged, key, closed, flat_args)

@@ -248,6 +248,25 @@ class JaxprBuilder:
 
 
 @contextlib.contextmanager
+def named_axis(name, size: int):
+    """Binds the axis `name` (of `size` examples) while a mapped function is staged
+    (`vmap(f, axis_name=name)` stages `f` under it), so collectives in `f` (`psum(x, name)`)
+    know it exists and how big it is. Innermost last."""
+    env = axis_env()
+    _state.axis_env = env + ((name, size),)
+    try:
+        yield
+    finally:
+        _state.axis_env = env
+
+
+def axis_env() -> tuple:
+    """The named axes bound where staging is now, as ((name, size), ...), outermost first:
+    part of every staging cache key, since collectives stage differently under it."""
+    return getattr(_state, "axis_env", ())
+
+
+@contextlib.contextmanager
 def paused_gc():
     """Pauses Python's cyclic garbage collector while a big IR is built.
 

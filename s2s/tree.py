@@ -222,6 +222,27 @@ def _flatten_like(treedef: PyTreeDef, other) -> list:
     return leaves
 
 
+def flatten_up_to(prefix: PyTreeDef, tree) -> list:
+    """The subtrees of `tree` at the leaves of `prefix`, a tree prefix of it (how vmap's
+    `in_axes=(0, {'W': None, 'b': 0})` is matched with the arguments: each axis applies to
+    a whole subtree). ValueError when `tree` does not have `prefix`'s containers."""
+    out: list = []
+
+    def walk(node: PyTreeDef, value):
+        if node.is_leaf:
+            out.append(value)
+            return
+        kind = None if type(value) is not node.node_type else _node_kind(value)
+        children, aux = kind.flatten(value) if kind is not None else (None, None)
+        if children is None or len(children) != len(node.children) or aux != node.aux:
+            raise ValueError(f"expected {node._describe()}, got {type(value).__name__} {value!r:.80}")
+        for child_node, child in zip(node.children, children):
+            walk(child_node, child)
+
+    walk(prefix, tree)
+    return out
+
+
 def leaf_paths(treedef: PyTreeDef) -> list[tuple]:
     """For each leaf, the path of (container type, key) steps that reaches it.
 

@@ -8,10 +8,12 @@ from s2s.emit.stablehlo import stablehlo_rules
 from s2s.passes.inline import call_primitives
 from s2s.passes.jvp import jvp_rules
 from s2s.passes.transpose import transpose_rules
+from s2s.passes.vmap import batch_rules
 
 # A call primitive's emission is its inlined body.
 RULE_TABLES = {"python emission": {**python_rules, **{p: "inlined" for p in call_primitives}},
                "jvp": jvp_rules,
+               "batching": batch_rules,
                "StableHLO lowering": {**stablehlo_rules, **{p: "inlined" for p in call_primitives}}}
 
 EXPECTED_PRIMITIVES = """

@@ -36,7 +36,7 @@ from s2s.frontend.guards import Guards, include, recording
 from s2s.frontend.reraise import reraise_clean
 from s2s.frontend.source import function_source
 from s2s.frontend.walker import call_user
-from s2s.staging import JaxprBuilder, Tracer, paused_gc
+from s2s.staging import JaxprBuilder, Tracer, axis_env, paused_gc
 from s2s.tree import PyTreeDef, leaf_paths, tree_flatten, tree_leaves
 
 __all__ = ["ShapeDtype", "Staged", "reraise_clean", "stage", "staging_receiver"]
@@ -257,7 +257,7 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     key = (fn_key, in_tree,
            tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))
                  for l, m, i in zip(in_leaves, mask, param_of_leaf)),
-           config.cache_key())
+           config.cache_key(), axis_env())
     with _cache_lock:
         hit = _cache_entries(owner).get(key)
     if hit is not None and hit.guards.hold(receiver):

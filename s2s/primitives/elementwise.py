@@ -22,7 +22,7 @@ from s2s.core import ShapedArray, Var
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
-from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose
+from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose, vmap as _vmap
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
@@ -754,3 +754,14 @@ _simplify.register(mul, _identity_rule(1, commutative=True))
 _simplify.register(add, _identity_rule(0, commutative=True))
 _simplify.register(add_any, _identity_rule(0, commutative=True))
 _simplify.register(sub, _identity_rule(0, commutative=False))
+
+# ---------------------------------------------------------------------------------------
+# Batching: every element is computed alone, so the batch stays where it is. n-ary
+# primitives broadcast, so an unbatched operand (a weight, a literal) is read as it is.
+
+for _prim in (*UNARY.values(), rsqrt, neg, not_, integer_pow, convert_element_type, stop_gradient):
+    _vmap.vectorized(_prim)
+for _prim in (add, sub, mul, max, min, atan2, rem, pow, div, eq, ne, lt, le, gt, ge, and_, or_,
+              xor, select, clamp, add_any):
+    _vmap.broadcasting(_prim)
+_vmap.unmapped(iota)
