@@ -225,13 +225,14 @@ def batch_jaxpr(closed: ClosedJaxpr, in_dims: list, axis: Axis, out_dims: list |
                 for v, d in zip(jaxpr.invars, in_dims)]
         outs, dims = batch_eqns(closed, args, list(in_dims), axis)
         final, final_dims = [], []
-        for x, d, want, v in zip(outs, dims, out_dims, jaxpr.outvars):
+        for index, (x, d, want) in enumerate(zip(outs, dims, out_dims)):
             if want is ANYWHERE:
                 final.append(x)
                 final_dims.append(d)
             elif want is None:
                 if d is not None:
-                    raise StagingError("an output that varies over the mapped axis has out_axes=None",
+                    raise StagingError(f"output {index} varies over the mapped axis, but its "
+                                       "out_axes entry is None",
                                        "give it an out_axes entry (0), or return a value that "
                                        "is the same for every example")
                 final.append(x)
