@@ -5,11 +5,12 @@ example of a batch at once. An input's entry in `in_dims` is the position of its
 axis, or None for an input shared by every example (a weight, a constant). Each equation
 is handled by `batch_rules[primitive]`:
 
-    rule(axis, args, dims, **params) -> (out, out_dim)
+    rule(mapped, args, dims, /, **params) -> (out, out_dim)
 
 where `args` are the operands (staged values or literals), `dims[i]` the position of
-operand i's batch axis (None: unbatched), and `axis` the `Axis` being mapped (its size, and
-the name collectives refer to it by). A primitive with several results returns lists. The
+operand i's batch axis (None: unbatched), and `mapped` the `Axis` being mapped (its size,
+and the name collectives refer to it by). The three are positional-only: a primitive's
+parameters may be called `axis` (argmax, cumsum). A primitive with several results returns lists. The
 batch axis is moved only when a rule needs it there, so a chain of elementwise operations
 on a batch held at axis 1 stays at axis 1; an unbatched value is never broadcast to the
 batch unless an operation truly needs every example's copy (a loop carry, an output).
@@ -111,7 +112,7 @@ def batched_aval(aval: ShapedArray, dim: int | None, size: int) -> ShapedArray:
 def vectorized(primitive: Primitive) -> None:
     """Registers the rule of a primitive that acts on each element of its one operand
     alone (exp, neg, a dtype conversion): it runs on the batch where the batch lies."""
-    def rule(axis, args, dims, **params):
+    def rule(mapped, args, dims, /, **params):
         out = primitive.bind(*args, **params)
         if primitive.multiple_results:
             return out, [dims[0]] * len(out)
@@ -143,7 +144,7 @@ def broadcasting(primitive: Primitive) -> None:
     """Registers the rule of an n-ary elementwise primitive whose operands broadcast by
     NumPy's rules (add, select, clamp): the result is batched where the first full-rank
     batched operand is, and the other operands are aligned to it."""
-    def rule(axis, args, dims, **params):
+    def rule(mapped, args, dims, /, **params):
         out_rank = max(ndim(x) - (d is not None) for x, d in zip(args, dims))
         out_dim = next((d for x, d in zip(args, dims)
                         if d is not None and ndim(x) - 1 == out_rank), 0)
@@ -155,7 +156,7 @@ def broadcasting(primitive: Primitive) -> None:
 def unmapped(primitive: Primitive) -> None:
     """Registers the rule of a primitive without operands (iota): no operand of it can be
     batched, so it is always re-staged as it is and this rule only states that."""
-    def rule(axis, args, dims, **params):
+    def rule(mapped, args, dims, /, **params):
         return primitive.bind(*args, **params), None
     register(primitive, rule)
 
