@@ -33,7 +33,7 @@ def softmax_over_batch(x):
 
 
 def spread(x):
-    return lax.pmax(x, "batch") - lax.pmin(x, "batch")
+    return lax.pmax(x, "batch") - lax.pmin(x, ("batch",))
 
 
 def gathered_at_1(x):
