@@ -28,7 +28,7 @@ from typing import Callable, Hashable
 
 import numpy as np
 
-from s2s.core import ClosedJaxpr, Literal, ShapedArray
+from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from s2s.errors import StagingError
 from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
@@ -170,6 +170,27 @@ def _name(value, hint):
         value.variable.hint = hint
 
 
+def _sub_jaxprs(value):
+    """The jaxprs inside an equation parameter (a loop body, a tuple of cond branches)."""
+    if isinstance(value, ClosedJaxpr):
+        yield value.jaxpr
+    elif isinstance(value, Jaxpr):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _sub_jaxprs(item)
+
+
+def reads_axis(eqn) -> bool:
+    """Whether `eqn` reads the mapped axis even with every operand unbatched: its primitive
+    is registered so (axis_index, psum), or a jaxpr it runs (a scan body, a cond branch)
+    holds such an equation."""
+    if eqn.primitive in axis_readers:
+        return True
+    return any(reads_axis(inner) for value in eqn.params.values()
+               for jaxpr in _sub_jaxprs(value) for inner in jaxpr.eqns)
+
+
 def batch_eqns(closed: ClosedJaxpr, args: list, dims: list, axis: Axis) -> tuple[list, list]:
     """Stages the batched `closed` into the current builder; returns (outputs, their dims)."""
     builder = current_builder()
@@ -187,7 +208,7 @@ def batch_eqns(closed: ClosedJaxpr, args: list, dims: list, axis: Axis) -> tuple
         ins, in_dims = zip(*map(read, eqn.invars)) if eqn.invars else ((), ())
         multiple = eqn.primitive.multiple_results
         with builder.at(eqn.source_info):
-            if all(d is None for d in in_dims) and eqn.primitive not in axis_readers:
+            if all(d is None for d in in_dims) and not reads_axis(eqn):
                 outs = eqn.primitive.bind(*ins, **eqn.params)
                 outs, out_dims = (outs, [None] * len(outs)) if multiple else ([outs], [None])
             else:
