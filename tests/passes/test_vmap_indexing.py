@@ -24,10 +24,12 @@ def indexing_cases(draw):
     shape = draw(shapes(min_dims=1, max_side=4))
     axes = tuple(draw(st.permutations(range(len(shape))))[:draw(st.integers(1, len(shape)))])
     index_shape = draw(shapes(max_dims=2))
-    operand_dim = draw(st.none() | st.integers(0, len(shape)))
-    index_dims = [draw(st.none() | st.integers(0, len(index_shape))) for _ in axes]
-    if operand_dim is None and all(d is None for d in index_dims):
-        index_dims[0] = 0
+    batched_ones = draw(st.sampled_from(["operand", "indices", "both"]))
+    operand_dim = None if batched_ones == "indices" else draw(st.integers(0, len(shape)))
+    index_dims = [None] * len(axes)
+    if batched_ones != "operand":
+        index_dims = [draw(st.none() | st.integers(0, len(index_shape))) for _ in axes]
+        index_dims[0] = draw(st.integers(0, len(index_shape)))
     return shape, axes, index_shape, operand_dim, index_dims
 
 
@@ -76,3 +78,35 @@ def test_repeated_indices_accumulate_within_each_example_only():
     updates = np.arange(9.0).reshape(3, 3)
     check_batching(lambda x, u, i: I.scatter_add.bind(x, u, i, axes=(0,)),
                    [operand[0], updates, index], [None, 0, 0])
+
+
+def test_unbatched_indices_leave_the_operands_batch_where_it_is():
+    """The operand's batch, at every position, comes out among the remaining axes after
+    the index dimensions, in order: one gather and nothing else. scatter_add reads its
+    updates from the same place."""
+    index = np.array([[2, 0], [1, 1]])
+    updates = np.ones((2, 2, 2, 4))           # index shape + the operand's remaining axes
+    gather = lambda x, i: I.gather.bind(x, i, axes=(1,))
+    scatter = lambda x, u, i: I.scatter_add.bind(x, u, i, axes=(1,))
+    for dim in range(4):
+        operand = np.random.default_rng(dim).normal(size=(2, 3, 4)[:dim] + (SIZE,) + (2, 3, 4)[dim:])
+        check_batching(gather, [operand, index], [dim, None])
+        assert staged_names(gather, [operand, index], [dim, None]) == ["gather"]
+        check_batching(scatter, [operand, updates, index], [dim, None, None])
+
+
+def test_an_unbatched_operand_is_copied_where_the_updates_hold_their_batch():
+    """The transpose of a batched gather with shared indices (a per-example gradient): the
+    zeros are copied per example with the batch where the updates have it, never moving
+    the updates."""
+    index = np.array([[2, 0], [1, 1]])
+    operand = np.zeros((2, 3, 4))
+    scatter = lambda x, u, i: I.scatter_add.bind(x, u, i, axes=(1,))
+    for dim in range(5):
+        example = (2, 2, 2, 4)                # index shape + the operand's remaining axes
+        updates = np.random.default_rng(dim).normal(size=example[:dim] + (SIZE,) + example[dim:])
+        check_batching(scatter, [operand, updates, index], [None, dim, None])
+        staged = staged_names(scatter, [operand, updates, index], [None, dim, None])
+        among_index_dims = dim < 2            # those come first in the operand's updates
+        assert staged == (["broadcast_in_dim", "transpose", "scatter_add"] if among_index_dims
+                          else ["broadcast_in_dim", "scatter_add"])
