@@ -26,9 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Hashable
 
-import numpy as np
-
-from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
+from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, aval_of_value
 from s2s.errors import StagingError
 from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
@@ -54,13 +52,31 @@ def register(primitive: Primitive, rule: Callable, reads_axis: bool = False) -> 
 # Moving and making batch axes (the few equations every family's rules need)
 
 
+def aval_of(x) -> ShapedArray:
+    """The type of an operand: a staged value, a literal or a NumPy constant."""
+    return x.aval if isinstance(x, (Tracer, Literal)) else aval_of_value(x)
+
+
 def ndim(x) -> int:
-    """The rank of an operand: a staged value, a literal or a NumPy value."""
-    return x.aval.ndim if isinstance(x, (Tracer, Literal)) else np.ndim(x)
+    return aval_of(x).ndim
 
 
 def shape(x) -> tuple[int, ...]:
-    return tuple(x.aval.shape) if isinstance(x, (Tracer, Literal)) else np.shape(x)
+    return tuple(aval_of(x).shape)
+
+
+def example_shape(x, dim: int | None) -> tuple[int, ...]:
+    """The shape of one example of `x` (batched at `dim`, or unbatched when None)."""
+    s = shape(x)
+    return s if dim is None else s[:dim] + s[dim + 1:]
+
+
+def insert_at(values, at: int, value) -> tuple:
+    """`values` as a tuple with `value` inserted at position `at` (a parameter restated
+    for one more axis: a shape gets the batch size, a permutation the batch axis)."""
+    values = list(values)
+    values.insert(at, value)
+    return tuple(values)
 
 
 def move_axis(x, src: int, dst: int):

@@ -132,13 +132,18 @@ exp, sqrt = _unary("exp"), _unary("sqrt")
 sin, cos, sinh, cosh = _unary("sin"), _unary("cos"), _unary("sinh"), _unary("cosh")
 floor, ceil = _unary("floor"), _unary("ceil")
 log, sign, abs_ = _unary("log"), _unary("sign"), _unary("abs")
-add, and_ = _binary("add"), _binary("and")
+add, sub, and_ = _binary("add"), _binary("sub"), _binary("and")
 eq, ne, lt, le, ge = (_binary(n) for n in ("eq", "ne", "lt", "le", "ge"))
 
 
 def select(pred, on_true, on_false):
     """`on_true` where `pred` holds, else `on_false` (np.where without promotion)."""
     return _bind("select", pred, on_true, on_false)
+
+
+def clamp(lo, x, hi):
+    """`x` clipped into [lo, hi] (np.clip with operands of one dtype)."""
+    return _bind("clamp", lo, x, hi)
 
 
 def convert(x, dtype, weak_type: bool = False):

@@ -19,7 +19,7 @@ import numpy as np
 from s2s_runtime import indexing as rt_indexing
 
 from s2s import dtypes
-from s2s.core import JaxprEqn, Literal, ShapedArray, aval_of_value
+from s2s.core import JaxprEqn, Literal, ShapedArray
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import (ATOM, Expr, call, dtype_text, method, py_value, register, slice_text,
                              subscript, typed_scalar)
@@ -28,7 +28,7 @@ from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpo
 from s2s.passes.tangents import instantiate, is_zero, zeros
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
-from s2s.staging import PRIMITIVES, Primitive, Tracer
+from s2s.staging import Primitive
 
 # ---------------------------------------------------------------------------------------
 # Shared checks
@@ -756,18 +756,12 @@ _simplify.register_repeating(broadcast_in_dim)
 # in each example: it becomes a gather of the window's elements, with XLA's clamping.
 
 
-def _insert(values, at: int, value) -> tuple:
-    values = list(values)
-    values.insert(at, value)
-    return tuple(values)
-
-
 def _batch_broadcast_in_dim(axis, args, dims, *, shape, broadcast_dimensions):
     (x,), (d,) = args, dims
     # Just after where the operand's previous axis goes: broadcast_dimensions stay increasing.
     out_dim = broadcast_dimensions[d - 1] + 1 if d else 0
-    moved = _insert((b + (b >= out_dim) for b in broadcast_dimensions), d, out_dim)
-    return broadcast_in_dim.bind(x, shape=_insert(shape, out_dim, axis.size),
+    moved = _vmap.insert_at((b + (b >= out_dim) for b in broadcast_dimensions), d, out_dim)
+    return broadcast_in_dim.bind(x, shape=_vmap.insert_at(shape, out_dim, axis.size),
                                  broadcast_dimensions=moved), out_dim
 
 
@@ -783,7 +777,7 @@ def _batch_reshape(axis, args, dims, *, new_sizes):
 
 def _batch_transpose(axis, args, dims, *, permutation):
     (x,), (d,) = args, dims
-    return transpose.bind(x, permutation=_insert((p + (p >= d) for p in permutation), d, d)), d
+    return transpose.bind(x, permutation=_vmap.insert_at((p + (p >= d) for p in permutation), d, d)), d
 
 
 def _batch_squeeze(axis, args, dims, *, dimensions):
@@ -811,11 +805,11 @@ def _batch_pad(axis, args, dims, *, padding_config):
     of zeros, where a mask of the padding (the same in every example) says."""
     (x, value), (d, value_dim) = args, dims
     config = tuple(tuple(c) for c in padding_config)
-    batched_config = config if d is None else _insert(config, d, (0, 0, 0))
+    batched_config = config if d is None else _vmap.insert_at(config, d, (0, 0, 0))
     if value_dim is None:
         return pad.bind(x, value, padding_config=batched_config), d
-    padded = pad.bind(x, ops.scalar(0, _aval(x).dtype), padding_config=batched_config)
-    example = _example_shape(x, d)
+    padded = pad.bind(x, ops.scalar(0, _vmap.aval_of(x).dtype), padding_config=batched_config)
+    example = _vmap.example_shape(x, d)
     is_x = pad.bind(ops.full(example, True, dtypes.bool_), ops.scalar(False, dtypes.bool_),
                     padding_config=config)
     out_dim, rank = d or 0, len(example)
@@ -826,25 +820,14 @@ def _batch_pad(axis, args, dims, *, padding_config):
 
 def _batch_slice(axis, args, dims, *, start_indices, limit_indices, strides=None):
     (x,), (d,) = args, dims
-    strides = None if strides is None else _insert(strides, d, 1)
-    return slice.bind(x, start_indices=_insert(start_indices, d, 0),
-                      limit_indices=_insert(limit_indices, d, axis.size), strides=strides), d
+    strides = None if strides is None else _vmap.insert_at(strides, d, 1)
+    return slice.bind(x, start_indices=_vmap.insert_at(start_indices, d, 0),
+                      limit_indices=_vmap.insert_at(limit_indices, d, axis.size), strides=strides), d
 
 
 def _batch_rev(axis, args, dims, *, dimensions):
     (x,), (d,) = args, dims
     return rev.bind(x, dimensions=tuple(_vmap.batched_axis(a, d) for a in dimensions)), d
-
-
-def _aval(x) -> ShapedArray:
-    """The type of an operand: a staged value, a literal or a constant."""
-    return x.aval if isinstance(x, (Tracer, Literal)) else aval_of_value(x)
-
-
-def _example_shape(x, dim) -> tuple[int, ...]:
-    """The shape of one example of `x` (batched at `dim`, or unbatched when None)."""
-    shape = tuple(_vmap.shape(x))
-    return shape if dim is None else shape[:dim] + shape[dim + 1:]
 
 
 def _window_start(start, dim, highest: int, shape):
@@ -854,20 +837,20 @@ def _window_start(start, dim, highest: int, shape):
     if highest == 0 or isinstance(start, Literal):
         return min(max(int(start.value), 0), highest) if highest else 0
     index = dtypes.default_int()
-    if _aval(start).dtype != index:
+    if _vmap.aval_of(start).dtype != index:
         start = ops.convert(start, index)
-    start = PRIMITIVES["clamp"].bind(ops.literal(0, index), start, ops.literal(highest, index))
+    start = ops.clamp(ops.literal(0, index), start, ops.literal(highest, index))
     return start if dim is None else ops.broadcast_in_dim(start, shape, (0,))
 
 
-def _shifted(positions, start, primitive: str):
-    """`positions` plus or minus (`primitive`: "add", "sub") a window's start; nothing
+def _shifted(positions, start, op):
+    """`op(positions, start)` (`op`: ops.add or ops.sub) for a window's start; nothing
     staged for a start of 0."""
     if isinstance(start, int):
         if not start:
             return positions
         start = ops.literal(start, dtypes.default_int())
-    return PRIMITIVES[primitive].bind(positions, start)
+    return op(positions, start)
 
 
 def _read_per_example(x, dim, indices):
@@ -884,11 +867,11 @@ def _batch_dynamic_slice(axis, args, dims, *, slice_sizes):
     (x, *starts), (d, *start_dims) = args, dims
     if all(sd is None for sd in start_dims):
         zero = ops.literal(0, dtypes.default_int())
-        return dynamic_slice.bind(x, *_insert(starts, d, zero),
-                                  slice_sizes=_insert(slice_sizes, d, axis.size)), d
-    example = _example_shape(x, d)
+        return dynamic_slice.bind(x, *_vmap.insert_at(starts, d, zero),
+                                  slice_sizes=_vmap.insert_at(slice_sizes, d, axis.size)), d
+    example = _vmap.example_shape(x, d)
     window = (axis.size,) + tuple(slice_sizes)
-    indices = [_shifted(ops.iota(window, k + 1), _window_start(s, sd, n - size, window), "add")
+    indices = [_shifted(ops.iota(window, k + 1), _window_start(s, sd, n - size, window), ops.add)
                for k, (s, sd, n, size) in enumerate(zip(starts, start_dims, example, slice_sizes))]
     return _read_per_example(x, d, indices), 0
 
@@ -902,22 +885,22 @@ def _batch_dynamic_update_slice(axis, args, dims):
         x = _vmap.to_dim(x, x_dim, out_dim, axis.size)
         update = _vmap.to_dim(update, update_dim, out_dim, axis.size)
         zero = ops.literal(0, dtypes.default_int())
-        return dynamic_update_slice.bind(x, update, *_insert(starts, out_dim, zero)), out_dim
-    sizes = _example_shape(update, update_dim)
+        return dynamic_update_slice.bind(x, update, *_vmap.insert_at(starts, out_dim, zero)), out_dim
+    sizes = _vmap.example_shape(update, update_dim)
     if 0 in sizes:       # an empty window writes nothing
         return x, x_dim
-    example = _example_shape(x, x_dim)
+    example = _vmap.example_shape(x, x_dim)
     out_shape = (axis.size,) + example
     conditions, offsets = [], []
     for k, (s, sd, n, size) in enumerate(zip(starts, start_dims, example, sizes)):
         offset = _shifted(ops.iota(out_shape, k + 1),
-                          _window_start(s, sd, n - size, out_shape), "sub")
+                          _window_start(s, sd, n - size, out_shape), ops.sub)
         if size == n:          # the window spans the axis: every offset lies in it
             offsets.append(offset)
             continue
         zero, last = (ops.literal(i, dtypes.default_int()) for i in (0, size - 1))
         conditions += [ops.ge(offset, zero), ops.le(offset, last)]
-        offsets.append(PRIMITIVES["clamp"].bind(zero, offset, last))
+        offsets.append(ops.clamp(zero, offset, last))
     written = _read_per_example(update, update_dim, offsets)
     if not conditions:         # the update covers the operand
         return written, 0

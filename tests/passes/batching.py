@@ -11,11 +11,12 @@ jaxpr for tests that also assert on its equations.
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
 
 from s2s.core import ShapedArray, aval_of_value, check_jaxpr, eval_jaxpr
 from s2s.emit.python import emit_jaxpr_source, load_source
 from s2s.passes.vmap import Axis, batch_jaxpr
-from tests.passes.handbuilt import build
+from tests.passes.handbuilt import build, names
 
 
 def example_of(x, dim, b):
@@ -57,3 +58,32 @@ def check_batching(fn, operands, dims, out_dims=None, axis_name=None, rtol=1e-10
         np.testing.assert_allclose(np.asarray(from_python), want, rtol=rtol, atol=atol)
         assert np.asarray(got).dtype == want.dtype
     return batched
+
+
+# Drawing batched operands for the families' hypothesis tests
+
+SIZE = 3   # the batch size
+
+
+def shapes(min_dims=0, max_dims=3, min_side=1, max_side=3):
+    return st.lists(st.integers(min_side, max_side), min_size=min_dims,
+                    max_size=max_dims).map(tuple)
+
+
+def batched(data, shape, dim, dtype=float):
+    """A value whose examples have `shape`, the batch at `dim` (None: one shared value)."""
+    full = shape if dim is None else shape[:dim] + (SIZE,) + shape[dim:]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+    return rng.normal(size=full).astype(dtype)
+
+
+def batch_dim(data, shape, can_be_unbatched=False):
+    options = st.integers(0, len(shape))
+    return data.draw(st.none() | options if can_be_unbatched else options)
+
+
+def staged_names(fn, operands, dims) -> list[str]:
+    """The primitives of `fn` batched with every batch left where the rules put it."""
+    avals = [ShapedArray(np.shape(example_of(x, d, 0)), np.asarray(x).dtype)
+             for x, d in zip(operands, dims)]
+    return names(batch_jaxpr(build(fn, *avals), list(dims), Axis(SIZE))[0])

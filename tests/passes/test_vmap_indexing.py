@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from s2s.primitives import indexing as I
 from tests.passes.batching import check_batching
-from tests.passes.test_vmap_structural import SIZE, batch_dim, batched, shapes, staged_names
+from tests.passes.batching import SIZE, batch_dim, batched, shapes, staged_names
 
 SETTINGS = settings(max_examples=20, deadline=None)
 

@@ -14,37 +14,10 @@ from hypothesis import strategies as st
 from s2s.core import ShapedArray
 from s2s.passes.vmap import Axis, batch_jaxpr
 from s2s.primitives import ops, structural as S
-from tests.passes.batching import check_batching, example_of
-from tests.passes.handbuilt import build, names
+from tests.passes.batching import SIZE, batch_dim, batched, check_batching, shapes, staged_names
+from tests.passes.handbuilt import build
 
 SETTINGS = settings(max_examples=20, deadline=None)
-SIZE = 3   # the batch size
-
-
-def shapes(min_dims=0, max_dims=3, min_side=1, max_side=3):
-    return st.lists(st.integers(min_side, max_side), min_size=min_dims,
-                    max_size=max_dims).map(tuple)
-
-
-def batched(data, shape, dim, dtype=float):
-    """A value whose examples have `shape`, the batch at `dim` (None: one shared value)."""
-    full = shape if dim is None else shape[:dim] + (SIZE,) + shape[dim:]
-    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
-    return rng.normal(size=full).astype(dtype)
-
-
-def batch_dim(data, shape, can_be_unbatched=False):
-    options = st.integers(0, len(shape))
-    return data.draw(st.none() | options if can_be_unbatched else options)
-
-
-def staged_names(fn, operands, dims) -> list[str]:
-    """The primitives of `fn` batched with every batch left where the rules put it."""
-    avals = [ShapedArray(np.shape(example_of(x, d, 0)), np.asarray(x).dtype)
-             for x, d in zip(operands, dims)]
-    return names(batch_jaxpr(build(fn, *avals), list(dims), Axis(SIZE))[0])
-
-
 def check_in_place(prim, fn, operands, dims):
     """The loop oracle, and the batched jaxpr is `prim` alone (nothing moves the batch)."""
     check_batching(fn, operands, dims)
