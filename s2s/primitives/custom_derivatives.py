@@ -13,7 +13,9 @@ with call_user, on the values the passes give them. They are staged only when a 
 is taken, as in JAX.
 
 Emitters inline call bodies (`passes/inline.py`), so generated Python shows the
-function's own equations, not an opaque call.
+function's own equations, not an opaque call. Batched, a call stays the same primitive
+with its `call` batched and its rules wrapped (`BatchedCallSite`), so what vmap made is
+still differentiated by the user's rules.
 """
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ differentiated in reverse as a scan, both find their carries' tangents, unknowns
 needed values by the same fixed points, and both are written as Python loops. Their rules
 are here, as for every family: abstract eval, NumPy impl, jvp, Python emission (real
 `while`/`for` statements, see `s2s/emit/python.py`), StableHLO lowering, partial
-evaluation and transposition, and dead-code elimination into bodies. `cond` (`cond.py`)
+evaluation and transposition, dead-code elimination into bodies, and batching (bodies
+batched, a loop whose condition varies per example masked). `cond` (`cond.py`)
 is the other half of structured control flow (a masked step of a bounded loop is one);
 what both use on their bodies is in `control_flow_bodies.py`.
 """

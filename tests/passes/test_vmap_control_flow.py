@@ -281,3 +281,26 @@ def test_derivatives_and_batching_of_control_flow_compose():
     batch_loss = s2s.grad(lambda w: s2s.vmap(loss, in_axes=(None, 0))(w, xs).sum())
     np.testing.assert_allclose(batch_loss(w), per_example.sum(0), rtol=1e-10)
     np.testing.assert_allclose(s2s.jit(batch_loss)(w), per_example.sum(0), rtol=1e-10)
+
+
+def bounded_newton_sqrt(a):
+    x = a
+    for _ in range(30):
+        if np.abs(x * x - a) < 1e-12:
+            break
+        x = x - (x * x - a) / (2 * x)
+    return x
+
+
+def test_derivatives_of_a_loop_with_a_per_example_stopping_point():
+    """A bounded loop with `break` (reverse mode makes it a masked scan whose step is a
+    cond on a batched flag): every example stops at its own step, and its derivative is
+    the derivative of its own iterations. Examples past their end compute a step that is
+    thrown away (it may divide by zero: NumPy's warning is silenced)."""
+    a = np.array([1.0, 4.0, 9.0, 0.25])
+    per_example = np.array([s2s.grad(bounded_newton_sqrt)(v) for v in a])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_allclose(s2s.vmap(s2s.grad(bounded_newton_sqrt))(a), per_example, rtol=1e-10)
+        total = s2s.grad(lambda a: s2s.vmap(bounded_newton_sqrt)(a).sum())
+        np.testing.assert_allclose(total(a), per_example, rtol=1e-10)
+        np.testing.assert_allclose(s2s.jit(total)(a), per_example, rtol=1e-10)
