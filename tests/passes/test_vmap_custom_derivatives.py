@@ -187,3 +187,22 @@ def test_a_batched_custom_call_differentiates_by_the_users_rule_not_its_body(fn,
     total = s2s.grad(lambda xs: s2s.vmap(fn)(xs).sum())
     np.testing.assert_allclose(total(xs), np.full_like(xs, slope))
     np.testing.assert_allclose(s2s.vmap(s2s.grad(lambda x: fn(x).sum()))(xs), np.full_like(xs, slope))
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_nested_vmaps_of_a_custom_call_still_differentiate_by_its_rules(name):
+    """vmap(vmap(f)) wraps the user's rules twice; the gradient of its total is each
+    example's gradient, for a shared second argument summed over both batches."""
+    fn = FUNCTIONS[name]
+    rng = np.random.default_rng(11)
+    first = _operands(name, rng, (0, None))[0]
+    batches = np.stack([first, first[::-1] * 1.1])         # (2, SIZE, 2)
+    shared = _operands(name, rng, (None, None))[1]
+    nested = s2s.vmap(s2s.vmap(fn, in_axes=(0, None)), in_axes=(0, None))
+    want = np.stack([np.stack([fn(x, shared) for x in batch]) for batch in batches])
+    np.testing.assert_allclose(nested(batches, shared), want, rtol=1e-8)
+    grads = [[s2s.grad(lambda a, b: fn(a, b).sum(), argnums=(0, 1))(x, shared) for x in batch] for batch in batches]
+    total = s2s.grad(lambda a, b: nested(a, b).sum(), argnums=(0, 1))
+    got_first, got_shared = total(batches, shared)
+    np.testing.assert_allclose(got_first, np.array([[g[0] for g in row] for row in grads]), rtol=1e-8)
+    np.testing.assert_allclose(got_shared, np.sum([[g[1] for g in row] for row in grads], axis=(0, 1)), rtol=1e-8)
