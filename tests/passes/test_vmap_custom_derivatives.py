@@ -206,3 +206,16 @@ def test_nested_vmaps_of_a_custom_call_still_differentiate_by_its_rules(name):
     got_first, got_shared = total(batches, shared)
     np.testing.assert_allclose(got_first, np.array([[g[0] for g in row] for row in grads]), rtol=1e-8)
     np.testing.assert_allclose(got_shared, np.sum([[g[1] for g in row] for row in grads], axis=(0, 1)), rtol=1e-8)
+
+
+@s2s.custom_vjp
+def scaled(x):
+    return x * 2.0
+
+
+scaled.defvjp(lambda x: (scaled(x), (x, 3.0, np.ones(2))), lambda residuals, g: (g * residuals[1] * residuals[2],))
+
+
+def test_residuals_that_are_constants_batch_as_shared_values():
+    xs = np.arange(6.0).reshape(3, 2)
+    np.testing.assert_allclose(s2s.grad(lambda xs: s2s.vmap(scaled)(xs).sum())(xs), np.full((3, 2), 3.0))
