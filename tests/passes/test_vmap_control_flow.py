@@ -264,9 +264,11 @@ def test_lax_control_flow_batches():
     _both_backends(with_cond, (xs[0], np.stack([w] * 5)), (None, 0))
     _both_backends(with_switch, (np.array([0, 1, 2, 5, -1]), xs), (0, 0))
     _both_backends(with_switch, (1, xs), (None, 0))
+    _both_backends(with_switch, (np.array([0, 1, 2, 5, -1]), xs[0]), (0, None))
     _both_backends(with_fori, (xs, w), (0, None))
     _both_backends(with_while, (xs, np.array([0, 1, 2, 3, 4])), (0, 0))
     _both_backends(with_while, (xs, 3), (0, None))
+    _both_backends(with_while, (xs[0], np.array([0, 1, 2, 3, 4])), (None, 0))
     _both_backends(with_scan, (w, rng.normal(size=(5, 4, 3))), (None, 0))
     _both_backends(with_scan, (xs, rng.normal(size=(4, 3))), (0, None))
 
