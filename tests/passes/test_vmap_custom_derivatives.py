@@ -219,3 +219,13 @@ scaled.defvjp(lambda x: (scaled(x), (x, 3.0, np.ones(2))), lambda residuals, g: 
 def test_residuals_that_are_constants_batch_as_shared_values():
     xs = np.arange(6.0).reshape(3, 2)
     np.testing.assert_allclose(s2s.grad(lambda xs: s2s.vmap(scaled)(xs).sum())(xs), np.full((3, 2), 3.0))
+
+
+def test_a_linear_solve_without_a_transposed_solver_batches_and_differentiates_forward():
+    def solve(d, b):
+        return lax.custom_linear_solve(lambda x: d * x, b, lambda matvec, b: b / matvec(np.ones_like(b)))
+    rng = np.random.default_rng(5)
+    d, bs = rng.uniform(1.0, 2.0, 2), rng.normal(size=(SIZE, 2))
+    np.testing.assert_allclose(s2s.vmap(solve, in_axes=(None, 0))(d, bs), bs / d)
+    tangent = s2s.vmap(lambda b: s2s.jvp(lambda d: solve(d, b), (d,), (np.ones(2),))[1])(bs)
+    np.testing.assert_allclose(tangent, -bs / d ** 2)
