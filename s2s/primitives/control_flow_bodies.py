@@ -4,8 +4,9 @@ carries as bodies, and on writing a body's results.
 Body jaxprs are closed with no constants: whatever a body reads from outside is an explicit
 operand (`closure_convert`, which the front end also uses when it stages a body). Here too:
 checking that bodies agree on types, which tangents are nonzero, which inputs a body pruned
-to some of its outputs still reads (dead-code elimination into bodies), and the one
-simultaneous assignment that Python emission writes a body's results with. No primitive is
+to some of its outputs still reads (dead-code elimination into bodies), which loop carries
+a batch makes vary per example, and the one simultaneous assignment that Python emission
+writes a body's results with. No primitive is
 declared here.
 """
 from __future__ import annotations
@@ -14,6 +15,8 @@ from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from s2s.emit.pyexpr import Expr
 from s2s.passes.dce import dce_jaxpr
+from s2s.passes.vmap import batch_jaxpr
+from s2s.primitives import ops
 from s2s.passes.tangents import is_zero
 
 
@@ -60,3 +63,42 @@ def write_assignment(block, targets: list[str], values: list[Expr], comment: str
     the comment of the statement it belongs to: every line says where it comes from."""
     if targets:
         block.line(f"{', '.join(targets)} = {', '.join(v.text for v in values)}{comment}")
+
+
+def batched_carry_dims(body: ClosedJaxpr, body_dims, init_dims: list, axis) -> list:
+    """Where each loop carry's batch axis lies (None: unbatched) in the batched loop.
+
+    A carry is batched if it starts batched or if the body makes it so from a batched
+    operand, which can take several iterations to show (carry a feeds b feeds c): the body
+    is batched again until nothing changes. A carry then sits where the body puts it, if
+    the body keeps it there: moving an initial value once beats moving the carry back on
+    every step. `body_dims(carry_dims)` gives the body's input dims; its first outputs are
+    the new carry.
+    """
+    dims = list(init_dims)
+    while True:
+        _, out_dims = batch_jaxpr(body, body_dims(dims), axis)
+        updated = [o if d is None else d for d, o in zip(dims, out_dims)]
+        if updated == dims:
+            break
+        dims = updated
+    natural = [d if o is None else o for d, o in zip(dims, out_dims)]
+    if natural != dims and batch_jaxpr(body, body_dims(natural), axis)[1][:len(dims)] == natural:
+        return natural
+    return dims
+
+
+def constant_free(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
+    """A batched body as loops carry it (no constants): `closure_convert`, whose constants
+    go before the body's own."""
+    if not closed.consts:
+        return closed, []
+    return closure_convert(closed)
+
+
+def per_example_mask(pred, shape, dim: int):
+    """A batch of booleans (one per example, `pred` of shape (size,)) spread over values
+    of `shape` batched at `dim`, for a select that picks each example's own value."""
+    if tuple(pred.aval.shape) == tuple(shape):
+        return pred
+    return ops.broadcast_in_dim(pred, shape, (dim,))
