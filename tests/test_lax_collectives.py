@@ -241,3 +241,28 @@ def test_a_collective_called_on_numpy_values_outside_any_vmap_is_the_same_error(
 def test_all_gather_refuses_an_axis_out_of_range():
     with pytest.raises(StagingError, match="all_gather axis 2 is out of range for a result of rank 2"):
         s2s.vmap(lambda x: lax.all_gather(x, "batch", axis=2), axis_name="batch")(np.ones((4, 3)))
+
+
+def _scan_of_shared_weights(x, w):
+    """A scan over values shared by every example, whose body reads the mapped axis."""
+    def step(carry, w_t):
+        return carry + lax.psum(w_t, "b") + lax.axis_index("b"), carry
+    total, _ = lax.scan(step, np.float64(0.0), w)
+    return x * total
+
+
+def _jax_scan_of_shared_weights(x, w):
+    def step(carry, w_t):
+        return carry + jax.lax.psum(w_t, "b") + jax.lax.axis_index("b"), carry
+    total, _ = jax.lax.scan(step, jnp.float64(0.0), w)
+    return x * total
+
+
+def test_a_loop_over_shared_values_whose_body_reads_the_axis_is_batched():
+    """Its operands are all unbatched, yet each example gets its own axis_index: the scan
+    is batched because its body holds collectives, not re-staged as it is."""
+    x, w = np.arange(4.0), np.array([1.0, 2.0, 3.0])
+    expected = np.asarray(jax.vmap(_jax_scan_of_shared_weights, in_axes=(0, None), axis_name="b")(x, w))
+    mapped = s2s.vmap(_scan_of_shared_weights, in_axes=(0, None), axis_name="b")
+    np.testing.assert_allclose(mapped(x, w), expected)
+    np.testing.assert_allclose(np.asarray(s2s.jit(mapped)(x, w)), expected)
