@@ -90,6 +90,9 @@ def _rewritten_by_pytest(code: types.CodeType) -> bool:
     return any(n.startswith("@py") for n in code.co_varnames + code.co_names)
 
 
+_NO_REFERENCES = 2   # the marshal format version without back-references
+
+
 def _same_code(running: types.CodeType, compiled: types.CodeType) -> bool:
     """Whether the code Python runs is what the file's text compiles to: the same
     instructions, constants (nested functions compared the same way) and names. Line
@@ -111,9 +114,11 @@ def _same_code(running: types.CodeType, compiled: types.CodeType) -> bool:
         return False
     if loose:
         return True
-    # marshal writes each constant exactly (-0.0 and 0.0, nan, 1 and True differ).
-    values = [marshal.dumps(c) for c in running.co_consts if not isinstance(c, types.CodeType)]
-    return values == [marshal.dumps(c) for c in compiled.co_consts
+    # marshal writes each constant exactly (-0.0 and 0.0, nan, 1 and True differ); in its
+    # version 2, without back-references, whose use depends on how many references to a
+    # constant exist (a nested tuple compiled twice marshals differently in version 3+).
+    values = [marshal.dumps(c, _NO_REFERENCES) for c in running.co_consts if not isinstance(c, types.CodeType)]
+    return values == [marshal.dumps(c, _NO_REFERENCES) for c in compiled.co_consts
                       if not isinstance(c, types.CodeType)]
 
 

@@ -261,3 +261,22 @@ def test_cli_check_run_again_after_a_helper_edit_reads_the_edited_helper(package
     capsys.readouterr()
     assert cli.main(["check", str(tmp_path / f"{user}.py"), "--against", out]) == 1
     assert "+    x_bar = np.cosh(x)" in capsys.readouterr().out   # the diff: the edited helper's
+
+
+NESTED_CONSTANTS = """
+import numpy as np
+
+def padded(x):
+    return np.pad(x, ((1, 0), (0, 2)))
+"""
+
+
+def test_nested_tuple_constants_of_an_unchanged_file_are_the_same_code(package):
+    """A constant such as ((1, 0), (0, 2)) compiles to equal tuples that marshal's newer
+    formats write differently (they refer back to objects with several references): the
+    unchanged file must not be taken for an edited one."""
+    tmp_path, module_name = package
+    name = module_name("padded")
+    write_module(tmp_path, name, NESTED_CONSTANTS)
+    module = import_fresh(name)
+    assert s2s.make_jaxpr(module.padded)(np.ones((5, 4))).out_avals[0].shape == (6, 6)
