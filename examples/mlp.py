@@ -30,19 +30,21 @@ def predict(params, x):
 
 
 def log_softmax(logits):
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 # What `s2s emit examples/mlp.py --out DIR` writes and `s2s check` keeps fresh: the loss,
-# its gradient, value-and-gradient, and forward- and reverse-mode derivative functions.
+# its gradient, value-and-gradient, forward- and reverse-mode derivative functions, and
+# the per-example gradients (the loss of one example is the loss of a batch of one: the
+# axes are counted from the end, so `loss` takes one example as well as a batch).
 @s2s.export("{'W1': f32[784,512], 'b1': f32[512], 'W2': f32[512,10], 'b2': f32[10]}, "
             "f32[128,784], f32[128,10]",
-            transforms=("primal", "grad", "value_and_grad", "jvp", "vjp"))
+            transforms=("primal", "grad", "value_and_grad", "jvp", "vjp", "per_example_grad"))
 def loss(params, x, y):
     """Mean softmax cross-entropy of the MLP's predictions against one-hot labels `y`."""
     logp = log_softmax(predict(params, x))
-    return -(y * logp).sum(axis=1).mean()
+    return -(y * logp).sum(axis=-1).mean()
 
 
 def main(batch=128, sizes=(784, 512, 10), out_dir=None):

@@ -29,11 +29,10 @@ from s2s.frontend import Staged, reraise_clean
 from s2s.frontend.source import last_return_info
 from s2s.passes.vmap import Axis, batch_jaxpr
 from s2s.primitives import ops
-from s2s.passes.cse import cse
 from s2s.passes.dce import dce
 from s2s.passes.jvp import jvp_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr
-from s2s.passes.simplify import simplify
+from s2s.passes.simplify import tidy
 from s2s.passes.transpose import transpose_jaxpr
 from s2s.staging import JaxprBuilder, inline_jaxpr, paused_gc
 from s2s.tree import positional_leaf_ranges, tree_flatten, tree_leaves
@@ -60,10 +59,6 @@ def _select_outputs(closed: ClosedJaxpr, keep: list[bool]) -> ClosedJaxpr:
     return dce(ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outs, jaxpr.eqns), closed.consts))
 
 
-def _clean(closed: ClosedJaxpr) -> ClosedJaxpr:
-    return dce(cse(simplify(dce(closed))))
-
-
 @dataclasses.dataclass
 class _VjpParts:
     forward: ClosedJaxpr      # inputs -> outputs + residuals
@@ -81,7 +76,7 @@ def _vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool]) -> _
     pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
                             instantiate=[False] * n_out + [True] * sum(diff_out))
     backward = transpose_jaxpr(pe.unknown, [False] * pe.num_residuals + [True] * sum(diff))
-    return _VjpParts(_clean(pe.known), _clean(backward), pe.num_residuals)
+    return _VjpParts(tidy(pe.known), tidy(backward), pe.num_residuals)
 
 
 # ---------------------------------------------------------------------------------------
@@ -254,7 +249,7 @@ def _grad_derive(fn, argnums, has_aux, allow_int, with_value, what):
             seed = Literal(1.0, ShapedArray((), out_aval.dtype))
             cts = inline_jaxpr(parts.backward, list(residuals) + [seed])
             result = builder.build((list(outs) if with_value else list(outs[1:])) + list(cts))
-        fused = _clean(result)
+        fused = tidy(result)
         n_values = n_out if with_value else n_out - 1
 
         def assemble(flat, args, kwargs):
@@ -314,7 +309,7 @@ def jvp(fn, primals, tangents):
     staged = staged_or_error(fn, tuple(primals), {})
     closed = staged.closed
     diff = _float_mask(closed.in_avals)
-    jvp_closed = staged.artifact("jvp", lambda: _clean(jvp_jaxpr(closed, diff, instantiate_out=True)[0]))
+    jvp_closed = staged.artifact("jvp", lambda: tidy(jvp_jaxpr(closed, diff, instantiate_out=True)[0]))
     flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
     outs = run(staged, "jvp", jvp_closed, staged.flat_inputs(tuple(primals), {}) + flat_t)
     n = len(closed.jaxpr.outvars)
@@ -332,7 +327,7 @@ def linearize(fn, *primals):
         jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=True)
         pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
                                 instantiate=[False] * n_out + [True] * n_out)
-        return _clean(pe.known), _clean(pe.unknown)
+        return tidy(pe.known), tidy(pe.unknown)
     known, linear = staged.artifact("linearize", split)
     forward = run(staged, ("linearize", "known"), known, staged.flat_inputs(primals, {}))
     outs, residuals = forward[:n_out], forward[n_out:]
@@ -474,7 +469,7 @@ def _jac_derive(argnums, mode: str):
             args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]
             blocks = blocks_of(closed, diff, args, in_avals, out_avals)
             result = builder.build([b for row in blocks for b in row])
-        fused = _clean(result)
+        fused = tidy(result)
         n_in = len(in_avals)
 
         def assemble(flat, args, kwargs):

@@ -25,6 +25,7 @@ from s2s.eager import run, staged_or_error
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
+from s2s.passes.simplify import tidy
 from s2s.passes.vmap import Axis, batch_jaxpr
 from s2s.staging import Tracer, named_axis, paused_gc
 from s2s.tree import PyTreeDef, flatten_up_to, leaf_paths, tree_flatten
@@ -211,7 +212,8 @@ class Vmapped:
             out_dims = [None if a is None else _normalize(a, v.aval.ndim + 1, f"out_axes {a}")
                         for a, v in zip(axes, staged.closed.jaxpr.outvars)]
             with paused_gc():
-                return batch_jaxpr(staged.closed, in_dims, Axis(call.size, self.axis_name), out_dims)
+                batched, dims = batch_jaxpr(staged.closed, in_dims, Axis(call.size, self.axis_name), out_dims)
+                return tidy(batched), dims
         except S2SError as e:
             reraise_clean(e)
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 from typing import Callable
 
 from s2s.core import Atom, ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
+from s2s.passes.cse import cse
+from s2s.passes.dce import dce
 
 simplify_rules: dict = {}   # Primitive -> rule(eqn, producer) -> Atom | JaxprEqn | None
 
@@ -82,3 +84,9 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
                 result.hint = out.hint
     outvars = [renamed(v) for v in jaxpr.outvars]
     return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, eqns), closed.consts)
+
+
+def tidy(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """What every jaxpr a transform writes goes through before it is emitted or compiled
+    (a derivative, a batched function): dead code out, rules applied, duplicates merged."""
+    return dce(cse(simplify(dce(closed))))

@@ -725,7 +725,8 @@ for _prim, _rule in [(broadcast_in_dim, _lower_broadcast_in_dim), (reshape, _low
 # ---------------------------------------------------------------------------------------
 # Simplification: a broadcast (or expand_dims) of a broadcast is one broadcast_in_dim of
 # the source. Transposed reductions produce chains like broadcast -> expand_dims ->
-# broadcast; folding them keeps emitted gradients to one `np.broadcast_to`.
+# broadcast; folding them keeps emitted gradients to one `np.broadcast_to`. A reshape
+# that undoes a reshape is dropped.
 
 
 def _fold_broadcast(eqn, producer):
@@ -743,8 +744,23 @@ def _fold_broadcast(eqn, producer):
     return JaxprEqn(broadcast_in_dim, [inner.invars[0]], eqn.outvars, params, eqn.source_info)
 
 
+def _undo_reshape(eqn, producer):
+    """A reshape (or squeeze, or expand_dims) of a reshape back to the shape it started
+    from is that start: batching a `keepdims` reduction leaves `sum.reshape(128, 1)` then
+    a squeeze of that axis, which reads better as the sum itself. All three keep C order,
+    so the elements are where they were."""
+    inner = producer(eqn.invars[0])
+    if inner is None or inner.primitive not in (reshape, squeeze, expand_dims):
+        return None
+    source, out = inner.invars[0], eqn.outvars[0].aval
+    return source if (source.aval.shape, source.aval.dtype) == (out.shape, out.dtype) else None
+
+
 _simplify.register(broadcast_in_dim, _fold_broadcast)
-_simplify.register(expand_dims, _fold_broadcast)
+_simplify.register(expand_dims, lambda eqn, producer: _fold_broadcast(eqn, producer)
+                   or _undo_reshape(eqn, producer))
+_simplify.register(reshape, _undo_reshape)
+_simplify.register(squeeze, _undo_reshape)
 _simplify.register_repeating(broadcast_in_dim)
 
 # ---------------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def test_a_default_the_caller_left_alone_is_a_parameter_with_that_default():
 
 
 def test_every_transform_keeps_the_static_parameter_with_export_args():
-    """Through `@s2s.export(..., transforms=all five)`: static args appear once, among the
+    """Through `@s2s.export(..., transforms=all of them)`: static args appear once, among the
     primals; the tangents or the cotangent follow them; the default is keyword-only, last."""
     record = Export(rnn, (W0, XS0, 4), TRANSFORMS, "rnn", 0)
     headers = {}
@@ -134,7 +134,8 @@ def test_every_transform_keeps_the_static_parameter_with_export_args():
                        "grad": "def grad_rnn(W, xs, n_steps=4, scale=0.5):",
                        "value_and_grad": "def value_and_grad_rnn(W, xs, n_steps=4, scale=0.5):",
                        "jvp": "def jvp_rnn(W, xs, n_steps, W_dot, xs_dot, *, scale=0.5):",
-                       "vjp": "def vjp_rnn(W, xs, n_steps, out_bar, *, scale=0.5):"}
+                       "vjp": "def vjp_rnn(W, xs, n_steps, out_bar, *, scale=0.5):",
+                       "per_example_grad": "def per_example_grad_rnn(W, xs, n_steps=4, scale=0.5):"}
     expected = rnn_by_hand(W0, XS0, 4)
     value, W_bar = modules["value_and_grad"](W0, XS0, 4)
     np.testing.assert_allclose(value, rnn(W0, XS0, 4), rtol=1e-12)

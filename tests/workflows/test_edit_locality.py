@@ -7,8 +7,8 @@ change nothing: location comments count lines from the enclosing `def`, and the 
 names no line. Other edits may change only the lines that depend on them: temporaries are
 named from what they are, not numbered through the file. Every statement of a derivative
 carries its source line, cotangent accumulations too (`logits_bar = shifted_bar + ...  #
-mlp.py predict+2`, in grad, value_and_grad and vjp), so an edit that moves lines inside
-predict or log_softmax changes those three comments as well.
+mlp.py predict+2`, in grad, value_and_grad, vjp and per_example_grad), so an edit that
+moves lines inside predict or log_softmax changes those four comments as well.
 
 To print the table of lines changed per edit, for this checkout and for another one (the
 baseline before a change):
@@ -55,24 +55,24 @@ EDITS = [Edit(*e) for e in [
     ("comment above loss's decorator", "@s2s.export(", "# reviewed in CI\n@s2s.export(", 0),
     ("import added at the top", "import os\n", "import math\nimport os\n", 0),
     ("docstring added to predict", "def predict(params, x):\n",
-     "def predict(params, x):\n    \"\"\"The logits.\"\"\"\n", 34),
-    ("epsilon inside the log", "keepdims=True))\n", "keepdims=True) + 1e-12)\n", 11),
-    ("axis=1 -> axis=-1 in max", "logits.max(axis=1,", "logits.max(axis=-1,", 0),
-    ("local renamed: shifted -> z", "shifted", "z", 31, True),
+     "def predict(params, x):\n    \"\"\"The logits.\"\"\"\n", 41),
+    ("epsilon inside the log", "keepdims=True))\n", "keepdims=True) + 1e-12)\n", 12),
+    ("axis=-1 -> -1 (positional) in max", "logits.max(axis=-1,", "logits.max(-1,", 0),
+    ("local renamed: shifted -> z", "shifted", "z", 38, True),
     ("local renamed: h -> hidden", "h = np.tanh(x @ params[\"W1\"] + params[\"b1\"])\n    return h @",
-     "hidden = np.tanh(x @ params[\"W1\"] + params[\"b1\"])\n    return hidden @", 28),
-    ("unused value in predict", "    return h @", "    unused = x.sum()\n    return h @", 18),
-    ("unused value in log_softmax", "    shifted = logits -", "    unused = logits.mean()\n    shifted = logits -", 37),
-    ("np.tanh -> np.sin", "np.tanh(", "np.sin(", 13),
+     "hidden = np.tanh(x @ params[\"W1\"] + params[\"b1\"])\n    return hidden @", 33),
+    ("unused value in predict", "    return h @", "    unused = x.sum()\n    return h @", 22),
+    ("unused value in log_softmax", "    shifted = logits -", "    unused = logits.mean()\n    shifted = logits -", 45),
+    ("np.tanh -> np.sin", "np.tanh(", "np.sin(", 16),
     ("+ 0.0 added", "+ params[\"b2\"]", "+ params[\"b2\"] + 0.0", 1),
     ("np.exp(shifted) -> np.exp(shifted * 1.0)", "np.exp(shifted)", "np.exp(shifted * 1.0)", 1),
     ("parameter renamed: logits -> scores", "(logits):\n    shifted = logits - logits.max",
-     "(scores):\n    shifted = scores - scores.max", 36),
-    (".mean() -> .sum() / y.shape[0]", ".sum(axis=1).mean()", ".sum(axis=1).sum() / y.shape[0]", 7),
-    ("logits.max(...) -> np.max(logits, ...)", "logits.max(axis=1, keepdims=True)",
-     "np.max(logits, axis=1, keepdims=True)", 0),
-    ("helper renamed: log_softmax -> log_probs", "log_softmax", "log_probs", 37, True),
-    ("product commuted: y * logp -> logp * y", "-(y * logp)", "-(logp * y)", 8),
+     "(scores):\n    shifted = scores - scores.max", 45),
+    (".mean() -> .sum() / y.shape[0]", ".sum(axis=-1).mean()", ".sum(axis=-1).sum() / y.shape[0]", 8),
+    ("logits.max(...) -> np.max(logits, ...)", "logits.max(axis=-1, keepdims=True)",
+     "np.max(logits, axis=-1, keepdims=True)", 0),
+    ("helper renamed: log_softmax -> log_probs", "log_softmax", "log_probs", 45, True),
+    ("product commuted: y * logp -> logp * y", "-(y * logp)", "-(logp * y)", 9),
 ]]
 
 
@@ -140,7 +140,7 @@ def test_edit_changes_only_the_lines_that_depend_on_it(outputs, index):
 # comments inside the edited function may move).
 NO_COMPUTATION = ["blank line above init_params", "comment above predict", "blank line above log_softmax",
                   "comment above loss's decorator", "import added at the top", "docstring added to predict",
-                  "unused value in predict", "unused value in log_softmax", "axis=1 -> axis=-1 in max",
+                  "unused value in predict", "unused value in log_softmax", "axis=-1 -> -1 (positional) in max",
                   "logits.max(...) -> np.max(logits, ...)", "helper renamed: log_softmax -> log_probs"]
 
 

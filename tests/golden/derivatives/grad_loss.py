@@ -24,8 +24,8 @@ def grad_loss(params, x, y):
     div_logp_bar = (-logp_bar).sum(axis=1).reshape(128, 1) / exp_shifted.sum(axis=1)[:, None]  # mlp.py log_softmax+2
     mul_logp_bar = np.broadcast_to(np.squeeze(div_logp_bar, axis=1)[:, None], (128, 10)) * exp_shifted  # mlp.py log_softmax+2
     shifted_bar = logp_bar + mul_logp_bar  # mlp.py log_softmax+1
-    div_shifted_bar = np.squeeze((-shifted_bar).sum(axis=1).reshape(128, 1), axis=1) / cast_logits.sum(axis=1)  # mlp.py log_softmax+1
-    logits_bar = shifted_bar + np.broadcast_to(div_shifted_bar[:, None], (128, 10)) * cast_logits  # mlp.py predict+2
+    bcast_shifted_bar = np.broadcast_to(((-shifted_bar).sum(axis=1) / cast_logits.sum(axis=1))[:, None], (128, 10))  # mlp.py log_softmax+1
+    logits_bar = shifted_bar + bcast_shifted_bar * cast_logits  # mlp.py predict+2
     b2_bar = logits_bar.sum(axis=0)  # mlp.py predict+2
     W2_bar = h.T @ logits_bar  # mlp.py predict+2
     h_bar = logits_bar @ W2.T  # mlp.py predict+2

@@ -25,8 +25,8 @@ def value_and_grad_loss(params, x, y):
     logp_bar = y * np.broadcast_to(-np.float32(1.0) / 128.0, (128, 10))  # mlp.py loss+3
     squeeze_logp_bar = np.squeeze((-logp_bar).sum(axis=1).reshape(128, 1) / expand_shifted, axis=1)  # mlp.py log_softmax+2
     shifted_bar = logp_bar + np.broadcast_to(squeeze_logp_bar[:, None], (128, 10)) * exp_shifted  # mlp.py log_softmax+1
-    div_shifted_bar = np.squeeze((-shifted_bar).sum(axis=1).reshape(128, 1), axis=1) / cast_logits.sum(axis=1)  # mlp.py log_softmax+1
-    logits_bar = shifted_bar + np.broadcast_to(div_shifted_bar[:, None], (128, 10)) * cast_logits  # mlp.py predict+2
+    bcast_shifted_bar = np.broadcast_to(((-shifted_bar).sum(axis=1) / cast_logits.sum(axis=1))[:, None], (128, 10))  # mlp.py log_softmax+1
+    logits_bar = shifted_bar + bcast_shifted_bar * cast_logits  # mlp.py predict+2
     b2_bar = logits_bar.sum(axis=0)  # mlp.py predict+2
     W2_bar = h.T @ logits_bar  # mlp.py predict+2
     h_bar = logits_bar @ W2.T  # mlp.py predict+2
