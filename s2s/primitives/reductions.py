@@ -28,7 +28,7 @@ from s2s.core import ShapedArray
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, call, dtype_text, method, register, subscript
 from s2s.errors import ShapeError, UnsupportedFunctionError
-from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes import jvp as _jvp, transpose as _transpose, vmap as _vmap
 from s2s.passes.tangents import Zero, is_zero, tangent_aval
 from s2s.primitives import ops
 from s2s.staging import Primitive
@@ -698,3 +698,50 @@ for _prim, _kind in [(cumsum, "sum"), (cumprod, "prod"), (cummax, "max"), (cummi
 _hlo.register(argmax, _lower_arg(True))
 _hlo.register(argmin, _lower_arg(False))
 _hlo.register(sort, _lower_sort)
+
+# ---------------------------------------------------------------------------------------
+# Batching: each example is reduced, scanned or sorted along its own axes, so the batch
+# stays where it is and only the axis parameters shift past it. A reduction removes its
+# axes, so the result's batch sits that many places earlier.
+
+
+def _batch_reduce(prim):
+    def rule(mapped, args, dims, /, *, axes):
+        (x,), (dim,) = args, dims
+        out = prim.bind(x, axes=tuple(_vmap.batched_axis(a, dim) for a in axes))
+        return out, dim - sum(a < dim for a in axes)
+    return rule
+
+
+def _batch_arg_reduce(prim):
+    def rule(mapped, args, dims, /, *, axis, index_dtype):
+        (x,), (dim,) = args, dims
+        out = prim.bind(x, axis=_vmap.batched_axis(axis, dim), index_dtype=index_dtype)
+        return out, dim - (axis < dim)
+    return rule
+
+
+def _batch_cumulative(prim):
+    def rule(mapped, args, dims, /, *, axis, reverse):
+        (x,), (dim,) = args, dims
+        return prim.bind(x, axis=_vmap.batched_axis(axis, dim), reverse=reverse), dim
+    return rule
+
+
+def _batch_sort(mapped, operands, dims, /, *, dimension, num_keys):
+    """Operands sorted together must line up, so every one is batched where the first
+    batched one is; an unbatched one is copied per example, since each example permutes
+    it in its own order."""
+    dim = next(d for d in dims if d is not None)
+    aligned = [_vmap.to_dim(x, d, dim, mapped.size) for x, d in zip(operands, dims)]
+    outs = sort.bind(*aligned, dimension=_vmap.batched_axis(dimension, dim), num_keys=num_keys)
+    return outs, [dim] * len(outs)
+
+
+for _prim in REDUCTIONS.values():
+    _vmap.register(_prim, _batch_reduce(_prim))
+for _prim in (argmax, argmin):
+    _vmap.register(_prim, _batch_arg_reduce(_prim))
+for _prim in CUMULATIVE.values():
+    _vmap.register(_prim, _batch_cumulative(_prim))
+_vmap.register(sort, _batch_sort)
