@@ -1,6 +1,7 @@
 """Explicit structured control flow with JAX's signatures: `cond`, `switch`, `while_loop`,
-`fori_loop`, `scan` and `map`; and implicit differentiation: `custom_root` and
-`custom_linear_solve`.
+`fori_loop`, `scan` and `map`; implicit differentiation: `custom_root` and
+`custom_linear_solve`; and the collectives over a vmap's named axis: `psum`, `pmean`,
+`pmax`, `pmin`, `all_gather` and `axis_index`.
 
 The user-level API over `s2s/frontend/structured.py`, which stages bodies into the `cond`,
 `while_loop` and `scan` primitives (`s2s/primitives/cond.py`, `loops.py`): here each function
@@ -21,12 +22,12 @@ from s2s.frontend.walker import call_user, stage_python_function
 from s2s.passes.jvp import jvp_eqns
 from s2s.passes.tangents import Zero, instantiate, tangent_aval
 from s2s.passes.transpose import transpose_jaxpr
-from s2s.primitives import implicit
-from s2s.staging import Tracer, inline_jaxpr
-from s2s.tree import tree_flatten, tree_leaves
+from s2s.primitives import collectives, implicit
+from s2s.staging import Tracer, axis_env, inline_jaxpr
+from s2s.tree import tree_flatten, tree_leaves, tree_map
 
-__all__ = ["cond", "custom_linear_solve", "custom_root", "fori_loop", "map", "scan", "switch",
-           "unroll", "while_loop"]
+__all__ = ["all_gather", "axis_index", "cond", "custom_linear_solve", "custom_root", "fori_loop",
+           "map", "pmax", "pmean", "pmin", "psum", "scan", "switch", "unroll", "while_loop"]
 
 
 def _staging(fn) -> Direct:
@@ -191,3 +192,78 @@ def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False)
     x = implicit.linear_solve(consts, matvec_body.jaxpr, vecmat_jaxpr, solve_body.consts, solve_body.jaxpr,
                               transpose_consts, transpose_solve_jaxpr, tree_leaves(b))
     return b_tree.unflatten(x)
+
+
+# ---------------------------------------------------------------------------------------
+# Collectives over named axes (the primitives are in s2s/primitives/collectives.py). Each
+# checks here, where the user called it, that every name it reduces over is bound by an
+# enclosing `vmap(..., axis_name=...)`, and records the sizes bound to them.
+
+
+def _bound_axes(what: str, axis_name) -> tuple:
+    """`axis_name` (a name or a tuple of names) as the primitives' ((name, size), ...)."""
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    bound = dict(axis_env())     # the innermost binding of a name wins
+    if not names:
+        raise StagingError(f"{what} needs an axis name, got an empty tuple",
+                           "name the axis given to s2s.vmap(fn, axis_name=...)")
+    if len(set(names)) != len(names):
+        raise StagingError(f"{what} names an axis twice in {names!r}", "name each axis once")
+    for name in names:
+        if name is None or name not in bound:
+            listed = ", ".join(repr(n) for n in bound if n is not None)
+            raise StagingError(
+                f"unbound axis name: {what} over axis {name!r}, but "
+                + (f"only {listed} {'is' if len(bound) == 1 else 'are'} bound here" if listed
+                   else "no enclosing vmap binds an axis name"),
+                f"call this function through s2s.vmap(fn, axis_name={name!r}), which runs it "
+                f"for every example of the axis {name!r} at once")
+    return tuple((name, bound[name]) for name in names)
+
+
+def psum(x, axis_name):
+    """The sum of `x` over every example of the named axis (or axes), the same for each
+    example (jax.lax.psum); `x` may be a pytree."""
+    axes = _bound_axes("psum", axis_name)
+    return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes), x)
+
+
+def pmean(x, axis_name):
+    """The mean of `x` over the named axis (or axes): a psum divided by their size, as in
+    JAX (an integer `x` gives a float mean)."""
+    axes = _bound_axes("pmean", axis_name)
+    size = collectives.axes_size(axes)
+    return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes) / size, x)
+
+
+def pmax(x, axis_name):
+    """The elementwise maximum of `x` over the named axis (or axes) (jax.lax.pmax)."""
+    axes = _bound_axes("pmax", axis_name)
+    return tree_map(lambda leaf: collectives.pmax.bind(leaf, axes=axes), x)
+
+
+def pmin(x, axis_name):
+    """The elementwise minimum of `x` over the named axis (or axes) (jax.lax.pmin)."""
+    axes = _bound_axes("pmin", axis_name)
+    return tree_map(lambda leaf: collectives.pmin.bind(leaf, axes=axes), x)
+
+
+def all_gather(x, axis_name, *, axis=0, tiled=False):
+    """Every example's `x`, stacked along a new axis `axis` (tiled: concatenated along
+    `x`'s axis `axis`) in the order of the named axis (jax.lax.all_gather)."""
+    axes = _bound_axes("all_gather", axis_name)
+
+    def gather(leaf):
+        rank = aval_of_arg(leaf).ndim + (0 if tiled else 1)
+        if not -rank <= axis < rank:
+            raise StagingError(f"all_gather axis {axis} is out of range for a result of rank {rank}"
+                               + (" (tiled: the operand's own axes)" if tiled else ""),
+                               f"give an axis in {-rank}..{rank - 1}")
+        return collectives.all_gather.bind(leaf, axes=axes, dimension=axis % rank, tiled=bool(tiled))
+    return tree_map(gather, x)
+
+
+def axis_index(axis_name):
+    """This example's position along the named axis (int32; over a tuple of names, the
+    first is the major one) (jax.lax.axis_index)."""
+    return collectives.axis_index.bind(axes=_bound_axes("axis_index", axis_name))

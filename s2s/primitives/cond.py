@@ -19,14 +19,16 @@ from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, ShapedArray, Var, eval_jaxpr
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, register_statement
 from s2s.errors import ShapeError
-from s2s.passes import dce as _dce, jvp as _jvp, partial_eval as _pe, transpose as _transpose
+from s2s.passes import dce as _dce, jvp as _jvp, partial_eval as _pe, transpose as _transpose, vmap as _vmap
 from s2s.passes.jvp import jvp_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.transpose import is_linear, transpose_jaxpr
-from s2s.primitives.control_flow_bodies import (differentiable_mask, nonzero_mask, prune_body, same_types,
-                                                type_list, write_assignment)
-from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
+from s2s.passes.vmap import batch_eqns, batch_jaxpr, batched_aval, move_axis, to_dim
+from s2s.primitives import ops
+from s2s.primitives.control_flow_bodies import (constant_free, differentiable_mask, nonzero_mask, prune_body,
+                                                same_types, type_list, write_assignment)
+from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, inline_jaxpr
 
 
 def _cond_abstract(index, *operands, branches):
@@ -249,3 +251,62 @@ def _cond_dce(eqn, used):
 
 
 _dce.register(cond, _cond_dce)
+
+
+# ---------------------------------------------------------------------------------------
+# Batching. With an index shared by the batch, the cond stays one cond of batched branches,
+# every branch returning each output batched at the same position (or all unbatched).
+# With a batched index each example may take another branch: every branch runs on the
+# whole batch and each example's results are selected by its own (clamped) index.
+
+
+def _agreed_out_dims(branches, dims, axis) -> list:
+    """Where each output must be batched for all branches to agree: where the first branch
+    that batches it puts it, or None when no branch does."""
+    per_branch = [batch_jaxpr(b, dims, axis)[1] for b in branches]
+    return [next((d for d in column if d is not None), None) for column in zip(*per_branch)]
+
+
+def _cond_batch(axis, args, dims, *, branches):
+    index, operands = args[0], args[1:]
+    index_dim, operand_dims = dims[0], dims[1:]
+    if index_dim is None:
+        out_dims = _agreed_out_dims(branches, operand_dims, axis)
+        new_branches, consts = _sharing_consts(
+            [constant_free(batch_jaxpr(b, operand_dims, axis, out_dims)[0]) for b in branches])
+        return cond.bind(index, *consts, *operands, branches=new_branches), out_dims
+    out_dims = [0 if d is None else d for d in _agreed_out_dims(branches, operand_dims, axis)]
+    results = [[to_dim(x, d, want, axis.size) for x, d, want in
+                zip(*batch_eqns(b, operands, operand_dims, axis), out_dims)] for b in branches]
+    index = move_axis(index, index_dim, 0)
+    if len(branches) == 2 and index.aval.dtype == dtypes.bool_:
+        picks = [index]
+    else:
+        last = ops.literal(len(branches) - 1, index.aval.dtype)
+        clamped = PRIMITIVES["clamp"].bind(ops.literal(0, index.aval.dtype), index, last)
+        picks = [ops.eq(clamped, ops.literal(k, index.aval.dtype)) for k in range(1, len(branches))]
+    outs = []
+    for k, (want, aval) in enumerate(zip(out_dims, branches[0].out_avals)):
+        chosen = results[0][k]
+        shape = batched_aval(aval, want, axis.size).shape
+        for pick, branch_results in zip(picks, results[1:]):
+            chosen = ops.select(ops.broadcast_in_dim(pick, shape, (want,)), branch_results[k], chosen)
+        outs.append(chosen)
+    return outs, out_dims
+
+
+def _sharing_consts(batched: list) -> tuple[tuple, list]:
+    """Batched branches, each with the constants its batching made (`constant_free` put
+    them first), all taking every branch's constants in order; and those constants."""
+    counts = [len(consts) for _, consts in batched]
+    const_avals = [[v.aval for v in body.jaxpr.invars[:n]] for (body, _), n in zip(batched, counts)]
+    shared = []
+    for k, (body, _) in enumerate(batched):
+        invars = [v for j, avals in enumerate(const_avals)
+                  for v in (body.jaxpr.invars[:counts[k]] if j == k else [Var(a) for a in avals])]
+        shared.append(ClosedJaxpr(Jaxpr([], invars + list(body.jaxpr.invars[counts[k]:]), body.jaxpr.outvars,
+                                        body.jaxpr.eqns), []))
+    return tuple(shared), [c for _, consts in batched for c in consts]
+
+
+_vmap.register(cond, _cond_batch)

@@ -14,6 +14,7 @@ from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from s2s.emit.pyexpr import Expr
 from s2s.passes.dce import dce_jaxpr
+from s2s.passes.vmap import batch_jaxpr
 from s2s.passes.tangents import is_zero
 
 
@@ -60,3 +61,29 @@ def write_assignment(block, targets: list[str], values: list[Expr], comment: str
     the comment of the statement it belongs to: every line says where it comes from."""
     if targets:
         block.line(f"{', '.join(targets)} = {', '.join(v.text for v in values)}{comment}")
+
+
+def batched_carry_dims(body: ClosedJaxpr, body_dims, init_dims: list, axis) -> list:
+    """Where each loop carry's batch axis lies (None: unbatched) in the batched loop.
+
+    A carry is batched if it starts batched or if the body makes it so from a batched
+    operand, which can take several iterations to show (carry a feeds b feeds c): the body
+    is batched again until nothing changes. A batched carry keeps the position its initial
+    value has (0 for one that starts unbatched). `body_dims(carry_dims)` gives the body's
+    input dims; its first outputs are the new carry.
+    """
+    dims = list(init_dims)
+    while True:
+        _, out_dims = batch_jaxpr(body, body_dims(dims), axis)
+        updated = [d if d is not None or o is None else 0 for d, o in zip(dims, out_dims)]
+        if updated == dims:
+            return dims
+        dims = updated
+
+
+def constant_free(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
+    """A batched body as loops carry it (no constants): `closure_convert`, whose constants
+    go before the body's own."""
+    if not closed.consts:
+        return closed, []
+    return closure_convert(closed)

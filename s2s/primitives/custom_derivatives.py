@@ -17,13 +17,15 @@ function's own equations, not an opaque call.
 """
 from __future__ import annotations
 
-from s2s.core import eval_jaxpr
+from s2s.core import ShapedArray, eval_jaxpr
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import register as _register_python
 from s2s.errors import StagingError
-from s2s.passes import inline as _inline, jvp as _jvp, transpose as _transpose
+from s2s.passes import inline as _inline, jvp as _jvp, transpose as _transpose, vmap as _vmap
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
-from s2s.staging import Primitive
+from s2s.passes.vmap import ANYWHERE, batch_jaxpr, batched_aval, to_dim
+from s2s.primitives import ops
+from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 
 def call_abstract(*avals, call, **params):
@@ -105,3 +107,123 @@ def _emit_lin(eqn, *operands):
 # Call primitives are inlined before emission; custom_vjp_lin only runs in reverse mode.
 _register_python(custom_vjp_lin, _emit_lin)
 _hlo.register(custom_vjp_lin, lambda ctx, eqn, *operands: _emit_lin(eqn))
+
+
+# ---------------------------------------------------------------------------------------
+# Batching. The batched call keeps its primitive, so it still differentiates by the user's
+# rules: its `rule` becomes a `BatchedCallSite`, which stages those rules on one example's
+# values (they are written for one) and batches what they stage.
+
+
+def batched_apply(fn, avals, args: list, dims: list, axis, out_dims=()) -> tuple[list, list]:
+    """`fn` (a function of one example's values returning a list) staged on `avals`,
+    batched, and applied to `args` batched at `dims`: its outputs and their dims. The
+    first outputs are batched at `out_dims`, the rest wherever their equations put them."""
+    with JaxprBuilder() as builder:
+        outs = fn(*[builder.new_arg(a) for a in avals])
+        per_example = builder.build(outs)
+    wanted = list(out_dims) + [ANYWHERE] * (len(outs) - len(out_dims))
+    batched, got_dims = batch_jaxpr(per_example, dims, axis, wanted)
+    return inline_jaxpr(batched, args), got_dims
+
+
+class BatchedCallSite:
+    """The rules of a batched custom_jvp_call or custom_vjp_call (or of the custom_vjp_lin
+    one of them made), applied to batched values.
+
+    `site` is the per-example call site (a `_CallSite` of `s2s.custom_derivatives`, or
+    another `BatchedCallSite` under nested vmaps), `in_avals` and `out_avals` one example's
+    input and output types, `in_dims` and `out_dims` where the batched call's batches lie.
+    Hashable by identity, as a parameter must be.
+    """
+
+    def __init__(self, site, axis, in_avals, in_dims, out_avals, out_dims):
+        self.site, self.axis, self.name = site, axis, site.name
+        self.in_avals, self.in_dims = list(in_avals), list(in_dims)
+        self.out_avals, self.out_dims = list(out_avals), list(out_dims)
+        self.residual_avals = self.residual_dims = None    # known once apply_fwd has run
+
+    def __repr__(self):
+        return f"vmap({self.site!r})"
+
+    def apply_jvp(self, primals: list, tangents: list):
+        n_in, n_out = len(primals), len(self.out_avals)
+
+        def jvp(*args):
+            outs, out_tangents = self.site.apply_jvp(list(args[:n_in]), list(args[n_in:]))
+            return list(outs) + list(out_tangents)
+        outs, _ = batched_apply(jvp, self.in_avals + [tangent_aval(a) for a in self.in_avals],
+                                list(primals) + list(tangents), self.in_dims * 2, self.axis, self.out_dims * 2)
+        return outs[:n_out], outs[n_out:]
+
+    def apply_fwd(self, primals: list):
+        n_out = len(self.out_avals)
+
+        def fwd(*args):
+            outs, residuals = self.site.apply_fwd(list(args))
+            self.residual_avals = [r.aval for r in residuals]
+            return list(outs) + list(residuals)
+        outs, dims = batched_apply(fwd, self.in_avals, list(primals), self.in_dims, self.axis, self.out_dims)
+        self.residual_dims = dims[n_out:]
+        return outs[:n_out], outs[n_out:]
+
+    def apply_bwd(self, residuals: list, cts: list) -> list:
+        """Each input's cotangent (None for none) batched where the input is; summed over
+        the batch for an input shared by every example (a weight), which every example's
+        cotangent adds to."""
+        given = []
+
+        def bwd(*args):
+            in_cts = self.site.apply_bwd(list(args[:len(residuals)]), list(args[len(residuals):]))
+            given.extend(c is not None for c in in_cts)
+            return [c for c in in_cts if c is not None]
+        out_tangent_avals = [tangent_aval(a) for a in self.out_avals]
+        in_cts, dims = batched_apply(bwd, self.residual_avals + out_tangent_avals, list(residuals) + list(cts),
+                                     self.residual_dims + self.out_dims, self.axis)
+        in_cts, dims = iter(in_cts), iter(dims)
+        return [_to_input_dim(next(in_cts), next(dims), want, self.axis) if has else None
+                for has, want in zip(given, self.in_dims)]
+
+
+def _to_input_dim(ct, dim, want, axis):
+    """A cotangent batched at `dim` moved where its input's batch is (`want`), or summed
+    over the batch when the input is shared by every example."""
+    if want is None:
+        return ct if dim is None else ops.reduce_sum(ct, (dim,))
+    return to_dim(ct, dim, want, axis.size)
+
+
+def _call_batch(primitive: Primitive):
+    """The batching rule of a custom-derivative call: its `call` batched with every output
+    batched (where it falls, else at 0: the user's rules need not keep an output that
+    happens not to vary unbatched), its rules wrapped to match."""
+    def rule(axis, args, dims, *, call, rule):
+        _, out_dims = batch_jaxpr(call, dims, axis)
+        out_dims = [0 if d is None else d for d in out_dims]
+        batched_call, _ = batch_jaxpr(call, dims, axis, out_dims)
+        site = BatchedCallSite(rule, axis, call.in_avals, dims, call.out_avals, out_dims)
+        return primitive.bind(*args, call=batched_call, rule=site), out_dims
+    _vmap.register(primitive, rule)
+
+
+def _lin_batch(axis, args, dims, *, rule, num_residuals, out_avals):
+    """A custom_vjp_lin with every output batched at 0; its transpose runs the user's
+    backward rule per example through a `BatchedCallSite`."""
+    example_avals = [_example_aval(x.aval, d) for x, d in zip(args, dims)]
+    out_dims = [0] * len(out_avals)
+    site = BatchedCallSite(rule, axis, example_avals[num_residuals:], dims[num_residuals:], out_avals, out_dims)
+    site.residual_avals, site.residual_dims = example_avals[:num_residuals], list(dims[:num_residuals])
+    batched_out = tuple(batched_aval(a, 0, axis.size) for a in out_avals)
+    return custom_vjp_lin.bind(*args, rule=site, num_residuals=num_residuals, out_avals=batched_out), out_dims
+
+
+def _example_aval(aval: ShapedArray, dim) -> ShapedArray:
+    """One example's type of a value batched at `dim`."""
+    if dim is None:
+        return aval
+    return ShapedArray(aval.shape[:dim] + aval.shape[dim + 1:], aval.dtype, aval.weak_type)
+
+
+_call_batch(custom_jvp_call)
+_call_batch(custom_vjp_call)
+_vmap.register(custom_vjp_lin, _lin_batch)

@@ -23,10 +23,11 @@ from __future__ import annotations
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from s2s.errors import StagingError
 from s2s.primitives.custom_derivatives import call_abstract, call_impl
-from s2s.passes import inline as _inline, jvp as _jvp, transpose as _transpose
+from s2s.passes import inline as _inline, jvp as _jvp, transpose as _transpose, vmap as _vmap
 from s2s.passes.jvp import jvp_eqns
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.transpose import is_linear
+from s2s.passes.vmap import batch_jaxpr, to_front
 from s2s.staging import Primitive, inline_jaxpr
 
 
@@ -125,3 +126,40 @@ def _custom_linear_solve_transpose(cts, *args, **params):
 
 
 _transpose.register(custom_linear_solve, _custom_linear_solve_transpose)
+
+
+# ---------------------------------------------------------------------------------------
+# Batching: every jaxpr the primitive carries is batched, the constants where they are
+# (an unbatched θ or matrix stays unbatched) and the solution, right-hand sides and
+# residuals of f at 0: the rules feed one jaxpr's outputs to another (f(x) into the
+# tangent solve, a solve's x into matvec), so their batches must lie at one agreed place.
+
+
+def _custom_root_batch(axis, args, dims, *, call, f_jaxpr, tangent_jaxpr, n_f_consts, n_tangent_consts):
+    theta_dims = list(dims[:n_f_consts])
+    tangent_const_dims = list(dims[n_f_consts:n_f_consts + n_tangent_consts])
+    x_dims = [0] * len(call.out_avals)
+    f_dims = [0] * len(f_jaxpr.out_avals)
+    batched_call, _ = batch_jaxpr(call, dims, axis, x_dims)
+    batched_f, _ = batch_jaxpr(f_jaxpr, theta_dims + x_dims, axis, f_dims)
+    batched_tangent, _ = batch_jaxpr(tangent_jaxpr, tangent_const_dims + theta_dims + x_dims + f_dims, axis, x_dims)
+    return custom_root.bind(*args, call=batched_call, f_jaxpr=batched_f, tangent_jaxpr=batched_tangent,
+                            n_f_consts=n_f_consts, n_tangent_consts=n_tangent_consts), x_dims
+
+
+def _custom_linear_solve_batch(axis, args, dims, **params):
+    consts, solve_consts, transpose_consts, b = _operands(args, params)
+    const_dims, solve_dims, transpose_dims, b_dims = _operands(dims, params)
+    b = [to_front(x, d, axis.size) for x, d in zip(b, b_dims)]
+    x_dims = [0] * len(b)
+
+    def batched(closed: ClosedJaxpr | None, fixed_dims: list) -> ClosedJaxpr | None:
+        return None if closed is None else batch_jaxpr(closed, fixed_dims + x_dims, axis, x_dims)[0]
+    x = linear_solve(consts, batched(params["matvec_jaxpr"], const_dims), batched(params["vecmat_jaxpr"], const_dims),
+                     solve_consts, batched(params["solve_jaxpr"], solve_dims), transpose_consts,
+                     batched(params["transpose_solve_jaxpr"], transpose_dims), b)
+    return x, x_dims
+
+
+_vmap.register(custom_root, _custom_root_batch)
+_vmap.register(custom_linear_solve, _custom_linear_solve_batch)

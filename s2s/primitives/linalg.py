@@ -22,9 +22,9 @@ import s2s_runtime.linalg as rt_linalg
 from s2s import dtypes
 from s2s.core import Literal, ShapedArray, aval_of_value
 from s2s.emit import stablehlo as _hlo
-from s2s.emit.pyexpr import ATOM, Expr, binop, call, dtype_text, method, register
+from s2s.emit.pyexpr import ATOM, Expr, binop, call, dtype_text, method, register, subscript
 from s2s.errors import ShapeError, UnsupportedFunctionError
-from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes import jvp as _jvp, transpose as _transpose, vmap as _vmap
 from s2s.passes.tangents import Zero, is_zero, tangent_aval
 from s2s.passes.transpose import LinearInput, is_linear
 from s2s.primitives import ops
@@ -164,6 +164,9 @@ def dot_general_expr(lhs_ndim: int, rhs_ndim: int, dimension_numbers, a: Expr, b
             return call("np.tensordot", a, b, axes=k)
         return call("np.tensordot", a, b, axes=(list(lc), list(rc)))
     k = len(lb)
+    if lb == rb == tuple(range(k)) and ln == rn == k + 1 and not lc:
+        # Outer products of stacked vectors (per-example weight gradients).
+        return binop("*", subscript(a, "..., None"), subscript(b, "..., None, :"))
     if lb == rb == tuple(range(k)) and ln == rn == k + 2 and len(lc) == 1:
         (l,), (r,) = lc, rc
         return binop("@", _transposed(a, True) if l == k else a,
@@ -798,3 +801,85 @@ def _lowered_as(decomposition):
 _hlo.register(solve, _lowered_as(solve_by_lu))
 _hlo.register(det, _lowered_as(det_by_lu))
 _hlo.register(slogdet, _lowered_as(slogdet_by_lu))
+
+
+# ---------------------------------------------------------------------------------------
+# Batching. dot_general takes a batch as it is: a batch of one operand alone is one more
+# free dimension of it (a batch of inputs times a shared weight stays one matrix product,
+# the weight read as it is), and a batch of both is one more batch dimension. The
+# factorizations and solves are batched over leading dimensions already: a batch axis
+# among them stays where it is, one among the matrix axes moves just before them. A batch
+# of right-hand sides against a shared matrix is folded into b's columns (or rows, for a
+# right-side solve), so the matrix is factored once, not once per example.
+
+
+def _dot_general_batch(mapped, args, dims, /, *, dimension_numbers, preferred_element_type=None):
+    (lhs, rhs), (lhs_dim, rhs_dim) = args, dims
+    (lc, rc), (lb, rb) = dimension_numbers
+    lhs_free = free_dims(_vmap.ndim(lhs) - (lhs_dim is not None), lc, lb)
+    rhs_free = free_dims(_vmap.ndim(rhs) - (rhs_dim is not None), rc, rb)
+    # The output is [batch dims, lhs's free dims, rhs's free dims], each in operand order.
+    if lhs_dim is not None and rhs_dim is not None:
+        out_dim = 0
+    elif lhs_dim is not None:
+        out_dim = len(lb) + sum(d < lhs_dim for d in lhs_free)
+    else:
+        out_dim = len(lb) + len(lhs_free) + sum(d < rhs_dim for d in rhs_free)
+
+    def shifted(ds, dim):
+        return ds if dim is None else tuple(_vmap.batched_axis(d, dim) for d in ds)
+
+    lc, lb, rc, rb = shifted(lc, lhs_dim), shifted(lb, lhs_dim), shifted(rc, rhs_dim), shifted(rb, rhs_dim)
+    if lhs_dim is not None and rhs_dim is not None:
+        lb, rb = (lhs_dim, *lb), (rhs_dim, *rb)
+    out = dot_general.bind(lhs, rhs, dimension_numbers=((lc, rc), (lb, rb)),
+                           preferred_element_type=preferred_element_type)
+    return out, out_dim
+
+
+def _matrix_batch_dim(dims, rank: int) -> int:
+    """Where a batch of arrays of matrices (per-example `rank`) is handed to a primitive
+    batched over leading dims: the first batched operand's position if it is a leading
+    one, else the last leading position (just before the matrix axes)."""
+    leading = [d for d in dims if d is not None and d <= rank - 2]
+    return leading[0] if leading else rank - 2
+
+
+def _batch_matrix_function(prim):
+    """cholesky, lu, det, slogdet: one operand, every result batched over its leading dims."""
+    def rule(mapped, args, dims, /):
+        (a,), (dim,) = args, dims
+        target = _matrix_batch_dim(dims, _vmap.ndim(a) - 1)
+        out = prim.bind(_vmap.move_axis(a, dim, target))
+        return out, [target] * len(out) if prim.multiple_results else target
+    return rule
+
+
+def _solve_batch(prim):
+    """solve and triangular_solve (a, b): a batched matrix gets b aligned with it (copied
+    per example if b is shared); a shared matrix solves every example's b at once, the
+    batch folded into b's columns (rows for `x @ op(a) = b`)."""
+    def rule(mapped, args, dims, /, **params):
+        (a, b), (a_dim, b_dim) = args, dims
+        rank = _vmap.ndim(b) - (b_dim is not None)
+        if a_dim is not None:
+            target = _matrix_batch_dim(dims, rank)
+            b = _vmap.to_dim(b, b_dim, target, mapped.size)
+            return prim.bind(_vmap.move_axis(a, a_dim, target), b, **params), target
+        # b's rows are what a's columns multiply (its columns, for x @ op(a) = b); the
+        # batch rides with b's other matrix axis. solve is always a left-side solve.
+        fold = rank - 1 if params.get("left_side", True) else rank - 2
+        b = _vmap.move_axis(b, b_dim, fold)
+        batched_shape = _vmap.shape(b)
+        merged = batched_shape[:fold] + (batched_shape[fold] * batched_shape[fold + 1],) \
+            + batched_shape[fold + 2:]
+        x = prim.bind(a, ops.reshape(b, merged), **params)
+        return ops.reshape(x, batched_shape), fold
+    return rule
+
+
+_vmap.register(dot_general, _dot_general_batch)
+for _prim in (cholesky, lu, det, slogdet):
+    _vmap.register(_prim, _batch_matrix_function(_prim))
+for _prim in (solve, triangular_solve):
+    _vmap.register(_prim, _solve_batch(_prim))

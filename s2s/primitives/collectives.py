@@ -1,0 +1,284 @@
+"""Collectives over named axes: psum, pmax, pmin, all_gather and axis_index.
+
+`s2s.vmap(fn, axis_name="batch")` stages `fn` for one example; a collective in it
+(`s2s.lax.psum(x, "batch")`) combines that example's `x` with every other example's. So a
+collective has no meaning on one example alone: it only runs once the batching pass
+(`s2s/passes/vmap.py`) sees every example at once, and its batching rule is where it is
+computed (a psum over the batch is a `reduce_sum` over the batch axis). Each primitive
+names the axes it runs over with their sizes, as bound where it was staged:
+
+  psum / pmax / pmin[axes]              the sum (max, min) over every example of the
+                                        named axes, elementwise; the same for each example
+  all_gather[axes, dimension, tiled]    every example's operand, stacked along a new axis
+                                        at `dimension` (tiled: concatenated along it)
+  axis_index[axes]                      this example's position along the axes (int32)
+
+`axes` is a tuple of (name, size) pairs. Over several names, examples are numbered as
+JAX numbers them: the first name is the major one (`axis_index(("i", "j"))` is
+i * size_j + j), and all_gather stacks in that order.
+
+Batching over one of the names computes the collective over that axis and binds it again
+over the names left; batching over another (an outer vmap's) name binds it again on the
+batched value, its batch axis kept. Nested vmaps thus peel a collective name by name.
+
+Derivatives follow JAX: psum and all_gather are linear; psum's transpose is a psum of the
+cotangent, all_gather's is this example's slice of the psum of the cotangent. pmax and pmin
+have no derivative in JAX; here their tangent is that of the selected example, ties sharing
+it evenly, as `reduce_max`'s jvp does.
+
+Nothing here runs on one example: the NumPy impl, the Python emission and the StableHLO
+lowering of a collective whose axis was never batched away raise a StagingError that says
+where it runs (pmap, a later transform, will lower them to XLA's collectives over devices).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import ShapedArray
+from s2s.emit import pyexpr as _pyexpr, stablehlo as _hlo
+from s2s.errors import ShapeError, StagingError
+from s2s.passes import jvp as _jvp, transpose as _transpose, vmap as _vmap
+from s2s.passes.tangents import Zero, instantiate, tangent_aval
+from s2s.primitives import ops
+from s2s.staging import PRIMITIVES, Primitive
+
+
+def axis_names(axes) -> tuple:
+    return tuple(name for name, _ in axes)
+
+
+def axes_size(axes) -> int:
+    """How many examples the named `axes` hold together."""
+    return math.prod(size for _, size in axes)
+
+
+def describe_axes(axes) -> str:
+    names = axis_names(axes)
+    if len(names) == 1:
+        return f"axis {names[0]!r}"
+    return f"axes {names!r}"
+
+
+def _check_axes(name: str, axes) -> None:
+    if not isinstance(axes, tuple) or not axes:
+        raise ShapeError(f"{name}: axes must be a non-empty tuple of (name, size) pairs, got {axes!r}")
+    for pair in axes:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], int)
+                and pair[1] >= 0):
+            raise ShapeError(f"{name}: each entry of axes is a (name, size) pair, got {pair!r}")
+    if len(set(axis_names(axes))) != len(axes):
+        raise ShapeError(f"{name}: an axis name is repeated in {axis_names(axes)!r}")
+
+
+def _unbatched_error(name: str, axes, where: str) -> StagingError:
+    return StagingError(f"{name} over {describe_axes(axes)} {where}",
+                        f"call it inside s2s.vmap(fn, axis_name={axis_names(axes)[0]!r}): "
+                        "vmap computes it for every example at once")
+
+
+def _needs_every_example(name: str):
+    """The NumPy impl of a collective: one example alone cannot compute it."""
+    def impl(*args, axes, **params):
+        raise _unbatched_error(name, axes, "needs every example of the mapping, so it only "
+                                           "runs batched by the vmap that binds the name")
+    return impl
+
+
+def _not_emitted(name: str, eqn, backend: str):
+    """A collective left in a jaxpr no vmap batched over its axis (a hand-built one)."""
+    raise _unbatched_error(name, eqn.params["axes"], f"is only {backend} inside the pmap that binds it")
+
+
+# ---------------------------------------------------------------------------------------
+# Declarations
+
+
+def _elementwise_abstract(name: str, refuse_kinds: str):
+    def abstract_eval(x: ShapedArray, *, axes):
+        _check_axes(name, axes)
+        if np.dtype(x.dtype).kind in refuse_kinds:
+            raise ShapeError(f"{name} cannot combine {x.str_short()} values",
+                             "convert to a numeric dtype first")
+        return x
+    return abstract_eval
+
+
+def _all_gather_abstract(x: ShapedArray, *, axes, dimension, tiled):
+    _check_axes("all_gather", axes)
+    n = axes_size(axes)
+    if tiled:
+        if not 0 <= dimension < x.ndim:
+            raise ShapeError(f"all_gather(tiled=True) along axis {dimension} of {x.str_short()}: "
+                             "out of range")
+        shape = x.shape[:dimension] + (n * x.shape[dimension],) + x.shape[dimension + 1:]
+    else:
+        if not 0 <= dimension <= x.ndim:
+            raise ShapeError(f"all_gather at axis {dimension} of a result of rank {x.ndim + 1}: "
+                             "out of range")
+        shape = x.shape[:dimension] + (n,) + x.shape[dimension:]
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+def _axis_index_abstract(*, axes):
+    _check_axes("axis_index", axes)
+    return ShapedArray((), dtypes.int32)
+
+
+def _declare(name: str, abstract_eval) -> Primitive:
+    prim = Primitive(name, abstract_eval, _needs_every_example(name))
+    _pyexpr.register(prim, lambda eqn, *operands: _not_emitted(name, eqn, "emitted as Python"))
+    _hlo.register(prim, lambda ctx, eqn, *operands: _not_emitted(name, eqn, "lowered"))
+    return prim
+
+
+psum = _declare("psum", _elementwise_abstract("psum", "b"))
+pmax = _declare("pmax", _elementwise_abstract("pmax", "c"))
+pmin = _declare("pmin", _elementwise_abstract("pmin", "c"))
+all_gather = _declare("all_gather", _all_gather_abstract)
+axis_index = _declare("axis_index", _axis_index_abstract)
+
+# ---------------------------------------------------------------------------------------
+# Derivatives
+
+
+def _times(x, n: int):
+    """`x` * n in `x`'s own dtype (`x` staged, a literal or a constant)."""
+    dtype = x.aval.dtype if hasattr(x, "aval") else np.asarray(x).dtype
+    return PRIMITIVES["mul"].bind(x, ops.literal(n, dtype))
+
+
+def _extremum_jvp(prim: Primitive):
+    """pmax/pmin: the tangent of the example holding the extremum; examples that tie share
+    it evenly (`psum(t * at) / psum(at)`), like `reduce_max`'s tangent in JAX."""
+    def rule(primals, tangents, *, axes):
+        (x,), (t,) = primals, tangents
+        y = prim.bind(x, axes=axes)
+        if not dtypes.is_differentiable(y.dtype):
+            return y, Zero(tangent_aval(y.aval))
+        t = instantiate(t)
+        at = ops.convert(ops.eq(x, y), t.dtype)
+        return y, psum.bind(t * at, axes=axes) / psum.bind(at, axes=axes)
+    return rule
+
+
+_jvp.deflinear(psum)
+_jvp.deflinear(all_gather)
+_jvp.register(pmax, _extremum_jvp(pmax))
+_jvp.register(pmin, _extremum_jvp(pmin))
+_jvp.defzero(axis_index)
+
+
+def _split_gathered(x, dimension: int, n: int):
+    """A tiled all_gather's result with its axis `dimension` split into (n, the rest)."""
+    shape = tuple(x.shape)
+    return ops.reshape(x, shape[:dimension] + (n, shape[dimension] // n) + shape[dimension + 1:])
+
+
+def _psum_transpose(ct, x, *, axes):
+    """Every example's result read every example's operand: the cotangents add up."""
+    return [psum.bind(ct, axes=axes)]
+
+
+def _all_gather_transpose(ct, x, *, axes, dimension, tiled):
+    """This example's operand went to position axis_index in every example's result: its
+    cotangent is that slice of the cotangents summed over the examples."""
+    summed = psum.bind(ct, axes=axes)
+    if tiled:
+        summed = _split_gathered(summed, dimension, axes_size(axes))
+    return [ops.gather(summed, axis_index.bind(axes=axes), axes=(dimension,))]
+
+
+_transpose.register(psum, _transpose.skip_zero(_psum_transpose))
+_transpose.register(all_gather, _transpose.skip_zero(_all_gather_transpose))
+
+# ---------------------------------------------------------------------------------------
+# Batching: where the collectives are computed. `axes` splits around the mapped axis into
+# the names before it and after it (the first name being major), each bound again over
+# what is left.
+
+
+def _around(axes, name):
+    """(axes before `name`, axes after it), or None when `name` is not among `axes`."""
+    names = axis_names(axes)
+    if name not in names:
+        return None
+    k = names.index(name)
+    return axes[:k], axes[k + 1:]
+
+
+def _reducing_rule(prim: Primitive, reduce_batch: str, reduce_copies):
+    """psum/pmax/pmin: over the mapped axis, the batch reduced (`reduce_copies(x, size)`
+    for an unbatched operand, every example holding the same value); the result is the same
+    for every example, so it is unbatched."""
+    def rule(axis, args, dims, *, axes):
+        (x,), (d,) = args, dims
+        split = _around(axes, axis.name)
+        if split is None:
+            return prim.bind(x, axes=axes), d
+        y = reduce_copies(x, axis.size) if d is None else PRIMITIVES[reduce_batch].bind(x, axes=(d,))
+        rest = split[0] + split[1]
+        return (prim.bind(y, axes=rest) if rest else y), None
+    return rule
+
+
+def _gather_elsewhere(x, d, axes, dimension: int, tiled: bool):
+    """all_gather over axes this vmap does not map, on `x` batched at `d`: the new (or
+    tiled) axis placed so that each example sees it at `dimension`. (result, its batch dim)"""
+    if d is None:
+        return all_gather.bind(x, axes=axes, dimension=dimension, tiled=tiled), None
+    if tiled:
+        return all_gather.bind(x, axes=axes, dimension=_vmap.batched_axis(dimension, d), tiled=True), d
+    if d <= dimension:
+        return all_gather.bind(x, axes=axes, dimension=dimension + 1, tiled=False), d
+    return all_gather.bind(x, axes=axes, dimension=dimension, tiled=False), d + 1
+
+
+def _merge_pair(x, dimension: int):
+    """`x` with its axes `dimension` and `dimension + 1` merged into one (the first major)."""
+    shape = tuple(x.shape)
+    return ops.reshape(x, shape[:dimension] + (shape[dimension] * shape[dimension + 1],)
+                       + shape[dimension + 2:])
+
+
+def _all_gather_rule(axis, args, dims, *, axes, dimension, tiled):
+    """Over the mapped axis the batch becomes the gathered axis: gathered over the names
+    after it (a new axis at `dimension`), then the batch moved in front of that axis and
+    merged with it, then gathered over the names before it (tiled), then tiled if asked."""
+    (x,), (d,) = args, dims
+    split = _around(axes, axis.name)
+    if split is None:
+        return _gather_elsewhere(x, d, axes, dimension, tiled)
+    before, after = split
+    if after:
+        y, d = _gather_elsewhere(x, d, after, dimension, False)
+        y = _merge_pair(_vmap.to_dim(y, d, dimension, axis.size), dimension)
+    else:
+        y = _vmap.to_dim(x, d, dimension, axis.size)
+    if before:
+        y = all_gather.bind(y, axes=before, dimension=dimension, tiled=True)
+    return (_merge_pair(y, dimension) if tiled else y), None
+
+
+def _axis_index_rule(axis, args, dims, *, axes):
+    """Over the mapped axis: an iota over the batch (batched at 0), combined with the
+    indices along the other names (before it major, after it minor)."""
+    split = _around(axes, axis.name)
+    if split is None:
+        return axis_index.bind(axes=axes), None
+    before, after = split
+    index = ops.iota((axis.size,), 0, dtypes.int32)
+    if after:
+        index = ops.add(_times(index, axes_size(after)), axis_index.bind(axes=after))
+    if before:
+        index = ops.add(index, _times(axis_index.bind(axes=before), axis.size * axes_size(after)))
+    return index, 0
+
+
+_vmap.register(psum, _reducing_rule(psum, "reduce_sum", _times), reads_axis=True)
+_vmap.register(pmax, _reducing_rule(pmax, "reduce_max", lambda x, size: x), reads_axis=True)
+_vmap.register(pmin, _reducing_rule(pmin, "reduce_min", lambda x, size: x), reads_axis=True)
+_vmap.register(all_gather, _all_gather_rule, reads_axis=True)
+_vmap.register(axis_index, _axis_index_rule, reads_axis=True)
