@@ -139,6 +139,7 @@ pmax = _declare("pmax", _elementwise_abstract("pmax", "c"))
 pmin = _declare("pmin", _elementwise_abstract("pmin", "c"))
 all_gather = _declare("all_gather", _all_gather_abstract)
 axis_index = _declare("axis_index", _axis_index_abstract)
+COLLECTIVES = (psum, pmax, pmin, all_gather, axis_index)
 
 # ---------------------------------------------------------------------------------------
 # Derivatives

@@ -26,8 +26,8 @@ from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.transpose import is_linear, transpose_jaxpr
 from s2s.passes.vmap import batch_eqns, batch_jaxpr, batched_aval, move_axis, to_dim
 from s2s.primitives import ops
-from s2s.primitives.control_flow_bodies import (constant_free, differentiable_mask, nonzero_mask, prune_body,
-                                                same_types, type_list, write_assignment)
+from s2s.primitives.control_flow_bodies import (constant_free, differentiable_mask, nonzero_mask, per_example_mask,
+                                                prune_body, same_types, type_list, write_assignment)
 from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, inline_jaxpr
 
 
@@ -86,7 +86,7 @@ def _emit_cond(block, eqn, operands, names):
     args = [block.named(o, None, comment) for o in operands[1:]]
     branches = eqn.params["branches"]
     outs = [name or block.names.fresh(v.hint or "r") for name, v in zip(names, eqn.outvars)]
-    if len(branches) == 2:   # `if pred:` (the true branch is branch 1)
+    if len(branches) == 2 and eqn.invars[0].aval.dtype == dtypes.bool_:   # `if pred:` (true: branch 1)
         tests = [f"if {operands[0].text}:", "else:"]
         order = [1, 0]
     else:
@@ -290,7 +290,7 @@ def _cond_batch(axis, args, dims, *, branches):
         chosen = results[0][k]
         shape = batched_aval(aval, want, axis.size).shape
         for pick, branch_results in zip(picks, results[1:]):
-            chosen = ops.select(ops.broadcast_in_dim(pick, shape, (want,)), branch_results[k], chosen)
+            chosen = ops.select(per_example_mask(pick, shape, want), branch_results[k], chosen)
         outs.append(chosen)
     return outs, out_dims
 

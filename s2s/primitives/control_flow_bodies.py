@@ -15,6 +15,7 @@ from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from s2s.emit.pyexpr import Expr
 from s2s.passes.dce import dce_jaxpr
 from s2s.passes.vmap import batch_jaxpr
+from s2s.primitives import ops
 from s2s.passes.tangents import is_zero
 
 
@@ -87,3 +88,11 @@ def constant_free(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
     if not closed.consts:
         return closed, []
     return closure_convert(closed)
+
+
+def per_example_mask(pred, shape, dim: int):
+    """A batch of booleans (one per example, `pred` of shape (size,)) spread over values
+    of `shape` batched at `dim`, for a select that picks each example's own value."""
+    if tuple(pred.aval.shape) == tuple(shape):
+        return pred
+    return ops.broadcast_in_dim(pred, shape, (dim,))

@@ -32,10 +32,11 @@ from s2s.core import ClosedJaxpr, ShapedArray
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, call, py_value, register, subscript
 from s2s.errors import ShapeError
-from s2s.passes import jvp as _jvp, transpose as _transpose
+from s2s.passes import jvp as _jvp, transpose as _transpose, vmap as _vmap
 from s2s.passes.partial_eval import partial_eval_jaxpr
 from s2s.passes.tangents import instantiate, is_zero, zeros
 from s2s.passes.transpose import backward_pass, is_linear
+from s2s.primitives import ops
 from s2s.staging import Primitive, inline_jaxpr
 
 
@@ -269,3 +270,47 @@ def _lower_scatter_add(ctx, eqn, operand, updates, *indices, **_):
 
 _hlo.register(gather, _lower_gather)
 _hlo.register(scatter_add, _lower_scatter_add)
+
+# ---------------------------------------------------------------------------------------
+# Batching. Unbatched index arrays pick the same positions in every example, so the
+# operand's batch axis is one more axis they leave alone. Batched index arrays are put on
+# one batch position (an unbatched one is broadcast there: index arrays share one shape)
+# and a batched operand's batch axis gets an index of its own, an iota over the batch, so
+# that example b reads (or adds to) its own slice of the operand.
+
+
+def _batched_indexing(operand_dim, indices, index_dims, axes, size):
+    """The index arrays and axes that index an operand batched at `operand_dim` (None:
+    unbatched), and where the batch lies in the gathered values (scatter_add's updates)."""
+    if operand_dim is not None:
+        axes = tuple(_vmap.batched_axis(a, operand_dim) for a in axes)
+    if all(d is None for d in index_dims):
+        rest_before_batch = sum(1 for a in range(operand_dim) if a not in axes)
+        return list(indices), tuple(axes), _vmap.ndim(indices[0]) + rest_before_batch
+    index_dim = next(d for d in index_dims if d is not None)
+    indices = [_vmap.to_dim(i, d, index_dim, size) for i, d in zip(indices, index_dims)]
+    if operand_dim is not None:
+        indices = [ops.iota(_vmap.shape(indices[0]), index_dim)] + indices
+        axes = (operand_dim,) + tuple(axes)
+    return indices, tuple(axes), index_dim
+
+
+def _batch_gather(axis, args, dims, *, axes):
+    (operand, *indices), (operand_dim, *index_dims) = args, dims
+    indices, axes, out_dim = _batched_indexing(operand_dim, indices, index_dims, axes, axis.size)
+    return gather.bind(operand, *indices, axes=axes), out_dim
+
+
+def _batch_scatter_add(axis, args, dims, *, axes):
+    """The result holds every example's sums, so an unbatched operand is copied per example
+    (and unbatched updates too where the index arrays differ between examples)."""
+    (operand, updates, *indices), (operand_dim, updates_dim, *index_dims) = args, dims
+    out_dim = 0 if operand_dim is None else operand_dim
+    operand = _vmap.to_dim(operand, operand_dim, out_dim, axis.size)
+    indices, axes, updates_at = _batched_indexing(out_dim, indices, index_dims, axes, axis.size)
+    updates = _vmap.to_dim(updates, updates_dim, updates_at, axis.size)
+    return scatter_add.bind(operand, updates, *indices, axes=axes), out_dim
+
+
+_vmap.register(gather, _batch_gather)
+_vmap.register(scatter_add, _batch_scatter_add)

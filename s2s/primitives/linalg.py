@@ -6,7 +6,8 @@ paired `contract` dimensions and keeps paired `batch` dimensions. Every NumPy pr
 transpose, because its output layout is fixed: batch dims, then lhs free dims, then rhs
 free dims, each group in operand order. The emitter turns it back into the NumPy
 spelling that yields exactly that layout: `a @ b`, `np.dot`, `np.outer`, `np.tensordot`,
-and `np.einsum` only when nothing plainer fits.
+`x[..., None] * y[..., None, :]` for stacked outer products, and `np.einsum` only when
+nothing plainer fits.
 
 The factorizations follow LAPACK and XLA (lower Cholesky; getrf's pivoting and packed LU)
 and are batched over leading dimensions. NumPy has no LU and no triangular solve, so

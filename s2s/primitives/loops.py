@@ -41,8 +41,8 @@ from s2s.passes.vmap import ANYWHERE, batch_jaxpr, move_axis, to_dim
 from s2s.primitives import ops
 from s2s.primitives.cond import cond
 from s2s.primitives.control_flow_bodies import (batched_carry_dims, closure_convert, constant_free,
-                                                differentiable_mask, nonzero_mask, prune_body, same_types,
-                                                type_list, write_assignment)
+                                                differentiable_mask, nonzero_mask, per_example_mask, prune_body,
+                                                same_types, type_list, write_assignment)
 from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, inline_jaxpr
 
 
@@ -832,7 +832,7 @@ def _masked_step(batched_cond: ClosedJaxpr, batched_body: ClosedJaxpr, cond_ncon
         carry = body_args[len(body_args) - n_carry:]
         (pred,) = inline_jaxpr(batched_cond, cond_consts + carry)
         stepped = inline_jaxpr(batched_body, body_args)
-        kept = [ops.select(ops.broadcast_in_dim(pred, new.aval.shape, (d,)), new, old)
+        kept = [ops.select(per_example_mask(pred, new.aval.shape, d), new, old)
                 for new, old, d in zip(stepped, carry, carry_dims)]
         return builder.build(kept)
 

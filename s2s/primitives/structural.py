@@ -13,21 +13,22 @@ and calls `rt.` helpers only where NumPy has no one-liner with the same meaning
 from __future__ import annotations
 
 import builtins
+import functools
 
 import numpy as np
 from s2s_runtime import indexing as rt_indexing
 
 from s2s import dtypes
-from s2s.core import JaxprEqn, Literal, ShapedArray
+from s2s.core import JaxprEqn, Literal, ShapedArray, aval_of_value
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import (ATOM, Expr, call, dtype_text, method, py_value, register, slice_text,
                              subscript, typed_scalar)
 from s2s.errors import ShapeError
-from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose
+from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose, vmap as _vmap
 from s2s.passes.tangents import instantiate, is_zero, zeros
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
-from s2s.staging import Primitive
+from s2s.staging import PRIMITIVES, Primitive, Tracer
 
 # ---------------------------------------------------------------------------------------
 # Shared checks
@@ -745,3 +746,171 @@ def _fold_broadcast(eqn, producer):
 _simplify.register(broadcast_in_dim, _fold_broadcast)
 _simplify.register(expand_dims, _fold_broadcast)
 _simplify.register_repeating(broadcast_in_dim)
+
+# ---------------------------------------------------------------------------------------
+# Batching. The batch axis stays where it is: each rule restates its parameters for an
+# operand with one more axis (a slice takes all of it, a transpose leaves it in place).
+# Only reshape needs the batch at one end, and only concatenate and dynamic_update_slice
+# copy an unbatched operand per example, since their operands must all have one rank.
+# A dynamic slice whose start indices are batched reads (or writes) a different window
+# in each example: it becomes a gather of the window's elements, with XLA's clamping.
+
+
+def _insert(values, at: int, value) -> tuple:
+    values = list(values)
+    values.insert(at, value)
+    return tuple(values)
+
+
+def _batch_broadcast_in_dim(axis, args, dims, *, shape, broadcast_dimensions):
+    (x,), (d,) = args, dims
+    # Just after where the operand's previous axis goes: broadcast_dimensions stay increasing.
+    out_dim = broadcast_dimensions[d - 1] + 1 if d else 0
+    moved = _insert((b + (b >= out_dim) for b in broadcast_dimensions), d, out_dim)
+    return broadcast_in_dim.bind(x, shape=_insert(shape, out_dim, axis.size),
+                                 broadcast_dimensions=moved), out_dim
+
+
+def _batch_reshape(axis, args, dims, *, new_sizes):
+    """Row-major order keeps each example's elements together only with the batch at
+    either end; a batch in the middle is moved to the front first."""
+    (x,), (d,) = args, dims
+    if d and d == _vmap.ndim(x) - 1:
+        return reshape.bind(x, new_sizes=tuple(new_sizes) + (axis.size,)), len(new_sizes)
+    x = _vmap.move_axis(x, d, 0)
+    return reshape.bind(x, new_sizes=(axis.size,) + tuple(new_sizes)), 0
+
+
+def _batch_transpose(axis, args, dims, *, permutation):
+    (x,), (d,) = args, dims
+    return transpose.bind(x, permutation=_insert((p + (p >= d) for p in permutation), d, d)), d
+
+
+def _batch_squeeze(axis, args, dims, *, dimensions):
+    (x,), (d,) = args, dims
+    out = squeeze.bind(x, dimensions=tuple(_vmap.batched_axis(a, d) for a in dimensions))
+    return out, d - sum(a < d for a in dimensions)
+
+
+def _batch_expand_dims(axis, args, dims, *, dimensions):
+    (x,), (d,) = args, dims
+    out_ndim = _vmap.ndim(x) - 1 + len(dimensions)
+    kept = [i for i in range(out_ndim) if i not in dimensions]   # where x's axes land
+    out_dim = kept[d - 1] + 1 if d else 0
+    return expand_dims.bind(x, dimensions=tuple(a + (a >= out_dim) for a in dimensions)), out_dim
+
+
+def _batch_concatenate(axis, args, dims, *, dimension):
+    out_dim = next(d for d in dims if d is not None)
+    xs = [_vmap.to_dim(x, d, out_dim, axis.size) for x, d in zip(args, dims)]
+    return concatenate.bind(*xs, dimension=_vmap.batched_axis(dimension, out_dim)), out_dim
+
+
+def _batch_pad(axis, args, dims, *, padding_config):
+    """A batched padding value (each example pads with its own) is written over a padding
+    of zeros, where a mask of the padding (the same in every example) says."""
+    (x, value), (d, value_dim) = args, dims
+    config = tuple(tuple(c) for c in padding_config)
+    batched_config = config if d is None else _insert(config, d, (0, 0, 0))
+    if value_dim is None:
+        return pad.bind(x, value, padding_config=batched_config), d
+    padded = pad.bind(x, ops.scalar(0, _aval(x).dtype), padding_config=batched_config)
+    example = _example_shape(x, d)
+    is_x = pad.bind(ops.full(example, True, dtypes.bool_), ops.scalar(False, dtypes.bool_),
+                    padding_config=config)
+    out_dim, rank = d or 0, len(example)
+    aligned = [_vmap.align_for_broadcast(v, vd, out_dim, rank)
+               for v, vd in [(is_x, None), (padded, d), (value, value_dim)]]
+    return ops.select(*aligned), out_dim
+
+
+def _batch_slice(axis, args, dims, *, start_indices, limit_indices, strides=None):
+    (x,), (d,) = args, dims
+    strides = None if strides is None else _insert(strides, d, 1)
+    return slice.bind(x, start_indices=_insert(start_indices, d, 0),
+                      limit_indices=_insert(limit_indices, d, axis.size), strides=strides), d
+
+
+def _batch_rev(axis, args, dims, *, dimensions):
+    (x,), (d,) = args, dims
+    return rev.bind(x, dimensions=tuple(_vmap.batched_axis(a, d) for a in dimensions)), d
+
+
+def _aval(x) -> ShapedArray:
+    """The type of an operand: a staged value, a literal or a constant."""
+    return x.aval if isinstance(x, (Tracer, Literal)) else aval_of_value(x)
+
+
+def _example_shape(x, dim) -> tuple[int, ...]:
+    """The shape of one example of `x` (batched at `dim`, or unbatched when None)."""
+    shape = tuple(_vmap.shape(x))
+    return shape if dim is None else shape[:dim] + shape[dim + 1:]
+
+
+def _window_start(start, dim, highest: int, shape):
+    """A start index clamped into [0, highest] as XLA clamps it, as a default int (wide
+    enough to add a window's offsets to): batched, broadcast along axis 0 of `shape`."""
+    if _aval(start).dtype != dtypes.default_int():
+        start = ops.convert(start, dtypes.default_int())
+    start = PRIMITIVES["clamp"].bind(ops.literal(0, dtypes.default_int()), start,
+                                     ops.literal(highest, dtypes.default_int()))
+    return start if dim is None else ops.broadcast_in_dim(start, shape, (0,))
+
+
+def _read_per_example(x, dim, indices):
+    """Example b's `x[i0, i1, ...]`: a gather of index arrays with the batch at axis 0,
+    one per axis of an example of `x`; a batched `x` has its batch axis read at b."""
+    axes = tuple(range(len(indices)))
+    if dim is not None:
+        indices = [ops.iota(_vmap.shape(indices[0]), 0)] + list(indices)
+        axes = (dim,) + tuple(_vmap.batched_axis(a, dim) for a in axes)
+    return ops.gather(x, *indices, axes=axes)
+
+
+def _batch_dynamic_slice(axis, args, dims, *, slice_sizes):
+    (x, *starts), (d, *start_dims) = args, dims
+    if all(sd is None for sd in start_dims):
+        zero = ops.literal(0, dtypes.default_int())
+        return dynamic_slice.bind(x, *_insert(starts, d, zero),
+                                  slice_sizes=_insert(slice_sizes, d, axis.size)), d
+    example = _example_shape(x, d)
+    window = (axis.size,) + tuple(slice_sizes)
+    indices = [ops.add(_window_start(s, sd, n - size, window), ops.iota(window, k + 1))
+               for k, (s, sd, n, size) in enumerate(zip(starts, start_dims, example, slice_sizes))]
+    return _read_per_example(x, d, indices), 0
+
+
+def _batch_dynamic_update_slice(axis, args, dims):
+    """With batched starts every element of the result reads the update where it falls in
+    its example's window, and the operand elsewhere."""
+    (x, update, *starts), (x_dim, update_dim, *start_dims) = args, dims
+    if all(sd is None for sd in start_dims):
+        out_dim = update_dim if x_dim is None else x_dim
+        x = _vmap.to_dim(x, x_dim, out_dim, axis.size)
+        update = _vmap.to_dim(update, update_dim, out_dim, axis.size)
+        zero = ops.literal(0, dtypes.default_int())
+        return dynamic_update_slice.bind(x, update, *_insert(starts, out_dim, zero)), out_dim
+    sizes = _example_shape(update, update_dim)
+    if 0 in sizes:       # an empty window writes nothing
+        return x, x_dim
+    example = _example_shape(x, x_dim)
+    out_shape = (axis.size,) + example
+    conditions, offsets = [], []
+    for k, (s, sd, n, size) in enumerate(zip(starts, start_dims, example, sizes)):
+        offset = PRIMITIVES["sub"].bind(ops.iota(out_shape, k + 1),
+                                        _window_start(s, sd, n - size, out_shape))
+        zero, last = (ops.literal(i, offset.dtype) for i in (0, size - 1))
+        conditions += [ops.ge(offset, zero), ops.le(offset, last)]
+        offsets.append(PRIMITIVES["clamp"].bind(zero, offset, last))
+    written = _read_per_example(update, update_dim, offsets)
+    x = x if x_dim is None else _vmap.move_axis(x, x_dim, 0)   # else it broadcasts as it is
+    return ops.select(functools.reduce(ops.and_, conditions), written, x), 0
+
+
+for _prim, _rule in [(broadcast_in_dim, _batch_broadcast_in_dim), (reshape, _batch_reshape),
+                     (transpose, _batch_transpose), (squeeze, _batch_squeeze),
+                     (expand_dims, _batch_expand_dims), (concatenate, _batch_concatenate),
+                     (pad, _batch_pad), (slice, _batch_slice), (rev, _batch_rev),
+                     (dynamic_slice, _batch_dynamic_slice),
+                     (dynamic_update_slice, _batch_dynamic_update_slice)]:
+    _vmap.register(_prim, _rule)

@@ -41,11 +41,13 @@ def spd(shape, rng):
     return x @ np.swapaxes(x, -1, -2) + shape[-1] * np.eye(shape[-1])
 
 
-def batch_positions(data, shapes, at_least_one=True):
-    """A batch position (or None) for operands of the per-example `shapes`."""
+def batch_positions(data, shapes):
+    """A batch position (or None) for operands of the per-example `shapes`, at least one
+    of them batched."""
     dims = [data.draw(st.one_of(st.none(), st.integers(0, len(s)))) for s in shapes]
-    if at_least_one and all(d is None for d in dims):
-        dims[data.draw(st.integers(0, len(shapes) - 1))] = data.draw(st.integers(0, len(shapes[0])))
+    if all(d is None for d in dims):
+        i = data.draw(st.integers(0, len(shapes) - 1))
+        dims[i] = data.draw(st.integers(0, len(shapes[i])))
     return dims
 
 
