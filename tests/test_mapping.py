@@ -348,7 +348,9 @@ def test_per_example_gradients_equal_jax_vmap_of_grad():
 def test_the_emitted_per_example_gradient_has_no_loop_over_the_batch():
     params, xs, ys = mlp_batch(np.random.default_rng(3), size=128)
     source = s2s.emit_python(s2s.vmap(s2s.grad(mlp_loss), in_axes=(None, 0, 0)), params, xs, ys)
-    assert "for " not in source and "while " not in source, source
+    loops = [line for line in source.splitlines() if line.lstrip().startswith(("for ", "while "))]
+    assert not loops, source
+    assert "x @ W1 + b1" in source, source    # the shared weight is used as it is
 
 
 # ---------------------------------------------------------------- vmap composed with the other transforms, against jax
@@ -484,3 +486,17 @@ KNOWN_UNCLEAN = pytest.mark.xfail(strict=True, reason=(
 def test_a_mistake_is_a_clean_s2s_error(name):
     call, fragments = ERRORS[name]
     _raises_clean(call, *fragments)
+
+
+# ---------------------------------------------------------------- README's vmap section stays true
+
+def test_the_readme_vmap_example_runs_and_prints_its_excerpt(tmp_path, capsys):
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")) as f:
+        section = f.read().split("## Batching: `s2s.vmap`", 1)[1].split("\n## ", 1)[0]
+    code, excerpt = [block.split("```", 1)[0] for block in section.split("```python")[1:3]]
+    path = tmp_path / "per_example.py"   # the file name the excerpt's location comments show
+    path.write_text(code)
+    exec(compile(code, str(path), "exec"), {"__name__": "per_example"})
+    emitted = capsys.readouterr().out
+    shown = [line for line in excerpt.splitlines() if line.strip() and line.strip() != "..."]
+    assert shown and all(line in emitted for line in shown), emitted
