@@ -46,7 +46,7 @@ from s2s.primitives import ops
 from s2s.staging import PRIMITIVES, Primitive
 
 
-def axis_names(axes) -> tuple:
+def _names(axes) -> tuple:
     return tuple(name for name, _ in axes)
 
 
@@ -55,11 +55,9 @@ def axes_size(axes) -> int:
     return math.prod(size for _, size in axes)
 
 
-def describe_axes(axes) -> str:
-    names = axis_names(axes)
-    if len(names) == 1:
-        return f"axis {names[0]!r}"
-    return f"axes {names!r}"
+def _describe(axes) -> str:
+    names = _names(axes)
+    return f"axis {names[0]!r}" if len(names) == 1 else f"axes {names!r}"
 
 
 def _check_axes(name: str, axes) -> None:
@@ -69,13 +67,13 @@ def _check_axes(name: str, axes) -> None:
         if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], int)
                 and pair[1] >= 0):
             raise ShapeError(f"{name}: each entry of axes is a (name, size) pair, got {pair!r}")
-    if len(set(axis_names(axes))) != len(axes):
-        raise ShapeError(f"{name}: an axis name is repeated in {axis_names(axes)!r}")
+    if len(set(_names(axes))) != len(axes):
+        raise ShapeError(f"{name}: an axis name is repeated in {_names(axes)!r}")
 
 
 def _unbatched_error(name: str, axes, where: str) -> StagingError:
-    return StagingError(f"{name} over {describe_axes(axes)} {where}",
-                        f"call it inside s2s.vmap(fn, axis_name={axis_names(axes)[0]!r}): "
+    return StagingError(f"{name} over {_describe(axes)} {where}",
+                        f"call it inside s2s.vmap(fn, axis_name={_names(axes)[0]!r}): "
                         "vmap computes it for every example at once")
 
 
@@ -96,12 +94,12 @@ def _not_emitted(name: str, eqn, backend: str):
 # Declarations
 
 
-def _elementwise_abstract(name: str, refuse_kinds: str):
+def _elementwise_abstract(name: str, refused_kind: str, help: str):
+    """The shape rule of psum/pmax/pmin: each example's result is shaped like its operand."""
     def abstract_eval(x: ShapedArray, *, axes):
         _check_axes(name, axes)
-        if np.dtype(x.dtype).kind in refuse_kinds:
-            raise ShapeError(f"{name} cannot combine {x.str_short()} values",
-                             "convert to a numeric dtype first")
+        if np.dtype(x.dtype).kind == refused_kind:
+            raise ShapeError(f"{name} cannot combine {x.str_short()} values", help)
         return x
     return abstract_eval
 
@@ -134,21 +132,16 @@ def _declare(name: str, abstract_eval) -> Primitive:
     return prim
 
 
-psum = _declare("psum", _elementwise_abstract("psum", "b"))
-pmax = _declare("pmax", _elementwise_abstract("pmax", "c"))
-pmin = _declare("pmin", _elementwise_abstract("pmin", "c"))
+psum = _declare("psum", _elementwise_abstract("psum", "b", "convert booleans to an integer dtype first"))
+_UNORDERED = "complex numbers have no order here: compare their real parts or magnitudes"
+pmax = _declare("pmax", _elementwise_abstract("pmax", "c", _UNORDERED))
+pmin = _declare("pmin", _elementwise_abstract("pmin", "c", _UNORDERED))
 all_gather = _declare("all_gather", _all_gather_abstract)
 axis_index = _declare("axis_index", _axis_index_abstract)
 COLLECTIVES = (psum, pmax, pmin, all_gather, axis_index)
 
 # ---------------------------------------------------------------------------------------
 # Derivatives
-
-
-def _times(x, n: int):
-    """`x` * n in `x`'s own dtype (`x` staged, a literal or a constant)."""
-    dtype = x.aval.dtype if hasattr(x, "aval") else np.asarray(x).dtype
-    return PRIMITIVES["mul"].bind(x, ops.literal(n, dtype))
 
 
 def _extremum_jvp(prim: Primitive):
@@ -201,9 +194,15 @@ _transpose.register(all_gather, _transpose.skip_zero(_all_gather_transpose))
 # what is left.
 
 
+def _times(x, n: int):
+    """`x` * n in `x`'s own dtype (`x` staged, a literal or a constant)."""
+    dtype = x.aval.dtype if hasattr(x, "aval") else np.asarray(x).dtype
+    return PRIMITIVES["mul"].bind(x, ops.literal(n, dtype))
+
+
 def _around(axes, name):
     """(axes before `name`, axes after it), or None when `name` is not among `axes`."""
-    names = axis_names(axes)
+    names = _names(axes)
     if name not in names:
         return None
     k = names.index(name)

@@ -6,8 +6,9 @@
 `s2s.lax.cond` and `switch` and the front end's `if` on arrays stage into it. Its rules
 are here, as for every family: abstract eval, NumPy impl, jvp, Python emission (a real
 `if`/`elif`/`else`, see `s2s/emit/python.py`), StableHLO lowering (`stablehlo.case`),
-partial evaluation and transposition (branch by branch), and dead-code elimination into
-the branches. The loops (`loops.py`) are the other half of structured control flow; what
+partial evaluation and transposition (branch by branch), dead-code elimination into
+the branches, and batching (a cond of batched branches, or a select of every branch's
+results where the index itself is batched). The loops (`loops.py`) are the other half of structured control flow; what
 both use on their bodies is in `control_flow_bodies.py`.
 """
 from __future__ import annotations

@@ -4,8 +4,9 @@ carries as bodies, and on writing a body's results.
 Body jaxprs are closed with no constants: whatever a body reads from outside is an explicit
 operand (`closure_convert`, which the front end also uses when it stages a body). Here too:
 checking that bodies agree on types, which tangents are nonzero, which inputs a body pruned
-to some of its outputs still reads (dead-code elimination into bodies), and the one
-simultaneous assignment that Python emission writes a body's results with. No primitive is
+to some of its outputs still reads (dead-code elimination into bodies), which loop carries
+a batch makes vary per example, and the one simultaneous assignment that Python emission
+writes a body's results with. No primitive is
 declared here.
 """
 from __future__ import annotations
@@ -69,17 +70,22 @@ def batched_carry_dims(body: ClosedJaxpr, body_dims, init_dims: list, axis) -> l
 
     A carry is batched if it starts batched or if the body makes it so from a batched
     operand, which can take several iterations to show (carry a feeds b feeds c): the body
-    is batched again until nothing changes. A batched carry keeps the position its initial
-    value has (0 for one that starts unbatched). `body_dims(carry_dims)` gives the body's
-    input dims; its first outputs are the new carry.
+    is batched again until nothing changes. A carry then sits where the body puts it, if
+    the body keeps it there: moving an initial value once beats moving the carry back on
+    every step. `body_dims(carry_dims)` gives the body's input dims; its first outputs are
+    the new carry.
     """
     dims = list(init_dims)
     while True:
         _, out_dims = batch_jaxpr(body, body_dims(dims), axis)
-        updated = [d if d is not None or o is None else 0 for d, o in zip(dims, out_dims)]
+        updated = [o if d is None else d for d, o in zip(dims, out_dims)]
         if updated == dims:
-            return dims
+            break
         dims = updated
+    natural = [d if o is None else o for d, o in zip(dims, out_dims)]
+    if natural != dims and batch_jaxpr(body, body_dims(natural), axis)[1][:len(dims)] == natural:
+        return natural
+    return dims
 
 
 def constant_free(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:

@@ -13,11 +13,13 @@ with call_user, on the values the passes give them. They are staged only when a 
 is taken, as in JAX.
 
 Emitters inline call bodies (`passes/inline.py`), so generated Python shows the
-function's own equations, not an opaque call.
+function's own equations, not an opaque call. Batched, a call stays the same primitive
+with its `call` batched and its rules wrapped (`BatchedCallSite`), so what vmap made is
+still differentiated by the user's rules.
 """
 from __future__ import annotations
 
-from s2s.core import ShapedArray, eval_jaxpr
+from s2s.core import Literal, ShapedArray, aval_of_value, eval_jaxpr
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import register as _register_python
 from s2s.errors import StagingError
@@ -25,7 +27,7 @@ from s2s.passes import inline as _inline, jvp as _jvp, transpose as _transpose, 
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.vmap import ANYWHERE, batch_jaxpr, batched_aval, to_dim
 from s2s.primitives import ops
-from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
+from s2s.staging import JaxprBuilder, Primitive, Tracer, inline_jaxpr
 
 
 def call_abstract(*avals, call, **params):
@@ -161,7 +163,7 @@ class BatchedCallSite:
 
         def fwd(*args):
             outs, residuals = self.site.apply_fwd(list(args))
-            self.residual_avals = [r.aval for r in residuals]
+            self.residual_avals = [_aval(r) for r in residuals]
             return list(outs) + list(residuals)
         outs, dims = batched_apply(fwd, self.in_avals, list(primals), self.in_dims, self.axis, self.out_dims)
         self.residual_dims = dims[n_out:]
@@ -215,6 +217,11 @@ def _lin_batch(axis, args, dims, *, rule, num_residuals, out_avals):
     site.residual_avals, site.residual_dims = example_avals[:num_residuals], list(dims[:num_residuals])
     batched_out = tuple(batched_aval(a, 0, axis.size) for a in out_avals)
     return custom_vjp_lin.bind(*args, rule=site, num_residuals=num_residuals, out_avals=batched_out), out_dims
+
+
+def _aval(x) -> ShapedArray:
+    """The type of a value a user's rule returns: staged, or a constant (a residual `2.0`)."""
+    return x.aval if isinstance(x, (Tracer, Literal)) else aval_of_value(x)
 
 
 def _example_aval(aval: ShapedArray, dim) -> ShapedArray:

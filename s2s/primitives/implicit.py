@@ -16,7 +16,8 @@ those jaxprs:
   jvp is another solve, dx = A⁻¹ (db - dA · x), and its transpose solves with Aᵀ
   (`vecmat_jaxpr`) by `transpose_solve_jaxpr` (None when the user gave no solver for it).
 
-Emitters inline `call`, so generated code shows the solver as written.
+Emitters inline `call`, so generated code shows the solver as written. Batching batches
+every jaxpr the primitive carries, so the batched solve differentiates as the unbatched one.
 """
 from __future__ import annotations
 

@@ -301,11 +301,27 @@ def _batch_gather(axis, args, dims, *, axes):
     return gather.bind(operand, *indices, axes=axes), out_dim
 
 
+def _copies_batch_dim(operand, updates_dim, n_index_dims: int, axes) -> int:
+    """Where the per-example copies of an unbatched operand hold the batch so that updates
+    batched at `updates_dim`, shared index arrays of rank `n_index_dims` and `axes` need not
+    move the updates: before the operand's k-th remaining axis when the updates' batch is
+    their k-th axis after the index dimensions (at the front when it is among those)."""
+    rest = [a for a in range(_vmap.ndim(operand)) if a not in axes]
+    k = -1 if updates_dim is None else updates_dim - n_index_dims
+    if k < 0:
+        return 0
+    return rest[k] if k < len(rest) else _vmap.ndim(operand)
+
+
 def _batch_scatter_add(axis, args, dims, *, axes):
     """The result holds every example's sums, so an unbatched operand is copied per example
     (and unbatched updates too where the index arrays differ between examples)."""
     (operand, updates, *indices), (operand_dim, updates_dim, *index_dims) = args, dims
-    out_dim = 0 if operand_dim is None else operand_dim
+    out_dim = operand_dim
+    if out_dim is None:
+        shared_indices = all(d is None for d in index_dims)
+        out_dim = (_copies_batch_dim(operand, updates_dim, _vmap.ndim(indices[0]), axes)
+                   if shared_indices else 0)
     operand = _vmap.to_dim(operand, operand_dim, out_dim, axis.size)
     indices, axes, updates_at = _batched_indexing(out_dim, indices, index_dims, axes, axis.size)
     updates = _vmap.to_dim(updates, updates_dim, updates_at, axis.size)

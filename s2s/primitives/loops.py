@@ -17,7 +17,8 @@ differentiated in reverse as a scan, both find their carries' tangents, unknowns
 needed values by the same fixed points, and both are written as Python loops. Their rules
 are here, as for every family: abstract eval, NumPy impl, jvp, Python emission (real
 `while`/`for` statements, see `s2s/emit/python.py`), StableHLO lowering, partial
-evaluation and transposition, and dead-code elimination into bodies. `cond` (`cond.py`)
+evaluation and transposition, dead-code elimination into bodies, and batching (bodies
+batched, a loop whose condition varies per example masked). `cond` (`cond.py`)
 is the other half of structured control flow (a masked step of a bounded loop is one);
 what both use on their bodies is in `control_flow_bodies.py`.
 """
@@ -759,7 +760,7 @@ _dce.register(while_loop, _while_dce)
 
 # ---------------------------------------------------------------------------------------
 # Batching. Constants and scanned arrays keep their batch where it is (unbatched ones stay
-# unbatched); a carry is batched where its initial value is, once the fixed point of
+# unbatched); a carry is batched where the body keeps it, once the fixed point of
 # `batched_carry_dims` says the loop makes it vary over the batch. A while loop whose
 # condition varies over the batch runs until every example is done, and a finished
 # example's carry stops changing: each step selects the new carry only where the example's
@@ -775,8 +776,7 @@ def _scan_batch(axis, args, dims, *, jaxpr, num_consts, num_carry, length, rever
     xs_dims = [1 if d == 0 else d for d in xs_dims]
     slice_dims = [None if d is None else d - 1 for d in xs_dims]
     carry_dims = batched_carry_dims(jaxpr, lambda c: const_dims + c + slice_dims, init_dims, axis)
-    carry = [x if d == want else to_dim(x, d, want, axis.size)
-             for x, d, want in zip(carry, init_dims, carry_dims)]
+    carry = _carry_at(carry, init_dims, carry_dims, axis)
     body, body_dims = batch_jaxpr(jaxpr, const_dims + carry_dims + slice_dims, axis,
                                   carry_dims + [ANYWHERE] * (len(jaxpr.out_avals) - num_carry))
     body, body_consts = constant_free(body)
@@ -784,6 +784,11 @@ def _scan_batch(axis, args, dims, *, jaxpr, num_consts, num_carry, length, rever
                      num_carry=num_carry, length=length, reverse=reverse, unroll=unroll)
     ys_dims = [None if d is None else d + 1 for d in body_dims[num_carry:]]
     return outs, carry_dims + ys_dims
+
+
+def _carry_at(carry: list, dims: list, carry_dims: list, axis) -> list:
+    """The initial carry, batched at `dims`, moved (or copied per example) to `carry_dims`."""
+    return [x if d == want else to_dim(x, d, want, axis.size) for x, d, want in zip(carry, dims, carry_dims)]
 
 
 def _while_batch(axis, args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, max_iters):
@@ -794,8 +799,7 @@ def _while_batch(axis, args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body
     _, (pred_dim,) = batch_jaxpr(cond_jaxpr, cond_dims + carry_dims, axis)
     if pred_dim is not None:     # each example stops on its own: every carry is per example
         carry_dims = [0 if d is None else d for d in carry_dims]
-    carry = [x if d == want else to_dim(x, d, want, axis.size)
-             for x, d, want in zip(carry, init_dims, carry_dims)]
+    carry = _carry_at(carry, init_dims, carry_dims, axis)
     new_cond, (pred_dim,) = batch_jaxpr(cond_jaxpr, cond_dims + carry_dims, axis)
     new_body, _ = batch_jaxpr(body_jaxpr, body_const_dims + carry_dims, axis, carry_dims)
     if pred_dim is not None:

@@ -848,13 +848,26 @@ def _example_shape(x, dim) -> tuple[int, ...]:
 
 
 def _window_start(start, dim, highest: int, shape):
-    """A start index clamped into [0, highest] as XLA clamps it, as a default int (wide
-    enough to add a window's offsets to): batched, broadcast along axis 0 of `shape`."""
-    if _aval(start).dtype != dtypes.default_int():
-        start = ops.convert(start, dtypes.default_int())
-    start = PRIMITIVES["clamp"].bind(ops.literal(0, dtypes.default_int()), start,
-                                     ops.literal(highest, dtypes.default_int()))
+    """A start index clamped into [0, highest] as XLA clamps it: a Python int where that is
+    known while staging (a literal start, a window as wide as its axis), else a default
+    int (wide enough to add a window's offsets to), batched along axis 0 of `shape`."""
+    if highest == 0 or isinstance(start, Literal):
+        return min(max(int(start.value), 0), highest) if highest else 0
+    index = dtypes.default_int()
+    if _aval(start).dtype != index:
+        start = ops.convert(start, index)
+    start = PRIMITIVES["clamp"].bind(ops.literal(0, index), start, ops.literal(highest, index))
     return start if dim is None else ops.broadcast_in_dim(start, shape, (0,))
+
+
+def _shifted(positions, start, primitive: str):
+    """`positions` plus or minus (`primitive`: "add", "sub") a window's start; nothing
+    staged for a start of 0."""
+    if isinstance(start, int):
+        if not start:
+            return positions
+        start = ops.literal(start, dtypes.default_int())
+    return PRIMITIVES[primitive].bind(positions, start)
 
 
 def _read_per_example(x, dim, indices):
@@ -875,7 +888,7 @@ def _batch_dynamic_slice(axis, args, dims, *, slice_sizes):
                                   slice_sizes=_insert(slice_sizes, d, axis.size)), d
     example = _example_shape(x, d)
     window = (axis.size,) + tuple(slice_sizes)
-    indices = [ops.add(_window_start(s, sd, n - size, window), ops.iota(window, k + 1))
+    indices = [_shifted(ops.iota(window, k + 1), _window_start(s, sd, n - size, window), "add")
                for k, (s, sd, n, size) in enumerate(zip(starts, start_dims, example, slice_sizes))]
     return _read_per_example(x, d, indices), 0
 
@@ -897,12 +910,17 @@ def _batch_dynamic_update_slice(axis, args, dims):
     out_shape = (axis.size,) + example
     conditions, offsets = [], []
     for k, (s, sd, n, size) in enumerate(zip(starts, start_dims, example, sizes)):
-        offset = PRIMITIVES["sub"].bind(ops.iota(out_shape, k + 1),
-                                        _window_start(s, sd, n - size, out_shape))
-        zero, last = (ops.literal(i, offset.dtype) for i in (0, size - 1))
+        offset = _shifted(ops.iota(out_shape, k + 1),
+                          _window_start(s, sd, n - size, out_shape), "sub")
+        if size == n:          # the window spans the axis: every offset lies in it
+            offsets.append(offset)
+            continue
+        zero, last = (ops.literal(i, dtypes.default_int()) for i in (0, size - 1))
         conditions += [ops.ge(offset, zero), ops.le(offset, last)]
         offsets.append(PRIMITIVES["clamp"].bind(zero, offset, last))
     written = _read_per_example(update, update_dim, offsets)
+    if not conditions:         # the update covers the operand
+        return written, 0
     x = x if x_dim is None else _vmap.move_axis(x, x_dim, 0)   # else it broadcasts as it is
     return ops.select(functools.reduce(ops.and_, conditions), written, x), 0
 

@@ -223,9 +223,9 @@ def newton_sqrt(a):
     return x, steps
 
 
-def rnn(w, h, xs):
+def rnn(W, h, xs):
     for x in xs:
-        h = np.tanh(w * h + x)
+        h = np.tanh(W @ h + x)
     return h
 
 
@@ -235,8 +235,10 @@ def test_python_control_flow_on_arrays_batches():
     _both_backends(piecewise, (xs, w), (0, None))
     _both_backends(piecewise, (xs, np.stack([w] * 6, 1)), (0, 1))
     _both_backends(newton_sqrt, (np.array([1.0, 2.0, 9.0, 1e4, 0.25]),))
-    _both_backends(rnn, (w, np.zeros(3), rng.normal(size=(4, 5, 3))), (None, None, 0))
-    _both_backends(rnn, (w, rng.normal(size=(3, 4)), rng.normal(size=(5, 4, 3))), (None, 1, 1))
+    W = rng.normal(size=(3, 3)) * 0.5
+    _both_backends(rnn, (W, np.zeros(3), rng.normal(size=(4, 5, 3))), (None, None, 0))
+    _both_backends(rnn, (W, rng.normal(size=(3, 4)), rng.normal(size=(5, 4, 3))), (None, 1, 1))
+    _both_backends(rnn, (np.stack([W] * 4, 2), np.zeros(3), rng.normal(size=(5, 3))), (2, None, None))
 
 
 def test_lax_control_flow_batches():
@@ -244,7 +246,7 @@ def test_lax_control_flow_batches():
     xs, w = rng.normal(size=(5, 3)), rng.normal(size=3)
 
     def with_cond(x, w):
-        return lax.cond(x.sum() > 0, lambda x, w: x * w, lambda x, w: x + w, x, w)
+        return lax.cond(x[0] > 0, lambda x, w: x * w, lambda x, w: x + w, x, w)
 
     def with_switch(i, x):
         return lax.switch(i, [np.sin, np.cos, lambda x: x * 2.0], x)
@@ -262,9 +264,11 @@ def test_lax_control_flow_batches():
     _both_backends(with_cond, (xs[0], np.stack([w] * 5)), (None, 0))
     _both_backends(with_switch, (np.array([0, 1, 2, 5, -1]), xs), (0, 0))
     _both_backends(with_switch, (1, xs), (None, 0))
+    _both_backends(with_switch, (np.array([0, 1, 2, 5, -1]), xs[0]), (0, None))
     _both_backends(with_fori, (xs, w), (0, None))
     _both_backends(with_while, (xs, np.array([0, 1, 2, 3, 4])), (0, 0))
     _both_backends(with_while, (xs, 3), (0, None))
+    _both_backends(with_while, (xs[0], np.array([0, 1, 2, 3, 4])), (None, 0))
     _both_backends(with_scan, (w, rng.normal(size=(5, 4, 3))), (None, 0))
     _both_backends(with_scan, (xs, rng.normal(size=(4, 3))), (0, None))
 
@@ -272,12 +276,54 @@ def test_lax_control_flow_batches():
 def test_derivatives_and_batching_of_control_flow_compose():
     """grad of a vmapped loop and vmap of a loop's grad both equal the loop over examples."""
     rng = np.random.default_rng(2)
-    w, xs = rng.normal(size=3), rng.normal(size=(4, 6, 3))
+    w, xs = rng.normal(size=(3, 3)) * 0.5, rng.normal(size=(4, 6, 3))
 
     def loss(w, xs):
-        return rnn(w, np.zeros(3), xs).sum() + piecewise(xs.sum(0), w).sum()
+        return rnn(w, np.zeros(3), xs).sum() + piecewise(xs[0], w[0]).sum()
     per_example = np.stack([s2s.grad(loss)(w, x) for x in xs])
     np.testing.assert_allclose(s2s.vmap(s2s.grad(loss), in_axes=(None, 0))(w, xs), per_example, rtol=1e-10)
     batch_loss = s2s.grad(lambda w: s2s.vmap(loss, in_axes=(None, 0))(w, xs).sum())
     np.testing.assert_allclose(batch_loss(w), per_example.sum(0), rtol=1e-10)
     np.testing.assert_allclose(s2s.jit(batch_loss)(w), per_example.sum(0), rtol=1e-10)
+
+
+def bounded_newton_sqrt(a):
+    x = a
+    for _ in range(30):
+        if np.abs(x * x - a) < 1e-12:
+            break
+        x = x - (x * x - a) / (2 * x)
+    return x
+
+
+def test_derivatives_of_a_loop_with_a_per_example_stopping_point():
+    """A bounded loop with `break` (reverse mode makes it a masked scan whose step is a
+    cond on a batched flag): every example stops at its own step, and its derivative is
+    the derivative of its own iterations. Examples past their end compute a step that is
+    thrown away (it may divide by zero: NumPy's warning is silenced)."""
+    a = np.array([1.0, 4.0, 9.0, 0.25])
+    per_example = np.array([s2s.grad(bounded_newton_sqrt)(v) for v in a])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_allclose(s2s.vmap(s2s.grad(bounded_newton_sqrt))(a), per_example, rtol=1e-10)
+        total = s2s.grad(lambda a: s2s.vmap(bounded_newton_sqrt)(a).sum())
+        np.testing.assert_allclose(total(a), per_example, rtol=1e-10)
+        np.testing.assert_allclose(s2s.jit(total)(a), per_example, rtol=1e-10)
+
+
+def test_nested_vmaps_of_control_flow():
+    """A vmap of a vmap: the inner batched loops and branches (masks, selects, moved
+    axes) are batched again."""
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.5, 20.0, (3, 4))
+    got = s2s.vmap(s2s.vmap(newton_sqrt))(a)
+    np.testing.assert_allclose(got[0], np.sqrt(a), rtol=1e-10)
+    xs, w = rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 3))
+    want = np.stack([np.stack([piecewise(x, w[i]) for x in xs[i]]) for i in range(2)])
+    nested = s2s.vmap(s2s.vmap(piecewise, in_axes=(0, None)))
+    np.testing.assert_allclose(nested(xs, w), want, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(s2s.jit(nested)(xs, w)), want, rtol=1e-12)
+    W = rng.normal(size=(3, 3)) * 0.5
+    seqs = rng.normal(size=(2, 3, 5, 3))
+    want = np.stack([np.stack([rnn(W, np.zeros(3), s) for s in batch]) for batch in seqs])
+    np.testing.assert_allclose(s2s.vmap(s2s.vmap(rnn, in_axes=(None, None, 0)), in_axes=(None, None, 0))(
+        W, np.zeros(3), seqs), want, rtol=1e-12)

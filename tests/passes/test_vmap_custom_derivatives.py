@@ -187,3 +187,45 @@ def test_a_batched_custom_call_differentiates_by_the_users_rule_not_its_body(fn,
     total = s2s.grad(lambda xs: s2s.vmap(fn)(xs).sum())
     np.testing.assert_allclose(total(xs), np.full_like(xs, slope))
     np.testing.assert_allclose(s2s.vmap(s2s.grad(lambda x: fn(x).sum()))(xs), np.full_like(xs, slope))
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_nested_vmaps_of_a_custom_call_still_differentiate_by_its_rules(name):
+    """vmap(vmap(f)) wraps the user's rules twice; the gradient of its total is each
+    example's gradient, for a shared second argument summed over both batches."""
+    fn = FUNCTIONS[name]
+    rng = np.random.default_rng(11)
+    first = _operands(name, rng, (0, None))[0]
+    batches = np.stack([first, first[::-1] * 1.1])         # (2, SIZE, 2)
+    shared = _operands(name, rng, (None, None))[1]
+    nested = s2s.vmap(s2s.vmap(fn, in_axes=(0, None)), in_axes=(0, None))
+    want = np.stack([np.stack([fn(x, shared) for x in batch]) for batch in batches])
+    np.testing.assert_allclose(nested(batches, shared), want, rtol=1e-8)
+    grads = [[s2s.grad(lambda a, b: fn(a, b).sum(), argnums=(0, 1))(x, shared) for x in batch] for batch in batches]
+    total = s2s.grad(lambda a, b: nested(a, b).sum(), argnums=(0, 1))
+    got_first, got_shared = total(batches, shared)
+    np.testing.assert_allclose(got_first, np.array([[g[0] for g in row] for row in grads]), rtol=1e-8)
+    np.testing.assert_allclose(got_shared, np.sum([[g[1] for g in row] for row in grads], axis=(0, 1)), rtol=1e-8)
+
+
+@s2s.custom_vjp
+def scaled(x):
+    return x * 2.0
+
+
+scaled.defvjp(lambda x: (scaled(x), (x, 3.0, np.ones(2))), lambda residuals, g: (g * residuals[1] * residuals[2],))
+
+
+def test_residuals_that_are_constants_batch_as_shared_values():
+    xs = np.arange(6.0).reshape(3, 2)
+    np.testing.assert_allclose(s2s.grad(lambda xs: s2s.vmap(scaled)(xs).sum())(xs), np.full((3, 2), 3.0))
+
+
+def test_a_linear_solve_without_a_transposed_solver_batches_and_differentiates_forward():
+    def solve(d, b):
+        return lax.custom_linear_solve(lambda x: d * x, b, lambda matvec, b: b / matvec(np.ones_like(b)))
+    rng = np.random.default_rng(5)
+    d, bs = rng.uniform(1.0, 2.0, 2), rng.normal(size=(SIZE, 2))
+    np.testing.assert_allclose(s2s.vmap(solve, in_axes=(None, 0))(d, bs), bs / d)
+    tangent = s2s.vmap(lambda b: s2s.jvp(lambda d: solve(d, b), (d,), (np.ones(2),))[1])(bs)
+    np.testing.assert_allclose(tangent, -bs / d ** 2)

@@ -93,3 +93,20 @@ def test_unbatched_indices_leave_the_operands_batch_where_it_is():
         check_batching(gather, [operand, index], [dim, None])
         assert staged_names(gather, [operand, index], [dim, None]) == ["gather"]
         check_batching(scatter, [operand, updates, index], [dim, None, None])
+
+
+def test_an_unbatched_operand_is_copied_where_the_updates_hold_their_batch():
+    """The transpose of a batched gather with shared indices (a per-example gradient): the
+    zeros are copied per example with the batch where the updates have it, never moving
+    the updates."""
+    index = np.array([[2, 0], [1, 1]])
+    operand = np.zeros((2, 3, 4))
+    scatter = lambda x, u, i: I.scatter_add.bind(x, u, i, axes=(1,))
+    for dim in range(5):
+        example = (2, 2, 2, 4)                # index shape + the operand's remaining axes
+        updates = np.random.default_rng(dim).normal(size=example[:dim] + (SIZE,) + example[dim:])
+        check_batching(scatter, [operand, updates, index], [None, dim, None])
+        staged = staged_names(scatter, [operand, updates, index], [None, dim, None])
+        among_index_dims = dim < 2            # those come first in the operand's updates
+        assert staged == (["broadcast_in_dim", "transpose", "scatter_add"] if among_index_dims
+                          else ["broadcast_in_dim", "scatter_add"])

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from s2s.core import ShapedArray
 from s2s.passes.vmap import Axis, batch_jaxpr
-from s2s.primitives import structural as S
+from s2s.primitives import ops, structural as S
 from tests.passes.batching import check_batching, example_of
 from tests.passes.handbuilt import build, names
 
@@ -211,3 +211,21 @@ def test_dynamic_update_slice(shape, data):
     operands = [batched(data, shape, x_dim), batched(data, sizes, update_dim)] + starts
     check_batching(lambda x, u, *s: S.dynamic_update_slice.bind(x, u, *s), operands,
                    [x_dim, update_dim] + start_dims)
+
+
+def test_dynamic_slices_clamp_literal_starts_while_staging():
+    """Batched starts on one axis; a literal start (out of range, so clamped) and a window
+    as wide as its axis on the others stage no index work of their own."""
+    x = np.random.default_rng(0).normal(size=(3, 5, 4, 2))
+    starts = np.array([-1, 2, 9])
+    big, small = ops.literal(7, np.int64), ops.literal(-3, np.int32)
+    read = lambda x, s: S.dynamic_slice.bind(x, s, big, small, slice_sizes=(2, 3, 2))
+    check_batching(read, [x, starts], [0, 0])
+    assert staged_names(read, [x, starts], [0, 0]).count("clamp") == 1
+    # Clamped: the batched start, and the offsets into the update on the first two axes;
+    # an update as large as the operand is read everywhere, with nothing to clamp.
+    for update_shape, clamps in [((2, 3, 2), 3), ((5, 4, 2), 0)]:
+        update = np.random.default_rng(1).normal(size=update_shape)
+        write = lambda x, u, s: S.dynamic_update_slice.bind(x, u, s, big, small)
+        check_batching(write, [x, update, starts], [0, None, 0])
+        assert staged_names(write, [x, update, starts], [0, None, 0]).count("clamp") == clamps

@@ -1,0 +1,243 @@
+"""s2s.lax's collectives (psum, pmean, pmax, pmin, all_gather, axis_index) under s2s.vmap,
+against jax.vmap running the same source with np = jax.numpy and lax = jax.lax.
+
+Each function is checked on both backends (`s2s.vmap(f)(x)` runs the emitted Python,
+`s2s.jit(s2s.vmap(f))(x)` XLA) with the batch at every position, with unbatched operands,
+over tuples of names and nested vmaps; per-example gradients with a pmean inside, and
+gradients through a vmapped psum, against jax; and a collective over a name no vmap binds
+is an error at its call.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import s2s
+from s2s import lax
+from s2s.errors import StagingError
+from tests.test_lax import as_jax
+
+SETTINGS = settings(max_examples=5, deadline=None)
+BATCH = 4
+
+
+def centered(x):
+    return x - lax.pmean(x, "batch")
+
+
+def softmax_over_batch(x):
+    e = np.exp(x - lax.pmax(x, "batch"))
+    return e / lax.psum(e, "batch")
+
+
+def spread(x):
+    return lax.pmax(x, "batch") - lax.pmin(x, ("batch",))
+
+
+def gathered_at_1(x):
+    return lax.all_gather(np.sin(x), "batch", axis=1)
+
+
+def gathered_tiled_at_last(x):
+    return lax.all_gather(x, "batch", axis=-1, tiled=True)
+
+
+def weighted_by_position(x):
+    return x * lax.axis_index("batch")
+
+
+def integer_psum(x):
+    return lax.psum((x > 0).astype(np.int32), "batch")
+
+
+FUNCTIONS = [centered, softmax_over_batch, spread, gathered_at_1, gathered_tiled_at_last,
+             weighted_by_position, integer_psum]
+
+
+def assert_matches(got, want):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-12)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS, ids=lambda f: f.__name__)
+@SETTINGS
+@given(shape=st.lists(st.integers(1, 3), min_size=1, max_size=2), data=st.data())
+def test_each_collective_matches_jax_on_both_backends_with_the_batch_anywhere(fn, shape, data):
+    in_axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+    batched_shape = list(shape)
+    batched_shape.insert(in_axis % (len(shape) + 1), BATCH)
+    x = np.random.default_rng(data.draw(st.integers(0, 99))).standard_normal(batched_shape)
+    want = jax.vmap(as_jax(fn), in_axes=in_axis, axis_name="batch")(x)
+    mapped = s2s.vmap(fn, in_axes=in_axis, axis_name="batch")
+    assert_matches(mapped(x), want)
+    assert_matches(s2s.jit(mapped)(x), want)
+
+
+def scaled_by_shared(w, x):
+    return x * lax.psum(w, "batch") + lax.pmax(w, "batch")
+
+
+def test_unbatched_operands_are_the_same_in_every_example():
+    """psum of a weight is the weight times the batch size and pmax the weight itself:
+    neither is broadcast to the batch to get there."""
+    w, x = np.array([0.5, -1.0, 2.0]), np.arange(12.0).reshape(BATCH, 3)
+    mapped = s2s.vmap(scaled_by_shared, in_axes=(None, 0), axis_name="batch")
+    want = jax.vmap(as_jax(scaled_by_shared), in_axes=(None, 0), axis_name="batch")(w, x)
+    assert_matches(mapped(w, x), want)
+    assert_matches(s2s.jit(mapped)(w, x), want)
+    eqns = s2s.make_jaxpr(mapped)(w, x).jaxpr.eqns
+    assert [e.primitive.name for e in eqns] == ["mul", "mul", "add"]
+    assert eqns[0].outvars[0].aval.shape == (3,)
+
+
+def test_a_psum_of_a_python_number_counts_the_examples():
+    counted = s2s.vmap(lambda x: x * 0 + lax.psum(1, "batch"), axis_name="batch")
+    assert_matches(counted(np.zeros(5)), np.full(5, 5.0))
+
+
+# ---------------------------------------------------------------------------------------
+# Tuples of names and nested vmaps
+
+
+def grid_collectives(x):
+    return (lax.psum(x, "j"), lax.psum(x, ("i", "j")), lax.pmax(x, ("j", "i")),
+            lax.axis_index(("i", "j")), lax.axis_index("j"), lax.pmean(x, "i"))
+
+
+def grid_gather(x):
+    return lax.all_gather(x, ("i", "j")), lax.all_gather(x, ("j", "i"), tiled=True)
+
+
+@pytest.mark.parametrize("in_axes", [(0, 0), (1, 0), (0, 1)])
+def test_nested_vmaps_peel_a_tuple_of_names_name_by_name(in_axes):
+    inner_axis, outer_axis = in_axes
+    x = np.random.default_rng(3).standard_normal((2, 3, 5))   # (j, i, 5) once moved below
+    mapped = s2s.vmap(s2s.vmap(grid_collectives, in_axes=inner_axis, axis_name="i"),
+                      in_axes=outer_axis, axis_name="j")
+    want = jax.vmap(jax.vmap(as_jax(grid_collectives), in_axes=inner_axis, axis_name="i"),
+                    in_axes=outer_axis, axis_name="j")(x)
+    for got in (mapped(x), s2s.jit(mapped)(x)):
+        for g, w in zip(got, want, strict=True):
+            assert_matches(g, w)
+
+
+def test_all_gather_over_a_tuple_of_names_orders_the_first_name_major():
+    """jax.vmap cannot all_gather over two names (it asserts); the order is axis_index's:
+    example (i, j) lands at i * size_j + j."""
+    x = np.random.default_rng(4).standard_normal((2, 3, 5))    # j=2 outer, i=3 inner
+    mapped = s2s.vmap(s2s.vmap(grid_gather, axis_name="i"), axis_name="j")
+    by_i_major = np.swapaxes(x, 0, 1).reshape(6, 5)              # row i * 2 + j
+    by_j_major = x.reshape(6, 5)                                  # row j * 3 + i
+    for stacked, tiled in (mapped(x), s2s.jit(mapped)(x)):
+        assert stacked.shape == (2, 3, 6, 5) and tiled.shape == (2, 3, 30)
+        for j in range(2):
+            for i in range(3):
+                assert_matches(stacked[j, i], by_i_major)
+                assert_matches(tiled[j, i], by_j_major.reshape(30))
+
+
+# ---------------------------------------------------------------------------------------
+# Derivatives
+
+
+def mean_loss(w, x):
+    return lax.pmean(np.sum(np.tanh(x * w) ** 2), "batch")
+
+
+def test_per_example_gradients_with_a_pmean_inside_match_jax():
+    """JAX's convention: psum transposes to a psum, so the per-example gradient of a pmean
+    of losses is each example's own gradient, not divided by the batch size."""
+    w, xs = np.array([0.3, -0.2, 0.7]), np.random.default_rng(5).standard_normal((BATCH, 3))
+    mapped = s2s.vmap(s2s.grad(mean_loss), in_axes=(None, 0), axis_name="batch")
+    want = jax.vmap(jax.grad(as_jax(mean_loss)), in_axes=(None, 0), axis_name="batch")(w, xs)
+    assert_matches(mapped(w, xs), want)
+    assert_matches(s2s.jit(mapped)(w, xs), want)
+
+
+def residuals(w, x):
+    return x * w - lax.psum(x * w, "b") / 3.0
+
+
+def total_of_vmapped(w, xs):
+    return np.sum(s2s.vmap(residuals, in_axes=(None, 0), axis_name="b")(w, xs) ** 2)
+
+
+def test_the_gradient_of_a_function_of_a_vmapped_psum_matches_jax():
+    w, xs = np.array([0.3, -0.2]), np.random.default_rng(6).standard_normal((3, 2))
+
+    def jax_total(w, xs):
+        return jnp.sum(jax.vmap(as_jax(residuals), in_axes=(None, 0), axis_name="b")(w, xs) ** 2)
+    want = jax.grad(jax_total, argnums=(0, 1))(w, xs)
+    for got in (s2s.grad(total_of_vmapped, argnums=(0, 1))(w, xs),
+                s2s.jit(s2s.grad(total_of_vmapped, argnums=(0, 1)))(w, xs)):
+        for g, e in zip(got, want):
+            assert_matches(g, e)
+
+
+def largest(x):
+    return lax.pmax(x, "batch") * 2.0
+
+
+def test_pmax_differentiates_to_the_examples_holding_the_maximum_ties_sharing():
+    """jax has no derivative for pmax; s2s gives the tangent of the example holding the
+    maximum, split evenly among ties (reduce_max's rule). Its per-example gradients (the
+    cotangents of every example's output reaching each input, JAX's convention) then sum
+    to the derivative of the batch's outputs."""
+    x = np.array([1.0, 3.0, 3.0, -2.0])
+    grads = s2s.vmap(s2s.grad(largest), axis_name="batch")(x)
+    assert_matches(grads, np.array([0.0, 4.0, 4.0, 0.0]))     # 4 outputs of 2 * max, 2 ties
+    _, tangent = s2s.jvp(s2s.vmap(largest, axis_name="batch"), (x,), (np.array([1.0, 5.0, 7.0, 9.0]),))
+    assert_matches(tangent, np.full(4, 12.0))                  # 2 * (5 + 7) / 2
+
+
+WEIGHTS = np.arange(12.0).reshape(3, 4)
+
+
+def weighted_gathers(x):
+    stacked = lax.all_gather(x, "batch", axis=1)
+    tiled = lax.all_gather(x * x, "batch", tiled=True)
+    return np.sum(stacked * WEIGHTS[:, :, None]) + np.sum(tiled * WEIGHTS.reshape(12, 1))
+
+
+def test_all_gather_differentiates_as_jax_does():
+    """Its transpose: this example's slice of the cotangents summed over the examples."""
+    x = np.random.default_rng(7).standard_normal((4, 3, 2))
+    mapped = s2s.vmap(s2s.grad(weighted_gathers), axis_name="batch")
+    want = jax.vmap(jax.grad(as_jax(weighted_gathers)), axis_name="batch")(x)
+    assert_matches(mapped(x), want)
+    assert_matches(s2s.jit(mapped)(x), want)
+
+
+# ---------------------------------------------------------------------------------------
+# Names no vmap binds
+
+
+def sums_over_batch(x):
+    return lax.psum(x, "batch")
+
+
+def test_an_unbound_axis_name_is_an_error_at_the_call():
+    with pytest.raises(StagingError) as info:
+        s2s.vmap(sums_over_batch, axis_name="examples")(np.ones((2, 3)))
+    text = str(info.value)
+    assert "unbound axis name: psum over axis 'batch', but only 'examples' is bound here" in text
+    assert 'return lax.psum(x, "batch")' in text and "^^^" in text
+    assert "s2s.vmap(fn, axis_name='batch')" in text
+    with pytest.raises(StagingError, match="no enclosing vmap binds an axis name"):
+        s2s.jit(sums_over_batch)(np.ones(3))
+    with pytest.raises(StagingError, match="unbound axis name: pmean over axis 'other'"):
+        s2s.vmap(lambda x: lax.pmean(x, ("batch", "other")), axis_name="batch")(np.ones(3))
+
+
+def test_a_collective_called_on_numpy_values_outside_any_vmap_is_the_same_error():
+    for call in (lambda: lax.psum(np.ones(3), "batch"), lambda: lax.axis_index("batch"),
+                 lambda: lax.all_gather(np.ones(3), "batch")):
+        with pytest.raises(StagingError, match="unbound axis name.*no enclosing vmap"):
+            call()
+
+
+def test_all_gather_refuses_an_axis_out_of_range():
+    with pytest.raises(StagingError, match="all_gather axis 2 is out of range for a result of rank 2"):
+        s2s.vmap(lambda x: lax.all_gather(x, "batch", axis=2), axis_name="batch")(np.ones((4, 3)))
