@@ -502,3 +502,21 @@ def test_the_readme_vmap_example_runs_and_prints_its_excerpt(tmp_path, capsys):
     emitted = capsys.readouterr().out
     shown = [line for line in excerpt.splitlines() if line.strip() and line.strip() != "..."]
     assert shown and all(line in emitted for line in shown), emitted
+
+
+SHARED_CASES = [c for c in CASES if None in c.in_axes]
+
+
+@pytest.mark.parametrize("case", SHARED_CASES, ids=lambda c: c.id)
+def test_a_shared_argument_is_never_copied_per_example(case):
+    """An unmapped weight is read as it is: no equation broadcasts it to the batch size."""
+    size = 11   # no case's own dimension
+    batched, _ = batch_of_examples(case, np.random.default_rng(9), size=size)
+    closed = s2s.make_jaxpr(s2s.vmap(case.fn, in_axes=case.in_axes))(*batched)
+    leaf_counts = [len(s2s.tree_leaves(arg)) for arg in batched]
+    owners = [axis for axis, count in zip(case.in_axes, leaf_counts) for _ in range(count)]
+    assert len(closed.jaxpr.invars) == len(owners)
+    shared = {var for var, axis in zip(closed.jaxpr.invars, owners) if axis is None}
+    copies = [eqn for eqn in closed.jaxpr.eqns if eqn.primitive.name == "broadcast_in_dim"
+              and eqn.invars[0] in shared and size in eqn.outvars[0].aval.shape]
+    assert not copies, closed
