@@ -27,13 +27,13 @@ from s2s.eager import run, staged_or_error
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
 from s2s.frontend.source import last_return_info
-from s2s.numpy_api import creation, shaping
+from s2s.passes.vmap import Axis, batch_jaxpr
+from s2s.primitives import ops
 from s2s.passes.cse import cse
 from s2s.passes.dce import dce
 from s2s.passes.jvp import jvp_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr
 from s2s.passes.simplify import simplify
-from s2s.passes.tangents import zeros
 from s2s.passes.transpose import transpose_jaxpr
 from s2s.staging import JaxprBuilder, inline_jaxpr, paused_gc
 from s2s.tree import positional_leaf_ranges, tree_flatten, tree_leaves
@@ -400,18 +400,62 @@ def linear_transpose(fn, *primals):
 
 
 # ---------------------------------------------------------------------------------------
-# Jacobians and the Hessian (one basis vector at a time; batching arrives with vmap)
+# Jacobians and the Hessian: one batched pass over the basis vectors (as JAX builds them on
+# vmap), not one pass per basis vector.
 
 
-def _one_hot(index: int, aval: ShapedArray):
-    """A staged one-hot array of `aval`'s shape with a 1 at flat position `index`."""
-    flat = creation.arange(aval.size) == index
-    return shaping.reshape(flat.astype(aval.dtype), aval.shape)
+def _basis(total: int, offset: int, aval: ShapedArray):
+    """Rows `offset .. offset + aval.size` of the identity of size `total`, as a batch of
+    `total` values of `aval`'s shape: the seeds of one argument (or output) when all of
+    them are stacked on one batch axis."""
+    block = ops.eye(total, aval.size, -offset, aval.dtype)
+    return ops.reshape(block, (total, *aval.shape))
 
 
-def _stack_jacobian(columns: list, out_aval: ShapedArray, in_aval: ShapedArray, out_major: bool):
-    stacked = shaping.stack(columns, axis=0 if out_major else -1)
-    return shaping.reshape(stacked, out_aval.shape + in_aval.shape)
+def _jacobian_block(batched, batch_dim: int, offset: int, seed_aval: ShapedArray,
+                    value_aval: ShapedArray, seeds_first: bool):
+    """The part of a batched derivative that belongs to one seed argument: its rows
+    `offset ..` along the batch axis, shaped `value + seed` (or `seed + value`)."""
+    block = ops.slice_in_dim(batched, offset, offset + seed_aval.size, batch_dim)
+    shape = (*seed_aval.shape, *value_aval.shape) if seeds_first else (*value_aval.shape, *seed_aval.shape)
+    return ops.reshape(block, shape)
+
+
+def _offsets(avals) -> list[int]:
+    return [sum(a.size for a in avals[:i]) for i in range(len(avals))]
+
+
+def _jacrev_blocks(closed: ClosedJaxpr, diff: list[bool], args: list, in_avals, out_avals) -> list:
+    """blocks[o][j]: d out_o / d in_j, by one backward pass batched over the rows of the
+    identity (one row per output element)."""
+    n_out = len(out_avals)
+    parts = _vjp_parts(closed, diff, [True] * n_out)
+    forward = inline_jaxpr(parts.forward, args)
+    residuals = forward[n_out:]
+    total, offsets = sum(a.size for a in out_avals), _offsets(out_avals)
+    backward, _ = batch_jaxpr(parts.backward, [None] * len(residuals) + [0] * n_out, Axis(total),
+                              [0] * len(in_avals))
+    seeds = [_basis(total, off, a) for off, a in zip(offsets, out_avals)]
+    rows = inline_jaxpr(backward, list(residuals) + seeds)
+    return [[_jacobian_block(row, 0, off, out_aval, in_aval, seeds_first=True)
+             for row, in_aval in zip(rows, in_avals)]
+            for off, out_aval in zip(offsets, out_avals)]
+
+
+def _jacfwd_blocks(closed: ClosedJaxpr, diff: list[bool], args: list, in_avals, out_avals) -> list:
+    """blocks[o][j]: d out_o / d in_j, by one forward pass batched over the columns of the
+    identity (one column per input element), the batch kept last so no transpose is needed."""
+    n_out = len(out_avals)
+    jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=True)
+    tangents_only = _select_outputs(jvp_closed, [False] * n_out + [True] * n_out)
+    total, offsets = sum(a.size for a in in_avals), _offsets(in_avals)
+    batched, _ = batch_jaxpr(tangents_only, [None] * len(args) + [0] * len(in_avals), Axis(total),
+                             [a.ndim for a in out_avals])
+    seeds = [_basis(total, off, a) for off, a in zip(offsets, in_avals)]
+    columns = inline_jaxpr(batched, list(args) + seeds)
+    return [[_jacobian_block(col, out_aval.ndim, off, in_aval, out_aval, seeds_first=False)
+             for off, in_aval in zip(offsets, in_avals)]
+            for col, out_aval in zip(columns, out_avals)]
 
 
 def _jac_derive(argnums, mode: str):
@@ -425,33 +469,10 @@ def _jac_derive(argnums, mode: str):
             if not dtypes.is_inexact(a.dtype):
                 raise StagingError(f"{mode} needs floating-point outputs, got {a.str_short()}",
                                    "convert the output to a float type")
+        blocks_of = _jacrev_blocks if mode == "jacrev" else _jacfwd_blocks
         with JaxprBuilder() as builder:
             args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]
-            blocks = [[None] * len(in_avals) for _ in out_avals]
-            if mode == "jacrev":
-                parts = _vjp_parts(closed, diff, [True] * n_out)
-                forward = inline_jaxpr(parts.forward, args)
-                residuals = forward[n_out:]
-                for o, out_aval in enumerate(out_avals):
-                    rows = [[] for _ in in_avals]
-                    for k in range(out_aval.size):
-                        cts = [_one_hot(k, a) if i == o else zeros(a) for i, a in enumerate(out_avals)]
-                        for j, ct in enumerate(inline_jaxpr(parts.backward, list(residuals) + cts)):
-                            rows[j].append(ct)
-                    for j, in_aval in enumerate(in_avals):
-                        blocks[o][j] = _stack_jacobian(rows[j], out_aval, in_aval, True)
-            else:
-                jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=True)
-                cols = [[[] for _ in in_avals] for _ in out_avals]
-                for j, in_aval in enumerate(in_avals):
-                    for k in range(in_aval.size):
-                        tangents = [_one_hot(k, a) if i == j else zeros(a) for i, a in enumerate(in_avals)]
-                        outs = inline_jaxpr(jvp_closed, args + tangents)[n_out:]
-                        for o, t in enumerate(outs):
-                            cols[o][j].append(t)
-                for o, out_aval in enumerate(out_avals):
-                    for j, in_aval in enumerate(in_avals):
-                        blocks[o][j] = _stack_jacobian(cols[o][j], out_aval, in_aval, False)
+            blocks = blocks_of(closed, diff, args, in_avals, out_avals)
             result = builder.build([b for row in blocks for b in row])
         fused = _clean(result)
         n_in = len(in_avals)
@@ -468,12 +489,12 @@ def _jac_derive(argnums, mode: str):
 
 
 def jacrev(fn, argnums=0):
-    """The Jacobian by reverse mode: one backward pass per output element."""
+    """The Jacobian by reverse mode: one backward pass, batched over the output elements."""
     return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev"), (_argnums_tuple(argnums),))
 
 
 def jacfwd(fn, argnums=0):
-    """The Jacobian by forward mode: one tangent pass per input element."""
+    """The Jacobian by forward mode: one tangent pass, batched over the input elements."""
     return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd"), (_argnums_tuple(argnums),))
 
 

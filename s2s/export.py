@@ -8,7 +8,8 @@
 The decorator records the argument types and the transforms wanted on the function and
 returns it unchanged, so the module stays plain NumPy. `s2s emit mod.py --out DIR` writes
 one file per (function, transform) — `loss.py`, `grad_loss.py`, `jvp_loss.py`,
-`vjp_loss.py` — and `s2s check mod.py --against DIR` regenerates them in memory and fails
+`vjp_loss.py`, `per_example_grad_loss.py` (the gradient of each example's loss, vmapped
+over the leading axis of the data arguments) — and `s2s check mod.py --against DIR` regenerates them in memory and fails
 with a unified diff when a committed file is stale or missing, when a generated file of
 this module is no longer produced by any export (an orphan, say after a rename), or when
 the module exports nothing. `write_npz` writes the
@@ -28,16 +29,17 @@ import zipfile
 
 import numpy as np
 
-from s2s import autodiff
+from s2s import autodiff, mapping
 from s2s.eager import emitted_module, staged_or_error
 from s2s.emit.python import EmitOptions, EmittedModule
 from s2s.emit.signature import TANGENT_PARAMETER
 from s2s.errors import StagingError
 from s2s.frontend import stage
-from s2s.frontend.args import ShapeDtype, parse_arg_specs
+from s2s.frontend.args import ShapeDtype, is_staged_leaf, parse_arg_specs
 from s2s.source_info import SourceInfo
+from s2s.tree import tree_map
 
-TRANSFORMS = ("primal", "grad", "value_and_grad", "jvp", "vjp")
+TRANSFORMS = ("primal", "grad", "value_and_grad", "jvp", "vjp", "per_example_grad")
 
 
 @dataclasses.dataclass
@@ -53,12 +55,25 @@ class Export:
         for transform in self.transforms:
             if transform == "primal":
                 yield self.name, self.fn
+            elif transform == "per_example_grad":
+                yield f"{transform}_{self.name}", self.per_example_grad()
             elif transform in ("grad", "value_and_grad"):
                 maker = autodiff.grad if transform == "grad" else autodiff.value_and_grad
                 yield f"{transform}_{self.name}", maker(self.fn, argnums=self.argnums)
             else:
                 maker = jvp_function if transform == "jvp" else vjp_function
                 yield f"{transform}_{self.name}", maker(self.fn)
+
+    def per_example_grad(self):
+        """`vmap(grad(fn))` over the leading axis of the data: the arguments grad does not
+        differentiate, where they are arrays (a static int stays shared, as do the
+        differentiated parameters). The emitted file is the gradient of every example's
+        loss at once, for review like any other derivative."""
+        argnums = {self.argnums} if isinstance(self.argnums, int) else set(self.argnums)
+        argnums = {a % len(self.args) for a in argnums}
+        in_axes = tuple(None if i in argnums else tree_map(lambda leaf: 0 if is_staged_leaf(leaf) else None, arg)
+                        for i, arg in enumerate(self.args))
+        return mapping.vmap(autodiff.grad(self.fn, argnums=self.argnums), in_axes=in_axes)
 
     def example_args(self, transform: str) -> tuple:
         """The emit-time arguments: jvp takes tangents too, vjp the output cotangent."""

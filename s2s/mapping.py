@@ -63,7 +63,7 @@ def _axes_per_leaf(spec, tree, what: str, where: str) -> list:
 
 def _normalize(axis: int, rank: int, what: str) -> int:
     if not -rank <= axis < rank:
-        raise StagingError(f"vmap {what} is out of range for an argument of rank {rank - 1} "
+        raise StagingError(f"vmap {what} is out of range for an array of rank {rank} "
                            f"(the batch axis may be at 0..{rank - 1} or -{rank}..-1)",
                            "map an axis the argument has, or pass None to not map it")
     return axis % rank
@@ -94,9 +94,23 @@ def _positional_names(fn, count: int) -> list[str]:
     return [f"`{params[i].name}`" if i < len(params) else f"argument {i}" for i in range(count)]
 
 
+def _defaulted_after(fn, count: int) -> int:
+    """How many positional parameters with defaults follow the first `count` of `fn`."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return 0
+    return sum(1 for p in params[count:] if p.default is not p.empty)
+
+
 def _split_call(fn, in_axes, axis_size, args: tuple, fn_name: str) -> _Call:
     if isinstance(in_axes, list):   # JAX reads a list as the tuple of positional axes
         in_axes = tuple(in_axes)
+    if isinstance(in_axes, tuple) and len(in_axes) < len(args) <= len(in_axes) + _defaulted_after(fn, len(in_axes)):
+        # Parameters with defaults, passed positionally when s2s stages the call (jit(vmap(f))
+        # binds every parameter): not mapped, as keyword arguments are not.
+        in_axes = in_axes + (None,) * (len(args) - len(in_axes))
     if isinstance(in_axes, tuple) and len(in_axes) != len(args):
         raise StagingError(f"vmap in_axes has {len(in_axes)} entries but {fn_name} was called with "
                            f"{len(args)} positional arguments", _AXIS_HELP)
@@ -178,8 +192,11 @@ class Vmapped:
             call = _split_call(self.fn, self.in_axes, self.axis_size, args, getattr(self.fn, "__name__", "f"))
         except S2SError as e:
             reraise_clean(e)
-        with named_axis(self.axis_name, call.size):
+        if self.axis_name is None:   # staged as the plain function is: one staging for every batch size
             staged = staged_or_error(self.fn, call.example_args, kwargs)
+        else:
+            with named_axis(self.axis_name, call.size):
+                staged = staged_or_error(self.fn, call.example_args, kwargs)
         key = ("vmap", call.in_dims, call.size, self.cache_params)
         batched, out_dims = staged.artifact(key, lambda: self._batch(staged, call))
         outs = run(staged, key, batched, staged.flat_inputs(args, kwargs))
@@ -214,6 +231,9 @@ def vmap(fn=None, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
         return lambda f: vmap(f, in_axes, out_axes, axis_name, axis_size)
     if not callable(fn):
         raise TypeError(f"vmap needs a function, got {type(fn).__name__}")
-    _spec_tree(in_axes, "in_axes")
-    _spec_tree(out_axes, "out_axes")
+    try:
+        _spec_tree(in_axes, "in_axes")
+        _spec_tree(out_axes, "out_axes")
+    except S2SError as e:
+        reraise_clean(e)
     return Vmapped(fn, in_axes, out_axes, axis_name, axis_size)

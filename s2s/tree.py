@@ -235,7 +235,7 @@ def flatten_up_to(prefix: PyTreeDef, tree) -> list:
         kind = None if type(value) is not node.node_type else _node_kind(value)
         children, aux = kind.flatten(value) if kind is not None else (None, None)
         if children is None or len(children) != len(node.children) or aux != node.aux:
-            raise ValueError(f"expected {node._describe()}, got {type(value).__name__} {value!r:.80}")
+            raise ValueError(f"expected {node._describe()}, got {tree_structure(value)._describe()}")
         for child_node, child in zip(node.children, children):
             walk(child_node, child)
 

@@ -48,7 +48,7 @@ LINEAR_PRIMITIVES = """
 add sub neg add_any mul div convert_element_type select broadcast_in_dim reshape transpose
 squeeze expand_dims concatenate pad slice dynamic_slice dynamic_update_slice rev gather
 scatter_add reduce_sum cumsum dot_general triangular_solve solve custom_vjp_lin cond scan
-custom_linear_solve
+custom_linear_solve psum all_gather
 """.split()
 # Transpose rules that explain why the primitive cannot run backwards (a while_loop's trip
 # count is only known at run time).

@@ -5,11 +5,12 @@ example of a batch at once. An input's entry in `in_dims` is the position of its
 axis, or None for an input shared by every example (a weight, a constant). Each equation
 is handled by `batch_rules[primitive]`:
 
-    rule(axis, args, dims, **params) -> (out, out_dim)
+    rule(mapped, args, dims, /, **params) -> (out, out_dim)
 
 where `args` are the operands (staged values or literals), `dims[i]` the position of
-operand i's batch axis (None: unbatched), and `axis` the `Axis` being mapped (its size, and
-the name collectives refer to it by). A primitive with several results returns lists. The
+operand i's batch axis (None: unbatched), and `mapped` the `Axis` being mapped (its size,
+and the name collectives refer to it by). The three are positional-only: a primitive's
+parameters may be called `axis` (argmax, cumsum). A primitive with several results returns lists. The
 batch axis is moved only when a rule needs it there, so a chain of elementwise operations
 on a batch held at axis 1 stays at axis 1; an unbatched value is never broadcast to the
 batch unless an operation truly needs every example's copy (a loop carry, an output).
@@ -27,7 +28,7 @@ from typing import Callable, Hashable
 
 import numpy as np
 
-from s2s.core import ClosedJaxpr, Literal, ShapedArray
+from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from s2s.errors import StagingError
 from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
@@ -111,7 +112,7 @@ def batched_aval(aval: ShapedArray, dim: int | None, size: int) -> ShapedArray:
 def vectorized(primitive: Primitive) -> None:
     """Registers the rule of a primitive that acts on each element of its one operand
     alone (exp, neg, a dtype conversion): it runs on the batch where the batch lies."""
-    def rule(axis, args, dims, **params):
+    def rule(mapped, args, dims, /, **params):
         out = primitive.bind(*args, **params)
         if primitive.multiple_results:
             return out, [dims[0]] * len(out)
@@ -143,7 +144,7 @@ def broadcasting(primitive: Primitive) -> None:
     """Registers the rule of an n-ary elementwise primitive whose operands broadcast by
     NumPy's rules (add, select, clamp): the result is batched where the first full-rank
     batched operand is, and the other operands are aligned to it."""
-    def rule(axis, args, dims, **params):
+    def rule(mapped, args, dims, /, **params):
         out_rank = max(ndim(x) - (d is not None) for x, d in zip(args, dims))
         out_dim = next((d for x, d in zip(args, dims)
                         if d is not None and ndim(x) - 1 == out_rank), 0)
@@ -155,7 +156,7 @@ def broadcasting(primitive: Primitive) -> None:
 def unmapped(primitive: Primitive) -> None:
     """Registers the rule of a primitive without operands (iota): no operand of it can be
     batched, so it is always re-staged as it is and this rule only states that."""
-    def rule(axis, args, dims, **params):
+    def rule(mapped, args, dims, /, **params):
         return primitive.bind(*args, **params), None
     register(primitive, rule)
 
@@ -167,6 +168,27 @@ def unmapped(primitive: Primitive) -> None:
 def _name(value, hint):
     if isinstance(value, Tracer) and value.variable.hint is None and hint is not None:
         value.variable.hint = hint
+
+
+def _sub_jaxprs(value):
+    """The jaxprs inside an equation parameter (a loop body, a tuple of cond branches)."""
+    if isinstance(value, ClosedJaxpr):
+        yield value.jaxpr
+    elif isinstance(value, Jaxpr):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _sub_jaxprs(item)
+
+
+def reads_axis(eqn) -> bool:
+    """Whether `eqn` reads the mapped axis even with every operand unbatched: its primitive
+    is registered so (axis_index, psum), or a jaxpr it runs (a scan body, a cond branch)
+    holds such an equation."""
+    if eqn.primitive in axis_readers:
+        return True
+    return any(reads_axis(inner) for value in eqn.params.values()
+               for jaxpr in _sub_jaxprs(value) for inner in jaxpr.eqns)
 
 
 def batch_eqns(closed: ClosedJaxpr, args: list, dims: list, axis: Axis) -> tuple[list, list]:
@@ -186,7 +208,7 @@ def batch_eqns(closed: ClosedJaxpr, args: list, dims: list, axis: Axis) -> tuple
         ins, in_dims = zip(*map(read, eqn.invars)) if eqn.invars else ((), ())
         multiple = eqn.primitive.multiple_results
         with builder.at(eqn.source_info):
-            if all(d is None for d in in_dims) and eqn.primitive not in axis_readers:
+            if all(d is None for d in in_dims) and not reads_axis(eqn):
                 outs = eqn.primitive.bind(*ins, **eqn.params)
                 outs, out_dims = (outs, [None] * len(outs)) if multiple else ([outs], [None])
             else:
@@ -225,13 +247,14 @@ def batch_jaxpr(closed: ClosedJaxpr, in_dims: list, axis: Axis, out_dims: list |
                 for v, d in zip(jaxpr.invars, in_dims)]
         outs, dims = batch_eqns(closed, args, list(in_dims), axis)
         final, final_dims = [], []
-        for x, d, want, v in zip(outs, dims, out_dims, jaxpr.outvars):
+        for index, (x, d, want) in enumerate(zip(outs, dims, out_dims)):
             if want is ANYWHERE:
                 final.append(x)
                 final_dims.append(d)
             elif want is None:
                 if d is not None:
-                    raise StagingError("an output that varies over the mapped axis has out_axes=None",
+                    raise StagingError(f"output {index} varies over the mapped axis, but its "
+                                       "out_axes entry is None",
                                        "give it an out_axes entry (0), or return a value that "
                                        "is the same for every example")
                 final.append(x)

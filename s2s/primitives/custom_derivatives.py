@@ -117,7 +117,7 @@ _hlo.register(custom_vjp_lin, lambda ctx, eqn, *operands: _emit_lin(eqn))
 # values (they are written for one) and batches what they stage.
 
 
-def batched_apply(fn, avals, args: list, dims: list, axis, out_dims=()) -> tuple[list, list]:
+def _batched_apply(fn, avals, args: list, dims: list, axis, out_dims=()) -> tuple[list, list]:
     """`fn` (a function of one example's values returning a list) staged on `avals`,
     batched, and applied to `args` batched at `dims`: its outputs and their dims. The
     first outputs are batched at `out_dims`, the rest wherever their equations put them."""
@@ -154,8 +154,8 @@ class BatchedCallSite:
         def jvp(*args):
             outs, out_tangents = self.site.apply_jvp(list(args[:n_in]), list(args[n_in:]))
             return list(outs) + list(out_tangents)
-        outs, _ = batched_apply(jvp, self.in_avals + [tangent_aval(a) for a in self.in_avals],
-                                list(primals) + list(tangents), self.in_dims * 2, self.axis, self.out_dims * 2)
+        outs, _ = _batched_apply(jvp, self.in_avals + [tangent_aval(a) for a in self.in_avals],
+                                 list(primals) + list(tangents), self.in_dims * 2, self.axis, self.out_dims * 2)
         return outs[:n_out], outs[n_out:]
 
     def apply_fwd(self, primals: list):
@@ -165,7 +165,7 @@ class BatchedCallSite:
             outs, residuals = self.site.apply_fwd(list(args))
             self.residual_avals = [_aval(r) for r in residuals]
             return list(outs) + list(residuals)
-        outs, dims = batched_apply(fwd, self.in_avals, list(primals), self.in_dims, self.axis, self.out_dims)
+        outs, dims = _batched_apply(fwd, self.in_avals, list(primals), self.in_dims, self.axis, self.out_dims)
         self.residual_dims = dims[n_out:]
         return outs[:n_out], outs[n_out:]
 
@@ -180,8 +180,8 @@ class BatchedCallSite:
             given.extend(c is not None for c in in_cts)
             return [c for c in in_cts if c is not None]
         out_tangent_avals = [tangent_aval(a) for a in self.out_avals]
-        in_cts, dims = batched_apply(bwd, self.residual_avals + out_tangent_avals, list(residuals) + list(cts),
-                                     self.residual_dims + self.out_dims, self.axis)
+        in_cts, dims = _batched_apply(bwd, self.residual_avals + out_tangent_avals, list(residuals) + list(cts),
+                                      self.residual_dims + self.out_dims, self.axis)
         in_cts, dims = iter(in_cts), iter(dims)
         return [_to_input_dim(next(in_cts), next(dims), want, self.axis) if has else None
                 for has, want in zip(given, self.in_dims)]
@@ -211,7 +211,7 @@ def _call_batch(primitive: Primitive):
 def _lin_batch(axis, args, dims, *, rule, num_residuals, out_avals):
     """A custom_vjp_lin with every output batched at 0; its transpose runs the user's
     backward rule per example through a `BatchedCallSite`."""
-    example_avals = [_example_aval(x.aval, d) for x, d in zip(args, dims)]
+    example_avals = [_example_aval(_aval(x), d) for x, d in zip(args, dims)]
     out_dims = [0] * len(out_avals)
     site = BatchedCallSite(rule, axis, example_avals[num_residuals:], dims[num_residuals:], out_avals, out_dims)
     site.residual_avals, site.residual_dims = example_avals[:num_residuals], list(dims[:num_residuals])

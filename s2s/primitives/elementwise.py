@@ -759,7 +759,8 @@ _simplify.register(sub, _identity_rule(0, commutative=False))
 # Batching: every element is computed alone, so the batch stays where it is. n-ary
 # primitives broadcast, so an unbatched operand (a weight, a literal) is read as it is.
 
-for _prim in (*UNARY.values(), rsqrt, neg, not_, integer_pow, convert_element_type, stop_gradient):
+for _prim in (*UNARY.values(), is_finite, rsqrt, neg, not_, integer_pow, convert_element_type,
+              stop_gradient):
     _vmap.vectorized(_prim)
 for _prim in (add, sub, mul, max, min, atan2, rem, pow, div, eq, ne, lt, le, gt, ge, and_, or_,
               xor, select, clamp, add_any):

@@ -42,7 +42,7 @@ def test_an_unbatched_output_is_broadcast_only_when_asked():
     batched, dims = batch_jaxpr(closed, [0, None], Axis(4), [0, 1])
     assert dims == [0, 1]
     assert [v.aval.shape for v in batched.jaxpr.outvars] == [(4, 2), (2, 4)]
-    with pytest.raises(StagingError, match="out_axes=None"):
+    with pytest.raises(StagingError, match="out_axes entry is None"):
         batch_jaxpr(closed, [0, None], Axis(4), [None, None])
 
 
