@@ -477,8 +477,6 @@ KNOWN_UNCLEAN = pytest.mark.xfail(strict=True, reason=(
     "Staged.artifact calls, so s2s/frontend/__init__.py's artifact frame stays in the traceback"))
 
 
-@pytest.mark.xfail(strict=True, reason="s2s/mapping.py's _normalize prints rank - 1, the per-example rank that "
-                   "out_axes needs, for in_axes too, where the rank it is given is the argument's own")
 def test_an_out_of_range_in_axes_gives_the_arguments_own_rank():
     _raises_clean(lambda: s2s.vmap(scale, in_axes=(2, None))(np.ones((3, 2)), np.ones(2)), "of rank 2")
 
