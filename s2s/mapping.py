@@ -199,23 +199,23 @@ class Vmapped:
             with named_axis(self.axis_name, call.size):
                 staged = staged_or_error(self.fn, call.example_args, kwargs)
         key = ("vmap", call.in_dims, call.size, self.cache_params)
-        batched, out_dims = staged.artifact(key, lambda: self._batch(staged, call))
+        try:
+            batched, out_dims = staged.artifact(key, lambda: self._batch(staged, call))
+        except S2SError as e:   # raised here, so the caller sees no frame of s2s's
+            reraise_clean(e)
         outs = run(staged, key, batched, staged.flat_inputs(args, kwargs))
         return staged.out_tree.unflatten(outs)
 
     def _batch(self, staged: Staged, call: _Call) -> tuple[ClosedJaxpr, list]:
         """The batched jaxpr of `staged`, outputs moved to `out_axes`."""
-        try:
-            in_dims = _staged_dims(staged, call)
-            outs = staged.out_tree.unflatten(range(staged.out_tree.num_leaves))
-            axes = _axes_per_leaf(self.out_axes, outs, "out_axes", "the results")
-            out_dims = [None if a is None else _normalize(a, v.aval.ndim + 1, f"out_axes {a}")
-                        for a, v in zip(axes, staged.closed.jaxpr.outvars)]
-            with paused_gc():
-                batched, dims = batch_jaxpr(staged.closed, in_dims, Axis(call.size, self.axis_name), out_dims)
-                return tidy(batched), dims
-        except S2SError as e:
-            reraise_clean(e)
+        in_dims = _staged_dims(staged, call)
+        outs = staged.out_tree.unflatten(range(staged.out_tree.num_leaves))
+        axes = _axes_per_leaf(self.out_axes, outs, "out_axes", "the results")
+        out_dims = [None if a is None else _normalize(a, v.aval.ndim + 1, f"out_axes {a}")
+                    for a, v in zip(axes, staged.closed.jaxpr.outvars)]
+        with paused_gc():
+            batched, dims = batch_jaxpr(staged.closed, in_dims, Axis(call.size, self.axis_name), out_dims)
+            return tidy(batched), dims
 
 
 def _staged_dims(staged: Staged, call: _Call) -> list:

@@ -464,7 +464,7 @@ ERRORS = {
                                         ("in_axes -3", "out of range")),
     "mapping a scalar": (lambda: s2s.vmap(scale)(np.float64(1.0), np.ones(3)), ("`x`", "scalar")),
     "out_axes=None on a batched output": (lambda: s2s.vmap(scale, out_axes=None)(np.ones(3), np.ones(3)),
-                                          ("out_axes=None",)),
+                                          ("output 0", "out_axes entry is None")),
     "in_axes of the wrong length": (lambda: s2s.vmap(scale, in_axes=(0,))(np.ones(3), np.ones(3)),
                                     ("in_axes has 1 entries", "2 positional arguments")),
     "no mapped argument and no axis_size": (lambda: s2s.vmap(scale, in_axes=None)(np.ones(3), np.ones(3)),
@@ -472,17 +472,11 @@ ERRORS = {
 }
 
 
-KNOWN_UNCLEAN = pytest.mark.xfail(strict=True, reason=(
-    "s2s/mapping.py re-raises out_axes errors inside Vmapped._batch, the builder that "
-    "Staged.artifact calls, so s2s/frontend/__init__.py's artifact frame stays in the traceback"))
-
-
 def test_an_out_of_range_in_axes_gives_the_arguments_own_rank():
     _raises_clean(lambda: s2s.vmap(scale, in_axes=(2, None))(np.ones((3, 2)), np.ones(2)), "of rank 2")
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=KNOWN_UNCLEAN) if name.startswith("out_axes") else name
-                                  for name in sorted(ERRORS)])
+@pytest.mark.parametrize("name", sorted(ERRORS))
 def test_a_mistake_is_a_clean_s2s_error(name):
     call, fragments = ERRORS[name]
     _raises_clean(call, *fragments)
