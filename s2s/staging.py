@@ -155,6 +155,17 @@ class Tracer:
         return f"Tracer<{self.aval.str_short()}{hint}>"
 
 
+class CopiedTracer(Tracer):
+    """A staged value the user copied (`y = x.copy()`, `np.copy(x)`, `np.array(x)`).
+
+    Staged values are immutable, so a copy stages nothing: it is the same variable. It is
+    a separate object, though, so that the front end's in-place rules see what NumPy
+    would: `y[0] = 1.0` after `y = x.copy()` changes no other name's array, even when `x`
+    was a view (a slice) of another array."""
+
+    __slots__ = ()
+
+
 class JaxprBuilder:
     """Collects equations into a jaxpr. Use as a context manager to make it current."""
 

@@ -19,7 +19,7 @@ from s2s.frontend.expressions import BINARY_OPERATORS
 from s2s.frontend.source import walk_scope
 from s2s.numpy_api.indexing import setitem
 from s2s.primitives.structural import NUMPY_VIEWS
-from s2s.staging import Tracer
+from s2s.staging import CopiedTracer, Tracer
 
 
 class InPlaceUpdates:
@@ -109,7 +109,9 @@ class InPlaceUpdates:
 
 def _view_base(value: Tracer):
     """The variable `value` is a NumPy view of (it came from a slice, reshape, transpose
-    ... of it), or None."""
+    ... of it), or None; a copy of a view is no view."""
+    if isinstance(value, CopiedTracer):
+        return None
     eqn = value.builder.producer(value.variable)
     return eqn.invars[0] if eqn is not None and eqn.primitive in NUMPY_VIEWS else None
 

@@ -27,7 +27,7 @@ from s2s.numpy_api.shaping import stack
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.primitives import structural as st
-from s2s.staging import Tracer, current_builder
+from s2s.staging import CopiedTracer, Tracer, current_builder
 
 
 def _staging(*values) -> bool:
@@ -354,7 +354,8 @@ def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, lik
     if has_tracer(object):
         if isinstance(object, Tracer) and object.weak_type and dtype is None:
             dtype = object.dtype     # np.array(python_float) is strongly typed
-        return _finish_array(_stack_leaves(object), dtype, ndmin)
+        result = _finish_array(_stack_leaves(object), dtype, ndmin)
+        return copy_of(result) if copy and result is object else result
     dt = None if dtype is None else _dtype_arg(dtype)
     value = np.array(object, dtype=dt, ndmin=ndmin)
     value = value.astype(dtypes.canonicalize_dtype(value.dtype), copy=False)
@@ -365,17 +366,19 @@ def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, lik
 
 @implements(np.asarray)
 def asarray(a, dtype=None, order=None, *, device=None, copy=None, like=None):
-    return array(a, dtype=dtype)
+    return array(a, dtype=dtype, copy=bool(copy))
 
 
 for _name in ("asanyarray", "ascontiguousarray"):
     if hasattr(np, _name):
-        implements(getattr(np, _name))(lambda a, dtype=None, *args, **kwargs: array(a, dtype=dtype))
+        implements(getattr(np, _name))(lambda a, dtype=None, *args, **kwargs: array(a, dtype=dtype, copy=False))
 
 
 @implements(np.copy)
 def copy(a, order="K", subok=False):
-    """Staged values are immutable, so a copy is the value itself."""
-    if isinstance(a, Tracer):
-        return a
-    return array(a)
+    return copy_of(a) if isinstance(a, Tracer) else array(a)
+
+
+def copy_of(a: Tracer) -> CopiedTracer:
+    """Staged values are immutable, so a copy is the same variable (see CopiedTracer)."""
+    return CopiedTracer(a.builder, a.variable)

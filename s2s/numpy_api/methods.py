@@ -19,7 +19,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import Literal
 from s2s.errors import ShapeError, UnsupportedFunctionError, UnsupportedSyntaxError
-from s2s.numpy_api import indexing, linalg, math
+from s2s.numpy_api import creation, indexing, linalg, math
 from s2s.numpy_api._base import NUMPY_IMPLS
 from s2s.primitives import elementwise as ew
 from s2s.staging import Tracer
@@ -238,7 +238,7 @@ def install(cls=Tracer) -> None:
     cls.flatten = _flatten
     cls.ravel = _ravel
     cls.dot = _dot
-    cls.copy = lambda self, order="C": self
+    cls.copy = lambda self, order="C": creation.copy(self)
     cls.sort = _sort
     cls.nonzero = _nonzero
     for name, np_name in _DELEGATED:

@@ -43,6 +43,20 @@ def strided_and_fancy(x):
     return y
 
 
+def copies_written(x):
+    """NumPy's own idiom: copy, then write the copy (of the argument, of a slice of it, by
+    .copy(), np.copy and np.array): the original stays as it was."""
+    y = x.copy()
+    y[0] = 1.0
+    window = x[1:3].copy()
+    window[0] = 5.0
+    z = np.copy(x)
+    z += 1.0
+    w = np.array(x)
+    w[1] = 7.0
+    return np.concatenate([y, window, z, w, x])
+
+
 def masked(x):
     y = x + 0.0
     y[np.array([True, False, True, False])] = 0.0
@@ -57,6 +71,7 @@ CASES = {
     "histogram": (histogram, lambda: (rng.standard_normal(6), np.array([0, 2, 2, 4, 1, 2]))),
     "strided_and_fancy": (strided_and_fancy, lambda: (rng.standard_normal(6),)),
     "masked": (masked, lambda: (rng.standard_normal(4),)),
+    "copies_written": (copies_written, lambda: (rng.standard_normal(4),)),
 }
 
 
