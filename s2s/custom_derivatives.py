@@ -88,7 +88,8 @@ class _CallSite:
                      for i in range(len(self.args)))
 
     def apply_fwd(self, primals: list):
-        result = call_user(self.owner.fwd, (*self.nondiff(), *self.primal_args(primals)), {})
+        # fwd takes f's own arguments in f's order (nondiff ones where they are), as in JAX.
+        result = call_user(self.owner.fwd, self._full_args(self.primal_args(primals)), {})
         if not (isinstance(result, tuple) and len(result) == 2):
             raise StagingError(f"the fwd rule of {self.name} must return (output, residuals)",
                                "return a pair: the function's output and what bwd needs")
@@ -170,7 +171,8 @@ class custom_vjp(_CustomBase):
     bwd = None
 
     def defvjp(self, fwd, bwd):
-        """`fwd(*args) -> (out, residuals)`; `bwd(*nondiff_args, residuals, ct) -> tuple`."""
+        """`fwd(*args) -> (out, residuals)`, with f's arguments in f's order;
+        `bwd(*nondiff_args, residuals, ct) -> tuple` (one cotangent per other argument)."""
         self.fwd, self.bwd = fwd, bwd
 
     def _check_rule(self):

@@ -35,7 +35,7 @@ from s2s.emit.python import EmitOptions, EmittedModule
 from s2s.emit.signature import TANGENT_PARAMETER
 from s2s.errors import StagingError
 from s2s.frontend import stage
-from s2s.frontend.args import ShapeDtype, is_staged_leaf, parse_arg_specs
+from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf, parse_arg_specs
 from s2s.source_info import SourceInfo
 from s2s.tree import tree_map
 
@@ -66,13 +66,12 @@ class Export:
 
     def per_example_grad(self):
         """`vmap(grad(fn))` over the leading axis of the data: the arguments grad does not
-        differentiate, where they are arrays (a static int stays shared, as do the
-        differentiated parameters). The emitted file is the gradient of every example's
+        differentiate, where they are arrays with an axis (a static int, a scalar such as a
+        temperature, and the differentiated parameters are shared by every example). The emitted file is the gradient of every example's
         loss at once, for review like any other derivative."""
         argnums = {self.argnums} if isinstance(self.argnums, int) else set(self.argnums)
         argnums = {a % len(self.args) for a in argnums}
-        in_axes = tuple(None if i in argnums else tree_map(lambda leaf: 0 if is_staged_leaf(leaf) else None, arg)
-                        for i, arg in enumerate(self.args))
+        in_axes = tuple(None if i in argnums else tree_map(_data_axis, arg) for i, arg in enumerate(self.args))
         return mapping.vmap(autodiff.grad(self.fn, argnums=self.argnums), in_axes=in_axes)
 
     def example_args(self, transform: str) -> tuple:
@@ -85,6 +84,11 @@ class Export:
                 [ShapeDtype(a.shape, a.dtype) for a in staged.closed.out_avals])
             return self.args + (cotangent,)
         return self.args
+
+
+def _data_axis(leaf):
+    """A data leaf's batch axis for per_example_grad: the leading one, if it has one."""
+    return 0 if is_staged_leaf(leaf) and aval_of_arg(leaf).ndim > 0 else None
 
 
 NAME_HELP = ("use a Python identifier such as `loss_v2` (letters, digits and underscores, "

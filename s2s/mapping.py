@@ -5,11 +5,14 @@
 `vmap(fn)` stages `fn` for one example (each mapped argument without its batch axis),
 batches the jaxpr (`s2s.passes.vmap`) and runs the result: inlined when called while
 staging (under jit, grad or another vmap), else by its emitted module, which is plain
-vectorized NumPy with no loop over the batch. JAX's semantics throughout: `in_axes` and
-`out_axes` are ints (negative counts from the end), None (not mapped: shared by every
-example) or tree prefixes of the arguments and results; keyword arguments are not mapped;
-`axis_size` gives the batch size when no argument is mapped; `axis_name` names the mapped
-axis for the collectives in `s2s.lax` (`psum`, `pmean`, ...) called inside `fn`.
+vectorized NumPy with no loop over the batch. `in_axes` and `out_axes` are as in JAX: ints
+(negative counts from the end), None (not mapped: shared by every example) or tree
+prefixes of the positional arguments and of the results; `axis_size` gives the batch size
+when no argument is mapped; `axis_name` names the mapped axis for the collectives in
+`s2s.lax` (`psum`, `pmean`, ...) called inside `fn`. Keyword arguments are shared by every
+example, never mapped (jax.vmap maps them along axis 0): a keyword is how a caller passes
+a setting (`scale=0.5`, a weight), and mapping it would need an `in_axes` entry it cannot
+have.
 """
 from __future__ import annotations
 
@@ -19,14 +22,13 @@ import inspect
 
 import numpy as np
 
-from s2s import dtypes
-from s2s.core import ClosedJaxpr, ShapedArray
+from s2s.core import ClosedJaxpr
 from s2s.eager import run, staged_or_error
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.simplify import tidy
-from s2s.passes.vmap import Axis, batch_jaxpr
+from s2s.passes.vmap import Axis, batch_jaxpr, example_aval
 from s2s.staging import Tracer, named_axis, paused_gc
 from s2s.tree import PyTreeDef, flatten_up_to, leaf_paths, tree_flatten
 
@@ -95,23 +97,9 @@ def _positional_names(fn, count: int) -> list[str]:
     return [f"`{params[i].name}`" if i < len(params) else f"argument {i}" for i in range(count)]
 
 
-def _defaulted_after(fn, count: int) -> int:
-    """How many positional parameters with defaults follow the first `count` of `fn`."""
-    try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        return 0
-    return sum(1 for p in params[count:] if p.default is not p.empty)
-
-
 def _split_call(fn, in_axes, axis_size, args: tuple, fn_name: str) -> _Call:
     if isinstance(in_axes, list):   # JAX reads a list as the tuple of positional axes
         in_axes = tuple(in_axes)
-    if isinstance(in_axes, tuple) and len(in_axes) < len(args) <= len(in_axes) + _defaulted_after(fn, len(in_axes)):
-        # Parameters with defaults, passed positionally when s2s stages the call (jit(vmap(f))
-        # binds every parameter): not mapped, as keyword arguments are not.
-        in_axes = in_axes + (None,) * (len(args) - len(in_axes))
     if isinstance(in_axes, tuple) and len(in_axes) != len(args):
         raise StagingError(f"vmap in_axes has {len(in_axes)} entries but {fn_name} was called with "
                            f"{len(args)} positional arguments", _AXIS_HELP)
@@ -137,9 +125,7 @@ def _split_call(fn, in_axes, axis_size, args: tuple, fn_name: str) -> _Call:
         d = _normalize(axis, aval.ndim, f"in_axes {axis} for {_describe_leaf(names, path)}")
         in_dims.append(d)
         sizes.append((_describe_leaf(names, path), aval.shape[d]))
-        s = tuple(aval.shape)
-        dtype = aval.dtype if isinstance(leaf, Tracer) else dtypes.canonicalize_dtype(aval.dtype)
-        example.append(ShapedArray(s[:d] + s[d + 1:], dtype, aval.weak_type))
+        example.append(example_aval(aval, d))
     distinct = sorted({n for _, n in sizes})
     if len(distinct) > 1:
         listed = ", ".join(f"{name} has size {n}" for name, n in sizes)
@@ -219,11 +205,23 @@ class Vmapped:
 
 
 def _staged_dims(staged: Staged, call: _Call) -> list:
-    """The batch axis of each jaxpr input: positional leaves' from the call, keyword
-    arguments' None (JAX never maps keyword arguments)."""
+    """The batch axis of each jaxpr input: positional leaves' from the call, those of
+    keyword arguments (and of defaults) None: they are shared by every example."""
     positional = list(call.in_dims)
     leaf_dims = positional + [None] * (len(staged.staged_mask) - len(positional))
     return [d for d, m in zip(leaf_dims, staged.staged_mask) if m]
+
+
+def _check_axis(axis_name, axis_size) -> None:
+    if axis_size is not None and (not isinstance(axis_size, (int, np.integer)) or isinstance(axis_size, bool)
+                                  or axis_size < 0):
+        raise StagingError(f"vmap axis_size must be a non-negative int, got {axis_size!r}",
+                           "pass the number of examples, e.g. axis_size=8")
+    try:
+        hash(axis_name)
+    except TypeError:
+        raise StagingError(f"vmap axis_name must be hashable, got {axis_name!r}",
+                           "name the axis with a string, e.g. axis_name='batch'") from None
 
 
 def vmap(fn=None, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
@@ -236,6 +234,7 @@ def vmap(fn=None, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
     try:
         _spec_tree(in_axes, "in_axes")
         _spec_tree(out_axes, "out_axes")
+        _check_axis(axis_name, axis_size)
     except S2SError as e:
         reraise_clean(e)
     return Vmapped(fn, in_axes, out_axes, axis_name, axis_size)

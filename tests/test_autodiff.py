@@ -373,6 +373,19 @@ def test_custom_vjp_with_nondiff_argnums():
     np.testing.assert_allclose(s2s.grad(lambda x: np.sum(scaled_op(2.0, x)))(np.ones(2)), [20.0, 20.0])
 
 
+def test_custom_vjp_fwd_takes_the_arguments_in_their_order_with_a_later_nondiff_argnum():
+    """fwd gets f's arguments as f does (the static `n` last); only bwd gets it first."""
+    def scaled_impl(v, u, n):
+        return v * u * n
+    scaled = s2s.custom_vjp(scaled_impl, nondiff_argnums=(2,))
+    scaled.defvjp(lambda v, u, n: (v * u * n, (u, v)),
+                  lambda n, res, g: (g * res[0] * n, g * res[1] * n))
+    v, u = np.array([1.0, 10.0, 100.0]), np.array([10.0, 20.0, 30.0])
+    grads = s2s.grad(lambda v, u: np.sum(scaled(v, u, 3)), argnums=(0, 1))(v, u)
+    np.testing.assert_allclose(grads[0], 3 * u)
+    np.testing.assert_allclose(grads[1], 3 * v)
+
+
 def test_forward_mode_of_custom_vjp_is_a_clear_error():
     with pytest.raises(s2s.S2SError, match="custom_vjp"):
         s2s.jvp(lambda x: clip_gradient(x, -1.0, 1.0), (np.ones(2),), (np.ones(2),))

@@ -469,7 +469,28 @@ ERRORS = {
                                     ("in_axes has 1 entries", "2 positional arguments")),
     "no mapped argument and no axis_size": (lambda: s2s.vmap(scale, in_axes=None)(np.ones(3), np.ones(3)),
                                             ("axis_size",)),
+    "a fractional axis_size": (lambda: s2s.vmap(scale, axis_size=2.5), ("axis_size", "2.5")),
+    "a boolean axis_size": (lambda: s2s.vmap(scale, axis_size=True), ("axis_size", "True")),
+    "a negative axis_size": (lambda: s2s.vmap(scale, axis_size=-1), ("axis_size", "-1")),
+    "an unhashable axis_name": (lambda: s2s.vmap(scale, axis_name=["i"]), ("axis_name", "hashable")),
 }
+
+
+def scaled_by_default(a, s=1.0):
+    return a * s
+
+
+def test_keyword_and_default_arguments_are_shared_wherever_vmap_is_called():
+    """Staged inside jit, another vmap or grad, a call passes every parameter: one passed
+    by keyword, or left to its default, is still shared by every example, never mapped."""
+    x, s = np.arange(9.0).reshape(3, 3), np.array([1.0, 10.0, 100.0])
+    mapped = s2s.vmap(scaled_by_default)
+    np.testing.assert_allclose(mapped(x, s=s), x * s)
+    np.testing.assert_allclose(np.asarray(s2s.jit(mapped)(x, s=s)), x * s)
+    np.testing.assert_allclose(np.asarray(s2s.jit(mapped)(x)), x)
+    np.testing.assert_allclose(s2s.vmap(mapped)(x[:, None, :]), x[:, None, :])
+    total = s2s.grad(lambda a: mapped(a, s=s).sum())(x)
+    np.testing.assert_allclose(total, np.broadcast_to(s, (3, 3)))
 
 
 def test_an_out_of_range_in_axes_gives_the_arguments_own_rank():

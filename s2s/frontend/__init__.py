@@ -274,7 +274,8 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
             else:
                 staged_leaves.append(leaf)
         staged_values = in_tree.unflatten(staged_leaves)
-        call_args, call_kwargs = _split_by_kind(signature_of(fn), dict(zip(names, staged_values)))
+        call_args, call_kwargs = _split_by_kind(signature_of(fn), dict(zip(names, staged_values)),
+                                                len(args))
         out = call_user(fn, call_args, call_kwargs)
         out_leaves, out_tree = tree_flatten(out)
         for leaf in out_leaves:
@@ -313,10 +314,15 @@ def _qualname(fn) -> str:
     return getattr(py_fn, "__qualname__", None) or _defining_function(fn).__qualname__
 
 
-def _split_by_kind(signature: inspect.Signature, call_kwargs: dict) -> tuple[list, dict]:
+def _split_by_kind(signature: inspect.Signature, call_kwargs: dict, positional_count: int
+                   ) -> tuple[list, dict]:
     """Positional and keyword arguments for parameters given by name (respecting
-    positional-only parameters and *args/**kwargs)."""
+    positional-only parameters and *args/**kwargs): the first `positional_count`, which the
+    caller passed by position, by position; the rest by name, as the caller passed them or
+    left them to their defaults. That matters to s2s transforms called while staging:
+    `vmap` maps positional arguments only, `grad`'s argnums count them."""
     args, kwargs = [], {}
+    position = 0
     for p in signature.parameters.values():
         if p.name not in call_kwargs:
             continue
@@ -325,10 +331,13 @@ def _split_by_kind(signature: inspect.Signature, call_kwargs: dict) -> tuple[lis
             args.extend(value)
         elif p.kind is p.VAR_KEYWORD:
             kwargs.update(value)
-        elif p.kind is p.POSITIONAL_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and not kwargs):
+        elif p.kind is p.POSITIONAL_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and not kwargs
+                                             and position < positional_count):
             args.append(value)
         else:
             kwargs[p.name] = value
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            position += 1
     return args, kwargs
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import linecache
-import marshal
 import os
+import struct
 import threading
 import types
 import weakref
@@ -90,9 +90,6 @@ def _rewritten_by_pytest(code: types.CodeType) -> bool:
     return any(n.startswith("@py") for n in code.co_varnames + code.co_names)
 
 
-_NO_REFERENCES = 2   # the marshal format version without back-references
-
-
 def _same_code(running: types.CodeType, compiled: types.CodeType) -> bool:
     """Whether the code Python runs is what the file's text compiles to: the same
     instructions, constants (nested functions compared the same way) and names. Line
@@ -114,12 +111,28 @@ def _same_code(running: types.CodeType, compiled: types.CodeType) -> bool:
         return False
     if loose:
         return True
-    # marshal writes each constant exactly (-0.0 and 0.0, nan, 1 and True differ); in its
-    # version 2, without back-references, whose use depends on how many references to a
-    # constant exist (a nested tuple compiled twice marshals differently in version 3+).
-    values = [marshal.dumps(c, _NO_REFERENCES) for c in running.co_consts if not isinstance(c, types.CodeType)]
-    return values == [marshal.dumps(c, _NO_REFERENCES) for c in compiled.co_consts
-                      if not isinstance(c, types.CodeType)]
+    values = [_constant_key(c) for c in running.co_consts if not isinstance(c, types.CodeType)]
+    return values == [_constant_key(c) for c in compiled.co_consts if not isinstance(c, types.CodeType)]
+
+
+def _constant_key(constant):
+    """A code constant as a value equal to another's exactly when the constants are the
+    same: type and value, floats by their bits (-0.0 is not 0.0, nan is nan, 1 is not 1.0
+    nor True), tuples, frozensets and slices element by element. (marshal's bytes are not
+    such a key: its newer formats write a tuple differently when something else refers to
+    it, and its older ones cannot write a slice, which Python 3.14 keeps as a constant.)"""
+    kind = type(constant)
+    if kind is tuple:
+        return kind, tuple(map(_constant_key, constant))
+    if kind is frozenset:
+        return kind, frozenset(map(_constant_key, constant))
+    if kind is slice:
+        return kind, _constant_key(constant.start), _constant_key(constant.stop), _constant_key(constant.step)
+    if kind is float:
+        return kind, struct.pack("<d", constant)
+    if kind is complex:
+        return kind, struct.pack("<dd", constant.real, constant.imag)
+    return kind, constant
 
 
 def _stale_source_error(fn, filename: str) -> StaleSourceError:

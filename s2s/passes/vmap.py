@@ -114,6 +114,14 @@ def batched_axis(axis: int, dim: int) -> int:
     return axis + (axis >= dim)
 
 
+def example_aval(aval: ShapedArray, dim: int | None) -> ShapedArray:
+    """One example's type of a value batched at `dim` (the value's own when unbatched)."""
+    if dim is None:
+        return aval
+    s = tuple(aval.shape)
+    return ShapedArray(s[:dim] + s[dim + 1:], aval.dtype, aval.weak_type)
+
+
 def batched_aval(aval: ShapedArray, dim: int | None, size: int) -> ShapedArray:
     if dim is None:
         return aval

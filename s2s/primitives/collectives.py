@@ -43,7 +43,7 @@ from s2s.errors import ShapeError, StagingError
 from s2s.passes import jvp as _jvp, transpose as _transpose, vmap as _vmap
 from s2s.passes.tangents import Zero, instantiate, tangent_aval
 from s2s.primitives import ops
-from s2s.staging import PRIMITIVES, Primitive
+from s2s.staging import Primitive
 
 
 def _names(axes) -> tuple:
@@ -197,7 +197,7 @@ _transpose.register(all_gather, _transpose.skip_zero(_all_gather_transpose))
 def _times(x, n: int):
     """`x` * n in `x`'s own dtype (`x` staged, a literal or a constant)."""
     dtype = x.aval.dtype if hasattr(x, "aval") else np.asarray(x).dtype
-    return PRIMITIVES["mul"].bind(x, ops.literal(n, dtype))
+    return ops.mul(x, ops.literal(n, dtype))
 
 
 def _around(axes, name):
@@ -209,7 +209,7 @@ def _around(axes, name):
     return axes[:k], axes[k + 1:]
 
 
-def _reducing_rule(prim: Primitive, reduce_batch: str, reduce_copies):
+def _reducing_rule(prim: Primitive, reduce_batch, reduce_copies):
     """psum/pmax/pmin: over the mapped axis, the batch reduced (`reduce_copies(x, size)`
     for an unbatched operand, every example holding the same value); the result is the same
     for every example, so it is unbatched."""
@@ -218,7 +218,7 @@ def _reducing_rule(prim: Primitive, reduce_batch: str, reduce_copies):
         split = _around(axes, axis.name)
         if split is None:
             return prim.bind(x, axes=axes), d
-        y = reduce_copies(x, axis.size) if d is None else PRIMITIVES[reduce_batch].bind(x, axes=(d,))
+        y = reduce_copies(x, axis.size) if d is None else reduce_batch(x, (d,))
         rest = split[0] + split[1]
         return (prim.bind(y, axes=rest) if rest else y), None
     return rule
@@ -277,8 +277,8 @@ def _axis_index_rule(axis, args, dims, *, axes):
     return index, 0
 
 
-_vmap.register(psum, _reducing_rule(psum, "reduce_sum", _times), reads_axis=True)
-_vmap.register(pmax, _reducing_rule(pmax, "reduce_max", lambda x, size: x), reads_axis=True)
-_vmap.register(pmin, _reducing_rule(pmin, "reduce_min", lambda x, size: x), reads_axis=True)
+_vmap.register(psum, _reducing_rule(psum, ops.reduce_sum, _times), reads_axis=True)
+_vmap.register(pmax, _reducing_rule(pmax, ops.reduce_max, lambda x, size: x), reads_axis=True)
+_vmap.register(pmin, _reducing_rule(pmin, ops.reduce_min, lambda x, size: x), reads_axis=True)
 _vmap.register(all_gather, _all_gather_rule, reads_axis=True)
 _vmap.register(axis_index, _axis_index_rule, reads_axis=True)

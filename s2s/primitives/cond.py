@@ -29,7 +29,7 @@ from s2s.passes.vmap import batch_eqns, batch_jaxpr, batched_aval, move_axis, to
 from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import (constant_free, differentiable_mask, nonzero_mask, per_example_mask,
                                                 prune_body, same_types, type_list, write_assignment)
-from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, inline_jaxpr
+from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 
 def _cond_abstract(index, *operands, branches):
@@ -284,7 +284,7 @@ def _cond_batch(axis, args, dims, *, branches):
         picks = [index]
     else:
         last = ops.literal(len(branches) - 1, index.aval.dtype)
-        clamped = PRIMITIVES["clamp"].bind(ops.literal(0, index.aval.dtype), index, last)
+        clamped = ops.clamp(ops.literal(0, index.aval.dtype), index, last)
         picks = [ops.eq(clamped, ops.literal(k, index.aval.dtype)) for k in range(1, len(branches))]
     outs = []
     for k, (want, aval) in enumerate(zip(out_dims, branches[0].out_avals)):

@@ -19,7 +19,7 @@ still differentiated by the user's rules.
 """
 from __future__ import annotations
 
-from s2s.core import Literal, ShapedArray, aval_of_value, eval_jaxpr
+from s2s.core import eval_jaxpr
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import register as _register_python
 from s2s.errors import StagingError
@@ -27,7 +27,7 @@ from s2s.passes import inline as _inline, jvp as _jvp, transpose as _transpose, 
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.vmap import ANYWHERE, batch_jaxpr, batched_aval, to_dim
 from s2s.primitives import ops
-from s2s.staging import JaxprBuilder, Primitive, Tracer, inline_jaxpr
+from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 
 def call_abstract(*avals, call, **params):
@@ -163,7 +163,7 @@ class BatchedCallSite:
 
         def fwd(*args):
             outs, residuals = self.site.apply_fwd(list(args))
-            self.residual_avals = [_aval(r) for r in residuals]
+            self.residual_avals = [_vmap.aval_of(r) for r in residuals]
             return list(outs) + list(residuals)
         outs, dims = _batched_apply(fwd, self.in_avals, list(primals), self.in_dims, self.axis, self.out_dims)
         self.residual_dims = dims[n_out:]
@@ -211,24 +211,12 @@ def _call_batch(primitive: Primitive):
 def _lin_batch(axis, args, dims, *, rule, num_residuals, out_avals):
     """A custom_vjp_lin with every output batched at 0; its transpose runs the user's
     backward rule per example through a `BatchedCallSite`."""
-    example_avals = [_example_aval(_aval(x), d) for x, d in zip(args, dims)]
+    example_avals = [_vmap.example_aval(_vmap.aval_of(x), d) for x, d in zip(args, dims)]
     out_dims = [0] * len(out_avals)
     site = BatchedCallSite(rule, axis, example_avals[num_residuals:], dims[num_residuals:], out_avals, out_dims)
     site.residual_avals, site.residual_dims = example_avals[:num_residuals], list(dims[:num_residuals])
     batched_out = tuple(batched_aval(a, 0, axis.size) for a in out_avals)
     return custom_vjp_lin.bind(*args, rule=site, num_residuals=num_residuals, out_avals=batched_out), out_dims
-
-
-def _aval(x) -> ShapedArray:
-    """The type of a value a user's rule returns: staged, or a constant (a residual `2.0`)."""
-    return x.aval if isinstance(x, (Tracer, Literal)) else aval_of_value(x)
-
-
-def _example_aval(aval: ShapedArray, dim) -> ShapedArray:
-    """One example's type of a value batched at `dim`."""
-    if dim is None:
-        return aval
-    return ShapedArray(aval.shape[:dim] + aval.shape[dim + 1:], aval.dtype, aval.weak_type)
 
 
 _call_batch(custom_jvp_call)

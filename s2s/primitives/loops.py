@@ -44,7 +44,7 @@ from s2s.primitives.cond import cond
 from s2s.primitives.control_flow_bodies import (batched_carry_dims, closure_convert, constant_free,
                                                 differentiable_mask, nonzero_mask, per_example_mask, prune_body,
                                                 same_types, type_list, write_assignment)
-from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, inline_jaxpr
+from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 
 # ---------------------------------------------------------------------------------------
@@ -820,7 +820,7 @@ def _any_holds(batched_cond: ClosedJaxpr, pred_dim: int) -> ClosedJaxpr:
     with JaxprBuilder() as builder:
         args = [builder.new_arg(a, v.hint) for a, v in zip(batched_cond.in_avals, batched_cond.jaxpr.invars)]
         (pred,) = inline_jaxpr(batched_cond, args)
-        return builder.build([PRIMITIVES["reduce_or"].bind(pred, axes=(pred_dim,))])
+        return builder.build([ops.reduce_or(pred, (pred_dim,))])
 
 
 def _masked_step(batched_cond: ClosedJaxpr, batched_body: ClosedJaxpr, cond_nconsts: int,

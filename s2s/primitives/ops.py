@@ -132,7 +132,7 @@ exp, sqrt = _unary("exp"), _unary("sqrt")
 sin, cos, sinh, cosh = _unary("sin"), _unary("cos"), _unary("sinh"), _unary("cosh")
 floor, ceil = _unary("floor"), _unary("ceil")
 log, sign, abs_ = _unary("log"), _unary("sign"), _unary("abs")
-add, sub, and_ = _binary("add"), _binary("sub"), _binary("and")
+add, sub, mul, and_ = _binary("add"), _binary("sub"), _binary("mul"), _binary("and")
 eq, ne, lt, le, ge = (_binary(n) for n in ("eq", "ne", "lt", "le", "ge"))
 
 
@@ -264,6 +264,21 @@ def triu(x, k: int = 0):
 def reduce_sum(x, axes):
     """The sum of `x` over `axes` (dtype preserved)."""
     return _bind("reduce_sum", x, axes=_ints(axes))
+
+
+def reduce_max(x, axes):
+    """The largest element of `x` over `axes`."""
+    return _bind("reduce_max", x, axes=_ints(axes))
+
+
+def reduce_min(x, axes):
+    """The smallest element of `x` over `axes`."""
+    return _bind("reduce_min", x, axes=_ints(axes))
+
+
+def reduce_or(x, axes):
+    """Whether any element of the boolean `x` over `axes` holds."""
+    return _bind("reduce_or", x, axes=_ints(axes))
 
 
 def reduce_prod(x, axes):

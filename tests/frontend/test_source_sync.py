@@ -278,3 +278,14 @@ def test_nested_tuple_constants_compare_equal_whatever_refers_to_them():
     widths = next(c for c in running.co_consts if isinstance(c, tuple))
     extra_references = list(widths) * 2   # what the running module's objects add
     assert source_module._same_code(running, compiled), extra_references
+
+
+@pytest.mark.parametrize("first, second, same", [
+    (0.0, -0.0, False), (1, True, False), (1, 1.0, False), (float("nan"), float("nan"), True),
+    (((1, 0), (0, 2)), ((1, 0), (0, 2)), True), (((1, 0),), ((1.0, 0),), False),
+    (slice(1, 3), slice(1, 3), True), (slice(1, 3), slice(1, 3, 1), False),
+    (frozenset({1, 2}), frozenset({2, 1}), True), ("a", "a", True), (None, None, True),
+])
+def test_constants_compare_by_type_and_exact_value(first, second, same):
+    """Slices too (Python 3.14 keeps `x[1:3]`'s slice as a constant)."""
+    assert (source_module._constant_key(first) == source_module._constant_key(second)) is same
