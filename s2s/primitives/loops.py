@@ -443,7 +443,42 @@ _hlo.register(scan, _lower_scan)
 # Reverse mode. Partial evaluation splits a scan into a known scan (the forward pass, which
 # also returns the residuals each iteration needs, stacked) and an unknown scan over the
 # tangents; transposing that one gives a scan running the other way. Loop-invariant
-# residuals are passed once, not stacked. A bounded while loop splits as a scan.
+# residuals are passed once, not stacked: the known body's equations that read only its
+# known constants are hoisted out of the loop first (computed once, before it), so what
+# they compute becomes a constant too. A bounded while loop splits as a scan.
+
+
+def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], ClosedJaxpr, list[Var]]:
+    """Loop-invariant code motion: the equations of `body` that read only literals and the
+    inputs given an outer value in `outer` (None for an input that changes per step), and
+    equations computed from those, are moved out. Returns the moved equations, written on
+    the outer values; `body` without them, taking the moved values it still reads as new
+    leading inputs; and those values outside, in the same order. Every primitive is pure,
+    so an equation moved out computes what each step computed; a loop of no steps computes
+    it once for nothing.
+
+    This is what keeps reverse mode from stacking a value per step that is the same at
+    every step (`X.T` in a gradient-descent loop): once moved out, it is one of the loop's
+    constants, saved once. A nested loop moves its own invariant equations into the
+    enclosing body first, so they move on out of every loop they do not depend on."""
+    jaxpr = body.jaxpr
+    outside = {v: o for v, o in zip(jaxpr.invars, outer) if o is not None}
+    hoisted, kept, computed = [], [], []
+    for eqn in jaxpr.eqns:
+        if all(isinstance(v, Literal) or v in outside for v in eqn.invars):
+            outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
+            outside.update(zip(eqn.outvars, outvars))
+            computed.extend(eqn.outvars)
+            hoisted.append(JaxprEqn(eqn.primitive, [outside.get(v, v) for v in eqn.invars], outvars,
+                                    eqn.params, eqn.source_info))
+        else:
+            kept.append(eqn)
+    if not hoisted:
+        return [], body, []
+    read = {v for e in kept for v in e.invars if isinstance(v, Var)} | set(jaxpr.outvars)
+    moved = [v for v in computed if v in read]
+    rest = Jaxpr(jaxpr.constvars, moved + list(jaxpr.invars), jaxpr.outvars, kept)
+    return hoisted, ClosedJaxpr(rest, body.consts), [outside[v] for v in moved]
 
 
 def _scan_partial_eval(eqn, unknown_ins):
@@ -459,18 +494,24 @@ def _scan_partial_eval(eqn, unknown_ins):
         carry_uk = updated
     ys_uk = pe.out_unknowns[n_carry:]
     body_invars = jaxpr.jaxpr.invars
-    known_body = pe.known.jaxpr
-    residuals = known_body.outvars[len(known_body.outvars) - pe.num_residuals:]
+    outer_of = dict(zip(body_invars, eqn.invars))
     known_consts = [v for v, u in zip(body_invars[:n_consts], consts_uk) if not u]
+    n_known_in = len(pe.known.jaxpr.invars)
+    hoisted, known_closed, hoisted_outer = hoist_invariant(
+        pe.known, [outer_of[v] for v in known_consts] + [None] * (n_known_in - len(known_consts)))
+    known_body = known_closed.jaxpr
+    known_consts = known_body.invars[:len(hoisted_outer)] + known_consts
+    outer_of.update(zip(known_body.invars, hoisted_outer))
+    residuals = known_body.outvars[len(known_body.outvars) - pe.num_residuals:]
     # Residuals that are the body's known constants do not change between iterations.
     invariant = [r for r in residuals if r in known_consts]
     stacked = [r for r in residuals if r not in known_consts]
-    outer_of = dict(zip(body_invars, eqn.invars))
     known_outs = [v for v, u in zip(eqn.outvars, carry_uk + ys_uk) if not u]
     stacked_vars = [Var(ShapedArray((length,) + r.aval.shape, r.aval.dtype)) for r in stacked]
     known_jaxpr = ClosedJaxpr(Jaxpr([], known_body.invars, known_body.outvars[:len(known_outs)] + stacked,
-                                    known_body.eqns), pe.known.consts)
-    known_eqn = JaxprEqn(scan, [v for v, u in zip(eqn.invars, consts_uk + carry_uk + xs_uk) if not u],
+                                    known_body.eqns), known_closed.consts)
+    known_eqn = JaxprEqn(scan, hoisted_outer
+                         + [v for v, u in zip(eqn.invars, consts_uk + carry_uk + xs_uk) if not u],
                          known_outs + stacked_vars,
                          dict(p, jaxpr=known_jaxpr, num_consts=len(known_consts),
                               num_carry=n_carry - sum(carry_uk)), eqn.source_info)
@@ -493,7 +534,7 @@ def _scan_partial_eval(eqn, unknown_ins):
         [v for v, u in zip(eqn.outvars, carry_uk + ys_uk) if u],
         dict(p, jaxpr=unknown_body, num_consts=len(invariant) + n_uk_consts, num_carry=n_uk_carry),
         eqn.source_info)
-    return [known_eqn], [unknown_eqn], carry_uk + ys_uk
+    return hoisted + [known_eqn], [unknown_eqn], carry_uk + ys_uk
 
 
 def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, unroll):
