@@ -11,7 +11,8 @@ split too) are split into a known and an unknown equation instead:
 
     rule(eqn, unknown_inputs) -> (known_eqns, unknown_eqns, unknown_outputs)
 
-where the unknown equations may read new variables the known ones define. Equations a
+where the unknown equations may read new variables the known ones define, and every
+variable the unknown equations define is unknown. Equations a
 rule makes without a source line get `eqn`'s: both halves compute what it did.
 
 Residuals are exactly the known values that unknown equations (or unknown
@@ -64,6 +65,9 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
             known_eqns.extend(known_part)
             unknown_eqns.extend(unknown_part)
             unknown_vars.update(v for v, u in zip(eqn.outvars, unknown_outs) if u)
+            # What the unknown half defines on the way (a loop's hoisted tangent equations)
+            # lives on the unknown side too: it is no residual.
+            unknown_vars.update(v for part in unknown_part for v in part.outvars)
         elif any(unknown_ins):
             unknown_eqns.append(eqn)
             unknown_vars.update(eqn.outvars)

@@ -507,7 +507,7 @@ def _scan_partial_eval(eqn, unknown_ins):
     invariant = [r for r in residuals if r in known_consts]
     stacked = [r for r in residuals if r not in known_consts]
     known_outs = [v for v, u in zip(eqn.outvars, carry_uk + ys_uk) if not u]
-    stacked_vars = [Var(ShapedArray((length,) + r.aval.shape, r.aval.dtype)) for r in stacked]
+    stacked_vars = [Var(ShapedArray((length,) + r.aval.shape, r.aval.dtype), r.hint) for r in stacked]
     known_jaxpr = ClosedJaxpr(Jaxpr([], known_body.invars, known_body.outvars[:len(known_outs)] + stacked,
                                     known_body.eqns), known_closed.consts)
     known_eqn = JaxprEqn(scan, hoisted_outer
@@ -526,15 +526,29 @@ def _scan_partial_eval(eqn, unknown_ins):
              + list(range(n_res + n_uk_consts + n_uk_carry, len(unknown_body.jaxpr.invars))))
     unknown_body = permute(unknown_body, order, list(range(len(unknown_body.jaxpr.outvars))))
     consts_in, carry_in, xs_in = _scan_split(list(eqn.invars), n_consts, n_carry)
+    unknown_consts = [outer_of[r] for r in invariant] + [v for v, u in zip(consts_in, consts_uk) if u]
+    # The tangent side has invariant equations too (the tangent of `W.T` is `dW.T` at every
+    # step): moved out, their transposes run once on the summed cotangent, not per step.
+    uk_hoisted, unknown_body, uk_hoisted_outer = hoist_invariant(
+        unknown_body, unknown_consts + [None] * (len(unknown_body.jaxpr.invars) - len(unknown_consts)))
+    # What reads no unknown value (zeros, a function of residuals) is computed with the known.
+    tangent = {v for v, u in zip(consts_in, consts_uk) if u}
+    for e in uk_hoisted:
+        if any(v in tangent for v in e.invars if isinstance(v, Var)):
+            tangent.update(e.outvars)
     unknown_eqn = JaxprEqn(
         scan,
-        [outer_of[r] for r in invariant] + [v for v, u in zip(consts_in, consts_uk) if u]
+        uk_hoisted_outer + unknown_consts
         + [v for v, u in zip(carry_in, carry_uk) if u] + stacked_vars
         + [v for v, u in zip(xs_in, xs_uk) if u],
         [v for v, u in zip(eqn.outvars, carry_uk + ys_uk) if u],
-        dict(p, jaxpr=unknown_body, num_consts=len(invariant) + n_uk_consts, num_carry=n_uk_carry),
+        dict(p, jaxpr=unknown_body, num_consts=len(uk_hoisted_outer) + len(unknown_consts), num_carry=n_uk_carry),
         eqn.source_info)
-    return hoisted + [known_eqn], [unknown_eqn], carry_uk + ys_uk
+    # Constants only the moved equations read are no longer passed in.
+    known_eqn = _scan_dce(known_eqn, [True] * len(known_eqn.outvars))
+    unknown_eqn = _scan_dce(unknown_eqn, [True] * len(unknown_eqn.outvars))
+    return (hoisted + [known_eqn] + [e for e in uk_hoisted if e.outvars[0] not in tangent],
+            [e for e in uk_hoisted if e.outvars[0] in tangent] + [unknown_eqn], carry_uk + ys_uk)
 
 
 def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, unroll):
