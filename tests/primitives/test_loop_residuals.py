@@ -1,0 +1,175 @@
+"""What reverse mode of a loop saves for its backward pass (issue 19): per step exactly the
+values that depend on the carry or on the scanned inputs, stacked; a value that is the same
+at every step (`X.T` in a gradient-descent loop, the keys and values of attention over a
+fixed context) computed once before the loop and saved once. Asserted on the gradient's
+jaxpr (names and shapes of what the forward scan hands the backward scan), with gradients
+checked against autograd and jax in float64."""
+import autograd
+import autograd.numpy as anp
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import s2s
+from s2s.core import ClosedJaxpr
+from s2s.primitives.loops import scan
+from tests.helpers import with_numpy
+
+
+def logistic_training(w, X, y):
+    for step in range(50):
+        p = 1 / (1 + np.exp(-(X @ w)))
+        w = w - 0.1 * (X.T @ (p - y)) / X.shape[0]
+    return (w * w).sum()
+
+
+def rnn(W, h, xs):
+    for t in range(xs.shape[0]):
+        h = np.tanh(W @ h + xs[t])
+    return (h * h).sum()
+
+
+def attention_loop(Wq, X, Wk, Wv, h):
+    for step in range(8):
+        q = h @ Wq
+        k = X @ Wk
+        v = X @ Wv
+        s = k @ q / np.sqrt(q.shape[0])
+        a = np.exp(s - s.max())
+        a = a / a.sum()
+        h = np.tanh(h + a @ v)
+    return (h * h).sum()
+
+
+def rnn_transposed(W, h, xs):
+    for t in range(xs.shape[0]):
+        h = np.tanh(h @ W.T + xs[t])
+    return h
+
+
+def rnn_in_training_loop(W, h, xs):
+    for epoch in range(3):
+        h = rnn_transposed(W, h, xs) * 0.5
+    return (h * h).sum()
+
+
+def saved(closed: ClosedJaxpr):
+    """(per step, once): (name, shape of one step) of each stacked value the forward scan
+    hands the backward scan, and (name, shape) of each value the backward scan reads whole
+    (its non-linear constants)."""
+    loops = [e for e in closed.jaxpr.eqns if e.primitive is scan]
+    (forward,) = [e for e in loops if not e.params["reverse"]]
+    (backward,) = [e for e in loops if e.params["reverse"]]
+    read = set(backward.invars)
+    per_step = [(v.hint, v.aval.shape[1:]) for v in forward.outvars[forward.params["num_carry"]:] if v in read]
+    once = [(getattr(v, "hint", None), v.aval.shape) for v in backward.invars[:backward.params["num_consts"]]]
+    return per_step, once
+
+
+def all_shapes(closed: ClosedJaxpr) -> set:
+    """The shape of every variable of `closed`, loop bodies included."""
+    shapes = set()
+    for eqn in closed.jaxpr.eqns:
+        shapes.update(v.aval.shape for v in eqn.outvars)
+        for param in eqn.params.values():
+            for body in param if isinstance(param, tuple) else (param,):
+                if isinstance(body, ClosedJaxpr):
+                    shapes |= all_shapes(body)
+    return shapes
+
+
+def producer(closed: ClosedJaxpr, var):
+    return next(e for e in closed.jaxpr.eqns if var in e.outvars)
+
+
+def primitives_inside_loops(closed: ClosedJaxpr) -> list[str]:
+    """The primitive names of every equation in a loop body, at any depth."""
+    names = []
+    for eqn in closed.jaxpr.eqns:
+        if eqn.primitive is scan:
+            body = eqn.params["jaxpr"]
+            names += [e.primitive.name for e in body.jaxpr.eqns] + primitives_inside_loops(body)
+    return names
+
+
+def assert_grads_equal(got, expected):
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_a_training_loop_saves_X_transposed_once():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 50))
+    y = (rng.random(200) > 0.5).astype(np.float64)
+    w = rng.standard_normal(50) * 0.1
+    closed = s2s.make_jaxpr(s2s.grad(logistic_training))(w, X, y)
+    per_step, once = saved(closed)
+    # Carry-dependent, one row of 200 per step each: exp(-X @ w), 1 + that, and p.
+    assert sorted(per_step, key=str) == sorted([(None, (200,)), ("p", (200,)), (None, (200,))], key=str)
+    assert once == [("X", (200, 50)), (None, (50, 200))]
+    (backward,) = [e for e in closed.jaxpr.eqns if e.primitive is scan and e.params["reverse"]]
+    X_T = backward.invars[1]
+    assert producer(closed, X_T).primitive.name == "transpose"   # outside both loops
+    assert "transpose" not in primitives_inside_loops(closed)
+    assert (50, 50, 200) not in all_shapes(closed)   # X.T stacked per step, before
+    for argnums in [0, (0, 1)]:
+        assert_grads_equal(s2s.grad(logistic_training, argnums=argnums)(w, X, y),
+                           jax.grad(with_numpy(logistic_training, jnp), argnums=argnums)(w, X, y))
+
+
+def test_an_rnn_of_1000_steps_saves_per_step_only_what_depends_on_the_hidden_state():
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((8, 8)) / np.sqrt(8)
+    h = rng.standard_normal(8)
+    xs = rng.standard_normal((1000, 8))
+    closed = s2s.make_jaxpr(s2s.grad(rnn, argnums=(0, 1, 2)))(W, h, xs)
+    per_step, once = saved(closed)
+    # The state going in (for dW), the derivative of the tanh coming out, and the step's
+    # index into xs (for xs's cotangent: it depends on the step counter, a scanned input).
+    assert sorted(per_step, key=str) == sorted([("h", (8,)), (None, (8,)), (None, ())], key=str)
+    assert once == [("W", (8, 8))]
+    assert not any(len(s) == 3 for s in all_shapes(closed))
+    assert_grads_equal(s2s.grad(rnn, argnums=(0, 1, 2))(W, h, xs),
+                       autograd.grad(with_numpy(rnn, anp), argnum=(0, 1, 2))(W, h, xs))
+
+
+def test_attention_in_a_loop_computes_keys_and_values_once():
+    rng = np.random.default_rng(2)
+    Wq, Wk, Wv = (rng.standard_normal((5, 5)) for _ in range(3))
+    X = rng.standard_normal((7, 5))
+    h = rng.standard_normal(5)
+    argnums = (0, 1, 2, 3, 4)
+    closed = s2s.make_jaxpr(s2s.grad(attention_loop, argnums=argnums))(Wq, X, Wk, Wv, h)
+    per_step, once = saved(closed)
+    # All depend on h: h and q (for the weights' gradients), the softmax's pieces, tanh'.
+    assert sorted(per_step, key=str) == sorted(
+        [("h", (5,)), ("q", (5,)), (None, (7,)), (None, ()), ("a", (7,)), (None, ()), ("a", (7,)),
+         (None, (5,))], key=str)
+    assert sorted(once, key=str) == sorted([("Wq", (5, 5)), ("k", (7, 5)), ("v", (7, 5))], key=str)
+    (backward,) = [e for e in closed.jaxpr.eqns if e.primitive is scan and e.params["reverse"]]
+    for value in backward.invars[:backward.params["num_consts"]]:
+        if value.hint in ("k", "v"):   # X @ Wk, X @ Wv: before the loop, once
+            assert producer(closed, value).primitive.name == "dot_general"
+    assert not any(len(s) == 3 for s in all_shapes(closed))   # no (8, 7, 5): k or v per step
+    assert_grads_equal(s2s.grad(attention_loop, argnums=argnums)(Wq, X, Wk, Wv, h),
+                       jax.grad(with_numpy(attention_loop, jnp), argnums=argnums)(Wq, X, Wk, Wv, h))
+
+
+def test_an_rnn_in_a_training_loop_moves_W_transposed_out_of_both_loops():
+    """The inner loop moves `W.T` into the outer body; the outer loop moves it on out. The
+    tangent `dW.T` moves out the same way, so the backward pass transposes the summed
+    cotangent of `W.T` once instead of once per inner step."""
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((6, 6)) / np.sqrt(6)
+    h = rng.standard_normal(6)
+    xs = rng.standard_normal((20, 6))
+    closed = s2s.make_jaxpr(s2s.grad(rnn_in_training_loop, argnums=(0, 1, 2)))(W, h, xs)
+    top = [e.primitive.name for e in closed.jaxpr.eqns]
+    assert top.count("transpose") == 2   # W.T before the loops, the cotangent's after them
+    assert "transpose" not in primitives_inside_loops(closed)
+    per_step, once = saved(closed)
+    assert once == [(None, (6, 6))]   # W.T, whole
+    assert {s for _, s in per_step} == {(20, 6), (20,)}   # h and tanh' per inner step; xs's index
+    assert not any(s[-2:] == (6, 6) and len(s) > 2 for s in all_shapes(closed))
+    assert_grads_equal(s2s.grad(rnn_in_training_loop, argnums=(0, 1, 2))(W, h, xs),
+                       autograd.grad(with_numpy(rnn_in_training_loop, anp), argnum=(0, 1, 2))(W, h, xs))
