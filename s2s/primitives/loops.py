@@ -551,6 +551,22 @@ def _scan_partial_eval(eqn, unknown_ins):
             [e for e in uk_hoisted if e.outvars[0] in tangent] + [unknown_eqn], carry_uk + ys_uk)
 
 
+def saved_by_loops(closed: ClosedJaxpr) -> tuple[list[Var], list[Var]]:
+    """What the loops of a reverse-mode jaxpr (`make_jaxpr(grad(f))`) keep for their
+    backward pass, as jax's `print_saved_residuals` tells for a whole function: (per step,
+    once), the forward scans' stacked outputs that the backward (reversed) scans read, and
+    the values the backward scans read whole (their non-linear constants). Top-level loops
+    only; a nested loop's residuals are stacked in its enclosing loop's."""
+    loops = [e for e in closed.jaxpr.eqns if e.primitive is scan]
+    read_whole, read = [], set()
+    for backward in (e for e in loops if e.params["reverse"]):
+        read.update(backward.invars)
+        read_whole += [v for v in backward.invars[:backward.params["num_consts"]] if v not in read_whole]
+    per_step = [v for forward in loops if not forward.params["reverse"]
+                for v in forward.outvars[forward.params["num_carry"]:] if v in read]
+    return per_step, read_whole
+
+
 def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, unroll):
     consts, carry, xs = _scan_split(list(args), num_consts, num_carry)
     consts_lin, xs_lin = [is_linear(c) for c in consts], [is_linear(x) for x in xs]

@@ -12,7 +12,7 @@ import numpy as np
 
 import s2s
 from s2s.core import ClosedJaxpr
-from s2s.primitives.loops import scan
+from s2s.primitives.loops import saved_by_loops, scan
 from tests.helpers import with_numpy
 
 
@@ -55,15 +55,11 @@ def rnn_in_training_loop(W, h, xs):
 
 def saved(closed: ClosedJaxpr):
     """(per step, once): (name, shape of one step) of each stacked value the forward scan
-    hands the backward scan, and (name, shape) of each value the backward scan reads whole
-    (its non-linear constants)."""
-    loops = [e for e in closed.jaxpr.eqns if e.primitive is scan]
-    (forward,) = [e for e in loops if not e.params["reverse"]]
-    (backward,) = [e for e in loops if e.params["reverse"]]
-    read = set(backward.invars)
-    per_step = [(v.hint, v.aval.shape[1:]) for v in forward.outvars[forward.params["num_carry"]:] if v in read]
-    once = [(getattr(v, "hint", None), v.aval.shape) for v in backward.invars[:backward.params["num_consts"]]]
-    return per_step, once
+    hands the backward scan, and (name, shape) of each value the backward scan reads whole."""
+    assert [e.params["reverse"] for e in closed.jaxpr.eqns if e.primitive is scan] == [False, True]
+    per_step, once = saved_by_loops(closed)
+    return ([(v.hint, v.aval.shape[1:]) for v in per_step],
+            [(getattr(v, "hint", None), v.aval.shape) for v in once])
 
 
 def all_shapes(closed: ClosedJaxpr) -> set:
