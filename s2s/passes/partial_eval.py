@@ -46,10 +46,17 @@ class PartialEval:
 
 
 def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
-                       instantiate: bool | list[bool] = False) -> PartialEval:
+                       instantiate: bool | list[bool] = False, recompute=None) -> PartialEval:
     """Splits `closed`. Outputs flagged in `instantiate` are made unknown even if known
-    (they are then passed through as residuals), so the caller gets a fixed layout."""
+    (they are then passed through as residuals), so the caller gets a fixed layout.
+
+    A known equation for which `recompute(eqn)` holds is also copied to the unknown side,
+    so what it reads is saved instead of what it computes: a loop passes the primitives
+    that cost less to redo than to store per step (a transpose of a constant). The unknown
+    jaxpr then has equations that read no unknown input; whoever transposes it computes
+    those forward first."""
     jaxpr = closed.jaxpr
+    recomputed: set[Var] = set()
     if isinstance(instantiate, bool):
         instantiate = [instantiate] * len(jaxpr.outvars)
     unknown_vars: set[Var] = {v for v, u in zip(jaxpr.invars, unknowns) if u}
@@ -63,6 +70,10 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
                 if not part.source_info.line:
                     part.source_info = eqn.source_info
             known_eqns.extend(known_part)
+            for part in known_part:
+                if recompute is not None and recompute(part):
+                    unknown_eqns.append(part)
+                    recomputed.update(part.outvars)
             unknown_eqns.extend(unknown_part)
             unknown_vars.update(v for v, u in zip(eqn.outvars, unknown_outs) if u)
             # What the unknown half defines on the way (a loop's hoisted tangent equations)
@@ -73,6 +84,9 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
             unknown_vars.update(eqn.outvars)
         else:
             known_eqns.append(eqn)
+            if recompute is not None and recompute(eqn):
+                unknown_eqns.append(eqn)
+                recomputed.update(eqn.outvars)
 
     out_unknowns = [(isinstance(v, Var) and v in unknown_vars) or inst
                     for v, inst in zip(jaxpr.outvars, instantiate)]
@@ -83,7 +97,7 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
     seen: set[Var] = set()
 
     def add_residual(v):
-        if isinstance(v, Var) and v not in unknown_vars and v not in seen:
+        if isinstance(v, Var) and v not in unknown_vars and v not in recomputed and v not in seen:
             seen.add(v)
             residuals.append(v)
 

@@ -448,6 +448,20 @@ _hlo.register(scan, _lower_scan)
 # they compute becomes a constant too. A bounded while loop splits as a scan.
 
 
+# Primitives that cost less to redo than to keep: each makes a view in NumPy (transpose,
+# reshape, expand_dims, squeeze, broadcast_in_dim) or one cheap pass that XLA fuses into
+# its consumer (neg, convert_element_type), where a saved result is a buffer of its own.
+# A loop does not move them out (XLA folds a transpose into the dot that reads it, not
+# across a loop boundary), and its reverse mode recomputes them in the backward pass from
+# what they read, saved instead.
+CHEAP = frozenset({"transpose", "broadcast_in_dim", "reshape", "convert_element_type", "neg",
+                   "expand_dims", "squeeze"})
+
+
+def _cheap(eqn: JaxprEqn) -> bool:
+    return eqn.primitive.name in CHEAP
+
+
 def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], ClosedJaxpr, list[Var]]:
     """Loop-invariant code motion: the equations of `body` that read only literals and the
     inputs given an outer value in `outer` (None for an input that changes per step), and
@@ -460,20 +474,27 @@ def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], Clo
     This is what keeps reverse mode from stacking a value per step that is the same at
     every step (`X.T` in a gradient-descent loop): once moved out, it is one of the loop's
     constants, saved once. A nested loop moves its own invariant equations into the
-    enclosing body first, so they move on out of every loop they do not depend on."""
+    enclosing body first, so they move on out of every loop they do not depend on.
+
+    A `CHEAP` equation stays in the loop too: moved out, it would be a buffer the loop
+    keeps; its copy outside serves only the invariant equations computed from it (and is
+    dropped as dead code where there are none)."""
     jaxpr = body.jaxpr
     outside = {v: o for v, o in zip(jaxpr.invars, outer) if o is not None}
     hoisted, kept, computed = [], [], []
     for eqn in jaxpr.eqns:
         if all(isinstance(v, Literal) or v in outside for v in eqn.invars):
             outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
-            outside.update(zip(eqn.outvars, outvars))
-            computed.extend(eqn.outvars)
             hoisted.append(JaxprEqn(eqn.primitive, [outside.get(v, v) for v in eqn.invars], outvars,
                                     eqn.params, eqn.source_info))
+            outside.update(zip(eqn.outvars, outvars))
+            if _cheap(eqn):
+                kept.append(eqn)
+            else:
+                computed.extend(eqn.outvars)
         else:
             kept.append(eqn)
-    if not hoisted:
+    if len(kept) == len(jaxpr.eqns):
         return [], body, []
     read = {v for e in kept for v in e.invars if isinstance(v, Var)} | set(jaxpr.outvars)
     moved = [v for v in computed if v in read]
@@ -487,7 +508,8 @@ def _scan_partial_eval(eqn, unknown_ins):
     consts_uk, carry_uk, xs_uk = _scan_split(list(unknown_ins), n_consts, n_carry)
     n_ys = len(jaxpr.jaxpr.outvars) - n_carry
     while True:   # a carry is unknown if it starts unknown or the body makes it so
-        pe = partial_eval_jaxpr(jaxpr, consts_uk + carry_uk + xs_uk, instantiate=carry_uk + [False] * n_ys)
+        pe = partial_eval_jaxpr(jaxpr, consts_uk + carry_uk + xs_uk, instantiate=carry_uk + [False] * n_ys,
+                                recompute=_cheap)
         updated = [a or b for a, b in zip(carry_uk, pe.out_unknowns[:n_carry])]
         if updated == carry_uk:
             break
@@ -579,7 +601,9 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, u
     lin_const_avals = [v.aval for v, lin in zip(body.invars[:num_consts], consts_lin) if lin]
     # body^T: (residual consts, residual x slices, ct of carry out, ct of y) ->
     #         (ct of linear consts, ct of carry in, ct of linear x slices)
-    transposed = transpose_jaxpr(jaxpr, consts_lin + [True] * num_carry + xs_lin)
+    recomputed, jaxpr = _recomputed_first(jaxpr, consts_lin + [True] * num_carry + xs_lin)
+    transposed = transpose_jaxpr(jaxpr, [False] * len(recomputed.jaxpr.outvars) + consts_lin
+                                 + [True] * num_carry + xs_lin)
     res_const_avals = [v.aval for v, lin in zip(body.invars[:num_consts], consts_lin) if not lin]
     res_x_avals = [v.aval for v, lin in zip(body.invars[num_consts + num_carry:], xs_lin) if not lin]
     with JaxprBuilder() as builder:
@@ -588,7 +612,8 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, u
         ct_c = [builder.new_arg(a) for a in carry_avals]
         res_x = [builder.new_arg(a) for a in res_x_avals]
         ct_y = [builder.new_arg(a) for a in y_avals]
-        outs = inline_jaxpr(transposed, res_consts + res_x + ct_c + ct_y)
+        again = inline_jaxpr(recomputed, res_consts + res_x)
+        outs = inline_jaxpr(transposed, again + res_consts + res_x + ct_c + ct_y)
         d_consts, d_carry, d_xs = (outs[:len(acc)], outs[len(acc):len(acc) + num_carry],
                                    outs[len(acc) + num_carry:])
         new_acc = [a + d for a, d in zip(acc, d_consts)]
@@ -612,6 +637,27 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, u
         xs_cts.append(next(it) if lin else None)
     init_cts = [ct if is_linear(c) else None for ct, c in zip(ct_init, carry)]
     return consts_cts + init_cts + xs_cts
+
+
+def _recomputed_first(closed: ClosedJaxpr, linear: list[bool]) -> tuple[ClosedJaxpr, ClosedJaxpr]:
+    """The equations of a linear body that read no linear value (those partial evaluation
+    copied to recompute, `CHEAP`), split off: (non-linear inputs -> their values still
+    read, and the rest of the body taking those values as new leading inputs), so the
+    rest is linear and transposes, and the backward step computes them forward first."""
+    jaxpr = closed.jaxpr
+    linear_vars = {v for v, lin in zip(jaxpr.invars, linear) if lin}
+    forward, rest = [], []
+    for eqn in jaxpr.eqns:
+        if any(isinstance(v, Var) and v in linear_vars for v in eqn.invars):
+            linear_vars.update(eqn.outvars)
+            rest.append(eqn)
+        else:
+            forward.append(eqn)
+    read = {v for e in rest for v in e.invars if isinstance(v, Var)} | set(jaxpr.outvars)
+    values = [v for e in forward for v in e.outvars if v in read]
+    nonlinear_in = [v for v, lin in zip(jaxpr.invars, linear) if not lin]
+    return (ClosedJaxpr(Jaxpr(jaxpr.constvars, nonlinear_in, values, forward), closed.consts),
+            ClosedJaxpr(Jaxpr(jaxpr.constvars, values + list(jaxpr.invars), jaxpr.outvars, rest), closed.consts))
 
 
 _pe.register(scan, _scan_partial_eval)
