@@ -12,7 +12,8 @@ import numpy as np
 
 import s2s
 from s2s.core import ClosedJaxpr
-from s2s.primitives.loops import saved_by_loops, scan
+from s2s.primitives.loop_reverse import saved_by_loops
+from s2s.primitives.loops import scan
 from tests.helpers import with_numpy
 
 
