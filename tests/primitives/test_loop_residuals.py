@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import s2s
-from s2s.core import ClosedJaxpr
+from s2s.core import ClosedJaxpr, eval_jaxpr
+from s2s.passes.partial_eval import partial_eval_jaxpr
 from s2s.primitives.loop_reverse import saved_by_loops
 from s2s.primitives.loops import scan
 from tests.helpers import with_numpy
@@ -170,3 +171,21 @@ def test_an_rnn_in_a_training_loop_moves_invariant_work_out_of_both_loops():
     assert not any(s[-2:] == (6, 6) and len(s) > 2 for s in all_shapes(closed))   # nothing of W per step
     assert_grads_equal(s2s.grad(rnn_in_training_loop, argnums=argnums)(W, h, xs),
                        autograd.grad(with_numpy(rnn_in_training_loop, anp), argnum=argnums)(W, h, xs))
+
+
+def test_partial_eval_saves_what_a_recomputed_equation_reads():
+    """`recompute` copies a known equation to the unknown side: the residual is then its
+    input (x), not its result (x.T), and the unknown side computes the transpose itself."""
+
+    def f(x, t):
+        return x.T * t
+    closed = s2s.make_jaxpr(f)(np.ones((2, 3)), np.ones((3, 2)))
+    plain = partial_eval_jaxpr(closed, [False, True])
+    assert [v.aval.shape for v in plain.unknown.jaxpr.invars[:plain.num_residuals]] == [(3, 2)]
+    assert "transpose" not in [e.primitive.name for e in plain.unknown.jaxpr.eqns]
+    again = partial_eval_jaxpr(closed, [False, True], recompute=lambda e: e.primitive.name == "transpose")
+    assert [v.aval.shape for v in again.unknown.jaxpr.invars[:again.num_residuals]] == [(2, 3)]
+    assert [e.primitive.name for e in again.unknown.jaxpr.eqns] == ["transpose", "mul"]
+    x, t = np.arange(6.0).reshape(2, 3), np.arange(6.0, 12.0).reshape(3, 2)
+    residuals = eval_jaxpr(again.known, x)   # f's one output is unknown: only residuals
+    np.testing.assert_array_equal(eval_jaxpr(again.unknown, *residuals, t)[0], x.T * t)
