@@ -28,7 +28,9 @@ from s2s.staging import JaxprBuilder, inline_jaxpr
 # tangents; transposing that one gives a scan running the other way. Loop-invariant
 # residuals are passed once, not stacked: the known body's equations that read only its
 # known constants are hoisted out of the loop first (computed once, before it), so what
-# they compute becomes a constant too. A bounded while loop splits as a scan.
+# they compute becomes a constant too; the tangent body's are hoisted the same way. `CHEAP`
+# equations are recomputed by the backward step instead of saved. A bounded while loop
+# splits as a scan.
 
 
 # Primitives that cost less to redo than to keep: each makes a view in NumPy (transpose,
@@ -55,8 +57,8 @@ def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], Clo
     it once for nothing.
 
     This is what keeps reverse mode from stacking a value per step that is the same at
-    every step (`X.T` in a gradient-descent loop): once moved out, it is one of the loop's
-    constants, saved once. A nested loop moves its own invariant equations into the
+    every step (the keys `X @ Wk` of attention over a fixed context): once moved out, it is
+    one of the loop's constants, saved once. A nested loop moves its own invariant equations into the
     enclosing body first, so they move on out of every loop they do not depend on.
 
     A `CHEAP` equation stays in the loop too: moved out, it would be a buffer the loop
@@ -132,8 +134,9 @@ def _scan_partial_eval(eqn, unknown_ins):
     unknown_body = permute(unknown_body, order, list(range(len(unknown_body.jaxpr.outvars))))
     consts_in, carry_in, xs_in = _scan_split(list(eqn.invars), n_consts, n_carry)
     unknown_consts = [outer_of[r] for r in invariant] + [v for v, u in zip(consts_in, consts_uk) if u]
-    # The tangent side has invariant equations too (the tangent of `W.T` is `dW.T` at every
-    # step): moved out, their transposes run once on the summed cotangent, not per step.
+    # The tangent side has invariant equations too (the tangent of `W @ c`, c fixed, is
+    # `dW @ c` at every step): moved out, their transposes run once on the summed
+    # cotangent, not per step.
     uk_hoisted, unknown_body, uk_hoisted_outer = hoist_invariant(
         unknown_body, unknown_consts + [None] * (len(unknown_body.jaxpr.invars) - len(unknown_consts)))
     # What reads no unknown value (zeros, a function of residuals) is computed with the known.
