@@ -6,7 +6,7 @@ the source was.
   staging made of it: a scanned `np.arange(n)` (a Python `for` over `range`), or a carry
   that starts at a constant and gains one per step (`lax.fori_loop`). The body reads the
   Python int `range` yields wherever that computes what the counter of its dtype would
-  (see `_reads_as_python_int`), else `np.int64(step)`.
+  (see `_python_int_values`), else `t = np.int64(step)` first.
 - A stacked output is a buffer named after the value it holds on each step: the user's
   name for the stacked values if they have one, else `p_per_step` for the body's `p` (the
   residuals reverse mode saves are such buffers), and a loop reading one back calls its row
@@ -98,15 +98,17 @@ def _spelled_as_call(eqn) -> bool:
     return re.match(r"(np|rt)\.\w+\(", text) is not None
 
 
-def _reads_as_python_int(body: Jaxpr, counter: Var, carry_out: list) -> bool:
-    """Whether the body computes the same from the Python int `range` yields as from the
-    counter's NumPy integer. It does where every value derived from the bare int meets only
-    operators and functions that type a Python scalar like the array beside it (NEP 50:
-    `t < 0`, `t + 7`, `np.where(t < 0, t + 7, t)`) or scalar conversions (`np.float64(t)`),
-    and no loop carry becomes a Python int. An operator on Python ints alone gives a Python
+def _python_int_values(body: Jaxpr, counter: Var) -> set | None:
+    """The body's values that are Python ints (or bools) when it reads the counter as the
+    Python int `range` yields, or None where that would compute something else than the
+    counter's NumPy integer does. It computes the same where every value derived from the
+    bare int meets only operators and functions that type a Python scalar like the array
+    beside it (NEP 50: `t < 0`, `t + 7`, `np.where(t < 0, t + 7, t)`, `acc + t * t`) or
+    scalar conversions (`np.float64(t)`). An operator on Python ints alone gives a Python
     int, whose readers are checked in turn; a NumPy function on them gives NumPy's default
-    integer, right for an int64 counter only. A method (`t.reshape(...)`), a nested
-    statement or a carry needs the counter's NumPy integer."""
+    integer, right for an int64 counter only. A method (`t.reshape(...)`) or a nested
+    statement needs the NumPy integer. A carry that would become a Python int is converted
+    where it is assigned (`last = np.int64(t)`)."""
     convert = PRIMITIVES["convert_element_type"]
     bare = {counter}
     for eqn in body.eqns:
@@ -117,10 +119,10 @@ def _reads_as_python_int(body: Jaxpr, counter: Var, carry_out: list) -> bool:
                 if not _spelled_as_call(eqn):
                     bare.update(eqn.outvars)
                 elif counter.aval.dtype != np.dtype(int):   # NumPy types Python ints as its default int
-                    return False
+                    return None
         elif eqn.primitive is not convert:
-            return False
-    return not any(isinstance(v, Var) and v in bare for v in carry_out)
+            return None
+    return bare
 
 
 # ---------------------------------------------------------------------------------------
@@ -178,25 +180,28 @@ def _emit_scan(block, eqn, operands, names):
                          [names[k] for k in carried])
     write_assignment(block, carry, [_typed(operands[n_consts + k], eqn.invars[n_consts + k]) for k in carried],
                      comment)
-    i = block.names.fresh(counter.hint if counter is not None and counter.hint else "step")
+    if counter_carry is not None:   # the body's `i + 1` is the loop's business now
+        body = Jaxpr(body.constvars, body.invars, [v for k, v in enumerate(body.outvars) if k != counter_carry],
+                     body.eqns)
+    bare = set() if counter is None else _python_int_values(body, counter)
+    i = block.names.fresh(counter.hint if bare and counter.hint else "step")
     steps = f"range({length})" if start == 0 else f"range({start}, {start + length})"
     header_at = len(block.lines)
     block.line(f"for {i} in {f'reversed({steps})' if p['reverse'] else steps}:{comment}")
     inner = block.nested()
     index = i if start == 0 else f"{i} - {start}"   # this step's row of the xs and ys
-    if counter_carry is not None:   # the body's `i + 1` is the loop's business now
-        body = Jaxpr(body.constvars, body.invars, [v for k, v in enumerate(body.outvars) if k != counter_carry],
-                     body.eqns)
-    step_value = None
-    if counter is not None:
-        step_value = Expr(i) if _reads_as_python_int(body, counter, body.outvars[:len(carried)]) \
-            else typed_scalar(Expr(i), counter.aval.dtype)
+    step_value = Expr(i)
+    if bare is None:   # the body computes with the counter's NumPy integer: `t = np.int64(step)`
+        step_value = inner.named(typed_scalar(step_value, counter.aval.dtype), counter.hint or "counter", comment)
+        bare = set()
     carry_exprs = iter(Expr(c) for c in carry)
     slices = [step_value if k == counting else _row(inner, x, v, index, body, comment)
               for k, (x, v) in enumerate(zip(xs, x_vars))]
     results = inner.write(body, consts + [step_value if k == counter_carry else next(carry_exprs)
                                           for k in range(n_carry)] + slices)
-    carry_results, y_results = results[:len(carried)], results[len(carried):]
+    carry_results = [typed_scalar(r, v.aval.dtype) if isinstance(v, Var) and v in bare else r
+                     for r, v in zip(results, body.outvars)][:len(carried)]
+    y_results = results[len(carried):]
     producers = {v: e for e in body.eqns for v in e.outvars}
     ys = [name or block.names.fresh(_buffer_stem(inner, outer, var, y, producers))
           for name, outer, var, y in zip(names[n_carry:], eqn.outvars[n_carry:], body.outvars[len(carried):],
