@@ -20,12 +20,20 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import Jaxpr, Literal, Var
-from s2s.emit.pyexpr import BARE_SCALAR_OK, Expr, dtype_text, python_rules, register_statement, typed_scalar
+from s2s.emit.pyexpr import (BARE_SCALAR_OK, STATEMENT_RULES, Expr, dtype_text, python_rules, register_statement,
+                             typed_scalar)
 from s2s.primitives.control_flow_bodies import write_assignment
 from s2s.primitives.loops import scan, unrolled_scan, while_loop
 from s2s.staging import PRIMITIVES
 
 PER_STEP = "_per_step"   # the suffix of a buffer holding one value per step
+
+
+def _held(expr: Expr) -> str | None:
+    """The value a per-step buffer, or a row of one, holds: `p` for `p_per_step` and for
+    `p_per_step[step]` (a loop reading it calls it that), else None."""
+    match = re.fullmatch(rf"(\w+?){PER_STEP}(_\d+)?(\[[^\]]*\])?", expr.text)
+    return match and match.group(1)
 
 
 def _carry_names(block, body_invars, outvars, given) -> list[str]:
@@ -44,8 +52,8 @@ def _emit_while(block, eqn, operands, names):
     p = eqn.params
     comment = block.comment(eqn)
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
-    cond_consts = [block.named(o, None, comment) for o in operands[:n_cond]]
-    body_consts = [block.named(o, None, comment) for o in operands[n_cond:n_cond + n_body]]
+    cond_consts = [block.named(o, _held(o), comment) for o in operands[:n_cond]]
+    body_consts = [block.named(o, _held(o), comment) for o in operands[n_cond:n_cond + n_body]]
     body_invars = p["body_jaxpr"].jaxpr.invars[n_body:]
     carry = _carry_names(block, body_invars, eqn.outvars, names)
     write_assignment(block, carry, [_typed(o, v) for o, v in zip(operands[n_cond + n_body:],
@@ -129,22 +137,23 @@ def _python_int_values(body: Jaxpr, counter: Var) -> set | None:
 # scan
 
 
-def _uses_in(body: Jaxpr, var: Var) -> int:
-    return (sum(v is var for e in body.eqns for v in e.invars)
+def _inlined_reads(body: Jaxpr, var: Var) -> int:
+    """How often `var` is read where its expression can be written in place; a statement
+    (a nested loop, an `if`) names its operands first, so a read there counts as many."""
+    return (sum(2 if e.primitive in STATEMENT_RULES else 1 for e in body.eqns for v in e.invars if v is var)
             + sum(v is var for v in body.outvars))
 
 
 def _row(block, x: Expr, var: Var, index: str, body: Jaxpr, comment: str) -> Expr:
     """The row of scanned array `x` this step reads: named by the body's name for it (`x_t`),
-    else read where it is used if that is once, else named after the buffer (`p` for a row
-    of `p_per_step`)."""
+    else written where it is read if that is once in an expression, else named after the
+    value the buffer holds (`p` for a row of `p_per_step`)."""
     row = Expr(f"{x.text}[{index}]")
     if var.hint:
         return block.named(row, var.hint, comment)
-    if _uses_in(body, var) <= 1:
+    if _inlined_reads(body, var) <= 1:
         return row
-    stem = x.text[:x.text.rindex(PER_STEP)] if PER_STEP in x.text else None
-    return block.named(row, stem, comment)
+    return block.named(row, _held(x), comment)
 
 
 def _buffer_stem(block, outer: Var, var, expr: Expr, producers: dict) -> str:
@@ -167,14 +176,14 @@ def _emit_scan(block, eqn, operands, names):
     body = p["jaxpr"].jaxpr
     comment = block.comment(eqn)
     carry_vars, x_vars = body.invars[n_consts:n_consts + n_carry], body.invars[n_consts + n_carry:]
-    consts = [block.named(o, None, comment) for o in operands[:n_consts]]
+    consts = [block.named(o, _held(o), comment) for o in operands[:n_consts]]
     # A loop over range(n) scans np.arange(n); fori_loop counts in a carry.
     counting = next((k for k, o in enumerate(operands[n_consts + n_carry:])
                      if re.fullmatch(rf"np\.arange\({length}(, dtype=np\.int(32|64))?\)", o.text)), None)
     counter_carry, start = (None, 0) if counting is not None else (_counting_carry(eqn) or (None, 0))
     counter = x_vars[counting] if counting is not None else None if counter_carry is None else carry_vars[counter_carry]
     carried = [k for k in range(n_carry) if k != counter_carry]
-    xs = [o if k == counting else block.named(o, None, comment)
+    xs = [o if k == counting else block.named(o, _held(o), comment)
           for k, o in enumerate(operands[n_consts + n_carry:])]
     carry = _carry_names(block, [carry_vars[k] for k in carried], [eqn.outvars[k] for k in carried],
                          [names[k] for k in carried])

@@ -37,6 +37,11 @@ def buffers(source: str) -> list[str]:
     return re.findall(r"^\s*(\w+) = np\.empty\(", source, re.M)
 
 
+def all_named_per_step(source: str) -> bool:
+    """Whether every buffer is named after the value it holds: `p_per_step`, `p_per_step_1`."""
+    return all(re.fullmatch(r"\w+_per_step(_\d+)?", name) for name in buffers(source))
+
+
 def train(w, X, y):
     for step in range(50):
         p = 1 / (1 + np.exp(-(X @ w)))
@@ -62,7 +67,7 @@ def test_training_loop_gradient_loops_over_range_and_names_its_residuals():
     assert any(steps == "reversed(range(50))" for _, steps in headers), source
     names = buffers(source)
     assert "p_per_step" in names, source
-    assert all(name.endswith("_per_step") for name in names), source
+    assert all_named_per_step(source), source
     assert not re.search(r"\bys(_\d+)?\b", source), source
     np.testing.assert_allclose(grad_train(w, X, y), autograd.grad(train_autograd)(w, X, y), rtol=1e-10)
 
@@ -89,7 +94,7 @@ def test_rnn_gradient_keeps_the_users_loop_variable_and_names_the_saved_states()
     # The body indexes xs with the Python int: `t < 0` and `t + 30` compute what int64 would.
     assert "np.int64(t)" not in source, source
     assert "h_per_step" in buffers(source), source
-    assert all(name.endswith("_per_step") for name in buffers(source)), source
+    assert all_named_per_step(source), source
     np.testing.assert_allclose(grad_rnn(W, xs), autograd.grad(rnn_autograd)(W, xs), rtol=1e-10)
 
 
@@ -113,7 +118,7 @@ def test_fori_loop_counter_is_the_loop_variable(lower):
 
     source, grad_emitted = emitted(s2s.grad(f), x)
     assert ("i", steps) in for_headers(source), source
-    assert all(name.endswith("_per_step") for name in buffers(source)), source
+    assert all_named_per_step(source), source
     if lower:
         assert re.search(r"\w+_per_step\[i - 3\] = ", source), source
     np.testing.assert_allclose(grad_emitted(x), jax.grad(f_jax)(x), rtol=1e-12)
@@ -184,7 +189,61 @@ def test_stacked_outputs_keep_the_users_name_and_a_reversed_scan_reads_its_rows(
         return f(h0, xs)[1].sum()
     source, grad_emitted = emitted(s2s.grad(loss), h0, xs)
     assert [steps for _, steps in for_headers(source)] == ["reversed(range(6))", "range(6)"], source
-    assert all(name.endswith("_per_step") for name in buffers(source)), source
+    assert all_named_per_step(source), source
     np.testing.assert_allclose(grad_emitted(h0, xs),
                                jax.grad(lambda h0, xs: jax.lax.scan(step_jax, h0, xs, reverse=True)[1].sum())(h0, xs),
                                rtol=1e-12)
+
+
+def rnn_in_training_loop(W, xs):
+    for epoch in range(8):
+        h = np.zeros(W.shape[0])
+        for t in range(xs.shape[0]):
+            h = np.tanh(W @ h + xs[t] * epoch)
+        W = W - 0.01 * np.outer(h, h)
+    return np.sum(W * W)
+
+
+def rnn_in_training_loop_autograd(W, xs):
+    for epoch in range(8):
+        h = anp.zeros(W.shape[0])
+        for t in range(xs.shape[0]):
+            h = anp.tanh(anp.dot(W, h) + xs[t] * epoch)
+        W = W - 0.01 * anp.outer(h, h)
+    return anp.sum(W * W)
+
+
+def test_nested_loops_gradient_names_rows_of_saved_buffers_after_their_values():
+    """The outer loop saves the inner loop's per-step buffers once per epoch
+    (`h_per_step_per_step`); the backward loop calls a row of one `h_per_step_...`, not `t`.
+    The inner loop reads the outer counter, so the outer body computes with `np.int64`."""
+    rng = np.random.default_rng(2)
+    W, xs = rng.normal(size=(4, 4)) * 0.3, rng.normal(size=(25, 4))
+    source, grad_emitted = emitted(s2s.grad(rnn_in_training_loop), W, xs)
+    headers = for_headers(source)
+    assert [steps for _, steps in headers] == ["range(8)", "range(25)", "reversed(range(8))", "reversed(range(25))"]
+    assert "epoch = np.int64(step)" in source, source
+    assert "h_per_step_per_step" in buffers(source), source
+    assert all_named_per_step(source), source
+    assert not re.search(r"\bt(_\d+)? = ", source), source
+    np.testing.assert_allclose(grad_emitted(W, xs), autograd.grad(rnn_in_training_loop_autograd)(W, xs),
+                               rtol=1e-10)
+
+
+def newton_sqrt_sum(x):
+    y = x
+    for k in range(20):
+        y = y - (y * y - x) / (2 * y)
+        if np.max(np.abs(y * y - x)) < 1e-12:
+            break
+    return np.sum(y)
+
+
+def test_bounded_loop_gradient_loops_over_range():
+    """A `for` that can `break` is a bounded while loop; reverse mode runs it as a scan of
+    masked steps, written as `for` loops over ranges too."""
+    x = np.linspace(1.0, 4.0, 3)
+    source, grad_emitted = emitted(s2s.grad(newton_sqrt_sum), x)
+    assert [steps for _, steps in for_headers(source)] == ["range(20)", "reversed(range(20))"], source
+    assert all_named_per_step(source), source
+    np.testing.assert_allclose(grad_emitted(x), 0.5 / np.sqrt(x), rtol=1e-12)
