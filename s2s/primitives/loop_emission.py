@@ -198,7 +198,7 @@ def _emit_scan(block, eqn, operands, names):
     header_at = len(block.lines)
     block.line(f"for {i} in {f'reversed({steps})' if p['reverse'] else steps}:{comment}")
     inner = block.nested()
-    index = i if start == 0 else f"{i} - {start}"   # this step's row of the xs and ys
+    index = i if start == 0 else f"{i} {'-' if start > 0 else '+'} {abs(start)}"   # this step's row of xs and ys
     step_value = Expr(i)
     if bare is None:   # the body computes with the counter's NumPy integer: `t = np.int64(step)`
         step_value = inner.named(typed_scalar(step_value, counter.aval.dtype), counter.hint or "counter", comment)
