@@ -2,15 +2,16 @@
 `loops.py`): real `while` / `for` statements around the bodies' equations, written the way
 the source was.
 
-- A loop over a step counter is `for step in range(50):`. The counter is whatever the
+- A loop over a step counter is `for step in range(50):`, with the user's name for the
+  counter, else `i` (a bounded `while_loop` counts in `step`). The counter is whatever the
   staging made of it: a scanned `np.arange(n)` (a Python `for` over `range`), or a carry
   that starts at a constant and gains one per step (`lax.fori_loop`). The body reads the
   Python int `range` yields wherever that computes what the counter of its dtype would
-  (see `_python_int_values`), else `t = np.int64(step)` first.
+  (see `_python_int_values`), else `t = np.int64(i)` first.
 - A stacked output is a buffer named after the value it holds on each step: the user's
   name for the stacked values if they have one, else `p_per_step` for the body's `p` (the
   residuals reverse mode saves are such buffers), and a loop reading one back calls its row
-  `p`, or reads `p_per_step[step]` where it is used once.
+  `p`, or reads `p_per_step[i]` where it is used once.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ PER_STEP = "_per_step"   # the suffix of a buffer holding one value per step
 
 def _held(expr: Expr) -> str | None:
     """The value a per-step buffer, or a row of one, holds: `p` for `p_per_step` and for
-    `p_per_step[step]` (a loop reading it calls it that), else None."""
+    `p_per_step[i]` (a loop reading it calls it that), else None."""
     match = re.fullmatch(rf"(\w+?){PER_STEP}(_\d+)?(\[[^\]]*\])?", expr.text)
     return match and match.group(1)
 
@@ -193,14 +194,14 @@ def _emit_scan(block, eqn, operands, names):
         body = Jaxpr(body.constvars, body.invars, [v for k, v in enumerate(body.outvars) if k != counter_carry],
                      body.eqns)
     bare = set() if counter is None else _python_int_values(body, counter)
-    i = block.names.fresh(counter.hint if bare and counter.hint else "step")
+    i = block.names.fresh(counter.hint if bare and counter.hint else "i")
     steps = f"range({length})" if start == 0 else f"range({start}, {start + length})"
     header_at = len(block.lines)
     block.line(f"for {i} in {f'reversed({steps})' if p['reverse'] else steps}:{comment}")
     inner = block.nested()
     index = i if start == 0 else f"{i} {'-' if start > 0 else '+'} {abs(start)}"   # this step's row of xs and ys
     step_value = Expr(i)
-    if bare is None:   # the body computes with the counter's NumPy integer: `t = np.int64(step)`
+    if bare is None:   # the body computes with the counter's NumPy integer: `t = np.int64(i)`
         step_value = inner.named(typed_scalar(step_value, counter.aval.dtype), counter.hint or "counter", comment)
         bare = set()
     carry_exprs = iter(Expr(c) for c in carry)

@@ -150,16 +150,16 @@ def test_counter_kept_in_a_carry_is_converted_where_it_is_assigned():
 
 
 def test_counter_read_by_a_method_is_the_numpy_integer():
-    """`t.reshape(1)` needs NumPy's integer: the loop counts in `step` and the body's `t`
-    is `np.int64(step)`."""
+    """`t.reshape(1)` needs NumPy's integer: the loop counts in `i` and the body's `t`
+    is `np.int64(i)`."""
     def f(x):
         for t in range(x.shape[0]):
             x = x + np.reshape(t, (1,)) * 2.0
         return x
     x = np.linspace(0.1, 1.0, 40)
     source, f_emitted = emitted(f, x)
-    assert for_headers(source) == [("step", "range(40)")], source
-    assert "t = np.int64(step)" in source, source
+    assert for_headers(source) == [("i", "range(40)")], source
+    assert "t = np.int64(i)" in source, source
     expected = x
     for t in np.arange(40):
         expected = expected + np.reshape(t, (1,)) * 2.0
@@ -180,7 +180,7 @@ def test_stacked_outputs_keep_the_users_name_and_a_reversed_scan_reads_its_rows(
         return h, h * 2.0
     h0, xs = np.linspace(0.1, 1.0, 4), np.linspace(-1.0, 1.0, 24).reshape(6, 4)
     source, f_emitted = emitted(f, h0, xs)
-    assert for_headers(source) == [("step", "reversed(range(6))")], source
+    assert for_headers(source) == [("i", "reversed(range(6))")], source
     assert buffers(source) == ["hs"], source
     for got, want in zip(f_emitted(h0, xs), jax.lax.scan(step_jax, h0, xs, reverse=True)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
@@ -222,7 +222,7 @@ def test_nested_loops_gradient_names_rows_of_saved_buffers_after_their_values():
     source, grad_emitted = emitted(s2s.grad(rnn_in_training_loop), W, xs)
     headers = for_headers(source)
     assert [steps for _, steps in headers] == ["range(8)", "range(25)", "reversed(range(8))", "reversed(range(25))"]
-    assert "epoch = np.int64(step)" in source, source
+    assert "epoch = np.int64(i)" in source, source
     assert "h_per_step_per_step" in buffers(source), source
     assert all_named_per_step(source), source
     assert not re.search(r"\bt(_\d+)? = ", source), source
