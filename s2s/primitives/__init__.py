@@ -3,4 +3,4 @@
 The rules are written with `ops` (the lax-level op layer, which binds primitives by name),
 so families need not import one another, and none imports the NumPy surface above them."""
 from s2s.primitives import (collectives, cond, custom_derivatives, elementwise, implicit,  # noqa: F401
-                            indexing, linalg, loops, reductions, structural)
+                            indexing, linalg, loop_emission, loops, reductions, structural)
