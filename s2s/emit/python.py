@@ -300,12 +300,18 @@ class Block:
     def temporary_name(self, eqn, var: Var) -> str:
         """A fresh name for `var`, an output of `eqn`: the source name it has (`h`), else
         its operation and the source name it derives from (`exp_shifted`)."""
-        if var.hint:
-            return self.names.fresh(var.hint)
+        return self.names.fresh(self.value_name(eqn, var))
+
+    def value_name(self, eqn, var: Var) -> str:
+        """What `var`, an output of `eqn` (None: an input), is called, not yet made unique:
+        its source name, else its operation and the source name it derives from (also the
+        stem of a buffer holding it on every loop step, `exp_shifted_per_step`)."""
+        if var.hint or eqn is None:
+            return var.hint or self.origins.get(var) or "t"
         operation = TEMP_NAMES.get(eqn.primitive, eqn.primitive.name.removeprefix("reduce_"))
         origin = self.origins.get(var)
         base = f"{operation}_{origin}" if origin else operation
-        return self.names.fresh(base[:NAME_MAX_CHARS].rstrip("_"))
+        return base[:NAME_MAX_CHARS].rstrip("_")
 
     def _note_origins(self, eqn) -> None:
         origin = next((self.origins[v] for v in eqn.invars if isinstance(v, Var) and v in self.origins), None)

@@ -18,7 +18,7 @@ from s2s.passes.transpose import is_linear, transpose_jaxpr
 from s2s.primitives import ops
 from s2s.primitives.cond import cond
 from s2s.primitives.control_flow_bodies import prune_body
-from s2s.primitives.loops import _scan_dce, _scan_split, _while_computing, permute, scan, while_loop
+from s2s.primitives.loops import _scan_split, _while_computing, permute, scan, while_loop
 from s2s.staging import JaxprBuilder, inline_jaxpr
 
 
@@ -38,9 +38,10 @@ from s2s.staging import JaxprBuilder, inline_jaxpr
 # its consumer (neg, convert_element_type), where a saved result is a buffer of its own.
 # A loop does not move them out (XLA folds a transpose into the dot that reads it, not
 # across a loop boundary), and its reverse mode recomputes them in the backward pass from
-# what they read, saved instead.
+# what they read, saved instead. `iota` too: it is a loop's counter (`np.arange(n)` scanned
+# as the steps' index), which stays beside its loop so that it reads `for t in range(n):`.
 CHEAP = frozenset({"transpose", "broadcast_in_dim", "reshape", "convert_element_type", "neg",
-                   "expand_dims", "squeeze"})
+                   "expand_dims", "squeeze", "iota"})
 
 
 def _cheap(eqn: JaxprEqn) -> bool:
@@ -114,7 +115,7 @@ def _scan_partial_eval(eqn, unknown_ins):
     invariant = [r for r in residuals if r in known_consts]
     stacked = [r for r in residuals if r not in known_consts]
     known_outs = [v for v, u in zip(eqn.outvars, carry_uk + ys_uk) if not u]
-    stacked_vars = [Var(ShapedArray((length,) + r.aval.shape, r.aval.dtype), r.hint) for r in stacked]
+    stacked_vars = [Var(ShapedArray((length,) + r.aval.shape, r.aval.dtype)) for r in stacked]
     known_jaxpr = ClosedJaxpr(Jaxpr([], known_body.invars, known_body.outvars[:len(known_outs)] + stacked,
                                     known_body.eqns), known_closed.consts)
     known_eqn = JaxprEqn(scan, hoisted_outer
@@ -152,11 +153,25 @@ def _scan_partial_eval(eqn, unknown_ins):
         [v for v, u in zip(eqn.outvars, carry_uk + ys_uk) if u],
         dict(p, jaxpr=unknown_body, num_consts=len(uk_hoisted_outer) + len(unknown_consts), num_carry=n_uk_carry),
         eqn.source_info)
-    # Constants only the moved equations read are no longer passed in.
-    known_eqn = _scan_dce(known_eqn, [True] * len(known_eqn.outvars))
-    unknown_eqn = _scan_dce(unknown_eqn, [True] * len(unknown_eqn.outvars))
+    known_eqn, unknown_eqn = _without_unread_consts(known_eqn), _without_unread_consts(unknown_eqn)
     return (hoisted + [known_eqn] + [e for e in uk_hoisted if e.outvars[0] not in tangent],
             [e for e in uk_hoisted if e.outvars[0] in tangent] + [unknown_eqn], carry_uk + ys_uk)
+
+
+def _without_unread_consts(eqn: JaxprEqn) -> JaxprEqn:
+    """The scan `eqn` no longer passed the constants its body stopped reading when their
+    readers moved out. Scanned inputs stay, read or not: an unread counter is still the
+    user's loop variable (`for step in range(50):`)."""
+    p = eqn.params
+    body, n_consts = p["jaxpr"].jaxpr, p["num_consts"]
+    read = {v for e in body.eqns for v in e.invars if isinstance(v, Var)} | set(body.outvars)
+    keep = [v in read for v in body.invars[:n_consts]] + [True] * (len(body.invars) - n_consts)
+    if all(keep):
+        return eqn
+    new_body = Jaxpr(body.constvars, [v for v, k in zip(body.invars, keep) if k], body.outvars, body.eqns)
+    return JaxprEqn(scan, [v for v, k in zip(eqn.invars, keep) if k], eqn.outvars,
+                    dict(p, jaxpr=ClosedJaxpr(new_body, p["jaxpr"].consts), num_consts=sum(keep[:n_consts])),
+                    eqn.source_info)
 
 
 def saved_by_loops(closed: ClosedJaxpr) -> tuple[list[Var], list[Var]]:

@@ -15,23 +15,20 @@ jaxprs.
 The two are one family because their rules lean on each other: a bounded while loop is
 differentiated in reverse as a scan, both find their carries' tangents, unknowns and
 needed values by the same fixed points, and both are written as Python loops. Their rules
-are here, as for every family: abstract eval, NumPy impl, jvp, Python emission (real
-`while`/`for` statements, see `s2s/emit/python.py`), StableHLO lowering, dead-code
-elimination into bodies, and batching (bodies batched, a loop whose condition varies per
-example masked); partial evaluation and transposition are in `loop_reverse.py`. `cond` (`cond.py`)
-is the other half of structured control flow (a masked step of a bounded loop is one);
-what both use on their bodies is in `control_flow_bodies.py`.
+are here, as for every family: abstract eval, NumPy impl, jvp, StableHLO lowering,
+dead-code elimination into bodies, and batching (bodies batched, a loop whose condition
+varies per example masked); their Python emission (real `while`/`for` statements) is in
+`loop_emission.py`, their partial evaluation and transposition in `loop_reverse.py`.
+`cond` (`cond.py`) is the other half of structured control flow (a masked step of a
+bounded loop is one); what both use on their bodies is in `control_flow_bodies.py`.
 """
 from __future__ import annotations
-
-import re
 
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var, eval_jaxpr
+from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, ShapedArray, Var, eval_jaxpr
 from s2s.emit import stablehlo as _hlo
-from s2s.emit.pyexpr import Expr, dtype_text, register_statement, typed_scalar
 from s2s.errors import ShapeError
 from s2s.passes import dce as _dce, jvp as _jvp, vmap as _vmap
 from s2s.passes.jvp import jvp_jaxpr
@@ -40,7 +37,7 @@ from s2s.passes.vmap import ANYWHERE, batch_jaxpr, move_axis, to_dim
 from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import (batched_carry_dims, closure_convert, constant_free,
                                                 differentiable_mask, nonzero_mask, per_example_mask, prune_body,
-                                                same_types, type_list, write_assignment)
+                                                same_types, type_list)
 from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 
@@ -248,92 +245,6 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
 
 _jvp.register(while_loop, _while_jvp)
 _jvp.register(scan, _scan_jvp)
-
-
-# ---------------------------------------------------------------------------------------
-# Python emission: real `while` / `for` statements around the bodies' equations.
-
-
-def _carry_names(block, body_invars, outvars, given) -> list[str]:
-    """Names for loop carries: a name the function gave out already for the loop's result
-    (an argument's cotangent, `W_bar`), else the body's parameter names where it has them."""
-    return [name or block.names.fresh(b.hint or o.hint or "carry")
-            for b, o, name in zip(body_invars, outvars, given)]
-
-
-def _typed(expr: Expr, var) -> Expr:
-    """A literal initial value written with its dtype (`np.int64(0)`), so the carry keeps it."""
-    return typed_scalar(expr, var.aval.dtype) if isinstance(var, Literal) else expr
-
-
-def _emit_while(block, eqn, operands, names):
-    p = eqn.params
-    comment = block.comment(eqn)
-    n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
-    cond_consts = [block.named(o, None, comment) for o in operands[:n_cond]]
-    body_consts = [block.named(o, None, comment) for o in operands[n_cond:n_cond + n_body]]
-    body_invars = p["body_jaxpr"].jaxpr.invars[n_body:]
-    carry = _carry_names(block, body_invars, eqn.outvars, names)
-    write_assignment(block, carry, [_typed(o, v) for o, v in zip(operands[n_cond + n_body:],
-                                                                 eqn.invars[n_cond + n_body:])], comment)
-    carry_exprs = [Expr(c) for c in carry]
-    header_at = len(block.lines)
-    bounded = p["max_iters"] is not None     # `for step in range(n):` testing the condition first
-    block.line((f"for {block.names.fresh('step')} in range({p['max_iters']}):" if bounded else "while True:")
-               + comment)
-    inner = block.nested()
-    condition_start = len(block.lines)
-    (pred,) = inner.write(p["cond_jaxpr"].jaxpr, cond_consts + carry_exprs)
-    if len(block.lines) == condition_start and not bounded:    # the condition is one expression
-        block.lines[header_at] = f"{block.indent}while {pred.text}:{comment}"
-    else:
-        inner.line(f"if not {pred.wrap(8)}:")
-        inner.nested().line("break")
-    write_assignment(inner, carry, inner.write(p["body_jaxpr"].jaxpr, body_consts + carry_exprs), comment)
-    return carry_exprs
-
-
-def _emit_scan(block, eqn, operands, names):
-    p = eqn.params
-    if p["unroll"] > 1:
-        return block.write(unrolled_scan(eqn).jaxpr, list(operands))
-    n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
-    body = p["jaxpr"].jaxpr
-    comment = block.comment(eqn)
-    x_vars = body.invars[n_consts + n_carry:]
-    consts = [block.named(o, None, comment) for o in operands[:n_consts]]
-    # A loop over range(n) scans np.arange(n): it is written `for t in np.arange(n):`.
-    counting = next((k for k, o in enumerate(operands[n_consts + n_carry:])
-                     if re.fullmatch(rf"np\.arange\({length}(, dtype=np\.int(32|64))?\)", o.text)), None)
-    xs = [o if k == counting else block.named(o, None, comment) for k, o in enumerate(operands[n_consts + n_carry:])]
-    carry = _carry_names(block, p["jaxpr"].jaxpr.invars[n_consts:n_consts + n_carry], eqn.outvars[:n_carry],
-                          names[:n_carry])
-    write_assignment(block, carry, [_typed(o, v) for o, v in zip(operands[n_consts:n_consts + n_carry],
-                                                                 eqn.invars[n_consts:n_consts + n_carry])], comment)
-    ys = [block.names.fresh(v.hint or "ys") for v in eqn.outvars[n_carry:]]
-    for name, v in zip(ys, eqn.outvars[n_carry:]):
-        block.line(f"{name} = np.empty({tuple(v.aval.shape)!r}, dtype={dtype_text(v.aval.dtype)}){comment}")
-    if counting is None:
-        i = block.names.fresh("i")
-        steps = f"reversed(range({length}))" if p["reverse"] else f"range({length})"
-    else:
-        i = block.names.fresh(x_vars[counting].hint or "i")
-        steps = f"{xs[counting].text}[::-1]" if p["reverse"] else xs[counting].text
-    block.line(f"for {i} in {steps}:" + comment)
-    inner = block.nested()
-    slices = [Expr(i) if k == counting else inner.named(Expr(f"{x.text}[{i}]"), v.hint, comment)
-              for k, (x, v) in enumerate(zip(xs, x_vars))]
-    results = inner.write(body, consts + [Expr(c) for c in carry] + slices)
-    for name, y in zip(ys, results[n_carry:]):   # before the carry changes: y may read it
-        inner.line(f"{name}[{i}] = {y.text}{comment}")
-    write_assignment(inner, carry, results[:n_carry], comment)
-    if not carry and not ys:
-        inner.line("pass")
-    return [Expr(c) for c in carry] + [Expr(y) for y in ys]
-
-
-register_statement(while_loop, _emit_while)
-register_statement(scan, _emit_scan)
 
 
 # ---------------------------------------------------------------------------------------

@@ -731,6 +731,8 @@ for _prim, _rule in [(broadcast_in_dim, _lower_broadcast_in_dim), (reshape, _low
 
 def _fold_broadcast(eqn, producer):
     inner = producer(eqn.invars[0])
+    if inner is not None and inner.primitive is squeeze and eqn.primitive is broadcast_in_dim:
+        return _broadcast_unsqueezed(eqn, inner)
     if inner is None or inner.primitive is not broadcast_in_dim:
         return None
     out_shape = eqn.outvars[0].aval.shape
@@ -742,6 +744,32 @@ def _fold_broadcast(eqn, producer):
     params = {"shape": tuple(out_shape),
               "broadcast_dimensions": tuple(outer[d] for d in inner.params["broadcast_dimensions"])}
     return JaxprEqn(broadcast_in_dim, [inner.invars[0]], eqn.outvars, params, eqn.source_info)
+
+
+def _broadcast_unsqueezed(eqn, squeezed):
+    """A broadcast of `squeeze(y)` as one broadcast of `y`: its length-1 axes broadcast
+    too, each to an output axis between those of its neighbours (batching a keepdims
+    reduction writes `np.broadcast_to(np.squeeze(d, axis=1)[:, None], (128, 10))`, which
+    is `np.broadcast_to(d, (128, 10))`). None when no such axis is free."""
+    source = squeezed.invars[0]
+    removed = set(squeezed.params["dimensions"])
+    kept = iter(eqn.params["broadcast_dimensions"])
+    out_ndim = len(eqn.params["shape"])
+    targets, previous = [], -1
+    for axis in range(source.aval.ndim):
+        if axis not in removed:
+            previous = next(kept)
+            targets.append(previous)
+            continue
+        following = [d for d in eqn.params["broadcast_dimensions"] if d > previous]
+        bound = following[0] if following else out_ndim
+        if previous + 1 >= bound:
+            return None
+        previous += 1
+        targets.append(previous)
+    return JaxprEqn(broadcast_in_dim, [source], eqn.outvars,
+                    {"shape": tuple(eqn.params["shape"]), "broadcast_dimensions": tuple(targets)},
+                    eqn.source_info)
 
 
 def _undo_reshape(eqn, producer):

@@ -16,7 +16,7 @@ def rnn(W, xs, n_steps=5, scale=0.5):
         raise ValueError('scale=%r, but this function was specialized for scale=0.5: regenerate it with `s2s emit` (or call the transform again) for other values' % (scale,))
     h = np.full((4,), np.float32(0.0), dtype=np.float32)  # cases.py rnn+3
     h_1 = h  # cases.py rnn+4
-    for i in np.arange(5, dtype=np.int64):  # cases.py rnn+4
+    for i in range(5):  # cases.py rnn+4
         squeeze_xs = np.squeeze(rt.dynamic_slice(xs, (np.where(i < 0, i + 6, i), 0), (1, 4)), axis=0)  # cases.py rnn+5
         h_2 = np.tanh(W @ h_1 + squeeze_xs)  # cases.py rnn+5
         h_1 = h_2  # cases.py rnn+4

@@ -136,6 +136,27 @@ def test_a_chain_of_three_broadcasts_folds_to_one_read_of_the_source():
     assert_equivalent(closed, simplified, X3)
 
 
+@pytest.mark.parametrize("shape, squeezed, out_shape, dims, expected", [
+    ((4, 1), (1,), (4, 5), (0,), (0, 1)),          # d[:, 0] spread over columns: d itself
+    ((1, 4), (0,), (3, 4), (1,), (0, 1)),
+    ((4, 1, 2), (1,), (4, 5, 2), (0, 2), (0, 1, 2)),
+    ((4, 1), (1,), (4,), (0,), None),              # no output axis left for the length-1 one
+    ((4, 1, 2), (1,), (4, 2), (0, 1), None),
+])
+def test_a_broadcast_of_a_squeeze_broadcasts_the_unsqueezed_value(shape, squeezed, out_shape, dims, expected):
+    def fn(x):
+        return S.broadcast_in_dim.bind(S.squeeze.bind(x, dimensions=squeezed), shape=out_shape,
+                                       broadcast_dimensions=dims)
+    closed = build(fn, arr(*shape))
+    simplified = simplify(closed)
+    last = simplified.jaxpr.eqns[-1]
+    if expected is None:
+        assert names(simplified) == ["squeeze", "broadcast_in_dim"]
+    else:
+        assert last.invars == closed.jaxpr.invars and last.params["broadcast_dimensions"] == expected
+    assert_equivalent(closed, simplified, np.arange(np.prod(shape), dtype=float).reshape(shape))
+
+
 def test_a_broadcast_of_a_computed_value_is_kept():
     closed = build(lambda x: S.broadcast_in_dim.bind(E.sin.bind(x), shape=(2, 3),
                                                      broadcast_dimensions=(1,)), arr(3))

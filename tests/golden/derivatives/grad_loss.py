@@ -22,8 +22,7 @@ def grad_loss(params, x, y):
     exp_shifted = np.exp(shifted)  # mlp.py log_softmax+2
     logp_bar = y * np.broadcast_to(-np.float32(1.0) / 128.0, (128, 10))  # mlp.py loss+3
     div_logp_bar = (-logp_bar).sum(axis=1).reshape(128, 1) / exp_shifted.sum(axis=1)[:, None]  # mlp.py log_softmax+2
-    mul_logp_bar = np.broadcast_to(np.squeeze(div_logp_bar, axis=1)[:, None], (128, 10)) * exp_shifted  # mlp.py log_softmax+2
-    shifted_bar = logp_bar + mul_logp_bar  # mlp.py log_softmax+1
+    shifted_bar = logp_bar + np.broadcast_to(div_logp_bar, (128, 10)) * exp_shifted  # mlp.py log_softmax+1
     bcast_shifted_bar = np.broadcast_to(((-shifted_bar).sum(axis=1) / cast_logits.sum(axis=1))[:, None], (128, 10))  # mlp.py log_softmax+1
     logits_bar = shifted_bar + bcast_shifted_bar * cast_logits  # mlp.py predict+2
     b2_bar = logits_bar.sum(axis=0)  # mlp.py predict+2

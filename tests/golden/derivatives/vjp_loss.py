@@ -25,8 +25,8 @@ def vjp_loss(params, x, y, out_bar):
     bcast_out_bar = np.broadcast_to(-out_bar / 128.0, (128, 10))  # mlp.py loss+3
     logp_bar = y * bcast_out_bar  # mlp.py loss+3
     y_bar = bcast_out_bar * logp  # mlp.py loss+3
-    squeeze_logp_bar = np.squeeze((-logp_bar).sum(axis=1).reshape(128, 1) / expand_shifted, axis=1)  # mlp.py log_softmax+2
-    shifted_bar = logp_bar + np.broadcast_to(squeeze_logp_bar[:, None], (128, 10)) * exp_shifted  # mlp.py log_softmax+1
+    bcast_logp_bar = np.broadcast_to((-logp_bar).sum(axis=1).reshape(128, 1) / expand_shifted, (128, 10))  # mlp.py log_softmax+2
+    shifted_bar = logp_bar + bcast_logp_bar * exp_shifted  # mlp.py log_softmax+1
     bcast_shifted_bar = np.broadcast_to(((-shifted_bar).sum(axis=1) / cast_logits.sum(axis=1))[:, None], (128, 10))  # mlp.py log_softmax+1
     logits_bar = shifted_bar + bcast_shifted_bar * cast_logits  # mlp.py predict+2
     b2_bar = logits_bar.sum(axis=0)  # mlp.py predict+2
