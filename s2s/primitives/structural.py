@@ -726,7 +726,7 @@ for _prim, _rule in [(broadcast_in_dim, _lower_broadcast_in_dim), (reshape, _low
 # Simplification: a broadcast (or expand_dims) of a broadcast is one broadcast_in_dim of
 # the source. Transposed reductions produce chains like broadcast -> expand_dims ->
 # broadcast; folding them keeps emitted gradients to one `np.broadcast_to`. A reshape
-# that undoes a reshape is dropped.
+# that undoes a reshape is dropped, and a transpose of a transpose is one (or none).
 
 
 def _fold_broadcast(eqn, producer):
@@ -784,6 +784,22 @@ def _undo_reshape(eqn, producer):
     return source if (source.aval.shape, source.aval.dtype) == (out.shape, out.dtype) else None
 
 
+def _compose_transposes(eqn, producer):
+    """A transpose of a transpose is one transpose, or none when they cancel: a loop's
+    backward step reads a recomputed `X.T` through the transpose of a dot, which would
+    otherwise be written `X.T.T @ g`."""
+    inner = producer(eqn.invars[0])
+    if inner is None or inner.primitive is not transpose:
+        return None
+    outer, first = eqn.params["permutation"], inner.params["permutation"]
+    composed = tuple(first[p] for p in outer)
+    source = inner.invars[0]
+    if composed == tuple(range(len(composed))):
+        return source
+    return JaxprEqn(transpose, [source], eqn.outvars, {"permutation": composed}, eqn.source_info)
+
+
+_simplify.register(transpose, _compose_transposes)
 _simplify.register(broadcast_in_dim, _fold_broadcast)
 _simplify.register(expand_dims, lambda eqn, producer: _fold_broadcast(eqn, producer)
                    or _undo_reshape(eqn, producer))

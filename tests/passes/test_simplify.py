@@ -157,6 +157,22 @@ def test_a_broadcast_of_a_squeeze_broadcasts_the_unsqueezed_value(shape, squeeze
     assert_equivalent(closed, simplified, np.arange(np.prod(shape), dtype=float).reshape(shape))
 
 
+@pytest.mark.parametrize("first, second, expected", [
+    ((1, 0), (1, 0), None), ((1, 2, 0), (2, 0, 1), None), ((1, 2, 0), (1, 0, 2), (2, 1, 0)),
+])
+def test_a_transpose_of_a_transpose_is_one_or_none(first, second, expected):
+    shape = (2, 3, 4)[:len(first)]
+    closed = build(lambda x: S.transpose.bind(S.transpose.bind(x, permutation=first), permutation=second),
+                   arr(*shape))
+    simplified = simplify(closed)
+    if expected is None:
+        assert simplified.jaxpr.outvars == closed.jaxpr.invars
+    else:
+        assert simplified.jaxpr.eqns[-1].params["permutation"] == expected
+        assert simplified.jaxpr.eqns[-1].invars == closed.jaxpr.invars
+    assert_equivalent(closed, simplified, np.arange(np.prod(shape), dtype=float).reshape(shape))
+
+
 def test_a_broadcast_of_a_computed_value_is_kept():
     closed = build(lambda x: S.broadcast_in_dim.bind(E.sin.bind(x), shape=(2, 3),
                                                      broadcast_dimensions=(1,)), arr(3))
