@@ -37,6 +37,18 @@ def register(primitive, rule) -> None:
     partial_eval_rules[primitive] = rule
 
 
+# Primitives that cost less to redo than to keep: each makes a view in NumPy (a transpose,
+# a reshape) or one cheap pass that XLA fuses into its consumer (neg, a dtype conversion),
+# where a saved result is a buffer of its own. A loop's reverse mode recomputes them in the
+# backward pass from what they read (see `recompute` below). Families declare theirs.
+cheap_to_recompute: set = set()
+
+
+def defcheap(primitive) -> None:
+    """Declares `primitive` cheaper to recompute than to save (see `cheap_to_recompute`)."""
+    cheap_to_recompute.add(primitive)
+
+
 @dataclasses.dataclass
 class PartialEval:
     known: ClosedJaxpr        # known inputs -> known outputs + residuals

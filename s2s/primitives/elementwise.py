@@ -22,7 +22,8 @@ from s2s.core import ShapedArray, Var
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
-from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose, vmap as _vmap
+from s2s.passes import (jvp as _jvp, partial_eval as _pe, simplify as _simplify, transpose as _transpose,
+                        vmap as _vmap)
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
@@ -749,6 +750,11 @@ def _identity_rule(unit, commutative: bool):
         return None
     return rule
 
+
+# One pass XLA fuses into its consumer (and a loop's counter, iota, stays by its loop):
+# loops recompute them in the backward pass rather than save them per step.
+for _prim in (neg, convert_element_type, iota):
+    _pe.defcheap(_prim)
 
 _simplify.register(mul, _identity_rule(1, commutative=True))
 _simplify.register(add, _identity_rule(0, commutative=True))

@@ -4,7 +4,7 @@ rules) for room.
 
 A loop keeps per step only what depends on its carry or its scanned inputs: the known
 body's loop-invariant equations are moved out (computed once, saved once), and the
-`CHEAP` ones are recomputed in the backward step instead of saved.
+cheap ones (`partial_eval.defcheap`) are recomputed in the backward step instead of saved.
 """
 from __future__ import annotations
 
@@ -28,24 +28,21 @@ from s2s.staging import JaxprBuilder, inline_jaxpr
 # tangents; transposing that one gives a scan running the other way. Loop-invariant
 # residuals are passed once, not stacked: the known body's equations that read only its
 # known constants are hoisted out of the loop first (computed once, before it), so what
-# they compute becomes a constant too; the tangent body's are hoisted the same way. `CHEAP`
+# they compute becomes a constant too; the tangent body's are hoisted the same way. cheap
 # equations are recomputed by the backward step instead of saved. A bounded while loop
 # splits as a scan.
 
 
-# Primitives that cost less to redo than to keep: each makes a view in NumPy (transpose,
-# reshape, expand_dims, squeeze, broadcast_in_dim) or one cheap pass that XLA fuses into
-# its consumer (neg, convert_element_type), where a saved result is a buffer of its own.
-# A loop does not move them out (XLA folds a transpose into the dot that reads it, not
-# across a loop boundary), and its reverse mode recomputes them in the backward pass from
-# what they read, saved instead. `iota` too: it is a loop's counter (`np.arange(n)` scanned
-# as the steps' index), which stays beside its loop so that it reads `for t in range(n):`.
-CHEAP = frozenset({"transpose", "broadcast_in_dim", "reshape", "convert_element_type", "neg",
-                   "expand_dims", "squeeze", "iota"})
+# Primitives the families declare cheap to recompute (`partial_eval.defcheap`: views in
+# NumPy, or passes XLA fuses into their consumer). A loop does not move them out (XLA folds
+# a transpose into the dot that reads it, not across a loop boundary), and its reverse mode
+# recomputes them in the backward pass from what they read, saved instead. `iota` too: it
+# is a loop's counter (`np.arange(n)` scanned as the steps' index), which stays beside its
+# loop so that it reads `for t in range(n):`.
 
 
 def _cheap(eqn: JaxprEqn) -> bool:
-    return eqn.primitive.name in CHEAP
+    return eqn.primitive in _pe.cheap_to_recompute
 
 
 def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], ClosedJaxpr, list[Var]]:
@@ -62,7 +59,7 @@ def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], Clo
     one of the loop's constants, saved once. A nested loop moves its own invariant equations into the
     enclosing body first, so they move on out of every loop they do not depend on.
 
-    A `CHEAP` equation stays in the loop too: moved out, it would be a buffer the loop
+    A cheap equation stays in the loop too: moved out, it would be a buffer the loop
     keeps; its copy outside serves only the invariant equations computed from it (and is
     dropped as dead code where there are none)."""
     jaxpr = body.jaxpr
@@ -242,7 +239,7 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, u
 
 def _recomputed_first(closed: ClosedJaxpr, linear: list[bool]) -> tuple[ClosedJaxpr, ClosedJaxpr]:
     """The equations of a linear body that read no linear value (those partial evaluation
-    copied to recompute, `CHEAP`), split off: (non-linear inputs -> their values still
+    copied to recompute, cheap), split off: (non-linear inputs -> their values still
     read, and the rest of the body taking those values as new leading inputs), so the
     rest is linear and transposes, and the backward step computes them forward first."""
     jaxpr = closed.jaxpr

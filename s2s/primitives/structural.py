@@ -24,7 +24,8 @@ from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import (ATOM, Expr, call, dtype_text, method, py_value, register, slice_text,
                              subscript, typed_scalar)
 from s2s.errors import ShapeError
-from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose, vmap as _vmap
+from s2s.passes import (jvp as _jvp, partial_eval as _pe, simplify as _simplify, transpose as _transpose,
+                        vmap as _vmap)
 from s2s.passes.tangents import instantiate, is_zero, zeros
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
@@ -800,6 +801,9 @@ def _compose_transposes(eqn, producer):
 
 
 _simplify.register(transpose, _compose_transposes)
+# Views in NumPy, folded by XLA into what reads them: loops recompute them, never save them.
+for _prim in (transpose, broadcast_in_dim, reshape, expand_dims, squeeze):
+    _pe.defcheap(_prim)
 _simplify.register(broadcast_in_dim, _fold_broadcast)
 _simplify.register(expand_dims, lambda eqn, producer: _fold_broadcast(eqn, producer)
                    or _undo_reshape(eqn, producer))
