@@ -24,6 +24,7 @@ import numpy as np
 
 from s2s.core import ClosedJaxpr
 from s2s.eager import run, staged_or_error
+from s2s.emit.signature import leaf_expression
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
@@ -80,28 +81,27 @@ class _Call:
     size: int
 
 
-def _describe_leaf(names: list[str], path: tuple) -> str:
-    text = names[path[0][1]] if path else "argument"
-    for _, key in path[1:]:
-        text += f"[{key!r}]"
-    return text
-
-
 def _positional_names(fn, count: int) -> list[str]:
     """What to call each positional argument in an error: its parameter's name."""
     try:
-        params = [p for p in inspect.signature(fn).parameters.values()
+        params = [p.name for p in inspect.signature(fn).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []
-    return [f"`{params[i].name}`" if i < len(params) else f"argument {i}" for i in range(count)]
+    return [params[i] if i < len(params) else f"argument {i}" for i in range(count)]
 
 
-def _split_call(fn, in_axes, axis_size, args: tuple, fn_name: str) -> _Call:
+def _describe_leaf(names: list[str], path: tuple) -> str:
+    """A mapped leaf as the function reads it: `x`, `params['W1']`."""
+    name = names[path[0][1]]
+    return f"`{leaf_expression(name, path[1:]) or name}`"
+
+
+def _split_call(fn, in_axes, axis_size, args: tuple) -> _Call:
     if isinstance(in_axes, list):   # JAX reads a list as the tuple of positional axes
         in_axes = tuple(in_axes)
     if isinstance(in_axes, tuple) and len(in_axes) != len(args):
-        raise StagingError(f"vmap in_axes has {len(in_axes)} entries but {fn_name} was called with "
+        raise StagingError(f"vmap in_axes has {len(in_axes)} entries but {getattr(fn, '__name__', 'f')} was called with "
                            f"{len(args)} positional arguments", _AXIS_HELP)
     leaves, treedef = tree_flatten(args)
     axes = _axes_per_leaf(in_axes, args, "in_axes", "the positional arguments")
@@ -113,18 +113,19 @@ def _split_call(fn, in_axes, axis_size, args: tuple, fn_name: str) -> _Call:
             in_dims.append(None)
             example.append(leaf)
             continue
+        described = _describe_leaf(names, path)
         if not (isinstance(leaf, (Tracer, int)) or is_staged_leaf(leaf)):
-            raise StagingError(f"vmap cannot map {_describe_leaf(names, path)}: "
+            raise StagingError(f"vmap cannot map {described}: "
                                f"{describe_arg(leaf)} is not an array",
                                "pass arrays for mapped arguments, or None in in_axes")
         aval = aval_of_arg(leaf)
         if aval.ndim == 0:
-            raise StagingError(f"vmap was asked to map {_describe_leaf(names, path)} along axis "
+            raise StagingError(f"vmap was asked to map {described} along axis "
                                f"{axis}, but it is a scalar (rank 0)",
                                "pass an array with a batch axis, or None in in_axes for this argument")
-        d = _normalize(axis, aval.ndim, f"in_axes {axis} for {_describe_leaf(names, path)}")
+        d = _normalize(axis, aval.ndim, f"in_axes {axis} for {described}")
         in_dims.append(d)
-        sizes.append((_describe_leaf(names, path), aval.shape[d]))
+        sizes.append((described, aval.shape[d]))
         example.append(example_aval(aval, d))
     distinct = sorted({n for _, n in sizes})
     if len(distinct) > 1:
@@ -176,7 +177,7 @@ class Vmapped:
 
     def __call__(self, *args, **kwargs):
         try:
-            call = _split_call(self.fn, self.in_axes, self.axis_size, args, getattr(self.fn, "__name__", "f"))
+            call = _split_call(self.fn, self.in_axes, self.axis_size, args)
         except S2SError as e:
             reraise_clean(e)
         if self.axis_name is None:   # staged as the plain function is: one staging for every batch size

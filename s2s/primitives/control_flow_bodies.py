@@ -15,8 +15,7 @@ from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from s2s.emit.pyexpr import Expr
 from s2s.passes.dce import dce_jaxpr
-from s2s.passes.vmap import batch_jaxpr
-from s2s.primitives import ops
+from s2s.passes.vmap import align_for_broadcast, batch_jaxpr
 from s2s.passes.tangents import is_zero
 
 
@@ -97,8 +96,9 @@ def constant_free(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
 
 
 def per_example_mask(pred, shape, dim: int):
-    """A batch of booleans (one per example, `pred` of shape (size,)) spread over values
-    of `shape` batched at `dim`, for a select that picks each example's own value."""
+    """A batch of booleans (one per example, `pred` of shape (size,)) shaped to broadcast
+    against values of `shape` batched at `dim` (length-1 axes elsewhere: `pred[:, None]`,
+    not a copy per element), for a select that picks each example's own value."""
     if tuple(pred.aval.shape) == tuple(shape):
         return pred
-    return ops.broadcast_in_dim(pred, shape, (dim,))
+    return align_for_broadcast(pred, 0, dim, len(shape) - 1)
