@@ -257,6 +257,29 @@ def while_loop(cond_fun, body_fun, init_val, max_iters=None):
     return init_tree.unflatten(outs)
 
 
+def _is_counter(x, length: int) -> bool:
+    """Whether `x` is the staged `np.arange(length)` a loop counts its steps with."""
+    if not isinstance(x, Tracer):
+        return False
+    eqn = x.builder.producer(x.variable)
+    return (eqn is not None and eqn.primitive.name == "iota" and eqn.params["shape"] == (length,)
+            and np.dtype(eqn.params["dtype"]).kind in "iu")
+
+
+def _rows_scanned(body, num_carry: int, x_leaves: list, length: int):
+    """The scan's constants, scanned inputs and body once the constants the body reads one
+    row per step at its counter are scanned inputs (`primitive_loops.scanned_rows`)."""
+    chosen, jaxpr = primitive_loops.scanned_rows(body.jaxpr, len(body.consts), num_carry, length,
+                                                 [_is_counter(x, length) for x in x_leaves])
+    rows = [body.consts[k] if np.shape(body.consts[k])[0] == length else body.consts[k][:length] for k in chosen]
+    for k, rows_read, row in zip(chosen, rows, jaxpr.jaxpr.invars[len(jaxpr.jaxpr.invars) - len(chosen):]):
+        name = body.consts[k].variable.hint if isinstance(body.consts[k], Tracer) else None
+        row.hint = name                              # a step's row of `xs` is named after xs
+        if rows_read is not body.consts[k]:          # `xs_rows = xs[:n]`
+            rows_read.variable.hint = f"{name}_rows" if name else "rows"
+    return [c for k, c in enumerate(body.consts) if k not in chosen], list(x_leaves) + rows, jaxpr
+
+
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     """jax.lax.scan: `carry, y = f(carry, x)` over the leading axis of `xs` (a pytree, or
     None with `length`); returns the final carry and the stacked ys."""
@@ -294,8 +317,9 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     init_leaves = _matching(init_leaves, body.out_avals[:len(init_leaves)])
     init = init_tree.unflatten(init_leaves)
     body = staged_body(init)
-    outs = primitive_loops.scan.bind(*body.consts, *init_leaves, *x_leaves, jaxpr=body.jaxpr,
-                                     num_consts=len(body.consts), num_carry=len(init_leaves), length=length,
+    consts, x_leaves, jaxpr = _rows_scanned(body, len(init_leaves), x_leaves, length)
+    outs = primitive_loops.scan.bind(*consts, *init_leaves, *x_leaves, jaxpr=jaxpr,
+                                     num_consts=len(consts), num_carry=len(init_leaves), length=length,
                                      reverse=bool(reverse), unroll=min(unroll, max(length, 1)))
     n = len(init_leaves)
     return init_tree.unflatten(outs[:n]), body.out_tree.children[1].unflatten(outs[n:])

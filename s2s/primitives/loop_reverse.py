@@ -111,13 +111,20 @@ def _scan_partial_eval(eqn, unknown_ins):
     # Residuals that are the body's known constants do not change between iterations.
     invariant = [r for r in residuals if r in known_consts]
     stacked = [r for r in residuals if r not in known_consts]
+    # Residuals that are the step's row of a known scanned input are not copied per step:
+    # the backward loop scans that input itself.
+    consts_in, carry_in, xs_in = _scan_split(list(eqn.invars), n_consts, n_carry)
+    known_xs_outer = [v for v, u in zip(xs_in, xs_uk) if not u]
+    row_of = dict(zip(known_body.invars[len(known_body.invars) - len(known_xs_outer):], known_xs_outer))
+    copied = [r for r in stacked if r not in row_of]
     known_outs = [v for v, u in zip(eqn.outvars, carry_uk + ys_uk) if not u]
-    stacked_vars = [Var(ShapedArray((length,) + r.aval.shape, r.aval.dtype)) for r in stacked]
-    known_jaxpr = ClosedJaxpr(Jaxpr([], known_body.invars, known_body.outvars[:len(known_outs)] + stacked,
+    copies = {r: Var(ShapedArray((length,) + r.aval.shape, r.aval.dtype)) for r in copied}
+    stacked_vars = [copies[r] if r in copies else row_of[r] for r in stacked]
+    known_jaxpr = ClosedJaxpr(Jaxpr([], known_body.invars, known_body.outvars[:len(known_outs)] + copied,
                                     known_body.eqns), known_closed.consts)
     known_eqn = JaxprEqn(scan, hoisted_outer
                          + [v for v, u in zip(eqn.invars, consts_uk + carry_uk + xs_uk) if not u],
-                         known_outs + stacked_vars,
+                         known_outs + [copies[r] for r in copied],
                          dict(p, jaxpr=known_jaxpr, num_consts=len(known_consts),
                               num_carry=n_carry - sum(carry_uk)), eqn.source_info)
     # The unknown body takes (residuals, unknown consts, unknown carry, unknown xs); as a
@@ -130,7 +137,6 @@ def _scan_partial_eval(eqn, unknown_ins):
              + [res_position[r] for r in stacked]
              + list(range(n_res + n_uk_consts + n_uk_carry, len(unknown_body.jaxpr.invars))))
     unknown_body = permute(unknown_body, order, list(range(len(unknown_body.jaxpr.outvars))))
-    consts_in, carry_in, xs_in = _scan_split(list(eqn.invars), n_consts, n_carry)
     unknown_consts = [outer_of[r] for r in invariant] + [v for v, u in zip(consts_in, consts_uk) if u]
     # The tangent side has invariant equations too (the tangent of `W @ c`, c fixed, is
     # `dW @ c` at every step): moved out, their transposes run once on the summed

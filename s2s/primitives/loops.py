@@ -38,7 +38,7 @@ from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import (batched_carry_dims, closure_convert, constant_free,
                                                 differentiable_mask, nonzero_mask, per_example_mask, prune_body,
                                                 same_types, type_list)
-from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
+from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, inline_jaxpr
 
 
 # ---------------------------------------------------------------------------------------
@@ -569,3 +569,82 @@ def _masked_step(batched_cond: ClosedJaxpr, batched_body: ClosedJaxpr, cond_ncon
 
 _vmap.register(scan, _scan_batch)
 _vmap.register(while_loop, _while_batch)
+
+
+# ---------------------------------------------------------------------------------------
+# `for t in range(n): ... xs[t] ...` is staged as a scan over the counter `np.arange(n)`
+# with `xs` a constant of the body, read one row per step by a dynamic_slice at the
+# counter. As written, reverse mode would transpose that read into a full-size
+# `dynamic_update_slice` of zeros per step, summed into xs's cotangent, and the forward
+# loop would index with a negative-index wrap it never needs. A constant read only so is
+# the loop's scanned input (what `lax.scan(f, h, xs)` would have been given): each step
+# reads its row directly, and its cotangent is one row written per step.
+
+
+def _counter_of(atom, counters: set, producer: dict):
+    """The scanned counter `atom` equals, or None: the counter itself, or NumPy's wrap of a
+    negative index `where(d < 0, d + n, d)` of a counter (never negative: the wrap is the
+    counter)."""
+    if atom in counters:
+        return atom
+    eqn = producer.get(atom)
+    if eqn is None or eqn.primitive.name != "select" or eqn.invars[2] not in counters:
+        return None
+    test = producer.get(eqn.invars[0])
+    if test is None or test.primitive.name != "lt" or test.invars[0] is not eqn.invars[2]:
+        return None
+    return eqn.invars[2] if getattr(test.invars[1], "value", None) == 0 else None
+
+
+def _row_read(eqn, const, counters: set, producer: dict) -> bool:
+    """Whether `eqn` is `dynamic_slice(const, counter, ...)` of one whole row of `const`
+    (later start indices do not matter: a slice the whole size of an axis starts at 0)."""
+    return (eqn.primitive.name == "dynamic_slice" and eqn.invars[0] is const
+            and eqn.params["slice_sizes"] == (1,) + tuple(const.aval.shape[1:])
+            and const not in eqn.invars[1:]
+            and _counter_of(eqn.invars[1], counters, producer) is not None)
+
+
+def scanned_rows(body: ClosedJaxpr, num_consts: int, num_carry: int, length: int,
+                 counter_xs: list[bool]) -> tuple[list[int], ClosedJaxpr]:
+    """The body's constants that are read only a row per step at the step's counter
+    (`counter_xs[k]`: the k-th scanned input is `arange(length)`), and the body with each
+    of them taken as a scanned input instead (appended after the others, one row per step).
+    The caller passes the first `length` rows of each such constant as that input."""
+    jaxpr = body.jaxpr
+    xs_vars = jaxpr.invars[num_consts + num_carry:]
+    counters = {v for v, is_counter in zip(xs_vars, counter_xs) if is_counter}
+    producer = {v: e for e in jaxpr.eqns for v in e.outvars}
+    users: dict = {}
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            users.setdefault(v, []).append(eqn)
+    chosen = [k for k, c in enumerate(jaxpr.invars[:num_consts])
+              if counters and c.aval.shape and c.aval.shape[0] >= length and c not in jaxpr.outvars
+              and users.get(c) and all(_row_read(e, c, counters, producer) for e in users[c])]
+    if not chosen:
+        return [], body
+    rows = {jaxpr.invars[k]: Var(ShapedArray(jaxpr.invars[k].aval.shape[1:], jaxpr.invars[k].aval.dtype),
+                                 jaxpr.invars[k].hint) for k in chosen}
+    rename: dict = {}
+    eqns = []
+    for eqn in jaxpr.eqns:
+        invars = [rename.get(v, v) for v in eqn.invars]
+        if eqn.primitive.name == "dynamic_slice" and eqn.invars[0] in rows:
+            row = rows[eqn.invars[0]]
+            eqn = JaxprEqn(PRIMITIVES["broadcast_in_dim"], [row], eqn.outvars,
+                           dict(shape=eqn.outvars[0].aval.shape,
+                                broadcast_dimensions=tuple(range(1, eqn.outvars[0].aval.ndim))),
+                           eqn.source_info)
+            producer[eqn.outvars[0]] = eqn
+        elif (eqn.primitive.name == "squeeze" and eqn.params["dimensions"] == (0,)
+              and getattr(producer.get(invars[0]), "primitive", None) is PRIMITIVES["broadcast_in_dim"]
+              and producer[invars[0]].invars[0] in rows.values()):
+            rename[eqn.outvars[0]] = producer[invars[0]].invars[0]   # the row itself
+            continue
+        else:
+            eqn = JaxprEqn(eqn.primitive, invars, eqn.outvars, eqn.params, eqn.source_info)
+        eqns.append(eqn)
+    kept = [v for k, v in enumerate(jaxpr.invars) if k not in chosen]
+    rewritten = Jaxpr(jaxpr.constvars, kept + list(rows.values()), [rename.get(v, v) for v in jaxpr.outvars], eqns)
+    return chosen, ClosedJaxpr(_dce.dce_jaxpr(rewritten), body.consts)
