@@ -28,7 +28,8 @@ from s2s.passes.transpose import is_linear, transpose_jaxpr
 from s2s.passes.vmap import batch_eqns, batch_jaxpr, batched_aval, move_axis, to_dim
 from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import (constant_free, differentiable_mask, nonzero_mask, per_example_mask,
-                                                prune_body, same_types, type_list, write_assignment)
+                                                prune_body, recomputed_first, same_types, type_list,
+                                                write_assignment)
 from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 
@@ -160,7 +161,15 @@ _hlo.register(cond, _lower_cond)
 
 # ---------------------------------------------------------------------------------------
 # Reverse mode: partial evaluation splits a cond branch by branch, every branch returning
-# every branch's residuals; the unknown cond transposes branch by branch.
+# every branch's residuals; the unknown cond transposes branch by branch. A residual that is
+# one of the cond's known operands (X, read by `X.T @ g` in a branch) is not returned at
+# all: the unknown cond is given that operand too. Cheap equations (`defcheap`) are
+# recomputed by the unknown branch from what they read, so `X.T` is not a residual either.
+# A loop around the cond then sees a constant it keeps once, not a value per step.
+
+
+def _recomputed(eqn) -> bool:
+    return eqn.primitive in _pe.cheap_to_recompute
 
 
 def _cond_partial_eval(eqn, unknown_ins):
@@ -170,52 +179,73 @@ def _cond_partial_eval(eqn, unknown_ins):
         return [], [eqn], [True] * n_out
     ops_uk = list(unknown_ins[1:])
     out_uk = [False] * n_out
-    splits = [partial_eval_jaxpr(b, ops_uk) for b in branches]
+    splits = [partial_eval_jaxpr(b, ops_uk, recompute=_recomputed) for b in branches]
     for pe in splits:
         out_uk = [a or b for a, b in zip(out_uk, pe.out_unknowns)]
-    if not any(out_uk):     # unknown operands that no result depends on are dropped
-        operands = eqn.invars[1:]
-        known_eqn = JaxprEqn(cond, [eqn.invars[0]] + [v for v, u in zip(operands, ops_uk) if not u],
-                             list(eqn.outvars), dict(branches=tuple(pe.known for pe in splits)),
-                             eqn.source_info)
-        return [known_eqn], [], out_uk
-    splits = [partial_eval_jaxpr(b, ops_uk, instantiate=out_uk) for b in branches]
-    # Every branch returns every branch's residuals (zeros in the others' slots).
-    res_avals = [a for pe in splits for a in pe.known.out_avals[len(pe.known.out_avals) - pe.num_residuals:]]
-    known_branches, unknown_branches, start = [], [], 0
-    for pe in splits:
-        known_branches.append(_known_branch(pe, start, res_avals))
-        unknown_branches.append(_unknown_branch(pe, start, res_avals))
-        start += pe.num_residuals
-    res_vars = [Var(a) for a in res_avals]
     operands = eqn.invars[1:]
-    known_eqn = JaxprEqn(cond, [eqn.invars[0]] + [v for v, u in zip(operands, ops_uk) if not u],
+    known_operands = [v for v, u in zip(operands, ops_uk) if not u]
+    if not any(out_uk):     # unknown operands that no result depends on are dropped
+        known_eqn = JaxprEqn(cond, [eqn.invars[0]] + known_operands, list(eqn.outvars),
+                             dict(branches=tuple(pe.known for pe in splits)), eqn.source_info)
+        return [known_eqn], [], out_uk
+    splits = [partial_eval_jaxpr(b, ops_uk, instantiate=out_uk, recompute=_recomputed) for b in branches]
+    # Each branch's residuals: an operand's position among the known operands, or a slot.
+    sources = [_residual_sources(pe) for pe in splits]
+    forwarded = sorted({k for branch in sources for k in branch if isinstance(k, int)})
+    res_avals = [r.aval for pe, branch in zip(splits, sources) for r, k in zip(_residuals(pe), branch)
+                 if k is None]
+    known_branches, unknown_branches, start = [], [], 0
+    for pe, branch in zip(splits, sources):
+        own = branch.count(None)
+        known_branches.append(_known_branch(pe, branch, start, res_avals))
+        unknown_branches.append(_unknown_branch(pe, branch, start, res_avals, forwarded))
+        start += own
+    res_vars = [Var(a) for a in res_avals]
+    known_eqn = JaxprEqn(cond, [eqn.invars[0]] + known_operands,
                          [v for v, u in zip(eqn.outvars, out_uk) if not u] + res_vars,
                          dict(branches=tuple(known_branches)), eqn.source_info)
-    unknown_eqn = JaxprEqn(cond, [eqn.invars[0]] + res_vars + [v for v, u in zip(operands, ops_uk) if u],
+    unknown_eqn = JaxprEqn(cond, [eqn.invars[0]] + res_vars + [known_operands[k] for k in forwarded]
+                           + [v for v, u in zip(operands, ops_uk) if u],
                            [v for v, u in zip(eqn.outvars, out_uk) if u],
                            dict(branches=tuple(unknown_branches)), eqn.source_info)
     return [known_eqn], [unknown_eqn], out_uk
 
 
-def _known_branch(pe, start: int, res_avals) -> ClosedJaxpr:
-    """The known part of one branch, returning all branches' residual slots."""
+def _residuals(pe) -> list:
+    outvars = pe.known.jaxpr.outvars
+    return outvars[len(outvars) - pe.num_residuals:]
+
+
+def _residual_sources(pe) -> list:
+    """For each residual of one branch: the position of the known operand it is, or None
+    (a value the branch computes, returned in a slot)."""
+    position = {v: k for k, v in enumerate(pe.known.jaxpr.invars)}
+    return [position.get(r) if isinstance(r, Var) else None for r in _residuals(pe)]
+
+
+def _known_branch(pe, sources: list, start: int, res_avals) -> ClosedJaxpr:
+    """The known part of one branch, returning all branches' residual slots (its own
+    computed residuals in its slots, zeros in the others')."""
     with JaxprBuilder() as builder:
         args = [builder.new_arg(a) for a in pe.known.in_avals]
         outs = inline_jaxpr(pe.known, args)
         n_known = len(outs) - pe.num_residuals
-        own = outs[n_known:]
-        slots = [instantiate(Zero(a)) for a in res_avals[:start]] + list(own) + \
-            [instantiate(Zero(a)) for a in res_avals[start + pe.num_residuals:]]
+        own = [o for o, k in zip(outs[n_known:], sources) if k is None]
+        slots = [instantiate(Zero(a)) for a in res_avals[:start]] + own + \
+            [instantiate(Zero(a)) for a in res_avals[start + len(own):]]
         return builder.build(list(outs[:n_known]) + slots)
 
 
-def _unknown_branch(pe, start: int, res_avals) -> ClosedJaxpr:
-    """The unknown part of one branch, taking all branches' residual slots."""
+def _unknown_branch(pe, sources: list, start: int, res_avals, forwarded: list) -> ClosedJaxpr:
+    """The unknown part of one branch, taking all branches' residual slots, then the known
+    operands that are residuals of some branch, then the unknown operands."""
     with JaxprBuilder() as builder:
         slots = [builder.new_arg(a) for a in res_avals]
+        operand_args = {k: builder.new_arg(pe.known.in_avals[k]) for k in forwarded}
         unknown_ins = [builder.new_arg(a) for a in pe.unknown.in_avals[pe.num_residuals:]]
-        outs = inline_jaxpr(pe.unknown, slots[start:start + pe.num_residuals] + unknown_ins)
+        own = iter(slots[start:])
+        residuals = [next(own) if k is None else operand_args[k] for k in sources]
+        outs = inline_jaxpr(pe.unknown, residuals + unknown_ins)
         return builder.build(outs)
 
 
@@ -225,10 +255,23 @@ def _cond_transpose(cts, index, *operands, branches):
     linear = [is_linear(o) for o in operands]
     out_avals = branches[0].out_avals
     cts = [instantiate(c) if not is_zero(c) else instantiate(Zero(a)) for c, a in zip(cts, out_avals)]
-    transposed = tuple(transpose_jaxpr(b, linear) for b in branches)
+    transposed = tuple(_transposed_branch(b, linear) for b in branches)
     residuals = [o for o, lin in zip(operands, linear) if not lin]
     outs = iter(cond.bind(index, *residuals, *cts, branches=transposed))
     return [None] + [next(outs) if lin else None for lin in linear]
+
+
+def _transposed_branch(branch: ClosedJaxpr, linear: list[bool]) -> ClosedJaxpr:
+    """One branch transposed: (non-linear operands, cotangents) -> the linear operands'
+    cotangents. What partial evaluation copied into the branch to recompute (`X.T` from
+    X) reads no linear value: it is computed forward first."""
+    recomputed, rest = recomputed_first(branch, linear)
+    transposed = transpose_jaxpr(rest, [False] * len(recomputed.jaxpr.outvars) + linear)
+    with JaxprBuilder() as builder:
+        nonlinear = [builder.new_arg(v.aval, v.hint) for v, lin in zip(branch.jaxpr.invars, linear) if not lin]
+        cts = [builder.new_arg(v.aval) for v in branch.jaxpr.outvars]
+        again = inline_jaxpr(recomputed, nonlinear)
+        return builder.build(inline_jaxpr(transposed, again + nonlinear + cts))
 
 
 _pe.register(cond, _cond_partial_eval)

@@ -102,3 +102,24 @@ def per_example_mask(pred, shape, dim: int):
     if tuple(pred.aval.shape) == tuple(shape):
         return pred
     return align_for_broadcast(pred, 0, dim, len(shape) - 1)
+
+
+def recomputed_first(closed: ClosedJaxpr, linear: list[bool]) -> tuple[ClosedJaxpr, ClosedJaxpr]:
+    """The equations of a linear body that read no linear value (those partial evaluation
+    copied to recompute, cheap: a loop's step or a cond's branch), split off: (non-linear inputs -> their values still
+    read, and the rest of the body taking those values as new leading inputs), so the
+    rest is linear and transposes, and the backward step (or branch) computes them forward first."""
+    jaxpr = closed.jaxpr
+    linear_vars = {v for v, lin in zip(jaxpr.invars, linear) if lin}
+    forward, rest = [], []
+    for eqn in jaxpr.eqns:
+        if any(isinstance(v, Var) and v in linear_vars for v in eqn.invars):
+            linear_vars.update(eqn.outvars)
+            rest.append(eqn)
+        else:
+            forward.append(eqn)
+    read = {v for e in rest for v in e.invars if isinstance(v, Var)} | set(jaxpr.outvars)
+    values = [v for e in forward for v in e.outvars if v in read]
+    nonlinear_in = [v for v, lin in zip(jaxpr.invars, linear) if not lin]
+    return (ClosedJaxpr(Jaxpr(jaxpr.constvars, nonlinear_in, values, forward), closed.consts),
+            ClosedJaxpr(Jaxpr(jaxpr.constvars, values + list(jaxpr.invars), jaxpr.outvars, rest), closed.consts))

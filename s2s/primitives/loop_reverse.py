@@ -17,7 +17,7 @@ from s2s.passes.tangents import Zero, instantiate, is_zero
 from s2s.passes.transpose import is_linear, transpose_jaxpr
 from s2s.primitives import ops
 from s2s.primitives.cond import cond
-from s2s.primitives.control_flow_bodies import prune_body
+from s2s.primitives.control_flow_bodies import prune_body, recomputed_first
 from s2s.primitives.loops import _scan_split, _while_computing, permute, scan, while_loop
 from s2s.staging import JaxprBuilder, inline_jaxpr
 
@@ -205,7 +205,7 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, u
     lin_const_avals = [v.aval for v, lin in zip(body.invars[:num_consts], consts_lin) if lin]
     # body^T: (residual consts, residual x slices, ct of carry out, ct of y) ->
     #         (ct of linear consts, ct of carry in, ct of linear x slices)
-    recomputed, jaxpr = _recomputed_first(jaxpr, consts_lin + [True] * num_carry + xs_lin)
+    recomputed, jaxpr = recomputed_first(jaxpr, consts_lin + [True] * num_carry + xs_lin)
     transposed = transpose_jaxpr(jaxpr, [False] * len(recomputed.jaxpr.outvars) + consts_lin
                                  + [True] * num_carry + xs_lin)
     res_const_avals = [v.aval for v, lin in zip(body.invars[:num_consts], consts_lin) if not lin]
@@ -241,27 +241,6 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, u
         xs_cts.append(next(it) if lin else None)
     init_cts = [ct if is_linear(c) else None for ct, c in zip(ct_init, carry)]
     return consts_cts + init_cts + xs_cts
-
-
-def _recomputed_first(closed: ClosedJaxpr, linear: list[bool]) -> tuple[ClosedJaxpr, ClosedJaxpr]:
-    """The equations of a linear body that read no linear value (those partial evaluation
-    copied to recompute, cheap), split off: (non-linear inputs -> their values still
-    read, and the rest of the body taking those values as new leading inputs), so the
-    rest is linear and transposes, and the backward step computes them forward first."""
-    jaxpr = closed.jaxpr
-    linear_vars = {v for v, lin in zip(jaxpr.invars, linear) if lin}
-    forward, rest = [], []
-    for eqn in jaxpr.eqns:
-        if any(isinstance(v, Var) and v in linear_vars for v in eqn.invars):
-            linear_vars.update(eqn.outvars)
-            rest.append(eqn)
-        else:
-            forward.append(eqn)
-    read = {v for e in rest for v in e.invars if isinstance(v, Var)} | set(jaxpr.outvars)
-    values = [v for e in forward for v in e.outvars if v in read]
-    nonlinear_in = [v for v, lin in zip(jaxpr.invars, linear) if not lin]
-    return (ClosedJaxpr(Jaxpr(jaxpr.constvars, nonlinear_in, values, forward), closed.consts),
-            ClosedJaxpr(Jaxpr(jaxpr.constvars, values + list(jaxpr.invars), jaxpr.outvars, rest), closed.consts))
 
 
 _pe.register(scan, _scan_partial_eval)

@@ -25,6 +25,16 @@ def logistic_training(w, X, y):
     return (w * w).sum()
 
 
+def training_until_converged(w, X, y):
+    for step in range(50):
+        p = 1 / (1 + np.exp(-(X @ w)))
+        g = X.T @ (p - y) / X.shape[0]
+        if (g * g).sum() < 1e-8:
+            break
+        w = w - 0.1 * g
+    return (w * w).sum()
+
+
 def rnn(W, h, xs):
     for t in range(xs.shape[0]):
         h = np.tanh(W @ h + xs[t])
@@ -115,6 +125,33 @@ def test_a_training_loop_saves_X_once_and_no_transpose_of_it():
     for argnums in [0, (0, 1)]:
         assert_grads_equal(s2s.grad(logistic_training, argnums=argnums)(w, X, y),
                            jax.grad(with_numpy(logistic_training, jnp), argnums=argnums)(w, X, y))
+
+
+def test_a_loop_that_can_break_saves_its_data_once_not_per_step():
+    """The `break` makes the body a cond inside a bounded loop. The cond's residuals that
+    are its operands (X) are handed to the backward cond as operands, and X.T is recomputed
+    there: the loop keeps X once, and per step only what depends on w."""
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((20, 5))
+    y = (rng.random(20) > 0.5).astype(np.float64)
+    w = rng.standard_normal(5) * 0.1
+    closed = s2s.make_jaxpr(s2s.grad(training_until_converged))(w, X, y)
+    per_step, once = saved(closed)
+    assert ("X", (20, 5)) in once
+    assert not any(shape in ((20, 5), (5, 20)) for _, shape in per_step)
+    assert not any(s[-2:] in ((20, 5), (5, 20)) and len(s) > 2 for s in all_shapes(closed))
+
+    def with_jax(w, X, y):   # the same loop, a step past convergence leaving w as it is
+        done = False
+        for step in range(50):
+            p = 1 / (1 + jnp.exp(-(X @ w)))
+            g = X.T @ (p - y) / X.shape[0]
+            done = done | ((g * g).sum() < 1e-8)
+            w = jnp.where(done, w, w - 0.1 * g)
+        return (w * w).sum()
+    for argnums in [0, (0, 1)]:
+        assert_grads_equal(s2s.grad(training_until_converged, argnums=argnums)(w, X, y),
+                           jax.grad(with_jax, argnums=argnums)(w, X, y))
 
 
 def test_an_rnn_of_1000_steps_saves_per_step_only_what_depends_on_the_hidden_state():
