@@ -109,11 +109,16 @@ def assert_grads_equal(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
 
 
+def classification_data(seed: int, examples: int, features: int):
+    """(w, X, y): small initial weights, standard normal features, 0/1 labels."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((examples, features))
+    y = (rng.random(examples) > 0.5).astype(np.float64)
+    return rng.standard_normal(features) * 0.1, X, y
+
+
 def test_a_training_loop_saves_X_once_and_no_transpose_of_it():
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((200, 50))
-    y = (rng.random(200) > 0.5).astype(np.float64)
-    w = rng.standard_normal(50) * 0.1
+    w, X, y = classification_data(0, 200, 50)
     closed = s2s.make_jaxpr(s2s.grad(logistic_training))(w, X, y)
     per_step, once = saved(closed)
     # Carry-dependent, one row of 200 per step each: exp(-X @ w), 1 + that, and p.
@@ -131,10 +136,7 @@ def test_a_loop_that_can_break_saves_its_data_once_not_per_step():
     """The `break` makes the body a cond inside a bounded loop. The cond's residuals that
     are its operands (X) are handed to the backward cond as operands, and X.T is recomputed
     there: the loop keeps X once, and per step only what depends on w."""
-    rng = np.random.default_rng(4)
-    X = rng.standard_normal((20, 5))
-    y = (rng.random(20) > 0.5).astype(np.float64)
-    w = rng.standard_normal(5) * 0.1
+    w, X, y = classification_data(4, 20, 5)
     closed = s2s.make_jaxpr(s2s.grad(training_until_converged))(w, X, y)
     per_step, once = saved(closed)
     assert ("X", (20, 5)) in once
