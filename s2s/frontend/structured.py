@@ -263,7 +263,8 @@ def _is_counter(x, length: int) -> bool:
         return False
     eqn = x.builder.producer(x.variable)
     return (eqn is not None and eqn.primitive.name == "iota" and eqn.params["shape"] == (length,)
-            and np.dtype(eqn.params["dtype"]).kind in "iu")
+            and np.dtype(eqn.params["dtype"]).kind in "iu"
+            and length - 1 <= np.iinfo(eqn.params["dtype"]).max)   # a narrow counter wraps: not a row
 
 
 def _rows_scanned(body, num_carry: int, x_leaves: list, length: int):
@@ -275,7 +276,7 @@ def _rows_scanned(body, num_carry: int, x_leaves: list, length: int):
     for k, rows_read, row in zip(chosen, rows, jaxpr.jaxpr.invars[len(jaxpr.jaxpr.invars) - len(chosen):]):
         name = body.consts[k].variable.hint if isinstance(body.consts[k], Tracer) else None
         row.hint = name                              # a step's row of `xs` is named after xs
-        if rows_read is not body.consts[k]:          # `xs_rows = xs[:n]`
+        if isinstance(rows_read, Tracer) and rows_read is not body.consts[k]:   # `xs_rows = xs[:n]`
             rows_read.variable.hint = f"{name}_rows" if name else "rows"
     return [c for k, c in enumerate(body.consts) if k not in chosen], list(x_leaves) + rows, jaxpr
 

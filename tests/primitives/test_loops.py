@@ -60,3 +60,21 @@ def test_the_backward_loop_scans_xs_instead_of_saving_its_rows():
     assert "rt.dynamic_update_slice" not in source and "np.where" not in source
     per_step_buffers = [line for line in source.splitlines() if "_per_step = np.empty" in line]
     assert len(per_step_buffers) == 2   # h and tanh' (xs_bar is written a row per step): no copy of xs
+
+
+TABLE = np.arange(20.0).reshape(5, 4)   # a NumPy constant with more rows than the loop runs
+
+
+def _reads_table_rows(np_, h):
+    for t in range(3):
+        h = h * 1.1 + TABLE[t] * h
+    return h.sum()
+
+
+def test_rows_of_a_numpy_constant_are_scanned_too():
+    h = np.linspace(0.1, 0.4, 4)
+    (loop,) = _scans(s2s.make_jaxpr(lambda h: _reads_table_rows(np, h))(h))
+    assert "dynamic_slice" not in str(loop.params["jaxpr"])
+    np.testing.assert_allclose(s2s.jit(lambda h: _reads_table_rows(np, h))(h), _reads_table_rows(np, h))
+    np.testing.assert_allclose(s2s.grad(lambda h: _reads_table_rows(np, h))(h),
+                               jax.grad(lambda h: _reads_table_rows(jnp, h))(h), rtol=1e-12)
