@@ -49,6 +49,12 @@ def defcheap(primitive) -> None:
     cheap_to_recompute.add(primitive)
 
 
+def is_cheap(eqn) -> bool:
+    """Whether `eqn` is cheaper to recompute than to save: the `recompute` test that loops
+    and conds give `partial_eval_jaxpr`."""
+    return eqn.primitive in cheap_to_recompute
+
+
 @dataclasses.dataclass
 class PartialEval:
     known: ClosedJaxpr        # known inputs -> known outputs + residuals

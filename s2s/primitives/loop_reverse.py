@@ -41,10 +41,6 @@ from s2s.staging import JaxprBuilder, inline_jaxpr
 # loop so that it reads `for t in range(n):`.
 
 
-def _cheap(eqn: JaxprEqn) -> bool:
-    return eqn.primitive in _pe.cheap_to_recompute
-
-
 def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], ClosedJaxpr, list[Var]]:
     """Loop-invariant code motion: the equations of `body` that read only literals and the
     inputs given an outer value in `outer` (None for an input that changes per step), and
@@ -71,7 +67,7 @@ def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], Clo
             hoisted.append(JaxprEqn(eqn.primitive, [outside.get(v, v) for v in eqn.invars], outvars,
                                     eqn.params, eqn.source_info))
             outside.update(zip(eqn.outvars, outvars))
-            if _cheap(eqn):
+            if _pe.is_cheap(eqn):
                 kept.append(eqn)
             else:
                 computed.extend(eqn.outvars)
@@ -92,7 +88,7 @@ def _scan_partial_eval(eqn, unknown_ins):
     n_ys = len(jaxpr.jaxpr.outvars) - n_carry
     while True:   # a carry is unknown if it starts unknown or the body makes it so
         pe = partial_eval_jaxpr(jaxpr, consts_uk + carry_uk + xs_uk, instantiate=carry_uk + [False] * n_ys,
-                                recompute=_cheap)
+                                recompute=_pe.is_cheap)
         updated = [a or b for a, b in zip(carry_uk, pe.out_unknowns[:n_carry])]
         if updated == carry_uk:
             break
