@@ -105,10 +105,11 @@ def per_example_mask(pred, shape, dim: int):
 
 
 def recomputed_first(closed: ClosedJaxpr, linear: list[bool]) -> tuple[ClosedJaxpr, ClosedJaxpr]:
-    """The equations of a linear body that read no linear value (those partial evaluation
-    copied to recompute, cheap: a loop's step or a cond's branch), split off: (non-linear inputs -> their values still
-    read, and the rest of the body taking those values as new leading inputs), so the
-    rest is linear and transposes, and the backward step (or branch) computes them forward first."""
+    """The equations of a linear body (a loop's step, a cond's branch) that read no linear
+    value (those partial evaluation copied to recompute, cheap), split off: (non-linear
+    inputs -> their values still read, and the rest of the body taking those values as new
+    leading inputs), so the rest is linear and transposes, and the backward step or branch
+    computes them forward first."""
     jaxpr = closed.jaxpr
     linear_vars = {v for v, lin in zip(jaxpr.invars, linear) if lin}
     forward, rest = [], []

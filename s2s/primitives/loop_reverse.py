@@ -33,7 +33,7 @@ from s2s.staging import JaxprBuilder, inline_jaxpr
 # splits as a scan.
 
 
-# Primitives the families declare cheap to recompute (`partial_eval.defcheap`: views in
+# `partial_eval.is_cheap`: primitives the families declare cheap to recompute (views in
 # NumPy, or passes XLA fuses into their consumer). A loop does not move them out (XLA folds
 # a transpose into the dot that reads it, not across a loop boundary), and its reverse mode
 # recomputes them in the backward pass from what they read, saved instead. `iota` too: it

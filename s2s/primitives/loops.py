@@ -581,19 +581,18 @@ _vmap.register(while_loop, _while_batch)
 # reads its row directly, and its cotangent is one row written per step.
 
 
-def _counter_of(atom, counters: set, producer: dict):
-    """The scanned counter `atom` equals, or None: the counter itself, or NumPy's wrap of a
-    negative index `where(d < 0, d + n, d)` of a counter (never negative: the wrap is the
-    counter)."""
+def _at_counter(atom, counters: set, producer: dict) -> bool:
+    """Whether `atom` equals a scanned counter: the counter itself, or NumPy's wrap of a
+    negative index `where(d < 0, d + n, d)` of a counter d (never negative, so the wrap is
+    d)."""
     if atom in counters:
-        return atom
+        return True
     eqn = producer.get(atom)
     if eqn is None or eqn.primitive.name != "select" or eqn.invars[2] not in counters:
-        return None
+        return False
     test = producer.get(eqn.invars[0])
-    if test is None or test.primitive.name != "lt" or test.invars[0] is not eqn.invars[2]:
-        return None
-    return eqn.invars[2] if getattr(test.invars[1], "value", None) == 0 else None
+    return (test is not None and test.primitive.name == "lt" and test.invars[0] is eqn.invars[2]
+            and getattr(test.invars[1], "value", None) == 0)
 
 
 def _row_read(eqn, const, counters: set, producer: dict) -> bool:
@@ -602,7 +601,7 @@ def _row_read(eqn, const, counters: set, producer: dict) -> bool:
     return (eqn.primitive.name == "dynamic_slice" and eqn.invars[0] is const
             and eqn.params["slice_sizes"] == (1,) + tuple(const.aval.shape[1:])
             and const not in eqn.invars[1:]
-            and _counter_of(eqn.invars[1], counters, producer) is not None)
+            and _at_counter(eqn.invars[1], counters, producer))
 
 
 def scanned_rows(body: ClosedJaxpr, num_consts: int, num_carry: int, length: int,
@@ -626,24 +625,22 @@ def scanned_rows(body: ClosedJaxpr, num_consts: int, num_carry: int, length: int
         return [], body
     rows = {jaxpr.invars[k]: Var(ShapedArray(jaxpr.invars[k].aval.shape[1:], jaxpr.invars[k].aval.dtype),
                                  jaxpr.invars[k].hint) for k in chosen}
-    rename: dict = {}
+    row_of_read: dict = {}   # a rewritten read's (1, ...) result -> the row it holds
+    rename: dict = {}        # a squeeze of such a result -> the row
     eqns = []
     for eqn in jaxpr.eqns:
-        invars = [rename.get(v, v) for v in eqn.invars]
         if eqn.primitive.name == "dynamic_slice" and eqn.invars[0] in rows:
-            row = rows[eqn.invars[0]]
-            eqn = JaxprEqn(PRIMITIVES["broadcast_in_dim"], [row], eqn.outvars,
-                           dict(shape=eqn.outvars[0].aval.shape,
-                                broadcast_dimensions=tuple(range(1, eqn.outvars[0].aval.ndim))),
+            (out,) = eqn.outvars
+            row_of_read[out] = rows[eqn.invars[0]]
+            eqn = JaxprEqn(PRIMITIVES["broadcast_in_dim"], [row_of_read[out]], [out],
+                           dict(shape=out.aval.shape, broadcast_dimensions=tuple(range(1, out.aval.ndim))),
                            eqn.source_info)
-            producer[eqn.outvars[0]] = eqn
-        elif (eqn.primitive.name == "squeeze" and eqn.params["dimensions"] == (0,)
-              and getattr(producer.get(invars[0]), "primitive", None) is PRIMITIVES["broadcast_in_dim"]
-              and producer[invars[0]].invars[0] in rows.values()):
-            rename[eqn.outvars[0]] = producer[invars[0]].invars[0]   # the row itself
+        elif eqn.primitive.name == "squeeze" and eqn.params["dimensions"] == (0,) and eqn.invars[0] in row_of_read:
+            rename[eqn.outvars[0]] = row_of_read[eqn.invars[0]]
             continue
         else:
-            eqn = JaxprEqn(eqn.primitive, invars, eqn.outvars, eqn.params, eqn.source_info)
+            eqn = JaxprEqn(eqn.primitive, [rename.get(v, v) for v in eqn.invars], eqn.outvars, eqn.params,
+                           eqn.source_info)
         eqns.append(eqn)
     kept = [v for k, v in enumerate(jaxpr.invars) if k not in chosen]
     rewritten = Jaxpr(jaxpr.constvars, kept + list(rows.values()), [rename.get(v, v) for v in jaxpr.outvars], eqns)
