@@ -15,7 +15,9 @@ A replacement without a source line gets the line of the equation it replaces, s
 statement it becomes still says what line of the user's code it computes.
 
 Primitives are pure, so a rule only has to preserve values, shapes and dtypes. Bodies of
-control flow are left as they are.
+control flow (and of calls) are simplified too, each on its own: a backward loop or
+branch is transposed code like any other (`X.T.T @ g` is `X @ g` there as well), and a
+body keeps its inputs and number of outputs.
 """
 from __future__ import annotations
 
@@ -66,7 +68,8 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
 
     eqns = []
     for eqn in jaxpr.eqns:
-        eqn = JaxprEqn(eqn.primitive, [renamed(v) for v in eqn.invars], eqn.outvars, eqn.params,
+        eqn = JaxprEqn(eqn.primitive, [renamed(v) for v in eqn.invars], eqn.outvars,
+                       {name: _with_simplified_bodies(value) for name, value in eqn.params.items()},
                        eqn.source_info)
         rule = simplify_rules.get(eqn.primitive)
         result = rule(eqn, producer) if rule is not None else None
@@ -84,6 +87,15 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
                 result.hint = out.hint
     outvars = [renamed(v) for v in jaxpr.outvars]
     return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, eqns), closed.consts)
+
+
+def _with_simplified_bodies(param):
+    """A parameter with the jaxprs it holds (a loop's body, a cond's branches) simplified."""
+    if isinstance(param, ClosedJaxpr):
+        return simplify(param)
+    if isinstance(param, tuple) and param and all(isinstance(b, ClosedJaxpr) for b in param):
+        return tuple(simplify(b) for b in param)
+    return param
 
 
 def tidy(closed: ClosedJaxpr) -> ClosedJaxpr:

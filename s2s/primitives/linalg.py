@@ -21,15 +21,15 @@ import numpy as np
 import s2s_runtime.linalg as rt_linalg
 
 from s2s import dtypes
-from s2s.core import Literal, ShapedArray, aval_of_value
+from s2s.core import JaxprEqn, Literal, ShapedArray, aval_of_value
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import ATOM, Expr, binop, call, dtype_text, method, register, subscript
 from s2s.errors import ShapeError, UnsupportedFunctionError
-from s2s.passes import jvp as _jvp, transpose as _transpose, vmap as _vmap
+from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose, vmap as _vmap
 from s2s.passes.tangents import Zero, is_zero, tangent_aval
 from s2s.passes.transpose import LinearInput, is_linear
 from s2s.primitives import ops
-from s2s.staging import JaxprBuilder, Primitive, Tracer
+from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, Tracer
 
 # ---------------------------------------------------------------------------------------
 # dot_general
@@ -630,6 +630,37 @@ def det_by_lu(a):
     """det A = det P · prod(diag U) (exactly zero for a singular matrix's zero pivot)."""
     permutation_sign, u_diagonal = _permutation_sign_and_u_diagonal(a)
     return permutation_sign * ops.reduce_prod(u_diagonal, (_aval(u_diagonal).ndim - 1,))
+
+
+# ---------------------------------------------------------------------------------------
+# Simplification: a transposed operand is read through the dimension numbers instead.
+
+
+def _fold_transposed_operand(eqn, producer):
+    """dot_general of a transpose reads the untransposed operand with its dimension numbers
+    mapped through the permutation, where the result keeps its order (the free dimensions
+    stay in order). A backward step that recomputes `X.T` and transposes `X.T @ g` then
+    reads `X @ g_bar`, not `X.T.T @ g_bar`."""
+    (contract, batch) = eqn.params["dimension_numbers"]
+    for side in (0, 1):
+        inner = producer(eqn.invars[side])
+        if inner is None or inner.primitive is not PRIMITIVES["transpose"]:
+            continue
+        perm = inner.params["permutation"]
+        kept = [perm[d] for d in free_dims(len(perm), contract[side], batch[side])]
+        if kept != sorted(kept):
+            continue
+        mapped = [list(contract), list(batch)]
+        mapped[0][side] = tuple(perm[d] for d in contract[side])
+        mapped[1][side] = tuple(perm[d] for d in batch[side])
+        invars = list(eqn.invars)
+        invars[side] = inner.invars[0]
+        return JaxprEqn(dot_general, invars, eqn.outvars,
+                        {**eqn.params, "dimension_numbers": (tuple(mapped[0]), tuple(mapped[1]))}, eqn.source_info)
+    return None
+
+
+_simplify.register(dot_general, _fold_transposed_operand)
 
 
 # ---------------------------------------------------------------------------------------

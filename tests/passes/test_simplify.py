@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from s2s.core import JaxprEqn, Literal
 from s2s.source_info import SourceInfo
 from s2s.staging import current_builder
 from s2s.passes import simplify as simplify_pass
 from s2s.passes.simplify import fill_value, simplify, simplify_rules
-from s2s.primitives import elementwise as E, reductions as R, structural as S
+from s2s.primitives import elementwise as E, linalg as LA, reductions as R, structural as S
 from s2s.primitives.cond import cond
 from tests.passes.handbuilt import arr, assert_equivalent, build, names
+from tests.primitives.test_linalg import dot_problems
 
 X3 = np.array([1.5, -2.0, 3.25])
 
@@ -203,12 +205,21 @@ def test_an_identity_on_one_output_of_a_multiple_result_equation():
     assert_equivalent(closed, simplified, X3, X3 * 2)
 
 
-def test_bodies_of_control_flow_are_left_as_they_are():
-    branch = build(lambda x: E.mul.bind(x, 1.0), arr(3))
-    closed = build(lambda i, x: cond.bind(i, x, branches=(branch, branch)), arr(dtype="int32"), arr(3))
+def test_bodies_of_control_flow_are_simplified_and_keep_their_signature():
+    """A branch nested in a branch: both lose their identities, and each still takes and
+    returns what the cond passes (the identity's output becomes the branch's input)."""
+    inner = build(lambda x: E.mul.bind(x, 1.0), arr(3))
+    outer = build(lambda i, x: E.sin.bind(cond.bind(i, E.add.bind(x, 0.0), branches=(inner, inner))[0]),
+                  arr(dtype="int32"), arr(3))
+    closed = build(lambda i, x: cond.bind(i, i, x, branches=(outer, outer)), arr(dtype="int32"), arr(3))
     simplified = simplify(closed)
-    assert simplified.jaxpr.eqns[0].params["branches"] == (branch, branch)
-    assert_equivalent(closed, simplified, np.int32(1), X3)
+    (branch, _) = simplified.jaxpr.eqns[0].params["branches"]
+    assert names(branch) == ["cond", "sin"]
+    assert branch.jaxpr.invars == outer.jaxpr.invars
+    (inner_simplified, _) = branch.jaxpr.eqns[0].params["branches"]
+    assert names(inner_simplified) == [] and inner_simplified.jaxpr.outvars == inner_simplified.jaxpr.invars
+    for index in (0, 1):
+        assert_equivalent(closed, simplified, np.int32(index), X3)
 
 
 def test_fill_value_sees_literals_and_broadcast_literals_only():
@@ -237,3 +248,24 @@ def test_a_replacement_equation_computes_at_the_line_of_the_one_it_replaces(monk
             return E.neg.bind(x)
     simplified = simplify(build(fn, arr(3)))
     assert [e.source_info.line for e in simplified.jaxpr.eqns] == [12]
+
+
+@settings(max_examples=25, deadline=None)
+@given(problem=dot_problems(), side=st.sampled_from([0, 1]), data=st.data())
+def test_a_dot_of_a_transpose_reads_the_untransposed_operand_where_the_result_keeps_its_order(problem, side, data):
+    """dot_general(transpose(x), y) becomes dot_general(x, y) with the dimension numbers
+    mapped through the permutation, unless that would reorder the result's free dims."""
+    operands, dimension_numbers = list(problem[:2]), problem[2]
+    perm = tuple(data.draw(st.permutations(range(operands[side].ndim))))
+    untransposed = np.transpose(operands[side], np.argsort(perm))   # transposed by perm, it is the operand
+
+    def f(x, other):
+        lhs, rhs = (S.transpose.bind(x, permutation=perm), other)[::1 if side == 0 else -1]
+        return LA.dot_general.bind(lhs, rhs, dimension_numbers=dimension_numbers, preferred_element_type=None)
+
+    closed = build(f, arr(*untransposed.shape), arr(*operands[1 - side].shape))
+    simplified = simplify(closed)
+    free = [perm[d] for d in LA.free_dims(len(perm), dimension_numbers[0][side], dimension_numbers[1][side])]
+    (dot,) = [e for e in simplified.jaxpr.eqns if e.primitive is LA.dot_general]
+    assert (dot.invars[side] is closed.jaxpr.invars[0]) == (free == sorted(free))
+    assert_equivalent(closed, simplified, untransposed, operands[1 - side])
