@@ -276,7 +276,7 @@ class Block:
     (sub-jaxprs) with `write`; names are shared, so every name in a function is unique."""
 
     def __init__(self, names: "_Names", options: EmitOptions, lines: list[str] | None = None,
-                 indent: str = "", origins: dict | None = None):
+                 indent: str = "", origins: dict | None = None, buffers: set | None = None):
         self.names = names
         self.options = options
         self.lines = [] if lines is None else lines
@@ -284,6 +284,10 @@ class Block:
         # The source name each variable derives from (its own, else its first operand's).
         self.origins: dict[Var, str] = {} if origins is None else origins
         self.inlined_comments: dict[Var, str] = {}   # a value written where it is read -> its comment
+        # Names of the arrays loops fill step by step (reverse mode's saved values): a loop
+        # that reads one for the last time is followed by `del`, so what reverse mode saved
+        # is freed once the backward loop has read it, not when the function returns.
+        self.buffers: set[str] = set() if buffers is None else buffers
 
     def line(self, text: str) -> None:
         self.lines.append(self.indent + text)
@@ -291,7 +295,7 @@ class Block:
     def nested(self, apart: bool = False) -> "Block":
         """A block one level in, writing into these lines (or into lines of its own)."""
         return Block(self.names, self.options, [] if apart else self.lines, self.indent + "    ",
-                     self.origins)
+                     self.origins, self.buffers)
 
     def comment(self, eqn) -> str:
         return f"  # {escaped(eqn.source_info.relative())}" if (
@@ -319,6 +323,29 @@ class Block:
             if v.hint or origin:
                 self.origins[v] = v.hint or origin
 
+    def output_name(self, jaxpr, in_exprs: list[Expr], var, computed: bool) -> str | None:
+        """What output `var` of `jaxpr` would be called when written on `in_exprs`, before
+        it is: its own name, the name of the input it passes on (`w` for `w_1`), else, if
+        `computed`, what computes it from what (`exp_X`); None for a constant, which says
+        nothing."""
+        if not isinstance(var, Var):
+            return None
+        if var.hint:
+            return var.hint
+        if var in jaxpr.invars:
+            text = in_exprs[jaxpr.invars.index(var)].text
+            return re.sub(r"_\d+$", "", text) if re.fullmatch(r"[A-Za-z_]\w*", text) else None
+        producers = {v: e for e in jaxpr.eqns for v in e.outvars}
+        producer = producers.get(var)
+        if not computed or producer is None or not any(isinstance(v, Var) for v in producer.invars):
+            return None
+        for v, e in zip(jaxpr.invars, in_exprs):    # as `write` notes them
+            if v.hint or re.fullmatch(r"[A-Za-z_]\w*", e.text):
+                self.origins.setdefault(v, v.hint or e.text)
+        for eqn in jaxpr.eqns[:jaxpr.eqns.index(producer) + 1]:
+            self._note_origins(eqn)
+        return self.value_name(producer, var)
+
     def named(self, expr: Expr, hint: str | None, comment: str = "") -> Expr:
         """`expr` as a plain name (assigning it first unless it already is one)."""
         if re.fullmatch(r"[A-Za-z_]\w*", expr.text):
@@ -327,18 +354,38 @@ class Block:
         self.line(f"{local} = {expr.text}{comment}")
         return Expr(local)
 
+    def _drop_buffers(self, statement, at: int, exprs: dict, last_read: dict) -> None:
+        """`del` the buffers statement `at` (a loop) read for the last time. Only a buffer
+        this block filled qualifies (a loop nested in another reads its operands on every
+        step of the outer one), and only where no value still to be read is written with its
+        name."""
+        dead = {exprs[v].text for v in statement.invars
+                if isinstance(v, Var) and last_read.get(v) == at and exprs[v].text in self.buffers}
+        still_read = [exprs[v].text for v, last in last_read.items() if last > at and v in exprs]
+        dead = sorted(name for name in dead if not any(re.search(rf"\b{name}\b", t) for t in still_read))
+        if dead:
+            self.buffers.difference_update(dead)
+            self.line(f"del {', '.join(dead)}  # read for the last time by the loop above")
+
     def write(self, jaxpr, in_exprs: list[Expr], exprs: dict | None = None,
-              targets: dict | None = None) -> list[Expr]:
+              targets: dict | None = None, in_place: dict | None = None) -> list[Expr]:
         """Writes `jaxpr`'s live equations on `in_exprs`; returns its outputs' expressions.
-        `targets` names the variables to assign to given names (a branch's outputs)."""
+        `targets` names the variables to assign to given names (a branch's outputs).
+        `in_place` maps the result of an `add` that reads variable `name` to that name:
+        the sum is written `name += term`, into the array `name` holds (a loop's
+        accumulator, which the caller owns); a term read only there is written in it."""
         uses = _uses(jaxpr)
         targets = targets or {}
+        in_place = in_place or {}
+        summed_terms = {v for e in jaxpr.eqns if e.outvars and e.outvars[0] in in_place for v in e.invars}
+        last_read = {v: at for at, e in enumerate(jaxpr.eqns) for v in e.invars if isinstance(v, Var)}
+        last_read.update((v, len(jaxpr.eqns)) for v in jaxpr.outvars if isinstance(v, Var))
         exprs = {} if exprs is None else exprs
         exprs.update(zip(jaxpr.invars, in_exprs))
         for v, e in zip(jaxpr.invars, in_exprs):
             if v.hint or re.fullmatch(r"[A-Za-z_]\w*", e.text):
                 self.origins.setdefault(v, v.hint or e.text)
-        for eqn in jaxpr.eqns:
+        for at, eqn in enumerate(jaxpr.eqns):
             if not any(uses.get(v) for v in eqn.outvars):
                 continue
             self._note_origins(eqn)
@@ -352,6 +399,13 @@ class Block:
             if eqn.primitive in STATEMENT_RULES:
                 names = [targets.pop(v, None) for v in eqn.outvars]
                 exprs.update(zip(eqn.outvars, rule(self, eqn, operands, names)))
+                self._drop_buffers(eqn, at, exprs, last_read)
+                continue
+            if eqn.outvars[0] in in_place:
+                name = in_place[eqn.outvars[0]]
+                (term,) = [o for o in operands if o.text != name]
+                self.line(f"{name} += {term.text}{self.comment(eqn)}")
+                exprs[eqn.outvars[0]] = Expr(name)
                 continue
             expr = rule(eqn, *operands)
             if _constant_scalar(eqn, operands):   # `1.0 * 2.0` is a Python float: `np.float64(1.0 * 2.0)`
@@ -369,7 +423,7 @@ class Block:
                 continue
             (out,) = eqn.outvars
             # A nameless value read once is written where it is read (an output: in `return`).
-            if out not in targets and out.hint is None and uses.get(out) == 1 \
+            if out not in targets and (out.hint is None or out in summed_terms) and uses.get(out) == 1 \
                     and len(expr.text) <= INLINE_MAX_CHARS:
                 exprs[out] = expr
                 if comment:

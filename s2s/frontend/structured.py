@@ -273,10 +273,11 @@ def _rows_scanned(body, num_carry: int, x_leaves: list, length: int):
     chosen, jaxpr = primitive_loops.scanned_rows(body.jaxpr, len(body.consts), num_carry, length,
                                                  [_is_counter(x, length) for x in x_leaves])
     rows = [body.consts[k] if np.shape(body.consts[k])[0] == length else body.consts[k][:length] for k in chosen]
-    for k, rows_read, row in zip(chosen, rows, jaxpr.jaxpr.invars[len(jaxpr.jaxpr.invars) - len(chosen):]):
-        name = body.consts[k].variable.hint if isinstance(body.consts[k], Tracer) else None
-        row.hint = name                              # a step's row of `xs` is named after xs
+    # A step's row stays nameless, so a loop reading it once writes `xs_rows[t]` where the
+    # source had `xs[t]` (emission names it after `xs` where it is read more often).
+    for k, rows_read in zip(chosen, rows):
         if isinstance(rows_read, Tracer) and rows_read is not body.consts[k]:   # `xs_rows = xs[:n]`
+            name = body.consts[k].variable.hint if isinstance(body.consts[k], Tracer) else None
             rows_read.variable.hint = f"{name}_rows" if name else "rows"
     return [c for k, c in enumerate(body.consts) if k not in chosen], list(x_leaves) + rows, jaxpr
 

@@ -87,7 +87,6 @@ def _emit_cond(block, eqn, operands, names):
     comment = block.comment(eqn)
     args = [block.named(o, None, comment) for o in operands[1:]]
     branches = eqn.params["branches"]
-    outs = [name or block.names.fresh(v.hint or "r") for name, v in zip(names, eqn.outvars)]
     if len(branches) == 2 and eqn.invars[0].aval.dtype == dtypes.bool_:   # `if pred:` (true: branch 1)
         tests = [f"if {operands[0].text}:", "else:"]
         order = [1, 0]
@@ -95,6 +94,8 @@ def _emit_cond(block, eqn, operands, names):
         index = block.named(operands[0], "index", comment)
         tests = [f"if {index.text} <= 0:"] + [f"elif {index.text} == {i}:" for i in range(1, len(branches) - 1)] + ["else:"]
         order = list(range(len(branches)))
+    outs = [name or block.names.fresh(_result_stem(block, v, [branches[i].jaxpr for i in order], j, args))
+            for j, (name, v) in enumerate(zip(names, eqn.outvars))]
     for test, i in zip(tests, order):
         inner = block.nested(apart=True)
         # A branch writes its results straight into the output names (`y = np.sin(x)`).
@@ -112,6 +113,17 @@ def _emit_cond(block, eqn, operands, names):
             block.line(test + (comment if i == order[0] else ""))
             block.lines.extend(inner.lines)
     return [Expr(o) for o in outs]
+
+
+def _result_stem(block, out, branches, j: int, args) -> str:
+    """What output `j` of a cond is called: its own name, else the first source name a
+    branch (in the order they are written) gives the value it returns, else what computes
+    it (`exp_X`) where every branch that computes it says the same, else `r`."""
+    if out.hint:
+        return out.hint
+    named = (block.output_name(body, args, body.outvars[j], computed=False) for body in branches)
+    computed = {block.output_name(body, args, body.outvars[j], computed=True) for body in branches} - {None}
+    return next((name for name in named if name), computed.pop() if len(computed) == 1 else "r")
 
 
 def _is_one_if_chain(lines: list[str], indent: str) -> bool:

@@ -59,7 +59,10 @@ def prune_body(closed: ClosedJaxpr, keep_out: list[bool]) -> tuple[Jaxpr, list[b
 
 def write_assignment(block, targets: list[str], values: list[Expr], comment: str) -> None:
     """`a, b = x, y` (one simultaneous assignment, so a loop carry can swap values), with
-    the comment of the statement it belongs to: every line says where it comes from."""
+    the comment of the statement it belongs to: every line says where it comes from. A
+    target given its own value (summed in place already) is left out."""
+    pairs = [(t, v) for t, v in zip(targets, values) if t != v.text]
+    targets, values = [t for t, _ in pairs], [v for _, v in pairs]
     if targets:
         block.line(f"{', '.join(targets)} = {', '.join(v.text for v in values)}{comment}")
 

@@ -8,6 +8,11 @@ the source was.
   that starts at a constant and gains one per step (`lax.fori_loop`). The body reads the
   Python int `range` yields wherever that computes what the counter of its dtype would
   (see `_python_int_values`), else `t = np.int64(i)` first.
+- A carry the body only adds to (`k_bar = k_bar + term`, the cotangent a backward loop
+  accumulates for a value every step reads) is summed in place, `k_bar += term`, right
+  where `term` is computed: one array for the whole loop instead of a new one per step
+  and two alive at once. The loop owns that array: it starts as a fresh allocation
+  (`np.full(...)`) or as a copy of the initial value, never as a caller's array.
 - A stacked output is a buffer named after the value it holds on each step: the user's
   name for the stacked values if they have one, else `p_per_step` for the body's `p` (the
   residuals reverse mode saves are such buffers), and a loop reading one back calls its row
@@ -16,12 +21,13 @@ the source was.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import Jaxpr, Literal, Var
-from s2s.emit.pyexpr import (BARE_SCALAR_OK, STATEMENT_RULES, Expr, dtype_text, python_rules, register_statement,
+from s2s.core import Jaxpr, JaxprEqn, Literal, Var
+from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, Expr, dtype_text, python_rules, register_statement,
                              typed_scalar)
 from s2s.primitives.control_flow_bodies import write_assignment
 from s2s.primitives.loops import scan, unrolled_scan, while_loop
@@ -148,13 +154,13 @@ def _inlined_reads(body: Jaxpr, var: Var) -> int:
 def _row(block, x: Expr, var: Var, index: str, body: Jaxpr, comment: str) -> Expr:
     """The row of scanned array `x` this step reads: named by the body's name for it (`x_t`),
     else written where it is read if that is once in an expression, else named after the
-    value the buffer holds (`p` for a row of `p_per_step`)."""
+    value the buffer holds (`p` for a row of `p_per_step`, `xs` for one of `xs_rows`)."""
     row = Expr(f"{x.text}[{index}]")
     if var.hint:
         return block.named(row, var.hint, comment)
     if _inlined_reads(body, var) <= 1:
         return row
-    return block.named(row, _held(x), comment)
+    return block.named(row, _held(x) or re.sub(r"_rows$", "", x.text), comment)
 
 
 def _buffer_stem(block, outer: Var, var, expr: Expr, producers: dict) -> str:
@@ -167,6 +173,61 @@ def _buffer_stem(block, outer: Var, var, expr: Expr, producers: dict) -> str:
     if not var.hint and re.fullmatch(r"[A-Za-z_]\w*", expr.text):
         return re.sub(r"_\d+$", "", expr.text) + PER_STEP
     return block.value_name(producers.get(var), var) + PER_STEP
+
+
+def _summed_in_place(body: Jaxpr, carry_vars: list[Var], source_info) -> tuple[Jaxpr, dict[Var, int]]:
+    """The carries the body only adds to, as {the sum's variable: carry position}, and the
+    body with each such sum moved up to just after its term is computed, so the term dies
+    at once (a sum without a source line of its own, made by transpose, gets its term's, else
+    the loop's).
+    A carry qualifies where it is an array, the body reads its old value only in
+    `old + term` and that sum only as its new value: then no other value can see the
+    array change under it."""
+    add = PRIMITIVES["add"]
+    uses = Counter(v for e in body.eqns for v in e.invars if isinstance(v, Var))
+    uses.update(v for v in body.outvars if isinstance(v, Var))
+    producers = {v: e for e in body.eqns for v in e.outvars}
+    sums = {}
+    for k, (old, new) in enumerate(zip(carry_vars, body.outvars)):
+        eqn = producers.get(new) if isinstance(new, Var) else None
+        if (eqn is not None and eqn.primitive is add and old in eqn.invars and old.aval.shape
+                and uses[old] == 1 and uses[new] == 1):
+            sums[new] = k
+    if not sums:
+        return body, sums
+    terms = {}
+    for new, k in sums.items():
+        eqn = producers[new]
+        term = next(v for v in eqn.invars if v is not carry_vars[k])
+        located = next((info for info in (eqn.source_info, getattr(producers.get(term), "source_info", None))
+                        if info is not None and info.line), source_info)
+        terms[JaxprEqn(eqn.primitive, eqn.invars, eqn.outvars, eqn.params, located)] = term
+    ready = [e for e, term in terms.items() if term not in producers]   # a term the body is given
+    eqns = list(ready)
+    summed = {producers[new] for new in sums}
+    for e in body.eqns:
+        if e not in summed:
+            eqns.append(e)
+            eqns += [s for s, term in terms.items() if term in e.outvars]
+    return Jaxpr(body.constvars, body.invars, body.outvars, eqns), sums
+
+
+def _owned(init: Expr) -> Expr:
+    """An initial value the loop may sum into in place: a fresh allocation as it is (it is
+    written where it is read, so nothing else holds it), else a copy."""
+    call = re.match(r"np\.(full|zeros|ones|empty)\(", init.text)
+    if call and _closing_paren(init.text, call.end() - 1) == len(init.text) - 1:
+        return init
+    return Expr(f"{init.wrap(ATOM)}.copy()")
+
+
+def _closing_paren(text: str, opening: int) -> int:
+    depth = 0
+    for at in range(opening, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[at], 0)
+        if depth == 0:
+            return at
+    return -1
 
 
 def _emit_scan(block, eqn, operands, names):
@@ -188,11 +249,14 @@ def _emit_scan(block, eqn, operands, names):
           for k, o in enumerate(operands[n_consts + n_carry:])]
     carry = _carry_names(block, [carry_vars[k] for k in carried], [eqn.outvars[k] for k in carried],
                          [names[k] for k in carried])
-    write_assignment(block, carry, [_typed(operands[n_consts + k], eqn.invars[n_consts + k]) for k in carried],
-                     comment)
     if counter_carry is not None:   # the body's `i + 1` is the loop's business now
         body = Jaxpr(body.constvars, body.invars, [v for k, v in enumerate(body.outvars) if k != counter_carry],
                      body.eqns)
+    body, sums = _summed_in_place(body, [carry_vars[k] for k in carried], eqn.source_info)
+    initial = [_typed(operands[n_consts + k], eqn.invars[n_consts + k]) for k in carried]
+    for j in sums.values():
+        initial[j] = _owned(initial[j])
+    write_assignment(block, carry, initial, comment)
     bare = set() if counter is None else _python_int_values(body, counter)
     i = block.names.fresh(counter.hint if bare and counter.hint else "i")
     steps = f"range({length})" if start == 0 else f"range({start}, {start + length})"
@@ -208,7 +272,8 @@ def _emit_scan(block, eqn, operands, names):
     slices = [step_value if k == counting else _row(inner, x, v, index, body, comment)
               for k, (x, v) in enumerate(zip(xs, x_vars))]
     results = inner.write(body, consts + [step_value if k == counter_carry else next(carry_exprs)
-                                          for k in range(n_carry)] + slices)
+                                          for k in range(n_carry)] + slices,
+                          in_place={new: carry[j] for new, j in sums.items()})
     carry_results = [typed_scalar(r, v.aval.dtype) if isinstance(v, Var) and v in bare else r
                      for r, v in zip(results, body.outvars)][:len(carried)]
     y_results = results[len(carried):]
@@ -219,6 +284,7 @@ def _emit_scan(block, eqn, operands, names):
     block.lines[header_at:header_at] = [
         f"{block.indent}{name} = np.empty({tuple(v.aval.shape)!r}, dtype={dtype_text(v.aval.dtype)}){comment}"
         for name, v in zip(ys, eqn.outvars[n_carry:])]
+    block.buffers.update(ys)
     for name, y in zip(ys, y_results):   # before the carry changes: y may read it
         inner.line(f"{name}[{index}] = {y.text}{comment}")
     write_assignment(inner, carry, carry_results, comment)

@@ -247,3 +247,113 @@ def test_bounded_loop_gradient_loops_over_range():
     assert [steps for _, steps in for_headers(source)] == ["range(20)", "reversed(range(20))"], source
     assert all_named_per_step(source), source
     np.testing.assert_allclose(grad_emitted(x), 0.5 / np.sqrt(x), rtol=1e-12)
+
+
+def attention(Wq, X, Wk, Wv, h):
+    for step in range(5):
+        q = h @ Wq
+        k = X @ Wk
+        v = X @ Wv
+        s = k @ q
+        a = np.exp(s - s.max())
+        h = np.tanh(h + (a / a.sum()) @ v)
+    return (h * h).sum()
+
+
+def test_backward_loop_sums_cotangents_in_place_and_drops_what_it_read():
+    """The cotangents of the keys and values (read whole on every step) are summed into one
+    array each, `k_bar += ...`, not rebuilt per step; the per-step buffers are deleted once
+    the backward loop has read them."""
+    rng = np.random.default_rng(4)
+    Wq, Wk, Wv = (rng.normal(size=(4, 4)) * 0.5 for _ in range(3))
+    args = (Wq, rng.normal(size=(6, 4)), Wk, Wv, rng.normal(size=4))
+    argnums = (0, 1, 2, 3, 4)
+    source, grad_emitted = emitted(s2s.grad(attention, argnums=argnums), *args)
+    assert re.search(r"^ +k_bar \+= np\.outer\(", source, re.M), source
+    assert re.search(r"^ +v_bar \+= np\.outer\(", source, re.M), source
+    assert not re.search(r"^ +.*\bk_bar\b.* = .*\bk_bar\b", source, re.M), source
+    backward_end = source.index("\n    del ")
+    assert source.index("for i in reversed(range(5))") < backward_end, source
+    deleted = re.search(r"^    del (.*?)  #", source, re.M).group(1).split(", ")
+    assert sorted(deleted) == sorted(buffers(source)), source
+    expected = jax.grad(_attention_jax, argnums=argnums)(*args)
+    for got, want in zip(grad_emitted(*args), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def _attention_jax(Wq, X, Wk, Wv, h):
+    jnp = jax.numpy
+    for step in range(5):
+        q = h @ Wq
+        s = (X @ Wk) @ q
+        a = jnp.exp(s - s.max())
+        h = jnp.tanh(h + (a / a.sum()) @ (X @ Wv))
+    return (h * h).sum()
+
+
+def running_sum(total, xs):
+    for t in range(xs.shape[0]):
+        total = total + xs[t]
+    return total
+
+
+def test_a_carry_starting_as_an_argument_is_copied_before_it_is_summed_in_place():
+    total, xs = np.arange(3.0), np.ones((4, 3))
+    source, f_emitted = emitted(running_sum, total, xs)
+    copy = re.search(r"^    (\w+) = total\.copy\(\)", source, re.M)
+    assert copy and f"        {copy.group(1)} += " in source, source
+    kept = total.copy()
+    np.testing.assert_array_equal(f_emitted(total, xs), kept + 4.0)
+    np.testing.assert_array_equal(total, kept)    # the caller's array is untouched
+
+
+def test_a_sum_read_again_is_not_summed_in_place():
+    """A new carry that is also stacked as the step's output may not be written into the
+    array the stacked row was copied from, nor aliased: it is rebound as usual."""
+    def f(total, xs):
+        def step(total, x):
+            total = total + x
+            return total, total
+        return lax.scan(step, total, xs)
+
+    total, xs = np.zeros(3), np.arange(12.0).reshape(4, 3)
+    source, f_emitted = emitted(f, total, xs)
+    assert "+=" not in source, source
+    final, stacked = f_emitted(total, xs)
+    np.testing.assert_array_equal(stacked, np.cumsum(xs, axis=0))
+    np.testing.assert_array_equal(final, xs.sum(axis=0))
+
+
+def train_until_converged(w, X, y):
+    for step in range(50):
+        p = 1 / (1 + np.exp(-(X @ w)))
+        g = X.T @ (p - y) / X.shape[0]
+        if (g * g).sum() < 1e-3:
+            break
+        w = w - 0.5 * g
+    return (w * w).sum()
+
+
+def train_until_converged_autograd(w, X, y):
+    for step in range(50):
+        p = 1 / (1 + anp.exp(-(anp.dot(X, w))))
+        g = anp.dot(X.T, p - y) / X.shape[0]
+        if anp.sum(g * g) < 1e-3:
+            break
+        w = w - 0.5 * g
+    return anp.sum(w * w)
+
+
+def test_values_a_branch_computes_are_named_after_them_and_transposes_fold():
+    """The `break` puts the body in a branch: what the branch returns (saved per step, read
+    back, summed) is named after the value it holds (`p`, `w_bar_3`), never `r_2`; and the
+    backward branch reads `X @ g_bar`, not `X.T.T @ g_bar`."""
+    rng = np.random.default_rng(5)
+    w, X = np.zeros(3), rng.normal(size=(12, 3))
+    y = (X @ np.array([1.0, -2.0, 0.5]) > 0).astype(np.float64)
+    source, grad_emitted = emitted(s2s.grad(train_until_converged), w, X, y)
+    assert "p_per_step" in buffers(source) and all_named_per_step(source), source
+    assert not re.search(r"\br(_\d+)? = ", source), source
+    assert ".T.T" not in source and re.search(r"\bX @ \(?g_bar", source), source
+    np.testing.assert_allclose(grad_emitted(w, X, y), autograd.grad(train_until_converged_autograd)(w, X, y),
+                               rtol=1e-10)

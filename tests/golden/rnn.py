@@ -18,7 +18,6 @@ def rnn(W, xs, n_steps=5, scale=0.5):
     xs_rows = xs[:5]  # cases.py rnn+4
     h_1 = h  # cases.py rnn+4
     for i in range(5):  # cases.py rnn+4
-        xs_1 = xs_rows[i]  # cases.py rnn+4
-        h_2 = np.tanh(W @ h_1 + xs_1)  # cases.py rnn+5
+        h_2 = np.tanh(W @ h_1 + xs_rows[i])  # cases.py rnn+5
         h_1 = h_2  # cases.py rnn+4
     return 0.5 * (h_1 * h_1).sum()  # cases.py rnn+6
