@@ -14,6 +14,8 @@ import pytest
 import s2s
 from s2s import lax
 from s2s.emit.python import load_source
+from tests.helpers import with_numpy
+from tests.primitives.test_loop_residuals import classification_data, training_until_converged
 
 FOR_HEADER = re.compile(r"^\s*for (\w+) in (.*):", re.M)
 
@@ -276,19 +278,9 @@ def test_backward_loop_sums_cotangents_in_place_and_drops_what_it_read():
     assert source.index("for i in reversed(range(5))") < backward_end, source
     deleted = re.search(r"^    del (.*?)  #", source, re.M).group(1).split(", ")
     assert sorted(deleted) == sorted(buffers(source)), source
-    expected = jax.grad(_attention_jax, argnums=argnums)(*args)
+    expected = jax.grad(with_numpy(attention, jax.numpy), argnums=argnums)(*args)
     for got, want in zip(grad_emitted(*args), expected):
         np.testing.assert_allclose(got, want, rtol=1e-10)
-
-
-def _attention_jax(Wq, X, Wk, Wv, h):
-    jnp = jax.numpy
-    for step in range(5):
-        q = h @ Wq
-        s = (X @ Wk) @ q
-        a = jnp.exp(s - s.max())
-        h = jnp.tanh(h + (a / a.sum()) @ (X @ Wv))
-    return (h * h).sum()
 
 
 def running_sum(total, xs):
@@ -324,36 +316,14 @@ def test_a_sum_read_again_is_not_summed_in_place():
     np.testing.assert_array_equal(final, xs.sum(axis=0))
 
 
-def train_until_converged(w, X, y):
-    for step in range(50):
-        p = 1 / (1 + np.exp(-(X @ w)))
-        g = X.T @ (p - y) / X.shape[0]
-        if (g * g).sum() < 1e-3:
-            break
-        w = w - 0.5 * g
-    return (w * w).sum()
-
-
-def train_until_converged_autograd(w, X, y):
-    for step in range(50):
-        p = 1 / (1 + anp.exp(-(anp.dot(X, w))))
-        g = anp.dot(X.T, p - y) / X.shape[0]
-        if anp.sum(g * g) < 1e-3:
-            break
-        w = w - 0.5 * g
-    return anp.sum(w * w)
-
-
 def test_values_a_branch_computes_are_named_after_them_and_transposes_fold():
     """The `break` puts the body in a branch: what the branch returns (saved per step, read
     back, summed) is named after the value it holds (`p`, `w_bar_3`), never `r_2`; and the
     backward branch reads `X @ g_bar`, not `X.T.T @ g_bar`."""
-    rng = np.random.default_rng(5)
-    w, X = np.zeros(3), rng.normal(size=(12, 3))
-    y = (X @ np.array([1.0, -2.0, 0.5]) > 0).astype(np.float64)
-    source, grad_emitted = emitted(s2s.grad(train_until_converged), w, X, y)
+    w, X, y = classification_data(5, 12, 3)
+    source, grad_emitted = emitted(s2s.grad(training_until_converged), w, X, y)
     assert "p_per_step" in buffers(source) and all_named_per_step(source), source
     assert not re.search(r"\br(_\d+)? = ", source), source
     assert ".T.T" not in source and re.search(r"\bX @ \(?g_bar", source), source
-    np.testing.assert_allclose(grad_emitted(w, X, y), autograd.grad(train_until_converged_autograd)(w, X, y),
-                               rtol=1e-10)
+    np.testing.assert_allclose(grad_emitted(w, X, y),
+                               autograd.grad(with_numpy(training_until_converged, anp))(w, X, y), rtol=1e-10)
