@@ -2,7 +2,8 @@
 
 Differentiation leaves arithmetic a person would not write: `1.0 * t` (the cotangent seed
 is a literal 1), `t + 0`, a broadcast of a broadcast (the transpose of a reduction). Each
-primitive that has such an identity registers a rule in `simplify_rules`:
+primitive that has such an identity registers a rule in `simplify_rules` (a primitive may
+have several, from different families, tried in the order they were registered):
 
     rule(eqn, producer) -> an atom, an equation, or None
 
@@ -27,7 +28,7 @@ from s2s.core import Atom, ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 from s2s.passes.cse import cse
 from s2s.passes.dce import dce
 
-simplify_rules: dict = {}   # Primitive -> rule(eqn, producer) -> Atom | JaxprEqn | None
+simplify_rules: dict = {}   # Primitive -> [rule(eqn, producer) -> Atom | JaxprEqn | None]
 
 # Primitives whose result repeats their operand: broadcast from a literal, every element of
 # the result is that literal's value (see `fill_value`).
@@ -35,7 +36,7 @@ _REPEATS_OPERAND: set = set()
 
 
 def register(primitive, rule: Callable) -> None:
-    simplify_rules[primitive] = rule
+    simplify_rules.setdefault(primitive, []).append(rule)
 
 
 def register_repeating(primitive) -> None:
@@ -71,8 +72,8 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
         eqn = JaxprEqn(eqn.primitive, [renamed(v) for v in eqn.invars], eqn.outvars,
                        {name: _with_simplified_bodies(value) for name, value in eqn.params.items()},
                        eqn.source_info)
-        rule = simplify_rules.get(eqn.primitive)
-        result = rule(eqn, producer) if rule is not None else None
+        result = next((r for rule in simplify_rules.get(eqn.primitive, ())
+                       if (r := rule(eqn, producer)) is not None), None)
         if isinstance(result, JaxprEqn):
             if not result.source_info.line:   # it computes what `eqn` did: at its line
                 result.source_info = eqn.source_info

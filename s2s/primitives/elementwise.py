@@ -18,7 +18,7 @@ import numpy as np
 import s2s_runtime as rt
 
 from s2s import dtypes
-from s2s.core import ShapedArray, Var
+from s2s.core import JaxprEqn, ShapedArray, Var
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
@@ -27,7 +27,7 @@ from s2s.passes import (jvp as _jvp, partial_eval as _pe, simplify as _simplify,
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
-from s2s.staging import Primitive
+from s2s.staging import PRIMITIVES, Primitive
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -756,9 +756,34 @@ def _identity_rule(unit, commutative: bool):
 for _prim in (neg, convert_element_type, iota):
     _pe.defcheap(_prim)
 
+def _pieces_into_concatenation(eqn, producer):
+    """The sum of two zero-padded pieces that tile one axis is their concatenation: the
+    cotangent of an array read in two consecutive slices (`xs[:36]`, `xs[36:]`, as a
+    checkpointed loop splits its steps) is then assembled once, not summed from two
+    full-size padded copies."""
+    pad, concatenate = PRIMITIVES["pad"], PRIMITIVES["concatenate"]    # structural's, looked up when used
+    pads = [producer(v) for v in eqn.invars]
+    if any(p is None or p.primitive is not pad or _simplify.fill_value(p.invars[1], producer) != 0 for p in pads):
+        return None
+    configs = [p.params["padding_config"] for p in pads]
+    moved = [[d for d, edges in enumerate(c) if edges != (0, 0, 0)] for c in configs]
+    if len(moved[0]) != 1 or moved[0] != moved[1]:
+        return None
+    (axis,) = moved[0]
+    pieces = [p.invars[0] for p in pads]
+    sizes = [piece.aval.shape[axis] for piece in pieces]
+    for first, second in ((0, 1), (1, 0)):
+        if configs[first][axis] == (0, sizes[second], 0) and configs[second][axis] == (sizes[first], 0, 0):
+            return JaxprEqn(concatenate, [pieces[first], pieces[second]], eqn.outvars, {"dimension": axis},
+                            eqn.source_info)
+    return None
+
+
 _simplify.register(mul, _identity_rule(1, commutative=True))
 _simplify.register(add, _identity_rule(0, commutative=True))
 _simplify.register(add_any, _identity_rule(0, commutative=True))
+_simplify.register(add, _pieces_into_concatenation)
+_simplify.register(add_any, _pieces_into_concatenation)
 _simplify.register(sub, _identity_rule(0, commutative=False))
 
 # ---------------------------------------------------------------------------------------

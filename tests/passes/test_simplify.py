@@ -241,7 +241,7 @@ def test_the_families_register_their_simplifications():
 def test_a_replacement_equation_computes_at_the_line_of_the_one_it_replaces(monkeypatch):
     """A rule may build its replacement with no source line; the statement it becomes would
     be emitted without its `# file:line` comment, so the pass gives it the replaced one's."""
-    monkeypatch.setitem(simplify_rules, E.neg, lambda eqn, producer: JaxprEqn(E.neg, eqn.invars, eqn.outvars, {}))
+    monkeypatch.setitem(simplify_rules, E.neg, [lambda eqn, producer: JaxprEqn(E.neg, eqn.invars, eqn.outvars, {})])
 
     def fn(x):
         with current_builder().at(SourceInfo("model.py", 12, 1, "model")):
@@ -269,3 +269,40 @@ def test_a_dot_of_a_transpose_reads_the_untransposed_operand_where_the_result_ke
     (dot,) = [e for e in simplified.jaxpr.eqns if e.primitive is LA.dot_general]
     assert (dot.invars[side] is closed.jaxpr.invars[0]) == (free == sorted(free))
     assert_equivalent(closed, simplified, untransposed, operands[1 - side])
+
+
+@pytest.mark.parametrize("add", [E.add, E.add_any])
+@pytest.mark.parametrize("swapped", [False, True])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_two_zero_padded_pieces_that_tile_an_axis_sum_to_their_concatenation(add, swapped, axis):
+    """What the transpose of two consecutive slices sums (`xs[:2]`, `xs[2:]`) is built once."""
+    shapes = [(2, 3), (4, 3)] if axis == 0 else [(3, 2), (3, 4)]
+
+    def placed(x, before, after):
+        config = [(0, 0, 0), (0, 0, 0)]
+        config[axis] = (before, after, 0)
+        return S.pad.bind(x, 0.0, padding_config=tuple(config))
+
+    def fn(a, b):
+        first, second = placed(a, 0, 4), placed(b, 2, 0)
+        return add.bind(*((second, first) if swapped else (first, second)))
+    closed = build(fn, arr(*shapes[0]), arr(*shapes[1]))
+    simplified = simplify(closed)
+    (last,) = [e for e in simplified.jaxpr.eqns if e.outvars == closed.jaxpr.outvars]
+    assert last.primitive is S.concatenate and last.params["dimension"] == axis
+    assert last.invars == closed.jaxpr.invars
+    assert_equivalent(closed, simplified, np.arange(6.0).reshape(shapes[0]), -np.arange(12.0).reshape(shapes[1]))
+
+
+@pytest.mark.parametrize("second_placement, value", [((1, 0), 0.0), ((3, 0), 0.0), ((2, 0), 1.0)],
+                         ids=["overlapping", "gap", "padded-with-one"])
+def test_pieces_that_do_not_tile_with_zeros_are_summed_as_they_are(second_placement, value):
+    def fn(a, b):
+        first = S.pad.bind(a, 0.0, padding_config=((0, 4, 0),))
+        second = S.pad.bind(b, value, padding_config=((*second_placement, 0),))
+        return E.add_any.bind(first, second)
+    size_b = 6 - second_placement[0]
+    closed = build(fn, arr(2), arr(size_b))
+    simplified = simplify(closed)
+    assert "concatenate" not in names(simplified)
+    assert_equivalent(closed, simplified, np.arange(2.0), np.arange(float(size_b)))
