@@ -209,17 +209,13 @@ def saved_residuals(fn, *args) -> list[SavedResidual]:
             for v in residuals]
 
 
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"
-
-
 def print_saved_residuals(fn, *args) -> list[SavedResidual]:
     """Prints what reverse mode of `fn` at `args` saves: each residual's type, size and
     the line that computed it (or the argument it is), then the total; returns the list
     (jax.ad_checkpoint.print_saved_residuals)."""
     residuals = saved_residuals(fn, *args)
     for r in residuals:
-        print(f"{r.type:<20} {_mib(r.nbytes):>12}  {r.source}")
+        print(f"{r.type:<20} {r.nbytes:>14,} bytes  {r.source}")
     total = sum(r.nbytes for r in residuals)
-    print(f"total: {len(residuals)} residuals, {_mib(total)} ({total} bytes)")
+    print(f"total: {len(residuals)} residuals, {total:,} bytes ({total / 2**20:.1f} MiB)")
     return residuals

@@ -284,11 +284,11 @@ def _blocks(lib, n_blocks, unroll):
     return loss
 
 
-def _jax_residuals(loss, *shapes) -> list[int]:
+def _jax_residuals(loss, *args) -> list[int]:
     """Bytes of each residual jax's print_saved_residuals lists."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        jax_print_saved_residuals(loss, *[jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes])
+        jax_print_saved_residuals(loss, *args)
     sizes = []
     for line in out.getvalue().strip().splitlines():
         dims = re.match(r"f32\[([\d,]*)\]", line).group(1)
@@ -296,9 +296,9 @@ def _jax_residuals(loss, *shapes) -> list[int]:
     return sizes
 
 
-def _s2s_residuals(loss, *shapes) -> list[int]:
+def _s2s_residuals(loss, *args) -> list[int]:
     with contextlib.redirect_stdout(io.StringIO()):
-        return [r.nbytes for r in s2s.print_saved_residuals(loss, *[s2s.ShapeDtype(s, "float32") for s in shapes])]
+        return [r.nbytes for r in s2s.print_saved_residuals(loss, *args)]
 
 
 MiB = 2 ** 20
@@ -312,15 +312,25 @@ def test_saved_residuals_of_twenty_tanh_blocks_match_jax(policy_name, policy, ja
     its tanh derivative is t * (1 - y*y), which needs only 1 - y*y of the last block's
     output, where jax's t * (1 + y) * (1 - y) keeps y too."""
     shapes = [(2048, 1024), (1024, 1024), (1024, 1024)]
-    unroll_s2s = s2s.unroll
-    ours = _s2s_residuals(_blocks(Library("s2s", policy), 20, unroll_s2s), *shapes)
-    theirs = _jax_residuals(_blocks(Library("jax", jax_policy), 20, lambda r: r), *shapes)
+    ours = _s2s_residuals(_blocks(Library("s2s", policy), 20, s2s.unroll),
+                          *[s2s.ShapeDtype(s, "float32") for s in shapes])
+    theirs = _jax_residuals(_blocks(Library("jax", jax_policy), 20, lambda steps: steps),
+                            *[jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes])
     if policy_name in (None, "everything_saveable"):
         assert (len(ours), sum(ours)) == (len(theirs) - 1, sum(theirs) - 8 * MiB) == (82, 648 * MiB)
     else:
         assert (len(ours), sum(ours)) == (len(theirs), sum(theirs))
     if policy_name == "nothing_saveable":       # each block's input, and the two weights
         assert (len(ours), sum(ours)) == (22, 168 * MiB)
+
+
+@pytest.mark.parametrize("policy_name,policy,jax_policy", POLICIES[1:3], ids=[p[0] for p in POLICIES[1:3]])
+def test_a_scan_with_a_checkpointed_step_saves_what_jax_saves(policy_name, policy, jax_policy):
+    args = model_args(rnn)
+    ours = _s2s_residuals(rnn(Library("s2s", policy)), *args)
+    assert sorted(ours) == sorted(_jax_residuals(rnn(Library("jax", jax_policy)), *args))
+    if policy_name == "nothing_saveable":       # of the steps, only the carry is stacked
+        assert ours.count(5 * 2 * 6 * 4) == 1
 
 
 # ---------------------------------------------------------------------------------------
