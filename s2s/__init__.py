@@ -11,6 +11,7 @@ from s2s.mapping import vmap
 from s2s.autodiff import (grad, hessian, jacfwd, jacrev, jvp, linear_transpose, linearize,
                           value_and_grad, vjp)
 from s2s.custom_derivatives import custom_jvp, custom_vjp
+from s2s.remat import checkpoint, checkpoint_name, checkpoint_policies, print_saved_residuals, remat
 from s2s.export import export
 from s2s import lax
 from s2s.lax import unroll
@@ -27,11 +28,12 @@ from s2s.tree import register_pytree_node, tree_flatten, tree_leaves, tree_map, 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Array", "DonatedBufferError", "block_until_ready", "custom_jvp", "custom_vjp", "device_count", "devices", "export", "local_device_count", "process_count",
-    "process_index", "grad", "hessian", "jacfwd", "jacrev", "jvp", "lax", "linear_transpose", "linearize",
+    "Array", "DonatedBufferError", "block_until_ready", "checkpoint", "checkpoint_name",
+    "checkpoint_policies", "custom_jvp", "custom_vjp", "device_count", "devices", "export", "local_device_count", "process_count",
+    "print_saved_residuals", "process_index", "grad", "hessian", "jacfwd", "jacrev", "jvp", "lax", "linear_transpose", "linearize",
     "value_and_grad", "vjp", "vmap",
     "ClosedJaxpr", "ConcretizationError", "Jaxpr", "Jitted", "S2SError", "ShapeDtype",
-    "ShapeError", "ShapedArray", "StagingError", "StaleSourceError", "UnsupportedFunctionError",
+    "ShapeError", "ShapedArray", "remat", "StagingError", "StaleSourceError", "UnsupportedFunctionError",
     "UnsupportedSyntaxError", "check_jaxpr", "config", "dtypes", "emit_python", "eval_jaxpr",
     "jit", "make_jaxpr", "register_pytree_node", "stop_gradient", "tree_flatten", "tree_leaves", "tree_map",
     "tree_unflatten", "tree_util", "unroll",

@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
+from s2s_runtime.compile_options import placement
 from jaxlib import _hlo, _jax, version as jaxlib_version, xla_client
 from jaxlib.cpu import _lapack
 
@@ -366,14 +367,6 @@ def is_refused_call(error: BaseException) -> bool:
         reason in str(error) for reason in ("Non-hashable static arguments", "sorting pytree dictionary keys"))
 
 
-def _placement(device):
-    """The device list and compile options that put a one-device computation on `device`."""
-    options = xla_client.CompileOptions()
-    options.executable_build_options.device_assignment = xla_client.DeviceAssignment.create(
-        np.array([[device.id]]))
-    return xla_client.DeviceList((device,)), options
-
-
 def disk_cache_key(mlir_text: str, device, options) -> tuple:
     """The disk-cache key parts of compiling `mlir_text` for `device` with `options`:
     everything that changes the compiled code (DESIGN.md: never serve wrong code)."""
@@ -396,7 +389,7 @@ class Executable:
     def __init__(self, mlir_text: str, in_dtypes, device=None):
         device = device or devices()[0]
         cl = client()
-        device_list, options = _placement(device)
+        device_list, options = placement(device, mlir_text)
         loaded = []   # the cached bytes a hit was deserialized from (see `serialize`)
         executable, cache_hit = disk_cache.get_or_compile(
             disk_cache_key(mlir_text, device, options),
@@ -422,7 +415,7 @@ class Executable:
         """An executable loaded from `serialize()`'s bytes (same jaxlib version only)."""
         device = device or devices()[0]
         self = cls.__new__(cls)
-        executable = client().deserialize_executable(bytes(data), *_placement(device))
+        executable = client().deserialize_executable(bytes(data), *placement(device))
         self._setup(executable, in_dtypes, device, None, False, bytes(data))
         return self
 

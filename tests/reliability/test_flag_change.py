@@ -27,7 +27,7 @@ def test_entry_compiled_with_other_xla_flags_is_not_served(cache_dir, tmp_path):
 
 def test_key_names_everything_that_changes_the_code():
     device = xla.devices()[0]
-    key = "\n".join(str(part) for part in xla.disk_cache_key("module", device, xla._placement(device)[1]))
+    key = "\n".join(str(part) for part in xla.disk_cache_key("module", device, xla.placement(device)[1]))
     client = xla.client()
     for expected in ("module", "jaxlib 0.", f"platform {client.platform} {client.platform_version}",
                      f"{device.device_kind} devices", "compile options", "option overrides",

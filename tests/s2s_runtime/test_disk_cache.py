@@ -324,7 +324,7 @@ def test_executable_corrupt_entry_recompiles(cache_dir, caplog):
         again = Executable(MULTIPLY_ADD_MODULE, ["float32"])
     assert again.cache_hit is False and "bad entry" in caplog.text
     np.testing.assert_array_equal(again(x)[0], x * x + x)
-    key = xla.disk_cache_key(MULTIPLY_ADD_MODULE, again.device, xla._placement(again.device)[1])
+    key = xla.disk_cache_key(MULTIPLY_ADD_MODULE, again.device, xla.placement(again.device)[1])
     assert disk_cache.decode(entry.read_bytes(), key)      # replaced by a valid entry
     third = Executable(MULTIPLY_ADD_MODULE, ["float32"])
     assert third.cache_hit is True
