@@ -14,7 +14,7 @@ from s2s.custom_derivatives import custom_jvp, custom_vjp
 from s2s.remat import checkpoint, checkpoint_name, checkpoint_policies, print_saved_residuals, remat
 from s2s.export import export
 from s2s import lax
-from s2s.lax import unroll
+from s2s.lax import checkpointed, unroll
 from s2s.api import (block_until_ready, device_count, devices, emit_python, eval_jaxpr, local_device_count,
                      make_jaxpr, process_count, process_index, stop_gradient)
 from s2s.jit import Jitted, jit
@@ -28,7 +28,7 @@ from s2s.tree import register_pytree_node, tree_flatten, tree_leaves, tree_map, 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Array", "DonatedBufferError", "block_until_ready", "checkpoint", "checkpoint_name",
+    "Array", "DonatedBufferError", "block_until_ready", "checkpoint", "checkpoint_name", "checkpointed",
     "checkpoint_policies", "custom_jvp", "custom_vjp", "device_count", "devices", "export", "local_device_count", "process_count",
     "print_saved_residuals", "process_index", "grad", "hessian", "jacfwd", "jacrev", "jvp", "lax", "linear_transpose", "linearize",
     "value_and_grad", "vjp", "vmap",

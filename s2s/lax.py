@@ -17,6 +17,7 @@ from s2s.core import ClosedJaxpr
 from s2s.errors import StagingError
 from s2s.frontend import structured
 from s2s.frontend.args import aval_of_arg
+from s2s.frontend.checkpointed import checkpointed
 from s2s.frontend.structured import Direct, StagedBody, param_names, unroll
 from s2s.frontend.walker import call_user, stage_python_function
 from s2s.passes.jvp import jvp_eqns
@@ -27,7 +28,7 @@ from s2s.staging import Tracer, axis_env, inline_jaxpr
 from s2s.tree import tree_flatten, tree_leaves, tree_map
 
 __all__ = ["all_gather", "axis_index", "cond", "custom_linear_solve", "custom_root", "fori_loop",
-           "map", "pmax", "pmean", "pmin", "psum", "scan", "switch", "unroll", "while_loop"]
+           "map", "pmax", "pmean", "pmin", "psum", "scan", "switch", "unroll", "while_loop", "checkpointed"]
 
 
 def _staging(fn) -> Direct:
@@ -63,10 +64,15 @@ def while_loop(cond_fun, body_fun, init_val, max_iters=None):
     return structured.while_loop(_staging(cond_fun), _staging(body_fun), init_val, max_iters)
 
 
-def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
+def scan(f, init, xs=None, length=None, reverse=False, unroll=1, checkpoints=None):
     """jax.lax.scan: `carry, y = f(carry, x)` over the leading axis of `xs` (a pytree, or
-    None with `length`); returns the final carry and the stacked ys."""
-    return structured.scan(_staging(f), init, xs, length, reverse, unroll)
+    None with `length`); returns the final carry and the stacked ys.
+
+    With `checkpoints=k` (beyond JAX) reverse mode keeps at most k carries instead of
+    every step's residuals, and recomputes the steps in between in the backward pass
+    (nested checkpointed segments, a few recomputations per step);
+    `checkpoints="sqrt"` keeps about sqrt(length) carries and recomputes each step once."""
+    return structured.scan(_staging(f), init, xs, length, reverse, unroll, checkpoints)
 
 
 def _from_source(helper) -> Direct:

@@ -26,7 +26,7 @@ from s2s.errors import StagingError
 from s2s.frontend.structured import Direct, StagedBody, param_names
 from s2s.frontend.walker import call_user
 from s2s.primitives.linalg import dot_general
-from s2s.primitives.remat import bind_remat, name_p
+from s2s.primitives.remat import Policy, bind_remat, name_p, nothing_saveable
 from s2s.staging import Tracer, current_builder
 from s2s.tree import tree_leaves, tree_map
 
@@ -38,23 +38,8 @@ __all__ = ["checkpoint", "checkpoint_name", "checkpoint_policies", "print_saved_
 # equation computes (see s2s/primitives/remat.py).
 
 
-class _Policy:
-    """A policy with a readable name: printed jaxprs and emitted comments show it."""
-
-    def __init__(self, decide, name: str):
-        self._decide = decide
-        self.__name__ = name
-
-    def __call__(self, primitive, *avals, **params) -> bool:
-        return self._decide(primitive, *avals, **params)
-
-    def __repr__(self):
-        return self.__name__
-
-
-everything_saveable = _Policy(lambda primitive, *avals, **params: True, "everything_saveable")
-nothing_saveable = _Policy(lambda primitive, *avals, **params: False, "nothing_saveable")
-dots_saveable = _Policy(lambda primitive, *avals, **params: primitive is dot_general, "dots_saveable")
+everything_saveable = Policy(lambda primitive, *avals, **params: True, "everything_saveable")
+dots_saveable = Policy(lambda primitive, *avals, **params: primitive is dot_general, "dots_saveable")
 
 
 def _dot_without_batch_dims(primitive, *avals, **params) -> bool:
@@ -64,32 +49,32 @@ def _dot_without_batch_dims(primitive, *avals, **params) -> bool:
     return not lhs_batch and not rhs_batch
 
 
-dots_with_no_batch_dims_saveable = _Policy(_dot_without_batch_dims, "dots_with_no_batch_dims_saveable")
+dots_with_no_batch_dims_saveable = Policy(_dot_without_batch_dims, "dots_with_no_batch_dims_saveable")
 
 
 def _names_text(names) -> str:
     return ", ".join(map(repr, names))
 
 
-def save_only_these_names(*names) -> _Policy:
+def save_only_these_names(*names) -> Policy:
     """Saves only the values tagged with one of `names` by `checkpoint_name`."""
     wanted = frozenset(names)
-    return _Policy(lambda primitive, *avals, **params: primitive is name_p and params["name"] in wanted,
+    return Policy(lambda primitive, *avals, **params: primitive is name_p and params["name"] in wanted,
                    f"save_only_these_names({_names_text(names)})")
 
 
-def save_anything_except_these_names(*names) -> _Policy:
+def save_anything_except_these_names(*names) -> Policy:
     """Saves everything but the values tagged with one of `names`."""
     refused = frozenset(names)
-    return _Policy(lambda primitive, *avals, **params: primitive is not name_p or params["name"] not in refused,
+    return Policy(lambda primitive, *avals, **params: primitive is not name_p or params["name"] not in refused,
                    f"save_anything_except_these_names({_names_text(names)})")
 
 
-def save_from_both_policies(first, second) -> _Policy:
+def save_from_both_policies(first, second) -> Policy:
     """Saves what either policy saves."""
     for policy in (first, second):
         _check_policy(policy)
-    return _Policy(lambda *args, **params: first(*args, **params) or second(*args, **params),
+    return Policy(lambda *args, **params: first(*args, **params) or second(*args, **params),
                    f"save_from_both_policies({first!r}, {second!r})")
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.errors import ConcretizationError, S2SError, StagingError, UnsupportedSyntaxError
 from s2s.frontend import structured
+from s2s.frontend.checkpointed import checkpointed
 from s2s.frontend.control_flow import (FLAG_HINTS, LIVE, RUNNING, Break, Continue, can_return, direct_body,
                                        hints_of, loop_jumps, region_around)
 from s2s.frontend.in_place import mutates_containers, updated_arrays, walk_statements
@@ -162,6 +163,8 @@ class Loops:
             iterable = self.expr(node.iter)
         if isinstance(iterable, structured.unroll):        # the user asked for the loop unrolled
             iterable = iterable.iterable
+        elif isinstance(iterable, checkpointed):
+            return self._checkpointed_for(node, iterable)
         elif isinstance(iterable, range) or (isinstance(iterable, Tracer) and iterable.shape):
             unstaged_because = self._staged_for(node, iterable)
             if unstaged_because is None:
@@ -179,6 +182,20 @@ class Loops:
                                "loop over a 1-d or higher array, or over range(n)")
         self._unrolled_for(node, iterable)
 
+    def _checkpointed_for(self, node, iterable):
+        """`for t in s2s.checkpointed(range(n), k):` is one scan with `checkpoints=k`; a loop
+        that cannot be one scan is an error, not unrolled: unrolled, it would keep every
+        step's residuals, which is what the user asked to avoid."""
+        if "break" in loop_jumps(node.body):
+            raise StagingError("a checkpointed loop cannot `break`: it runs all its steps",
+                               "move the condition into the body (`x = np.where(done, x, step(x))`), "
+                               "or drop s2s.checkpointed", self.source.info(node))
+        failure = self._staged_for(node, iterable.iterable, iterable.checkpoints)
+        if failure is not None:
+            raise StagingError(f"this checkpointed loop cannot be staged as one loop: {failure.what}",
+                               "fix that, or drop s2s.checkpointed to let the loop unroll",
+                               self.source.info(node))
+
     def _unrolled_for(self, node, iterable):
         try:
             iterator = iter(iterable)
@@ -191,7 +208,7 @@ class Loops:
                 return
         self.block(node.orelse)
 
-    def _staged_for(self, node, iterable) -> S2SError | None:
+    def _staged_for(self, node, iterable, checkpoints=None) -> S2SError | None:
         """`for i in range(n)` or `for row in x` as one scan (one bounded while_loop if it
         can `break`), so a long loop stays one equation. When the loop must be unrolled
         instead, nothing is staged and the reason is returned: its index is used as a
@@ -217,7 +234,8 @@ class Loops:
                 if "break" not in jumps:
                     def step(values, item):
                         return self._iteration(node, carry, jumps, values, item), None
-                    values, _ = structured.scan(direct_body(step, hints_of(carry) + targets[:1]), init, xs)
+                    values, _ = structured.scan(direct_body(step, hints_of(carry) + targets[:1]), init, xs,
+                                                checkpoints=checkpoints)
                     results, last = dict(zip(carry, values)), length - 1
                 else:
                     results, last = self._breaking_for(node, carry, init, jumps, iterable, xs, length)

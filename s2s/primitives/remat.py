@@ -115,6 +115,24 @@ def bind_remat(body: ClosedJaxpr, args: list, *, policy, prevent_cse: bool, diff
     return [literal_value(v) if isinstance(v, Literal) else values[v] for v in jaxpr.outvars]
 
 
+class Policy:
+    """A policy with a readable name: printed jaxprs and emitted comments show it."""
+
+    def __init__(self, decide, name: str):
+        self._decide = decide
+        self.__name__ = name
+
+    def __call__(self, primitive, *avals, **params) -> bool:
+        return self._decide(primitive, *avals, **params)
+
+    def __repr__(self):
+        return self.__name__
+
+
+# Saves nothing but the remat's inputs: what checkpointed loops stage (frontend/checkpointed.py).
+nothing_saveable = Policy(lambda primitive, *avals, **params: False, "nothing_saveable")
+
+
 def policy_saves(policy, eqn) -> bool:
     """Whether `policy` saves the results of `eqn` (see the module docstring)."""
     return bool(policy(eqn.primitive, *[v.aval for v in eqn.invars], **eqn.params))
