@@ -60,13 +60,13 @@ def _select_outputs(closed: ClosedJaxpr, keep: list[bool]) -> ClosedJaxpr:
 
 
 @dataclasses.dataclass
-class _VjpParts:
+class VjpParts:
     forward: ClosedJaxpr      # inputs -> outputs + residuals
     backward: ClosedJaxpr     # residuals + output cotangents -> input cotangents (diff inputs)
     num_residuals: int
 
 
-def _vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool]) -> _VjpParts:
+def vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool]) -> VjpParts:
     """linearize (jvp + partial eval) and transpose, for the outputs flagged in `diff_out`."""
     n_in, n_out = len(closed.jaxpr.invars), len(closed.jaxpr.outvars)
     jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=diff_out)
@@ -76,7 +76,7 @@ def _vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool]) -> _
     pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
                             instantiate=[False] * n_out + [True] * sum(diff_out))
     backward = transpose_jaxpr(pe.unknown, [False] * pe.num_residuals + [True] * sum(diff))
-    return _VjpParts(tidy(pe.known), tidy(backward), pe.num_residuals)
+    return VjpParts(tidy(pe.known), tidy(backward), pe.num_residuals)
 
 
 # ---------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def _grad_derive(fn, argnums, has_aux, allow_int, with_value, what):
         closed = staged.closed
         n_out = len(closed.jaxpr.outvars)
         diff_out = [i == 0 for i in range(n_out)]
-        parts = _vjp_parts(closed, diff, diff_out)
+        parts = vjp_parts(closed, diff, diff_out)
         out_aval = closed.out_avals[0]
         with JaxprBuilder() as builder:
             args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]
@@ -352,7 +352,7 @@ def vjp(fn, *primals, has_aux: bool = False):
     diff_out = [i < n_primary and dtypes.is_differentiable(a.dtype)
                 for i, a in enumerate(closed.out_avals)]
     key = ("vjp", has_aux)
-    parts = staged.artifact(key, lambda: _vjp_parts(closed, diff, diff_out))
+    parts = staged.artifact(key, lambda: vjp_parts(closed, diff, diff_out))
     forward = run(staged, (key, "forward"), parts.forward, staged.flat_inputs(primals, {}))
     outs, residuals = forward[:n_out], forward[n_out:]
     out_tree = staged.out_tree.children[0] if has_aux else staged.out_tree
@@ -424,7 +424,7 @@ def _jacrev_blocks(closed: ClosedJaxpr, diff: list[bool], args: list, in_avals, 
     """blocks[o][j]: d out_o / d in_j, by one backward pass batched over the rows of the
     identity (one row per output element)."""
     n_out = len(out_avals)
-    parts = _vjp_parts(closed, diff, [True] * n_out)
+    parts = vjp_parts(closed, diff, [True] * n_out)
     forward = inline_jaxpr(parts.forward, args)
     residuals = forward[n_out:]
     total, offsets = sum(a.size for a in out_avals), _offsets(out_avals)

@@ -20,7 +20,7 @@ import functools
 import types
 
 from s2s import dtypes
-from s2s.autodiff import DerivedFunction, _vjp_parts
+from s2s.autodiff import DerivedFunction, vjp_parts
 from s2s.eager import staged_or_error
 from s2s.errors import StagingError
 from s2s.frontend.structured import Direct, StagedBody, param_names
@@ -187,7 +187,7 @@ def saved_residuals(fn, *args) -> list[SavedResidual]:
     closed = staged.closed
     diff = [dtypes.is_differentiable(a.dtype) for a in closed.in_avals]
     diff_out = [dtypes.is_differentiable(a.dtype) for a in closed.out_avals]
-    forward = _vjp_parts(closed, diff, diff_out).forward.jaxpr
+    forward = vjp_parts(closed, diff, diff_out).forward.jaxpr
     producers = {v: eqn for eqn in forward.eqns for v in eqn.outvars}
     residuals = forward.outvars[len(closed.jaxpr.outvars):]
     return [SavedResidual(v.aval.str_short(), v.aval.size * v.aval.dtype.itemsize, _source_of(v, producers))

@@ -24,11 +24,11 @@ from s2s.passes import dce as _dce, jvp as _jvp, partial_eval as _pe, transpose 
 from s2s.passes.jvp import jvp_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
-from s2s.passes.transpose import is_linear, transpose_jaxpr
+from s2s.passes.transpose import is_linear
 from s2s.passes.vmap import batch_eqns, batch_jaxpr, batched_aval, move_axis, to_dim
 from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import (constant_free, differentiable_mask, nonzero_mask, per_example_mask,
-                                                prune_body, recomputed_first, same_types, type_list,
+                                                prune_body, same_types, transposed_body, type_list,
                                                 write_assignment)
 from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
@@ -263,23 +263,10 @@ def _cond_transpose(cts, index, *operands, branches):
     linear = [is_linear(o) for o in operands]
     out_avals = branches[0].out_avals
     cts = [instantiate(c) if not is_zero(c) else instantiate(Zero(a)) for c, a in zip(cts, out_avals)]
-    transposed = tuple(_transposed_branch(b, linear) for b in branches)
+    transposed = tuple(transposed_body(b, linear) for b in branches)
     residuals = [o for o, lin in zip(operands, linear) if not lin]
     outs = iter(cond.bind(index, *residuals, *cts, branches=transposed))
     return [None] + [next(outs) if lin else None for lin in linear]
-
-
-def _transposed_branch(branch: ClosedJaxpr, linear: list[bool]) -> ClosedJaxpr:
-    """One branch transposed: (non-linear operands, cotangents) -> the linear operands'
-    cotangents. What partial evaluation copied into the branch to recompute (`X.T` from
-    X) reads no linear value: it is computed forward first."""
-    recomputed, rest = recomputed_first(branch, linear)
-    transposed = transpose_jaxpr(rest, [False] * len(recomputed.jaxpr.outvars) + linear)
-    with JaxprBuilder() as builder:
-        nonlinear = [builder.new_arg(v.aval, v.hint) for v, lin in zip(branch.jaxpr.invars, linear) if not lin]
-        cts = [builder.new_arg(v.aval) for v in branch.jaxpr.outvars]
-        again = inline_jaxpr(recomputed, nonlinear)
-        return builder.build(inline_jaxpr(transposed, again + nonlinear + cts))
 
 
 _pe.register(cond, _cond_partial_eval)

@@ -17,6 +17,8 @@ from s2s.emit.pyexpr import Expr
 from s2s.passes.dce import dce_jaxpr
 from s2s.passes.vmap import align_for_broadcast, batch_jaxpr
 from s2s.passes.tangents import is_zero
+from s2s.passes.transpose import transpose_jaxpr
+from s2s.staging import JaxprBuilder, inline_jaxpr
 
 
 def closure_convert(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
@@ -127,3 +129,17 @@ def recomputed_first(closed: ClosedJaxpr, linear: list[bool]) -> tuple[ClosedJax
     nonlinear_in = [v for v, lin in zip(jaxpr.invars, linear) if not lin]
     return (ClosedJaxpr(Jaxpr(jaxpr.constvars, nonlinear_in, values, forward), closed.consts),
             ClosedJaxpr(Jaxpr(jaxpr.constvars, values + list(jaxpr.invars), jaxpr.outvars, rest), closed.consts))
+
+
+def transposed_body(branch: ClosedJaxpr, linear: list[bool]) -> ClosedJaxpr:
+    """A body with no loop to run (a cond's branch, a remat's body) transposed:
+    (non-linear operands, cotangents) -> the linear operands' cotangents. What partial
+    evaluation copied into the body to recompute (`X.T` from X) reads no linear value: it
+    is computed forward first."""
+    recomputed, rest = recomputed_first(branch, linear)
+    transposed = transpose_jaxpr(rest, [False] * len(recomputed.jaxpr.outvars) + linear)
+    with JaxprBuilder() as builder:
+        nonlinear = [builder.new_arg(v.aval, v.hint) for v, lin in zip(branch.jaxpr.invars, linear) if not lin]
+        cts = [builder.new_arg(v.aval) for v in branch.jaxpr.outvars]
+        again = inline_jaxpr(recomputed, nonlinear)
+        return builder.build(inline_jaxpr(transposed, again + nonlinear + cts))

@@ -47,9 +47,8 @@ from s2s.passes.simplify import tidy
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.transpose import is_linear
 from s2s.passes.vmap import batch_jaxpr
-from s2s.primitives.cond import _transposed_branch
-from s2s.primitives.control_flow_bodies import (constant_free, nonzero_mask, prune_body, same_types, type_list,
-                                                write_assignment)
+from s2s.primitives.control_flow_bodies import (constant_free, nonzero_mask, prune_body, same_types,
+                                                transposed_body, type_list, write_assignment)
 from s2s.staging import Primitive
 
 
@@ -209,7 +208,7 @@ _pe.register(remat, _remat_partial_eval)
 def _remat_transpose(cts, *args, jaxpr, **params):
     linear = [is_linear(a) for a in args]
     cts = [instantiate(c) for c in cts]
-    body = _transposed_branch(jaxpr, linear)
+    body = transposed_body(jaxpr, linear)
     nonlinear = [a for a, lin in zip(args, linear) if not lin]
     in_cts = iter(bind_remat(tidy(body), nonlinear + cts, **dict(params, differentiated=True)))
     return [next(in_cts) if lin else None for lin in linear]

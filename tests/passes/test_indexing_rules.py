@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import s2s
-from s2s.autodiff import _vjp_parts
+from s2s.autodiff import vjp_parts
 from s2s.passes.jvp import jvp_rules
 from s2s.passes.transpose import transpose_rules
 from s2s.primitives import indexing as ix
@@ -256,7 +256,7 @@ def _indexing_only(x, i, j):
 def test_backward_pass_is_linear():
     args = (rand((4, 3)), np.array([3, 3, 0]), np.array([2, 0]))
     closed = s2s.make_jaxpr(_indexing_only)(*args)
-    parts = _vjp_parts(closed, [True, False, False], [True])
+    parts = vjp_parts(closed, [True, False, False], [True])
     used = {eqn.primitive.name for eqn in parts.backward.eqns}
     assert used <= LINEAR_PRIMITIVES, used - LINEAR_PRIMITIVES
     assert {"gather", "scatter_add"} <= used

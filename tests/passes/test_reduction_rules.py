@@ -20,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 
 import s2s
 from s2s import dtypes
-from s2s.autodiff import _vjp_parts
+from s2s.autodiff import vjp_parts
 from s2s.staging import PRIMITIVES
 from s2s.passes.jvp import jvp_rules
 from s2s.passes.transpose import transpose_rules
@@ -429,7 +429,7 @@ def test_backward_pass_holds_no_forward_work(fn, x):
     """The masks, weights and permutations are residuals: the backward jaxpr only moves
     cotangents (no max, sort, prod or comparisons rerun there)."""
     closed = s2s.make_jaxpr(fn)(x)
-    parts = _vjp_parts(closed, [True], [True])
+    parts = vjp_parts(closed, [True], [True])
     names = {eqn.primitive.name for eqn in parts.backward.eqns}
     assert not names & {"reduce_max", "reduce_min", "reduce_prod", "cumprod", "sort", "eq",
                         "cummax", "cummin"}, names

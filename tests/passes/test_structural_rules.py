@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import s2s
-from s2s.autodiff import _vjp_parts
+from s2s.autodiff import vjp_parts
 from s2s.numpy_api import indexing as snp_indexing
 from s2s.passes.transpose import transpose_rules
 from s2s.primitives import structural as S
@@ -416,7 +416,7 @@ def _structural_only(x, v, i):
 def test_backward_pass_is_linear_and_structural():
     args = (rand((3, 2)), np.float64(0.5), np.int64(1))
     closed = s2s.make_jaxpr(_structural_only)(*args)
-    parts = _vjp_parts(closed, [True, True, False], [True])
+    parts = vjp_parts(closed, [True, True, False], [True])
     used = {eqn.primitive.name for eqn in parts.backward.eqns}
     assert used <= LINEAR_PRIMITIVES, used - LINEAR_PRIMITIVES
     forward_prims = {eqn.primitive.name for eqn in closed.eqns}
