@@ -276,7 +276,7 @@ class Block:
     (sub-jaxprs) with `write`; names are shared, so every name in a function is unique."""
 
     def __init__(self, names: "_Names", options: EmitOptions, lines: list[str] | None = None,
-                 indent: str = "", origins: dict | None = None, buffers: set | None = None):
+                 indent: str = "", origins: dict | None = None):
         self.names = names
         self.options = options
         self.lines = [] if lines is None else lines
@@ -284,10 +284,13 @@ class Block:
         # The source name each variable derives from (its own, else its first operand's).
         self.origins: dict[Var, str] = {} if origins is None else origins
         self.inlined_comments: dict[Var, str] = {}   # a value written where it is read -> its comment
-        # Names of the arrays loops fill step by step (reverse mode's saved values): a loop
-        # that reads one for the last time is followed by `del`, so what reverse mode saved
-        # is freed once the backward loop has read it, not when the function returns.
-        self.buffers: set[str] = set() if buffers is None else buffers
+        # Names of the arrays loops of this block fill step by step (reverse mode's saved
+        # values): a loop that reads one for the last time is followed by `del`, so what
+        # reverse mode saved is freed once the backward loop has read it, not when the
+        # function returns. A block one level in has its own: a loop body, a branch or a
+        # body written in place (`write_inline`) does not see the last reads of the block
+        # around it, so it frees only what it filled.
+        self.buffers: set[str] = set()
 
     def line(self, text: str) -> None:
         self.lines.append(self.indent + text)
@@ -295,7 +298,7 @@ class Block:
     def nested(self, apart: bool = False) -> "Block":
         """A block one level in, writing into these lines (or into lines of its own)."""
         return Block(self.names, self.options, [] if apart else self.lines, self.indent + "    ",
-                     self.origins, self.buffers)
+                     self.origins)
 
     def comment(self, eqn) -> str:
         return f"  # {escaped(eqn.source_info.relative())}" if (
@@ -356,9 +359,9 @@ class Block:
 
     def _drop_buffers(self, statement, at: int, exprs: dict, last_read: dict) -> None:
         """`del` the buffers statement `at` (a loop) read for the last time. Only a buffer
-        this block filled qualifies (a loop nested in another reads its operands on every
-        step of the outer one), and only where no value still to be read is written with its
-        name."""
+        this block filled qualifies (`buffers`: a loop nested in another reads its operands
+        on every step of the outer one), and only where no value still to be read is written
+        with its name."""
         dead = {exprs[v].text for v in statement.invars
                 if isinstance(v, Var) and last_read.get(v) == at and exprs[v].text in self.buffers}
         still_read = [exprs[v].text for v, last in last_read.items() if last > at and v in exprs]
@@ -366,6 +369,16 @@ class Block:
         if dead:
             self.buffers.difference_update(dead)
             self.line(f"del {', '.join(dead)}  # read for the last time by the loop above")
+
+    def write_inline(self, jaxpr, in_exprs: list[Expr], targets: dict | None = None) -> list[Expr]:
+        """Writes the body `jaxpr` (a remat's, an unrolled loop's) in this block's lines, as
+        `write` does, except that it frees only the buffers the body fills: what the body
+        reads last, the block around it may read again."""
+        outer, self.buffers = self.buffers, set()
+        try:
+            return self.write(jaxpr, in_exprs, targets=targets)
+        finally:
+            self.buffers = outer
 
     def write(self, jaxpr, in_exprs: list[Expr], exprs: dict | None = None,
               targets: dict | None = None, in_place: dict | None = None) -> list[Expr]:

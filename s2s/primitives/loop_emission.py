@@ -233,7 +233,7 @@ def _closing_paren(text: str, opening: int) -> int:
 def _emit_scan(block, eqn, operands, names):
     p = eqn.params
     if p["unroll"] > 1:
-        return block.write(unrolled_scan(eqn).jaxpr, list(operands))
+        return block.write_inline(unrolled_scan(eqn).jaxpr, list(operands))
     n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
     body = p["jaxpr"].jaxpr
     comment = block.comment(eqn)

@@ -273,7 +273,7 @@ def _emit_remat(block, eqn, operands, names):
         block.line(f"# recomputed (checkpoint, policy {policy_name(params['policy'])}): "
                    "not saved by the forward pass")
     targets = {v: n for v, n in zip(body.outvars, names) if n is not None and isinstance(v, Var)}
-    results = block.write(body, args, targets=targets)
+    results = block.write_inline(body, args, targets=targets)
     pending = [(n, r) for n, r in zip(names, results) if n is not None and r.text != n]
     write_assignment(block, [n for n, _ in pending], [r for _, r in pending], comment)
     return [Expr(n) if n is not None else r for n, r in zip(names, results)]

@@ -327,3 +327,49 @@ def test_values_a_branch_computes_are_named_after_them_and_transposes_fold():
     assert ".T.T" not in source and re.search(r"\bX @ \(?g_bar", source), source
     np.testing.assert_allclose(grad_emitted(w, X, y),
                                autograd.grad(with_numpy(training_until_converged, anp))(w, X, y), rtol=1e-10)
+
+
+def _stacked_then_scanned(xs):
+    """ys from one scan, read again by a scan inside another construct, and after it."""
+    def stack(c, x):
+        return c + x, c * x
+    return lax.scan(stack, xs[0] * 0.0, xs)[1]
+
+
+def _summed_sines(c, ys):
+    return lax.scan(lambda d, y: (d + np.sin(y), None), c, ys)[0]
+
+
+def _in_an_outer_loop(xs):
+    ys = _stacked_then_scanned(xs)
+    c, _ = lax.scan(lambda c, _: (_summed_sines(c, ys), None), xs[0], None, length=3)
+    return c.sum() + ys[1].sum()
+
+
+def _in_a_branch(xs):
+    ys = _stacked_then_scanned(xs)
+    c = lax.cond(xs.sum() > 0, lambda c: _summed_sines(c, ys), lambda c: c * 2.0, xs[0])
+    return c.sum() + ys[1].sum()
+
+
+def _in_a_checkpoint(xs):
+    ys = _stacked_then_scanned(xs)
+    return s2s.checkpoint(_summed_sines)(xs[0], ys).sum() + ys[1].sum()
+
+
+def _in_a_while_loop(xs):
+    ys = _stacked_then_scanned(xs)
+    _, c = lax.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, _summed_sines(s[1], ys)), (0, xs[0]))
+    return c.sum() + ys[1].sum()
+
+
+@pytest.mark.parametrize("fn, reverse_mode", [(_in_an_outer_loop, True), (_in_a_branch, True),
+                                              (_in_a_checkpoint, True), (_in_a_while_loop, False)])
+def test_a_buffer_read_inside_a_nested_body_is_not_deleted_there(fn, reverse_mode):
+    """A loop one level down (in an outer loop's body, a branch, a checkpoint's body written
+    in place, a while loop) reads a buffer for the last time *in its body*, but the block
+    around reads it again: only the block that filled a buffer deletes it."""
+    xs = np.arange(12.0).reshape(4, 3) / 10
+    for target in (fn, s2s.grad(fn)) if reverse_mode else (fn,):
+        source, emitted_fn = emitted(target, xs)
+        np.testing.assert_allclose(emitted_fn(xs), s2s.jit(target)(xs), rtol=1e-12, err_msg=source)
