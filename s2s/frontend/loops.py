@@ -190,6 +190,8 @@ class Loops:
             raise StagingError("a checkpointed loop cannot `break`: it runs all its steps",
                                "move the condition into the body (`x = np.where(done, x, step(x))`), "
                                "or drop s2s.checkpointed", self.source.info(node))
+        if len(iterable) == 0:                   # nothing to run, nothing to keep
+            return self._unrolled_for(node, iterable.iterable)
         failure = self._staged_for(node, iterable.iterable, iterable.checkpoints)
         if failure is not None:
             raise StagingError(f"this checkpointed loop cannot be staged as one loop: {failure.what}",

@@ -18,7 +18,7 @@ from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from s2s.errors import S2SError, StagingError
 from s2s.frontend.args import aval_of_arg
-from s2s.frontend.checkpointed import bind_scan, segment_count
+from s2s.frontend.checkpointed import bind_scan, checkpoint_count
 from s2s.frontend.reraise import reraise_clean
 from s2s.primitives import loops as primitive_loops
 from s2s.primitives.cond import cond
@@ -286,7 +286,7 @@ def _rows_scanned(body, num_carry: int, x_leaves: list, length: int):
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1, checkpoints=None):
     """jax.lax.scan: `carry, y = f(carry, x)` over the leading axis of `xs` (a pytree, or
     None with `length`); returns the final carry and the stacked ys. With `checkpoints`,
-    staged as nested checkpointed segments (`frontend/checkpointed.py`)."""
+    reverse mode keeps at most that many carries (`frontend/checkpointed.py`)."""
     x_leaves, x_tree = tree_flatten(xs)
     lengths = {aval_of_arg(x).shape[0] if aval_of_arg(x).shape else None for x in x_leaves}
     if None in lengths:
@@ -321,8 +321,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, checkpoints=Non
     init_leaves = _matching(init_leaves, body.out_avals[:len(init_leaves)])
     init = init_tree.unflatten(init_leaves)
     body = staged_body(init)
-    segments = None if checkpoints is None else segment_count(length, checkpoints)
+    kept = None if checkpoints is None else checkpoint_count(length, checkpoints)
     consts, x_leaves, jaxpr = _rows_scanned(body, len(init_leaves), x_leaves, length)
-    outs = bind_scan(jaxpr, consts, init_leaves, x_leaves, length, bool(reverse), unroll, segments)
+    outs = bind_scan(jaxpr, consts, init_leaves, x_leaves, length, bool(reverse), unroll, kept)
     n = len(init_leaves)
     return init_tree.unflatten(outs[:n]), body.out_tree.children[1].unflatten(outs[n:])

@@ -18,6 +18,7 @@ from s2s.passes.transpose import is_linear, transpose_jaxpr
 from s2s.primitives import ops
 from s2s.primitives.cond import cond
 from s2s.primitives.control_flow_bodies import prune_body, recomputed_first
+from s2s.primitives.loop_checkpoints import checkpointed_partial_eval, checkpointed_transpose, unknown_carries
 from s2s.primitives.loops import _scan_split, _while_computing, permute, scan, while_loop
 from s2s.staging import JaxprBuilder, inline_jaxpr
 
@@ -82,17 +83,15 @@ def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], Clo
 
 
 def _scan_partial_eval(eqn, unknown_ins):
+    if eqn.params["checkpoints"] is not None:
+        split = checkpointed_partial_eval(eqn, unknown_ins)
+        if split is not None:
+            return split
+        eqn = JaxprEqn(scan, eqn.invars, eqn.outvars, dict(eqn.params, checkpoints=None), eqn.source_info)
     p = eqn.params
     jaxpr, n_consts, n_carry, length = p["jaxpr"], p["num_consts"], p["num_carry"], p["length"]
     consts_uk, carry_uk, xs_uk = _scan_split(list(unknown_ins), n_consts, n_carry)
-    n_ys = len(jaxpr.jaxpr.outvars) - n_carry
-    while True:   # a carry is unknown if it starts unknown or the body makes it so
-        pe = partial_eval_jaxpr(jaxpr, consts_uk + carry_uk + xs_uk, instantiate=carry_uk + [False] * n_ys,
-                                recompute=_pe.is_cheap)
-        updated = [a or b for a, b in zip(carry_uk, pe.out_unknowns[:n_carry])]
-        if updated == carry_uk:
-            break
-        carry_uk = updated
+    carry_uk, pe = unknown_carries(jaxpr, consts_uk, carry_uk, xs_uk, recompute=_pe.is_cheap)
     ys_uk = pe.out_unknowns[n_carry:]
     body_invars = jaxpr.jaxpr.invars
     outer_of = dict(zip(body_invars, eqn.invars))
@@ -189,7 +188,12 @@ def saved_by_loops(closed: ClosedJaxpr) -> tuple[list[Var], list[Var]]:
     return per_step, read_whole
 
 
-def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, unroll):
+def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, unroll, checkpoints=None):
+    if checkpoints is not None:
+        in_cts = checkpointed_transpose(cts, list(args), dict(jaxpr=jaxpr, num_consts=num_consts, num_carry=num_carry,
+                                                             length=length, reverse=reverse, checkpoints=checkpoints))
+        if in_cts is not None:
+            return in_cts
     consts, carry, xs = _scan_split(list(args), num_consts, num_carry)
     consts_lin, xs_lin = [is_linear(c) for c in consts], [is_linear(x) for x in xs]
     # Every carry is transposed as linear: one whose initial value is known (a tangent that
@@ -226,7 +230,7 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, u
     res_xs_in = [x for x, lin in zip(xs, xs_lin) if not lin]
     outs = scan.bind(*res_consts_in, *zeros, *ct_carry, *res_xs_in, *ct_ys, jaxpr=body_t,
                      num_consts=len(res_consts_in), num_carry=len(zeros) + num_carry, length=length,
-                     reverse=not reverse, unroll=unroll)
+                     reverse=not reverse, unroll=unroll, checkpoints=None)
     ct_consts_out, ct_init, ct_xs_out = outs[:len(zeros)], outs[len(zeros):len(zeros) + num_carry], \
         outs[len(zeros) + num_carry:]
     consts_cts, it = [], iter(ct_consts_out)
@@ -276,7 +280,7 @@ def _while_partial_eval(eqn, unknown_ins):
                       + list(eqn.invars[n_cond + n_body:]),
                       [Var(flag)] + list(eqn.outvars),
                       dict(jaxpr=body, num_consts=n_cond + n_body, num_carry=1 + len(eqn.outvars),
-                           length=p["max_iters"], reverse=False, unroll=1), eqn.source_info)
+                           length=p["max_iters"], reverse=False, unroll=1, checkpoints=None), eqn.source_info)
     unknowns = list(unknown_ins[:n_cond + n_body]) + [False] + list(unknown_ins[n_cond + n_body:])
     known, unknown, out_unknowns = _scan_partial_eval(masked, unknowns)
     return known, unknown, out_unknowns[1:]
@@ -310,7 +314,9 @@ def _while_transpose(cts, *args, **params):
         "when it runs, so there is no fixed loop to run backwards",
         "give the loop a bound (`s2s.lax.while_loop(..., max_iters=n)`, or in Python "
         "`for _ in range(n): ... if done: break`), use s2s.lax.fori_loop with static bounds "
-        "or s2s.lax.scan, or use forward mode (s2s.jvp, s2s.jacfwd)")
+        "or s2s.lax.scan, or use forward mode (s2s.jvp, s2s.jacfwd). The backward pass of a "
+        "checkpointed scan is such a loop: differentiate a gradient again in forward mode "
+        "(s2s.hessian, s2s.jacfwd(s2s.grad(f)))")
 
 
 _pe.register(while_loop, _while_partial_eval)

@@ -7,10 +7,12 @@ jaxprs.
   bound makes reverse mode possible: partial evaluation turns the loop into a scan of
   `max_iters` masked steps whose residuals fit fixed buffers, while a loop that is only run
   (or differentiated in forward mode) still stops as soon as its condition fails.
-- `scan[jaxpr, num_consts, num_carry, length, reverse, unroll](*consts, *init, *xs)`:
-  for i in range(length) (backwards when `reverse`), `carry, y = jaxpr(*consts, *carry,
-  *(x[i] for x in xs))`; the outputs are the final carry and the ys stacked on a new
-  leading axis.
+- `scan[jaxpr, num_consts, num_carry, length, reverse, unroll, checkpoints](*consts, *init,
+  *xs)`: for i in range(length) (backwards when `reverse`), `carry, y = jaxpr(*consts,
+  *carry, *(x[i] for x in xs))`; the outputs are the final carry and the ys stacked on a
+  new leading axis. `checkpoints` (None, or a number of carries) changes nothing about
+  the values, only what reverse mode keeps: at most that many carries, the rest
+  recomputed (`loop_checkpoints.py`).
 
 The two are one family because their rules lean on each other: a bounded while loop is
 differentiated in reverse as a scan, both find their carries' tangents, unknowns and
@@ -92,7 +94,7 @@ def _scan_split(items, num_consts, num_carry):
             items[num_consts + num_carry:])
 
 
-def _scan_abstract(*avals, jaxpr, num_consts, num_carry, length, reverse, unroll):
+def _scan_abstract(*avals, jaxpr, num_consts, num_carry, length, reverse, unroll, checkpoints=None):
     _, carry, xs = _scan_split(list(avals), num_consts, num_carry)
     for x in xs:
         if not x.shape or x.shape[0] != length:
@@ -107,7 +109,7 @@ def _scan_abstract(*avals, jaxpr, num_consts, num_carry, length, reverse, unroll
     return [c.strip_weak_type() for c in carry] + ys
 
 
-def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, unroll):
+def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, unroll, checkpoints=None):
     consts, carry, xs = _scan_split(list(args), num_consts, num_carry)
     ys_avals = jaxpr.out_avals[num_carry:]
     ys = [np.empty((length,) + a.shape, a.dtype) for a in ys_avals]
@@ -203,7 +205,7 @@ def _ignoring_tangents(closed: ClosedJaxpr, n_consts: int, tangent_avals) -> Clo
                        closed.consts)
 
 
-def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse, unroll):
+def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse, unroll, checkpoints=None):
     consts_t, carry_t, xs_t = _scan_split(list(tangents), num_consts, num_carry)
     consts, carry, xs = _scan_split(list(primals), num_consts, num_carry)
     consts_nz, xs_nz = nonzero_mask(consts_t), nonzero_mask(xs_t)
@@ -232,7 +234,7 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
     xs_dot = [t for t in xs_t if not is_zero(t)]
     outs = scan.bind(*consts, *consts_dot, *carry, *carry_dot, *xs, *xs_dot, jaxpr=body_jvp,
                      num_consts=num_consts + len(consts_dot), num_carry=num_carry + len(carry_dot),
-                     length=length, reverse=reverse, unroll=unroll)
+                     length=length, reverse=reverse, unroll=unroll, checkpoints=checkpoints)
     carry_out = outs[:num_carry]
     carry_dot_out = iter(outs[num_carry:num_carry + n_carry_dot])
     ys_out = outs[num_carry + n_carry_dot:num_carry + n_carry_dot + n_ys]
@@ -370,7 +372,7 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
     if blocks == 1 and leftover == 0 and k == length:   # fully unrolled: no loop
         blocks, leftover = 0, length
     with JaxprBuilder() as builder:
-        ins = [builder.new_arg(v.aval, v.hint) for v in eqn.invars]
+        ins = [builder.new_arg(v.aval, v.hint if isinstance(v, Var) else None) for v in eqn.invars]
         consts, carry, xs = _scan_split(ins, n_consts, n_carry)
 
         def steps(carry, xs_rows, indices):
@@ -403,7 +405,7 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
             block_jaxpr, captured = closure_convert(block_closed)
             outs = scan.bind(*captured, *consts, *carry, *blocked_xs, jaxpr=block_jaxpr,
                              num_consts=len(captured) + n_consts, num_carry=n_carry, length=blocks,
-                             reverse=reverse, unroll=1)
+                             reverse=reverse, unroll=1, checkpoints=None)
             carry = outs[:n_carry]
             ys_parts.append([ops.reshape(y, (blocks * k,) + tuple(y.shape[2:]))
                              for y in outs[n_carry:]])
@@ -494,7 +496,7 @@ _dce.register(while_loop, _while_dce)
 # stops at its own end or at the bound, whichever comes first, as in the loop over examples.
 
 
-def _scan_batch(axis, args, dims, *, jaxpr, num_consts, num_carry, length, reverse, unroll):
+def _scan_batch(axis, args, dims, *, jaxpr, num_consts, num_carry, length, reverse, unroll, checkpoints=None):
     consts, carry, xs = _scan_split(list(args), num_consts, num_carry)
     const_dims, init_dims, xs_dims = _scan_split(list(dims), num_consts, num_carry)
     # Axis 0 of a scanned array is the scan's: its batch goes to 1 if it is there.
@@ -507,7 +509,7 @@ def _scan_batch(axis, args, dims, *, jaxpr, num_consts, num_carry, length, rever
                                   carry_dims + [ANYWHERE] * (len(jaxpr.out_avals) - num_carry))
     body, body_consts = constant_free(body)
     outs = scan.bind(*body_consts, *consts, *carry, *xs, jaxpr=body, num_consts=len(body_consts) + num_consts,
-                     num_carry=num_carry, length=length, reverse=reverse, unroll=unroll)
+                     num_carry=num_carry, length=length, reverse=reverse, unroll=unroll, checkpoints=checkpoints)
     ys_dims = [None if d is None else d + 1 for d in body_dims[num_carry:]]
     return outs, carry_dims + ys_dims
 

@@ -134,6 +134,7 @@ floor, ceil = _unary("floor"), _unary("ceil")
 log, sign, abs_ = _unary("log"), _unary("sign"), _unary("abs")
 add, sub, mul, and_ = _binary("add"), _binary("sub"), _binary("mul"), _binary("and")
 eq, ne, lt, le, ge = (_binary(n) for n in ("eq", "ne", "lt", "le", "ge"))
+div, minimum = _binary("div"), _binary("min")     # integers: `div` rounds toward zero
 
 
 def select(pred, on_true, on_false):
@@ -234,6 +235,19 @@ def index_in_dim(x, index: int, axis: int = 0):
     starts, limits = [0] * len(shape), list(shape)
     starts[axis], limits[axis] = index, index + 1
     return squeeze(slice(x, starts, limits), (axis,))
+
+
+def dynamic_index(x, index):
+    """`x[index]` along axis 0 for a staged scalar `index` (clamped into range, as XLA does)."""
+    zero = literal(0, _dtype(index))
+    row = _bind("dynamic_slice", x, index, *[zero] * (len(x.shape) - 1), slice_sizes=(1,) + tuple(x.shape[1:]))
+    return squeeze(row, (0,))
+
+
+def dynamic_update_index(x, update, index):
+    """`x` with `x[index] = update` along axis 0, for a staged scalar `index` (clamped)."""
+    zero = literal(0, _dtype(index))
+    return _bind("dynamic_update_slice", x, expand_dims(update, (0,)), index, *[zero] * (len(x.shape) - 1))
 
 
 def triangle(x, k: int, lower: bool):

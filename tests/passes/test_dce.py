@@ -94,7 +94,7 @@ def scan_of_sin_and_cos():
     """A scan summing xs into its carry and stacking sin(x) and cos(x)."""
     body = build(lambda c, x: [E.add.bind(c, x), E.sin.bind(x), E.cos.bind(x)], arr(), arr())
     return build(lambda init, xs: scan.bind(init, xs, jaxpr=body, num_consts=0, num_carry=1,
-                                              length=3, reverse=False, unroll=1),
+                                              length=3, reverse=False, unroll=1, checkpoints=None),
                  arr(), arr(3))
 
 

@@ -73,7 +73,7 @@ def test_calls_in_the_bodies_of_control_flow_are_inlined():
     def fn(i, x, xs):
         branch_out = cond.bind(i, x, branches=(first, second))
         return scan.bind(*branch_out, xs, jaxpr=body, num_consts=0, num_carry=1, length=2,
-                           reverse=False, unroll=1)
+                           reverse=False, unroll=1, checkpoints=None)
     closed = build(fn, arr(dtype="int32"), arr(3), arr(2, 3))
     assert "custom_jvp_call" in all_primitive_names(closed)
     inlined = inline_calls(closed)

@@ -114,7 +114,7 @@ def test_a_scan_is_split_into_a_known_loop_and_an_unknown_loop():
     body = build(lambda c, x, t: [E.add.bind(c, sin_times_t(x, t)), E.cos.bind(x)],
                  arr(), arr(), arr())
     closed = build(lambda c, xs, ts: scan.bind(c, xs, ts, jaxpr=body, num_consts=0, num_carry=1,
-                                                 length=3, reverse=False, unroll=1),
+                                                 length=3, reverse=False, unroll=1, checkpoints=None),
                    arr(), arr(3), arr(3))
     unknowns = [True, False, True]
     split = partial_eval_jaxpr(closed, unknowns)

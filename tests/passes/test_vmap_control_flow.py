@@ -172,14 +172,14 @@ def test_scan_matches_the_loop_with_batches_anywhere(w_dim, carry_dims, xs_dim, 
 
     def fn(w, a, b, c, xs):
         return scan.bind(w, a, b, c, xs, jaxpr=body, num_consts=1, num_carry=3, length=length,
-                         reverse=reverse, unroll=1)
+                         reverse=reverse, unroll=1, checkpoints=None)
     check_batching(fn, [w, *carry, xs], [w_dim, *carry_dims, xs_dim], out_dims=[0, 1, 0, 2])
 
 
 def test_scan_keeps_unbatched_consts_and_carries_unbatched():
     body = _chain_body()
     closed = build(lambda w, a, b, c, xs: scan.bind(w, a, b, c, xs, jaxpr=body, num_consts=1, num_carry=3,
-                                                    length=4, reverse=False, unroll=1),
+                                                    length=4, reverse=False, unroll=1, checkpoints=None),
                    *[arr(3)] * 4, arr(4, 3))
     batched, dims = batch_jaxpr(closed, [None, None, None, None, 0], Axis(2))
     assert dims == [0, 0, 0, 1]          # ys batched at 1: axis 0 is the scan's

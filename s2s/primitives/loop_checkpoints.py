@@ -1,0 +1,281 @@
+"""Reverse mode of a scan that keeps at most k carries: `scan[..., checkpoints=k]`, what
+`s2s.lax.scan(..., checkpoints=k)` and `for t in s2s.checkpointed(range(n), k):` stage.
+
+A plain scan's reverse mode saves every step's residuals, so its memory grows with the
+number of steps. A checkpointed scan saves none:
+
+- partial evaluation splits it into a plain scan computing the known outputs (the
+  forward pass, saving nothing per step) and the whole scan again on the unknown side,
+  which reads only the loop's own known inputs (constants, initial carry, scanned
+  arrays): nothing that grows with the steps is kept;
+- transposition runs the steps backwards with a binomial checkpointing schedule
+  (Griewank and Walther's revolve, in its online form): the backward loop holds at most k
+  carries in slots, recomputes the carry of the step it differentiates from the nearest
+  slot below it, and stores carries on the way so that the next steps are near one.
+
+The schedule. Slot 0 holds the initial carry (step 0); the occupied slots hold carries of
+increasing steps, the topmost nearest. To differentiate step t, the backward loop takes
+the topmost slot (step p <= t), and while p < t advances a(l, s) steps from it, with
+s = k - 1 - (occupied slots above slot 0) free slots and l = t - p + 1 steps to reverse,
+storing the carry it reaches unless that is step t's own. Then it recomputes step t's
+residuals from that carry, runs step t's transposed tangent equations, and frees the
+slot holding step t, if one does.
+
+L(s, r) = C(s + r + 1, r) is how many steps one held carry and s free slots reverse if each
+step may be advanced at most r times (one step for r = 0, r + 1 steps for s = 0, and
+L(s, r) = L(s - 1, r) + L(s, r - 1): advance to a new slot, reverse what lies past it
+with one slot fewer, then what lies before it, advanced once already). For the least r
+with L(s, r) >= l, a(l, s) = min(L(s, r - 1), l - 1) splits the l steps into parts of
+those sizes. So every step is advanced at most r times, r the least with
+C(k + r, r) >= n: 10,000 steps with 32 slots advance each step at most 4 times (35,637
+advances in all, against the 10,000 steps of the forward pass).
+
+Kept: k carries and one step's residuals, whatever n is. The loops the schedule runs are
+`while` loops (their trip counts depend on the step), so the backward pass of a
+checkpointed scan is differentiated again in forward mode only (`s2s.jvp` of a `grad`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import ClosedJaxpr, JaxprEqn, Var, aval_of_value
+from s2s.passes.partial_eval import PartialEval, partial_eval_jaxpr
+from s2s.passes.tangents import Zero, instantiate, is_zero
+from s2s.passes.transpose import is_linear
+from s2s.primitives import ops
+from s2s.primitives.control_flow_bodies import closure_convert, prune_body, transposed_body
+from s2s.primitives.loops import _scan_split, scan, while_loop
+from s2s.staging import JaxprBuilder, inline_jaxpr
+
+_INDEX = np.dtype(dtypes.int64)     # steps, slots and schedule counts
+
+
+def unknown_carries(jaxpr: ClosedJaxpr, consts_uk: list[bool], carry_uk: list[bool], xs_uk: list[bool],
+                    recompute=None) -> tuple[list[bool], PartialEval]:
+    """Which carries of a scan body are unknown: those that start unknown, and those the
+    body makes unknown from an unknown value, which can take several steps to show (a
+    feeds b feeds c); and the body split with that layout (unknown carries instantiated)."""
+    n_ys = len(jaxpr.jaxpr.outvars) - len(carry_uk)
+    while True:
+        split = partial_eval_jaxpr(jaxpr, consts_uk + carry_uk + xs_uk, instantiate=carry_uk + [False] * n_ys,
+                                   recompute=recompute)
+        updated = [a or b for a, b in zip(carry_uk, split.out_unknowns[:len(carry_uk)])]
+        if updated == carry_uk:
+            return carry_uk, split
+        carry_uk = updated
+
+
+# ---------------------------------------------------------------------------------------
+# Partial evaluation: the forward pass saves nothing per step.
+
+
+def checkpointed_partial_eval(eqn: JaxprEqn, unknown_ins: list[bool]):
+    """The checkpointed scan `eqn` split: a plain scan of the known outputs, and the whole
+    scan on the unknown side (its known inputs are the residuals). None when every carry
+    is unknown: nothing is carried forward to checkpoint, and the plain split applies."""
+    p = eqn.params
+    n_consts, n_carry = p["num_consts"], p["num_carry"]
+    consts_uk, carry_uk, xs_uk = _scan_split(list(unknown_ins), n_consts, n_carry)
+    carry_uk, split = unknown_carries(p["jaxpr"], consts_uk, carry_uk, xs_uk)
+    if all(carry_uk):
+        return None
+    out_uk = split.out_unknowns
+    n_known_outs = out_uk.count(False)
+    known_body, _ = prune_body(split.known, [True] * n_known_outs + [False] * split.num_residuals)
+    known_eqn = JaxprEqn(scan, [v for v, u in zip(eqn.invars, consts_uk + carry_uk + xs_uk) if not u],
+                         [v for v, u in zip(eqn.outvars, out_uk) if not u],
+                         dict(p, jaxpr=ClosedJaxpr(known_body, split.known.consts),
+                              num_consts=consts_uk.count(False), num_carry=carry_uk.count(False),
+                              checkpoints=None), eqn.source_info)
+    unknown_eqn = JaxprEqn(scan, list(eqn.invars), [v if u else Var(v.aval) for v, u in zip(eqn.outvars, out_uk)],
+                           p, eqn.source_info)
+    return [known_eqn], [unknown_eqn], out_uk
+
+
+# ---------------------------------------------------------------------------------------
+# Transposition: the backward loop with its slots.
+
+
+def checkpointed_transpose(cts: list, args: list, params: dict) -> list | None:
+    """The cotangents of a checkpointed scan's linear operands (None for the others), or
+    None when every carry is linear (nothing to recompute: the plain transposition)."""
+    jaxpr, n_consts, n_carry = params["jaxpr"], params["num_consts"], params["num_carry"]
+    length, reverse, slots_kept = params["length"], params["reverse"], params["checkpoints"]
+    consts, carry, xs = _scan_split(list(args), n_consts, n_carry)
+    consts_lin, carry_lin, xs_lin = _scan_split([is_linear(a) for a in args], n_consts, n_carry)
+    carry_lin, split = unknown_carries(jaxpr, consts_lin, carry_lin, xs_lin)
+    if all(carry_lin):
+        return None
+    body = jaxpr.jaxpr
+    ys_lin = split.out_unknowns[n_carry:]
+    n_primal, n_res = carry_lin.count(False), split.num_residuals
+    known_outs = [True] * n_primal + [False] * (ys_lin.count(False) + n_res)
+    # One step forward, (primal consts, primal carry, rows of the known xs) -> primal
+    # carry, and the step's residuals from the same operands.
+    advance = ClosedJaxpr(prune_body(split.known, known_outs)[0], split.known.consts)
+    residuals = ClosedJaxpr(prune_body(split.known, [False] * (len(known_outs) - n_res) + [True] * n_res)[0],
+                            split.known.consts)
+    n_linear_in = consts_lin.count(True) + carry_lin.count(True) + xs_lin.count(True)
+    step_transposed = transposed_body(split.unknown, [False] * n_res + [True] * n_linear_in)
+
+    primal_consts = [c for c, lin in zip(consts, consts_lin) if not lin]
+    known_xs = [x for x, lin in zip(xs, xs_lin) if not lin]
+    carry_vars = body.invars[n_consts:n_consts + n_carry]
+    lin_const_avals = [v.aval for v, lin in zip(body.invars[:n_consts], consts_lin) if lin]
+    tangent_avals = [v.aval for v, lin in zip(carry_vars, carry_lin) if lin]
+    lin_y_avals = [v.aval for v, lin in zip(body.outvars[n_carry:], ys_lin) if lin]
+    ct_carry = [_instantiated(c, v.aval) for c, v, lin in zip(cts[:n_carry], carry_vars, carry_lin) if lin]
+    ct_ys = [_instantiated(c, a.update(shape=(length,) + a.shape)) for c, a in
+             zip([c for c, lin in zip(cts[n_carry:], ys_lin) if lin], lin_y_avals)]
+    # Every slot starts as the initial carry: slot 0 keeps it; the others are overwritten
+    # before they are read. One row more than `slots_kept`: the carry an advance reaches
+    # is written above the top slot even when it is not kept (no branch on buffers).
+    slots0 = [ops.broadcast_in_dim(c, (slots_kept + 1,) + tuple(_aval(c).shape),
+                                   tuple(range(1, len(_aval(c).shape) + 1)))
+              for c, lin in zip(carry, carry_lin) if not lin]
+    slot_steps0 = ops.full((slots_kept + 1,), 0, _INDEX)
+    layout = [len(primal_consts), len(known_xs), len(slots0), 3, len(lin_const_avals), len(tangent_avals),
+              len(ct_ys)]
+
+    def row_of(step):
+        """The row of the scanned arrays that step `step` reads."""
+        return ops.sub(ops.literal(length - 1, _INDEX), step) if reverse else step
+
+    def backward_step(*state):
+        c, whole_xs, slots, (slot_steps, top, t), acc, ct_c, ct_y_rows = _unpack(state, layout)
+        schedule = _Schedule(advance, c, whole_xs, row_of, slots_kept)
+        slots, slot_steps, top, at_t = schedule.carry_at(t, slots, slot_steps, top)
+        x_rows = [ops.dynamic_index(x, row_of(t)) for x in whole_xs]
+        outs = inline_jaxpr(step_transposed, inline_jaxpr(residuals, c + at_t + x_rows) + ct_c + ct_y_rows)
+        d_consts, d_carry, d_xs = _unpack(outs, [len(acc), len(ct_c), len(outs) - len(acc) - len(ct_c)])
+        freed = ops.convert(ops.eq(ops.dynamic_index(slot_steps, top), t), _INDEX)
+        return [*slots, slot_steps, ops.sub(top, freed), ops.sub(t, ops.literal(1, _INDEX)),
+                *[ops.add(a, d) for a, d in zip(acc, d_consts)], *d_carry, *d_xs]
+
+    index = _aval(slot_steps0).update(shape=())
+    primal_hints = [v.hint for v, lin in zip(carry_vars, carry_lin) if not lin]
+    hints = ([None] * (len(primal_consts) + len(known_xs)) + [f"{h}_slots" if h else "slots" for h in primal_hints]
+             + ["slot_steps", "top", "t"] + [None] * (len(lin_const_avals) + len(tangent_avals) + len(ct_ys)))
+    in_avals = ([_aval(c) for c in primal_consts + known_xs + slots0] + [_aval(slot_steps0), index, index]
+                + lin_const_avals + tangent_avals + lin_y_avals)
+    body_t, captured = _staged(backward_step, in_avals, hints)
+    zeros = [instantiate(Zero(a)) for a in lin_const_avals]
+    outs = scan.bind(*captured, *primal_consts, *known_xs, *slots0, slot_steps0, ops.full((), 0, _INDEX),
+                     ops.full((), length - 1, _INDEX), *zeros, *ct_carry, *ct_ys,
+                     jaxpr=body_t, num_consts=len(captured) + len(primal_consts) + len(known_xs),
+                     num_carry=len(slots0) + 3 + len(zeros) + len(ct_carry), length=length,
+                     reverse=not reverse, unroll=1, checkpoints=None)
+    _, ct_consts_out, ct_init, ct_xs_out = _unpack(outs, [len(slots0) + 3, len(zeros), len(ct_carry),
+                                                          len(outs) - len(slots0) - 3 - len(zeros) - len(ct_carry)])
+    # A carry linear inside the loop but started from a known value (a tangent that is
+    # zeros until the loop makes it nonzero) gets no cotangent back.
+    ct_init = iter(ct_init)
+    init_cts = [next(ct_init) if lin else None for lin in carry_lin]
+    return (_scattered(ct_consts_out, consts_lin) + [ct if is_linear(c) else None for ct, c in zip(init_cts, carry)]
+            + _scattered(ct_xs_out, xs_lin))
+
+
+class _Schedule:
+    """Stages the backward loop's way to the carry of a step (see the module docstring)."""
+
+    def __init__(self, advance: ClosedJaxpr, consts: list, whole_xs: list, row_of, slots_kept: int):
+        self.advance, self.consts, self.whole_xs = advance, consts, whole_xs
+        self.row_of, self.slots_kept = row_of, slots_kept
+
+    def carry_at(self, t, slots: list, slot_steps, top):
+        """(slots, slot_steps, top, the carry of step t): advances from the topmost slot
+        until step t, storing carries on the way."""
+        n = len(slots)
+
+        def short_of_t(top, step, *rest):
+            return ops.lt(step, t)
+
+        def advance_and_store(top, step, *rest):
+            at, slots, slot_steps = _unpack(rest, [n, n, 1])
+            free = ops.sub(ops.literal(self.slots_kept - 1, _INDEX), top)
+            reached = ops.add(step, self.advance_count(ops.add(ops.sub(t, step), ops.literal(1, _INDEX)), free))
+            at = self.run_steps(at, step, reached)
+            above = ops.add(top, ops.literal(1, _INDEX))
+            slots = [ops.dynamic_update_index(s, a, above) for s, a in zip(slots, at)]
+            slot_steps = ops.dynamic_update_index(slot_steps[0], reached, above)
+            kept = ops.convert(ops.lt(reached, t), _INDEX)
+            return [ops.add(top, kept), reached, *at, *slots, slot_steps]
+        at = [ops.dynamic_index(s, top) for s in slots]
+        outs = _while(short_of_t, advance_and_store, [top, ops.dynamic_index(slot_steps, top), *at, *slots,
+                                                      slot_steps],
+                      ["top", "step", *[None] * len(at), *[None] * len(slots), "slot_steps"])
+        top, _, at, slots, (slot_steps,) = _unpack(outs, [1, 1, n, n, 1])
+        return slots, slot_steps, top[0], at
+
+    def run_steps(self, carry: list, start, stop) -> list:
+        """The carry after running steps start .. stop - 1 from `carry` (that of `start`)."""
+        def before_stop(step, *carry):
+            return ops.lt(step, stop)
+
+        def one_step(step, *carry):
+            rows = [ops.dynamic_index(x, self.row_of(step)) for x in self.whole_xs]
+            return [ops.add(step, ops.literal(1, _INDEX)), *inline_jaxpr(self.advance, self.consts + list(carry) + rows)]
+        return _while(before_stop, one_step, [start, *carry], ["step"] + [None] * len(carry))[1:]
+
+    def advance_count(self, steps, free):
+        """a(l, s) for l = `steps` (>= 2) and s = `free` slots: min(L(s, r - 1), l - 1) for the
+        least r with L(s, r) = C(s + r + 1, r) >= l (l - 1 when no slot is free)."""
+        def below(r, reach, previous):
+            return ops.and_(ops.lt(reach, steps), ops.lt(ops.literal(0, _INDEX), free))
+
+        def next_r(r, reach, previous):      # L(s, r + 1) = L(s, r) (s + r + 2) / (r + 1), exactly
+            r = ops.add(r, ops.literal(1, _INDEX))
+            grown = ops.div(ops.mul(reach, ops.add(ops.add(free, r), ops.literal(1, _INDEX))), r)
+            return [r, grown, reach]
+        one = ops.full((), 1, _INDEX)
+        _, _, previous = _while(below, next_r, [ops.full((), 0, _INDEX), one, one], ["r", "reach", "previous"])
+        all_but_one = ops.sub(steps, ops.literal(1, _INDEX))
+        return ops.select(ops.lt(ops.literal(0, _INDEX), free), ops.minimum(previous, all_but_one), all_but_one)
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def _while(condition, body, init: list, hints: list) -> list:
+    """Stages `while condition(*carry): carry = body(*carry)` from `init`; returns the
+    final carry. The functions may read staged values from outside (passed as operands)."""
+    avals = [_aval(v) for v in init]
+    cond_jaxpr, cond_consts = _staged(lambda *c: [condition(*c)], avals, hints)
+    body_jaxpr, body_consts = _staged(body, avals, hints)
+    return while_loop.bind(*cond_consts, *body_consts, *init, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
+                           cond_nconsts=len(cond_consts), body_nconsts=len(body_consts), max_iters=None)
+
+
+def _staged(fn, avals: list, hints: list) -> tuple[ClosedJaxpr, list]:
+    """`fn` staged on arguments of `avals`, as a body without constants, and the outer
+    values it reads (its leading operands)."""
+    with JaxprBuilder() as builder:
+        args = [builder.new_arg(a, h) for a, h in zip(avals, hints)]
+        closed = builder.build(list(fn(*args)))
+    return closure_convert(closed)
+
+
+def _unpack(items, sizes: list[int]) -> list[list]:
+    """`items` cut into consecutive lists of `sizes`."""
+    items, parts, start = list(items), [], 0
+    for size in sizes:
+        parts.append(items[start:start + size])
+        start += size
+    assert start == len(items), (start, len(items))
+    return parts
+
+
+def _aval(value):
+    return value.aval if hasattr(value, "aval") else aval_of_value(value)
+
+
+def _instantiated(ct, aval):
+    return instantiate(Zero(aval)) if is_zero(ct) else instantiate(ct)
+
+
+def _scattered(values: list, flags: list[bool]) -> list:
+    """`values` at the flagged positions, None elsewhere."""
+    it = iter(values)
+    return [next(it) if flag else None for flag in flags]
