@@ -18,7 +18,7 @@ import numpy as np
 import s2s_runtime as rt
 
 from s2s import dtypes
-from s2s.core import JaxprEqn, ShapedArray, Var
+from s2s.core import JaxprEqn, Literal, ShapedArray, Var
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
@@ -27,7 +27,7 @@ from s2s.passes import (jvp as _jvp, partial_eval as _pe, simplify as _simplify,
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
-from s2s.staging import PRIMITIVES, Primitive
+from s2s.staging import PRIMITIVES, Primitive, Tracer
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -415,21 +415,31 @@ def _div_jvp(primals, tangents):
     return out, _sum_tangents(out.shape, (tx, lambda: tx / y), (ty, lambda: -(out * ty) / y))
 
 
+def _is_nonzero_constant(y) -> bool:
+    """Whether `y` is a literal or a NumPy constant with no zero element."""
+    if isinstance(y, Tracer):
+        return False
+    value = y.value if isinstance(y, Literal) else y
+    return bool(np.all(np.asarray(value) != 0))
+
+
 def _pow_jvp(primals, tangents):
     (x, y), (tx, ty) = primals, tangents
     out = pow.bind(x, y)
+    # Primitives on the primals: x or y may be a literal (`x ** 0.5`, `2.0 ** x`) or a
+    # NumPy constant (`x ** Y` with Y closed over), which have no operators and no aval.
+    # Both operands have the output's dtype.
+    dtype = out.aval.dtype
+    one, zero = ops.literal(1, dtype), ops.literal(0, dtype)
 
-    # Primitives on the primals: x or y may be a literal (`x ** 0.5`, `2.0 ** x`), which
-    # has no operators, and a weak one whose dtype a Python `1` must not widen.
-    one = ops.literal(1, y.aval.dtype)
-
-    def d_base():
-        return tx * (y * pow.bind(x, sub.bind(y, one)))
+    def d_base():   # y * x**(y - 1); at y == 0 the exponent is taken as 1, so 0 * x**0 = 0
+        # (x**0 is 1 for every x: its derivative is 0 at x == 0 too, not 0 * inf)
+        exponent = y if _is_nonzero_constant(y) else select.bind(eq.bind(y, zero), one, y)
+        return tx * mul.bind(y, pow.bind(x, sub.bind(exponent, one)))
 
     def d_exponent():   # log(x) * x**y, taken as 0 where x == 0 (the limit for y > 0)
-        dtype = x.aval.dtype
-        safe = select.bind(eq.bind(x, ops.literal(0, dtype)), ops.literal(1, dtype), x)
-        return ty * (out * log.bind(safe))
+        safe = x if _is_nonzero_constant(x) else select.bind(eq.bind(x, zero), one, x)
+        return ty * mul.bind(out, log.bind(safe))
     return out, _sum_tangents(out.shape, (tx, d_base), (ty, d_exponent))
 
 

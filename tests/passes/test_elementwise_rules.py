@@ -574,3 +574,75 @@ def test_grad_of_pow_at_zero(y):
     assert all(np.all(np.isfinite(g)) for g in got)
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-12)
+
+
+# A constant array exponent or base: `x ** Y`, `Y ** x` with Y a NumPy array closed over
+# (a constant of the jaxpr, reaching the rule as a NumPy value) or passed undifferentiated.
+
+EXPONENTS = np.array([1.0, 2.0, 0.5, 3.0, -1.5, 2.0])
+BASES = np.array([1.0, 2.5, 0.5, 3.0, 4.0, 0.0])
+
+
+def to_the_constant(x):
+    return np.sum(x ** EXPONENTS)
+
+
+def constant_to_the(x):
+    return np.sum(BASES ** x)
+
+
+def to_the_argument(x, y):
+    return np.sum(x ** y)
+
+
+def jax_to_the_constant(x):
+    return jnp.sum(x ** EXPONENTS)
+
+
+def jax_constant_to_the(x):
+    return jnp.sum(BASES ** x)
+
+
+def jax_to_the_argument(x, y):
+    return jnp.sum(x ** y)
+
+
+def _runs(derived):
+    """`derived` run eagerly (emitted Python), by s2s.jit on XLA and with the Python backend."""
+    return {"eager": derived, "xla": s2s.jit(derived), "python": s2s.jit(derived, backend="python")}
+
+
+@pytest.mark.parametrize("f, jax_fn", [(to_the_constant, jax_to_the_constant),
+                                       (constant_to_the, jax_constant_to_the)],
+                         ids=["x ** Y", "Y ** x"])
+def test_pow_with_a_constant_array_operand(f, jax_fn):
+    x = np.array([0.7, 1.3, 2.0, 0.4, 1.1, 1.9])
+    check_derivatives(f, jax_fn, x)
+    for derived, jax_derived in [(s2s.grad(f), jax.grad(jax_fn)), (s2s.hessian(f), jax.hessian(jax_fn))]:
+        expected = jax_derived(x)
+        for name, run in _runs(derived).items():
+            np.testing.assert_allclose(run(x), expected, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_pow_with_an_undifferentiated_array_exponent():
+    x = np.array([0.7, 1.3, 2.0, 0.4, 1.1, 1.9])
+    check_derivatives(to_the_argument, jax_to_the_argument, x, EXPONENTS)
+    expected = jax.hessian(jax_to_the_argument)(x, EXPONENTS)
+    for name, run in _runs(s2s.hessian(to_the_argument)).items():
+        np.testing.assert_allclose(run(x, EXPONENTS), expected, rtol=1e-12, err_msg=name)
+    # An integer array exponent is converted to the base's float dtype.
+    ints = np.array([1, 2, 0, 3, 2, 1])
+    np.testing.assert_allclose(s2s.grad(to_the_argument)(x, ints), jax.grad(jax_to_the_argument)(x, ints), rtol=1e-12)
+
+
+def test_the_derivative_of_x_to_the_zero_is_zero_at_zero():
+    """x ** 0.0 is 1 for every x, so its derivative is 0, also at x == 0 (jax's pow gives
+    0 * 0**-1 = nan there for a float exponent; its integer exponents give 0, as here)."""
+    x = np.array([0.0, 0.0, 2.0, 0.0])
+    y = np.array([0.0, 1.0, 0.0, 2.0])
+    gx, gy = s2s.grad(to_the_argument, argnums=(0, 1))(x, y)
+    np.testing.assert_array_equal(gx, [0.0, 1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(gy, [0.0, 0.0, np.log(2.0), 0.0])
+    np.testing.assert_array_equal(gx, jax.grad(jax_to_the_argument)(x, y.astype(int)))
+    # The second derivative in x: x ** 1.0 is a line, x ** 2.0 a parabola.
+    np.testing.assert_array_equal(np.diag(s2s.hessian(to_the_argument)(x, y)), [0.0, 0.0, 0.0, 2.0])
