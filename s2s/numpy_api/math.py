@@ -641,28 +641,27 @@ maximum = _binary_with_bool_loop("maximum", ew.max, ew.or_, "Elementwise max; na
 minimum = _binary_with_bool_loop("minimum", ew.min, ew.and_, "Elementwise min; nan propagates.")
 
 
-def _fmaxmin(x1, x2, weak_ok, prim, bool_prim):
+def _fmaxmin(x1, x2, weak_ok, prim, bool_prim, picks_x1):
+    """x1 where `picks_x1(x1, x2)` holds or x2 is nan, else x2 (so nan only if both are).
+    A tie picks x2, whose tangent it then takes whole, as jnp.fmax and jnp.fmin do."""
     (a, b), dt, _ = _prep([x1, x2], weak_ok)
     if dtypes.is_bool(dt):
         return bool_prim.bind(a, b)
     if not dtypes.is_inexact(dt):
         return prim.bind(a, b)
-    # Ignore a nan: where one side is nan, use the other (nan only if both are).
-    a2 = ew.select.bind(ew.ne.bind(a, a), b, a)
-    b2 = ew.select.bind(ew.ne.bind(b, b), a, b)
-    return prim.bind(a2, b2)
+    return ew.select.bind(ew.or_.bind(picks_x1.bind(a, b), ew.ne.bind(b, b)), a, b)
 
 
 @_ufunc(_np("fmax"), 2)
 def fmax(x1, x2, *, weak_ok=False):
     """Elementwise max ignoring nan."""
-    return _fmaxmin(x1, x2, weak_ok, ew.max, ew.or_)
+    return _fmaxmin(x1, x2, weak_ok, ew.max, ew.or_, ew.gt)
 
 
 @_ufunc(_np("fmin"), 2)
 def fmin(x1, x2, *, weak_ok=False):
     """Elementwise min ignoring nan."""
-    return _fmaxmin(x1, x2, weak_ok, ew.min, ew.and_)
+    return _fmaxmin(x1, x2, weak_ok, ew.min, ew.and_, ew.lt)
 
 
 _NO_VALUE = object()

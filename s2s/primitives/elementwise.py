@@ -477,6 +477,10 @@ def _minmax_jvp(prim, picks_x):
     return rule
 
 
+_max_jvp = _minmax_jvp(max, lambda a, b: a > b)
+_min_jvp = _minmax_jvp(min, lambda a, b: a < b)
+
+
 def _atan2_jvp(primals, tangents):
     (x, y), (tx, ty) = primals, tangents
     out = atan2.bind(x, y)
@@ -508,15 +512,17 @@ def _where_else_zero(pred, t):
 
 
 def _clamp_jvp(primals, tangents):
+    """np.clip's derivative is that of min(max(x, lo), hi), ties included (as jnp.clip's):
+    at x == lo or x == hi the tangent is split evenly with the bound, and lo > hi gives
+    hi everything (min is applied last)."""
     (lo, x, hi), (tlo, tx, thi) = primals, tangents
     out = clamp.bind(lo, x, hi)
-    shape = out.shape
-    # Primitives, not operators: the bounds may be literals (np.clip(x, 0.0, 1.0)).
-    # lo > hi clamps everything to hi (min is applied last), so lo then gets nothing.
-    terms = [(tx, lambda: _where_else_zero(and_.bind(ge.bind(x, lo), le.bind(x, hi)), tx)),
-             (tlo, lambda: _where_else_zero(and_.bind(lt.bind(x, lo), le.bind(lo, hi)), tlo)),
-             (thi, lambda: _where_else_zero(or_.bind(gt.bind(x, hi), gt.bind(lo, hi)), thi))]
-    return out, _sum_tangents(shape, *terms)
+    if is_zero(tx) and is_zero(tlo):
+        raised, t_raised = max.bind(x, lo), Zero(tangent_aval(out.aval))
+    else:
+        raised, t_raised = _max_jvp([x, lo], [tx, tlo])
+    _, t_out = _min_jvp([raised, hi], [t_raised, thi])
+    return out, t_out
 
 
 def _convert_jvp(primals, tangents, *, new_dtype, weak_type):
@@ -529,8 +535,7 @@ def _convert_jvp(primals, tangents, *, new_dtype, weak_type):
 
 for _prim, _rule in [(add, _add_jvp), (sub, _sub_jvp), (mul, _mul_jvp), (div, _div_jvp),
                      (pow, _pow_jvp), (integer_pow, _integer_pow_jvp),
-                     (max, _minmax_jvp(max, lambda a, b: a > b)),
-                     (min, _minmax_jvp(min, lambda a, b: a < b)),
+                     (max, _max_jvp), (min, _min_jvp),
                      (atan2, _atan2_jvp), (rem, _rem_jvp), (select, _select_jvp),
                      (clamp, _clamp_jvp), (convert_element_type, _convert_jvp)]:
     _jvp.register(_prim, _rule)
