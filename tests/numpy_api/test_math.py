@@ -506,19 +506,19 @@ def test_the_modulus_of_a_complex_array_is_refused_clearly():
 
 
 def logaddexp_sum(x, y):
-    return np.sum(np.logaddexp(x, y) * np.arange(1.0, 1.0 + x.size))
+    return np.sum(np.logaddexp(x, y) * np.arange(1.0, 1.0 + x.size).reshape(x.shape))
 
 
 def logaddexp2_sum(x, y):
-    return np.sum(np.logaddexp2(x, y) * np.arange(1.0, 1.0 + x.size))
+    return np.sum(np.logaddexp2(x, y) * np.arange(1.0, 1.0 + x.size).reshape(x.shape))
 
 
 def hypot_sum(x, y):
-    return np.sum(np.hypot(x, y) * np.arange(1.0, 1.0 + x.size))
+    return np.sum(np.hypot(x, y) * np.arange(1.0, 1.0 + x.size).reshape(x.shape))
 
 
 def _weights(x):
-    return jnp.arange(1.0, 1.0 + x.size)
+    return jnp.arange(1.0, 1.0 + x.size).reshape(x.shape)
 
 
 JAX_TWINS = {
@@ -557,6 +557,22 @@ def test_derivatives_exact_at_ties_on_both_backends(f):
             for j in range(2):
                 np.testing.assert_allclose(got[i][j], want_hessian[i][j], rtol=1e-10, atol=1e-12,
                                            err_msg=f"{name} [{i}][{j}]")
+
+
+@pytest.mark.parametrize("f", [logaddexp_sum, logaddexp2_sum, hypot_sum], ids=lambda f: f.__name__)
+@settings(max_examples=5, deadline=None)
+@given(data=st.data())
+def test_derivatives_with_drawn_ties(f, data):
+    """Drawn shapes and values, about half of them tied (y = x, or y = -x for hypot)."""
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=2, max_side=3), label="shape")
+    values = st.floats(-4.0, 4.0).filter(lambda v: abs(v) > 0.05)
+    x = data.draw(hnp.arrays(np.float64, shape, elements=values), label="x")
+    other = data.draw(hnp.arrays(np.float64, shape, elements=values), label="other")
+    tied = data.draw(hnp.arrays(np.bool_, shape), label="tied")
+    sign = -1.0 if f is hypot_sum else 1.0
+    y = np.where(tied, sign * x, other)
+    check_derivatives(f, JAX_TWINS[f], x, y, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(s2s.hessian(f)(x, y), jax.hessian(JAX_TWINS[f])(x, y), rtol=1e-9, atol=1e-12)
 
 
 def test_logaddexp_at_a_tie_splits_the_derivative_evenly():
