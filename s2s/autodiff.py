@@ -24,7 +24,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from s2s.eager import run, staged_or_error
-from s2s.errors import S2SError, StagingError
+from s2s.errors import S2SError, StagingError, TransformTypeError
 from s2s.frontend import Staged, reraise_clean
 from s2s.frontend.source import last_return_info
 from s2s.passes.vmap import Axis, batch_jaxpr
@@ -192,6 +192,46 @@ def _arg_cotangents(staged: Staged, args: tuple, argnums, diff, cts: list) -> li
     return out
 
 
+def _check_holomorphic_inputs(staged: Staged, args: tuple, argnums: tuple[int, ...], diff, what: str):
+    """holomorphic=True promises complex inputs: each differentiated leaf must be one."""
+    ranges = positional_leaf_ranges(args)
+    in_avals = iter(staged.closed.in_avals)
+    flags = iter(diff)
+    for index, staged_leaf in enumerate(staged.staged_mask):
+        if not staged_leaf:
+            continue
+        aval, differentiated = next(in_avals), next(flags)
+        if differentiated and not dtypes.is_complex(aval.dtype):
+            arg = next(a for a in argnums if index in ranges[a])
+            name = staged.param_names[min(arg, len(staged.param_names) - 1)]
+            raise TransformTypeError(
+                f"{what} with holomorphic=True requires inputs with complex dtype, but "
+                f"positional argument {arg} ({name!r}) holds {aval.dtype.name}",
+                f"pass complex values (x.astype(complex)), or drop holomorphic=True for a "
+                f"real-valued function of real inputs")
+
+
+def _check_output_dtype(staged: Staged, holomorphic: bool, what: str, fn):
+    """Like jax.grad: a complex output needs holomorphic=True (the derivative of a complex
+    function of a real or non-holomorphic input is not one number: use vjp), and
+    holomorphic=True needs a complex output."""
+    dtype = staged.closed.out_avals[0].dtype
+    if holomorphic and not dtypes.is_complex(dtype):
+        raise TransformTypeError(
+            f"{what} with holomorphic=True requires outputs with complex dtype, but "
+            f"{staged.description} returns {dtype.name}",
+            f"drop holomorphic=True: {what} of a real-valued function needs no promise",
+            last_return_info(fn))
+    if not holomorphic and dtypes.is_complex(dtype):
+        raise TransformTypeError(
+            f"{what} requires real-valued outputs (a floating-point dtype), but "
+            f"{staged.description} returns {dtype.name}",
+            f"for a holomorphic function of complex inputs pass holomorphic=True (the "
+            f"gradient is then f'(z)); for other functions with complex outputs use "
+            f"s2s.vjp with the cotangent you need",
+            last_return_info(fn))
+
+
 def _check_scalar_output(staged: Staged, has_aux: bool, what: str, fn):
     out_avals = staged.closed.out_avals
     container = staged.out_tree.node_type
@@ -233,10 +273,13 @@ def _raise_container_output(staged: Staged, what: str, fn):
                        f"returns {kind} of {n} value{'s' if n != 1 else ''} ({shown})", help, last_return_info(fn))
 
 
-def _grad_derive(fn, argnums, has_aux, allow_int, with_value, what):
+def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what):
     def derive(staged: Staged, call_args: tuple) -> Derived:
         argnums_t, diff = _diff_leaves(staged, call_args, _argnums_tuple(argnums), allow_int, what)
+        if holomorphic:
+            _check_holomorphic_inputs(staged, call_args, argnums_t, diff, what)
         _check_scalar_output(staged, has_aux, what, fn)
+        _check_output_dtype(staged, holomorphic, what, fn)
         closed = staged.closed
         n_out = len(closed.jaxpr.outvars)
         diff_out = [i == 0 for i in range(n_out)]
@@ -267,28 +310,32 @@ def _grad_derive(fn, argnums, has_aux, allow_int, with_value, what):
     return derive
 
 
-def grad(fn=None, argnums=0, has_aux: bool = False, allow_int: bool = False):
+def grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False, allow_int: bool = False):
     """The gradient of a scalar function with respect to argument(s) `argnums`.
 
     Usable as `s2s.grad(f)` or as a decorator, bare (`@s2s.grad`) or with arguments
     (`@s2s.grad(argnums=1)`). With `has_aux`, f returns `(value, aux)` and the result is
     `(grads, aux)`. Integer arguments have no gradient: an error names them, unless
-    `allow_int=True`, which gives float0 zeros.
+    `allow_int=True`, which gives float0 zeros. As in JAX, the output must be real unless
+    `holomorphic=True`, which promises a holomorphic f of complex inputs with a complex
+    output and gives f'(z) (a TypeError otherwise).
     """
     if fn is None:
-        return functools.partial(grad, argnums=argnums, has_aux=has_aux, allow_int=allow_int)
-    return Transformed(fn, "grad", _grad_derive(fn, argnums, has_aux, allow_int, False, "grad"),
-                       (_argnums_tuple(argnums), has_aux, allow_int))
+        return functools.partial(grad, argnums=argnums, has_aux=has_aux, holomorphic=holomorphic,
+                                 allow_int=allow_int)
+    return Transformed(fn, "grad", _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, False, "grad"),
+                       (_argnums_tuple(argnums), has_aux, holomorphic, allow_int))
 
 
-def value_and_grad(fn=None, argnums=0, has_aux: bool = False, allow_int: bool = False):
+def value_and_grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False):
     """`(f(x), grad(f)(x))` in one pass; with `has_aux`, `((value, aux), grads)`."""
     if fn is None:
         return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux,
-                                 allow_int=allow_int)
+                                 holomorphic=holomorphic, allow_int=allow_int)
     return Transformed(fn, "value_and_grad",
-                       _grad_derive(fn, argnums, has_aux, allow_int, True, "value_and_grad"),
-                       (_argnums_tuple(argnums), has_aux, allow_int))
+                       _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, True, "value_and_grad"),
+                       (_argnums_tuple(argnums), has_aux, holomorphic, allow_int))
 
 
 # ---------------------------------------------------------------------------------------

@@ -80,6 +80,10 @@ def is_inexact(dtype) -> bool:
     return np.issubdtype(np.dtype(dtype), np.inexact)
 
 
+def is_complex(dtype) -> bool:
+    return np.issubdtype(np.dtype(dtype), np.complexfloating)
+
+
 def is_integer(dtype) -> bool:
     return np.issubdtype(np.dtype(dtype), np.integer)
 

@@ -70,6 +70,11 @@ class StagingError(S2SError):
     """Any other mistake found while staging (an undefined name, a wrong argument ...)."""
 
 
+class TransformTypeError(StagingError, TypeError):
+    """A transform applied where JAX raises a TypeError for the dtypes involved: grad of a
+    complex output without holomorphic=True, holomorphic=True with real inputs or outputs."""
+
+
 class StaleSourceError(StagingError):
     """The source file no longer holds the code Python runs for a function (it was edited
     and the module not reloaded): s2s refuses to differentiate text that does not run."""

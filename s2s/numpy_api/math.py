@@ -480,37 +480,66 @@ def arctan2(x1, x2, *, weak_ok=False):
     return ew.atan2.bind(a, b)
 
 
+def _larger_first(a, b):
+    """(larger, smaller, a_is_larger) of `a` and `b`, chosen by one comparison.
+
+    Not max and min: their derivatives split a tie evenly, so at a == b the two would
+    swap tangents and a formula in (larger, smaller) that is smooth in (a, b) — as
+    hypot's and logaddexp's are — would lose its curvature there. With one predicate
+    every order of derivative at a tie is that of the formula for a >= b, which is
+    exact on both sides."""
+    a_is_larger = ew.ge.bind(a, b)
+    return ew.select.bind(a_is_larger, a, b), ew.select.bind(a_is_larger, b, a), a_is_larger
+
+
 @_ufunc(_np("hypot"), 2)
 def hypot(x1, x2, *, weak_ok=False):
-    """sqrt(x1² + x2²) without overflow: big * sqrt(1 + (small / big)²)."""
+    """sqrt(x1² + x2²) without overflow: big * sqrt(1 + (small / big)²); an infinite
+    operand gives inf (even beside nan, as C's hypot). At x1 = x2 = 0, where hypot has
+    no derivative, the gradient is (½, ½) as JAX's (the tie of np.maximum)."""
     (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
     a, b = ew.abs.bind(a), ew.abs.bind(b)
-    big, small = ew.max.bind(a, b), ew.min.bind(a, b)
-    big_is_zero = ew.eq.bind(big, ops.literal(0, dt))
-    ratio = ew.div.bind(small, ew.select.bind(big_is_zero, ops.literal(1, dt), big))
-    out = ew.mul.bind(big, ew.sqrt.bind(ew.add.bind(ops.literal(1, dt), ew.integer_pow.bind(ratio, y=2))))
-    return ew.select.bind(ew.eq.bind(big, ops.literal(np.inf, dt)), big, out)
+    big, small, _ = _larger_first(a, b)
+    zero, one, inf = (ops.literal(v, dt) for v in (0, 1, np.inf))
+    big_is_zero = ew.eq.bind(big, zero)
+    ratio = ew.div.bind(small, ew.select.bind(big_is_zero, one, big))
+    out = ew.mul.bind(big, ew.sqrt.bind(ew.add.bind(one, ew.integer_pow.bind(ratio, y=2))))
+    out = ew.select.bind(big_is_zero, ew.max.bind(a, b), out)
+    infinite = ew.or_.bind(ew.eq.bind(a, inf), ew.eq.bind(b, inf))
+    return ew.select.bind(infinite, inf, out)
+
+
+def _logaddexp_core(x1, x2, weak_ok, softplus_of_gap):
+    """max + softplus(-|x1 - x2|), with `softplus_of_gap(gap)` the base's log1p of its
+    power of the gap (gap <= 0, so nothing overflows). Where x1 - x2 is nan (a nan
+    operand, or two equal infinities) the result is x1 + x2: nan, inf or -inf. Between
+    equal infinities the gap is taken as 0, so the derivative there is x1 + x2's (1, 1),
+    with no nan from the branch not taken; a nan operand gives nan derivatives."""
+    (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
+    big, _, a_is_larger = _larger_first(a, b)
+    delta = ew.sub.bind(a, b)
+    undefined = ew.ne.bind(delta, delta)
+    equal_infinities = ew.and_.bind(ew.eq.bind(a, b), undefined)
+    delta = ew.select.bind(equal_infinities, ops.literal(0, dt), delta)
+    gap = ew.select.bind(a_is_larger, ew.neg.bind(delta), delta)   # -|x1 - x2|
+    soft = ew.add.bind(big, softplus_of_gap(gap, dt))
+    return ew.select.bind(undefined, ew.add.bind(a, b), soft)
 
 
 @_ufunc(_np("logaddexp"), 2)
 def logaddexp(x1, x2, *, weak_ok=False):
-    """log(exp(x1) + exp(x2)) = max + log1p(exp(-|x1 - x2|)); equal infinities give x1 + x2."""
-    (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
-    amax = ew.max.bind(a, b)
-    delta = ew.sub.bind(a, b)
-    soft = ew.add.bind(amax, ew.log1p.bind(ew.exp.bind(ew.neg.bind(ew.abs.bind(delta)))))
-    return ew.select.bind(ew.ne.bind(delta, delta), ew.add.bind(a, b), soft)
+    """log(exp(x1) + exp(x2)) = max + log1p(exp(-|x1 - x2|)); the derivative at x1 = x2
+    is ½ each, as every derivative there is that of the smooth function."""
+    return _logaddexp_core(x1, x2, weak_ok, lambda gap, dt: ew.log1p.bind(ew.exp.bind(gap)))
 
 
 @_ufunc(_np("logaddexp2"), 2)
 def logaddexp2(x1, x2, *, weak_ok=False):
     """log2(2**x1 + 2**x2) = max + log1p(2 ** -|x1 - x2|) / log(2)."""
-    (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
-    amax = ew.max.bind(a, b)
-    delta = ew.sub.bind(a, b)
-    tail = ew.log1p.bind(ew.pow.bind(ops.literal(2.0, dt), ew.neg.bind(ew.abs.bind(delta))))
-    soft = ew.add.bind(amax, ew.div.bind(tail, ops.literal(_pymath.log(2.0), dt)))
-    return ew.select.bind(ew.ne.bind(delta, delta), ew.add.bind(a, b), soft)
+    def softplus2(gap, dt):
+        tail = ew.log1p.bind(ew.pow.bind(ops.literal(2.0, dt), gap))
+        return ew.div.bind(tail, ops.literal(_pymath.log(2.0), dt))
+    return _logaddexp_core(x1, x2, weak_ok, softplus2)
 
 
 @_ufunc(_np("heaviside"), 2)
@@ -612,28 +641,27 @@ maximum = _binary_with_bool_loop("maximum", ew.max, ew.or_, "Elementwise max; na
 minimum = _binary_with_bool_loop("minimum", ew.min, ew.and_, "Elementwise min; nan propagates.")
 
 
-def _fmaxmin(x1, x2, weak_ok, prim, bool_prim):
+def _fmaxmin(x1, x2, weak_ok, prim, bool_prim, picks_x1):
+    """x1 where `picks_x1(x1, x2)` holds or x2 is nan, else x2 (so nan only if both are).
+    A tie picks x2, whose tangent it then takes whole, as jnp.fmax and jnp.fmin do."""
     (a, b), dt, _ = _prep([x1, x2], weak_ok)
     if dtypes.is_bool(dt):
         return bool_prim.bind(a, b)
     if not dtypes.is_inexact(dt):
         return prim.bind(a, b)
-    # Ignore a nan: where one side is nan, use the other (nan only if both are).
-    a2 = ew.select.bind(ew.ne.bind(a, a), b, a)
-    b2 = ew.select.bind(ew.ne.bind(b, b), a, b)
-    return prim.bind(a2, b2)
+    return ew.select.bind(ew.or_.bind(picks_x1.bind(a, b), ew.ne.bind(b, b)), a, b)
 
 
 @_ufunc(_np("fmax"), 2)
 def fmax(x1, x2, *, weak_ok=False):
     """Elementwise max ignoring nan."""
-    return _fmaxmin(x1, x2, weak_ok, ew.max, ew.or_)
+    return _fmaxmin(x1, x2, weak_ok, ew.max, ew.or_, ew.gt)
 
 
 @_ufunc(_np("fmin"), 2)
 def fmin(x1, x2, *, weak_ok=False):
     """Elementwise min ignoring nan."""
-    return _fmaxmin(x1, x2, weak_ok, ew.min, ew.and_)
+    return _fmaxmin(x1, x2, weak_ok, ew.min, ew.and_, ew.lt)
 
 
 _NO_VALUE = object()

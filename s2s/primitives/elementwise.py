@@ -18,7 +18,7 @@ import numpy as np
 import s2s_runtime as rt
 
 from s2s import dtypes
-from s2s.core import JaxprEqn, ShapedArray, Var
+from s2s.core import JaxprEqn, Literal, ShapedArray, Var
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
@@ -27,7 +27,7 @@ from s2s.passes import (jvp as _jvp, partial_eval as _pe, simplify as _simplify,
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
-from s2s.staging import PRIMITIVES, Primitive
+from s2s.staging import PRIMITIVES, Primitive, Tracer
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -415,21 +415,31 @@ def _div_jvp(primals, tangents):
     return out, _sum_tangents(out.shape, (tx, lambda: tx / y), (ty, lambda: -(out * ty) / y))
 
 
+def _is_nonzero_constant(y) -> bool:
+    """Whether `y` is a literal or a NumPy constant with no zero element."""
+    if isinstance(y, Tracer):
+        return False
+    value = y.value if isinstance(y, Literal) else y
+    return bool(np.all(np.asarray(value) != 0))
+
+
 def _pow_jvp(primals, tangents):
     (x, y), (tx, ty) = primals, tangents
     out = pow.bind(x, y)
+    # Primitives on the primals: x or y may be a literal (`x ** 0.5`, `2.0 ** x`) or a
+    # NumPy constant (`x ** Y` with Y closed over), which have no operators and no aval.
+    # Both operands have the output's dtype.
+    dtype = out.aval.dtype
+    one, zero = ops.literal(1, dtype), ops.literal(0, dtype)
 
-    # Primitives on the primals: x or y may be a literal (`x ** 0.5`, `2.0 ** x`), which
-    # has no operators, and a weak one whose dtype a Python `1` must not widen.
-    one = ops.literal(1, y.aval.dtype)
-
-    def d_base():
-        return tx * (y * pow.bind(x, sub.bind(y, one)))
+    def d_base():   # y * x**(y - 1); at y == 0 the exponent is taken as 1, so 0 * x**0 = 0
+        # (x**0 is 1 for every x: its derivative is 0 at x == 0 too, not 0 * inf)
+        exponent = y if _is_nonzero_constant(y) else select.bind(eq.bind(y, zero), one, y)
+        return tx * mul.bind(y, pow.bind(x, sub.bind(exponent, one)))
 
     def d_exponent():   # log(x) * x**y, taken as 0 where x == 0 (the limit for y > 0)
-        dtype = x.aval.dtype
-        safe = select.bind(eq.bind(x, ops.literal(0, dtype)), ops.literal(1, dtype), x)
-        return ty * (out * log.bind(safe))
+        safe = x if _is_nonzero_constant(x) else select.bind(eq.bind(x, zero), one, x)
+        return ty * mul.bind(out, log.bind(safe))
     return out, _sum_tangents(out.shape, (tx, d_base), (ty, d_exponent))
 
 
@@ -467,6 +477,10 @@ def _minmax_jvp(prim, picks_x):
     return rule
 
 
+_max_jvp = _minmax_jvp(max, lambda a, b: a > b)
+_min_jvp = _minmax_jvp(min, lambda a, b: a < b)
+
+
 def _atan2_jvp(primals, tangents):
     (x, y), (tx, ty) = primals, tangents
     out = atan2.bind(x, y)
@@ -498,15 +512,17 @@ def _where_else_zero(pred, t):
 
 
 def _clamp_jvp(primals, tangents):
+    """np.clip's derivative is that of min(max(x, lo), hi), ties included (as jnp.clip's):
+    at x == lo or x == hi the tangent is split evenly with the bound, and lo > hi gives
+    hi everything (min is applied last)."""
     (lo, x, hi), (tlo, tx, thi) = primals, tangents
     out = clamp.bind(lo, x, hi)
-    shape = out.shape
-    # Primitives, not operators: the bounds may be literals (np.clip(x, 0.0, 1.0)).
-    # lo > hi clamps everything to hi (min is applied last), so lo then gets nothing.
-    terms = [(tx, lambda: _where_else_zero(and_.bind(ge.bind(x, lo), le.bind(x, hi)), tx)),
-             (tlo, lambda: _where_else_zero(and_.bind(lt.bind(x, lo), le.bind(lo, hi)), tlo)),
-             (thi, lambda: _where_else_zero(or_.bind(gt.bind(x, hi), gt.bind(lo, hi)), thi))]
-    return out, _sum_tangents(shape, *terms)
+    if is_zero(tx) and is_zero(tlo):
+        raised, t_raised = max.bind(x, lo), Zero(tangent_aval(out.aval))
+    else:
+        raised, t_raised = _max_jvp([x, lo], [tx, tlo])
+    _, t_out = _min_jvp([raised, hi], [t_raised, thi])
+    return out, t_out
 
 
 def _convert_jvp(primals, tangents, *, new_dtype, weak_type):
@@ -519,8 +535,7 @@ def _convert_jvp(primals, tangents, *, new_dtype, weak_type):
 
 for _prim, _rule in [(add, _add_jvp), (sub, _sub_jvp), (mul, _mul_jvp), (div, _div_jvp),
                      (pow, _pow_jvp), (integer_pow, _integer_pow_jvp),
-                     (max, _minmax_jvp(max, lambda a, b: a > b)),
-                     (min, _minmax_jvp(min, lambda a, b: a < b)),
+                     (max, _max_jvp), (min, _min_jvp),
                      (atan2, _atan2_jvp), (rem, _rem_jvp), (select, _select_jvp),
                      (clamp, _clamp_jvp), (convert_element_type, _convert_jvp)]:
     _jvp.register(_prim, _rule)

@@ -10,21 +10,25 @@ must raise too.
 """
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import hypothesis.extra.numpy as hnp
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import s2s
 import s2s.numpy_api  # noqa: F401  (operators on Tracer)
 from s2s.core import ShapedArray
 from s2s.errors import S2SError, UnsupportedFunctionError
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api import math as m
 from s2s.staging import JaxprBuilder
-from tests.helpers import assert_same, check_staged, stage
+from tests.helpers import assert_same, check_derivatives, check_lowered, check_staged, stage
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -494,3 +498,157 @@ def test_the_modulus_of_a_complex_array_is_refused_clearly():
     for fn in (NUMPY_IMPLS[np.abs], NUMPY_IMPLS[np.absolute], abs):
         with pytest.raises(UnsupportedFunctionError, match="np.abs of complex arrays"):
             stage(lambda x: fn(x), z)
+
+
+# ---------------------------------------------------------------------------------------
+# Derivatives of the functions written with several primitives (hypot, logaddexp): every
+# order exact where the function is smooth, ties included, on both backends.
+
+
+def logaddexp_sum(x, y):
+    return np.sum(np.logaddexp(x, y) * np.arange(1.0, 1.0 + x.size).reshape(x.shape))
+
+
+def logaddexp2_sum(x, y):
+    return np.sum(np.logaddexp2(x, y) * np.arange(1.0, 1.0 + x.size).reshape(x.shape))
+
+
+def hypot_sum(x, y):
+    return np.sum(np.hypot(x, y) * np.arange(1.0, 1.0 + x.size).reshape(x.shape))
+
+
+def _weights(x):
+    return jnp.arange(1.0, 1.0 + x.size).reshape(x.shape)
+
+
+JAX_TWINS = {
+    logaddexp_sum: lambda x, y: jnp.sum(jnp.logaddexp(x, y) * _weights(x)),
+    logaddexp2_sum: lambda x, y: jnp.sum(jnp.logaddexp2(x, y) * _weights(x)),
+    # jax's own hypot has no curvature at |x| == |y|: the oracle is the textbook formula.
+    hypot_sum: lambda x, y: jnp.sum(jnp.sqrt(x * x + y * y) * _weights(x)),
+}
+
+
+# Ties (x == y, and |x| == |y| for hypot) among ordinary points, large and small.
+TIES_X = np.array([1.0, -2.0, 0.5, 30.0, -0.75, 3.0, 1e-3, 2.0])
+TIES_Y = np.array([1.0, -2.0, -0.5, 30.0, 0.25, -1.0, 1e-3, 2.5])
+
+
+def _derivative_runs(transform, f):
+    """`transform(f)` run eagerly, by s2s.jit (XLA) and by s2s.jit with the Python backend."""
+    derived = transform(f)
+    return {"eager": derived, "xla": s2s.jit(derived), "python": s2s.jit(derived, backend="python")}
+
+
+@pytest.mark.parametrize("f", [logaddexp_sum, logaddexp2_sum, hypot_sum], ids=lambda f: f.__name__)
+def test_derivatives_exact_at_ties_on_both_backends(f):
+    jax_f = JAX_TWINS[f]
+    x, y = TIES_X, TIES_Y
+    check_derivatives(f, jax_f, x, y, rtol=1e-12, atol=1e-12)
+    want_grad = jax.grad(jax_f, argnums=(0, 1))(x, y)
+    for name, run in _derivative_runs(lambda g: s2s.grad(g, argnums=(0, 1)), f).items():
+        for got, want in zip(run(x, y), want_grad):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=name)
+    # Second order: every block of the Hessian.
+    want_hessian = jax.hessian(jax_f, argnums=(0, 1))(x, y)
+    for name, run in _derivative_runs(lambda g: s2s.hessian(g, argnums=(0, 1)), f).items():
+        got = run(x, y)
+        for i in range(2):
+            for j in range(2):
+                np.testing.assert_allclose(got[i][j], want_hessian[i][j], rtol=1e-10, atol=1e-12,
+                                           err_msg=f"{name} [{i}][{j}]")
+
+
+@pytest.mark.parametrize("f", [logaddexp_sum, logaddexp2_sum, hypot_sum], ids=lambda f: f.__name__)
+@settings(max_examples=5, deadline=None)
+@given(data=st.data())
+def test_derivatives_with_drawn_ties(f, data):
+    """Drawn shapes and values, about half of them tied (y = x, or y = -x for hypot)."""
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=2, max_side=3), label="shape")
+    values = st.floats(-4.0, 4.0).filter(lambda v: abs(v) > 0.05)
+    x = data.draw(hnp.arrays(np.float64, shape, elements=values), label="x")
+    other = data.draw(hnp.arrays(np.float64, shape, elements=values), label="other")
+    tied = data.draw(hnp.arrays(np.bool_, shape), label="tied")
+    sign = -1.0 if f is hypot_sum else 1.0
+    y = np.where(tied, sign * x, other)
+    check_derivatives(f, JAX_TWINS[f], x, y, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(s2s.hessian(f)(x, y), jax.hessian(JAX_TWINS[f])(x, y), rtol=1e-9, atol=1e-12)
+
+
+def test_logaddexp_at_a_tie_splits_the_derivative_evenly():
+    """d/dx logaddexp(x, y) at x == y is exp(x) / (exp(x) + exp(y)) = ½, the second
+    derivative ¼ (a logistic's slope at 0), whatever the value: max and abs tie there."""
+    for fn, curvature in [(np.logaddexp, 0.25), (np.logaddexp2, 0.25 * np.log(2.0))]:
+        def f(x, y):
+            return fn(x, y)
+        for v in [-3.0, 0.0, 2.0, 700.0]:
+            np.testing.assert_allclose(s2s.grad(f, argnums=(0, 1))(v, v), (0.5, 0.5), rtol=1e-15)
+            _, t = s2s.jvp(f, (v, v), (1.0, 0.0))
+            np.testing.assert_allclose(t, 0.5, rtol=1e-15)
+            _, vjp_fn = s2s.vjp(f, v, v)
+            np.testing.assert_allclose(vjp_fn(1.0), (0.5, 0.5), rtol=1e-15)
+            h = s2s.hessian(f, argnums=(0, 1))(v, v)
+            np.testing.assert_allclose(np.array(h, dtype=float),
+                                       [[curvature, -curvature], [-curvature, curvature]], rtol=1e-12)
+
+
+def test_hypot_second_derivative_at_equal_operands():
+    """d²/dx² hypot(x, y) = y² / (x² + y²)^1.5 (JAX's hypot gives 0 at |x| == |y|), checked
+    against central differences of the first derivative as well."""
+
+    def f(x, y):
+        return np.hypot(x, y)
+
+    for x, y in [(1.0, 1.0), (-2.0, 2.0), (3.0, -3.0), (1e-3, 1e-3), (1e150, 1e150)]:
+        r2 = x * x + y * y if abs(x) < 1e100 else None
+        d2 = s2s.hessian(f, argnums=(0, 1))(x, y)
+        if r2 is not None:
+            expected = np.array([[y * y, -x * y], [-x * y, x * x]]) / r2 ** 1.5
+            np.testing.assert_allclose(np.array(d2, dtype=float), expected, rtol=1e-12)
+        else:    # beyond where x² overflows: the scale-free form of the same
+            np.testing.assert_allclose(d2[0][0] * abs(x), 0.5 ** 1.5, rtol=1e-12)
+        dfdx = s2s.grad(f)
+        step = 1e-6 * abs(x)
+        central = (dfdx(x + step, y) - dfdx(x - step, y)) / (2 * step)
+        np.testing.assert_allclose(d2[0][0], central, rtol=1e-6)
+
+
+def test_hypot_at_the_origin_takes_jax_convention():
+    """hypot has no derivative at (0, 0): the gradient is (½, ½) and the Hessian 0, as
+    JAX's (|x| has slope 1 at 0, and the larger of two zeros splits the tangent)."""
+
+    def f(x, y):
+        return np.hypot(x, y)
+
+    for x, y in [(0.0, 0.0), (-0.0, 0.0)]:
+        got = s2s.grad(f, argnums=(0, 1))(x, y)
+        assert got == jax.grad(jnp.hypot, argnums=(0, 1))(x, y) == (0.5, 0.5)
+        hessian = s2s.hessian(f, argnums=(0, 1))(x, y)
+        np.testing.assert_array_equal(np.array(hessian, dtype=float),
+                                      np.array(jax.hessian(jnp.hypot, argnums=(0, 1))(x, y), dtype=float))
+
+
+SPECIALS = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0, -2.5, 700.0, -800.0, 1e308, -1e308]
+
+
+@pytest.mark.parametrize("np_fn", [np.logaddexp, np.logaddexp2, np.hypot], ids=lambda f: f.__name__)
+def test_infinities_and_nan_stay_as_numpy_gives_them(np_fn):
+    """Every pair of special values, staged (jaxpr, emitted module, eager) and on XLA."""
+    pairs = list(itertools.product(SPECIALS, SPECIALS))
+    a, b = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    expect_like_numpy(NUMPY_IMPLS[np_fn], np_fn, a, b)
+    check_lowered(NUMPY_IMPLS[np_fn], lambda a, b: numpy_result(np_fn, a, b), a, b, rtol=1e-15, atol=0)
+
+
+def test_logaddexp_derivatives_at_infinities_are_the_limits():
+    """Beside an infinite operand the finite one has no weight (jax gives it exp(y));
+    between equal infinities the derivative is that of x + y; nan gives nan."""
+
+    def f(x, y):
+        return np.sum(np.logaddexp(x, y))
+
+    x = np.array([np.inf, 1.0, -np.inf, np.inf, -np.inf, np.nan, 3.0])
+    y = np.array([1.0, np.inf, 2.0, np.inf, -np.inf, 1.0, np.nan])
+    gx, gy = s2s.grad(f, argnums=(0, 1))(x, y)
+    np.testing.assert_array_equal(gx, [1.0, 0.0, 0.0, 1.0, 1.0, np.nan, np.nan])
+    np.testing.assert_array_equal(gy, [0.0, 1.0, 1.0, 1.0, 1.0, np.nan, np.nan])

@@ -46,6 +46,11 @@ def check_derivatives(s2s_fn, jax_fn, *args, **tolerances):
     helpers.check_derivatives(s2s_fn, jax.jit(jax_fn), *args, **tolerances)
 
 
+def _runs(derived):
+    """`derived` run eagerly (emitted Python), by s2s.jit on XLA and with the Python backend."""
+    return {"eager": derived, "xla": s2s.jit(derived), "python": s2s.jit(derived, backend="python")}
+
+
 def tol(dtype) -> dict:
     if np.dtype(dtype) == np.float32:
         return dict(rtol=2e-4, atol=2e-5)
@@ -449,6 +454,104 @@ def test_abs_at_zero_has_slope_one():
     check_derivatives(absolute, jnp.abs, x)
 
 
+def clip_sum(x, lo, hi):
+    return np.sum(np.clip(x, lo, hi) * np.arange(1.0, 1.0 + x.size))
+
+
+def fmax_fmin_sum(x, y):
+    return np.sum(np.fmax(x, y) + 2.0 * np.fmin(x, y))
+
+
+def std_of(x):
+    return np.std(x)
+
+
+def std_ddof_of(x):
+    return np.std(x, ddof=1)
+
+
+def var_of(x):
+    return np.var(x)
+
+
+def norm_of(x):
+    return np.linalg.norm(x)
+
+
+def zero_to_the(x):
+    return np.sum(0.0 ** x)
+
+
+def abs_sum(x):
+    return np.sum(np.abs(x))
+
+
+def maximum_minimum_sum(x, y):
+    return np.sum(np.maximum(x, y) + 2.0 * np.minimum(x, y))
+
+
+# Each kink (and the smooth case beside it) as s2s source, jax twin, and arguments placed
+# on the kink. Both gradients and Hessians must equal jax's, nan where jax's is nan.
+KINKS = {
+    "abs at 0": (abs_sum, lambda x: jnp.sum(jnp.abs(x)), (np.array([0.0, -0.0, 1.5, -2.0]),)),
+    "maximum, minimum ties": (maximum_minimum_sum,
+                              lambda x, y: jnp.sum(jnp.maximum(x, y) + 2.0 * jnp.minimum(x, y)),
+                              (np.array([1.0, -2.0, 0.0, 3.0]), np.array([1.0, -2.0, 0.0, -3.0]))),
+    "clip at its bounds": (clip_sum, lambda x, lo, hi: jnp.sum(jnp.clip(x, lo, hi) * jnp.arange(1.0, 1.0 + x.size)),
+                           (np.array([-1.0, -1.0, 0.3, 2.0, 2.0, 5.0]), np.array(-1.0), np.array(2.0))),
+    "clip with lo == hi": (clip_sum, lambda x, lo, hi: jnp.sum(jnp.clip(x, lo, hi) * jnp.arange(1.0, 1.0 + x.size)),
+                           (np.array([-1.0, 0.5, 0.5]), np.array(0.5), np.array(0.5))),
+    "fmax, fmin ties": (fmax_fmin_sum, lambda x, y: jnp.sum(jnp.fmax(x, y) + 2.0 * jnp.fmin(x, y)),
+                        (np.array([1.0, -2.0, 0.0, np.nan, 4.0]), np.array([1.0, -2.0, 3.0, 1.0, np.nan]))),
+    "std at zero spread": (std_of, jnp.std, (np.full(4, 1.5),)),
+    "std(ddof=1) at zero spread": (std_ddof_of, lambda x: jnp.std(x, ddof=1), (np.full(3, -2.0),)),
+    "var at zero spread": (var_of, jnp.var, (np.full(4, 1.5),)),
+    "norm at 0": (norm_of, jnp.linalg.norm, (np.zeros(3),)),
+    "0.0 ** x": (zero_to_the, lambda x: jnp.sum(0.0 ** x), (np.array([2.0, 0.5, 0.0, -1.0]),)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KINKS))
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the nan cases divide by zero
+def test_derivatives_at_kinks_are_jax_conventions(case):
+    """The conventions the README lists under "Derivatives at kinks", held to jax: first
+    order eagerly and on both jit backends, second order eagerly, on every argument."""
+    f, jax_fn, args = KINKS[case]
+    argnums = tuple(range(len(args)))
+    expected = jax.grad(jax_fn, argnums=argnums)(*args)
+    derived = s2s.grad(f, argnums=argnums)
+    for name, run in _runs(derived).items():
+        for got, want in zip(run(*args), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, equal_nan=True, err_msg=name)
+    expected = jax.hessian(jax_fn, argnums=argnums)(*args)
+    got = s2s.hessian(f, argnums=argnums)(*args)
+    for i in argnums:
+        for j in argnums:
+            np.testing.assert_allclose(got[i][j], expected[i][j], rtol=1e-12, atol=0, equal_nan=True,
+                                       err_msg=f"hessian [{i}][{j}]")
+
+
+def test_clip_at_a_bound_splits_the_tangent_with_the_bound():
+    """np.clip is min(max(x, lo), hi): at x == lo, x and lo get half each (jnp.clip's
+    convention, and that of np.maximum); strictly inside, x gets it all."""
+    x = np.array([0.0, 0.5, 1.0, -1.0, 2.0])
+
+    def f(x):
+        return np.sum(np.clip(x, 0.0, 1.0))
+
+    np.testing.assert_array_equal(s2s.grad(f)(x), [0.5, 1.0, 0.5, 0.0, 0.0])
+    grads = s2s.grad(clip_sum, argnums=(1, 2))(x, np.array(0.0), np.array(1.0))
+    assert grads == (0.5 * 1.0 + 1.0 * 4.0, 0.5 * 3.0 + 1.0 * 5.0)
+
+
+def test_fmax_and_fmin_ties_take_the_second_operand():
+    """jnp.fmax(x, y) is where(x > y or y is nan, x, y): a tie goes to y whole."""
+    x, y = np.array([1.0, 2.0, np.nan]), np.array([1.0, 1.0, 3.0])
+    gx, gy = s2s.grad(fmax_fmin_sum, argnums=(0, 1))(x, y)
+    np.testing.assert_array_equal(gx, [0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(gy, [3.0, 2.0, 3.0])
+
+
 # ---------------------------------------------------------------------------------------
 # Piecewise-constant and boolean primitives: exactly zero derivatives
 
@@ -574,3 +677,70 @@ def test_grad_of_pow_at_zero(y):
     assert all(np.all(np.isfinite(g)) for g in got)
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-12)
+
+
+# A constant array exponent or base: `x ** Y`, `Y ** x` with Y a NumPy array closed over
+# (a constant of the jaxpr, reaching the rule as a NumPy value) or passed undifferentiated.
+
+EXPONENTS = np.array([1.0, 2.0, 0.5, 3.0, -1.5, 2.0])
+BASES = np.array([1.0, 2.5, 0.5, 3.0, 4.0, 0.0])
+
+
+def to_the_constant(x):
+    return np.sum(x ** EXPONENTS)
+
+
+def constant_to_the(x):
+    return np.sum(BASES ** x)
+
+
+def to_the_argument(x, y):
+    return np.sum(x ** y)
+
+
+def jax_to_the_constant(x):
+    return jnp.sum(x ** EXPONENTS)
+
+
+def jax_constant_to_the(x):
+    return jnp.sum(BASES ** x)
+
+
+def jax_to_the_argument(x, y):
+    return jnp.sum(x ** y)
+
+
+@pytest.mark.parametrize("f, jax_fn", [(to_the_constant, jax_to_the_constant),
+                                       (constant_to_the, jax_constant_to_the)],
+                         ids=["x ** Y", "Y ** x"])
+def test_pow_with_a_constant_array_operand(f, jax_fn):
+    x = np.array([0.7, 1.3, 2.0, 0.4, 1.1, 1.9])
+    check_derivatives(f, jax_fn, x)
+    for derived, jax_derived in [(s2s.grad(f), jax.grad(jax_fn)), (s2s.hessian(f), jax.hessian(jax_fn))]:
+        expected = jax_derived(x)
+        for name, run in _runs(derived).items():
+            np.testing.assert_allclose(run(x), expected, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_pow_with_an_undifferentiated_array_exponent():
+    x = np.array([0.7, 1.3, 2.0, 0.4, 1.1, 1.9])
+    check_derivatives(to_the_argument, jax_to_the_argument, x, EXPONENTS)
+    expected = jax.hessian(jax_to_the_argument)(x, EXPONENTS)
+    for name, run in _runs(s2s.hessian(to_the_argument)).items():
+        np.testing.assert_allclose(run(x, EXPONENTS), expected, rtol=1e-12, err_msg=name)
+    # An integer array exponent is converted to the base's float dtype.
+    ints = np.array([1, 2, 0, 3, 2, 1])
+    np.testing.assert_allclose(s2s.grad(to_the_argument)(x, ints), jax.grad(jax_to_the_argument)(x, ints), rtol=1e-12)
+
+
+def test_the_derivative_of_x_to_the_zero_is_zero_at_zero():
+    """x ** 0.0 is 1 for every x, so its derivative is 0, also at x == 0 (jax's pow gives
+    0 * 0**-1 = nan there for a float exponent; its integer exponents give 0, as here)."""
+    x = np.array([0.0, 0.0, 2.0, 0.0])
+    y = np.array([0.0, 1.0, 0.0, 2.0])
+    gx, gy = s2s.grad(to_the_argument, argnums=(0, 1))(x, y)
+    np.testing.assert_array_equal(gx, [0.0, 1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(gy, [0.0, 0.0, np.log(2.0), 0.0])
+    np.testing.assert_array_equal(gx, jax.grad(jax_to_the_argument)(x, y.astype(int)))
+    # The second derivative in x: x ** 1.0 is a line, x ** 2.0 a parabola.
+    np.testing.assert_array_equal(np.diag(s2s.hessian(to_the_argument)(x, y)), [0.0, 0.0, 0.0, 2.0])
