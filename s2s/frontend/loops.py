@@ -294,7 +294,7 @@ class Loops:
 
     def _staged_range_for(self, node, start, stop, step):
         """`for i in range(start, stop, step)` with an array bound: a while_loop on `i`
-        (forward mode only, like lax.fori_loop with traced bounds)."""
+        (like lax.fori_loop with traced bounds)."""
         jumps = loop_jumps(node.body)
         carry = self._loop_carry(node, node.body, self.source.stored_names([node.target]))
         init = self._values_of(carry, node, "this `for` loop")

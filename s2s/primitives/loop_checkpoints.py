@@ -30,16 +30,22 @@ those sizes. So every step is advanced at most r times, r the least with
 C(k + r, r) >= n: 10,000 steps with 32 slots advance each step at most 4 times (35,637
 advances in all, against the 10,000 steps of the forward pass).
 
-Kept: k carries and one step's residuals, whatever n is. The loops the schedule runs are
-`while` loops (their trip counts depend on the step), so the backward pass of a
-checkpointed scan is differentiated again in forward mode only (`s2s.jvp` of a `grad`).
+Kept: k carries and one step's residuals, whatever n is.
+
+A while loop without a bound (`while_loop[max_iters=None]`) is reversed the same way with
+`WHILE_SLOTS` slots: its number of steps is only known when it runs, so the backward pass
+first runs the primal loop again to count them (only what the condition reads: a loop to
+`n` counts without computing its body), then runs `while t >= 0:` over the steps. The
+schedule's own loops are such while loops, so reverse over reverse works too.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import ClosedJaxpr, JaxprEqn, Var, aval_of_value
+from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Var, aval_of_value
 from s2s.passes.partial_eval import PartialEval, partial_eval_jaxpr
 from s2s.passes.tangents import Zero, instantiate, is_zero
 from s2s.passes.transpose import is_linear
@@ -97,91 +103,207 @@ def checkpointed_partial_eval(eqn: JaxprEqn, unknown_ins: list[bool]):
 # Transposition: the backward loop with its slots.
 
 
+@dataclasses.dataclass
+class _StepReversal:
+    """A loop's step split for its backward pass: one step forward, (primal consts, primal
+    carry, rows of the known xs) -> primal carry (`advance`); the step's residuals from the
+    same operands (`residuals`); and its tangent equations transposed, (residuals,
+    cotangents of the tangent carry and of the linear ys rows) -> cotangents of the linear
+    consts, of the tangent carry and of the linear xs rows (`transposed`)."""
+    advance: ClosedJaxpr
+    residuals: ClosedJaxpr
+    transposed: ClosedJaxpr
+    carry_linear: list[bool]      # which carries are tangents (the others are primal)
+    ys_linear: list[bool]
+
+
+def _step_reversal(body: ClosedJaxpr, consts_lin: list[bool], carry_lin: list[bool],
+                   xs_lin: list[bool]) -> _StepReversal | None:
+    """`body` split for a backward pass that recomputes its primal carries; None when every
+    carry is a tangent (nothing to recompute)."""
+    carry_lin, split = unknown_carries(body, consts_lin, carry_lin, xs_lin)
+    if all(carry_lin):
+        return None
+    ys_lin = split.out_unknowns[len(carry_lin):]
+    n_primal, n_res = carry_lin.count(False), split.num_residuals
+    n_known = n_primal + ys_lin.count(False)
+    advance = prune_body(split.known, [True] * n_primal + [False] * (n_known - n_primal + n_res))[0]
+    residuals = prune_body(split.known, [False] * n_known + [True] * n_res)[0]
+    n_linear_in = consts_lin.count(True) + carry_lin.count(True) + xs_lin.count(True)
+    return _StepReversal(ClosedJaxpr(advance, split.known.consts), ClosedJaxpr(residuals, split.known.consts),
+                         transposed_body(split.unknown, [False] * n_res + [True] * n_linear_in), carry_lin, ys_lin)
+
+
+def _backward_step(step: _StepReversal, schedule: "_Schedule", t, slots: list, slot_steps, top, acc: list,
+                   ct_carry: list, x_rows: list, ct_y_rows: list):
+    """Stages one step of the backward loop, for step `t`: the carry of step t from the
+    slots, the step's residuals from it, its transposed tangent equations, and the slot
+    holding step t freed. Returns (slots, slot_steps, top, acc, carry and xs rows' cotangents)."""
+    slots, slot_steps, top, at_t = schedule.carry_at(t, slots, slot_steps, top)
+    outs = inline_jaxpr(step.transposed, inline_jaxpr(step.residuals, schedule.consts + at_t + x_rows)
+                        + ct_carry + ct_y_rows)
+    d_consts, d_carry, d_xs = _unpack(outs, [len(acc), len(ct_carry), len(outs) - len(acc) - len(ct_carry)])
+    freed = _named(ops.convert(ops.eq(ops.dynamic_index(slot_steps, top), t), _INDEX), "freed")
+    return slots, slot_steps, ops.sub(top, freed), [ops.add(a, d) for a, d in zip(acc, d_consts)], d_carry, d_xs
+
+
+def _slots(primal_init: list, slots_kept: int):
+    """The slots and the steps they hold: every slot starts as the initial carry (slot 0
+    keeps it; the others are written before they are read). One row more than
+    `slots_kept`: the carry an advance reaches is written above the top slot even when it
+    is not kept, so no branch copies a buffer."""
+    slots = [ops.broadcast_in_dim(c, (slots_kept + 1,) + tuple(_aval(c).shape), tuple(range(1, _aval(c).ndim + 1)))
+             for c in primal_init]
+    return slots, ops.full((slots_kept + 1,), 0, _INDEX)
+
+
 def checkpointed_transpose(cts: list, args: list, params: dict) -> list | None:
     """The cotangents of a checkpointed scan's linear operands (None for the others), or
-    None when every carry is linear (nothing to recompute: the plain transposition)."""
+    None when every carry is linear (nothing to recompute: the plain transposition). The
+    backward loop is a scan over the steps, last first."""
     jaxpr, n_consts, n_carry = params["jaxpr"], params["num_consts"], params["num_carry"]
     length, reverse, slots_kept = params["length"], params["reverse"], params["checkpoints"]
     consts, carry, xs = _scan_split(list(args), n_consts, n_carry)
     consts_lin, carry_lin, xs_lin = _scan_split([is_linear(a) for a in args], n_consts, n_carry)
-    carry_lin, split = unknown_carries(jaxpr, consts_lin, carry_lin, xs_lin)
-    if all(carry_lin):
+    step = _step_reversal(jaxpr, consts_lin, carry_lin, xs_lin)
+    if step is None:
         return None
-    body = jaxpr.jaxpr
-    ys_lin = split.out_unknowns[n_carry:]
-    n_primal, n_res = carry_lin.count(False), split.num_residuals
-    known_outs = [True] * n_primal + [False] * (ys_lin.count(False) + n_res)
-    # One step forward, (primal consts, primal carry, rows of the known xs) -> primal
-    # carry, and the step's residuals from the same operands.
-    advance = ClosedJaxpr(prune_body(split.known, known_outs)[0], split.known.consts)
-    residuals = ClosedJaxpr(prune_body(split.known, [False] * (len(known_outs) - n_res) + [True] * n_res)[0],
-                            split.known.consts)
-    n_linear_in = consts_lin.count(True) + carry_lin.count(True) + xs_lin.count(True)
-    step_transposed = transposed_body(split.unknown, [False] * n_res + [True] * n_linear_in)
-
+    body, carry_lin = jaxpr.jaxpr, step.carry_linear
     primal_consts = [c for c, lin in zip(consts, consts_lin) if not lin]
     known_xs = [x for x, lin in zip(xs, xs_lin) if not lin]
     carry_vars = body.invars[n_consts:n_consts + n_carry]
     lin_const_avals = [v.aval for v, lin in zip(body.invars[:n_consts], consts_lin) if lin]
-    tangent_avals = [v.aval for v, lin in zip(carry_vars, carry_lin) if lin]
-    lin_y_avals = [v.aval for v, lin in zip(body.outvars[n_carry:], ys_lin) if lin]
+    lin_y_avals = [v.aval for v, lin in zip(body.outvars[n_carry:], step.ys_linear) if lin]
     ct_carry = [_instantiated(c, v.aval) for c, v, lin in zip(cts[:n_carry], carry_vars, carry_lin) if lin]
     ct_ys = [_instantiated(c, a.update(shape=(length,) + a.shape)) for c, a in
-             zip([c for c, lin in zip(cts[n_carry:], ys_lin) if lin], lin_y_avals)]
-    # Every slot starts as the initial carry: slot 0 keeps it; the others are overwritten
-    # before they are read. One row more than `slots_kept`: the carry an advance reaches
-    # is written above the top slot even when it is not kept (no branch on buffers).
-    slots0 = [ops.broadcast_in_dim(c, (slots_kept + 1,) + tuple(_aval(c).shape),
-                                   tuple(range(1, len(_aval(c).shape) + 1)))
-              for c, lin in zip(carry, carry_lin) if not lin]
-    slot_steps0 = ops.full((slots_kept + 1,), 0, _INDEX)
-    layout = [len(primal_consts), len(known_xs), len(slots0), 3, len(lin_const_avals), len(tangent_avals),
-              len(ct_ys)]
+             zip([c for c, lin in zip(cts[n_carry:], step.ys_linear) if lin], lin_y_avals)]
+    slots0, slot_steps0 = _slots([c for c, lin in zip(carry, carry_lin) if not lin], slots_kept)
 
-    def row_of(step):
-        """The row of the scanned arrays that step `step` reads."""
-        return ops.sub(ops.literal(length - 1, _INDEX), step) if reverse else step
+    def row_of(t):
+        """The row of the scanned arrays that step `t` reads."""
+        return ops.sub(ops.literal(length - 1, _INDEX), t) if reverse else t
 
-    def backward_step(*state):
-        c, whole_xs, slots, (slot_steps, top, t), acc, ct_c, ct_y_rows = _unpack(state, layout)
-        schedule = _Schedule(advance, c, whole_xs, row_of, slots_kept)
-        slots, slot_steps, top, at_t = schedule.carry_at(t, slots, slot_steps, top)
-        x_rows = [ops.dynamic_index(x, row_of(t)) for x in whole_xs]
-        outs = inline_jaxpr(step_transposed, inline_jaxpr(residuals, c + at_t + x_rows) + ct_c + ct_y_rows)
-        d_consts, d_carry, d_xs = _unpack(outs, [len(acc), len(ct_c), len(outs) - len(acc) - len(ct_c)])
-        freed = ops.convert(ops.eq(ops.dynamic_index(slot_steps, top), t), _INDEX)
-        return [*slots, slot_steps, ops.sub(top, freed), ops.sub(t, ops.literal(1, _INDEX)),
-                *[ops.add(a, d) for a, d in zip(acc, d_consts)], *d_carry, *d_xs]
+    schedule = _Schedule(step.advance, primal_consts, known_xs, row_of, slots_kept,
+                         _primal_hints(carry_vars, carry_lin))
+    layout = [len(slots0), 3, len(lin_const_avals), len(ct_carry), len(ct_ys)]
+
+    def backward(*state):
+        slots, (slot_steps, top, t), acc, ct_c, ct_y_rows = _unpack(state, layout)
+        x_rows = [ops.dynamic_index(x, row_of(t)) for x in known_xs]
+        slots, slot_steps, top, acc, d_carry, d_xs = _backward_step(step, schedule, t, slots, slot_steps, top, acc,
+                                                                    ct_c, x_rows, ct_y_rows)
+        return [*slots, slot_steps, top, ops.sub(t, ops.literal(1, _INDEX)), *acc, *d_carry, *d_xs]
 
     index = _aval(slot_steps0).update(shape=())
-    primal_hints = [v.hint for v, lin in zip(carry_vars, carry_lin) if not lin]
-    hints = ([None] * (len(primal_consts) + len(known_xs)) + [f"{h}_slots" if h else "slots" for h in primal_hints]
-             + ["slot_steps", "top", "t"] + [None] * (len(lin_const_avals) + len(tangent_avals) + len(ct_ys)))
-    in_avals = ([_aval(c) for c in primal_consts + known_xs + slots0] + [_aval(slot_steps0), index, index]
-                + lin_const_avals + tangent_avals + lin_y_avals)
-    body_t, captured = _staged(backward_step, in_avals, hints)
+    hints = (_slot_hints(schedule.hints) + ["slot_steps", "top", "t"] + _bar_hints(body.invars[:n_consts], consts_lin)
+             + _bar_hints(carry_vars, carry_lin) + [None] * len(ct_ys))
+    in_avals = ([_aval(s) for s in slots0] + [_aval(slot_steps0), index, index] + lin_const_avals
+                + [_aval(c) for c in ct_carry] + lin_y_avals)
+    body_t, captured = _staged(backward, in_avals, hints)
     zeros = [instantiate(Zero(a)) for a in lin_const_avals]
-    outs = scan.bind(*captured, *primal_consts, *known_xs, *slots0, slot_steps0, ops.full((), 0, _INDEX),
-                     ops.full((), length - 1, _INDEX), *zeros, *ct_carry, *ct_ys,
-                     jaxpr=body_t, num_consts=len(captured) + len(primal_consts) + len(known_xs),
+    outs = scan.bind(*captured, *slots0, slot_steps0, ops.full((), 0, _INDEX), ops.full((), length - 1, _INDEX),
+                     *zeros, *ct_carry, *ct_ys, jaxpr=body_t, num_consts=len(captured),
                      num_carry=len(slots0) + 3 + len(zeros) + len(ct_carry), length=length,
                      reverse=not reverse, unroll=1, checkpoints=None)
     _, ct_consts_out, ct_init, ct_xs_out = _unpack(outs, [len(slots0) + 3, len(zeros), len(ct_carry),
                                                           len(outs) - len(slots0) - 3 - len(zeros) - len(ct_carry)])
-    # A carry linear inside the loop but started from a known value (a tangent that is
-    # zeros until the loop makes it nonzero) gets no cotangent back.
-    ct_init = iter(ct_init)
-    init_cts = [next(ct_init) if lin else None for lin in carry_lin]
-    return (_scattered(ct_consts_out, consts_lin) + [ct if is_linear(c) else None for ct, c in zip(init_cts, carry)]
+    return (_scattered(ct_consts_out, consts_lin) + _init_cts(ct_init, carry, carry_lin)
             + _scattered(ct_xs_out, xs_lin))
+
+
+# A while loop runs a number of steps only known when it runs: reverse mode keeps this
+# many carries, whatever that number is (each step is then advanced at most r times, r the
+# least with C(32 + r, r) >= n: 3 up to 6,545 steps, 4 up to 58,905, 5 up to 435,897).
+WHILE_SLOTS = 32
+
+
+def unbounded_while_transpose(cts: list, args: list, params: dict) -> list | None:
+    """The cotangents of a while loop's linear operands (None for the others), with no
+    bound on its steps: the primal loop is run once more to count its steps n, and the
+    backward loop, `while t >= 0`, differentiates steps n - 1 .. 0 with `WHILE_SLOTS`
+    slots. None when the loop has no primal carry, or its condition reads a linear value
+    (no fixed program runs it backwards)."""
+    n_cond, n_body = params["cond_nconsts"], params["body_nconsts"]
+    cond_consts, body_consts, carry = args[:n_cond], args[n_cond:n_cond + n_body], args[n_cond + n_body:]
+    consts_lin = [is_linear(c) for c in body_consts]
+    step = _step_reversal(params["body_jaxpr"], consts_lin, [is_linear(c) for c in carry], [])
+    if step is None or any(is_linear(c) for c in cond_consts):
+        return None
+    carry_lin = step.carry_linear
+    condition, reads = prune_body(params["cond_jaxpr"], [True])
+    if any(r and lin for r, lin in zip(reads[n_cond:], carry_lin)):
+        return None
+    # The condition on the primal carry alone (it reads no tangent).
+    condition = ClosedJaxpr(Jaxpr([], condition.invars[:n_cond] + [v for v, lin in zip(condition.invars[n_cond:],
+                                                                                      carry_lin) if not lin],
+                                  condition.outvars, condition.eqns), [])
+    primal_consts = [c for c, lin in zip(body_consts, consts_lin) if not lin]
+    primal_init = [c for c, lin in zip(carry, carry_lin) if not lin]
+    body_vars = params["body_jaxpr"].jaxpr.invars[n_body:]
+    primal_hints = _primal_hints(body_vars, carry_lin)
+
+    def holds(steps, *primal):
+        return inline_jaxpr(condition, list(cond_consts) + list(primal))[0]
+
+    def advanced(steps, *primal):
+        return [ops.add(steps, ops.literal(1, _INDEX)), *inline_jaxpr(step.advance, primal_consts + list(primal))]
+    steps = _while(holds, advanced, [ops.full((), 0, _INDEX), *primal_init], ["steps", *primal_hints])[0]
+
+    lin_const_avals = [v.aval for v, lin in zip(params["body_jaxpr"].jaxpr.invars[:n_body], consts_lin) if lin]
+    ct_carry = [_instantiated(c, v.aval) for c, v, lin in zip(cts, body_vars, carry_lin) if lin]
+    slots0, slot_steps0 = _slots(primal_init, WHILE_SLOTS)
+    schedule = _Schedule(step.advance, primal_consts, [], None, WHILE_SLOTS, primal_hints)
+    layout = [1, len(slots0), 2, len(lin_const_avals), len(ct_carry)]
+
+    def not_done(*state):
+        return ops.le(ops.literal(0, _INDEX), state[0])
+
+    def backward(*state):
+        (t,), slots, (slot_steps, top), acc, ct_c = _unpack(state, layout)
+        slots, slot_steps, top, acc, d_carry, _ = _backward_step(step, schedule, t, slots, slot_steps, top, acc,
+                                                                 ct_c, [], [])
+        return [ops.sub(t, ops.literal(1, _INDEX)), *slots, slot_steps, top, *acc, *d_carry]
+    zeros = [instantiate(Zero(a)) for a in lin_const_avals]
+    outs = _while(not_done, backward,
+                  [ops.sub(steps, ops.literal(1, _INDEX)), *slots0, slot_steps0, ops.full((), 0, _INDEX), *zeros,
+                   *ct_carry],
+                  ["t", *_slot_hints(primal_hints), "slot_steps", "top"]
+                  + _bar_hints(params["body_jaxpr"].jaxpr.invars[:n_body], consts_lin) + _bar_hints(body_vars, carry_lin))
+    _, _, _, ct_consts_out, ct_init = _unpack(outs, layout)
+    return [None] * n_cond + _scattered(ct_consts_out, consts_lin) + _init_cts(ct_init, carry, carry_lin)
+
+
+def _primal_hints(carry_vars, carry_lin) -> list:
+    return [v.hint for v, lin in zip(carry_vars, carry_lin) if not lin]
+
+
+def _slot_hints(hints: list) -> list:
+    return [f"{h}_slots" if h else "slots" for h in hints]
+
+
+def _bar_hints(variables, flags) -> list:
+    """Cotangents' names: `h_bar` for the flagged variables named `h` (or `h_dot`, tangents)."""
+    return [f"{v.hint.removesuffix('_dot')}_bar" if v.hint else None for v, flag in zip(variables, flags) if flag]
+
+
+def _init_cts(cts: list, carry: list, carry_lin: list[bool]) -> list:
+    """The initial carries' cotangents (`cts`: one per tangent carry): a carry linear inside
+    the loop but started from a known value (a tangent that is zeros until the loop makes
+    it nonzero) gets none."""
+    it, out = iter(cts), []
+    for c, lin in zip(carry, carry_lin):
+        ct = next(it) if lin else None
+        out.append(ct if lin and is_linear(c) else None)
+    return out
 
 
 class _Schedule:
     """Stages the backward loop's way to the carry of a step (see the module docstring)."""
 
-    def __init__(self, advance: ClosedJaxpr, consts: list, whole_xs: list, row_of, slots_kept: int):
+    def __init__(self, advance: ClosedJaxpr, consts: list, whole_xs: list, row_of, slots_kept: int, hints: list):
         self.advance, self.consts, self.whole_xs = advance, consts, whole_xs
         self.row_of, self.slots_kept = row_of, slots_kept
+        self.hints = hints            # the primal carries' names
 
     def carry_at(self, t, slots: list, slot_steps, top):
         """(slots, slot_steps, top, the carry of step t): advances from the topmost slot
@@ -193,8 +315,9 @@ class _Schedule:
 
         def advance_and_store(top, step, *rest):
             at, slots, slot_steps = _unpack(rest, [n, n, 1])
-            free = ops.sub(ops.literal(self.slots_kept - 1, _INDEX), top)
-            reached = ops.add(step, self.advance_count(ops.add(ops.sub(t, step), ops.literal(1, _INDEX)), free))
+            free = _named(ops.sub(ops.literal(self.slots_kept - 1, _INDEX), top), "free_slots")
+            steps_left = _named(ops.add(ops.sub(t, step), ops.literal(1, _INDEX)), "steps_left")
+            reached = _named(ops.add(step, self.advance_count(steps_left, free)), "reached")
             at = self.run_steps(at, step, reached)
             above = ops.add(top, ops.literal(1, _INDEX))
             slots = [ops.dynamic_update_index(s, a, above) for s, a in zip(slots, at)]
@@ -204,7 +327,7 @@ class _Schedule:
         at = [ops.dynamic_index(s, top) for s in slots]
         outs = _while(short_of_t, advance_and_store, [top, ops.dynamic_index(slot_steps, top), *at, *slots,
                                                       slot_steps],
-                      ["top", "step", *[None] * len(at), *[None] * len(slots), "slot_steps"])
+                      ["top", "step", *self.hints, *_slot_hints(self.hints), "slot_steps"])
         top, _, at, slots, (slot_steps,) = _unpack(outs, [1, 1, n, n, 1])
         return slots, slot_steps, top[0], at
 
@@ -216,7 +339,7 @@ class _Schedule:
         def one_step(step, *carry):
             rows = [ops.dynamic_index(x, self.row_of(step)) for x in self.whole_xs]
             return [ops.add(step, ops.literal(1, _INDEX)), *inline_jaxpr(self.advance, self.consts + list(carry) + rows)]
-        return _while(before_stop, one_step, [start, *carry], ["step"] + [None] * len(carry))[1:]
+        return _while(before_stop, one_step, [start, *carry], ["step", *self.hints])[1:]
 
     def advance_count(self, steps, free):
         """a(l, s) for l = `steps` (>= 2) and s = `free` slots: min(L(s, r - 1), l - 1) for the
@@ -265,6 +388,12 @@ def _unpack(items, sizes: list[int]) -> list[list]:
         start += size
     assert start == len(items), (start, len(items))
     return parts
+
+
+def _named(value, hint: str):
+    """`value` (a staged value this module computed) called `hint` in printed and emitted code."""
+    value.variable.hint = hint
+    return value
 
 
 def _aval(value):

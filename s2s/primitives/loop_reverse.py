@@ -18,7 +18,8 @@ from s2s.passes.transpose import is_linear, transpose_jaxpr
 from s2s.primitives import ops
 from s2s.primitives.cond import cond
 from s2s.primitives.control_flow_bodies import prune_body, recomputed_first
-from s2s.primitives.loop_checkpoints import checkpointed_partial_eval, checkpointed_transpose, unknown_carries
+from s2s.primitives.loop_checkpoints import (checkpointed_partial_eval, checkpointed_transpose, unbounded_while_transpose,
+                                              unknown_carries)
 from s2s.primitives.loops import _scan_split, _while_computing, permute, scan, while_loop
 from s2s.staging import JaxprBuilder, inline_jaxpr
 
@@ -309,14 +310,17 @@ def _unbounded_while_partial_eval(eqn, unknown_ins):
 
 
 def _while_transpose(cts, *args, **params):
+    """A while loop's number of steps is only known when it runs: the loop is run again to
+    count them, and the backward loop recomputes carries from a fixed number of slots
+    (`loop_checkpoints.unbounded_while_transpose`)."""
+    in_cts = unbounded_while_transpose(list(cts), list(args), params)
+    if in_cts is not None:
+        return in_cts
     raise StagingError(
-        "reverse-mode differentiation of a while_loop: its number of iterations is only known "
-        "when it runs, so there is no fixed loop to run backwards",
-        "give the loop a bound (`s2s.lax.while_loop(..., max_iters=n)`, or in Python "
-        "`for _ in range(n): ... if done: break`), use s2s.lax.fori_loop with static bounds "
-        "or s2s.lax.scan, or use forward mode (s2s.jvp, s2s.jacfwd). The backward pass of a "
-        "checkpointed scan is such a loop: differentiate a gradient again in forward mode "
-        "(s2s.hessian, s2s.jacfwd(s2s.grad(f)))")
+        "reverse-mode differentiation of a while_loop whose condition depends on the values "
+        "being differentiated: no fixed program runs it backwards",
+        "make the condition depend only on values that are not differentiated (wrap what it "
+        "reads in s2s.lax.stop_gradient), or use forward mode (s2s.jvp, s2s.jacfwd)")
 
 
 _pe.register(while_loop, _while_partial_eval)

@@ -238,10 +238,8 @@ def index_in_dim(x, index: int, axis: int = 0):
 
 
 def dynamic_index(x, index):
-    """`x[index]` along axis 0 for a staged scalar `index` (clamped into range, as XLA does)."""
-    zero = literal(0, _dtype(index))
-    row = _bind("dynamic_slice", x, index, *[zero] * (len(x.shape) - 1), slice_sizes=(1,) + tuple(x.shape[1:]))
-    return squeeze(row, (0,))
+    """`x[index]` along axis 0 for a staged scalar `index` in range."""
+    return gather(x, index, axes=(0,))
 
 
 def dynamic_update_index(x, update, index):

@@ -4,6 +4,7 @@ at most r times (r the least with C(k + r, r) >= n), and the gradients are jax's
 carries of every kind, scanned ys, reversed scans, nesting, vmap and forward-over-reverse."""
 import math
 
+import autograd
 import jax
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import s2s
 from s2s import lax
 from s2s.core import eval_jaxpr
 from s2s.primitives import elementwise
+from s2s.primitives.loop_checkpoints import WHILE_SLOTS
 from s2s.primitives.loops import scan, while_loop
 
 jax.config.update("jax_enable_x64", True)
@@ -149,10 +151,14 @@ def test_vmap_of_grad_and_forward_over_reverse():
     np.testing.assert_allclose(hessian, jax.hessian(jax_rnn_loss, argnums=1)(W, h, xs), rtol=1e-9, atol=1e-12)
 
 
-def test_reverse_over_reverse_says_to_use_forward_mode():
+def test_reverse_over_reverse():
+    """The backward pass's loops are while loops, themselves differentiated in reverse mode
+    on slots."""
     W, h, xs = rnn_args(9)
-    with pytest.raises(s2s.StagingError, match="checkpointed scan"):
-        s2s.grad(lambda h: s2s.grad(rnn_loss, argnums=1)(W, h, xs, 3).sum())(h)
+    expected = jax.grad(lambda h: jax.grad(jax_rnn_loss, argnums=1)(W, h, xs).sum())(h)
+    for grad in (s2s.grad(lambda h: s2s.grad(rnn_loss, argnums=1)(W, h, xs, 3).sum()),):
+        np.testing.assert_allclose(grad(h), expected, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(s2s.jit(grad)(h), expected, rtol=1e-9, atol=1e-12)
 
 
 def test_the_backward_loops_are_while_loops_on_the_slots():
@@ -164,3 +170,86 @@ def test_the_backward_loops_are_while_loops_on_the_slots():
     closed = s2s.make_jaxpr(s2s.grad(rnn_loss), static_argnums=(3,))(W, h, xs, 3)
     (backward,) = [e for e in closed.jaxpr.eqns if e.primitive is scan and e.params["reverse"]]
     assert any(e.primitive is while_loop for e in backward.params["jaxpr"].jaxpr.eqns)
+
+
+# ---------------------------------------------------------------------------------------
+# while loops with no bound: the steps are counted by running the loop again, and the
+# backward loop keeps WHILE_SLOTS carries.
+
+
+def newton_sqrt(a):
+    x = a
+    while np.abs(x * x - a) > 1e-12 * a:
+        x = x - (x * x - a) / (2 * x)
+    return x
+
+
+def newton_sqrt_autograd(a):
+    anp = autograd.numpy
+    x = a
+    while anp.abs(x * x - a) > 1e-12 * a:
+        x = x - (x * x - a) / (2 * x)
+    return x
+
+
+@pytest.mark.parametrize("a", [2.0, 9.0, 1e4, 0.03])
+def test_a_newton_solve_differentiates_in_reverse_mode_as_autograd_does(a):
+    expected = autograd.grad(newton_sqrt_autograd)(a)
+    np.testing.assert_allclose(expected, 0.5 / np.sqrt(a), rtol=1e-9)
+    for grad in (s2s.grad(newton_sqrt), s2s.jit(s2s.grad(newton_sqrt))):
+        np.testing.assert_allclose(grad(a), expected, rtol=1e-12)
+
+
+def test_a_batch_of_newton_solves_stops_each_at_its_own_step():
+    a = np.array([2.0, 9.0, 1e4, 0.03])
+    expected = [autograd.grad(newton_sqrt_autograd)(v) for v in a]
+    np.testing.assert_allclose(s2s.vmap(s2s.grad(newton_sqrt))(a), expected, rtol=1e-12)
+    np.testing.assert_allclose(s2s.jit(s2s.vmap(s2s.grad(newton_sqrt)))(a), expected, rtol=1e-12)
+
+
+def rnn_while(W, h, n):
+    """A loop whose trip count is an argument: 40 > WHILE_SLOTS steps, a pytree carry."""
+    i, total = 0, np.zeros(h.shape)
+    while i < n:
+        h = np.tanh(W @ h)
+        total = total + h * i
+        i = i + 1
+    return (h * h).sum() + total.sum()
+
+
+def jax_rnn_fori(W, h, n):
+    def step(i, carry):
+        h, total = carry
+        h = jnp.tanh(W @ h)
+        return h, total + h * i
+    h, total = jax.lax.fori_loop(0, n, step, (h, jnp.zeros(h.shape)))
+    return (h * h).sum() + total.sum()
+
+
+@pytest.mark.parametrize("steps", [0, 1, 40, 300])
+def test_a_while_loop_longer_than_its_slots_differentiates_as_jax(steps):
+    W, h, _ = rnn_args(1, seed=5)
+    expected = jax.grad(jax_rnn_fori, argnums=(0, 1))(W, h, steps)
+    for grad in (s2s.grad(rnn_while, argnums=(0, 1)), s2s.jit(s2s.grad(rnn_while, argnums=(0, 1)))):
+        for g, e in zip(grad(W, h, np.int64(steps)), expected):
+            np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_a_while_loop_keeps_its_slots_and_advances_each_step_at_most_r_times(monkeypatch):
+    """300 steps on 32 slots: r = 2 (C(34, 2) = 561 >= 300). Besides the advances, the step
+    runs once forward and once to recompute its residuals; the loop that counts the steps
+    computes only what the condition reads (the counter)."""
+    W, h, _ = rnn_args(1, seed=5)
+    closed = s2s.make_jaxpr(s2s.grad(rnn_while, argnums=(0, 1)))(W, h, np.int64(300))
+    assert not [a for a in _all_avals(closed.jaxpr) if a.shape[:1] == (300,)]
+    assert (WHILE_SLOTS + 1, 3) in [a.shape for a in _all_avals(closed.jaxpr)]
+    calls = _counting_tanh_calls(monkeypatch)
+    eval_jaxpr(closed, W, h, np.int64(300))
+    advances = len(calls) - 2 * 300
+    assert 299 <= advances <= 2 * 300
+
+
+def test_hessian_of_a_while_loop_is_forward_over_reverse():
+    expected = jax.hessian(lambda h: jax_rnn_fori(np.eye(3) * 0.9, h, 12))(np.ones(3) * 0.3)
+    got = s2s.hessian(rnn_while, argnums=1)(np.eye(3) * 0.9, np.ones(3) * 0.3, np.int64(12))
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
