@@ -49,16 +49,12 @@ LINEAR_PRIMITIVES = """
 add sub neg add_any mul div convert_element_type select broadcast_in_dim reshape transpose
 squeeze expand_dims concatenate pad slice dynamic_slice dynamic_update_slice rev gather
 scatter_add reduce_sum cumsum dot_general triangular_solve solve custom_vjp_lin cond scan
-custom_linear_solve psum all_gather remat name
+while_loop while_reverse custom_linear_solve psum all_gather remat name
 """.split()
-# Transpose rules that explain why the primitive cannot run backwards (a while_loop's trip
-# count is only known at run time).
-REFUSING_TRANSPOSE = {"while_loop"}
 
 
 def test_every_linear_primitive_has_a_transpose_rule():
     missing = [n for n in LINEAR_PRIMITIVES if PRIMITIVES[n] not in transpose_rules]
     assert not missing, f"linear primitives without a transpose rule: {missing}"
-    unexpected = sorted(p.name for p in transpose_rules
-                        if p.name not in LINEAR_PRIMITIVES and p.name not in REFUSING_TRANSPOSE)
+    unexpected = sorted(p.name for p in transpose_rules if p.name not in LINEAR_PRIMITIVES)
     assert not unexpected, f"transpose rules for primitives not listed as linear: {unexpected}"

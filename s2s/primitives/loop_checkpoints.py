@@ -32,11 +32,12 @@ advances in all, against the 10,000 steps of the forward pass).
 
 Kept: k carries and one step's residuals, whatever n is.
 
-A while loop without a bound (`while_loop[max_iters=None]`) is reversed the same way with
-`WHILE_SLOTS` slots: its number of steps is only known when it runs, so the backward pass
-first runs the primal loop again to count them (only what the condition reads: a loop to
-`n` counts without computing its body), then runs `while t >= 0:` over the steps. The
-schedule's own loops are such while loops, so reverse over reverse works too.
+A while loop without a bound (`while_loop[max_iters=None]`) is reversed by `while_reverse`:
+its number of steps is only known when it runs, so the backward pass runs the primal loop
+again, and on XLA reverses its steps on `WHILE_SLOTS` slots in the same way (counting them
+first: only what the condition reads, so a loop to `n` counts without computing its body),
+while NumPy keeps a tape. The schedule's own loops are such while loops, so reverse over
+reverse works too.
 """
 from __future__ import annotations
 
@@ -45,14 +46,19 @@ import dataclasses
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Var, aval_of_value
+from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Var, aval_of_value, eval_jaxpr
+from s2s.emit import stablehlo as _hlo
+from s2s.passes import jvp as _jvp, transpose as _transpose, vmap as _vmap
+from s2s.passes.jvp import jvp_jaxpr
 from s2s.passes.partial_eval import PartialEval, partial_eval_jaxpr
-from s2s.passes.tangents import Zero, instantiate, is_zero
+from s2s.passes.simplify import tidy
+from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.transpose import is_linear
+from s2s.passes.vmap import batch_jaxpr
 from s2s.primitives import ops
-from s2s.primitives.control_flow_bodies import closure_convert, prune_body, transposed_body
+from s2s.primitives.control_flow_bodies import closure_convert, nonzero_mask, prune_body, transposed_body
 from s2s.primitives.loops import _scan_split, scan, while_loop
-from s2s.staging import JaxprBuilder, inline_jaxpr
+from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 _INDEX = np.dtype(dtypes.int64)     # steps, slots and schedule counts
 
@@ -219,10 +225,8 @@ WHILE_SLOTS = 32
 
 def unbounded_while_transpose(cts: list, args: list, params: dict) -> list | None:
     """The cotangents of a while loop's linear operands (None for the others), with no
-    bound on its steps: the primal loop is run once more to count its steps n, and the
-    backward loop, `while t >= 0`, differentiates steps n - 1 .. 0 with `WHILE_SLOTS`
-    slots. None when the loop has no primal carry, or its condition reads a linear value
-    (no fixed program runs it backwards)."""
+    bound on its steps: one `while_reverse` (below). None when the loop has no primal
+    carry, or its condition reads a linear value (no fixed program runs it backwards)."""
     n_cond, n_body = params["cond_nconsts"], params["body_nconsts"]
     cond_consts, body_consts, carry = args[:n_cond], args[n_cond:n_cond + n_body], args[n_cond + n_body:]
     consts_lin = [is_linear(c) for c in body_consts]
@@ -237,10 +241,40 @@ def unbounded_while_transpose(cts: list, args: list, params: dict) -> list | Non
     condition = ClosedJaxpr(Jaxpr([], condition.invars[:n_cond] + [v for v, lin in zip(condition.invars[n_cond:],
                                                                                       carry_lin) if not lin],
                                   condition.outvars, condition.eqns), [])
-    primal_consts = [c for c, lin in zip(body_consts, consts_lin) if not lin]
-    primal_init = [c for c, lin in zip(carry, carry_lin) if not lin]
-    body_vars = params["body_jaxpr"].jaxpr.invars[n_body:]
-    primal_hints = _primal_hints(body_vars, carry_lin)
+    body_invars = params["body_jaxpr"].jaxpr.invars
+    carry_vars = body_invars[n_body:]
+    ct_carry = [_instantiated(c, v.aval) for c, v, lin in zip(cts, carry_vars, carry_lin) if lin]
+    operands = [*cond_consts, *[c for c, lin in zip(body_consts, consts_lin) if not lin],
+                *[c for c, lin in zip(carry, carry_lin) if not lin], *ct_carry]
+    hints = [v.hint for v in condition.jaxpr.invars[:n_cond]] + [
+        v.hint for v, lin in zip(body_invars, consts_lin + carry_lin) if not lin] + _bar_hints(carry_vars, carry_lin)
+    n_primal_consts = consts_lin.count(False)
+    lin_const_avals = [v.aval for v, lin in zip(body_invars[:n_body], consts_lin) if lin]
+    schedule, captured = _staged(lambda *ops_: _reversed_on_slots(step, condition, n_cond, n_primal_consts,
+                                                            lin_const_avals, _primal_hints(carry_vars, carry_lin),
+                                                            _bar_hints(body_invars[:n_body], consts_lin)
+                                                            + _bar_hints(carry_vars, carry_lin), list(ops_)),
+                          [_aval(o) for o in operands], hints)
+    assert not captured, "the slots' program reads only its operands"
+    outs = while_reverse.bind(*operands, schedule=tidy(schedule), condition=condition, advance=step.advance,
+                              residuals=step.residuals, transposed=step.transposed, num_cond_consts=n_cond,
+                              num_consts=n_primal_consts)
+    for out, hint in zip(outs, _bar_hints(body_invars[:n_body], consts_lin) + _bar_hints(carry_vars, carry_lin)):
+        if hint:
+            _named(out, hint)
+    ct_consts_out, ct_init = outs[:len(lin_const_avals)], outs[len(lin_const_avals):]
+    return [None] * n_cond + _scattered(ct_consts_out, consts_lin) + _init_cts(ct_init, carry, carry_lin)
+
+
+def _reversed_on_slots(step: _StepReversal, condition: ClosedJaxpr, n_cond: int, n_consts: int, lin_const_avals,
+                       primal_hints: list, bar_hints: list, operands: list) -> list:
+    """Stages what `while_reverse` computes on XLA: the primal loop run again to count its
+    steps n (only what the condition reads), then `while t >= 0:` over steps n - 1 .. 0 on
+    `WHILE_SLOTS` slots. Returns the cotangents of the linear consts and of the tangent
+    carries."""
+    cond_consts, primal_consts = operands[:n_cond], operands[n_cond:n_cond + n_consts]
+    n_primal = len(step.advance.out_avals)
+    primal_init, ct_carry = operands[n_cond + n_consts:n_cond + n_consts + n_primal], operands[n_cond + n_consts + n_primal:]
 
     def holds(steps, *primal):
         return inline_jaxpr(condition, list(cond_consts) + list(primal))[0]
@@ -248,9 +282,6 @@ def unbounded_while_transpose(cts: list, args: list, params: dict) -> list | Non
     def advanced(steps, *primal):
         return [ops.add(steps, ops.literal(1, _INDEX)), *inline_jaxpr(step.advance, primal_consts + list(primal))]
     steps = _while(holds, advanced, [ops.full((), 0, _INDEX), *primal_init], ["steps", *primal_hints])[0]
-
-    lin_const_avals = [v.aval for v, lin in zip(params["body_jaxpr"].jaxpr.invars[:n_body], consts_lin) if lin]
-    ct_carry = [_instantiated(c, v.aval) for c, v, lin in zip(cts, body_vars, carry_lin) if lin]
     slots0, slot_steps0 = _slots(primal_init, WHILE_SLOTS)
     schedule = _Schedule(step.advance, primal_consts, [], None, WHILE_SLOTS, primal_hints)
     layout = [1, len(slots0), 2, len(lin_const_avals), len(ct_carry)]
@@ -267,10 +298,79 @@ def unbounded_while_transpose(cts: list, args: list, params: dict) -> list | Non
     outs = _while(not_done, backward,
                   [ops.sub(steps, ops.literal(1, _INDEX)), *slots0, slot_steps0, ops.full((), 0, _INDEX), *zeros,
                    *ct_carry],
-                  ["t", *_slot_hints(primal_hints), "slot_steps", "top"]
-                  + _bar_hints(params["body_jaxpr"].jaxpr.invars[:n_body], consts_lin) + _bar_hints(body_vars, carry_lin))
-    _, _, _, ct_consts_out, ct_init = _unpack(outs, layout)
-    return [None] * n_cond + _scattered(ct_consts_out, consts_lin) + _init_cts(ct_init, carry, carry_lin)
+                  ["t", *_slot_hints(primal_hints), "slot_steps", "top", *bar_hints])
+    return outs[1 + len(slots0) + 2:]
+
+
+# ---------------------------------------------------------------------------------------
+# while_reverse[schedule, condition, advance, residuals, transposed, num_cond_consts,
+# num_consts](*cond_consts, *consts, *init, *cts): the backward pass of a while loop with no
+# bound, given its primal operands (the condition's constants, the body's primal
+# constants, the initial primal carry) and the cotangents of its tangent carries at the
+# end; returns the cotangents of the body's linear constants and of the tangent carries at
+# the start. Two programs compute it:
+#
+# - NumPy (the impl, and emitted Python) keeps a tape, as Tangent and autograd do: the loop
+#   runs again appending each step's carry to a list, then `for carry in reversed(tape):`
+#   recomputes the step's residuals and runs its transposed tangent equations. Memory
+#   grows with the steps, nothing is recomputed twice.
+# - XLA, whose shapes are static, runs `schedule`: the same backward pass on WHILE_SLOTS
+#   slots (`_reversed_on_slots`). jvp, transposition and batching are those of `schedule`
+#   too: a derivative of this backward pass is staged, and lowered, as while loops.
+
+
+def _while_reverse_abstract(*avals, schedule, **params):
+    return list(schedule.out_avals)
+
+
+def _while_reverse_impl(*args, schedule, condition, advance, residuals, transposed, num_cond_consts, num_consts):
+    cond_consts, consts = args[:num_cond_consts], args[num_cond_consts:num_cond_consts + num_consts]
+    n_primal = len(advance.out_avals)
+    primal = list(args[num_cond_consts + num_consts:num_cond_consts + num_consts + n_primal])
+    cts = list(args[num_cond_consts + num_consts + n_primal:])
+    tape = []
+    while eval_jaxpr(condition, *cond_consts, *primal)[0]:
+        tape.append(primal)
+        primal = eval_jaxpr(advance, *consts, *primal)
+    n_acc = len(schedule.out_avals) - len(cts)
+    acc = [np.zeros(a.shape, a.dtype) for a in schedule.out_avals[:n_acc]]
+    for primal in reversed(tape):
+        outs = eval_jaxpr(transposed, *eval_jaxpr(residuals, *consts, *primal), *cts)
+        acc = [np.asarray(a + d, a.dtype) for a, d in zip(acc, outs[:n_acc])]
+        cts = outs[n_acc:]
+    return acc + list(cts)
+
+
+while_reverse = Primitive("while_reverse", _while_reverse_abstract, _while_reverse_impl, multiple_results=True)
+
+
+def _while_reverse_jvp(primals, tangents, *, schedule, **params):
+    nonzero = nonzero_mask(tangents)
+    jvp_body, out_nonzero = jvp_jaxpr(schedule, nonzero, instantiate_out=False)
+    outs = inline_jaxpr(jvp_body, [*primals, *[instantiate(t) for t in tangents if not is_zero(t)]])
+    n = len(schedule.out_avals)
+    out_tangents = iter(outs[n:])
+    return outs[:n], [next(out_tangents) if nz else Zero(tangent_aval(a)) for a, nz in zip(schedule.out_avals,
+                                                                                         out_nonzero)]
+
+
+def _while_reverse_transpose(cts, *args, schedule, **params):
+    linear = [is_linear(a) for a in args]
+    in_cts = iter(inline_jaxpr(transposed_body(schedule, linear),
+                               [a for a, lin in zip(args, linear) if not lin] + [instantiate(c) for c in cts]))
+    return [next(in_cts) if lin else None for lin in linear]
+
+
+def _while_reverse_batch(axis, args, dims, *, schedule, **params):
+    batched, out_dims = batch_jaxpr(schedule, dims, axis)
+    return inline_jaxpr(batched, list(args)), out_dims
+
+
+_jvp.register(while_reverse, _while_reverse_jvp)
+_transpose.register(while_reverse, _while_reverse_transpose)
+_vmap.register(while_reverse, _while_reverse_batch)
+_hlo.register(while_reverse, lambda ctx, eqn, *operands: _hlo.lower_jaxpr(ctx, eqn.params["schedule"].jaxpr,
+                                                                          list(operands)))
 
 
 def _primal_hints(carry_vars, carry_lin) -> list:

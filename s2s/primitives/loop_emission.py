@@ -30,6 +30,7 @@ from s2s.core import Jaxpr, JaxprEqn, Literal, Var
 from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, Expr, dtype_text, python_rules, register_statement,
                              typed_scalar)
 from s2s.primitives.control_flow_bodies import write_assignment
+from s2s.primitives.loop_checkpoints import while_reverse
 from s2s.primitives.loops import scan, unrolled_scan, while_loop
 from s2s.staging import PRIMITIVES
 
@@ -295,5 +296,53 @@ def _emit_scan(block, eqn, operands, names):
              for k in range(n_carry)] + [Expr(y) for y in ys])
 
 
+def _emit_while_reverse(block, eqn, operands, names):
+    """The backward pass of a while loop with no bound, written with a tape (XLA runs the
+    slots' schedule instead; see `loop_checkpoints.while_reverse`): the loop again, each
+    step's carry appended to a list, then the steps last to first."""
+    p = eqn.params
+    comment = block.comment(eqn)
+    n_cond, n_consts = p["num_cond_consts"], p["num_consts"]
+    advance, condition = p["advance"].jaxpr, p["condition"].jaxpr
+    n_primal = len(advance.outvars)
+    cond_consts = [block.named(o, _held(o), comment) for o in operands[:n_cond]]
+    consts = [block.named(o, _held(o), comment) for o in operands[n_cond:n_cond + n_consts]]
+    carry_vars = advance.invars[n_consts:]
+    primal = [block.names.fresh(v.hint or "carry") for v in carry_vars]
+    write_assignment(block, primal, [_typed(o, v) for o, v in zip(operands[n_cond + n_consts:n_cond + n_consts + n_primal],
+                                                                  eqn.invars[n_cond + n_consts:])], comment)
+    primal_exprs = [Expr(c) for c in primal]
+    tape = block.names.fresh("tape")
+    block.line(f"{tape} = []  # every step's carry, for the backward pass{comment}")
+    header_at = len(block.lines)
+    block.line(f"while True:{comment}")
+    inner = block.nested()
+    (pred,) = inner.write(condition, cond_consts + primal_exprs)
+    if len(block.lines) == header_at + 1:    # the condition is one expression
+        block.lines[header_at] = f"{block.indent}while {pred.text}:{comment}"
+    else:
+        inner.line(f"if not {pred.wrap(8)}:")
+        inner.nested().line("break")
+    carried = primal[0] if n_primal == 1 else f"({', '.join(primal)})"
+    inner.line(f"{tape}.append({carried})")
+    write_assignment(inner, primal, inner.write(advance, consts + primal_exprs), comment)
+    n_acc = len(eqn.outvars) - (len(operands) - n_cond - n_consts - n_primal)
+    results = [name or block.names.fresh(v.hint, "ct") for name, v in zip(names, eqn.outvars)]
+    acc, cts = results[:n_acc], results[n_acc:]
+    write_assignment(block, acc + cts, [Expr(f"np.zeros({tuple(v.aval.shape)!r}, dtype={dtype_text(v.aval.dtype)})")
+                                        for v in eqn.outvars[:n_acc]] + list(operands[len(operands) - len(cts):]),
+                     comment)
+    block.line(f"for {', '.join(primal)} in reversed({tape}):{comment}")
+    inner = block.nested()
+    residuals = inner.write(p["residuals"].jaxpr, consts + primal_exprs)
+    outs = inner.write(p["transposed"].jaxpr, residuals + [Expr(c) for c in cts])
+    for name, d in zip(acc, outs[:n_acc]):
+        inner.line(f"{name} += {d.text}{comment}")
+    write_assignment(inner, cts, outs[n_acc:], comment)
+    block.line(f"del {tape}")
+    return [Expr(r) for r in results]
+
+
 register_statement(while_loop, _emit_while)
 register_statement(scan, _emit_scan)
+register_statement(while_reverse, _emit_while_reverse)

@@ -13,7 +13,7 @@ import s2s
 from s2s import lax
 from s2s.core import eval_jaxpr
 from s2s.primitives import elementwise
-from s2s.primitives.loop_checkpoints import WHILE_SLOTS
+from s2s.primitives.loop_checkpoints import WHILE_SLOTS, while_reverse
 from s2s.primitives.loops import scan, while_loop
 
 jax.config.update("jax_enable_x64", True)
@@ -236,17 +236,28 @@ def test_a_while_loop_longer_than_its_slots_differentiates_as_jax(steps):
 
 
 def test_a_while_loop_keeps_its_slots_and_advances_each_step_at_most_r_times(monkeypatch):
-    """300 steps on 32 slots: r = 2 (C(34, 2) = 561 >= 300). Besides the advances, the step
+    """XLA's program for the backward pass (`while_reverse`'s schedule), run here on NumPy:
+    300 steps on 32 slots, r = 2 (C(34, 2) = 561 >= 300). Besides the advances, the step
     runs once forward and once to recompute its residuals; the loop that counts the steps
-    computes only what the condition reads (the counter)."""
+    computes only what the condition reads (the counter). The tape gives the same gradient."""
     W, h, _ = rnn_args(1, seed=5)
     closed = s2s.make_jaxpr(s2s.grad(rnn_while, argnums=(0, 1)))(W, h, np.int64(300))
     assert not [a for a in _all_avals(closed.jaxpr) if a.shape[:1] == (300,)]
     assert (WHILE_SLOTS + 1, 3) in [a.shape for a in _all_avals(closed.jaxpr)]
+    with_tape = eval_jaxpr(closed, W, h, np.int64(300))
+    monkeypatch.setattr(while_reverse, "impl", lambda *args, schedule, **params: eval_jaxpr(schedule, *args))
     calls = _counting_tanh_calls(monkeypatch)
-    eval_jaxpr(closed, W, h, np.int64(300))
+    on_slots = eval_jaxpr(closed, W, h, np.int64(300))
     advances = len(calls) - 2 * 300
     assert 299 <= advances <= 2 * 300
+    for a, b in zip(with_tape, on_slots):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_emitted_python_keeps_a_tape():
+    source = s2s.emit_python(s2s.grad(newton_sqrt), 2.0)
+    assert "tape.append(x)" in source and "for x in reversed(tape):" in source and "del tape" in source, source
+    assert "slots" not in source, source
 
 
 def test_hessian_of_a_while_loop_is_forward_over_reverse():
