@@ -113,11 +113,13 @@ def checkpointed_partial_eval(eqn: JaxprEqn, unknown_ins: list[bool]):
 class _StepReversal:
     """A loop's step split for its backward pass: one step forward, (primal consts, primal
     carry, rows of the known xs) -> primal carry (`advance`); the step's residuals from the
-    same operands (`residuals`); and its tangent equations transposed, (residuals,
-    cotangents of the tangent carry and of the linear ys rows) -> cotangents of the linear
-    consts, of the tangent carry and of the linear xs rows (`transposed`)."""
+    same operands (`residuals`); both at once, the carry then the residuals (`forward`);
+    and its tangent equations transposed, (residuals, cotangents of the tangent carry and
+    of the linear ys rows) -> cotangents of the linear consts, of the tangent carry and of
+    the linear xs rows (`transposed`)."""
     advance: ClosedJaxpr
     residuals: ClosedJaxpr
+    forward: ClosedJaxpr
     transposed: ClosedJaxpr
     carry_linear: list[bool]      # which carries are tangents (the others are primal)
     ys_linear: list[bool]
@@ -133,10 +135,12 @@ def _step_reversal(body: ClosedJaxpr, consts_lin: list[bool], carry_lin: list[bo
     ys_lin = split.out_unknowns[len(carry_lin):]
     n_primal, n_res = carry_lin.count(False), split.num_residuals
     n_known = n_primal + ys_lin.count(False)
-    advance = prune_body(split.known, [True] * n_primal + [False] * (n_known - n_primal + n_res))[0]
-    residuals = prune_body(split.known, [False] * n_known + [True] * n_res)[0]
+    def computing(outputs: list[bool]) -> ClosedJaxpr:
+        return ClosedJaxpr(prune_body(split.known, outputs)[0], split.known.consts)
+    primal, known_ys, res = [True] * n_primal, [False] * (n_known - n_primal), [True] * n_res
     n_linear_in = consts_lin.count(True) + carry_lin.count(True) + xs_lin.count(True)
-    return _StepReversal(ClosedJaxpr(advance, split.known.consts), ClosedJaxpr(residuals, split.known.consts),
+    return _StepReversal(computing(primal + known_ys + [False] * n_res), computing([False] * n_known + res),
+                         computing(primal + known_ys + res),
                          transposed_body(split.unknown, [False] * n_res + [True] * n_linear_in), carry_lin, ys_lin)
 
 
@@ -256,8 +260,8 @@ def unbounded_while_transpose(cts: list, args: list, params: dict) -> list | Non
                                                             + _bar_hints(carry_vars, carry_lin), list(ops_)),
                           [_aval(o) for o in operands], hints)
     assert not captured, "the slots' program reads only its operands"
-    outs = while_reverse.bind(*operands, schedule=tidy(schedule), condition=condition, advance=step.advance,
-                              residuals=step.residuals, transposed=step.transposed, num_cond_consts=n_cond,
+    outs = while_reverse.bind(*operands, schedule=tidy(schedule), condition=condition, forward=step.forward,
+                              transposed=step.transposed, num_cond_consts=n_cond,
                               num_consts=n_primal_consts)
     for out, hint in zip(outs, _bar_hints(body_invars[:n_body], consts_lin) + _bar_hints(carry_vars, carry_lin)):
         if hint:
@@ -303,17 +307,17 @@ def _reversed_on_slots(step: _StepReversal, condition: ClosedJaxpr, n_cond: int,
 
 
 # ---------------------------------------------------------------------------------------
-# while_reverse[schedule, condition, advance, residuals, transposed, num_cond_consts,
-# num_consts](*cond_consts, *consts, *init, *cts): the backward pass of a while loop with no
+# while_reverse[schedule, condition, forward, transposed, num_cond_consts, num_consts](
+# *cond_consts, *consts, *init, *cts): the backward pass of a while loop with no
 # bound, given its primal operands (the condition's constants, the body's primal
 # constants, the initial primal carry) and the cotangents of its tangent carries at the
 # end; returns the cotangents of the body's linear constants and of the tangent carries at
 # the start. Two programs compute it:
 #
 # - NumPy (the impl, and emitted Python) keeps a tape, as Tangent and autograd do: the loop
-#   runs again appending each step's carry to a list, then `for carry in reversed(tape):`
-#   recomputes the step's residuals and runs its transposed tangent equations. Memory
-#   grows with the steps, nothing is recomputed twice.
+#   runs again (`forward`: the step and its residuals) appending each step's residuals to
+#   a list, then `for residuals in reversed(tape):` runs the step's transposed tangent
+#   equations. Memory grows with the steps, nothing is computed twice.
 # - XLA, whose shapes are static, runs `schedule`: the same backward pass on WHILE_SLOTS
 #   slots (`_reversed_on_slots`). jvp, transposition and batching are those of `schedule`
 #   too: a derivative of this backward pass is staged, and lowered, as while loops.
@@ -323,19 +327,20 @@ def _while_reverse_abstract(*avals, schedule, **params):
     return list(schedule.out_avals)
 
 
-def _while_reverse_impl(*args, schedule, condition, advance, residuals, transposed, num_cond_consts, num_consts):
+def _while_reverse_impl(*args, schedule, condition, forward, transposed, num_cond_consts, num_consts):
     cond_consts, consts = args[:num_cond_consts], args[num_cond_consts:num_cond_consts + num_consts]
-    n_primal = len(advance.out_avals)
+    n_primal = len(forward.jaxpr.invars) - num_consts
     primal = list(args[num_cond_consts + num_consts:num_cond_consts + num_consts + n_primal])
     cts = list(args[num_cond_consts + num_consts + n_primal:])
     tape = []
     while eval_jaxpr(condition, *cond_consts, *primal)[0]:
-        tape.append(primal)
-        primal = eval_jaxpr(advance, *consts, *primal)
+        outs = eval_jaxpr(forward, *consts, *primal)
+        primal = outs[:n_primal]
+        tape.append(outs[n_primal:])
     n_acc = len(schedule.out_avals) - len(cts)
     acc = [np.zeros(a.shape, a.dtype) for a in schedule.out_avals[:n_acc]]
-    for primal in reversed(tape):
-        outs = eval_jaxpr(transposed, *eval_jaxpr(residuals, *consts, *primal), *cts)
+    for residuals in reversed(tape):
+        outs = eval_jaxpr(transposed, *residuals, *cts)
         acc = [np.asarray(a + d, a.dtype) for a, d in zip(acc, outs[:n_acc])]
         cts = outs[n_acc:]
     return acc + list(cts)

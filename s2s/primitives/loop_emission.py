@@ -299,21 +299,21 @@ def _emit_scan(block, eqn, operands, names):
 def _emit_while_reverse(block, eqn, operands, names):
     """The backward pass of a while loop with no bound, written with a tape (XLA runs the
     slots' schedule instead; see `loop_checkpoints.while_reverse`): the loop again, each
-    step's carry appended to a list, then the steps last to first."""
+    step's residuals appended to a list, then the steps last to first."""
     p = eqn.params
     comment = block.comment(eqn)
     n_cond, n_consts = p["num_cond_consts"], p["num_consts"]
-    advance, condition = p["advance"].jaxpr, p["condition"].jaxpr
-    n_primal = len(advance.outvars)
+    forward, condition = p["forward"].jaxpr, p["condition"].jaxpr
+    carry_vars = forward.invars[n_consts:]
+    n_primal = len(carry_vars)
     cond_consts = [block.named(o, _held(o), comment) for o in operands[:n_cond]]
     consts = [block.named(o, _held(o), comment) for o in operands[n_cond:n_cond + n_consts]]
-    carry_vars = advance.invars[n_consts:]
     primal = [block.names.fresh(v.hint or "carry") for v in carry_vars]
     write_assignment(block, primal, [_typed(o, v) for o, v in zip(operands[n_cond + n_consts:n_cond + n_consts + n_primal],
                                                                   eqn.invars[n_cond + n_consts:])], comment)
     primal_exprs = [Expr(c) for c in primal]
     tape = block.names.fresh("tape")
-    block.line(f"{tape} = []  # every step's carry, for the backward pass{comment}")
+    block.line(f"{tape} = []  # every step's residuals, for the backward pass{comment}")
     header_at = len(block.lines)
     block.line(f"while True:{comment}")
     inner = block.nested()
@@ -323,24 +323,36 @@ def _emit_while_reverse(block, eqn, operands, names):
     else:
         inner.line(f"if not {pred.wrap(8)}:")
         inner.nested().line("break")
-    carried = primal[0] if n_primal == 1 else f"({', '.join(primal)})"
-    inner.line(f"{tape}.append({carried})")
-    write_assignment(inner, primal, inner.write(advance, consts + primal_exprs), comment)
+    outs = inner.write(forward, consts + primal_exprs)
+    # The tape holds what changes from step to step; a constant the backward step reads
+    # (an operand of the loop) is read where it is.
+    fixed = set(forward.invars[:n_consts])
+    residuals = [r if isinstance(v, Literal) or v in fixed else
+                 inner.named(r, inner.output_name(forward, consts + primal_exprs, v, True) or "residual", comment)
+                 for r, v in zip(outs[n_primal:], forward.outvars[n_primal:])]
+    taped = [r for r, v in zip(residuals, forward.outvars[n_primal:]) if not (isinstance(v, Literal) or v in fixed)]
+    inner.line(f"{tape}.append({_tuple_of(taped) if taped else '()'})")
+    write_assignment(inner, primal, outs[:n_primal], comment)
     n_acc = len(eqn.outvars) - (len(operands) - n_cond - n_consts - n_primal)
     results = [name or block.names.fresh(v.hint, "ct") for name, v in zip(names, eqn.outvars)]
     acc, cts = results[:n_acc], results[n_acc:]
     write_assignment(block, acc + cts, [Expr(f"np.zeros({tuple(v.aval.shape)!r}, dtype={dtype_text(v.aval.dtype)})")
                                         for v in eqn.outvars[:n_acc]] + list(operands[len(operands) - len(cts):]),
                      comment)
-    block.line(f"for {', '.join(primal)} in reversed({tape}):{comment}")
+    targets = ", ".join(r.text for r in taped) if taped else "_"
+    block.line(f"for {targets} in reversed({tape}):{comment}")
     inner = block.nested()
-    residuals = inner.write(p["residuals"].jaxpr, consts + primal_exprs)
     outs = inner.write(p["transposed"].jaxpr, residuals + [Expr(c) for c in cts])
     for name, d in zip(acc, outs[:n_acc]):
         inner.line(f"{name} += {d.text}{comment}")
     write_assignment(inner, cts, outs[n_acc:], comment)
     block.line(f"del {tape}")
     return [Expr(r) for r in results]
+
+
+def _tuple_of(exprs: list[Expr]) -> str:
+    """`x` for one expression, `(a, b)` for several."""
+    return exprs[0].text if len(exprs) == 1 else f"({', '.join(e.text for e in exprs)})"
 
 
 register_statement(while_loop, _emit_while)
