@@ -260,6 +260,33 @@ def test_save_only_these_names_saves_the_named_value_and_recomputes_the_rest():
     _close(s2s.grad(_named_block, (0, 1))(x, W), s2s.grad(_nested_plain, (0, 1))(x, W))
 
 
+def _scan_under(policy, lib=np, scan=s2s.lax.scan, checkpoint=s2s.checkpoint):
+    def steps(W, x):
+        return scan(lambda y, _: (lib.sin(W @ y), None), x, None, length=50)[0]
+
+    def loss(W, x):
+        return checkpoint(steps, policy=policy)(W, x).sum()
+    return loss
+
+
+@pytest.mark.parametrize("policy, per_step", [("dots_saveable", True), ("nothing_saveable", False)])
+def test_a_policy_decides_inside_the_loops_of_its_checkpoint(policy, per_step):
+    """dots_saveable around a scan saves each step's dot product (and the carry its
+    transpose reads), stacked; nothing_saveable saves only the inputs and recomputes the
+    whole loop in the backward pass."""
+    W, x = np.eye(8) * 0.3 + 0.01, np.linspace(-1, 1, 8)
+    loss = _scan_under(getattr(cp, policy))
+    with contextlib.redirect_stdout(io.StringIO()):
+        saved = s2s.print_saved_residuals(loss, W, x)
+    stacked = [r for r in saved if r.type == "f64[50,8]"]
+    assert bool(stacked) == per_step, saved
+    assert [r.source for r in saved if r not in stacked] == ["argument W"] + ([] if per_step else ["argument x"])
+    jax_loss = _scan_under(getattr(jax.checkpoint_policies, policy), jax.numpy, jax.lax.scan, jax.checkpoint)
+    for backend in (s2s.grad, lambda f: s2s.jit(s2s.grad(f))):
+        got = backend(lambda W: loss(W, x))(W)
+        np.testing.assert_allclose(got, jax.grad(lambda W: jax_loss(W, x))(W), rtol=1e-10)
+
+
 def test_the_emitted_gradient_shows_the_recomputation_under_a_comment():
     x, W = model_args(rnn)[:2]
     source = s2s.emit_python(s2s.grad(_named_block), x, W)

@@ -24,6 +24,8 @@ jaxpr is the forward pass and the unknown one is linear in the tangents.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 
 from s2s.core import ClosedJaxpr, Jaxpr, Var
@@ -50,9 +52,54 @@ def defcheap(primitive) -> None:
 
 
 def is_cheap(eqn) -> bool:
-    """Whether `eqn` is cheaper to recompute than to save: the `recompute` test that loops
-    and conds give `partial_eval_jaxpr`."""
+    """Whether `eqn` is cheaper to recompute than to save."""
     return eqn.primitive in cheap_to_recompute
+
+
+# Inside a checkpoint (`remat`), its policy's `recompute` test: loops and conds in its body
+# split their own bodies by it too, so the policy decides equation by equation there as
+# well (a `dots_saveable` checkpoint around a scan saves each step's dot products).
+_checkpoint_recompute = contextvars.ContextVar("checkpoint_recompute", default=None)
+
+
+@contextlib.contextmanager
+def under_checkpoint(recompute):
+    """Partial evaluation of a checkpoint's body, whose policy recomputes what `recompute`
+    holds for (see `body_recompute`)."""
+    token = _checkpoint_recompute.set(recompute)
+    try:
+        yield
+    finally:
+        _checkpoint_recompute.reset(token)
+
+
+def _split_by_policy(eqn) -> bool:
+    """Whether `eqn`, a loop or cond a rule split inside a checkpoint, saves what the
+    checkpoint's policy saves in its bodies (some equation there is saved): then it runs in
+    the forward pass and is not recomputed whole. A policy that saves nothing in its
+    bodies recomputes the whole loop in the backward pass, keeping nothing per step."""
+    policy = _checkpoint_recompute.get()
+    return (policy is not None and eqn.primitive in partial_eval_rules
+            and any(not policy(e) for body in _bodies(eqn) for e in _equations(body)))
+
+
+def _bodies(eqn) -> list:
+    return [b for v in eqn.params.values() for b in (v if isinstance(v, tuple) else (v,)) if hasattr(b, "jaxpr")]
+
+
+def _equations(closed):
+    """The equations of `closed` and of the bodies inside it."""
+    for eqn in closed.jaxpr.eqns:
+        yield eqn
+        for body in _bodies(eqn):
+            yield from _equations(body)
+
+
+def body_recompute(eqn) -> bool:
+    """The `recompute` test that loops and conds give `partial_eval_jaxpr` for their bodies:
+    cheap equations, and inside a checkpoint, those its policy does not save."""
+    policy = _checkpoint_recompute.get()
+    return is_cheap(eqn) or (policy is not None and policy(eqn))
 
 
 @dataclasses.dataclass
@@ -89,7 +136,7 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
                     part.source_info = eqn.source_info
             known_eqns.extend(known_part)
             for part in known_part:
-                if recompute is not None and recompute(part):
+                if recompute is not None and recompute(part) and not _split_by_policy(part):
                     unknown_eqns.append(part)
                     recomputed.update(part.outvars)
             unknown_eqns.extend(unknown_part)

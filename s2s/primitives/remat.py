@@ -167,7 +167,10 @@ _jvp.register(remat, _remat_jvp)
 def _remat_partial_eval(eqn, unknown_ins):
     params = eqn.params
     policy = params["policy"]
-    split = partial_eval_jaxpr(params["jaxpr"], unknown_ins, recompute=lambda e: not policy_saves(policy, e))
+    def recompute(e):
+        return not policy_saves(policy, e)
+    with _pe.under_checkpoint(recompute):
+        split = partial_eval_jaxpr(params["jaxpr"], unknown_ins, recompute=recompute)
     known_eqns, residuals = _known_half(eqn, split, unknown_ins)
     if not any(split.out_unknowns):     # the unknown operands reach no output
         return known_eqns, [], split.out_unknowns
