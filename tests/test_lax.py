@@ -355,6 +355,27 @@ def test_unroll_repeats_the_body_and_changes_nothing_else(unroll, tanh_ops, loop
     assert_trees_close(s2s.jit(s2s.grad(loss))(W, h0, xs), expected_grad, rtol=1e-8, atol=1e-10)
 
 
+def test_unroll_with_an_int_carry_starting_as_a_literal():
+    """The counter `n` starts as the literal 0: the unrolled body takes it like any operand."""
+    def counted(W, h, xs):
+        def step(carry, x):
+            h, n = carry
+            return (np.tanh(W @ h + x), n + 1), None
+        (h, n), _ = lax.scan(step, (h, 0), xs, unroll=2)
+        return h.sum() * n
+
+    def counted_jax(W, h, xs):
+        def step(carry, x):
+            h, n = carry
+            return (jax.numpy.tanh(W @ h + x), n + 1), None
+        (h, n), _ = jax.lax.scan(step, (h, 0), xs)
+        return h.sum() * n
+    W, h, xs = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal(3), rng.standard_normal((7, 3))
+    expected = jax.grad(counted_jax, argnums=(0, 1))(W, h, xs)
+    for grad in (s2s.grad(counted, argnums=(0, 1)), s2s.jit(s2s.grad(counted, argnums=(0, 1)))):
+        assert_trees_close(grad(W, h, xs), expected, rtol=1e-10, atol=1e-12)
+
+
 # --- implicit differentiation ---------------------------------------------------------
 
 def sqrt_by_newton(a):

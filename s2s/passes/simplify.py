@@ -56,7 +56,8 @@ def fill_value(atom: Atom, producer: Callable):
 
 
 def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """`closed` with every equation a rule simplifies replaced (top level only)."""
+    """`closed` with every equation a rule simplifies replaced, in the bodies of control
+    flow too."""
     jaxpr = closed.jaxpr
     rename: dict[Var, Atom] = {}          # output of a dropped equation -> the atom it equals
     producers: dict[Var, JaxprEqn] = {}   # output -> the kept equation that defines it
