@@ -71,8 +71,9 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, checkpoints=Non
     With `checkpoints=k` (beyond JAX) reverse mode keeps at most k carries instead of
     every step's residuals, and recomputes the steps in between in the backward pass with
     a binomial (revolve) schedule: each step at most r times, r the least with
-    C(k + r, r) >= length (k = 32 and 10,000 steps: 4). `checkpoints="sqrt"` keeps about
-    sqrt(length) carries (r = 2)."""
+    C(k + r, r) >= length (k = 32 and 10,000 steps: 4). `checkpoints="sqrt"` is the
+    one-level schedule: about sqrt(length) carries and one segment of sqrt(length) steps'
+    residuals kept, each step recomputed once."""
     return structured.scan(_staging(f), init, xs, length, reverse, unroll, checkpoints)
 
 

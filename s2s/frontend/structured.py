@@ -18,7 +18,7 @@ from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from s2s.errors import S2SError, StagingError
 from s2s.frontend.args import aval_of_arg
-from s2s.frontend.checkpointed import bind_scan, checkpoint_count
+from s2s.frontend.checkpointed import bind_scan, schedule
 from s2s.frontend.reraise import reraise_clean
 from s2s.primitives import loops as primitive_loops
 from s2s.primitives.cond import cond
@@ -321,8 +321,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, checkpoints=Non
     init_leaves = _matching(init_leaves, body.out_avals[:len(init_leaves)])
     init = init_tree.unflatten(init_leaves)
     body = staged_body(init)
-    kept = None if checkpoints is None else checkpoint_count(length, checkpoints)
+    plan = None if checkpoints is None else schedule(length, checkpoints)
     consts, x_leaves, jaxpr = _rows_scanned(body, len(init_leaves), x_leaves, length)
-    outs = bind_scan(jaxpr, consts, init_leaves, x_leaves, length, bool(reverse), unroll, kept)
+    outs = bind_scan(jaxpr, consts, init_leaves, x_leaves, length, bool(reverse), unroll, plan)
     n = len(init_leaves)
     return init_tree.unflatten(outs[:n]), body.out_tree.children[1].unflatten(outs[n:])

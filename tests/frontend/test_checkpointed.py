@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import s2s
 from s2s import lax
-from s2s.frontend.checkpointed import checkpoint_count
+from s2s.frontend.checkpointed import schedule
 from s2s.primitives.loops import scan
 from tests.frontend.test_errors import expect_error
 from tests.helpers import with_numpy
@@ -92,11 +92,25 @@ def test_a_checkpointed_python_loop_is_a_checkpointed_scan():
 
 
 @pytest.mark.parametrize("length, checkpoints, expected", [
-    (100, "sqrt", 10), (10000, "sqrt", 100), (10000, 32, 32), (97, 10, 10), (12, 12, None), (12, 40, None),
-    (12, 1, 1), (1, "sqrt", None),
+    (100, "sqrt", ("segments", 10)), (10000, "sqrt", ("segments", 100)), (97, "sqrt", ("segments", 10)),
+    (1, "sqrt", None), (10000, 32, ("slots", 32)), (12, 12, None), (12, 40, None), (12, 1, ("slots", 1)),
 ])
-def test_checkpoint_count_is_none_when_every_carry_fits(length, checkpoints, expected):
-    assert checkpoint_count(length, checkpoints) == expected
+def test_schedule_slots_for_a_count_segments_for_sqrt(length, checkpoints, expected):
+    assert schedule(length, checkpoints) == expected
+
+
+def test_sqrt_is_the_one_level_schedule():
+    """200 steps with "sqrt": 10 segments (the largest divisor of 200 from 15 // 2 to 15 =
+    ceil(sqrt(200))); the forward pass stacks one carry per segment and nothing per step;
+    each segment is a checkpoint of a scan, recomputed in the backward pass."""
+    rng = np.random.default_rng(0)
+    W, h, xs = rng.normal(size=(4, 4)) * 0.5, rng.normal(size=4), rng.normal(size=(200, 4))
+    closed = s2s.make_jaxpr(s2s.grad(rnn, argnums=(0, 1, 2)), static_argnums=(3, 4))(W, h, xs, "sqrt", False)
+    (forward,) = [e for e in scans_of(closed) if not e.params["reverse"]]
+    assert forward.params["length"] == 10
+    assert [v.aval.shape for v in forward.outvars[forward.params["num_carry"]:]] == [(10, 4)]
+    (backward,) = [e for e in scans_of(closed) if e.params["reverse"]]
+    assert any(e.primitive.name == "remat" for e in backward.params["jaxpr"].jaxpr.eqns)
 
 
 def test_a_checkpointed_loop_of_no_steps_runs_nothing():
