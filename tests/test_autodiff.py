@@ -526,3 +526,22 @@ def test_a_gradient_accumulator_never_starts_as_an_alias_of_unrelated_zeros():
     expected = autograd.grad(with_numpy(rnn_with_bias, anp), argnum=(0, 1))(*args)
     for o, t in zip(got, expected):
         np.testing.assert_allclose(o, t, rtol=1e-10)
+
+
+@pytest.mark.parametrize("fn, args", [(np.sqrt, (4.0,)), (np.tanh, (0.3,)), (np.arctan2, (1.0, 2.0)),
+                                      (np.exp, (np.array([0.5, 1.0]),))])
+def test_a_numpy_function_is_differentiated_as_passed(fn, args):
+    """`s2s.grad(np.sqrt)`, as `jax.grad(jnp.sqrt)`: a NumPy function s2s implements is
+    staged by its implementation (its operands only: out=, where= are not arguments)."""
+    import jax
+    jax_fn = getattr(jax.numpy, fn.__name__)
+    argnums = tuple(range(len(args)))
+    if np.ndim(args[0]):
+        expected = jax.jacrev(jax_fn)(*args)
+        for jac in (s2s.jacrev(fn), s2s.jit(s2s.jacfwd(fn))):
+            np.testing.assert_allclose(jac(*args), expected, rtol=1e-12)
+        return
+    expected = jax.grad(jax_fn, argnums=argnums)(*args)
+    for grad in (s2s.grad(fn, argnums=argnums), s2s.jit(s2s.grad(fn, argnums=argnums))):
+        np.testing.assert_allclose(grad(*args), expected, rtol=1e-12)
+    assert "def grad_" in s2s.emit_python(s2s.grad(fn, argnums=argnums), *args)

@@ -27,6 +27,8 @@ import types
 import weakref
 from typing import Any
 
+import numpy as np
+
 from s2s import config
 from s2s.core import ClosedJaxpr
 from s2s.emit.signature import leaf_expression
@@ -36,6 +38,7 @@ from s2s.frontend.guards import Guards, include, recording
 from s2s.frontend.reraise import reraise_clean
 from s2s.frontend.source import function_source
 from s2s.frontend.walker import call_user
+from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import JaxprBuilder, Tracer, axis_env, paused_gc
 from s2s.tree import PyTreeDef, leaf_paths, tree_flatten, tree_leaves
 
@@ -137,8 +140,9 @@ def staging_receiver(fn):
 
 def underlying_function(fn):
     """The Python function whose source is staged, and the `self` to prepend, if any. s2s
-    transforms and `functools.partial` objects are their own (call_user calls them)."""
-    if getattr(fn, "__s2s_transform__", False) or isinstance(fn, functools.partial):
+    transforms, `functools.partial` objects and NumPy functions s2s implements
+    (`s2s.grad(np.sqrt)`) are their own (call_user calls them)."""
+    if getattr(fn, "__s2s_transform__", False) or isinstance(fn, functools.partial) or is_numpy_function(fn):
         return fn, None
     if isinstance(fn, types.MethodType):
         return fn.__func__, fn.__self__
@@ -149,6 +153,14 @@ def underlying_function(fn):
         return call, fn
     raise StagingError(f"s2s can only stage Python functions, not {type(fn).__name__}",
                        "pass a function defined with def or lambda")
+
+
+def is_numpy_function(fn) -> bool:
+    """Whether `fn` is a NumPy function (a ufunc too) that s2s stages by its own implementation."""
+    try:
+        return fn in NUMPY_IMPLS
+    except TypeError:          # unhashable
+        return False
 
 
 def _defining_function(fn):
@@ -175,6 +187,9 @@ def signature_of(fn) -> inspect.Signature:
         signature = remembered[1]
     else:
         signature = inspect.signature(py_fn)
+        ufunc = _defining_function(fn)
+        if isinstance(ufunc, np.ufunc):      # its operands (a transform of it has its signature); not out=, where=
+            signature = signature.replace(parameters=list(signature.parameters.values())[:ufunc.nin])
         try:
             _signatures[py_fn] = (defaults, signature)
         except TypeError:
@@ -265,7 +280,8 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
         return hit
     transformed = getattr(fn, "__s2s_transform__", False)
     # A clear error now if the source cannot be read.
-    source = None if transformed else function_source(_defining_function(fn))
+    source = None if transformed or is_numpy_function(_defining_function(fn)) else function_source(
+        _defining_function(fn))
     with paused_gc(), recording(receiver) as reads, JaxprBuilder() as builder:
         staged_leaves = []
         for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths):
@@ -304,7 +320,10 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
 def _description_and_location(fn) -> tuple[str, tuple[str, int]]:
     """'grad(loss)' or 'loss', and the file and line where the user's function is defined."""
     description = fn.describe() if getattr(fn, "__s2s_transform__", False) else None
-    source = function_source(_defining_function(fn))
+    defining = _defining_function(fn)
+    if is_numpy_function(defining):          # no source: NumPy's own function
+        return description or defining.__name__, ("numpy", 0)
+    source = function_source(defining)
     return description or source.name, (source.filename, source.node.lineno)
 
 

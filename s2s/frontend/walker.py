@@ -429,6 +429,8 @@ def call_user(fn, args, kwargs):
             if not is_array_constant(result):
                 return result
         return numpy_impl(*args, **kwargs)
+    if getattr(fn, "__s2s_transform__", False):   # of a NumPy function too, whose __module__ it has
+        return fn(*args, **kwargs)
     module = getattr(fn, "__module__", None) or ""
     if module == "numpy.random" or module.startswith("numpy.random."):
         raise UnsupportedFunctionError(

@@ -94,6 +94,25 @@ def _check_order(order, fn: str):
             f"transpose explicitly: {fn}(x, ..., order='F') is `{spelled}`")
 
 
+@implements(np.shape)
+def shape(a) -> tuple[int, ...]:
+    """A staged array's shape is static: a tuple of Python ints, as `x.shape` is."""
+    return _shape(a)
+
+
+@implements(np.ndim)
+def ndim(a) -> int:
+    return _ndim(a)
+
+
+@implements(np.size)
+def size(a, axis=None) -> int:
+    shape_ = _shape(a)
+    if axis is None:
+        return int(np.prod(shape_, dtype=np.int64))
+    return shape_[normalize_axis(axis, len(shape_))]
+
+
 @implements(np.reshape)
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
     """np.reshape (one -1 allowed). Only C order."""

@@ -404,3 +404,15 @@ def test_static_arguments_cannot_be_staged():
             S.repeat(x, n)
         with pytest.raises(ConcretizationError):
             S.roll(x, n)
+
+
+def _scaled_by_its_shape(x):
+    return x * np.shape(x)[0] + np.ndim(x) + np.size(x) + np.size(x, axis=-1)
+
+
+def test_shape_ndim_and_size_of_a_staged_array_are_static_ints():
+    x = np.arange(6.0).reshape(2, 3)
+    expected = _scaled_by_its_shape(x)
+    np.testing.assert_allclose(s2s.jit(_scaled_by_its_shape)(x), expected)
+    np.testing.assert_allclose(s2s.jit(_scaled_by_its_shape, backend="python")(x), expected)
+    np.testing.assert_allclose(s2s.grad(lambda x: _scaled_by_its_shape(x).sum())(x), np.full((2, 3), 2.0))
