@@ -698,16 +698,8 @@ def to_the_argument(x, y):
     return np.sum(x ** y)
 
 
-def jax_to_the_constant(x):
-    return jnp.sum(x ** EXPONENTS)
-
-
-def jax_constant_to_the(x):
-    return jnp.sum(BASES ** x)
-
-
-def jax_to_the_argument(x, y):
-    return jnp.sum(x ** y)
+jax_to_the_constant, jax_constant_to_the, jax_to_the_argument = (
+    helpers.with_numpy(f, jnp) for f in (to_the_constant, constant_to_the, to_the_argument))
 
 
 @pytest.mark.parametrize("f, jax_fn", [(to_the_constant, jax_to_the_constant),

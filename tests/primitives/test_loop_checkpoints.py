@@ -15,6 +15,8 @@ from s2s.core import eval_jaxpr
 from s2s.primitives import elementwise
 from s2s.primitives.loop_checkpoints import WHILE_SLOTS, while_reverse
 from s2s.primitives.loops import scan, while_loop
+from tests.frontend.test_control_flow import newton_sqrt
+from tests.helpers import with_numpy
 
 jax.config.update("jax_enable_x64", True)
 jnp = jax.numpy
@@ -177,19 +179,7 @@ def test_the_backward_loops_are_while_loops_on_the_slots():
 # backward loop keeps WHILE_SLOTS carries.
 
 
-def newton_sqrt(a):
-    x = a
-    while np.abs(x * x - a) > 1e-12 * a:
-        x = x - (x * x - a) / (2 * x)
-    return x
-
-
-def newton_sqrt_autograd(a):
-    anp = autograd.numpy
-    x = a
-    while anp.abs(x * x - a) > 1e-12 * a:
-        x = x - (x * x - a) / (2 * x)
-    return x
+newton_sqrt_autograd = with_numpy(newton_sqrt, autograd.numpy)
 
 
 @pytest.mark.parametrize("a", [2.0, 9.0, 1e4, 0.03])
