@@ -17,6 +17,12 @@ class _Values:
     enable_x64: bool = True
     # CPU devices of the XLA client; None: $S2S_NUM_CPU_DEVICES, else 1. Only before first use.
     num_cpu_devices: int | None = None
+    # Carries that XLA's reverse mode of a while loop with no bound keeps (its trip count is
+    # only known when it runs): memory is that many copies of the carry, and each step is
+    # advanced at most r times, r the least with C(k + r, r) >= the steps (k = 32: 3 up to
+    # 6,545 steps, 4 up to 58,905). Fewer saves memory on a big carry; more saves time on
+    # many steps.
+    while_loop_checkpoints: int = 32
 
 
 values = _Values()
@@ -31,6 +37,8 @@ def update(name: str, value) -> None:
     global _key
     if name == "num_cpu_devices":
         set_num_cpu_devices(value)   # refused once the client exists with another count
+    if name == "while_loop_checkpoints" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"while_loop_checkpoints must be a positive int, not {value!r}")
     if name == "enable_x64":
         value = bool(value)
         set_dispatch_x64(value)      # jaxlib's dispatcher types 64-bit NumPy values alike

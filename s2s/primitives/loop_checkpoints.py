@@ -30,11 +30,13 @@ those sizes. So every step is advanced at most r times, r the least with
 C(k + r, r) >= n: 10,000 steps with 32 slots advance each step at most 4 times (35,637
 advances in all, against the 10,000 steps of the forward pass).
 
-Kept: k carries and one step's residuals, whatever n is.
+Kept: k carries (in k + 1 rows: the carry an advance reaches is written above the top
+slot) and one step's residuals, whatever n is.
 
 A while loop without a bound (`while_loop[max_iters=None]`) is reversed by `while_reverse`:
 its number of steps is only known when it runs, so the backward pass runs the primal loop
-again, and on XLA reverses its steps on `WHILE_SLOTS` slots in the same way (counting them
+again, and on XLA reverses its steps in the same way on the `while_loop_checkpoints` slots of
+`s2s.config` (counting them
 first: only what the condition reads, so a loop to `n` counts without computing its body),
 while NumPy keeps a tape. The schedule's own loops are such while loops, so reverse over
 reverse works too.
@@ -45,7 +47,7 @@ import dataclasses
 
 import numpy as np
 
-from s2s import dtypes
+from s2s import config, dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Var, aval_of_value, eval_jaxpr
 from s2s.emit import stablehlo as _hlo
 from s2s.passes import jvp as _jvp, transpose as _transpose, vmap as _vmap
@@ -57,7 +59,7 @@ from s2s.passes.transpose import is_linear
 from s2s.passes.vmap import batch_jaxpr
 from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import closure_convert, nonzero_mask, prune_body, transposed_body
-from s2s.primitives.loops import _scan_split, scan, while_loop
+from s2s.primitives.loops import _scan_split, permute, scan, while_loop
 from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 _INDEX = np.dtype(dtypes.int64)     # steps, slots and schedule counts
@@ -221,12 +223,6 @@ def checkpointed_transpose(cts: list, args: list, params: dict) -> list | None:
             + _scattered(ct_xs_out, xs_lin))
 
 
-# A while loop runs a number of steps only known when it runs: reverse mode keeps this
-# many carries, whatever that number is (each step is then advanced at most r times, r the
-# least with C(32 + r, r) >= n: 3 up to 6,545 steps, 4 up to 58,905, 5 up to 435,897).
-WHILE_SLOTS = 32
-
-
 def unbounded_while_transpose(cts: list, args: list, params: dict) -> list | None:
     """The cotangents of a while loop's linear operands (None for the others), with no
     bound on its steps: one `while_reverse` (below). None when the loop has no primal
@@ -254,14 +250,16 @@ def unbounded_while_transpose(cts: list, args: list, params: dict) -> list | Non
         v.hint for v, lin in zip(body_invars, consts_lin + carry_lin) if not lin] + _bar_hints(carry_vars, carry_lin)
     n_primal_consts = consts_lin.count(False)
     lin_const_avals = [v.aval for v, lin in zip(body_invars[:n_body], consts_lin) if lin]
-    schedule, captured = _staged(lambda *ops_: _reversed_on_slots(step, condition, n_cond, n_primal_consts,
+    slots_kept = config.values.while_loop_checkpoints
+    schedule, captured = _staged(lambda *ops_: _reversed_on_slots(step, condition, n_cond, n_primal_consts, slots_kept,
                                                             lin_const_avals, _primal_hints(carry_vars, carry_lin),
                                                             _bar_hints(body_invars[:n_body], consts_lin)
                                                             + _bar_hints(carry_vars, carry_lin), list(ops_)),
                           [_aval(o) for o in operands], hints)
     assert not captured, "the slots' program reads only its operands"
-    outs = while_reverse.bind(*operands, schedule=tidy(schedule), condition=condition, forward=step.forward,
-                              transposed=step.transposed, num_cond_consts=n_cond,
+    invariant, forward, transposed = _tape_parts(step, n_primal_consts)
+    outs = while_reverse.bind(*operands, schedule=tidy(schedule), condition=condition, invariant=invariant,
+                              forward=forward, transposed=transposed, num_cond_consts=n_cond,
                               num_consts=n_primal_consts)
     for out, hint in zip(outs, _bar_hints(body_invars[:n_body], consts_lin) + _bar_hints(carry_vars, carry_lin)):
         if hint:
@@ -270,11 +268,34 @@ def unbounded_while_transpose(cts: list, args: list, params: dict) -> list | Non
     return [None] * n_cond + _scattered(ct_consts_out, consts_lin) + _init_cts(ct_init, carry, carry_lin)
 
 
-def _reversed_on_slots(step: _StepReversal, condition: ClosedJaxpr, n_cond: int, n_consts: int, lin_const_avals,
-                       primal_hints: list, bar_hints: list, operands: list) -> list:
+def _tape_parts(step: _StepReversal, n_consts: int) -> tuple[ClosedJaxpr, ClosedJaxpr, ClosedJaxpr]:
+    """What a tape needs: the residuals that read no carry, computed once (consts, primal
+    carry -> those; the carry is not read); the step with the residuals that change per
+    step, which the tape holds (-> carry, those); and the transposed step taking the two
+    kinds in that order, then the cotangents."""
+    jaxpr = step.forward.jaxpr
+    per_step = set(jaxpr.invars[n_consts:])
+    for eqn in jaxpr.eqns:
+        if any(isinstance(v, Var) and v in per_step for v in eqn.invars):
+            per_step.update(eqn.outvars)
+    n_primal = len(jaxpr.invars) - n_consts
+    residuals = jaxpr.outvars[n_primal:]
+    varies = [isinstance(r, Var) and r in per_step for r in residuals]
+    invariant = ClosedJaxpr(prune_body(step.forward, [False] * n_primal + [not v for v in varies])[0],
+                            step.forward.consts)
+    forward = ClosedJaxpr(prune_body(step.forward, [True] * n_primal + varies)[0], step.forward.consts)
+    order = [k for k, v in enumerate(varies) if not v] + [k for k, v in enumerate(varies) if v]
+    n_in = len(step.transposed.jaxpr.invars)
+    transposed = permute(step.transposed, order + list(range(len(residuals), n_in)),
+                         list(range(len(step.transposed.jaxpr.outvars))))
+    return invariant, forward, transposed
+
+
+def _reversed_on_slots(step: _StepReversal, condition: ClosedJaxpr, n_cond: int, n_consts: int, slots_kept: int,
+                       lin_const_avals, primal_hints: list, bar_hints: list, operands: list) -> list:
     """Stages what `while_reverse` computes on XLA: the primal loop run again to count its
     steps n (only what the condition reads), then `while t >= 0:` over steps n - 1 .. 0 on
-    `WHILE_SLOTS` slots. Returns the cotangents of the linear consts and of the tangent
+    `slots_kept` slots. Returns the cotangents of the linear consts and of the tangent
     carries."""
     cond_consts, primal_consts = operands[:n_cond], operands[n_cond:n_cond + n_consts]
     n_primal = len(step.advance.out_avals)
@@ -286,8 +307,8 @@ def _reversed_on_slots(step: _StepReversal, condition: ClosedJaxpr, n_cond: int,
     def advanced(steps, *primal):
         return [ops.add(steps, ops.literal(1, _INDEX)), *inline_jaxpr(step.advance, primal_consts + list(primal))]
     steps = _while(holds, advanced, [ops.full((), 0, _INDEX), *primal_init], ["steps", *primal_hints])[0]
-    slots0, slot_steps0 = _slots(primal_init, WHILE_SLOTS)
-    schedule = _Schedule(step.advance, primal_consts, [], None, WHILE_SLOTS, primal_hints)
+    slots0, slot_steps0 = _slots(primal_init, slots_kept)
+    schedule = _Schedule(step.advance, primal_consts, [], None, slots_kept, primal_hints)
     layout = [1, len(slots0), 2, len(lin_const_avals), len(ct_carry)]
 
     def not_done(*state):
@@ -307,8 +328,8 @@ def _reversed_on_slots(step: _StepReversal, condition: ClosedJaxpr, n_cond: int,
 
 
 # ---------------------------------------------------------------------------------------
-# while_reverse[schedule, condition, forward, transposed, num_cond_consts, num_consts](
-# *cond_consts, *consts, *init, *cts): the backward pass of a while loop with no
+# while_reverse[schedule, condition, invariant, forward, transposed, num_cond_consts,
+# num_consts](*cond_consts, *consts, *init, *cts): the backward pass of a while loop with no
 # bound, given its primal operands (the condition's constants, the body's primal
 # constants, the initial primal carry) and the cotangents of its tangent carries at the
 # end; returns the cotangents of the body's linear constants and of the tangent carries at
@@ -317,9 +338,12 @@ def _reversed_on_slots(step: _StepReversal, condition: ClosedJaxpr, n_cond: int,
 # - NumPy (the impl, and emitted Python) keeps a tape, as Tangent and autograd do: the loop
 #   runs again (`forward`: the step and its residuals) appending each step's residuals to
 #   a list, then `for residuals in reversed(tape):` runs the step's transposed tangent
-#   equations. Memory grows with the steps, nothing is computed twice.
-# - XLA, whose shapes are static, runs `schedule`: the same backward pass on WHILE_SLOTS
-#   slots (`_reversed_on_slots`). jvp, transposition and batching are those of `schedule`
+#   equations. Residuals that read no carry (`invariant`: `W.T` of a constant `W`) are
+#   computed once, before the loop, and kept out of the tape. Memory grows with the steps;
+#   the loop runs once more than the forward pass did (the forward pass is a loop of its
+#   own; it is dead code, and gone, when only the gradient is asked for).
+# - XLA, whose shapes are static, runs `schedule`: the same backward pass on a fixed number
+#   of slots (`_reversed_on_slots`, `s2s.config`'s while_loop_checkpoints). jvp, transposition and batching are those of `schedule`
 #   too: a derivative of this backward pass is staged, and lowered, as while loops.
 
 
@@ -327,11 +351,12 @@ def _while_reverse_abstract(*avals, schedule, **params):
     return list(schedule.out_avals)
 
 
-def _while_reverse_impl(*args, schedule, condition, forward, transposed, num_cond_consts, num_consts):
+def _while_reverse_impl(*args, schedule, condition, invariant, forward, transposed, num_cond_consts, num_consts):
     cond_consts, consts = args[:num_cond_consts], args[num_cond_consts:num_cond_consts + num_consts]
     n_primal = len(forward.jaxpr.invars) - num_consts
     primal = list(args[num_cond_consts + num_consts:num_cond_consts + num_consts + n_primal])
     cts = list(args[num_cond_consts + num_consts + n_primal:])
+    fixed = eval_jaxpr(invariant, *consts, *primal)
     tape = []
     while eval_jaxpr(condition, *cond_consts, *primal)[0]:
         outs = eval_jaxpr(forward, *consts, *primal)
@@ -340,7 +365,7 @@ def _while_reverse_impl(*args, schedule, condition, forward, transposed, num_con
     n_acc = len(schedule.out_avals) - len(cts)
     acc = [np.zeros(a.shape, a.dtype) for a in schedule.out_avals[:n_acc]]
     for residuals in reversed(tape):
-        outs = eval_jaxpr(transposed, *residuals, *cts)
+        outs = eval_jaxpr(transposed, *fixed, *residuals, *cts)
         acc = [np.asarray(a + d, a.dtype) for a, d in zip(acc, outs[:n_acc])]
         cts = outs[n_acc:]
     return acc + list(cts)

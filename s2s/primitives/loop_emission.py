@@ -312,6 +312,10 @@ def _emit_while_reverse(block, eqn, operands, names):
     write_assignment(block, primal, [_typed(o, v) for o, v in zip(operands[n_cond + n_consts:n_cond + n_consts + n_primal],
                                                                   eqn.invars[n_cond + n_consts:])], comment)
     primal_exprs = [Expr(c) for c in primal]
+    # Residuals that read no carry, once: the tape holds only those that change per step.
+    once = p["invariant"].jaxpr
+    invariant = [block.named(r, block.output_name(once, consts + primal_exprs, v, True), comment)
+                 for r, v in zip(block.write(once, consts + primal_exprs), once.outvars)]
     tape = block.names.fresh("tape")
     block.line(f"{tape} = []  # every step's residuals, for the backward pass{comment}")
     header_at = len(block.lines)
@@ -342,7 +346,7 @@ def _emit_while_reverse(block, eqn, operands, names):
     targets = ", ".join(r.text for r in taped) if taped else "_"
     block.line(f"for {targets} in reversed({tape}):{comment}")
     inner = block.nested()
-    outs = inner.write(p["transposed"].jaxpr, residuals + [Expr(c) for c in cts])
+    outs = inner.write(p["transposed"].jaxpr, invariant + residuals + [Expr(c) for c in cts])
     for name, d in zip(acc, outs[:n_acc]):
         inner.line(f"{name} += {d.text}{comment}")
     write_assignment(inner, cts, outs[n_acc:], comment)

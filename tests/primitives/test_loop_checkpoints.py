@@ -3,6 +3,7 @@ saves nothing per step, the backward pass keeps at most k carries and advances e
 at most r times (r the least with C(k + r, r) >= n), and the gradients are jax's for
 carries of every kind, scanned ys, reversed scans, nesting, vmap and forward-over-reverse."""
 import math
+import re
 
 import autograd
 import jax
@@ -13,7 +14,7 @@ import s2s
 from s2s import lax
 from s2s.core import eval_jaxpr
 from s2s.primitives import elementwise
-from s2s.primitives.loop_checkpoints import WHILE_SLOTS, while_reverse
+from s2s.primitives.loop_checkpoints import while_reverse
 from s2s.primitives.loops import scan, while_loop
 from tests.frontend.test_control_flow import newton_sqrt
 from tests.helpers import with_numpy
@@ -176,7 +177,7 @@ def test_the_backward_loops_are_while_loops_on_the_slots():
 
 # ---------------------------------------------------------------------------------------
 # while loops with no bound: the steps are counted by running the loop again, and the
-# backward loop keeps WHILE_SLOTS carries.
+# backward loop keeps s2s.config's while_loop_checkpoints carries (32).
 
 
 newton_sqrt_autograd = with_numpy(newton_sqrt, autograd.numpy)
@@ -198,7 +199,7 @@ def test_a_batch_of_newton_solves_stops_each_at_its_own_step():
 
 
 def rnn_while(W, h, n):
-    """A loop whose trip count is an argument: 40 > WHILE_SLOTS steps, a pytree carry."""
+    """A loop whose trip count is an argument (40 steps: more than the 32 slots), a pytree carry."""
     i, total = 0, np.zeros(h.shape)
     while i < n:
         h = np.tanh(W @ h)
@@ -233,7 +234,7 @@ def test_a_while_loop_keeps_its_slots_and_advances_each_step_at_most_r_times(mon
     W, h, _ = rnn_args(1, seed=5)
     closed = s2s.make_jaxpr(s2s.grad(rnn_while, argnums=(0, 1)))(W, h, np.int64(300))
     assert not [a for a in _all_avals(closed.jaxpr) if a.shape[:1] == (300,)]
-    assert (WHILE_SLOTS + 1, 3) in [a.shape for a in _all_avals(closed.jaxpr)]
+    assert (33, 3) in [a.shape for a in _all_avals(closed.jaxpr)]
     with_tape = eval_jaxpr(closed, W, h, np.int64(300))
     monkeypatch.setattr(while_reverse, "impl", lambda *args, schedule, **params: eval_jaxpr(schedule, *args))
     calls = _counting_tanh_calls(monkeypatch)
@@ -242,6 +243,40 @@ def test_a_while_loop_keeps_its_slots_and_advances_each_step_at_most_r_times(mon
     assert 299 <= advances <= 2 * 300
     for a, b in zip(with_tape, on_slots):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_fewer_slots_for_a_big_carry(monkeypatch):
+    """`s2s.config`'s while_loop_checkpoints sets the slots (here 4: five rows of the carry);
+    the gradient is the same."""
+    W, h, _ = rnn_args(1, seed=6)
+    expected = jax.grad(jax_rnn_fori, argnums=(0, 1))(W, h, 50)
+    monkeypatch.setattr(s2s.config.values, "while_loop_checkpoints", 4)
+    monkeypatch.setattr(s2s.config, "_key", None)
+    closed = s2s.make_jaxpr(s2s.grad(rnn_while, argnums=(0, 1)))(W, h, np.int64(50))
+    shapes = [a.shape for a in _all_avals(closed.jaxpr)]
+    assert (5, 3) in shapes and (33, 3) not in shapes
+    for g, e in zip(s2s.jit(s2s.grad(rnn_while, argnums=(0, 1)))(W, h, np.int64(50)), expected):
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="positive int"):
+        s2s.config.update("while_loop_checkpoints", 0)
+
+
+def scaled_rnn_while(W, h, n):
+    i = 0
+    while i < n:
+        h = np.tanh((W * 0.9) @ h)
+        i = i + 1
+    return h.sum()
+
+
+def test_the_tape_holds_only_what_changes_per_step():
+    """`W * 0.9` reads no carry: it is computed once, before the loop, not taped per step."""
+    W, h, _ = rnn_args(1, seed=7)
+    source = s2s.emit_python(s2s.grad(scaled_rnn_while), W, h, np.int64(5))
+    (appended,) = re.findall(r"tape\.append\((.*)\)", source)
+    assert "mul_W" not in appended and "mul_W = W * 0.9" in source, source
+    expected = jax.grad(lambda W, h: jax.lax.fori_loop(0, 5, lambda i, h: jnp.tanh((W * 0.9) @ h), h).sum())(W, h)
+    np.testing.assert_allclose(s2s.grad(scaled_rnn_while)(W, h, np.int64(5)), expected, rtol=1e-12)
 
 
 def test_emitted_python_keeps_a_tape():
