@@ -318,7 +318,7 @@ def _while_transpose(cts, *args, **params):
         return in_cts
     raise StagingError(
         "reverse-mode differentiation of a while_loop whose condition depends on the values "
-        "being differentiated: no fixed program runs it backwards",
+        "being differentiated (or that carries only such values): no fixed program runs it backwards",
         "make the condition depend only on values that are not differentiated (wrap what it "
         "reads in s2s.lax.stop_gradient), or use forward mode (s2s.jvp, s2s.jacfwd)")
 
