@@ -78,6 +78,14 @@ def test_a_collective_over_a_name_no_pmap_binds_is_an_error():
         s2s.pmap(lambda v: lax.psum(v, "j"), "i").lower(np.ones((N, 2)))
 
 
+def test_a_pmap_inside_another_transform_is_a_clear_error_for_now():
+    pmapped = s2s.pmap(total, "i")
+    with pytest.raises(StagingError, match="pmap was called on staged values"):
+        s2s.jit(lambda x: pmapped(x) * 2.0)(np.ones((N, 2)))
+    with pytest.raises(StagingError, match="pmap was called on staged values"):
+        s2s.grad(lambda x: pmapped(x).sum())(np.ones((N, 2)))
+
+
 def test_vmap_behaviour_is_unchanged_a_vmapped_psum_still_batches_away():
     x = np.arange(12.0).reshape(4, 3)
     np.testing.assert_allclose(s2s.jit(s2s.vmap(total, axis_name="i"))(x), np.broadcast_to(x.sum(0), x.shape))
