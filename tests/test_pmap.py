@@ -28,6 +28,8 @@ on_devices = pytest.mark.skipif(not IN_CHILD, reason="runs in the 8-device child
 
 def _child_env(**extra):
     env = dict(os.environ, S2S_NUM_CPU_DEVICES=str(N), **extra)
+    # jax, the oracle, on as many CPU devices
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={N}").strip()
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
@@ -195,6 +197,50 @@ def test_vmap_inside_pmap_peels_each_name():
         return rows + lax.psum(x, "i")
     out = s2s.pmap(centered_then_total, "i")(X)
     np.testing.assert_allclose(out, X - X.mean(1, keepdims=True) + X.sum(0))
+
+
+@on_devices
+def test_collectives_inside_scan_and_cond():
+    def scanned(x):
+        def body(c, _):
+            return c + lax.psum(c, "i") * 0.1, lax.pmax(c, "i")
+        return lax.scan(body, x, None, length=3)
+    c, ys = s2s.pmap(scanned, "i")(X)
+    expected, maxima = X.copy(), []
+    for _ in range(3):
+        maxima.append(expected.max(0))
+        expected = expected + expected.sum(0) * 0.1
+    np.testing.assert_allclose(c, expected, rtol=1e-12)
+    np.testing.assert_allclose(ys, np.broadcast_to(np.stack(maxima), (N,) + np.stack(maxima).shape))
+
+    def branch(x):
+        return lax.cond(lax.axis_index("i") % 2 == 0, lambda v: lax.psum(v, "i"), lambda v: 2.0 * lax.psum(v, "i"), x)
+    np.testing.assert_allclose(s2s.pmap(branch, "i")(X),
+                               X.sum(0) * np.where(np.arange(N) % 2 == 0, 1.0, 2.0)[:, None, None])
+
+
+W = np.arange(N * 5 * 3.0).reshape(N, 5, 3)
+
+
+def gathered_loss(x):
+    return np.sum(lax.all_gather(x, "i") * W)
+
+
+def psum_loss(x):
+    return np.sum(np.sin(lax.psum(x, "i")) ** 2)
+
+
+@on_devices
+@pytest.mark.parametrize("loss", [gathered_loss, psum_loss])
+def test_grad_through_collectives_against_jax_pmap(loss):
+    import jax
+    import jax.numpy as jnp
+    if jax.device_count() < N:
+        pytest.skip("jax sees fewer CPU devices")
+    from tests.test_lax import as_jax
+    ours = s2s.pmap(s2s.grad(loss), "i")(X)
+    theirs = np.asarray(jax.pmap(jax.grad(as_jax(loss)), "i")(X))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
 
 
 def mlp_loss(params, x, y):
