@@ -5,15 +5,27 @@ devices; each argument goes in as ONE jaxlib array spanning them, built from one
 device (JAXLIB_NOTES.md, "Several devices"); the results come back one array per device
 per output. jaxlib's per-device arrays are put on a GSPMD sharding marked replicated: each
 device's shard has the shape the program sees, which is what a replica's parameter is.
-Like `s2s_runtime.xla`, nothing here depends on jax being importable.
+Compiled executables are kept in memory by (module text, devices), and on disk in the
+executable cache like jit's, keyed by everything that changes the compiled code. Like
+`s2s_runtime.xla`, nothing here depends on jax being importable.
 """
 from __future__ import annotations
 
+import collections
+import threading
+
 import numpy as np
 
-from s2s_runtime import quiet_logs  # noqa: F401  (before jaxlib loads)
+from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
 from s2s_runtime.xla import _Aval, client
-from jaxlib import xla_client
+from jaxlib import version as jaxlib_version, xla_client
+
+# (text, device ids) -> compiled executable, the most recent last. A pmapped function is
+# staged again when the Python values its staging read change (a lambda made in its body
+# is new each call): the module it lowers to is then the same text, served from here.
+_compiled: collections.OrderedDict = collections.OrderedDict()
+_compiled_lock = threading.Lock()
+_KEEP = 64
 
 
 def _install_sharding_hooks() -> None:
@@ -42,6 +54,37 @@ def replica_options(devices: list):
     return xla_client.DeviceList(tuple(devices)), options
 
 
+def _disk_cache_key(mlir_text: str, devices: list, options) -> tuple:
+    """Everything that changes the compiled code (DESIGN.md: never serve wrong code)."""
+    cl = client()
+    return (mlir_text, f"jaxlib {jaxlib_version.__version__}",
+            f"platform {cl.platform} {cl.platform_version}",
+            f"{len(cl.devices())} {devices[0].device_kind} devices, replicas on {[d.id for d in devices]}",
+            b"compile options " + options.SerializeAsString(),
+            f"option overrides {sorted(options.env_option_overrides)!r}",
+            *disk_cache.process_environment())
+
+
+def _compile(mlir_text: str, devices: list, device_list, options):
+    """(the executable, whether it came from a cache): in memory, then on disk, else compiled."""
+    key = (mlir_text, tuple(d.id for d in devices))
+    with _compiled_lock:
+        exe = _compiled.get(key)
+        if exe is not None:
+            _compiled.move_to_end(key)
+            return exe, True
+    cl = client()
+    exe, hit = disk_cache.get_or_compile(
+        _disk_cache_key(mlir_text, devices, options),
+        lambda: cl.compile_and_load(mlir_text, device_list, options), cl.serialize_executable,
+        lambda data: cl.deserialize_executable(data, device_list, options))
+    with _compiled_lock:
+        _compiled[key] = exe
+        while len(_compiled) > _KEEP:
+            _compiled.popitem(last=False)
+    return exe, hit
+
+
 class ReplicatedExecutable:
     """A StableHLO module with `mhlo.num_replicas = len(devices)`, compiled for `devices`.
 
@@ -56,7 +99,7 @@ class ReplicatedExecutable:
         self.text = mlir_text
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]
         device_list, options = replica_options(self.devices)
-        self._exe = cl.compile_and_load(mlir_text, device_list, options)
+        self._exe, self.cache_hit = _compile(mlir_text, self.devices, device_list, options)
         self._sharding = xla_client.GSPMDSharding(device_list, xla_client.HloSharding.replicate())
         self._device_shardings = [xla_client.SingleDeviceSharding(d) for d in self.devices]
 

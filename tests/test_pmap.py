@@ -12,6 +12,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -176,7 +177,7 @@ def test_compiled_once_per_kind_of_arguments(monkeypatch):
 
     class Counting(pmap_module.ReplicatedExecutable):
         def __init__(self, *args):
-            made.append(1)
+            made.append(self)
             super().__init__(*args)
     monkeypatch.setattr(pmap_module, "ReplicatedExecutable", Counting)
 
@@ -188,6 +189,11 @@ def test_compiled_once_per_kind_of_arguments(monkeypatch):
     assert len(made) == 1
     f(X[:, :2])
     assert len(made) == 2
+    # A new function with the same code stages again, and lowers to the same module: the
+    # executable is served from the runtime's cache, not compiled again.
+    again = types.FunctionType(doubled_total.__code__, doubled_total.__globals__, "doubled_total")
+    np.testing.assert_allclose(s2s.pmap(again, "i")(X), np.broadcast_to(2 * X.sum(0), X.shape))
+    assert len(made) == 3 and made[2].cache_hit and made[2]._exe is made[0]._exe
 
 
 @on_devices
