@@ -10,8 +10,9 @@ collectives of `s2s.lax` in it (`psum`, `pmean`, `pmax`, `pmin`, `all_gather`,
 
 As in JAX: the mapped size is the number of devices used (the first ones of
 `s2s.devices()`, or exactly `devices`); `in_axes` is an int, None (the argument is
-replicated: every device gets all of it) or a tuple with one such entry per positional
-argument; `out_axes` (an int or None, for every result) is where the device axis goes in
+replicated: every device gets all of it) or a tuple with one entry per positional
+argument, each an int, None or a tree prefix of the argument holding them (`{"W": None,
+"b": 0}`); `out_axes` (an int or None, for every result) is where the device axis goes in
 the results (None: the results are the same on every device, and device 0's is returned);
 `static_broadcasted_argnums` are passed to `fn` as Python values (hashable), one staging
 per value. Keyword arguments are replicated. The results are NumPy arrays.
@@ -62,6 +63,20 @@ class _Call:
     size: int
 
 
+def _axes_per_leaf(spec, arg, name: str) -> list:
+    """`spec` (an int, None, or a tree prefix of `arg` holding them) as one axis per leaf."""
+    if _is_axis(spec):
+        return [spec] * len(tree_util.tree_leaves(arg))
+    axes, spec_def = tree_util.tree_flatten(spec, is_leaf=_is_axis)
+    try:
+        subtrees = tree_util.flatten_up_to(spec_def, arg)
+    except ValueError as e:
+        raise StagingError(f"pmap in_axes {spec!r} for `{name}` is not a tree prefix of it: {e}",
+                           "give its containers down to where one axis applies to a whole "
+                           "subtree, or one int/None for all of it") from None
+    return [a for a, sub in zip(axes, subtrees) for _ in range(len(tree_util.tree_leaves(sub)))]
+
+
 class Pmapped:
     """`pmap(fn, ...)`: called like `fn` on a batch split over devices."""
 
@@ -105,7 +120,7 @@ class Pmapped:
                 continue
             leaves, treedef = tree_util.tree_flatten(arg)
             leaf_examples, leaf_dims = [], []
-            for leaf in leaves:
+            for leaf, axis in zip(leaves, _axes_per_leaf(axis, arg, names[i])):
                 if isinstance(leaf, Tracer):
                     raise StagingError("pmap was called on staged values: a pmap inside jit, grad, "
                                        "vmap or another pmap is not supported yet",
@@ -235,7 +250,7 @@ def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_a
                               static_broadcasted_argnums=static_broadcasted_argnums, devices=devices)
     if not callable(fn):
         raise TypeError(f"pmap needs a function, got {type(fn).__name__}")
-    specs = list(in_axes) if isinstance(in_axes, (tuple, list)) else [in_axes]
+    specs = tree_util.tree_leaves(in_axes, is_leaf=_is_axis)
     if not all(_is_axis(a) for a in specs):
         raise StagingError(f"pmap in_axes must hold ints and None (one per positional argument), got {in_axes!r}",
                            "write in_axes like 0, None, or (None, 0, 0)").with_traceback(None)

@@ -137,6 +137,11 @@ def test_in_axes_none_and_1_and_out_axes():
     np.testing.assert_allclose(out, X @ w + X.sum())
     out1 = s2s.pmap(lambda x: x * 2.0, in_axes=0, out_axes=1)(X)
     np.testing.assert_allclose(out1, np.moveaxis(X * 2.0, 0, 1))
+    tree = {"w": w, "x": xt}
+    out = s2s.pmap(lambda t: t["x"] @ t["w"], in_axes=({"w": None, "x": 1},))(tree)
+    np.testing.assert_allclose(out, X @ w)
+    with pytest.raises(StagingError, match="not a tree prefix of it"):
+        s2s.pmap(lambda t: t["x"], in_axes=([None, 1],))(tree)
     replicated = s2s.pmap(total, "i", out_axes=None)(X)
     np.testing.assert_allclose(replicated, X.sum(0))
 
