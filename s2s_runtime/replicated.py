@@ -94,7 +94,6 @@ class ReplicatedExecutable:
 
     def __init__(self, mlir_text: str, in_dtypes, devices: list):
         _install_sharding_hooks()
-        cl = client()
         self.devices = list(devices)
         self.text = mlir_text
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]

@@ -245,7 +245,6 @@ def psum_loss(x):
 @pytest.mark.parametrize("loss", [gathered_loss, psum_loss])
 def test_grad_through_collectives_against_jax_pmap(loss):
     import jax
-    import jax.numpy as jnp
     if jax.device_count() < N:
         pytest.skip("jax sees fewer CPU devices")
     from tests.test_lax import as_jax
