@@ -8,6 +8,7 @@ from s2s import config, dtypes, tree as tree_util
 from s2s import primitives as _primitives  # noqa: F401  (declares every primitive)
 from s2s import numpy_api as _numpy_api  # noqa: F401  (fills the NumPy dispatch table)
 from s2s.mapping import vmap
+from s2s.pmap import pmap
 from s2s.autodiff import (grad, hessian, jacfwd, jacrev, jvp, linear_transpose, linearize,
                           value_and_grad, vjp)
 from s2s.custom_derivatives import custom_jvp, custom_vjp
@@ -30,7 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Array", "DonatedBufferError", "block_until_ready", "checkpoint", "checkpoint_name", "checkpointed",
     "checkpoint_policies", "custom_jvp", "custom_vjp", "device_count", "devices", "export", "local_device_count", "process_count",
-    "print_saved_residuals", "process_index", "grad", "hessian", "jacfwd", "jacrev", "jvp", "lax", "linear_transpose", "linearize",
+    "print_saved_residuals", "process_index", "grad", "hessian", "jacfwd", "jacrev", "jvp", "lax", "linear_transpose", "linearize", "pmap",
     "value_and_grad", "vjp", "vmap",
     "ClosedJaxpr", "ConcretizationError", "Jaxpr", "Jitted", "S2SError", "ShapeDtype",
     "ShapeError", "ShapedArray", "remat", "StagingError", "StaleSourceError", "UnsupportedFunctionError",

@@ -95,8 +95,11 @@ def _location(info, root: str | None = None) -> str:
 class LoweringContext:
     """Collects the ops of one function body."""
 
-    def __init__(self, root: str | None = None):
+    def __init__(self, root: str | None = None, replica_axes: tuple = ()):
         self.root = root   # source files inside it are located relative to it
+        # The named axes mapped over the module's replicas ((name, size), ...): a pmap's.
+        # Collectives over them lower to XLA's cross-replica ops; others cannot lower.
+        self.replica_axes = tuple(replica_axes)
         self.lines: list[str] = []
         self._taken: set[str] = set()
         self._next: dict[str, int] = {}
@@ -163,16 +166,19 @@ def donation_aliases(closed: ClosedJaxpr, donated) -> dict[int, int]:
 
 
 def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | None = None,
-          root: str | None = None) -> str:
+          root: str | None = None, replica_axes: tuple = ()) -> str:
     """The StableHLO module of `closed` as MLIR text; `@main` takes (consts..., args...).
 
     `aliases` ({input index: output index}, see `donation_aliases`) lets XLA write those
     outputs into the donated inputs' buffers (`tf.aliasing_output`). `root`: a folder whose
     files the `loc(...)`s name relative to it, so the text is the same in any checkout.
+    `replica_axes` ((name, size), ...): the module is one SPMD program run on that many
+    replicas (`mhlo.num_replicas`), and collectives over those names run across them.
     """
     closed = inline_calls(closed)
     jaxpr = closed.jaxpr
-    ctx = LoweringContext(root)
+    ctx = LoweringContext(root, replica_axes)
+    replicas = int(np.prod([size for _, size in replica_axes], dtype=np.int64)) if replica_axes else 1
     env: dict[Var, str] = {}
     params = []
     aliases = aliases or {}
@@ -186,7 +192,7 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
     out_types = [tensor_type(v.aval) for v in jaxpr.outvars]
     body = "\n".join(f"    {line}" for line in ctx.lines)
     ret = f"    return {', '.join(results)} : {', '.join(out_types)}" if results else "    return"
-    return (f"module @{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n"
+    return (f"module @{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = {replicas} : i32}} {{\n"
             f"  func.func public @main({', '.join(params)}) -> ({', '.join(out_types)}) {{\n"
             f"{body}\n{ret}\n  }}\n}}\n")
 

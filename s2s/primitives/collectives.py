@@ -26,9 +26,12 @@ cotangent, all_gather's is this example's slice of the psum of the cotangent. pm
 have no derivative in JAX; here their tangent is that of the selected example, ties sharing
 it evenly, as `reduce_max`'s jvp does.
 
-Nothing here runs on one example: the NumPy impl, the Python emission and the StableHLO
-lowering of a collective whose axis was never batched away raise a StagingError that says
-where it runs (pmap, a later transform, will lower them to XLA's collectives over devices).
+Nothing here runs on one example: the NumPy impl and the Python emission of a collective
+whose axis was never batched away raise a StagingError that says where it runs. Lowered to
+StableHLO inside a pmap (`s2s/pmap.py`), whose module runs once per device as XLA replicas,
+a collective over the pmap's axis becomes XLA's cross-replica op: psum/pmax/pmin an
+`all_reduce`, all_gather an `all_gather`, axis_index the `replica_id`; over any other axis it
+cannot lower and says so.
 """
 from __future__ import annotations
 
@@ -128,7 +131,6 @@ def _axis_index_abstract(*, axes):
 def _declare(name: str, abstract_eval) -> Primitive:
     prim = Primitive(name, abstract_eval, _needs_every_example(name))
     _pyexpr.register(prim, lambda eqn, *operands: _not_emitted(name, eqn, "emitted as Python"))
-    _hlo.register(prim, lambda ctx, eqn, *operands: _not_emitted(name, eqn, "lowered"))
     return prim
 
 
@@ -282,3 +284,60 @@ _vmap.register(pmax, _reducing_rule(pmax, ops.reduce_max, lambda x, size: x), re
 _vmap.register(pmin, _reducing_rule(pmin, ops.reduce_min, lambda x, size: x), reads_axis=True)
 _vmap.register(all_gather, _all_gather_rule, reads_axis=True)
 _vmap.register(axis_index, _axis_index_rule, reads_axis=True)
+
+# ---------------------------------------------------------------------------------------
+# StableHLO lowering: inside a pmap, where the module runs once per device (its replicas),
+# over the pmap's axis. One pmap axis spans every replica, so the replica groups are one
+# group of all of them (replica i holds example i).
+
+
+def _replica_groups(ctx, name: str, eqn) -> str:
+    """The `replica_groups` attribute of a collective over `eqn`'s axes, which must be
+    exactly the replica axes of the module being lowered."""
+    axes = eqn.params["axes"]
+    if not ctx.replica_axes or tuple(axes) != tuple(ctx.replica_axes):
+        raise _unbatched_error(name, axes, "is only lowered inside the pmap (or batched by the vmap) "
+                                           "that binds it")
+    n = axes_size(axes)
+    return f"replica_groups = dense<[[{', '.join(map(str, range(n)))}]]> : tensor<1x{n}xi64>"
+
+
+def _all_reduce_rule(name: str, combine: str):
+    def rule(ctx, eqn, x):
+        groups = _replica_groups(ctx, name, eqn)
+        aval = eqn.invars[0].aval
+        scalar = _hlo.tensor_type(ShapedArray((), aval.dtype))
+        a, b, c = ctx.fresh("a"), ctx.fresh("b"), ctx.fresh("c")
+        typ = _hlo.out_type(eqn)
+        out = ctx.fresh(_hlo.hint(eqn) or name)
+        ctx.lines += [f'{out} = "stablehlo.all_reduce"({x}) ({{',
+                      f"  ^bb0({a}: {scalar}, {b}: {scalar}):",
+                      f"    {c} = stablehlo.{combine} {a}, {b} : {scalar}",
+                      f"    stablehlo.return {c} : {scalar}",
+                      f"}}) {{{groups}}} : ({_hlo.tensor_type(aval)}) -> {typ}{ctx.location}"]
+        return [out]
+    return rule
+
+
+def _all_gather_lowering(ctx, eqn, x, *, axes, dimension, tiled):
+    groups = _replica_groups(ctx, "all_gather", eqn)
+    aval = eqn.invars[0].aval
+    if not tiled:   # a new axis of size 1 at `dimension`, gathered along
+        kept = ShapedArray(aval.shape[:dimension] + (1,) + aval.shape[dimension:], aval.dtype)
+        x = ctx.op(f"stablehlo.reshape {x} : ({_hlo.tensor_type(aval)}) -> {_hlo.tensor_type(kept)}")
+        aval = kept
+    return [ctx.op(f'"stablehlo.all_gather"({x}) {{all_gather_dim = {dimension} : i64, {groups}}} : '
+                   f"({_hlo.tensor_type(aval)}) -> {_hlo.out_type(eqn)}", _hlo.hint(eqn) or "gathered")]
+
+
+def _axis_index_lowering(ctx, eqn, *, axes):
+    _replica_groups(ctx, "axis_index", eqn)
+    replica = ctx.op("stablehlo.replica_id : tensor<ui32>", "replica")
+    return [ctx.op(f"stablehlo.convert {replica} : (tensor<ui32>) -> tensor<i32>", _hlo.hint(eqn) or "index")]
+
+
+_hlo.register(psum, _all_reduce_rule("psum", "add"))
+_hlo.register(pmax, _all_reduce_rule("pmax", "maximum"))
+_hlo.register(pmin, _all_reduce_rule("pmin", "minimum"))
+_hlo.register(all_gather, lambda ctx, eqn, x: _all_gather_lowering(ctx, eqn, x, **eqn.params))
+_hlo.register(axis_index, lambda ctx, eqn: _axis_index_lowering(ctx, eqn, **eqn.params))

@@ -1,0 +1,265 @@
+"""`pmap`: a function of one device's share of a batch, run on several devices at once.
+
+    grads = s2s.pmap(step, axis_name="devices", in_axes=(None, 0, 0))(params, xs, ys)
+
+`pmap(fn)` splits each mapped argument along its `in_axes` axis, one slice per device, and
+runs `fn` on every device at once as one SPMD program (XLA replicas, one per device). `fn`
+is staged once, for one device's shapes, under the named axis `axis_name`, so the
+collectives of `s2s.lax` in it (`psum`, `pmean`, `pmax`, `pmin`, `all_gather`,
+`axis_index`) lower to XLA's cross-replica ops (see `s2s/primitives/collectives.py`).
+
+As in JAX: the mapped size is the number of devices used (the first ones of
+`s2s.devices()`, or exactly `devices`); `in_axes` is an int, None (the argument is
+replicated: every device gets all of it) or a tuple with one entry per positional
+argument, each an int, None or a tree prefix of the argument holding them (`{"W": None,
+"b": 0}`); `out_axes` (an int or None, for every result) is where the device axis goes in
+the results (None: the results are the same on every device, and device 0's is returned);
+`static_broadcasted_argnums` are passed to `fn` as Python values (hashable), one staging
+per value. Keyword arguments are replicated. The results are NumPy arrays.
+
+This increment runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
+`s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet:
+`axis_index_groups`, `ppermute`/`all_to_all`/`psum_scatter`, a pmap staged inside another
+transform (jit, grad or vmap of a pmap, nested pmaps), donation, several processes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from s2s import dtypes, tree as tree_util
+from s2s.eager import staged_or_error
+from s2s.emit.stablehlo import lower
+from s2s.errors import S2SError, StagingError
+from s2s.frontend import Staged, reraise_clean
+from s2s.mapping import _positional_names
+from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
+from s2s.passes.vmap import example_aval
+from s2s.staging import Tracer, named_axis
+from s2s_runtime.replicated import ReplicatedExecutable
+from s2s_runtime.xla import devices as all_devices, hlo_text
+
+__all__ = ["pmap"]
+
+
+def _is_axis(spec) -> bool:
+    return spec is None or (isinstance(spec, (int, np.integer)) and not isinstance(spec, bool))
+
+
+class _Dim:
+    """Stands for a leaf in a copy of the call's arguments: its mapped axis (or None)."""
+    __slots__ = ("dim",)
+
+    def __init__(self, dim):
+        self.dim = dim
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    example_args: tuple   # positional arguments with mapped leaves as one device's avals
+    dim_args: tuple       # the same tree, each non-static leaf a _Dim
+    size: int
+
+
+def _axes_per_leaf(spec, arg, name: str) -> list:
+    """`spec` (an int, None, or a tree prefix of `arg` holding them) as one axis per leaf."""
+    if _is_axis(spec):
+        return [spec] * len(tree_util.tree_leaves(arg))
+    axes, spec_def = tree_util.tree_flatten(spec, is_leaf=_is_axis)
+    try:
+        subtrees = tree_util.flatten_up_to(spec_def, arg)
+    except ValueError as e:
+        raise StagingError(f"pmap in_axes {spec!r} for `{name}` is not a tree prefix of it: {e}",
+                           "give its containers down to where one axis applies to a whole "
+                           "subtree, or one int/None for all of it") from None
+    return [a for a, sub in zip(axes, subtrees) for _ in range(len(tree_util.tree_leaves(sub)))]
+
+
+class Pmapped:
+    """`pmap(fn, ...)`: called like `fn` on a batch split over devices."""
+
+    def __init__(self, fn, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices):
+        functools.update_wrapper(self, fn, updated=())
+        self.fn = fn
+        self.axis_name = axis_name
+        self.in_axes, self.out_axes = in_axes, out_axes
+        static = static_broadcasted_argnums
+        self.static_argnums = (static,) if isinstance(static, int) else tuple(static)
+        self.devices = None if devices is None else list(devices)
+        inner = getattr(fn, "__name__", "f")
+        self.__name__ = f"pmap_{inner}" if isinstance(inner, str) and inner.isidentifier() else "pmap"
+        self.__qualname__ = self.__name__
+
+    def __repr__(self):
+        return f"<s2s pmap({getattr(self.fn, '__qualname__', 'f')})>"
+
+    # -- splitting a call over devices
+
+    def _split(self, args: tuple, devices_needed: bool) -> _Call:
+        static = {i % len(args) for i in self.static_argnums if -len(args) <= i < len(args)}
+        in_axes = self.in_axes
+        if isinstance(in_axes, list):
+            in_axes = tuple(in_axes)
+        if isinstance(in_axes, tuple):
+            if len(in_axes) != len(args):
+                raise StagingError(f"pmap in_axes has {len(in_axes)} entries but {self.__name__} was "
+                                   f"called with {len(args)} positional arguments",
+                                   "give in_axes as an int, None, or a tuple with one entry per "
+                                   "positional argument")
+            per_arg = list(in_axes)
+        else:
+            per_arg = [in_axes] * len(args)
+        names = _positional_names(self.fn, len(args))
+        example, dims, sizes = [], [], []
+        for i, (arg, axis) in enumerate(zip(args, per_arg)):
+            if i in static:
+                example.append(arg)
+                dims.append(arg)
+                continue
+            leaves, treedef = tree_util.tree_flatten(arg)
+            leaf_examples, leaf_dims = [], []
+            for leaf, axis in zip(leaves, _axes_per_leaf(axis, arg, names[i])):
+                if isinstance(leaf, Tracer):
+                    raise StagingError("pmap was called on staged values: a pmap inside jit, grad, "
+                                       "vmap or another pmap is not supported yet",
+                                       "call the pmapped function at the top level, and put jit, "
+                                       "grad or vmap inside it")
+                if axis is None:
+                    leaf_examples.append(leaf)
+                    leaf_dims.append(_Dim(None))
+                    continue
+                if not (isinstance(leaf, (int, float)) or is_staged_leaf(leaf)):
+                    raise StagingError(f"pmap cannot map `{names[i]}`: {describe_arg(leaf)} is not an array",
+                                       "pass arrays for mapped arguments, or None in in_axes")
+                aval = aval_of_arg(leaf)
+                if not -aval.ndim <= axis < aval.ndim:
+                    raise StagingError(f"pmap in_axes {axis} for `{names[i]}` is out of range for an "
+                                       f"array of rank {aval.ndim}",
+                                       "map an axis the argument has, or pass None to replicate it")
+                d = axis % aval.ndim
+                sizes.append((names[i], aval.shape[d]))
+                leaf_examples.append(example_aval(aval, d))
+                leaf_dims.append(_Dim(d))
+            example.append(treedef.unflatten(leaf_examples))
+            dims.append(treedef.unflatten(leaf_dims))
+        if not sizes:
+            raise StagingError("pmap maps no argument (in_axes is None for all of them), so it "
+                               "cannot tell how many devices to use",
+                               "map at least one argument along its device axis")
+        size = sizes[0][1]
+        for name, n in sizes:
+            if n != size:
+                listed = ", ".join(f"`{a}` has size {b}" for a, b in sizes)
+                raise StagingError(f"pmap got mapped axes of different sizes: {listed}",
+                                   "every mapped argument needs one slice per device along its in_axes axis")
+        if devices_needed:
+            available = self.devices if self.devices is not None else all_devices()
+            if (self.devices is not None and size != len(available)) or size > len(available):
+                name = sizes[0][0]
+                raise StagingError(f"pmap's mapped axis of `{name}` has size {size}, but "
+                                   f"{len(available)} device(s) are "
+                                   f"{'given' if self.devices is not None else 'available'}",
+                                   "the mapped axis needs one slice per device: give it that size "
+                                   "(set S2S_NUM_CPU_DEVICES or s2s.config num_cpu_devices for more CPU devices)")
+        return _Call(tuple(example), tuple(dims), size)
+
+    def _staged(self, call: _Call, kwargs) -> Staged:
+        if self.axis_name is None:
+            return staged_or_error(self.fn, call.example_args, kwargs, self.static_argnums)
+        with named_axis(self.axis_name, call.size):
+            return staged_or_error(self.fn, call.example_args, kwargs, self.static_argnums)
+
+    def _replica_axes(self, size: int) -> tuple:
+        return ((self.axis_name, size),) if self.axis_name is not None else ((object(), size),)
+
+    def _text(self, staged: Staged, size: int) -> str:
+        return lower(staged.closed, replica_axes=self._replica_axes(size))
+
+    def __call__(self, *args, **kwargs):
+        try:
+            call = self._split(args, devices_needed=True)
+            staged = self._staged(call, kwargs)
+            used = (self.devices if self.devices is not None else all_devices())[:call.size]
+            in_dims = [d.dim if isinstance(d, _Dim) else None
+                       for d in staged.flat_inputs(call.dim_args, tree_util.tree_map(lambda _: _Dim(None), kwargs))]
+            key = ("pmap", self.axis_name, tuple(d.id for d in used), tuple(in_dims))
+            executable = staged.artifact(key, lambda: self._compile(staged, call.size, used))
+            outs = self._run(executable, staged, in_dims, staged.flat_inputs(args, kwargs), call.size)
+        except S2SError as e:
+            reraise_clean(e)
+        return staged.out_tree.unflatten(outs)
+
+    def _compile(self, staged: Staged, size: int, used: list) -> ReplicatedExecutable:
+        jaxpr = staged.closed.jaxpr
+        return ReplicatedExecutable(self._text(staged, size),
+                                    [_device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars], used)
+
+    def _run(self, executable, staged: Staged, in_dims: list, flat: list, size: int) -> list:
+        jaxpr = staged.closed.jaxpr
+        shards = [[np.asarray(c)] * size for c in staged.closed.consts]
+        for value, d, v in zip(flat, in_dims, jaxpr.invars):
+            array = np.asarray(value, _device_dtype(v.aval.dtype))
+            shards.append([array] * size if d is None else list(np.moveaxis(array, d, 0)))
+        results = executable.execute(shards)
+        outs = []
+        for per_device, v in zip(results, jaxpr.outvars):
+            if self.out_axes is None:
+                out = per_device[0]
+            else:
+                out = np.stack(per_device, axis=self.out_axes % (v.aval.ndim + 1))
+            if v.aval.dtype == dtypes.float0:
+                out = np.zeros(out.shape, dtypes.float0)
+            outs.append(out)
+        return outs
+
+    def lower(self, *args, **kwargs) -> "Lowered":
+        """The StableHLO module this function runs for these arguments (no devices needed)."""
+        try:
+            call = self._split(args, devices_needed=False)
+            staged = self._staged(call, kwargs)
+            return Lowered(self._text(staged, call.size))
+        except S2SError as e:
+            reraise_clean(e)
+
+
+def _device_dtype(dtype) -> np.dtype:
+    """What an input of `dtype` is sent to XLA as: float0 (no data) as bool."""
+    return np.dtype(bool) if dtype == dtypes.float0 else np.dtype(dtype)
+
+
+class Lowered:
+    """A pmapped function lowered to StableHLO: `.as_text()`, `.as_hlo_text()`."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def as_text(self) -> str:
+        return self.text
+
+    def as_hlo_text(self) -> str:
+        return hlo_text(self.text)
+
+
+def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(), devices=None):
+    """`fn` run on several devices at once, each on its slice of the mapped arguments
+    (jax.pmap); usable as a decorator, bare or with arguments."""
+    if fn is None:
+        return lambda f: pmap(f, axis_name, in_axes=in_axes, out_axes=out_axes,
+                              static_broadcasted_argnums=static_broadcasted_argnums, devices=devices)
+    if not callable(fn):
+        raise TypeError(f"pmap needs a function, got {type(fn).__name__}")
+    specs = tree_util.tree_leaves(in_axes, is_leaf=_is_axis)
+    if not all(_is_axis(a) for a in specs):
+        raise StagingError(f"pmap in_axes must hold ints and None (one per positional argument), got {in_axes!r}",
+                           "write in_axes like 0, None, or (None, 0, 0)").with_traceback(None)
+    if not _is_axis(out_axes):
+        raise StagingError(f"pmap out_axes must be an int or None, got {out_axes!r}",
+                           "write out_axes=0 (stacked along a new first axis) or None").with_traceback(None)
+    try:
+        hash(axis_name)
+    except TypeError:
+        raise StagingError(f"pmap axis_name must be hashable, got {axis_name!r}",
+                           "name the axis with a string, e.g. axis_name='devices'") from None
+    return Pmapped(fn, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices)

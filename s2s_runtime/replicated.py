@@ -1,0 +1,127 @@
+"""One SPMD program run on several devices of this process, one XLA replica per device.
+
+What `s2s.pmap` runs: the module (`mhlo.num_replicas = n`) is compiled once for the `n`
+devices; each argument goes in as ONE jaxlib array spanning them, built from one shard per
+device (JAXLIB_NOTES.md, "Several devices"); the results come back one array per device
+per output. jaxlib's per-device arrays are put on a GSPMD sharding marked replicated: each
+device's shard has the shape the program sees, which is what a replica's parameter is.
+Compiled executables are kept in memory by (module text, devices), and on disk in the
+executable cache like jit's, keyed by everything that changes the compiled code. Like
+`s2s_runtime.xla`, nothing here depends on jax being importable.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+
+import numpy as np
+
+from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
+from s2s_runtime.xla import _Aval, client
+from jaxlib import version as jaxlib_version, xla_client
+
+# (text, device ids) -> compiled executable, the most recent last. A pmapped function is
+# staged again when the Python values its staging read change (a lambda made in its body
+# is new each call): the module it lowers to is then the same text, served from here.
+_compiled: collections.OrderedDict = collections.OrderedDict()
+_compiled_lock = threading.Lock()
+_KEEP = 64
+
+
+def _install_sharding_hooks() -> None:
+    """The attributes jaxlib's C++ side reads from a GSPMD sharding (jax would install them)."""
+    sharding = xla_client.GSPMDSharding
+    if getattr(sharding, "_s2s_hooks", False):
+        return
+    if not hasattr(sharding, "_to_xla_hlo_sharding"):
+        sharding._to_xla_hlo_sharding = lambda self, ndim: self._hlo_sharding
+    for name, value in (("is_fully_replicated", True), ("is_fully_addressable", True),
+                        ("memory_kind", None)):
+        if not hasattr(sharding, name):
+            setattr(sharding, name, property(lambda self, value=value: value))
+    if not hasattr(sharding, "_device_assignment"):
+        sharding._device_assignment = property(lambda self: tuple(self._devices))
+    sharding._s2s_hooks = True
+
+
+def replica_options(devices: list):
+    """The device list and compile options of a program replicated over `devices`."""
+    options = xla_client.CompileOptions()
+    build = options.executable_build_options
+    build.num_replicas = len(devices)
+    build.num_partitions = 1
+    build.device_assignment = xla_client.DeviceAssignment.create(np.array([[d.id] for d in devices]))
+    return xla_client.DeviceList(tuple(devices)), options
+
+
+def _disk_cache_key(mlir_text: str, devices: list, options) -> tuple:
+    """Everything that changes the compiled code (DESIGN.md: never serve wrong code)."""
+    cl = client()
+    return (mlir_text, f"jaxlib {jaxlib_version.__version__}",
+            f"platform {cl.platform} {cl.platform_version}",
+            f"{len(cl.devices())} {devices[0].device_kind} devices, replicas on {[d.id for d in devices]}",
+            b"compile options " + options.SerializeAsString(),
+            f"option overrides {sorted(options.env_option_overrides)!r}",
+            *disk_cache.process_environment())
+
+
+def _compile(mlir_text: str, devices: list, device_list, options):
+    """(the executable, whether it came from a cache): in memory, then on disk, else compiled."""
+    key = (mlir_text, tuple(d.id for d in devices))
+    with _compiled_lock:
+        exe = _compiled.get(key)
+        if exe is not None:
+            _compiled.move_to_end(key)
+            return exe, True
+    cl = client()
+    exe, hit = disk_cache.get_or_compile(
+        _disk_cache_key(mlir_text, devices, options),
+        lambda: cl.compile_and_load(mlir_text, device_list, options), cl.serialize_executable,
+        lambda data: cl.deserialize_executable(data, device_list, options))
+    with _compiled_lock:
+        _compiled[key] = exe
+        while len(_compiled) > _KEEP:
+            _compiled.popitem(last=False)
+    return exe, hit
+
+
+class ReplicatedExecutable:
+    """A StableHLO module with `mhlo.num_replicas = len(devices)`, compiled for `devices`.
+
+    `execute(shards)` takes, per parameter, one NumPy array per device (replica i gets
+    `shards[p][i]`) and returns, per result, one NumPy array per device.
+    """
+
+    def __init__(self, mlir_text: str, in_dtypes, devices: list):
+        _install_sharding_hooks()
+        self.devices = list(devices)
+        self.text = mlir_text
+        self.in_dtypes = [np.dtype(d) for d in in_dtypes]
+        device_list, options = replica_options(self.devices)
+        self._exe, self.cache_hit = _compile(mlir_text, self.devices, device_list, options)
+        self._sharding = xla_client.GSPMDSharding(device_list, xla_client.HloSharding.replicate())
+        self._device_shardings = [xla_client.SingleDeviceSharding(d) for d in self.devices]
+
+    def _spanning_array(self, shards: list, dtype: np.dtype):
+        """One jaxlib array over every device, replica i's part `shards[i]`."""
+        first = np.asarray(shards[0], dtype)
+        aval = _Aval(first.shape, dtype)
+        parts = []
+        for i, (shard, device, sharding) in enumerate(zip(shards, self.devices, self._device_shardings)):
+            array = first if i == 0 else np.asarray(shard, dtype)
+            if array.shape != first.shape:
+                raise ValueError(f"replica {i} was given a shard of shape {array.shape}, "
+                                 f"replica 0 one of shape {first.shape}")
+            parts.append(xla_client.batched_device_put(aval, sharding, [np.ascontiguousarray(array)],
+                                                       [device], True, enable_x64=True))
+        return xla_client.ArrayImpl(aval, self._sharding, parts, True, True)
+
+    def execute(self, shards: list[list]) -> list[list[np.ndarray]]:
+        if len(shards) != len(self.in_dtypes):
+            raise ValueError(f"the program takes {len(self.in_dtypes)} parameters, got {len(shards)}")
+        arrays = [self._spanning_array(parts, dtype) for parts, dtype in zip(shards, self.in_dtypes)]
+        results = self._exe.execute_sharded(arrays).disassemble_into_single_device_arrays()
+        return [[np.asarray(part) for part in per_device] for per_device in results]
+
+    def optimized_hlo_text(self) -> str:
+        return self._exe.hlo_modules()[0].to_string()

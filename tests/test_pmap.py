@@ -1,0 +1,330 @@
+"""s2s.pmap on 8 CPU devices of one process: every collective against NumPy, in_axes and
+out_axes, errors naming the argument, the lowered SPMD module, and data-parallel gradients
+(a pmean of per-device gradients) equal to the full-batch gradient.
+
+The client's device count is fixed when it is first made, and the suite's process has one
+device; so the tests below that run on devices run in a child pytest process started with
+S2S_NUM_CPU_DEVICES=8 (`test_pmap_runs_in_a_process_with_8_cpu_devices`). Lowering needs
+no devices and is also checked here.
+"""
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+
+import s2s
+from s2s import lax
+from s2s.errors import StagingError
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+N = 8
+IN_CHILD = os.environ.get("S2S_NUM_CPU_DEVICES") == str(N)
+on_devices = pytest.mark.skipif(not IN_CHILD, reason="runs in the 8-device child process")
+
+
+def _child_env(**extra):
+    env = dict(os.environ, S2S_NUM_CPU_DEVICES=str(N), **extra)
+    # jax, the oracle, on as many CPU devices
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={N}").strip()
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@pytest.mark.skipif(IN_CHILD, reason="this is the child")
+def test_pmap_runs_in_a_process_with_8_cpu_devices():
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                            cwd=ROOT, env=_child_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout
+
+
+def total(x):
+    return lax.psum(x, "i")
+
+
+def mean(x):
+    return lax.pmean(x, "i")
+
+
+def spread(x):
+    return lax.pmax(x, "i") - lax.pmin(x, "i")
+
+
+def biggest(x):
+    return lax.pmax(x, "i")
+
+
+def smallest(x):
+    return lax.pmin(x, "i")
+
+
+def test_lowered_text_is_one_spmd_module_and_needs_no_devices():
+    x = np.ones((N, 3))
+    text = s2s.pmap(total, "i").lower(x).as_text()
+    assert "mhlo.num_replicas = 8" in text
+    assert '"stablehlo.all_reduce"' in text and "replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]>" in text
+    assert "func.func public @main(%x: tensor<3xf64>)" in text   # one device's shapes
+    hlo = s2s.pmap(total, "i").lower(x).as_hlo_text()
+    assert "all-reduce" in hlo
+    gathered = s2s.pmap(lambda v: lax.all_gather(v, "i"), "i").lower(x).as_text()
+    assert '"stablehlo.all_gather"' in gathered and "tensor<8x3xf64>" in gathered
+    assert "stablehlo.replica_id" in s2s.pmap(lambda v: v * lax.axis_index("i"), "i").lower(x).as_text()
+
+
+def test_a_collective_over_a_name_no_pmap_binds_is_an_error():
+    with pytest.raises(StagingError, match="'j'"):
+        s2s.pmap(lambda v: lax.psum(v, "j"), "i").lower(np.ones((N, 2)))
+
+
+def test_a_pmap_inside_another_transform_is_a_clear_error_for_now():
+    pmapped = s2s.pmap(total, "i")
+    with pytest.raises(StagingError, match="pmap was called on staged values"):
+        s2s.jit(lambda x: pmapped(x) * 2.0)(np.ones((N, 2)))
+    with pytest.raises(StagingError, match="pmap was called on staged values"):
+        s2s.grad(lambda x: pmapped(x).sum())(np.ones((N, 2)))
+
+
+def test_vmap_behaviour_is_unchanged_a_vmapped_psum_still_batches_away():
+    x = np.arange(12.0).reshape(4, 3)
+    np.testing.assert_allclose(s2s.jit(s2s.vmap(total, axis_name="i"))(x), np.broadcast_to(x.sum(0), x.shape))
+
+
+# ---------------------------------------------------------------------------------------
+# On 8 devices
+
+X = np.random.default_rng(0).normal(size=(N, 5, 3))
+
+
+@on_devices
+@pytest.mark.parametrize("fn, expected", [
+    (total, lambda x: x.sum(0)), (mean, lambda x: x.mean(0)), (biggest, lambda x: x.max(0)),
+    (smallest, lambda x: x.min(0)), (spread, lambda x: x.max(0) - x.min(0))])
+def test_reductions_against_numpy(fn, expected):
+    out = s2s.pmap(fn, "i")(X)
+    assert isinstance(out, np.ndarray) and out.shape == X.shape
+    np.testing.assert_allclose(out, np.broadcast_to(expected(X), X.shape), rtol=1e-12)
+
+
+@on_devices
+def test_integer_psum_and_axis_index():
+    ints = np.arange(N * 2, dtype=np.int32).reshape(N, 2)
+    np.testing.assert_array_equal(s2s.pmap(total, "i")(ints), np.broadcast_to(ints.sum(0), ints.shape))
+    index = s2s.pmap(lambda v: lax.axis_index("i"), "i")(X)
+    assert index.dtype == np.int32
+    np.testing.assert_array_equal(index, np.arange(N))
+    np.testing.assert_allclose(s2s.pmap(lambda v: v * lax.axis_index("i"), "i")(X),
+                               X * np.arange(N)[:, None, None])
+
+
+@on_devices
+@pytest.mark.parametrize("axis, tiled", [(0, False), (1, False), (2, False), (0, True), (1, True)])
+def test_all_gather_against_numpy(axis, tiled):
+    out = s2s.pmap(lambda v: lax.all_gather(v, "i", axis=axis, tiled=tiled), "i")(X)
+    gathered = np.concatenate(list(X), axis=axis) if tiled else np.stack(list(X), axis=axis)
+    np.testing.assert_allclose(out, np.broadcast_to(gathered, (N,) + gathered.shape))
+
+
+@on_devices
+def test_in_axes_none_and_1_and_out_axes():
+    w = np.arange(3.0)
+    xt = np.moveaxis(X, 0, 1)   # the device axis at 1
+    out = s2s.pmap(lambda w, x: x @ w + lax.psum(x, "i").sum(), "i", in_axes=(None, 1))(w, xt)
+    np.testing.assert_allclose(out, X @ w + X.sum())
+    out1 = s2s.pmap(lambda x: x * 2.0, in_axes=0, out_axes=1)(X)
+    np.testing.assert_allclose(out1, np.moveaxis(X * 2.0, 0, 1))
+    tree = {"w": w, "x": xt}
+    out = s2s.pmap(lambda t: t["x"] @ t["w"], in_axes=({"w": None, "x": 1},))(tree)
+    np.testing.assert_allclose(out, X @ w)
+    with pytest.raises(StagingError, match="not a tree prefix of it"):
+        s2s.pmap(lambda t: t["x"], in_axes=([None, 1],))(tree)
+    replicated = s2s.pmap(total, "i", out_axes=None)(X)
+    np.testing.assert_allclose(replicated, X.sum(0))
+
+
+@on_devices
+def test_pytrees_keywords_and_static_arguments():
+    def step(params, x, scale, *, shift):
+        return {"y": (x @ params["W"] + params["b"]) * scale + shift, "n": lax.psum(x.shape[0] * 1.0, "i")}
+    params = {"W": np.ones((3, 2)), "b": np.arange(2.0)}
+    out = s2s.pmap(step, "i", in_axes=(None, 0, None), static_broadcasted_argnums=2)(params, X, 3, shift=1.0)
+    np.testing.assert_allclose(out["y"], (X @ params["W"] + params["b"]) * 3 + 1.0)
+    np.testing.assert_allclose(out["n"], np.full(N, 5.0 * N))
+
+
+@on_devices
+def test_fewer_devices_and_size_mismatches_name_the_argument():
+    four = s2s.pmap(total, "i")(X[:4])   # as jax: the first 4 devices
+    np.testing.assert_allclose(four, np.broadcast_to(X[:4].sum(0), X[:4].shape))
+    with pytest.raises(StagingError, match="`x` has size 9, but 8 device"):
+        s2s.pmap(total, "i")(np.ones((9, 2)))
+    with pytest.raises(StagingError, match="`x` has size 8, but 2 device"):
+        s2s.pmap(total, "i", devices=s2s.devices()[:2])(X)
+    with pytest.raises(StagingError, match="`a` has size 8, `b` has size 4"):
+        s2s.pmap(lambda a, b: a + b)(np.ones((8, 2)), np.ones((4, 2)))
+
+
+@on_devices
+def test_devices_choose_where_it_runs():
+    last_two = s2s.devices()[6:]
+    np.testing.assert_allclose(s2s.pmap(total, "i", devices=last_two)(X[:2]),
+                               np.broadcast_to(X[:2].sum(0), X[:2].shape))
+
+
+@on_devices
+def test_compiled_once_per_kind_of_arguments(monkeypatch):
+    pmap_module = sys.modules["s2s.pmap"]   # (s2s.pmap is the function)
+    made = []
+
+    class Counting(pmap_module.ReplicatedExecutable):
+        def __init__(self, *args):
+            made.append(self)
+            super().__init__(*args)
+    monkeypatch.setattr(pmap_module, "ReplicatedExecutable", Counting)
+
+    def doubled_total(x):
+        return 2.0 * lax.psum(x, "i")
+    f = s2s.pmap(doubled_total, "i")
+    for _ in range(3):
+        np.testing.assert_allclose(f(X), np.broadcast_to(2 * X.sum(0), X.shape))
+    assert len(made) == 1
+    f(X[:, :2])
+    assert len(made) == 2
+    # A new function with the same code stages again, and lowers to the same module: the
+    # executable is served from the runtime's cache, not compiled again.
+    again = types.FunctionType(doubled_total.__code__, doubled_total.__globals__, "doubled_total")
+    np.testing.assert_allclose(s2s.pmap(again, "i")(X), np.broadcast_to(2 * X.sum(0), X.shape))
+    assert len(made) == 3 and made[2].cache_hit and made[2]._exe is made[0]._exe
+
+
+@on_devices
+def test_vmap_inside_pmap_peels_each_name():
+    def centered_then_total(x):   # x: (5, 3) on each device; vmap over its 5 rows
+        rows = s2s.vmap(lambda r: r - lax.pmean(r, "j"), axis_name="j")(x)
+        return rows + lax.psum(x, "i")
+    out = s2s.pmap(centered_then_total, "i")(X)
+    np.testing.assert_allclose(out, X - X.mean(1, keepdims=True) + X.sum(0))
+
+
+@on_devices
+def test_collectives_inside_scan_and_cond():
+    def scanned(x):
+        def body(c, _):
+            return c + lax.psum(c, "i") * 0.1, lax.pmax(c, "i")
+        return lax.scan(body, x, None, length=3)
+    c, ys = s2s.pmap(scanned, "i")(X)
+    expected, maxima = X.copy(), []
+    for _ in range(3):
+        maxima.append(expected.max(0))
+        expected = expected + expected.sum(0) * 0.1
+    np.testing.assert_allclose(c, expected, rtol=1e-12)
+    np.testing.assert_allclose(ys, np.broadcast_to(np.stack(maxima), (N,) + np.stack(maxima).shape))
+
+    def branch(x):
+        return lax.cond(lax.axis_index("i") % 2 == 0, lambda v: lax.psum(v, "i"), lambda v: 2.0 * lax.psum(v, "i"), x)
+    np.testing.assert_allclose(s2s.pmap(branch, "i")(X),
+                               X.sum(0) * np.where(np.arange(N) % 2 == 0, 1.0, 2.0)[:, None, None])
+
+
+W = np.arange(N * 5 * 3.0).reshape(N, 5, 3)
+
+
+def gathered_loss(x):
+    return np.sum(lax.all_gather(x, "i") * W)
+
+
+def psum_loss(x):
+    return np.sum(np.sin(lax.psum(x, "i")) ** 2)
+
+
+@on_devices
+@pytest.mark.parametrize("loss", [gathered_loss, psum_loss])
+def test_grad_through_collectives_against_jax_pmap(loss):
+    import jax
+    if jax.device_count() < N:
+        pytest.skip("jax sees fewer CPU devices")
+    from tests.test_lax import as_jax
+    ours = s2s.pmap(s2s.grad(loss), "i")(X)
+    theirs = np.asarray(jax.pmap(jax.grad(as_jax(loss)), "i")(X))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+def mlp_loss(params, x, y):
+    h = np.tanh(x @ params["W1"] + params["b1"])
+    return np.mean((h @ params["W2"] + params["b2"] - y) ** 2)
+
+
+def _mlp(rng):
+    return {"W1": rng.normal(size=(6, 16)) * 0.3, "b1": np.zeros(16),
+            "W2": rng.normal(size=(16, 2)) * 0.3, "b2": np.zeros(2)}
+
+
+@on_devices
+def test_data_parallel_gradient_equals_the_full_batch_gradient():
+    rng = np.random.default_rng(1)
+    params = _mlp(rng)
+    x, y = rng.normal(size=(N * 4, 6)), rng.normal(size=(N * 4, 2))
+
+    def device_grads(params, x, y):
+        return lax.pmean(s2s.grad(mlp_loss)(params, x, y), "batch")
+    grads = s2s.pmap(device_grads, "batch", in_axes=(None, 0, 0))(params, x.reshape(N, 4, 6), y.reshape(N, 4, 2))
+    full = s2s.grad(mlp_loss)(params, x, y)
+    for name in params:
+        assert grads[name].dtype == np.float64
+        for device in range(N):
+            np.testing.assert_allclose(grads[name][device], full[name], rtol=1e-12, atol=1e-14)
+
+
+@on_devices
+def test_data_parallel_training_equals_single_device_training():
+    rng = np.random.default_rng(2)
+    params = _mlp(rng)
+    x, y = rng.normal(size=(N * 4, 6)), rng.normal(size=(N * 4, 2))
+
+    def update(params, x, y):
+        grads = s2s.grad(mlp_loss)(params, x, y)
+        return {k: params[k] - 0.1 * grads[k] for k in params}
+
+    def parallel_update(params, x, y):
+        grads = lax.pmean(s2s.grad(mlp_loss)(params, x, y), "batch")
+        return {k: params[k] - 0.1 * grads[k] for k in params}
+    step = s2s.pmap(parallel_update, "batch", in_axes=(None, 0, 0), out_axes=None)
+    single = s2s.jit(update)
+    p_parallel, p_single = params, params
+    for _ in range(10):
+        p_parallel = step(p_parallel, x.reshape(N, 4, 6), y.reshape(N, 4, 2))
+        p_single = single(p_single, x, y)
+    for name in params:
+        np.testing.assert_allclose(p_parallel[name], np.asarray(p_single[name]), rtol=1e-11, atol=1e-13)
+
+
+NO_JAX_SCRIPT = textwrap.dedent("""
+    import sys
+    class BlockJax:
+        def find_spec(self, name, path, target=None):
+            if name == "jax" or name.startswith("jax."):
+                raise ImportError("jax is blocked in this test")
+    sys.meta_path.insert(0, BlockJax())
+    import numpy as np
+    import s2s
+    from s2s import lax
+    x = np.arange(16.0).reshape(8, 2)
+    out = s2s.pmap(lambda v: lax.psum(v, "i") + lax.all_gather(v, "i").sum(0) * lax.axis_index("i"), "i")(x)
+    assert np.allclose(out, x.sum(0) * (1 + np.arange(8))[:, None]), out
+    assert "jax" not in sys.modules
+    print("ok no jax")
+""")
+
+
+@on_devices
+def test_pmap_runs_without_jax(tmp_path):
+    script = tmp_path / "no_jax_pmap.py"   # a file: s2s reads the lambda's source
+    script.write_text(NO_JAX_SCRIPT)
+    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=_child_env(), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok no jax" in result.stdout
