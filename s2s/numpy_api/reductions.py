@@ -30,15 +30,18 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import Literal
 from s2s.errors import ShapeError, StagingError
+from s2s.numpy_api import math as np_math
+from s2s.numpy_api import shaping as np_shaping
 from s2s.numpy_api._base import (aval, asarray, convert, dtype as dtype_of, implements,
                                  is_python_scalar, normalize_axes, normalize_axis,
                                  shape as shape_of)
 from s2s.primitives import elementwise as ew
+from s2s.primitives import ops
 from s2s.primitives import reductions as red
 from s2s.primitives import structural as st
 
 __all__ = ["all", "amax", "amin", "any", "argmax", "argmin", "argsort", "average",
-           "count_nonzero", "cumprod", "cumsum", "max", "mean", "median", "min", "nanmean",
+           "count_nonzero", "cumprod", "cumsum", "diff", "max", "mean", "median", "min", "nanmean",
            "nansum", "prod", "ptp", "sort", "std", "sum", "var"]
 
 # ---------------------------------------------------------------------------------------
@@ -523,6 +526,49 @@ def cumsum(a, axis=None, dtype=None, out=None):
 def cumprod(a, axis=None, dtype=None, out=None):
     """np.cumprod: widens like np.prod; axis=None scans the flattened array."""
     return _cumulative("cumprod", red.cumprod, red.cummin, a, axis, dtype, out)
+
+
+_NO_VALUE = object()
+
+
+def _edge(values, x, ax: int):
+    """A `prepend=`/`append=` operand of np.diff: a scalar becomes one slice along `ax`."""
+    v = _operand(values)
+    if not shape_of(v):
+        shape = list(shape_of(x))
+        shape[ax] = 1
+        v = np_shaping.broadcast_to(v, tuple(shape))
+    return v
+
+
+@implements(np.diff)
+def diff(a, n=1, axis=-1, prepend=_NO_VALUE, append=_NO_VALUE):
+    """np.diff: `n` times `x[1:] - x[:-1]` along `axis` (`!=` for booleans, as NumPy),
+    after joining `prepend` and `append` on; the inverse of cumsum."""
+    x = _operand(a)
+    n = np_shaping.static_int(n, "np.diff's n")
+    if n < 0:
+        raise ShapeError(f"np.diff: order must be non-negative but got {n}",
+                         "pass n >= 0 (n=0 returns the input)")
+    if n == 0:
+        return x
+    if not shape_of(x):
+        raise ShapeError("np.diff needs an array of at least one dimension, got a scalar",
+                         "use np.atleast_1d(x), or reshape the value into an array")
+    ax = normalize_axis(axis, aval(x).ndim)
+    parts = [x]
+    if prepend is not _NO_VALUE:
+        parts.insert(0, _edge(prepend, x, ax))
+    if append is not _NO_VALUE:
+        parts.append(_edge(append, x, ax))
+    if len(parts) > 1:
+        x = np_shaping.concatenate(parts, axis=ax)
+    step = np_math.not_equal if dtypes.is_bool(dtype_of(x)) else np_math.subtract
+    for _ in range(n):
+        size = shape_of(x)[ax]
+        x = step(ops.slice_in_dim(x, builtins.min(1, size), size, ax),
+                 ops.slice_in_dim(x, 0, builtins.max(size - 1, 0), ax))
+    return x
 
 
 # ---------------------------------------------------------------------------------------
