@@ -184,7 +184,8 @@ def rollaxis(a, axis, start=0):
     if not -ndim <= start <= ndim:
         raise ShapeError(f"rollaxis: start {start} is out of bounds for an array of dimension "
                          f"{ndim}: it must lie in [{-ndim}, {ndim}]")
-    start %= ndim + 1
+    if start < 0:
+        start += ndim
     if axis < start:
         start -= 1
     return moveaxis(a, axis, start) if axis != start else a
