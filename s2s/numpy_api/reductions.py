@@ -1,4 +1,5 @@
-"""NumPy's reductions, cumulative reductions, sorting and statistics on staged values.
+"""NumPy's reductions, cumulative reductions and differences, sorting, searching
+(searchsorted, digitize, interp) and statistics on staged values.
 
 Each function takes NumPy's arguments (`axis=` None, an int, a tuple, negative;
 `keepdims=`; `dtype=` where NumPy has it) and returns NumPy's result dtype exactly:

@@ -1,8 +1,8 @@
 """NumPy's shape-manipulation functions, staged as structural primitives.
 
-reshape, transpose, swapaxes, moveaxis, ravel, squeeze, expand_dims, concatenate, stack,
-hstack, vstack, dstack, column_stack, append, split, array_split, tile, repeat, flip,
-fliplr, flipud, rot90, roll, broadcast_to, broadcast_arrays, broadcast_shapes,
+reshape, transpose, swapaxes, moveaxis, rollaxis, ravel, squeeze, expand_dims, concatenate,
+stack, hstack, vstack (row_stack), dstack, column_stack, append, split, array_split, tile,
+repeat, flip, fliplr, flipud, rot90, roll, broadcast_to, broadcast_arrays, broadcast_shapes,
 atleast_1d/2d/3d, pad, tril, triu, diag and diagonal.
 
 Every argument that decides a shape (axes, sizes, repeats, shifts, pad widths) must be a
