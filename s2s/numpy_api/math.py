@@ -934,4 +934,3 @@ def invert(x, *, weak_ok=False):
 
 bitwise_not = invert
 
-
