@@ -43,9 +43,9 @@ from s2s.primitives import reductions as red
 from s2s.primitives import structural as st
 
 __all__ = ["all", "amax", "amin", "any", "argmax", "argmin", "argsort", "average",
-           "count_nonzero", "cumprod", "cumsum", "diff", "digitize", "interp", "max", "mean",
-           "median", "min", "nanmean", "nansum", "prod", "ptp", "searchsorted", "sort", "std",
-           "sum", "var"]
+           "count_nonzero", "cumprod", "cumsum", "diff", "digitize", "gradient", "interp", "max",
+           "mean", "median", "min", "nanmean", "nansum", "prod", "ptp", "searchsorted", "sort",
+           "std", "sum", "unwrap", "var"]
 
 # ---------------------------------------------------------------------------------------
 # Helpers
@@ -572,6 +572,103 @@ def diff(a, n=1, axis=-1, prepend=_NO_VALUE, append=_NO_VALUE):
         x = step(ops.slice_in_dim(x, builtins.min(1, size), size, ax),
                  ops.slice_in_dim(x, 0, builtins.max(size - 1, 0), ax))
     return x
+
+
+def _float_operand(a, name: str):
+    """A real array operand in a floating dtype (integers become float64, as NumPy's
+    gradient and unwrap compute them)."""
+    x = _operand(a)
+    if dtypes.is_complex(dtype_of(x)):
+        raise UnsupportedFunctionError(f"np.{name} of complex arrays is not supported yet")
+    if not dtypes.is_inexact(dtype_of(x)):
+        x = _to(x, dtypes.canonicalize_dtype(np.float64))
+    return x
+
+
+def _along(x, ax: int, start: int, stop: int):
+    """x[..., start:stop] on axis `ax`, with Python's bounds (negative counts from the end)."""
+    start, stop, _ = builtins.slice(start, stop).indices(shape_of(x)[ax])
+    return ops.slice_in_dim(x, start, stop, ax)
+
+
+def _spacings(varargs, n_axes: int) -> list:
+    """np.gradient's sample distances: none (1), one scalar for all axes, or one per axis."""
+    if not varargs:
+        return [1.0] * n_axes
+    if len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+        return list(varargs) * n_axes
+    if len(varargs) != n_axes:
+        raise ShapeError(f"np.gradient: got {len(varargs)} spacings for {n_axes} axes",
+                         "pass one spacing, or one per axis")
+    if builtins.any(np.ndim(h) != 0 for h in varargs):
+        raise UnsupportedFunctionError(
+            "np.gradient with coordinate arrays (non-uniform spacing) is not supported",
+            "pass a scalar spacing per axis; for uneven samples write the differences "
+            "with np.diff")
+    return list(varargs)
+
+
+# Finite-difference stencils as (weight, start, stop) of slices along the axis, over h.
+_CENTRAL = ((-0.5, 0, -2), (0.5, 2, None))
+_EDGE_STENCILS = {
+    1: (((-1.0, 0, 1), (1.0, 1, 2)), ((-1.0, -2, -1), (1.0, -1, None))),
+    2: (((-1.5, 0, 1), (2.0, 1, 2), (-0.5, 2, 3)),
+        ((0.5, -3, -2), (-2.0, -2, -1), (1.5, -1, None))),
+}
+
+
+def _stencil(x, ax: int, terms, h):
+    total = None
+    for weight, start, stop in terms:
+        term = np_math.multiply(_along(x, ax, start, stop), weight)
+        total = term if total is None else np_math.add(total, term)
+    return np_math.divide(total, h)
+
+
+@implements(np.gradient)
+def gradient(f, *varargs, axis=None, edge_order=1):
+    """np.gradient with uniform (scalar) spacing: central differences inside, one-sided
+    differences of first or second order (`edge_order`) at the ends. One array for one
+    axis, else a tuple, as NumPy 2; the result keeps f's float dtype."""
+    x = _float_operand(f, "gradient")
+    nd = len(shape_of(x))
+    axes = normalize_axes(axis, nd)
+    if edge_order not in (1, 2):
+        raise ShapeError(f"np.gradient: edge_order must be 1 or 2, got {edge_order!r}")
+    out = []
+    for ax, h in zip(axes, _spacings(varargs, len(axes))):
+        if shape_of(x)[ax] < edge_order + 1:
+            raise ShapeError(f"np.gradient: axis {ax} has {shape_of(x)[ax]} samples; "
+                             f"edge_order={edge_order} needs at least {edge_order + 1}")
+        first, last = _EDGE_STENCILS[edge_order]
+        parts = [_stencil(x, ax, terms, h) for terms in (first, _CENTRAL, last)]
+        joined = np_shaping.concatenate(parts, axis=ax)
+        out.append(_to(joined, dtype_of(x)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@implements(np.unwrap)
+def unwrap(p, discont=None, axis=-1, *, period=2 * np.pi):
+    """np.unwrap: each jump between neighbours larger than `discont` replaced by its
+    complement modulo `period`; NumPy's formula, a piecewise-constant correction summed
+    with cumsum (so the derivative is the identity, as jax's)."""
+    x = _float_operand(p, "unwrap")
+    nd = len(shape_of(x))
+    if not nd:
+        raise ShapeError("np.unwrap needs an array of at least one dimension, got a scalar")
+    ax = normalize_axis(axis, nd)
+    if shape_of(x)[ax] < 2:
+        return x
+    half = period / 2
+    discont = half if discont is None else discont
+    dd = diff(x, axis=ax)
+    ddmod = np_math.subtract(np_math.remainder(np_math.add(dd, half), period), half)
+    on_edge = np_math.logical_and(np_math.equal(ddmod, -half), np_math.greater(dd, 0))
+    ddmod = np_math.where(on_edge, half, ddmod)
+    correction = np_math.subtract(ddmod, dd)
+    correction = np_math.where(np_math.less(np_math.absolute(dd), discont), 0.0, correction)
+    rest = np_math.add(_along(x, ax, 1, None), cumsum(correction, axis=ax))
+    return _to(np_shaping.concatenate([_along(x, ax, 0, 1), rest], axis=ax), dtype_of(x))
 
 
 # ---------------------------------------------------------------------------------------

@@ -506,3 +506,31 @@ UNSORTED_BINS = np.array([1.0, 0.0, 2.0])
 def test_long_tail_errors_say_what_to_write(call, match):
     with pytest.raises(S2SError, match=match):
         s2s.jit(call)(np.arange(4.0))
+
+
+def gradients(x):
+    return np.gradient(x, axis=0), np.gradient(x, 0.5, axis=-1)
+
+
+def every_axis_second_order_edges(x):
+    return np.gradient(x, 2.0, edge_order=2)    # a tuple for several axes, as NumPy 2
+
+
+def unwrapped(x):
+    return np.unwrap(np.cumsum(x, axis=-1)), np.unwrap(x, discont=4.0, axis=0, period=3.0)
+
+
+@LONG_TAIL
+@given(x=hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=3, min_side=3, max_side=5),
+                    elements=st.floats(-6.0, 6.0)))
+def test_gradient_and_unwrap(x):
+    check_numpy_and_jax(gradients, x, rtol=1e-9, atol=1e-9)
+    # jax.numpy.gradient has no edge_order (and gives a list): values only.
+    check_numpy_and_jax(every_axis_second_order_edges, x, rtol=1e-9, atol=1e-9,
+                        derivatives=False)
+    check_numpy_and_jax(unwrapped, x, rtol=1e-9, atol=1e-9)
+
+
+def test_gradient_with_coordinate_arrays_says_what_to_write():
+    with pytest.raises(S2SError, match="pass a scalar spacing per axis"):
+        s2s.jit(lambda x: np.gradient(x, np.arange(4.0)))(np.arange(4.0))
