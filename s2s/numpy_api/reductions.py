@@ -1,5 +1,5 @@
-"""NumPy's reductions, cumulative reductions and differences, sorting, searching
-(searchsorted, digitize, interp) and statistics on staged values.
+"""NumPy's reductions, cumulative reductions and differences, sorting and statistics on
+staged values.
 
 Each function takes NumPy's arguments (`axis=` None, an int, a tuple, negative;
 `keepdims=`; `dtype=` where NumPy has it) and returns NumPy's result dtype exactly:
@@ -32,7 +32,6 @@ from s2s import dtypes
 from s2s.core import Literal
 from s2s.errors import ShapeError, StagingError, UnsupportedFunctionError
 from s2s.numpy_api import math as np_math
-from s2s.numpy_api.indexing import take
 from s2s.numpy_api import shaping as np_shaping
 from s2s.numpy_api._base import (aval, asarray, convert, dtype as dtype_of, implements,
                                  is_python_scalar, normalize_axes, normalize_axis,
@@ -43,9 +42,8 @@ from s2s.primitives import reductions as red
 from s2s.primitives import structural as st
 
 __all__ = ["all", "amax", "amin", "any", "argmax", "argmin", "argsort", "average",
-           "count_nonzero", "cumprod", "cumsum", "diff", "digitize", "gradient", "interp", "max",
-           "mean", "median", "min", "nanmean", "nansum", "prod", "ptp", "searchsorted", "sort",
-           "std", "sum", "unwrap", "var"]
+           "count_nonzero", "cumprod", "cumsum", "diff", "gradient", "max", "mean", "median", "min",
+           "nanmean", "nansum", "partition", "prod", "ptp", "sort", "std", "sum", "unwrap", "var"]
 
 # ---------------------------------------------------------------------------------------
 # Helpers
@@ -708,115 +706,20 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     return order_
 
 
-# ---------------------------------------------------------------------------------------
-# searchsorted, digitize, interp
-
-
-def _sorts_before(x, y):
-    """x < y in NumPy's sort order, where NaN comes after every number."""
-    less = np_math.less(x, y)
-    if not dtypes.is_inexact(np.result_type(dtype_of(x), dtype_of(y))):
-        return less
-    nan_last = np_math.logical_and(np_math.isnan(y), np_math.logical_not(np_math.isnan(x)))
-    return np_math.logical_or(less, nan_last)
-
-
-def _sorted_1d(a, fn: str):
-    x = _operand(a)
-    if len(shape_of(x)) != 1:
-        raise ShapeError(f"np.{fn}: the sorted array must be 1-d, got shape {shape_of(x)}",
-                         "flatten it (np.ravel), or map over rows with s2s.vmap")
-    return x
-
-
-@implements(np.searchsorted)
-def searchsorted(a, v, side="left", sorter=None):
-    """np.searchsorted: how many elements of the sorted 1-d `a` come before each `v`
-    (side='left': a[j] < v, 'right': a[j] <= v), counted by comparing every pair, so it
-    takes len(a) * v.size comparisons and no data-dependent loop."""
-    x = _sorted_1d(a, "searchsorted")
-    if side not in ("left", "right"):
-        raise ShapeError(f"np.searchsorted: side must be 'left' or 'right', got {side!r}")
-    if sorter is not None:
-        x = take(x, sorter)
-    v = _operand(v)
-    row = np_shaping.expand_dims(v, -1)         # each value against every element of a
-    if side == "left":
-        before = _sorts_before(x, row)
-    else:
-        before = np_math.logical_not(_sorts_before(row, x))
-    return _to(sum(before, axis=-1), dtypes.canonicalize_dtype(np.intp))
-
-
-def _static_monotonicity(bins) -> int | None:
-    """1 (non-decreasing), -1 (non-increasing), 0 (neither) for static bins; None if staged."""
-    if not isinstance(bins, (np.ndarray, np.generic)):
-        return None
-    steps = np.diff(bins)
-    if np.all(steps >= 0):
-        return 1
-    return -1 if np.all(steps <= 0) else 0
-
-
-@implements(np.digitize)
-def digitize(x, bins, right=False):
-    """np.digitize: the bin index of each x, a searchsorted in increasing bins (or from the
-    end of decreasing ones). Staged bins choose their direction by bins[0] <= bins[-1]."""
-    bins = _sorted_1d(bins, "digitize")
-    side = "left" if right else "right"
-    mono = _static_monotonicity(bins)
-    if mono == 0:
-        raise ShapeError("np.digitize: bins must be monotonically increasing or decreasing")
-    n = shape_of(bins)[0]
-    rising = searchsorted(bins, x, side=side) if mono != -1 else None
-    if mono == 1 or n == 0:
-        return rising
-    reversed_bins = st.rev.bind(bins, dimensions=(0,))
-    falling = np_math.subtract(n, searchsorted(reversed_bins, x, side=side))
-    if mono == -1:
-        return falling
-    first, last = ops.index_in_dim(bins, 0, 0), ops.index_in_dim(bins, n - 1, 0)
-    return np_math.where(np_math.less_equal(first, last), rising, falling)
-
-
-@implements(np.interp)
-def interp(x, xp, fp, left=None, right=None, period=None):
-    """np.interp, piecewise linear through (xp, fp), in float64 as NumPy computes it:
-    the segment `i` that searchsorted(xp, x, side='right') picks, fp[i-1] + slope * (x -
-    xp[i-1]); fp[0] / fp[-1] (or `left` / `right`) outside. Differentiable in x, xp and fp
-    (at a knot, x's derivative is the right segment's slope, as jax's interp)."""
-    if period is not None:
-        raise UnsupportedFunctionError(
-            "np.interp(..., period=) is not supported",
-            "wrap x into one period yourself (x % period), and repeat the end points of "
-            "xp and fp around it")
-    xp, fp = _sorted_1d(xp, "interp"), _sorted_1d(fp, "interp")
-    if dtypes.is_complex(dtype_of(fp)):
-        raise UnsupportedFunctionError("np.interp of complex fp is not supported yet",
-                                       "interpolate the real and imaginary parts separately")
-    n = shape_of(xp)[0]
-    if shape_of(fp)[0] != n:
-        raise ShapeError(f"np.interp: fp and xp are not of the same length ({shape_of(fp)[0]} "
-                         f"and {n})")
-    if n == 0:
-        raise ShapeError("np.interp: array of sample points is empty")
-    f64 = dtypes.canonicalize_dtype(np.float64)
-    x, xp, fp = (_to(_operand(v), f64) for v in (x, xp, fp))
-    lo_fp, hi_fp = ops.index_in_dim(fp, 0, 0), ops.index_in_dim(fp, n - 1, 0)
-    if n == 1:
-        f = np_shaping.broadcast_to(lo_fp, shape_of(x))
-    else:
-        i = np_math.clip(searchsorted(xp, x, side="right"), 1, n - 1)
-        j = np_math.subtract(i, 1)
-        x0, x1, f0, f1 = take(xp, j), take(xp, i), take(fp, j), take(fp, i)
-        dx = np_math.subtract(x1, x0)
-        flat = np_math.less_equal(np_math.absolute(dx), float(np.spacing(np.finfo(f64).eps)))
-        slope = np_math.divide(np_math.subtract(f1, f0), np_math.where(flat, 1.0, dx))
-        along = np_math.multiply(slope, np_math.subtract(x, x0))
-        f = np_math.where(flat, f0, np_math.add(f0, along))
-    first, last = ops.index_in_dim(xp, 0, 0), ops.index_in_dim(xp, n - 1, 0)
-    f = np_math.where(np_math.less(x, first), lo_fp if left is None else left, f)
-    return np_math.where(np_math.greater(x, last), hi_fp if right is None else right, f)
+@implements(np.partition)
+def partition(a, kth, axis=-1, kind="introselect", order=None):
+    """np.partition as a full sort along `axis`: a valid partition for every kth (each kth
+    element in its sorted place, smaller ones before, larger after). NumPy leaves the order
+    inside each side unspecified, and s2s's is the sorted one."""
+    x, ax = _sort_operand(a, axis, order, "partition")
+    if not shape_of(x):
+        raise ShapeError("np.partition needs an array of at least one dimension")
+    n = shape_of(x)[ax]
+    for k in np.atleast_1d(np.asarray(kth)).tolist():
+        if not isinstance(k, int) or not -n <= k < n:
+            raise ShapeError(f"np.partition: kth {k!r} is out of bounds for an axis of size {n}",
+                             "pass static ints in [-n, n) for an axis of length n")
+    return sort(x, axis=ax)
 
 
 @implements(np.median)

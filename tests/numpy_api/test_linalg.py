@@ -519,7 +519,8 @@ def test_out_arguments_are_rejected():
 # jax's jvp and vjp
 
 LONG_TAIL = settings(max_examples=10, deadline=None)
-FLOAT64S = st.floats(-3.0, 3.0, allow_nan=False)
+# Subnormals left out: XLA on CPU flushes them to zero.
+FLOAT64S = st.floats(-3.0, 3.0, allow_nan=False, allow_subnormal=False)
 
 
 def _floats(data, shape, label):
