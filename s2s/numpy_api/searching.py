@@ -21,6 +21,7 @@ from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.primitives import structural as st
 
+
 def _sorts_before(x, y):
     """x < y in NumPy's sort order, where NaN comes after every number."""
     less = np_math.less(x, y)
@@ -30,10 +31,10 @@ def _sorts_before(x, y):
     return np_math.logical_or(less, nan_last)
 
 
-def _sorted_1d(a, fn: str):
+def _sorted_1d(a, fn: str, what: str = "the sorted array"):
     x = _operand(a)
     if len(shape_of(x)) != 1:
-        raise ShapeError(f"np.{fn}: the sorted array must be 1-d, got shape {shape_of(x)}",
+        raise ShapeError(f"np.{fn}: {what} must be 1-d, got shape {shape_of(x)}",
                          "flatten it (np.ravel), or map over rows with s2s.vmap")
     return x
 
@@ -99,7 +100,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
             "np.interp(..., period=) is not supported",
             "wrap x into one period yourself (x % period), and repeat the end points of "
             "xp and fp around it")
-    xp, fp = _sorted_1d(xp, "interp"), _sorted_1d(fp, "interp")
+    xp, fp = _sorted_1d(xp, "interp", "xp"), _sorted_1d(fp, "interp", "fp")
     if dtypes.is_complex(dtype_of(fp)):
         raise UnsupportedFunctionError("np.interp of complex fp is not supported yet",
                                        "interpolate the real and imaginary parts separately")
