@@ -110,6 +110,19 @@ def check_function(fn, *args, rtol=1e-6, atol=1e-6, static_argnums=(), **kwargs)
     return closed
 
 
+def check_numpy_and_jax(fn, *args, rtol=1e-6, atol=1e-6, derivatives=True):
+    """`fn` (written with `np`) against NumPy's values on every backend (check_function,
+    and s2s.jit with the Python backend), and, if `derivatives`, its jvp and vjp against
+    jax's of the same source run by jax.numpy."""
+    import jax.numpy as jnp
+    import s2s
+    check_function(fn, *args, rtol=rtol, atol=atol)
+    _compare_trees(s2s.jit(fn, backend="python")(*args), fn(*args), rtol, atol,
+                   "jit (Python backend): ")
+    if derivatives:
+        check_derivatives(fn, with_numpy(fn, jnp), *args, rtol=rtol, atol=atol)
+
+
 def _compare_trees(got, expected, rtol, atol, what):
     import s2s
     got_leaves, got_tree = s2s.tree_flatten(got)

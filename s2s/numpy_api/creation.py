@@ -23,7 +23,7 @@ from s2s.core import Literal, ShapedArray
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.numpy_api._base import (aval, cast_all, has_tracer, implements, is_python_scalar,
                                  normalize_axis)
-from s2s.numpy_api.shaping import stack
+from s2s.numpy_api.shaping import broadcast_arrays, reshape, stack
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.primitives import structural as st
@@ -382,3 +382,26 @@ def copy(a, order="K", subok=False):
 def copy_of(a: Tracer) -> CopiedTracer:
     """Staged values are immutable, so a copy is the same variable (see CopiedTracer)."""
     return CopiedTracer(a.builder, a.variable)
+
+
+# ---------------------------------------------------------------------------------------
+# Coordinate grids
+
+
+@implements(np.meshgrid)
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    """np.meshgrid: each (flattened) input along its own axis of the grid, the first two
+    swapped for indexing='xy'; broadcast to the full grid unless sparse. A tuple, as
+    NumPy 2 returns."""
+    if indexing not in ("xy", "ij"):
+        raise ShapeError(f"np.meshgrid: indexing={indexing!r} is not valid",
+                         "use indexing='xy' (Cartesian, the default) or 'ij' (matrix)")
+    ndim = len(xi)
+    axes = list(range(ndim))
+    if indexing == "xy" and ndim > 1:
+        axes[0], axes[1] = 1, 0
+    output = [reshape(x, (1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
+              for x, axis in zip(xi, axes)]
+    if not sparse:
+        output = broadcast_arrays(*output)
+    return tuple(output)

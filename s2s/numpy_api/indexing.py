@@ -30,8 +30,8 @@ import numpy as np
 from s2s import dtypes
 from s2s.errors import ConcretizationError, ShapeError
 from s2s.numpy_api._base import aval, convert, has_tracer, implements, normalize_axis, operand
-from s2s.numpy_api.math import where
-from s2s.numpy_api.shaping import broadcast_to, ravel, stack, static_int, transpose
+from s2s.numpy_api.math import add, multiply, where
+from s2s.numpy_api.shaping import broadcast_to, ravel, stack, static_int, static_ints, transpose
 from s2s.primitives import elementwise as ew
 from s2s.primitives import indexing as ix
 from s2s.primitives import structural as st
@@ -526,3 +526,85 @@ def _setitem_by_transpose(x, index, value):
     touched = written != 0
     mean = scattered / where(touched, written, 1) if dtypes.is_inexact(x_aval.dtype) else scattered
     return where(touched, mean.astype(x_aval.dtype) if aval(mean).dtype != x_aval.dtype else mean, x)
+
+
+# ---------------------------------------------------------------------------------------
+# Flat indices and coordinates: unravel_index, ravel_multi_index
+
+
+def _index_operand(indices, fn: str):
+    """Integer indices as a default-int operand (NumPy's intp); other dtypes are refused."""
+    idx = operand(indices)
+    if not dtypes.is_integer(aval(idx).dtype):
+        raise ShapeError(f"np.{fn}: only int indices permitted, got {aval(idx).str_short()}",
+                         "convert them first, e.g. i.astype(int)")
+    return convert(idx, dtypes.default_int())
+
+
+def _clamped(index, size: int):
+    """A staged index held in [0, size): what s2s does where NumPy would raise on an index
+    out of range (staged values cannot raise), as staged indexing clamps."""
+    dt = aval(index).dtype
+    return ew.clamp.bind(convert(0, dt), index, convert(max(size - 1, 0), dt))
+
+
+def _dims_and_order(dims, order, fn: str) -> tuple[int, ...]:
+    dims = static_ints(dims, "a dimension")
+    if order not in ("C", "F"):
+        raise ShapeError(f"np.{fn}: only 'C' or 'F' order is permitted, got {order!r}")
+    if any(d <= 0 for d in dims):
+        raise ShapeError(f"np.{fn}: dimensions must be positive, got {dims}")
+    return dims
+
+
+@implements(np.unravel_index)
+def unravel_index(indices, shape, order="C"):
+    """np.unravel_index for a static `shape`: the coordinates of flat `indices`, by
+    remainders and quotients from the fastest-varying dimension. Negative staged indices
+    count from the end and ones out of range are clamped (NumPy raises; staged values
+    cannot)."""
+    dims = _dims_and_order(shape, order, "unravel_index")
+    size = int(np.prod(dims, dtype=np.int64))
+    idx = _index_operand(indices, "unravel_index")
+    if not isinstance(idx, Tracer):
+        return np.unravel_index(idx, dims, order)
+    idx = _clamped(_wrap_negative(idx, size), size)
+    coords = [None] * len(dims)
+    for axis in (reversed(range(len(dims))) if order == "C" else range(len(dims))):
+        d = convert(dims[axis], aval(idx).dtype)
+        coords[axis] = ew.rem.bind(idx, d)
+        idx = ew.div.bind(idx, d)
+    return tuple(coords)
+
+
+_INDEX_MODES = ("raise", "wrap", "clip")
+
+
+@implements(np.ravel_multi_index)
+def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
+    """np.ravel_multi_index for static `dims`: sum of index * stride. mode='wrap' wraps,
+    'clip' clips; staged indices under 'raise' are clamped (they cannot raise)."""
+    dims = _dims_and_order(dims, order, "ravel_multi_index")
+    multi_index = list(multi_index)
+    if len(multi_index) != len(dims):
+        raise ShapeError(f"np.ravel_multi_index: multi_index has {len(multi_index)} index "
+                         f"arrays for {len(dims)} dimensions",
+                         "pass one index array per dimension")
+    modes = [mode] * len(dims) if isinstance(mode, str) else list(mode)
+    if len(modes) != len(dims) or any(m not in _INDEX_MODES for m in modes):
+        raise ShapeError(f"np.ravel_multi_index: mode {mode!r} is not valid",
+                         "use 'raise', 'wrap' or 'clip' (or one of them per dimension)")
+    strides = [int(np.prod(dims[i + 1:] if order == "C" else dims[:i], dtype=np.int64))
+               for i in range(len(dims))]
+    total = None
+    for index, d, m, stride in zip(multi_index, dims, modes, strides):
+        index = _index_operand(index, "ravel_multi_index")
+        if m == "wrap":
+            index = _wrap_negative(ew.rem.bind(index, convert(d, aval(index).dtype)), d)
+        elif isinstance(index, Tracer) or m == "clip":
+            index = _clamped(index, d)
+        elif np.any((np.asarray(index) < 0) | (np.asarray(index) >= d)):
+            raise ShapeError("np.ravel_multi_index: invalid entry in coordinates array")
+        term = multiply(index, stride) if stride != 1 else index
+        total = term if total is None else add(total, term)
+    return total

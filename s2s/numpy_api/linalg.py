@@ -28,11 +28,15 @@ from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.numpy_api._base import (aval, asarray, convert, implements, is_python_scalar,
                                  normalize_axis, promote)
 from s2s.primitives import elementwise as ew
+from s2s.numpy_api import math as np_math
 from s2s.numpy_api import reductions as np_reductions
-from s2s.numpy_api.shaping import diagonal
+from s2s.numpy_api.creation import zeros_like
+from s2s.numpy_api.shaping import diagonal, moveaxis, stack
+from s2s.primitives import indexing as ix
 from s2s.primitives import linalg as la
 from s2s.primitives import ops
 from s2s.primitives import reductions as reduction_primitives
+from s2s.primitives import structural as st
 from s2s.staging import Tracer
 
 # ---------------------------------------------------------------------------------------
@@ -272,6 +276,111 @@ def kron(a, b):
     a = ops.reshape(a, [d for s in sa for d in (s, 1)])
     b = ops.reshape(b, [d for s in sb for d in (1, s)])
     return ops.reshape(ew.mul.bind(a, b), [x * y for x, y in zip(sa, sb)])
+
+
+def _times(x, y):
+    """x * y, where None stands for a component that is zero (a 2-vector's third)."""
+    return None if x is None or y is None else np_math.multiply(x, y)
+
+
+def _minus(p, q):
+    """p - q, where None is zero: the terms NumPy's cross product leaves out for 2-vectors."""
+    if q is None:
+        return p
+    return np_math.negative(q) if p is None else np_math.subtract(p, q)
+
+
+@implements(np.cross)
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """The cross product of 3-vectors (or 2-vectors, whose third component is zero; two
+    2-vectors give the scalar z component) along `axisa`/`axisb`, broadcast over the rest;
+    the result's vectors lie along `axisc`."""
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = _operands(a, b)
+    a = moveaxis(a, normalize_axis(axisa, max(_ndim(a), 1), "axisa"), -1)
+    b = moveaxis(b, normalize_axis(axisb, max(_ndim(b), 1), "axisb"), -1)
+    na, nb = _shape(a)[-1], _shape(b)[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise ShapeError(f"np.cross: incompatible dimensions for cross product: vectors of "
+                         f"length {na} and {nb} (each must be 2 or 3)",
+                         "pass axisa=/axisb= (or axis=) to pick the axis holding the vectors")
+    a0, a1, a2 = [ops.index_in_dim(a, i, _ndim(a) - 1) if i < na else None for i in range(3)]
+    b0, b1, b2 = [ops.index_in_dim(b, i, _ndim(b) - 1) if i < nb else None for i in range(3)]
+    z = _minus(_times(a0, b1), _times(a1, b0))
+    if na == nb == 2:
+        return z
+    x = _minus(_times(a1, b2), _times(a2, b1))
+    y = _minus(_times(a2, b0), _times(a0, b2))
+    out = stack([x, y, z], axis=-1)
+    return moveaxis(out, -1, normalize_axis(axisc, _ndim(out), "axisc"))
+
+
+@implements(np.polyval)
+def polyval(p, x):
+    """The polynomial with coefficients `p` (highest power first) at `x`: Horner's rule
+    as NumPy writes it, `y = y * x + p[i]` from `y = zeros_like(x)`."""
+    p, x = _strong(p), _strong(x)
+    if not _shape(p):
+        raise ShapeError("np.polyval: the coefficients must be a sequence, got a scalar",
+                         "pass the coefficients as a 1-d array, highest power first")
+    y = zeros_like(x)
+    for i in range(_shape(p)[0]):
+        y = np_math.add(np_math.multiply(y, x), ops.index_in_dim(p, i, 0))
+    return y
+
+
+_CORRELATE_MODES = ("full", "same", "valid")
+
+
+def _correlation_window(n: int, m: int, mode: str) -> tuple[int, int]:
+    """(start, size) of NumPy's `mode` within the full correlation of lengths n and m."""
+    if mode == "full":
+        return 0, n + m - 1
+    if mode == "same":
+        return ((m - 1) // 2 if n >= m else n // 2), max(n, m)
+    return min(n, m) - 1, abs(n - m) + 1
+
+
+def _correlate(name: str, a, v, mode):
+    """c[k] = sum_j a[k + j - (m - 1)] * v[j] (a read as zero outside), for the k of `mode`:
+    one gather of the sliding windows of the zero-padded `a` and one dot with `v`."""
+    a, v = _operands(a, v)
+    if _ndim(a) != 1 or _ndim(v) != 1:
+        raise ShapeError(f"np.{name} takes two 1-d arrays, got shapes {_shape_text(_shape(a))}"
+                         f" and {_shape_text(_shape(v))}",
+                         "flatten them with np.ravel, or map over rows with s2s.vmap")
+    n, m = _shape(a)[0], _shape(v)[0]
+    if not n or not m:
+        raise ShapeError(f"np.{name}: {'a' if not n else 'v'} cannot be empty")
+    if mode not in _CORRELATE_MODES:
+        raise ShapeError(f"np.{name}: mode {mode!r} is not supported",
+                         "use mode='full', 'same' or 'valid'")
+    start, size = _correlation_window(n, m, mode)
+    left, right = max(0, m - 1 - start), max(0, start + size - n)
+    if left or right:
+        a = ops.pad(a, _zero(_dtype(a)), ((left, right, 0),))
+    rows = start + left - (m - 1) + np.arange(size)
+    index = (rows[:, None] + np.arange(m)[None, :]).astype(dtypes.default_int())
+    windows = ix.gather.bind(a, index, axes=(0,))        # (size, m)
+    return _dot_general(windows, np_math.conjugate(v), (1,), (0,))
+
+
+@implements(np.correlate)
+def correlate(a, v, mode="valid"):
+    """np.correlate of 1-d arrays in modes 'valid' (NumPy's default), 'same' and 'full'."""
+    return _correlate("correlate", a, v, mode)
+
+
+@implements(np.convolve)
+def convolve(a, v, mode="full"):
+    """np.convolve: the correlation with `v` reversed (the longer array slides, as NumPy)."""
+    a, v = _operands(a, v)
+    if _ndim(a) == 1 and _ndim(v) == 1 and _shape(v)[0] > _shape(a)[0]:
+        a, v = v, a
+    if _ndim(v) == 1:
+        v = st.rev.bind(v, dimensions=(0,))
+    return _correlate("convolve", a, v, mode)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""NumPy's reductions, cumulative reductions, sorting and statistics on staged values.
+"""NumPy's reductions, cumulative reductions and differences, sorting and statistics on
+staged values.
 
 Each function takes NumPy's arguments (`axis=` None, an int, a tuple, negative;
 `keepdims=`; `dtype=` where NumPy has it) and returns NumPy's result dtype exactly:
@@ -29,17 +30,20 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import Literal
-from s2s.errors import ShapeError, StagingError
+from s2s.errors import ShapeError, StagingError, UnsupportedFunctionError
+from s2s.numpy_api import math as np_math
+from s2s.numpy_api import shaping as np_shaping
 from s2s.numpy_api._base import (aval, asarray, convert, dtype as dtype_of, implements,
                                  is_python_scalar, normalize_axes, normalize_axis,
                                  shape as shape_of)
 from s2s.primitives import elementwise as ew
+from s2s.primitives import ops
 from s2s.primitives import reductions as red
 from s2s.primitives import structural as st
 
 __all__ = ["all", "amax", "amin", "any", "argmax", "argmin", "argsort", "average",
-           "count_nonzero", "cumprod", "cumsum", "max", "mean", "median", "min", "nanmean",
-           "nansum", "prod", "ptp", "sort", "std", "sum", "var"]
+           "count_nonzero", "cumprod", "cumsum", "diff", "gradient", "max", "mean", "median", "min",
+           "nanmean", "nansum", "partition", "prod", "ptp", "sort", "std", "sum", "unwrap", "var"]
 
 # ---------------------------------------------------------------------------------------
 # Helpers
@@ -525,6 +529,146 @@ def cumprod(a, axis=None, dtype=None, out=None):
     return _cumulative("cumprod", red.cumprod, red.cummin, a, axis, dtype, out)
 
 
+_NO_VALUE = object()
+
+
+def _edge(values, x, ax: int):
+    """A `prepend=`/`append=` operand of np.diff: a scalar becomes one slice along `ax`."""
+    v = _operand(values)
+    if not shape_of(v):
+        shape = list(shape_of(x))
+        shape[ax] = 1
+        v = np_shaping.broadcast_to(v, tuple(shape))
+    return v
+
+
+@implements(np.diff)
+def diff(a, n=1, axis=-1, prepend=_NO_VALUE, append=_NO_VALUE):
+    """np.diff: `n` times `x[1:] - x[:-1]` along `axis` (`!=` for booleans, as NumPy),
+    after joining `prepend` and `append` on; the inverse of cumsum."""
+    x = _operand(a)
+    n = np_shaping.static_int(n, "np.diff's n")
+    if n < 0:
+        raise ShapeError(f"np.diff: order must be non-negative but got {n}",
+                         "pass n >= 0 (n=0 returns the input)")
+    if n == 0:
+        return x
+    if not shape_of(x):
+        raise ShapeError("np.diff needs an array of at least one dimension, got a scalar",
+                         "use np.atleast_1d(x), or reshape the value into an array")
+    ax = normalize_axis(axis, aval(x).ndim)
+    parts = [x]
+    if prepend is not _NO_VALUE:
+        parts.insert(0, _edge(prepend, x, ax))
+    if append is not _NO_VALUE:
+        parts.append(_edge(append, x, ax))
+    if len(parts) > 1:
+        x = np_shaping.concatenate(parts, axis=ax)
+    step = np_math.not_equal if dtypes.is_bool(dtype_of(x)) else np_math.subtract
+    for _ in range(n):
+        size = shape_of(x)[ax]
+        x = step(ops.slice_in_dim(x, builtins.min(1, size), size, ax),
+                 ops.slice_in_dim(x, 0, builtins.max(size - 1, 0), ax))
+    return x
+
+
+def _float_operand(a, name: str):
+    """A real array operand in a floating dtype (integers become float64, as NumPy's
+    gradient and unwrap compute them)."""
+    x = _operand(a)
+    if dtypes.is_complex(dtype_of(x)):
+        raise UnsupportedFunctionError(f"np.{name} of complex arrays is not supported yet")
+    if not dtypes.is_inexact(dtype_of(x)):
+        x = _to(x, dtypes.canonicalize_dtype(np.float64))
+    return x
+
+
+def _along(x, ax: int, start: int, stop: int):
+    """x[..., start:stop] on axis `ax`, with Python's bounds (negative counts from the end)."""
+    start, stop, _ = builtins.slice(start, stop).indices(shape_of(x)[ax])
+    return ops.slice_in_dim(x, start, stop, ax)
+
+
+def _spacings(varargs, n_axes: int) -> list:
+    """np.gradient's sample distances: none (1), one scalar for all axes, or one per axis."""
+    if not varargs:
+        return [1.0] * n_axes
+    if len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+        return list(varargs) * n_axes
+    if len(varargs) != n_axes:
+        raise ShapeError(f"np.gradient: got {len(varargs)} spacings for {n_axes} axes",
+                         "pass one spacing, or one per axis")
+    if builtins.any(np.ndim(h) != 0 for h in varargs):
+        raise UnsupportedFunctionError(
+            "np.gradient with coordinate arrays (non-uniform spacing) is not supported",
+            "pass a scalar spacing per axis; for uneven samples write the differences "
+            "with np.diff")
+    return list(varargs)
+
+
+# Finite-difference stencils as (weight, start, stop) of slices along the axis, over h.
+_CENTRAL = ((-0.5, 0, -2), (0.5, 2, None))
+_EDGE_STENCILS = {
+    1: (((-1.0, 0, 1), (1.0, 1, 2)), ((-1.0, -2, -1), (1.0, -1, None))),
+    2: (((-1.5, 0, 1), (2.0, 1, 2), (-0.5, 2, 3)),
+        ((0.5, -3, -2), (-2.0, -2, -1), (1.5, -1, None))),
+}
+
+
+def _stencil(x, ax: int, terms, h):
+    total = None
+    for weight, start, stop in terms:
+        term = np_math.multiply(_along(x, ax, start, stop), weight)
+        total = term if total is None else np_math.add(total, term)
+    return np_math.divide(total, h)
+
+
+@implements(np.gradient)
+def gradient(f, *varargs, axis=None, edge_order=1):
+    """np.gradient with uniform (scalar) spacing: central differences inside, one-sided
+    differences of first or second order (`edge_order`) at the ends. One array for one
+    axis, else a tuple, as NumPy 2; the result keeps f's float dtype."""
+    x = _float_operand(f, "gradient")
+    nd = len(shape_of(x))
+    axes = normalize_axes(axis, nd)
+    if edge_order not in (1, 2):
+        raise ShapeError(f"np.gradient: edge_order must be 1 or 2, got {edge_order!r}")
+    out = []
+    for ax, h in zip(axes, _spacings(varargs, len(axes))):
+        if shape_of(x)[ax] < edge_order + 1:
+            raise ShapeError(f"np.gradient: axis {ax} has {shape_of(x)[ax]} samples; "
+                             f"edge_order={edge_order} needs at least {edge_order + 1}")
+        first, last = _EDGE_STENCILS[edge_order]
+        parts = [_stencil(x, ax, terms, h) for terms in (first, _CENTRAL, last)]
+        joined = np_shaping.concatenate(parts, axis=ax)
+        out.append(_to(joined, dtype_of(x)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@implements(np.unwrap)
+def unwrap(p, discont=None, axis=-1, *, period=2 * np.pi):
+    """np.unwrap: each jump between neighbours larger than `discont` replaced by its
+    complement modulo `period`; NumPy's formula, a piecewise-constant correction summed
+    with cumsum (so the derivative is the identity, as jax's)."""
+    x = _float_operand(p, "unwrap")
+    nd = len(shape_of(x))
+    if not nd:
+        raise ShapeError("np.unwrap needs an array of at least one dimension, got a scalar")
+    ax = normalize_axis(axis, nd)
+    if shape_of(x)[ax] < 2:
+        return x
+    half = period / 2
+    discont = half if discont is None else discont
+    dd = diff(x, axis=ax)
+    ddmod = np_math.subtract(np_math.remainder(np_math.add(dd, half), period), half)
+    on_edge = np_math.logical_and(np_math.equal(ddmod, -half), np_math.greater(dd, 0))
+    ddmod = np_math.where(on_edge, half, ddmod)
+    correction = np_math.subtract(ddmod, dd)
+    correction = np_math.where(np_math.less(np_math.absolute(dd), discont), 0.0, correction)
+    rest = np_math.add(_along(x, ax, 1, None), cumsum(correction, axis=ax))
+    return _to(np_shaping.concatenate([_along(x, ax, 0, 1), rest], axis=ax), dtype_of(x))
+
+
 # ---------------------------------------------------------------------------------------
 # sort, argsort, median
 
@@ -560,6 +704,22 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     iota = ew.iota.bind(dtype=index, shape=shape_of(x), dimension=ax)
     _, order_ = red.sort.bind(x, iota, dimension=ax, num_keys=1)
     return order_
+
+
+@implements(np.partition)
+def partition(a, kth, axis=-1, kind="introselect", order=None):
+    """np.partition as a full sort along `axis`: a valid partition for every kth (each kth
+    element in its sorted place, smaller ones before, larger after). NumPy leaves the order
+    inside each side unspecified, and s2s's is the sorted one."""
+    x, ax = _sort_operand(a, axis, order, "partition")
+    if not shape_of(x):
+        raise ShapeError("np.partition needs an array of at least one dimension")
+    n = shape_of(x)[ax]
+    for k in np.atleast_1d(np.asarray(kth)).tolist():
+        if not isinstance(k, int) or not -n <= k < n:
+            raise ShapeError(f"np.partition: kth {k!r} is out of bounds for an axis of size {n}",
+                             "pass static ints in [-n, n) for an axis of length n")
+    return sort(x, axis=ax)
 
 
 @implements(np.median)

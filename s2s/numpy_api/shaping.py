@@ -1,8 +1,8 @@
 """NumPy's shape-manipulation functions, staged as structural primitives.
 
-reshape, transpose, swapaxes, moveaxis, ravel, squeeze, expand_dims, concatenate, stack,
-hstack, vstack, dstack, column_stack, append, split, array_split, tile, repeat, flip,
-fliplr, flipud, rot90, roll, broadcast_to, broadcast_arrays, broadcast_shapes,
+reshape, transpose, swapaxes, moveaxis, rollaxis, ravel, squeeze, expand_dims, concatenate,
+stack, hstack, vstack (row_stack), dstack, column_stack, append, split, array_split, tile,
+repeat, flip, fliplr, flipud, rot90, roll, broadcast_to, broadcast_arrays, broadcast_shapes,
 atleast_1d/2d/3d, pad, tril, triu, diag and diagonal.
 
 Every argument that decides a shape (axes, sizes, repeats, shifts, pad widths) must be a
@@ -192,6 +192,24 @@ def moveaxis(a, source, destination):
     return _permute(a, tuple(order))
 
 
+@implements(np.rollaxis)
+def rollaxis(a, axis, start=0):
+    """np.rollaxis: `axis` moved to before position `start` (NumPy keeps it for old code;
+    it is a moveaxis whose destination depends on which side of `start` the axis is)."""
+    a = operand(a)
+    ndim = _ndim(a)
+    axis = normalize_axis(static_int(axis, "axis"), ndim)
+    start = static_int(start, "start")
+    if not -ndim <= start <= ndim:
+        raise ShapeError(f"rollaxis: start {start} is out of bounds for an array of dimension "
+                         f"{ndim}: it must lie in [{-ndim}, {ndim}]")
+    if start < 0:
+        start += ndim
+    if axis < start:
+        start -= 1
+    return moveaxis(a, axis, start) if axis != start else a
+
+
 @implements(np.squeeze)
 def squeeze(a, axis=None):
     a = operand(a)
@@ -359,6 +377,10 @@ def vstack(tup, *, dtype=None, casting="same_kind"):
     arrays = atleast_2d(*_arrays(tup, "vstack"))
     arrays = list(arrays) if isinstance(arrays, tuple) else [arrays]
     return concatenate(arrays, axis=0, dtype=dtype)
+
+
+if hasattr(np, "row_stack"):     # deprecated in NumPy 2.0; an alias of vstack while it lasts
+    implements(np.row_stack)(vstack)
 
 
 @implements(np.dstack)

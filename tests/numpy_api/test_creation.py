@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 import s2s.numpy_api  # noqa: F401
 from s2s import config
 from s2s.core import ShapedArray
-from s2s.errors import ConcretizationError, UnsupportedFunctionError
+from s2s.errors import ConcretizationError, ShapeError, UnsupportedFunctionError
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api import creation as c
 from s2s.staging import JaxprBuilder, Tracer
-from tests.helpers import assert_same, check_staged, stage
+from tests.helpers import assert_same, check_numpy_and_jax, check_staged, stage
 from tests.numpy_api.test_math import primitive_names
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -229,3 +229,45 @@ def test_x32_mode_canonicalizes():
         assert [a.dtype for a in closed.out_avals] == [np.float32, np.int32, np.float32, np.float32]
     finally:
         config.update("enable_x64", True)
+
+
+# ---------------------------------------------------------------------------------------
+# meshgrid of staged coordinates; indices, triu_indices, tril_indices of static sizes
+
+
+def grids(x, y, z):
+    # tuple(...): NumPy 2 returns a tuple, jax.numpy (the derivative oracle) a list.
+    return (tuple(np.meshgrid(x, y)), tuple(np.meshgrid(x, y, indexing="ij")),
+            tuple(np.meshgrid(x, y, z, sparse=True)),
+            tuple(np.meshgrid(x, y, z, indexing="ij", sparse=True)), tuple(np.meshgrid(z)))
+
+
+def weighted_grid_sum(x, y):
+    gx, gy = np.meshgrid(x, y)
+    return np.sum(gx * gy ** 2)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=3, max_size=3), st.integers(0, 5))
+def test_meshgrid(sizes, seed):
+    rng = np.random.default_rng(seed)
+    x, y, z = (rng.standard_normal(n) for n in sizes)
+    check_numpy_and_jax(grids, x, y, z)
+    # NumPy flattens N-d inputs (jax.numpy.meshgrid refuses them: values only).
+    check_numpy_and_jax(grids, x, y, z.reshape(1, -1), derivatives=False)
+    check_numpy_and_jax(weighted_grid_sum, x, y)
+
+
+def static_index_grids(x):
+    rows, cols = np.triu_indices(3, 1)
+    lower = np.tril_indices(3, -1, 4)
+    return x[rows, cols] + x[lower] * np.indices((3, 4))[1][lower]
+
+
+def test_static_index_grids_inside_staged_functions():
+    check_numpy_and_jax(static_index_grids, np.arange(12.0).reshape(3, 4))
+
+
+def test_meshgrid_bad_indexing_says_what_to_write():
+    with pytest.raises(ShapeError, match="indexing='xy'"):
+        s2s.jit(lambda x: np.meshgrid(x, x, indexing="yx"))(np.zeros(3))

@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import s2s  # noqa: F401
+import s2s
 from s2s.core import ShapedArray
 from s2s.errors import ConcretizationError, S2SError, ShapeError
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api import indexing as I
 from s2s.staging import JaxprBuilder
-from tests.helpers import assert_same, check_staged
+from tests.helpers import assert_same, check_numpy_and_jax, check_staged
 from tests.primitives.test_structural import random_array
 
 
@@ -409,3 +409,40 @@ def test_dynamic_slice_and_update():
         return out
 
     same(lambda x, u, i: I.dynamic_update_slice(x, u, (1, i)), expected, x, update, np.int32(2))
+
+
+# ---------------------------------------------------------------------------------------
+# unravel_index, ravel_multi_index: static shapes, staged indices
+
+
+def round_trip(flat, dims, order):
+    coords = np.unravel_index(flat, dims, order=order)
+    return coords, np.ravel_multi_index(coords, dims, order=order)
+
+
+def wrapped_and_clipped(i, j):
+    return (np.ravel_multi_index((i, j), (3, 4), mode="wrap"),
+            np.ravel_multi_index((i, j), (3, 4), mode=("clip", "wrap")))
+
+
+def with_a_static_index(i):
+    return np.ravel_multi_index((i, 1), (7, 5), order="F")
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.sampled_from("CF"), st.data())
+def test_unravel_and_ravel_multi_index(dims, order, data):
+    size = int(np.prod(dims))
+    flat = np.array(data.draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=5)))
+    check_numpy_and_jax(lambda f: round_trip(f, tuple(dims), order), flat, derivatives=False)
+    i, j = (np.array(data.draw(st.lists(st.integers(-9, 9), min_size=3, max_size=3)))
+            for _ in range(2))
+    check_numpy_and_jax(wrapped_and_clipped, i, j, derivatives=False)
+    check_numpy_and_jax(with_a_static_index, np.abs(i) % 7, derivatives=False)
+
+
+def test_ravel_multi_index_needs_one_index_per_dimension():
+    with pytest.raises(ShapeError, match="one index array per dimension"):
+        s2s.jit(lambda i: np.ravel_multi_index((i,), (3, 4)))(np.arange(2))
+    with pytest.raises(ShapeError, match="only int indices"):
+        s2s.jit(lambda x: np.unravel_index(x, (3, 4)))(np.arange(2.0))

@@ -10,11 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from s2s.errors import ShapeError, UnsupportedFunctionError
+import hypothesis.extra.numpy as hnp
+
+import s2s
+from s2s.errors import S2SError, ShapeError, UnsupportedFunctionError
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api import linalg as L
 from s2s.staging import JaxprBuilder
-from tests.helpers import assert_same, check_staged
+from tests.helpers import assert_same, check_numpy_and_jax, check_staged
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
@@ -509,3 +512,83 @@ def test_out_arguments_are_rejected():
                  lambda: L.trace(a, out=a), lambda: L.matmul(a, a, axes=[(0, 1)] * 3)):
         with pytest.raises(UnsupportedFunctionError):
             call()
+
+
+# ---------------------------------------------------------------------------------------
+# cross, polyval, convolve, correlate, kron of N-d arrays: NumPy's values on both backends,
+# jax's jvp and vjp
+
+LONG_TAIL = settings(max_examples=10, deadline=None)
+# Subnormals left out: XLA on CPU flushes them to zero.
+FLOAT64S = st.floats(-3.0, 3.0, allow_nan=False, allow_subnormal=False)
+
+
+def _floats(data, shape, label):
+    return data.draw(hnp.arrays(np.float64, shape, elements=FLOAT64S), label=label)
+
+
+def cross_last(a, b):
+    return np.cross(a, b)
+
+
+def cross_axes(a, b):
+    return np.cross(np.moveaxis(a, -1, 0), b, axisa=0, axisc=0)
+
+
+@pytest.mark.filterwarnings("ignore:Arrays of 2-dimensional vectors:DeprecationWarning")
+@LONG_TAIL
+@given(data=st.data())
+def test_cross(data):
+    batch = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2, max_side=3),
+                      label="batch")
+    na, nb = data.draw(st.sampled_from([(3, 3), (2, 3), (3, 2), (2, 2)]), label="lengths")
+    a = _floats(data, batch.input_shapes[0] + (na,), "a")
+    b = _floats(data, batch.input_shapes[1] + (nb,), "b")
+    check_numpy_and_jax(cross_last, a, b, rtol=1e-9, atol=1e-9)
+    if (na, nb) != (2, 2):
+        check_numpy_and_jax(cross_axes, a, b, rtol=1e-9, atol=1e-9)
+
+
+def polyval_f(p, x):
+    return np.polyval(p, x)
+
+
+def convolve_and_correlate(a, v):
+    return (np.convolve(a, v), np.convolve(a, v, mode="same"), np.convolve(a, v, "valid"),
+            np.correlate(a, v), np.correlate(a, v, "same"), np.correlate(a, v, mode="full"))
+
+
+def kron_f(a, b):
+    return np.kron(a, b)
+
+
+@LONG_TAIL
+@given(data=st.data())
+def test_polyval_convolve_correlate_kron(data):
+    p = _floats(data, st.integers(1, 5).map(lambda n: (n,)), "p")
+    x = _floats(data, hnp.array_shapes(max_dims=2, max_side=4), "x")
+    check_numpy_and_jax(polyval_f, p, x, rtol=1e-9, atol=1e-9)
+    a = _floats(data, st.integers(1, 6).map(lambda n: (n,)), "a")
+    v = _floats(data, st.integers(1, 6).map(lambda n: (n,)), "v")
+    check_numpy_and_jax(convolve_and_correlate, a, v, rtol=1e-9, atol=1e-9)
+    sa = data.draw(hnp.array_shapes(max_dims=3, max_side=3), label="kron a shape")
+    sb = data.draw(hnp.array_shapes(max_dims=3, max_side=3), label="kron b shape")
+    check_numpy_and_jax(kron_f, _floats(data, sa, "ka"), _floats(data, sb, "kb"))
+
+
+def test_integer_convolution_and_polynomials_stay_integers():
+    check_numpy_and_jax(convolve_and_correlate, np.arange(5), np.array([1, -2, 3]),
+                        derivatives=False)
+    check_numpy_and_jax(polyval_f, np.array([2, 0, -1]), np.arange(4), derivatives=False)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x: np.cross(x, x), "incompatible dimensions"),
+    (lambda x: np.cross(x[:3], x[:3], axisa=1), "out of bounds"),
+    (lambda x: np.polyval(x[0], x), "must be a sequence"),
+    (lambda x: np.convolve(x, x, mode="middle"), "mode 'middle' is not supported"),
+    (lambda x: np.correlate(x.reshape(2, 2), x), "1-d arrays"),
+])
+def test_long_tail_errors_say_what_to_write(call, match):
+    with pytest.raises(S2SError, match=match):
+        s2s.jit(call)(np.arange(4.0))

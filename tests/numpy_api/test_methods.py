@@ -19,7 +19,7 @@ import s2s.numpy_api  # noqa: F401
 from s2s.core import ShapedArray
 from s2s.errors import ConcretizationError, S2SError, UnsupportedSyntaxError
 from s2s.staging import JaxprBuilder, Tracer
-from tests.helpers import check_staged, stage
+from tests.helpers import check_numpy_and_jax, check_staged, stage
 from tests.numpy_api.test_math import (NUMPY_SCALARS, PY_SCALARS, expect_like_numpy, kind_id,
                                        primitive_names, python_power_of_negative, sample)
 
@@ -249,3 +249,21 @@ def test_astype_same_dtype_stages_nothing():
     assert primitive_names(closed) == ["convert_element_type"]
 
 
+
+
+def truncated_times(x):
+    return x.astype(int) * x
+
+
+def truncated(x):
+    return x.astype(int)
+
+
+@settings(max_examples=10, deadline=None)
+@given(hnp.arrays(np.float64, hnp.array_shapes(max_dims=2, max_side=4),
+                  elements=st.floats(-9.5, 9.5, allow_subnormal=False).filter(
+                      lambda v: v != int(v))))
+def test_astype_int_of_staged_floats_truncates_and_has_no_derivative(x):
+    """x.astype(int) rounds toward zero as NumPy; its derivative is zero, as jax's."""
+    check_numpy_and_jax(truncated_times, x)
+    check_numpy_and_jax(truncated, x, derivatives=False)

@@ -14,11 +14,12 @@ import s2s_runtime
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from s2s.errors import ShapeError, StagingError
+import s2s
+from s2s.errors import S2SError, ShapeError, StagingError
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api import reductions as R
 from s2s_runtime import sorting
-from tests.helpers import assert_same, check_staged, stage
+from tests.helpers import assert_same, check_numpy_and_jax, check_staged, stage
 from tests.strategies import small_values
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")   # empty means, 0/0 ...
@@ -397,3 +398,87 @@ def test_emitted_code_reads_like_numpy():
     assert "x.sum(axis=0)[None]" in emit_jaxpr_source(closed, "f", ["x"])
     closed, _ = stage(lambda t: R.max(t), x)
     assert "x.max()" in emit_jaxpr_source(closed, "f", ["x"])
+
+
+# ---------------------------------------------------------------------------------------
+# diff, gradient, unwrap, partition: NumPy's values on both backends, jax's derivatives
+
+LONG_TAIL = settings(max_examples=10, deadline=None)
+# Subnormals left out: XLA on CPU flushes them to zero.
+FLOAT64S = st.floats(-5.0, 5.0, allow_nan=False, allow_subnormal=False)
+
+
+def diff_default(x):
+    return np.diff(x)
+
+
+def diff_twice_axis0_with_edges(x):
+    return np.diff(x, n=2, axis=0, prepend=1.5, append=x[:1])
+
+
+def diff_of_a_mask(x):
+    return np.diff(x > 0, axis=-1)
+
+
+@LONG_TAIL
+@given(x=hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=3, max_side=4),
+                    elements=FLOAT64S))
+def test_diff(x):
+    check_numpy_and_jax(diff_default, x)
+    check_numpy_and_jax(diff_twice_axis0_with_edges, x)
+    check_numpy_and_jax(diff_of_a_mask, x, derivatives=False)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x: np.diff(x, n=-1), "order must be non-negative"),
+    (lambda x: np.diff(x, axis=2), "out of bounds"),
+    (lambda x: np.gradient(x, edge_order=3), "edge_order must be 1 or 2"),
+    (lambda x: np.partition(x, 4), "kth 4 is out of bounds"),
+])
+def test_long_tail_errors_say_what_to_write(call, match):
+    with pytest.raises(S2SError, match=match):
+        s2s.jit(call)(np.arange(4.0))
+
+
+def gradients(x):
+    return np.gradient(x, axis=0), np.gradient(x, 0.5, axis=-1)
+
+
+def every_axis_second_order_edges(x):
+    return np.gradient(x, 2.0, edge_order=2)    # a tuple for several axes, as NumPy 2
+
+
+def unwrapped(x):
+    return np.unwrap(np.cumsum(x, axis=-1)), np.unwrap(x, discont=4.0, axis=0, period=3.0)
+
+
+@LONG_TAIL
+@given(x=hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=3, min_side=3, max_side=5),
+                    elements=st.floats(-6.0, 6.0, allow_subnormal=False)))
+def test_gradient_and_unwrap(x):
+    check_numpy_and_jax(gradients, x, rtol=1e-9, atol=1e-9)
+    # jax.numpy.gradient has no edge_order (and gives a list): values only.
+    check_numpy_and_jax(every_axis_second_order_edges, x, rtol=1e-9, atol=1e-9,
+                        derivatives=False)
+    check_numpy_and_jax(unwrapped, x, rtol=1e-9, atol=1e-9)
+
+
+def test_gradient_with_coordinate_arrays_says_what_to_write():
+    with pytest.raises(S2SError, match="pass a scalar spacing per axis"):
+        s2s.jit(lambda x: np.gradient(x, np.arange(4.0)))(np.arange(4.0))
+
+
+def kth_smallest(x, k):
+    return np.partition(x, k, axis=0)[k] * 2.0
+
+
+@LONG_TAIL
+@given(x=hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=2, max_side=5),
+                    elements=FLOAT64S), data=st.data())
+def test_partition_puts_the_kth_element_in_place(x, data):
+    """NumPy leaves the order on each side of kth unspecified: s2s sorts, so the kth
+    element (what code reads) is NumPy's, and so are its derivatives."""
+    k = data.draw(st.integers(-x.shape[0], x.shape[0] - 1), label="kth")
+    check_numpy_and_jax(lambda x: kth_smallest(x, k), x)
+    got = s2s.jit(lambda x: np.partition(x, k, axis=0))(x)
+    np.testing.assert_array_equal(np.sort(got, axis=0), np.sort(x, axis=0))

@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import s2s  # noqa: F401
+import s2s
 from s2s.core import ShapedArray
 from s2s.errors import ConcretizationError, ShapeError, UnsupportedFunctionError
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api import shaping as S
 from s2s.staging import JaxprBuilder
-from tests.helpers import assert_same, check_staged
+from tests.helpers import assert_same, check_numpy_and_jax, check_staged
 from tests.primitives.test_structural import SETTINGS, random_array
 
 
@@ -416,3 +416,32 @@ def test_shape_ndim_and_size_of_a_staged_array_are_static_ints():
     np.testing.assert_allclose(s2s.jit(_scaled_by_its_shape)(x), expected)
     np.testing.assert_allclose(s2s.jit(_scaled_by_its_shape, backend="python")(x), expected)
     np.testing.assert_allclose(s2s.grad(lambda x: _scaled_by_its_shape(x).sum())(x), np.full((2, 3), 2.0))
+
+
+# ---------------------------------------------------------------------------------------
+# rollaxis, row_stack
+
+
+def rolled(x, axis, start):
+    return np.rollaxis(x, axis, start) * 2.0
+
+
+def row_stacked(x):
+    return np.row_stack([x, x])
+
+
+@pytest.mark.filterwarnings("ignore:`row_stack` alias is deprecated:DeprecationWarning")
+@settings(max_examples=10, deadline=None)
+@given(small_arrays(min_dims=1), st.data())
+def test_rollaxis_and_row_stack(x, data):
+    x = x.astype(np.float64)
+    nd = x.ndim
+    axis = data.draw(st.integers(-nd, nd - 1), label="axis")
+    start = data.draw(st.integers(-nd, nd), label="start")
+    check_numpy_and_jax(lambda x: rolled(x, axis, start), x)
+    check_numpy_and_jax(row_stacked, x, derivatives=False)    # jax.numpy has no row_stack
+
+
+def test_rollaxis_start_out_of_range_says_the_range():
+    with pytest.raises(ShapeError, match=r"start 4 is out of bounds.*\[-2, 2\]"):
+        s2s.jit(lambda x: np.rollaxis(x, 0, 4))(np.zeros((2, 3)))
