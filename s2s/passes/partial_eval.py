@@ -74,10 +74,10 @@ def under_checkpoint(recompute):
 
 
 def _split_by_policy(eqn) -> bool:
-    """Whether `eqn`, a loop or cond a rule split inside a checkpoint, saves what the
-    checkpoint's policy saves in its bodies (some equation there is saved): then it runs in
-    the forward pass and is not recomputed whole. A policy that saves nothing in its
-    bodies recomputes the whole loop in the backward pass, keeping nothing per step."""
+    """Whether the loop or cond `eqn`, inside a checkpoint, is split by the checkpoint's
+    policy: the policy saves some equation of its bodies, so the forward pass runs it and
+    saves that. One whose bodies the policy saves nothing of is recomputed whole in the
+    backward pass instead, which then keeps the loop's usual residuals while it runs."""
     policy = _checkpoint_recompute.get()
     return (policy is not None and eqn.primitive in partial_eval_rules
             and any(not policy(e) for body in _bodies(eqn) for e in _equations(body)))
@@ -95,11 +95,14 @@ def _equations(closed):
             yield from _equations(body)
 
 
-def body_recompute(eqn) -> bool:
-    """The `recompute` test that loops and conds give `partial_eval_jaxpr` for their bodies:
-    cheap equations, and inside a checkpoint, those its policy does not save."""
+def body_recompute(eqn):
+    """The `recompute` test the loop or cond `eqn` gives `partial_eval_jaxpr` for its
+    bodies: cheap equations, and inside a checkpoint whose policy splits it (see
+    `_split_by_policy`), also the equations the policy does not save."""
+    if not _split_by_policy(eqn):
+        return is_cheap
     policy = _checkpoint_recompute.get()
-    return is_cheap(eqn) or (policy is not None and policy(eqn))
+    return lambda e: is_cheap(e) or policy(e)
 
 
 @dataclasses.dataclass

@@ -187,7 +187,7 @@ def _cond_partial_eval(eqn, unknown_ins):
         return [], [eqn], [True] * n_out
     ops_uk = list(unknown_ins[1:])
     out_uk = [False] * n_out
-    splits = [partial_eval_jaxpr(b, ops_uk, recompute=_pe.body_recompute) for b in branches]
+    splits = [partial_eval_jaxpr(b, ops_uk, recompute=_pe.body_recompute(eqn)) for b in branches]
     for pe in splits:
         out_uk = [a or b for a, b in zip(out_uk, pe.out_unknowns)]
     operands = eqn.invars[1:]
@@ -196,7 +196,7 @@ def _cond_partial_eval(eqn, unknown_ins):
         known_eqn = JaxprEqn(cond, [eqn.invars[0]] + known_operands, list(eqn.outvars),
                              dict(branches=tuple(pe.known for pe in splits)), eqn.source_info)
         return [known_eqn], [], out_uk
-    splits = [partial_eval_jaxpr(b, ops_uk, instantiate=out_uk, recompute=_pe.body_recompute) for b in branches]
+    splits = [partial_eval_jaxpr(b, ops_uk, instantiate=out_uk, recompute=_pe.body_recompute(eqn)) for b in branches]
     # Each branch's residuals: an operand's position among the known operands, or a slot.
     sources = [_residual_sources(pe) for pe in splits]
     forwarded = sorted({k for branch in sources for k in branch if isinstance(k, int)})

@@ -92,7 +92,7 @@ def _scan_partial_eval(eqn, unknown_ins):
     p = eqn.params
     jaxpr, n_consts, n_carry, length = p["jaxpr"], p["num_consts"], p["num_carry"], p["length"]
     consts_uk, carry_uk, xs_uk = _scan_split(list(unknown_ins), n_consts, n_carry)
-    carry_uk, pe = unknown_carries(jaxpr, consts_uk, carry_uk, xs_uk, recompute=_pe.body_recompute)
+    carry_uk, pe = unknown_carries(jaxpr, consts_uk, carry_uk, xs_uk, recompute=_pe.body_recompute(eqn))
     ys_uk = pe.out_unknowns[n_carry:]
     body_invars = jaxpr.jaxpr.invars
     outer_of = dict(zip(body_invars, eqn.invars))
