@@ -17,6 +17,7 @@ from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingErr
 from s2s.frontend.guards import record_attribute
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api.indexing import getitem
+from s2s.numpy_api.shaping import index_concatenation
 from s2s.staging import Tracer, current_builder
 
 # Python operators on arrays, as the NumPy functions that implement them.
@@ -102,6 +103,9 @@ class Expressions:
     def expr_Subscript(self, node):
         obj = self.expr(node.value)
         index = self.expr(node.slice)
+        if (obj is np.r_ or obj is np.c_) and any(isinstance(i, Tracer)
+                                                   for i in (index if isinstance(index, tuple) else (index,))):
+            return index_concatenation(obj, index)
         if is_array_constant(obj) and current_builder() is not None:
             return getitem(obj, index)
         return obj[index]

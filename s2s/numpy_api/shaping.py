@@ -20,7 +20,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.errors import ConcretizationError, ShapeError, UnsupportedFunctionError
-from s2s.numpy_api._base import (aval, convert, implements, normalize_axes, normalize_axis,
+from s2s.numpy_api._base import (NUMPY_IMPLS, aval, convert, implements, normalize_axes, normalize_axis,
                                  operand, shape_str, stack_operands, with_dtype)
 from s2s.primitives import elementwise as ew
 from s2s.primitives import indexing as ix
@@ -334,6 +334,31 @@ def _joined(arrays, out, fn: str) -> list:
         raise UnsupportedFunctionError(f"{fn}(..., out=) is not supported",
                                        "use the returned array instead of out=")
     return _arrays(arrays, fn)
+
+
+def index_concatenation(maker, index):
+    """`np.r_[...]` or `np.c_[...]` (`maker`) with staged items, as NumPy builds them: an
+    array or number is one piece, a slice `a:b:c` is `np.arange(a, b, c)` (a complex step
+    `a:b:nj` is `np.linspace(a, b, n)`); `np.r_` joins the pieces along the first axis,
+    `np.c_` along the last, with 1-d pieces as columns and numbers as 1x1."""
+    name = "r_" if maker is np.r_ else "c_"
+    pieces = []
+    for item in index if isinstance(index, tuple) else (index,):
+        if isinstance(item, str):
+            raise UnsupportedFunctionError(f"np.{name}[{item!r}, ...]: its string directives are not supported",
+                                           "join with np.concatenate(..., axis=k) or np.stack instead")
+        if isinstance(item, slice):
+            start = 0 if item.start is None else item.start
+            step = 1 if item.step is None else item.step
+            if isinstance(step, complex):
+                item = NUMPY_IMPLS[np.linspace](start, item.stop, int(abs(step)))
+            else:
+                item = NUMPY_IMPLS[np.arange](start, item.stop, step)
+        piece = atleast_1d(item)
+        if maker is np.c_ and _ndim(piece) == 1:
+            piece = reshape(piece, (-1, 1)) if _ndim(item) else reshape(piece, (1, 1))
+        pieces.append(piece)
+    return concatenate(pieces, axis=0 if maker is np.r_ else -1)
 
 
 @implements(np.concatenate)

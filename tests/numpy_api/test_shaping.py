@@ -445,3 +445,31 @@ def test_rollaxis_and_row_stack(x, data):
 def test_rollaxis_start_out_of_range_says_the_range():
     with pytest.raises(ShapeError, match=r"start 4 is out of bounds.*\[-2, 2\]"):
         s2s.jit(lambda x: np.rollaxis(x, 0, 4))(np.zeros((2, 3)))
+
+
+# ---------------------------------------------------------------------------------------
+# np.r_ and np.c_ with staged items
+
+
+def r_joined(x, y):
+    return np.r_[x, 0.5, y[:2], 1:4, -1:1:5j] * 2.0
+
+
+def c_joined(x, y):
+    return np.c_[x, y, x * y]
+
+
+def c_rows(m):
+    return np.c_[m, m[:, :1]] * 2.0
+
+
+@pytest.mark.parametrize("fn, args", [(r_joined, (np.arange(3.0), np.linspace(0, 1, 4))),
+                                      (c_joined, (np.arange(3.0), np.linspace(0, 1, 3))),
+                                      (c_rows, (np.arange(6.0).reshape(2, 3),))])
+def test_r_and_c_join_staged_pieces_as_numpy(fn, args):
+    check_numpy_and_jax(fn, *args)
+
+
+def test_r_string_directives_say_what_to_write():
+    with pytest.raises(UnsupportedFunctionError, match="string directives"):
+        s2s.jit(lambda x: np.r_["0,2", x, x])(np.ones(2))
