@@ -15,7 +15,10 @@ argument, each an int, None or a tree prefix of the argument holding them (`{"W"
 "b": 0}`); `out_axes` (an int or None, for every result) is where the device axis goes in
 the results (None: the results are the same on every device, and device 0's is returned);
 `static_broadcasted_argnums` are passed to `fn` as Python values (hashable), one staging
-per value. Keyword arguments are replicated. The results are NumPy arrays.
+per value. Keyword arguments are replicated. The results are `s2s.Array`s: with out_axes
+an int, ShardedArrays (one part per device, read as NumPy with the device axis at
+out_axes), which a later pmap over the same devices mapping that axis takes where they are,
+without a round trip through the host; with out_axes None, device 0's result.
 
 This increment runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
 `s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet:
@@ -38,8 +41,8 @@ from s2s.mapping import _positional_names
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.vmap import example_aval
 from s2s.staging import Tracer, named_axis
-from s2s_runtime.replicated import ReplicatedExecutable
-from s2s_runtime.xla import devices as all_devices, hlo_text
+from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray
+from s2s_runtime.xla import Array, devices as all_devices, hlo_text
 
 __all__ = ["pmap"]
 
@@ -200,18 +203,23 @@ class Pmapped:
         jaxpr = staged.closed.jaxpr
         shards = [[np.asarray(c)] * size for c in staged.closed.consts]
         for value, d, v in zip(flat, in_dims, jaxpr.invars):
-            array = np.asarray(value, _device_dtype(v.aval.dtype))
+            dtype = _device_dtype(v.aval.dtype)
+            if isinstance(value, ShardedArray) and d is not None and value.axis == d and value.dtype == dtype:
+                shards.append(value)      # its parts are where they are needed (or moved there)
+                continue
+            array = np.asarray(value, dtype)
             shards.append([array] * size if d is None else list(np.moveaxis(array, d, 0)))
         results = executable.execute(shards)
         outs = []
         for per_device, v in zip(results, jaxpr.outvars):
-            if self.out_axes is None:
-                out = per_device[0]
-            else:
-                out = np.stack(per_device, axis=self.out_axes % (v.aval.ndim + 1))
             if v.aval.dtype == dtypes.float0:
-                out = np.zeros(out.shape, dtypes.float0)
-            outs.append(out)
+                shape = v.aval.shape if self.out_axes is None else _with_axis(v.aval.shape, self.out_axes, size)
+                outs.append(np.zeros(shape, dtypes.float0))
+            elif self.out_axes is None:       # the same on every device: device 0's, as an s2s.Array
+                outs.append(Array(per_device[0], tuple(v.aval.shape), np.dtype(v.aval.dtype), executable.devices[0]))
+            else:
+                outs.append(ShardedArray(per_device, tuple(v.aval.shape), v.aval.dtype,
+                                         self.out_axes % (v.aval.ndim + 1), executable.devices))
         return outs
 
     def lower(self, *args, **kwargs) -> "Lowered":
@@ -222,6 +230,11 @@ class Pmapped:
             return Lowered(self._text(staged, call.size))
         except S2SError as e:
             reraise_clean(e)
+
+
+def _with_axis(shape: tuple, axis: int, size: int) -> tuple:
+    axis %= len(shape) + 1
+    return tuple(shape[:axis]) + (size,) + tuple(shape[axis:])
 
 
 def _device_dtype(dtype) -> np.dtype:

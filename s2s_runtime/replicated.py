@@ -17,7 +17,7 @@ import threading
 import numpy as np
 
 from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
-from s2s_runtime.xla import _Aval, client
+from s2s_runtime.xla import Array, _Aval, client
 from jaxlib import version as jaxlib_version, xla_client
 
 # (text, device ids) -> compiled executable, the most recent last. A pmapped function is
@@ -88,8 +88,8 @@ def _compile(mlir_text: str, devices: list, device_list, options):
 class ReplicatedExecutable:
     """A StableHLO module with `mhlo.num_replicas = len(devices)`, compiled for `devices`.
 
-    `execute(shards)` takes, per parameter, one NumPy array per device (replica i gets
-    `shards[p][i]`) and returns, per result, one NumPy array per device.
+    `execute(shards)` takes, per parameter, one array per device (replica i gets
+    `shards[p][i]`) or a ShardedArray, and returns, per result, one device array per device.
     """
 
     def __init__(self, mlir_text: str, in_dtypes, devices: list):
@@ -102,8 +102,14 @@ class ReplicatedExecutable:
         self._sharding = xla_client.GSPMDSharding(device_list, xla_client.HloSharding.replicate())
         self._device_shardings = [xla_client.SingleDeviceSharding(d) for d in self.devices]
 
-    def _spanning_array(self, shards: list, dtype: np.dtype):
-        """One jaxlib array over every device, replica i's part `shards[i]`."""
+    def _spanning_array(self, shards, dtype: np.dtype):
+        """One jaxlib array over every device, replica i's part `shards[i]`: a ShardedArray
+        already on these devices gives its parts as they are (no copy through the host)."""
+        if isinstance(shards, ShardedArray) and shards.devices == self.devices and shards.dtype == dtype:
+            return xla_client.ArrayImpl(_Aval(shards.part_shape, dtype), self._sharding, shards._live_parts(),
+                                        True, True)
+        if isinstance(shards, ShardedArray):
+            shards = list(np.moveaxis(np.asarray(shards), shards.axis, 0))
         first = np.asarray(shards[0], dtype)
         aval = _Aval(first.shape, dtype)
         parts = []
@@ -116,12 +122,60 @@ class ReplicatedExecutable:
                                                        [device], True, enable_x64=True))
         return xla_client.ArrayImpl(aval, self._sharding, parts, True, True)
 
-    def execute(self, shards: list[list]) -> list[list[np.ndarray]]:
+    def execute(self, shards: list) -> list[list]:
+        """Runs on `shards`: per parameter, one array per device, or a ShardedArray on these
+        devices split along its device axis. Returns, per result, one device array per
+        device (jaxlib's; `np.asarray` reads one)."""
         if len(shards) != len(self.in_dtypes):
             raise ValueError(f"the program takes {len(self.in_dtypes)} parameters, got {len(shards)}")
         arrays = [self._spanning_array(parts, dtype) for parts, dtype in zip(shards, self.in_dtypes)]
-        results = self._exe.execute_sharded(arrays).disassemble_into_single_device_arrays()
-        return [[np.asarray(part) for part in per_device] for per_device in results]
+        return [list(per_device) for per_device in
+                self._exe.execute_sharded(arrays).disassemble_into_single_device_arrays()]
 
     def optimized_hlo_text(self) -> str:
         return self._exe.hlo_modules()[0].to_string()
+
+
+class ShardedArray(Array):
+    """A result of a pmap: one part per device, the device axis at `axis` when read.
+
+    NumPy reads it (`np.asarray`: the parts stacked along `axis`, copied to the host once);
+    everything else an `s2s.Array` does works on that value. Passed to a pmap over the
+    same devices whose in_axes maps that axis, its parts are used where they are, without a
+    round trip through the host.
+    """
+
+    __slots__ = ("parts", "part_shape", "axis", "devices")
+
+    def __init__(self, parts: list, part_shape: tuple, dtype: np.dtype, axis: int, devices: list):
+        # Shapes and dtypes are ours to keep: jaxlib's arrays only know them when jax is loaded.
+        shape = tuple(part_shape[:axis]) + (len(parts),) + tuple(part_shape[axis:])
+        super().__init__(None, shape, np.dtype(dtype), None)
+        self.parts, self.part_shape, self.axis, self.devices = list(parts), tuple(part_shape), axis, list(devices)
+
+    def _live_buffer(self):
+        self._live_parts()
+
+    def _live_parts(self) -> list:
+        if self._donated_as is not None:
+            super()._live_buffer()     # says it was donated
+        return self.parts
+
+    def _numpy(self) -> np.ndarray:
+        if self._value is None:
+            value = np.stack([np.asarray(p) for p in self._live_parts()], axis=self.axis)
+            value.flags.writeable = False
+            self._value = value
+        return self._value
+
+    def block_until_ready(self) -> "ShardedArray":
+        for part in self._live_parts():
+            part.block_until_ready()
+        return self
+
+    def _donate(self, label: str) -> None:
+        for part in self.parts:
+            if not part.is_deleted():
+                part.delete()
+        self._donated_as = label
+        self._value = None

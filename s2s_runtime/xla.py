@@ -186,6 +186,13 @@ class Array:
     def is_donated(self) -> bool:
         return self._donated_as is not None
 
+    def _donate(self, label: str) -> None:
+        """Given to a call as `label`: its memory is the call's now (or was copied there)."""
+        if not self._buffer.is_deleted():   # copied to the device, not consumed
+            self._buffer.delete()
+        self._donated_as = label
+        self._value = None
+
     def __array__(self, dtype=None, copy=None):
         value = self._numpy()
         if dtype is not None and np.dtype(dtype) != value.dtype:
@@ -538,10 +545,7 @@ class Executable:
             for position, label in donated.items():
                 value = args[position]
                 if isinstance(value, Array):
-                    if not value._buffer.is_deleted():   # copied to this device, not consumed
-                        value._buffer.delete()
-                    value._donated_as = label
-                    value._value = None
+                    value._donate(label)
         return outs
 
     def __call__(self, *args) -> list[np.ndarray]:

@@ -106,7 +106,7 @@ X = np.random.default_rng(0).normal(size=(N, 5, 3))
     (smallest, lambda x: x.min(0)), (spread, lambda x: x.max(0) - x.min(0))])
 def test_reductions_against_numpy(fn, expected):
     out = s2s.pmap(fn, "i")(X)
-    assert isinstance(out, np.ndarray) and out.shape == X.shape
+    assert isinstance(out, s2s.Array) and out.shape == X.shape
     np.testing.assert_allclose(out, np.broadcast_to(expected(X), X.shape), rtol=1e-12)
 
 
@@ -328,3 +328,38 @@ def test_pmap_runs_without_jax(tmp_path):
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok no jax" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# Results stay on the devices
+
+
+@on_devices
+def test_a_result_feeds_the_next_pmap_without_a_host_round_trip(monkeypatch):
+    """pmap's results are s2s.Arrays with one part per device; a pmap over the same devices
+    mapping the same axis takes those parts as they are: nothing is put on a device again."""
+    from s2s_runtime import replicated
+    scaled = s2s.pmap(lambda v: v * 2.0 + lax.axis_index("i"), "i")
+    first = scaled(X)
+    assert isinstance(first, s2s.Array) and first.shape == X.shape
+    puts = []
+    put = replicated.xla_client.batched_device_put
+    monkeypatch.setattr(replicated.xla_client, "batched_device_put", lambda *a, **k: puts.append(1) or put(*a, **k))
+    second = s2s.pmap(lambda v: lax.psum(v, "i"), "i")(first)
+    assert puts == []
+    expected = (X * 2.0 + np.arange(N)[:, None, None]).sum(0)
+    np.testing.assert_allclose(second, np.broadcast_to(expected, X.shape), rtol=1e-12)
+    # mapped along another axis, or read by jit: its NumPy value, as for any array
+    moved = s2s.pmap(lambda v: v.sum(), "i", in_axes=1)(np.asarray(first).transpose(1, 0, 2)[:, :, :])
+    np.testing.assert_allclose(moved, np.asarray(first).sum(axis=(1, 2)), rtol=1e-12)
+    np.testing.assert_allclose(s2s.jit(lambda v: v.sum())(first), np.asarray(first).sum(), rtol=1e-12)
+
+
+@on_devices
+def test_out_axes_none_gives_one_array_and_out_axes_1_stacks_there():
+    replicated_sum = s2s.pmap(lambda v: lax.psum(v, "i"), "i", out_axes=None)(X)
+    assert isinstance(replicated_sum, s2s.Array) and replicated_sum.shape == X.shape[1:]
+    np.testing.assert_allclose(replicated_sum, X.sum(0), rtol=1e-12)
+    stacked = s2s.pmap(lambda v: v + 1.0, "i", out_axes=1)(X)
+    assert stacked.shape == (5, N, 3)
+    np.testing.assert_allclose(stacked, np.moveaxis(X, 0, 1) + 1.0)
