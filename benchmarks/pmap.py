@@ -73,7 +73,7 @@ def run(tiny: bool):
         theirs = jax.pmap(jax_parallel_step, "batch", in_axes=(None, 0, 0), out_axes=None)
 
         def run_ours():
-            return ours(params, xs, ys)
+            return s2s.tree_map(np.asarray, ours(params, xs, ys))
 
         def run_one_device():
             return s2s.tree_map(np.asarray, one_device(params, x, y))
