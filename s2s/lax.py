@@ -229,37 +229,60 @@ def _bound_axes(what: str, axis_name) -> tuple:
     return tuple((name, bound[name]) for name in names)
 
 
-def psum(x, axis_name):
+def _groups(what: str, axes, axis_index_groups):
+    """`axis_index_groups` (lists of example indices, as JAX takes them) as the primitives'
+    tuple of tuples, checked to cover the axis in groups of equal size; or None."""
+    if axis_index_groups is None:
+        return None
+    try:
+        groups = tuple(tuple(int(i) for i in group) for group in axis_index_groups)
+    except (TypeError, ValueError):
+        raise StagingError(f"{what}: axis_index_groups must be a list of lists of example indices, "
+                           f"got {axis_index_groups!r}", "e.g. axis_index_groups=[[0, 1], [2, 3]]") from None
+    collectives.check_groups(what, axes, groups)
+    return groups
+
+
+def psum(x, axis_name, *, axis_index_groups=None):
     """The sum of `x` over every example of the named axis (or axes), the same for each
-    example (jax.lax.psum); `x` may be a pytree."""
+    example (jax.lax.psum); `x` may be a pytree. `axis_index_groups` (lists of example
+    indices covering one axis in groups of equal size): each group's sum, in its members."""
     axes = _bound_axes("psum", axis_name)
-    return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes), x)
+    groups = _groups("psum", axes, axis_index_groups)
+    return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes, groups=groups), x)
 
 
-def pmean(x, axis_name):
-    """The mean of `x` over the named axis (or axes): a psum divided by their size, as in
-    JAX (an integer `x` gives a float mean)."""
+def pmean(x, axis_name, *, axis_index_groups=None):
+    """The mean of `x` over the named axis (or axes, or each group): a psum divided by their
+    size, as in JAX (an integer `x` gives a float mean)."""
     axes = _bound_axes("pmean", axis_name)
-    size = collectives.axes_size(axes)
-    return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes) / size, x)
+    groups = _groups("pmean", axes, axis_index_groups)
+    size = collectives.group_size(axes, groups)
+    return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes, groups=groups) / size, x)
 
 
-def pmax(x, axis_name):
-    """The elementwise maximum of `x` over the named axis (or axes) (jax.lax.pmax)."""
+def pmax(x, axis_name, *, axis_index_groups=None):
+    """The elementwise maximum of `x` over the named axis (or axes, or each group)
+    (jax.lax.pmax)."""
     axes = _bound_axes("pmax", axis_name)
-    return tree_map(lambda leaf: collectives.pmax.bind(leaf, axes=axes), x)
+    groups = _groups("pmax", axes, axis_index_groups)
+    return tree_map(lambda leaf: collectives.pmax.bind(leaf, axes=axes, groups=groups), x)
 
 
-def pmin(x, axis_name):
-    """The elementwise minimum of `x` over the named axis (or axes) (jax.lax.pmin)."""
+def pmin(x, axis_name, *, axis_index_groups=None):
+    """The elementwise minimum of `x` over the named axis (or axes, or each group)
+    (jax.lax.pmin)."""
     axes = _bound_axes("pmin", axis_name)
-    return tree_map(lambda leaf: collectives.pmin.bind(leaf, axes=axes), x)
+    groups = _groups("pmin", axes, axis_index_groups)
+    return tree_map(lambda leaf: collectives.pmin.bind(leaf, axes=axes, groups=groups), x)
 
 
-def all_gather(x, axis_name, *, axis=0, tiled=False):
+def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
     """Every example's `x`, stacked along a new axis `axis` (tiled: concatenated along
-    `x`'s axis `axis`) in the order of the named axis (jax.lax.all_gather)."""
+    `x`'s axis `axis`) in the order of the named axis (jax.lax.all_gather); with
+    `axis_index_groups`, the members of the example's group, in the group's order."""
     axes = _bound_axes("all_gather", axis_name)
+    groups = _groups("all_gather", axes, axis_index_groups)
 
     def gather(leaf):
         rank = aval_of_arg(leaf).ndim + (0 if tiled else 1)
@@ -267,7 +290,8 @@ def all_gather(x, axis_name, *, axis=0, tiled=False):
             raise StagingError(f"all_gather axis {axis} is out of range for a result of rank {rank}"
                                + (" (tiled: the operand's own axes)" if tiled else ""),
                                f"give an axis in {-rank}..{rank - 1}")
-        return collectives.all_gather.bind(leaf, axes=axes, dimension=axis % rank, tiled=bool(tiled))
+        return collectives.all_gather.bind(leaf, axes=axes, dimension=axis % rank, tiled=bool(tiled),
+                                           groups=groups)
     return tree_map(gather, x)
 
 

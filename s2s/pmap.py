@@ -19,7 +19,7 @@ per value. Keyword arguments are replicated. The results are NumPy arrays.
 
 This increment runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
 `s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet:
-`axis_index_groups`, `ppermute`/`all_to_all`/`psum_scatter`, a pmap staged inside another
+`ppermute`/`all_to_all`/`psum_scatter`, a pmap staged inside another
 transform (jit, grad or vmap of a pmap, nested pmaps), donation, several processes.
 """
 from __future__ import annotations

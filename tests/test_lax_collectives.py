@@ -266,3 +266,99 @@ def test_a_loop_over_shared_values_whose_body_reads_the_axis_is_batched():
     mapped = s2s.vmap(_scan_of_shared_weights, in_axes=(0, None), axis_name="b")
     np.testing.assert_allclose(mapped(x, w), expected)
     np.testing.assert_allclose(np.asarray(s2s.jit(mapped)(x, w)), expected)
+
+
+# ---------------------------------------------------------------------------------------
+# axis_index_groups (jax.vmap has none: checked against NumPy)
+
+GROUPS = [[[0, 1], [2, 3]], [[3, 0], [2, 1]], [[0, 1, 2, 3]], [[0], [1], [2], [3]]]
+
+
+def in_groups(x, groups, combine):
+    """NumPy: each example (axis 0 of `x`) gets `combine` of its group's examples, in order."""
+    out = [None] * len(x)
+    for group in groups:
+        for e in group:
+            out[e] = combine(x[list(group)])
+    return np.stack(out)
+
+
+def grouped_collectives(x, groups, name="batch"):
+    """(also run under pmap by tests/test_pmap.py)"""
+    return (lax.psum(x, name, axis_index_groups=groups), lax.pmean(x, name, axis_index_groups=groups),
+            lax.pmax(x, name, axis_index_groups=groups), lax.pmin(x, name, axis_index_groups=groups),
+            lax.all_gather(x, name, axis_index_groups=groups),
+            lax.all_gather(x, name, axis_index_groups=groups, axis=1),
+            lax.all_gather(x, name, axis_index_groups=groups, axis=1, tiled=True))
+
+
+def grouped_expected(x, groups):
+    return (in_groups(x, groups, lambda g: g.sum(0)), in_groups(x, groups, lambda g: g.mean(0)),
+            in_groups(x, groups, lambda g: g.max(0)), in_groups(x, groups, lambda g: g.min(0)),
+            in_groups(x, groups, lambda g: g), in_groups(x, groups, lambda g: np.stack(list(g), 1)),
+            in_groups(x, groups, lambda g: np.concatenate(list(g), 1)))
+
+
+@pytest.mark.parametrize("groups", GROUPS, ids=str)
+@pytest.mark.parametrize("in_axis", [0, 1, None])
+def test_axis_index_groups_combine_within_each_group_against_numpy(groups, in_axis):
+    x = np.random.default_rng(11).standard_normal((BATCH, 3, 2))
+    mapped = s2s.vmap(lambda v: grouped_collectives(v, groups), in_axes=in_axis, axis_name="batch",
+                      axis_size=BATCH if in_axis is None else None)
+    if in_axis is None:   # every example holds x[0]
+        want = grouped_expected(np.broadcast_to(x[0], x.shape), groups)
+        arg = x[0]
+    else:
+        want = grouped_expected(x, groups)
+        arg = np.moveaxis(x, 0, in_axis)
+    for got in (mapped(arg), s2s.jit(mapped)(arg)):
+        for g, w in zip(got, want, strict=True):
+            assert_matches(np.broadcast_to(g, w.shape), w)
+
+
+def grouped_loss(x):
+    gathered = lax.all_gather(x, "batch", axis_index_groups=[[1, 2], [3, 0]], axis=1)
+    return (np.sum(np.sin(lax.psum(x, "batch", axis_index_groups=[[0, 2], [1, 3]])) * x)
+            + np.sum(gathered * WEIGHTS[:, :2, None]) + np.sum(lax.pmax(x, "batch", axis_index_groups=[[0, 1], [2, 3]])))
+
+
+def jax_grouped_total(x):
+    """Every example's grouped_loss summed, on the whole batch with NumPy-style indexing."""
+    def grouped(v, groups, combine):
+        out = [None] * len(v)
+        for group in groups:
+            for e in group:
+                out[e] = combine(v[jnp.array(group)])
+        return jnp.stack(out)
+    sums = grouped(x, [[0, 2], [1, 3]], lambda g: g.sum(0))
+    gathered = grouped(x, [[1, 2], [3, 0]], lambda g: jnp.stack(list(g), 1))
+    maxima = grouped(x, [[0, 1], [2, 3]], lambda g: g.max(0))
+    return jnp.sum(jnp.sin(sums) * x) + jnp.sum(gathered * WEIGHTS[None, :, :2, None]) + jnp.sum(maxima)
+
+
+def test_gradients_through_grouped_collectives_match_jax_on_the_whole_batch():
+    """Each example's gradient of every example's loss: the transposes stay in the groups."""
+    x = np.random.default_rng(12).standard_normal((BATCH, 3, 2))
+    want = jax.grad(jax_grouped_total)(x)
+    mapped = s2s.vmap(s2s.grad(grouped_loss), axis_name="batch")
+    assert_matches(mapped(x), want)
+    assert_matches(s2s.jit(mapped)(x), want)
+
+
+@pytest.mark.parametrize("groups, message", [
+    ([[0, 1], [2]], "must cover axis 'batch' \\(size 4\\) exactly, in groups of equal size"),
+    ([[0, 1, 2], [3]], "in groups of equal size"),
+    ([[0, 1], [1, 2]], "must cover axis 'batch'"),
+    ([[0, 1], [2, 5]], "must cover axis 'batch'"),
+    ([], "must cover axis 'batch'"),
+    ("ab", "must be a list of lists of example indices")])
+def test_axis_index_groups_that_do_not_split_the_axis_evenly_are_an_error(groups, message):
+    with pytest.raises(StagingError, match=message):
+        s2s.vmap(lambda x: lax.psum(x, "batch", axis_index_groups=groups), axis_name="batch")(np.ones((4, 3)))
+
+
+def test_axis_index_groups_need_a_single_axis_name():
+    grid = s2s.vmap(s2s.vmap(lambda x: lax.psum(x, ("i", "j"), axis_index_groups=[[0, 1]]), axis_name="i"),
+                    axis_name="j")
+    with pytest.raises(StagingError, match="groups need a single axis name"):
+        grid(np.ones((1, 2)))

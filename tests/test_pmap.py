@@ -129,6 +129,42 @@ def test_all_gather_against_numpy(axis, tiled):
     np.testing.assert_allclose(out, np.broadcast_to(gathered, (N,) + gathered.shape))
 
 
+PMAP_GROUPS = [[[0, 1, 2, 3], [4, 5, 6, 7]], [[7, 0], [2, 5], [1, 3], [6, 4]], [[0], [1], [2], [3], [4], [5], [6], [7]]]
+
+
+def test_axis_index_groups_lower_to_replica_groups():
+    text = s2s.pmap(lambda v: lax.psum(v, "i", axis_index_groups=PMAP_GROUPS[1]), "i").lower(np.ones((N, 3))).as_text()
+    assert "replica_groups = dense<[[7, 0], [2, 5], [1, 3], [6, 4]]> : tensor<4x2xi64>" in text
+    with pytest.raises(StagingError, match="must cover axis 'i' \\(size 8\\) exactly, in groups of equal size"):
+        s2s.pmap(lambda v: lax.pmax(v, "i", axis_index_groups=[[0, 1, 2], [3, 4, 5, 6, 7]]), "i").lower(np.ones((N, 3)))
+
+
+@on_devices
+@pytest.mark.parametrize("groups", PMAP_GROUPS, ids=str)
+def test_axis_index_groups_against_numpy(groups):
+    from tests.test_lax_collectives import grouped_collectives, grouped_expected
+    out = s2s.pmap(lambda v: grouped_collectives(v, groups, "i"), "i")(X)
+    for got, want in zip(out, grouped_expected(X, groups), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def grouped_gather_loss(x):
+    groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    return np.sum(lax.all_gather(x, "i", axis_index_groups=groups) * W[:2]) + np.sum(
+        np.sin(lax.psum(x, "i", axis_index_groups=PMAP_GROUPS[0])) ** 2)
+
+
+@on_devices
+def test_grad_through_grouped_collectives_against_jax_pmap():
+    import jax
+    if jax.device_count() < N:
+        pytest.skip("jax sees fewer CPU devices")
+    from tests.test_lax import as_jax
+    ours = s2s.pmap(s2s.grad(grouped_gather_loss), "i")(X)
+    theirs = np.asarray(jax.pmap(jax.grad(as_jax(grouped_gather_loss)), "i")(X))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
 @on_devices
 def test_in_axes_none_and_1_and_out_axes():
     w = np.arange(3.0)

@@ -13,7 +13,9 @@ names the axes it runs over with their sizes, as bound where it was staged:
                                         at `dimension` (tiled: concatenated along it)
   axis_index[axes]                      this example's position along the axes (int32)
 
-`axes` is a tuple of (name, size) pairs. Over several names, examples are numbered as
+`axes` is a tuple of (name, size) pairs. psum/pmax/pmin and all_gather also take `groups`
+(JAX's axis_index_groups, a tuple of tuples of indices along one axis name, or None): each
+example combines only with the examples of its group (all_gather: in the group's order). Over several names, examples are numbered as
 JAX numbers them: the first name is the major one (`axis_index(("i", "j"))` is
 i * size_j + j), and all_gather stacks in that order.
 
@@ -30,8 +32,8 @@ Nothing here runs on one example: the NumPy impl and the Python emission of a co
 whose axis was never batched away raise a StagingError that says where it runs. Lowered to
 StableHLO inside a pmap (`s2s/pmap.py`), whose module runs once per device as XLA replicas,
 a collective over the pmap's axis becomes XLA's cross-replica op: psum/pmax/pmin an
-`all_reduce`, all_gather an `all_gather`, axis_index the `replica_id`; over any other axis it
-cannot lower and says so.
+`all_reduce`, all_gather an `all_gather` (`groups` their `replica_groups`), axis_index the
+`replica_id`; over any other axis it cannot lower and says so.
 """
 from __future__ import annotations
 
@@ -97,19 +99,43 @@ def _not_emitted(name: str, eqn, backend: str):
 # Declarations
 
 
+def check_groups(name: str, axes, groups) -> None:
+    """`groups` (axis_index_groups, a tuple of tuples of example indices, or None) must
+    split the one axis of `axes` into groups of equal size covering it exactly, as in JAX."""
+    if groups is None:
+        return
+    if len(axes) != 1:
+        raise StagingError(f"{name} with axis_index_groups over {_describe(axes)}: groups need a "
+                           "single axis name", "reduce over one axis name when giving groups")
+    size = axes_size(axes)
+    members = [i for group in groups for i in group]
+    if (not groups or len({len(group) for group in groups}) != 1 or not groups[0]
+            or sorted(members) != list(range(size))):
+        raise StagingError(f"{name}: axis_index_groups {[list(g) for g in groups]} must cover "
+                           f"{_describe(axes)} (size {size}) exactly, in groups of equal size",
+                           f"give groups of one size whose members are 0..{size - 1}, each once")
+
+
+def group_size(axes, groups) -> int:
+    """How many examples each example's result combines."""
+    return axes_size(axes) if groups is None else len(groups[0])
+
+
 def _elementwise_abstract(name: str, refused_kind: str, help: str):
     """The shape rule of psum/pmax/pmin: each example's result is shaped like its operand."""
-    def abstract_eval(x: ShapedArray, *, axes):
+    def abstract_eval(x: ShapedArray, *, axes, groups=None):
         _check_axes(name, axes)
+        check_groups(name, axes, groups)
         if np.dtype(x.dtype).kind == refused_kind:
             raise ShapeError(f"{name} cannot combine {x.str_short()} values", help)
         return x
     return abstract_eval
 
 
-def _all_gather_abstract(x: ShapedArray, *, axes, dimension, tiled):
+def _all_gather_abstract(x: ShapedArray, *, axes, dimension, tiled, groups=None):
     _check_axes("all_gather", axes)
-    n = axes_size(axes)
+    check_groups("all_gather", axes, groups)
+    n = group_size(axes, groups)
     if tiled:
         if not 0 <= dimension < x.ndim:
             raise ShapeError(f"all_gather(tiled=True) along axis {dimension} of {x.str_short()}: "
@@ -149,14 +175,14 @@ COLLECTIVES = (psum, pmax, pmin, all_gather, axis_index)
 def _extremum_jvp(prim: Primitive):
     """pmax/pmin: the tangent of the example holding the extremum; examples that tie share
     it evenly (`psum(t * at) / psum(at)`), like `reduce_max`'s tangent in JAX."""
-    def rule(primals, tangents, *, axes):
+    def rule(primals, tangents, *, axes, groups=None):
         (x,), (t,) = primals, tangents
-        y = prim.bind(x, axes=axes)
+        y = prim.bind(x, axes=axes, groups=groups)
         if not dtypes.is_differentiable(y.dtype):
             return y, Zero(tangent_aval(y.aval))
         t = instantiate(t)
         at = ops.convert(ops.eq(x, y), t.dtype)
-        return y, psum.bind(t * at, axes=axes) / psum.bind(at, axes=axes)
+        return y, psum.bind(t * at, axes=axes, groups=groups) / psum.bind(at, axes=axes, groups=groups)
     return rule
 
 
@@ -173,18 +199,30 @@ def _split_gathered(x, dimension: int, n: int):
     return ops.reshape(x, shape[:dimension] + (n, shape[dimension] // n) + shape[dimension + 1:])
 
 
-def _psum_transpose(ct, x, *, axes):
-    """Every example's result read every example's operand: the cotangents add up."""
-    return [psum.bind(ct, axes=axes)]
+def _psum_transpose(ct, x, *, axes, groups=None):
+    """Every example's result read every example's operand (of its group): the cotangents
+    add up."""
+    return [psum.bind(ct, axes=axes, groups=groups)]
 
 
-def _all_gather_transpose(ct, x, *, axes, dimension, tiled):
-    """This example's operand went to position axis_index in every example's result: its
-    cotangent is that slice of the cotangents summed over the examples."""
-    summed = psum.bind(ct, axes=axes)
+def _position_in_group(axes, groups):
+    """This example's position in its group (its axis_index when there are no groups)."""
+    index = axis_index.bind(axes=axes)
+    if groups is None:
+        return index
+    position = np.zeros(axes_size(axes), np.int32)
+    for group in groups:
+        position[list(group)] = np.arange(len(group), dtype=np.int32)
+    return ops.gather(position, index, axes=(0,))
+
+
+def _all_gather_transpose(ct, x, *, axes, dimension, tiled, groups=None):
+    """This example's operand went to its position in its group in every result of the
+    group: its cotangent is that slice of the cotangents summed over the group."""
+    summed = psum.bind(ct, axes=axes, groups=groups)
     if tiled:
-        summed = _split_gathered(summed, dimension, axes_size(axes))
-    return [ops.gather(summed, axis_index.bind(axes=axes), axes=(dimension,))]
+        summed = _split_gathered(summed, dimension, group_size(axes, groups))
+    return [ops.gather(summed, _position_in_group(axes, groups), axes=(dimension,))]
 
 
 _transpose.register(psum, _transpose.skip_zero(_psum_transpose))
@@ -211,31 +249,53 @@ def _around(axes, name):
     return axes[:k], axes[k + 1:]
 
 
+def _grouped(x, d: int, size: int, groups):
+    """`x`, batched at `d` over the `size` examples of the axis, as (group, member, ...) in
+    the order of `groups`; and each example's group number (to gather the groups' results
+    back to their examples along axis 0)."""
+    x = _vmap.move_axis(x, d, 0)
+    order = np.array([i for group in groups for i in group], np.int32)
+    x = ops.reshape(ops.gather(x, order, axes=(0,)), (len(groups), len(groups[0])) + tuple(x.shape)[1:])
+    number = np.empty(size, np.int32)
+    for j, group in enumerate(groups):
+        number[list(group)] = j
+    return x, number
+
+
 def _reducing_rule(prim: Primitive, reduce_batch, reduce_copies):
     """psum/pmax/pmin: over the mapped axis, the batch reduced (`reduce_copies(x, size)`
     for an unbatched operand, every example holding the same value); the result is the same
-    for every example, so it is unbatched."""
-    def rule(axis, args, dims, *, axes):
+    for every example, so it is unbatched. With axis_index_groups (over this one axis),
+    each group is reduced and its result gathered back to its members (batched at 0)."""
+    def rule(axis, args, dims, *, axes, groups=None):
         (x,), (d,) = args, dims
         split = _around(axes, axis.name)
         if split is None:
-            return prim.bind(x, axes=axes), d
-        y = reduce_copies(x, axis.size) if d is None else reduce_batch(x, (d,))
-        rest = split[0] + split[1]
+            return prim.bind(x, axes=axes, groups=groups), d
+        if d is None:
+            y = reduce_copies(x, group_size(((axis.name, axis.size),), groups))
+        elif groups is None:
+            y = reduce_batch(x, (d,))
+        else:
+            grouped, number = _grouped(x, d, axis.size, groups)
+            return ops.gather(reduce_batch(grouped, (1,)), number, axes=(0,)), 0
+        rest = split[0] + split[1]   # empty when there are groups
         return (prim.bind(y, axes=rest) if rest else y), None
     return rule
 
 
-def _gather_elsewhere(x, d, axes, dimension: int, tiled: bool):
+def _gather_elsewhere(x, d, axes, dimension: int, tiled: bool, groups=None):
     """all_gather over axes this vmap does not map, on `x` batched at `d`: the new (or
     tiled) axis placed so that each example sees it at `dimension`. (result, its batch dim)"""
+    def bind(dim):
+        return all_gather.bind(x, axes=axes, dimension=dim, tiled=tiled, groups=groups)
     if d is None:
-        return all_gather.bind(x, axes=axes, dimension=dimension, tiled=tiled), None
+        return bind(dimension), None
     if tiled:
-        return all_gather.bind(x, axes=axes, dimension=_vmap.batched_axis(dimension, d), tiled=True), d
+        return bind(_vmap.batched_axis(dimension, d)), d
     if d <= dimension:
-        return all_gather.bind(x, axes=axes, dimension=dimension + 1, tiled=False), d
-    return all_gather.bind(x, axes=axes, dimension=dimension, tiled=False), d + 1
+        return bind(dimension + 1), d
+    return bind(dimension), d + 1
 
 
 def _merge_pair(x, dimension: int):
@@ -245,14 +305,22 @@ def _merge_pair(x, dimension: int):
                        + shape[dimension + 2:])
 
 
-def _all_gather_rule(axis, args, dims, *, axes, dimension, tiled):
+def _all_gather_rule(axis, args, dims, *, axes, dimension, tiled, groups=None):
     """Over the mapped axis the batch becomes the gathered axis: gathered over the names
     after it (a new axis at `dimension`), then the batch moved in front of that axis and
-    merged with it, then gathered over the names before it (tiled), then tiled if asked."""
+    merged with it, then gathered over the names before it (tiled), then tiled if asked.
+    With axis_index_groups (over this one axis), each example gets its group's members."""
     (x,), (d,) = args, dims
     split = _around(axes, axis.name)
     if split is None:
-        return _gather_elsewhere(x, d, axes, dimension, tiled)
+        return _gather_elsewhere(x, d, axes, dimension, tiled, groups)
+    if groups is not None and d is not None:
+        grouped, number = _grouped(x, d, axis.size, groups)   # (group, member, ...)
+        y = _vmap.move_axis(ops.gather(grouped, number, axes=(0,)), 1, dimension + 1)
+        return (_merge_pair(y, dimension + 1) if tiled else y), 0
+    if groups is not None:   # every member holds the same value
+        y = _vmap.to_dim(x, None, dimension, len(groups[0]))
+        return (_merge_pair(y, dimension) if tiled else y), None
     before, after = split
     if after:
         y, d = _gather_elsewhere(x, d, after, dimension, False)
@@ -293,13 +361,15 @@ _vmap.register(axis_index, _axis_index_rule, reads_axis=True)
 
 def _replica_groups(ctx, name: str, eqn) -> str:
     """The `replica_groups` attribute of a collective over `eqn`'s axes, which must be
-    exactly the replica axes of the module being lowered."""
+    exactly the replica axes of the module being lowered: its axis_index_groups, or one
+    group of every replica."""
     axes = eqn.params["axes"]
     if not ctx.replica_axes or tuple(axes) != tuple(ctx.replica_axes):
         raise _unbatched_error(name, axes, "is only lowered inside the pmap (or batched by the vmap) "
                                            "that binds it")
-    n = axes_size(axes)
-    return f"replica_groups = dense<[[{', '.join(map(str, range(n)))}]]> : tensor<1x{n}xi64>"
+    groups = eqn.params.get("groups") or (tuple(range(axes_size(axes))),)
+    rows = ", ".join("[" + ", ".join(map(str, group)) + "]" for group in groups)
+    return f"replica_groups = dense<[{rows}]> : tensor<{len(groups)}x{len(groups[0])}xi64>"
 
 
 def _all_reduce_rule(name: str, combine: str):
@@ -319,7 +389,7 @@ def _all_reduce_rule(name: str, combine: str):
     return rule
 
 
-def _all_gather_lowering(ctx, eqn, x, *, axes, dimension, tiled):
+def _all_gather_lowering(ctx, eqn, x, *, axes, dimension, tiled, groups=None):
     groups = _replica_groups(ctx, "all_gather", eqn)
     aval = eqn.invars[0].aval
     if not tiled:   # a new axis of size 1 at `dimension`, gathered along
