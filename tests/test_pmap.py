@@ -165,6 +165,65 @@ def test_grad_through_grouped_collectives_against_jax_pmap():
     np.testing.assert_allclose(ours, theirs, rtol=1e-12)
 
 
+RING = [(i, (i + 1) % N) for i in range(N)]
+
+
+def test_ppermute_psum_scatter_all_to_all_lower_to_xla_collectives():
+    x = np.ones((N, 8, 3))
+    permuted = s2s.pmap(lambda v: lax.ppermute(v, "i", [(0, 1), (1, 0)]), "i").lower(x).as_text()
+    assert '"stablehlo.collective_permute"' in permuted and "source_target_pairs = dense<[[0, 1], [1, 0]]>" in permuted
+    scattered = s2s.pmap(lambda v: lax.psum_scatter(v, "i"), "i").lower(x).as_text()
+    assert '"stablehlo.reduce_scatter"' in scattered and "scatter_dimension = 0" in scattered
+    exchanged = s2s.pmap(lambda v: lax.all_to_all(v, "i", 0, 1), "i").lower(x).as_text()
+    assert '"stablehlo.all_to_all"' in exchanged and "split_count = 8" in exchanged
+    assert "collective-permute" in s2s.pmap(lambda v: lax.ppermute(v, "i", RING), "i").lower(x).as_hlo_text()
+
+
+@on_devices
+@pytest.mark.parametrize("perm", [RING, [(0, 3), (5, 1), (7, 7)], []], ids=str)
+def test_ppermute_against_numpy(perm):
+    from tests.test_lax_collectives import numpy_ppermute
+    np.testing.assert_array_equal(s2s.pmap(lambda v: lax.ppermute(v, "i", perm), "i")(X), numpy_ppermute(X, perm))
+
+
+Y = np.random.default_rng(5).normal(size=(N, 8, 16))
+
+
+@on_devices
+@pytest.mark.parametrize("split, concat, tiled", [(0, 1, False), (1, 0, True), (0, 0, False), (1, 1, True)])
+def test_psum_scatter_and_all_to_all_against_numpy(split, concat, tiled):
+    from tests.test_lax_collectives import numpy_all_to_all, numpy_psum_scatter
+    out = s2s.pmap(lambda v: lax.psum_scatter(v, "i", scatter_dimension=split, tiled=tiled), "i")(Y)
+    np.testing.assert_allclose(out, numpy_psum_scatter(Y, split, tiled), rtol=1e-12)
+    out = s2s.pmap(lambda v: lax.all_to_all(v, "i", split, concat, tiled=tiled), "i")(Y)
+    np.testing.assert_array_equal(out, numpy_all_to_all(Y, split, concat, tiled))
+
+
+def rotated_loss(x):
+    return np.sum(np.sin(lax.ppermute(x, "i", RING)) * W)
+
+
+def scattered_loss(x):
+    return np.sum(np.cos(lax.psum_scatter(x, "i", scatter_dimension=1, tiled=True)) * np.arange(3.0))
+
+
+def exchanged_loss(x):
+    return np.sum(np.sin(lax.all_to_all(x, "i", 1, 1, tiled=True)) ** 2)
+
+
+@on_devices
+@pytest.mark.parametrize("loss", [rotated_loss, scattered_loss, exchanged_loss], ids=lambda f: f.__name__)
+def test_grad_through_ppermute_psum_scatter_all_to_all_against_jax_pmap(loss):
+    import jax
+    if jax.device_count() < N:
+        pytest.skip("jax sees fewer CPU devices")
+    from tests.test_lax import as_jax
+    x = np.random.default_rng(6).normal(size=(N, 5, 24)) if loss is not rotated_loss else X
+    ours = s2s.pmap(s2s.grad(loss), "i")(x)
+    theirs = np.asarray(jax.pmap(jax.grad(as_jax(loss)), "i")(x))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
 @on_devices
 def test_in_axes_none_and_1_and_out_axes():
     w = np.arange(3.0)

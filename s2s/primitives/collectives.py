@@ -1,4 +1,5 @@
-"""Collectives over named axes: psum, pmax, pmin, all_gather and axis_index.
+"""Collectives over named axes: psum, pmax, pmin, all_gather, axis_index, ppermute,
+psum_scatter and all_to_all.
 
 `s2s.vmap(fn, axis_name="batch")` stages `fn` for one example; a collective in it
 (`s2s.lax.psum(x, "batch")`) combines that example's `x` with every other example's. So a
@@ -12,6 +13,16 @@ names the axes it runs over with their sizes, as bound where it was staged:
   all_gather[axes, dimension, tiled]    every example's operand, stacked along a new axis
                                         at `dimension` (tiled: concatenated along it)
   axis_index[axes]                      this example's position along the axes (int32)
+  ppermute[axes, perm]                  the operand of the example whose (source,
+                                        destination) pair names this one, else zeros
+  psum_scatter[axes, dimension, tiled]  part i of the psum along `dimension` for example i
+                                        (that axis, of the axis size, dropped; tiled: the
+                                        i-th of its equal parts)
+  all_to_all[axes, split_axis,          `split_axis` cut into one part per example, part j
+             concat_axis]               sent to example j, the parts received concatenated
+                                        along `concat_axis` (JAX's tiled primitive)
+
+ppermute, psum_scatter and all_to_all run over one axis name.
 
 `axes` is a tuple of (name, size) pairs. psum/pmax/pmin and all_gather also take `groups`
 (JAX's axis_index_groups, a tuple of tuples of indices along one axis name, or None): each
@@ -23,8 +34,10 @@ Batching over one of the names computes the collective over that axis and binds 
 over the names left; batching over another (an outer vmap's) name binds it again on the
 batched value, its batch axis kept. Nested vmaps thus peel a collective name by name.
 
-Derivatives follow JAX: psum and all_gather are linear; psum's transpose is a psum of the
-cotangent, all_gather's is this example's slice of the psum of the cotangent. pmax and pmin
+Derivatives follow JAX: psum, all_gather, ppermute, psum_scatter and all_to_all are linear;
+psum's transpose is a psum of the cotangent, all_gather's is this example's slice of the psum
+of the cotangent, ppermute's a ppermute by the inverse perm, psum_scatter's an all_gather,
+all_to_all's an all_to_all with its axes swapped. pmax and pmin
 have no derivative in JAX; here their tangent is that of the selected example, ties sharing
 it evenly, as `reduce_max`'s jvp does.
 
@@ -33,7 +46,8 @@ whose axis was never batched away raise a StagingError that says where it runs. 
 StableHLO inside a pmap (`s2s/pmap.py`), whose module runs once per device as XLA replicas,
 a collective over the pmap's axis becomes XLA's cross-replica op: psum/pmax/pmin an
 `all_reduce`, all_gather an `all_gather` (`groups` their `replica_groups`), axis_index the
-`replica_id`; over any other axis it cannot lower and says so.
+`replica_id`, ppermute a `collective_permute`, psum_scatter a `reduce_scatter`, all_to_all an
+`all_to_all`; over any other axis it cannot lower and says so.
 """
 from __future__ import annotations
 
@@ -154,6 +168,64 @@ def _axis_index_abstract(*, axes):
     return ShapedArray((), dtypes.int32)
 
 
+def _single_axis(name: str, axes) -> int:
+    """The size of the one axis `axes` names (ppermute, psum_scatter, all_to_all)."""
+    _check_axes(name, axes)
+    if len(axes) != 1:
+        raise StagingError(f"{name} over {_describe(axes)}: it runs over a single axis name here",
+                           "give one axis name")
+    return axes[0][1]
+
+
+def check_perm(axes, perm) -> None:
+    """`perm`: (source, destination) pairs along the axis, no source or destination twice."""
+    size = _single_axis("ppermute", axes)
+    sources, destinations = [p[0] for p in perm], [p[1] for p in perm]
+    if not all(0 <= i < size for i in sources + destinations):
+        raise StagingError(f"ppermute: perm {[list(p) for p in perm]} names an example outside axis "
+                           f"{_names(axes)[0]!r} (size {size})", f"give indices in 0..{size - 1}")
+    if len(set(sources)) != len(sources) or len(set(destinations)) != len(destinations):
+        raise StagingError(f"ppermute: perm {[list(p) for p in perm]} repeats a source or a destination",
+                           "each example sends to at most one and receives from at most one")
+
+
+def _ppermute_abstract(x: ShapedArray, *, axes, perm):
+    check_perm(axes, perm)
+    return x
+
+
+def _scatter_shape(name: str, x: ShapedArray, n: int, dimension: int, tiled: bool) -> tuple:
+    """`x`'s shape with axis `dimension` split over `n` examples: its n-th part (tiled) or
+    dropped (that axis of size n), as psum_scatter and all_to_all see it."""
+    if not 0 <= dimension < x.ndim:
+        raise ShapeError(f"{name} along axis {dimension} of {x.str_short()}: out of range")
+    size = x.shape[dimension]
+    if (size % n if tiled else size != n) if n else True:
+        raise ShapeError(f"{name} along axis {dimension} of {x.str_short()}: its size {size} must "
+                         + (f"be a multiple of the axis size {n}" if tiled else f"equal the axis size {n}"),
+                         "split an axis that has one part per example")
+    rest = (size // n,) if tiled else ()
+    return x.shape[:dimension] + rest + x.shape[dimension + 1:]
+
+
+def _psum_scatter_abstract(x: ShapedArray, *, axes, dimension, tiled):
+    shape = _scatter_shape("psum_scatter", x, _single_axis("psum_scatter", axes), dimension, tiled)
+    if np.dtype(x.dtype).kind == "b":
+        raise ShapeError(f"psum_scatter cannot sum {x.str_short()} values", "convert booleans to an integer dtype first")
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+def _all_to_all_abstract(x: ShapedArray, *, axes, split_axis, concat_axis):
+    """Tiled, as JAX's primitive: axis `split_axis` cut into one part per example, the parts
+    received concatenated along `concat_axis` (s2s.lax.all_to_all adds and drops axes)."""
+    n = _single_axis("all_to_all", axes)
+    shape = list(_scatter_shape("all_to_all", x, n, split_axis, True))
+    if not 0 <= concat_axis < x.ndim:
+        raise ShapeError(f"all_to_all concatenating along axis {concat_axis} of {x.str_short()}: out of range")
+    shape[concat_axis] *= n
+    return ShapedArray(tuple(shape), x.dtype, x.weak_type)
+
+
 def _declare(name: str, abstract_eval) -> Primitive:
     prim = Primitive(name, abstract_eval, _needs_every_example(name))
     _pyexpr.register(prim, lambda eqn, *operands: _not_emitted(name, eqn, "emitted as Python"))
@@ -166,7 +238,10 @@ pmax = _declare("pmax", _elementwise_abstract("pmax", "c", _UNORDERED))
 pmin = _declare("pmin", _elementwise_abstract("pmin", "c", _UNORDERED))
 all_gather = _declare("all_gather", _all_gather_abstract)
 axis_index = _declare("axis_index", _axis_index_abstract)
-COLLECTIVES = (psum, pmax, pmin, all_gather, axis_index)
+ppermute = _declare("ppermute", _ppermute_abstract)
+psum_scatter = _declare("psum_scatter", _psum_scatter_abstract)
+all_to_all = _declare("all_to_all", _all_to_all_abstract)
+COLLECTIVES = (psum, pmax, pmin, all_gather, axis_index, ppermute, psum_scatter, all_to_all)
 
 # ---------------------------------------------------------------------------------------
 # Derivatives
@@ -188,6 +263,9 @@ def _extremum_jvp(prim: Primitive):
 
 _jvp.deflinear(psum)
 _jvp.deflinear(all_gather)
+_jvp.deflinear(ppermute)
+_jvp.deflinear(psum_scatter)
+_jvp.deflinear(all_to_all)
 _jvp.register(pmax, _extremum_jvp(pmax))
 _jvp.register(pmin, _extremum_jvp(pmin))
 _jvp.defzero(axis_index)
@@ -225,8 +303,26 @@ def _all_gather_transpose(ct, x, *, axes, dimension, tiled, groups=None):
     return [ops.gather(summed, _position_in_group(axes, groups), axes=(dimension,))]
 
 
+def _ppermute_transpose(ct, x, *, axes, perm):
+    """Each destination's cotangent goes back to its source (the others received nothing)."""
+    return [ppermute.bind(ct, axes=axes, perm=tuple((dst, src) for src, dst in perm))]
+
+
+def _psum_scatter_transpose(ct, x, *, axes, dimension, tiled):
+    """Every example's operand reached every example's part: the parts' cotangents gathered."""
+    return [all_gather.bind(ct, axes=axes, dimension=dimension, tiled=tiled, groups=None)]
+
+
+def _all_to_all_transpose(ct, x, *, axes, split_axis, concat_axis):
+    """The parts sent back where they came from: all_to_all with the axes swapped."""
+    return [all_to_all.bind(ct, axes=axes, split_axis=concat_axis, concat_axis=split_axis)]
+
+
 _transpose.register(psum, _transpose.skip_zero(_psum_transpose))
 _transpose.register(all_gather, _transpose.skip_zero(_all_gather_transpose))
+_transpose.register(ppermute, _transpose.skip_zero(_ppermute_transpose))
+_transpose.register(psum_scatter, _transpose.skip_zero(_psum_scatter_transpose))
+_transpose.register(all_to_all, _transpose.skip_zero(_all_to_all_transpose))
 
 # ---------------------------------------------------------------------------------------
 # Batching: where the collectives are computed. `axes` splits around the mapped axis into
@@ -347,11 +443,61 @@ def _axis_index_rule(axis, args, dims, *, axes):
     return index, 0
 
 
+def _ppermute_rule(axis, args, dims, *, axes, perm):
+    """Over the mapped axis: the batch gathered from each destination's source, zeros where
+    no example sends (batched at 0)."""
+    (x,), (d,) = args, dims
+    if _around(axes, axis.name) is None:
+        return ppermute.bind(x, axes=axes, perm=perm), d
+    x = _vmap.to_front(x, d, axis.size)
+    source = np.zeros(axis.size, np.int32)
+    received = np.zeros(axis.size, bool)
+    for src, dst in perm:
+        source[dst], received[dst] = src, True
+    y = ops.gather(x, source, axes=(0,))
+    if received.all():
+        return y, 0
+    shape = tuple(y.shape)
+    mask = ops.broadcast_in_dim(received, shape, (0,))
+    return ops.select(mask, y, ops.full(shape, 0, y.aval.dtype)), 0
+
+
+def _psum_scatter_rule(axis, args, dims, *, axes, dimension, tiled):
+    """Over the mapped axis: the batch summed, its axis `dimension` then being the batch
+    (tiled: split into (examples, part))."""
+    (x,), (d,) = args, dims
+    if _around(axes, axis.name) is None:
+        dim = dimension if d is None else _vmap.batched_axis(dimension, d)
+        out_d = d if d is None or d <= dimension or tiled else d - 1
+        return psum_scatter.bind(x, axes=axes, dimension=dim, tiled=tiled), out_d
+    y = _times(x, axis.size) if d is None else ops.reduce_sum(x, (d,))
+    return (_split_gathered(y, dimension, axis.size) if tiled else y), dimension
+
+
+def _all_to_all_rule(axis, args, dims, *, axes, split_axis, concat_axis):
+    """Over the mapped axis: (source, ...) with axis `split_axis` split into (destination,
+    part); the destination moved to the front as the batch, the source in front of axis
+    `concat_axis` and merged with it."""
+    (x,), (d,) = args, dims
+    if _around(axes, axis.name) is None:
+        if d is None:
+            return all_to_all.bind(x, axes=axes, split_axis=split_axis, concat_axis=concat_axis), None
+        return all_to_all.bind(x, axes=axes, split_axis=_vmap.batched_axis(split_axis, d),
+                               concat_axis=_vmap.batched_axis(concat_axis, d)), d
+    y = _split_gathered(_vmap.to_front(x, d, axis.size), split_axis + 1, axis.size)
+    y = _vmap.move_axis(y, split_axis + 1, 0)             # (destination, source, ...)
+    y = _vmap.move_axis(y, 1, concat_axis + 1)            # the source before concat_axis
+    return _merge_pair(y, concat_axis + 1), 0
+
+
 _vmap.register(psum, _reducing_rule(psum, ops.reduce_sum, _times), reads_axis=True)
 _vmap.register(pmax, _reducing_rule(pmax, ops.reduce_max, lambda x, size: x), reads_axis=True)
 _vmap.register(pmin, _reducing_rule(pmin, ops.reduce_min, lambda x, size: x), reads_axis=True)
 _vmap.register(all_gather, _all_gather_rule, reads_axis=True)
 _vmap.register(axis_index, _axis_index_rule, reads_axis=True)
+_vmap.register(ppermute, _ppermute_rule, reads_axis=True)
+_vmap.register(psum_scatter, _psum_scatter_rule, reads_axis=True)
+_vmap.register(all_to_all, _all_to_all_rule, reads_axis=True)
 
 # ---------------------------------------------------------------------------------------
 # StableHLO lowering: inside a pmap, where the module runs once per device (its replicas),
@@ -372,21 +518,56 @@ def _replica_groups(ctx, name: str, eqn) -> str:
     return f"replica_groups = dense<[{rows}]> : tensor<{len(groups)}x{len(groups[0])}xi64>"
 
 
+def _reducing_op(ctx, op: str, x, combine: str, attributes: str, aval, typ: str, hint: str) -> str:
+    """`op` (all_reduce, reduce_scatter) of `x` with a `combine` region; its result's name."""
+    scalar = _hlo.tensor_type(ShapedArray((), aval.dtype))
+    a, b, c = ctx.fresh("a"), ctx.fresh("b"), ctx.fresh("c")
+    out = ctx.fresh(hint)
+    ctx.lines += [f'{out} = "stablehlo.{op}"({x}) ({{',
+                  f"  ^bb0({a}: {scalar}, {b}: {scalar}):",
+                  f"    {c} = stablehlo.{combine} {a}, {b} : {scalar}",
+                  f"    stablehlo.return {c} : {scalar}",
+                  f"}}) {{{attributes}}} : ({_hlo.tensor_type(aval)}) -> {typ}{ctx.location}"]
+    return out
+
+
 def _all_reduce_rule(name: str, combine: str):
     def rule(ctx, eqn, x):
         groups = _replica_groups(ctx, name, eqn)
-        aval = eqn.invars[0].aval
-        scalar = _hlo.tensor_type(ShapedArray((), aval.dtype))
-        a, b, c = ctx.fresh("a"), ctx.fresh("b"), ctx.fresh("c")
-        typ = _hlo.out_type(eqn)
-        out = ctx.fresh(_hlo.hint(eqn) or name)
-        ctx.lines += [f'{out} = "stablehlo.all_reduce"({x}) ({{',
-                      f"  ^bb0({a}: {scalar}, {b}: {scalar}):",
-                      f"    {c} = stablehlo.{combine} {a}, {b} : {scalar}",
-                      f"    stablehlo.return {c} : {scalar}",
-                      f"}}) {{{groups}}} : ({_hlo.tensor_type(aval)}) -> {typ}{ctx.location}"]
-        return [out]
+        return [_reducing_op(ctx, "all_reduce", x, combine, groups, eqn.invars[0].aval,
+                             _hlo.out_type(eqn), _hlo.hint(eqn) or name)]
     return rule
+
+
+def _psum_scatter_lowering(ctx, eqn, x, *, axes, dimension, tiled):
+    groups = _replica_groups(ctx, "psum_scatter", eqn)
+    aval = eqn.invars[0].aval
+    part = ShapedArray(aval.shape[:dimension] + (aval.shape[dimension] // axes_size(axes),)
+                       + aval.shape[dimension + 1:], aval.dtype)
+    out = _reducing_op(ctx, "reduce_scatter", x, "add", f"scatter_dimension = {dimension} : i64, {groups}",
+                       aval, _hlo.tensor_type(part), _hlo.hint(eqn) or "scattered")
+    if tiled:
+        return [out]
+    return [ctx.op(f"stablehlo.reshape {out} : ({_hlo.tensor_type(part)}) -> {_hlo.out_type(eqn)}")]
+
+
+def _ppermute_lowering(ctx, eqn, x, *, axes, perm):
+    _replica_groups(ctx, "ppermute", eqn)   # checks the axis is the pmap's
+    aval = eqn.invars[0].aval
+    if not perm:   # nobody sends: zeros everywhere
+        return [ctx.constant(0, aval.dtype, aval.shape)]
+    pairs = ", ".join(f"[{src}, {dst}]" for src, dst in perm)
+    return [ctx.op(f'"stablehlo.collective_permute"({x}) {{source_target_pairs = dense<[{pairs}]> : '
+                   f"tensor<{len(perm)}x2xi64>}} : ({_hlo.tensor_type(aval)}) -> {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn) or "permuted")]
+
+
+def _all_to_all_lowering(ctx, eqn, x, *, axes, split_axis, concat_axis):
+    groups = _replica_groups(ctx, "all_to_all", eqn)
+    return [ctx.op(f'"stablehlo.all_to_all"({x}) {{split_dimension = {split_axis} : i64, '
+                   f"concat_dimension = {concat_axis} : i64, split_count = {axes_size(axes)} : i64, {groups}}} : "
+                   f"({_hlo.tensor_type(eqn.invars[0].aval)}) -> {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn) or "exchanged")]
 
 
 def _all_gather_lowering(ctx, eqn, x, *, axes, dimension, tiled, groups=None):
@@ -411,3 +592,6 @@ _hlo.register(pmax, _all_reduce_rule("pmax", "maximum"))
 _hlo.register(pmin, _all_reduce_rule("pmin", "minimum"))
 _hlo.register(all_gather, lambda ctx, eqn, x: _all_gather_lowering(ctx, eqn, x, **eqn.params))
 _hlo.register(axis_index, lambda ctx, eqn: _axis_index_lowering(ctx, eqn, **eqn.params))
+_hlo.register(ppermute, lambda ctx, eqn, x: _ppermute_lowering(ctx, eqn, x, **eqn.params))
+_hlo.register(psum_scatter, lambda ctx, eqn, x: _psum_scatter_lowering(ctx, eqn, x, **eqn.params))
+_hlo.register(all_to_all, lambda ctx, eqn, x: _all_to_all_lowering(ctx, eqn, x, **eqn.params))
