@@ -324,30 +324,35 @@ def ppermute(x, axis_name, perm):
     return tree_map(lambda leaf: collectives.ppermute.bind(leaf, axes=axes, perm=pairs), x)
 
 
-def psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False):
+def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
     """The sum of `x` over the named axis, split along `scatter_dimension` among the
     examples: example i gets part i (that axis, of the axis's size, dropped; tiled: the
-    i-th of its equal parts) (jax.lax.psum_scatter)."""
+    i-th of its equal parts) (jax.lax.psum_scatter); with `axis_index_groups`, the sum over
+    the example's group, its part at its position in the group."""
     axes = _bound_axes("psum_scatter", axis_name)
+    groups = _groups("psum_scatter", axes, axis_index_groups)
     return tree_map(lambda leaf: collectives.psum_scatter.bind(
-        leaf, axes=axes, dimension=_axis_of("psum_scatter", leaf, scatter_dimension), tiled=bool(tiled)), x)
+        leaf, axes=axes, dimension=_axis_of("psum_scatter", leaf, scatter_dimension), tiled=bool(tiled),
+        groups=groups), x)
 
 
-def all_to_all(x, axis_name, split_axis, concat_axis, *, tiled=False):
+def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
     """`x` split along `split_axis` into one part per example, part j sent to example j,
     the parts received stacked along a new axis `concat_axis` in the examples' order (the
     split axis, of the axis's size, dropped; tiled: concatenated along `concat_axis`)
-    (jax.lax.all_to_all)."""
+    (jax.lax.all_to_all); with `axis_index_groups`, exchanged within each group, j the
+    position in the group."""
     axes = _bound_axes("all_to_all", axis_name)
+    groups = _groups("all_to_all", axes, axis_index_groups)
 
     def exchange(leaf):
         split = _axis_of("all_to_all", leaf, split_axis)
         if tiled:
             concat = _axis_of("all_to_all", leaf, concat_axis)
-            return collectives.all_to_all.bind(leaf, axes=axes, split_axis=split, concat_axis=concat)
+            return collectives.all_to_all.bind(leaf, axes=axes, split_axis=split, concat_axis=concat, groups=groups)
         # As JAX: a new axis of size 1 at concat_axis (counted without the split axis)
         # receives the parts; then the split axis, of size 1, is dropped.
-        aval, size = aval_of_arg(leaf), collectives.axes_size(axes)
+        aval, size = aval_of_arg(leaf), collectives.group_size(axes, groups)
         if aval.shape[split] != size:
             raise StagingError(f"all_to_all along axis {split} of {aval.str_short()}: its size "
                                f"{aval.shape[split]} must equal the axis size {size}",
@@ -362,8 +367,8 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, tiled=False):
         elif concat < split:
             split += 1
         if split == concat:   # the parts replace the split axis in place
-            return collectives.all_to_all.bind(leaf, axes=axes, split_axis=split, concat_axis=concat)
+            return collectives.all_to_all.bind(leaf, axes=axes, split_axis=split, concat_axis=concat, groups=groups)
         exchanged = collectives.all_to_all.bind(ops.expand_dims(leaf, (concat,)), axes=axes,
-                                                split_axis=split, concat_axis=concat)
+                                                split_axis=split, concat_axis=concat, groups=groups)
         return ops.squeeze(exchanged, (split,))
     return tree_map(exchange, x)

@@ -18,9 +18,9 @@ the results (None: the results are the same on every device, and device 0's is r
 per value. Keyword arguments are replicated. The results are NumPy arrays.
 
 This increment runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
-`s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet:
-`axis_index_groups` on psum_scatter/all_to_all, a pmap staged inside another
-transform (jit, grad or vmap of a pmap, nested pmaps), donation, several processes.
+`s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet: a
+pmap staged inside another transform (jit, grad or vmap of a pmap, nested pmaps),
+donation, several processes.
 """
 from __future__ import annotations
 

@@ -319,7 +319,8 @@ def test_axis_index_groups_combine_within_each_group_against_numpy(groups, in_ax
 def grouped_loss(x):
     gathered = lax.all_gather(x, "batch", axis_index_groups=[[1, 2], [3, 0]], axis=1)
     return (np.sum(np.sin(lax.psum(x, "batch", axis_index_groups=[[0, 2], [1, 3]])) * x)
-            + np.sum(gathered * WEIGHTS[:, :2, None]) + np.sum(lax.pmax(x, "batch", axis_index_groups=[[0, 1], [2, 3]])))
+            + np.sum(gathered * WEIGHTS[:, :2, None])
+            + np.sum(lax.pmax(x, "batch", axis_index_groups=[[0, 1], [2, 3]])))
 
 
 def jax_grouped_total(x):
@@ -455,6 +456,68 @@ def test_inside_an_inner_vmap_the_exchanges_over_the_outer_name_keep_its_batch(i
     for got in (mapped(x), s2s.jit(mapped)(x)):
         for g, w in zip(got, want, strict=True):
             assert_matches(g, w)
+
+
+def within_groups(x, groups, exchange):
+    """NumPy: `exchange` (of a whole axis, axis 0 of `x`) run on each group's examples."""
+    out = None
+    for group in groups:
+        result = exchange(x[list(group)])
+        out = np.zeros((len(x),) + result.shape[1:], result.dtype) if out is None else out
+        out[list(group)] = result
+    return out
+
+
+@pytest.mark.parametrize("groups", GROUPS[:3], ids=str)
+@pytest.mark.parametrize("in_axis", [0, 2, None])
+@pytest.mark.parametrize("split, concat, tiled", [(0, 1, False), (1, 0, True), (0, 0, False)])
+def test_psum_scatter_and_all_to_all_with_axis_index_groups_against_numpy(groups, in_axis, split, concat, tiled):
+    k = len(groups[0])
+    x = np.random.default_rng(21).standard_normal((BATCH, k, 2 * k))
+    if in_axis is None:
+        x = np.broadcast_to(x[0], x.shape)
+    arg = x[0] if in_axis is None else np.moveaxis(x, 0, in_axis)
+    kwargs = {"axis_size": BATCH} if in_axis is None else {}
+    exchange = s2s.vmap(lambda v: lax.all_to_all(v, "batch", split, concat, axis_index_groups=groups, tiled=tiled),
+                        in_axes=in_axis, axis_name="batch", **kwargs)
+    want = within_groups(x, groups, lambda g: numpy_all_to_all(g, split, concat, tiled))
+    assert_matches(exchange(arg), want)
+    assert_matches(s2s.jit(exchange)(arg), want)
+    scatter = s2s.vmap(lambda v: lax.psum_scatter(v, "batch", scatter_dimension=split, axis_index_groups=groups,
+                                                  tiled=tiled), in_axes=in_axis, axis_name="batch", **kwargs)
+    want = within_groups(x, groups, lambda g: numpy_psum_scatter(g, split, tiled))
+    assert_matches(scatter(arg), want)
+    assert_matches(s2s.jit(scatter)(arg), want)
+
+
+def grouped_exchange_loss(x):
+    scattered = lax.psum_scatter(x, "batch", scatter_dimension=1, axis_index_groups=[[0, 2], [3, 1]], tiled=True)
+    exchanged = lax.all_to_all(x, "batch", 1, 0, axis_index_groups=[[1, 0], [2, 3]], tiled=True)
+    return np.sum(np.sin(scattered) * WEIGHTS[:, :2]) + np.sum(np.cos(exchanged) * WEIGHTS.reshape(6, 2))
+
+
+def jax_grouped_exchange_total(x):
+    def within(v, groups, exchange):
+        out = [None] * len(v)
+        for group in groups:
+            result = exchange(v[jnp.array(group)])
+            for position, e in enumerate(group):
+                out[e] = result[position]
+        return jnp.stack(out)
+    scattered = within(x, [[0, 2], [3, 1]],
+                       lambda g: jnp.stack(jnp.split(g.sum(0), 2, 1)))
+    exchanged = within(x, [[1, 0], [2, 3]],
+                       lambda g: jnp.stack([jnp.concatenate([jnp.split(g[i], 2, 1)[j] for i in range(2)], 0)
+                                            for j in range(2)]))
+    return (jnp.sum(jnp.sin(scattered) * WEIGHTS[:, :2]) + jnp.sum(jnp.cos(exchanged) * WEIGHTS.reshape(6, 2)))
+
+
+def test_gradients_through_grouped_psum_scatter_and_all_to_all_match_jax_on_the_whole_batch():
+    x = np.random.default_rng(22).standard_normal((BATCH, 3, 4))
+    want = jax.grad(jax_grouped_exchange_total)(x)
+    mapped = s2s.vmap(s2s.grad(grouped_exchange_loss), axis_name="batch")
+    assert_matches(mapped(x), want)
+    assert_matches(s2s.jit(mapped)(x), want)
 
 
 def test_a_psum_scatter_over_the_outer_name_of_a_value_batched_after_its_axis():

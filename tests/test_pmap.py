@@ -199,6 +199,40 @@ def test_psum_scatter_and_all_to_all_against_numpy(split, concat, tiled):
     np.testing.assert_array_equal(out, numpy_all_to_all(Y, split, concat, tiled))
 
 
+@on_devices
+@pytest.mark.parametrize("groups", PMAP_GROUPS[:2], ids=str)
+@pytest.mark.parametrize("split, concat, tiled", [(0, 1, False), (1, 0, True)])
+def test_grouped_psum_scatter_and_all_to_all_against_numpy(groups, split, concat, tiled):
+    from tests.test_lax_collectives import numpy_all_to_all, numpy_psum_scatter, within_groups
+    k = len(groups[0])
+    y = Y[:, :k] if not tiled else Y
+    out = s2s.pmap(lambda v: lax.psum_scatter(v, "i", scatter_dimension=split, axis_index_groups=groups,
+                                              tiled=tiled), "i")(y)
+    np.testing.assert_allclose(out, within_groups(y, groups, lambda g: numpy_psum_scatter(g, split, tiled)),
+                               rtol=1e-12)
+    out = s2s.pmap(lambda v: lax.all_to_all(v, "i", split, concat, axis_index_groups=groups, tiled=tiled), "i")(y)
+    np.testing.assert_array_equal(out, within_groups(y, groups, lambda g: numpy_all_to_all(g, split, concat, tiled)))
+
+
+def grouped_exchange_loss(x):
+    groups = PMAP_GROUPS[1]
+    scattered = lax.psum_scatter(x, "i", scatter_dimension=1, axis_index_groups=groups, tiled=True)
+    exchanged = lax.all_to_all(x, "i", 1, 0, axis_index_groups=groups, tiled=True)
+    return np.sum(np.sin(scattered) * W[0, :, :1]) + np.sum(np.cos(exchanged) ** 2)
+
+
+@on_devices
+def test_grad_through_grouped_psum_scatter_and_all_to_all_against_jax_pmap():
+    import jax
+    if jax.device_count() < N:
+        pytest.skip("jax sees fewer CPU devices")
+    from tests.test_lax import as_jax
+    x = np.random.default_rng(7).normal(size=(N, 5, 2))
+    ours = s2s.pmap(s2s.grad(grouped_exchange_loss), "i")(x)
+    theirs = np.asarray(jax.pmap(jax.grad(as_jax(grouped_exchange_loss)), "i")(x))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
 def rotated_loss(x):
     return np.sum(np.sin(lax.ppermute(x, "i", RING)) * W)
 

@@ -22,11 +22,12 @@ names the axes it runs over with their sizes, as bound where it was staged:
              concat_axis]               sent to example j, the parts received concatenated
                                         along `concat_axis` (JAX's tiled primitive)
 
-ppermute, psum_scatter and all_to_all run over one axis name.
+ppermute, psum_scatter and all_to_all run over one axis name. All but axis_index and
+ppermute also take `groups` (JAX's axis_index_groups, a tuple of tuples of indices along one
+axis name, or None): each example combines only with the examples of its group, positions
+(all_gather's order, psum_scatter's and all_to_all's parts) counted within the group.
 
-`axes` is a tuple of (name, size) pairs. psum/pmax/pmin and all_gather also take `groups`
-(JAX's axis_index_groups, a tuple of tuples of indices along one axis name, or None): each
-example combines only with the examples of its group (all_gather: in the group's order). Over several names, examples are numbered as
+`axes` is a tuple of (name, size) pairs. Over several names, examples are numbered as
 JAX numbers them: the first name is the major one (`axis_index(("i", "j"))` is
 i * size_j + j), and all_gather stacks in that order.
 
@@ -208,17 +209,23 @@ def _scatter_shape(name: str, x: ShapedArray, n: int, dimension: int, tiled: boo
     return x.shape[:dimension] + rest + x.shape[dimension + 1:]
 
 
-def _psum_scatter_abstract(x: ShapedArray, *, axes, dimension, tiled):
-    shape = _scatter_shape("psum_scatter", x, _single_axis("psum_scatter", axes), dimension, tiled)
+def _psum_scatter_abstract(x: ShapedArray, *, axes, dimension, tiled, groups=None):
+    _single_axis("psum_scatter", axes)
+    check_groups("psum_scatter", axes, groups)
+    shape = _scatter_shape("psum_scatter", x, group_size(axes, groups), dimension, tiled)
     if np.dtype(x.dtype).kind == "b":
-        raise ShapeError(f"psum_scatter cannot sum {x.str_short()} values", "convert booleans to an integer dtype first")
+        raise ShapeError(f"psum_scatter cannot sum {x.str_short()} values",
+                         "convert booleans to an integer dtype first")
     return ShapedArray(shape, x.dtype, x.weak_type)
 
 
-def _all_to_all_abstract(x: ShapedArray, *, axes, split_axis, concat_axis):
-    """Tiled, as JAX's primitive: axis `split_axis` cut into one part per example, the parts
-    received concatenated along `concat_axis` (s2s.lax.all_to_all adds and drops axes)."""
-    n = _single_axis("all_to_all", axes)
+def _all_to_all_abstract(x: ShapedArray, *, axes, split_axis, concat_axis, groups=None):
+    """Tiled, as JAX's primitive: axis `split_axis` cut into one part per example (of the
+    group), the parts received concatenated along `concat_axis` (s2s.lax.all_to_all adds
+    and drops axes)."""
+    _single_axis("all_to_all", axes)
+    check_groups("all_to_all", axes, groups)
+    n = group_size(axes, groups)
     shape = list(_scatter_shape("all_to_all", x, n, split_axis, True))
     if not 0 <= concat_axis < x.ndim:
         raise ShapeError(f"all_to_all concatenating along axis {concat_axis} of {x.str_short()}: out of range")
@@ -283,15 +290,21 @@ def _psum_transpose(ct, x, *, axes, groups=None):
     return [psum.bind(ct, axes=axes, groups=groups)]
 
 
+def _membership(size: int, groups):
+    """Each example's group number and position in its group (int32 arrays)."""
+    number, position = np.empty(size, np.int32), np.empty(size, np.int32)
+    for j, group in enumerate(groups):
+        number[list(group)] = j
+        position[list(group)] = np.arange(len(group), dtype=np.int32)
+    return number, position
+
+
 def _position_in_group(axes, groups):
     """This example's position in its group (its axis_index when there are no groups)."""
     index = axis_index.bind(axes=axes)
     if groups is None:
         return index
-    position = np.zeros(axes_size(axes), np.int32)
-    for group in groups:
-        position[list(group)] = np.arange(len(group), dtype=np.int32)
-    return ops.gather(position, index, axes=(0,))
+    return ops.gather(_membership(axes_size(axes), groups)[1], index, axes=(0,))
 
 
 def _all_gather_transpose(ct, x, *, axes, dimension, tiled, groups=None):
@@ -308,14 +321,14 @@ def _ppermute_transpose(ct, x, *, axes, perm):
     return [ppermute.bind(ct, axes=axes, perm=tuple((dst, src) for src, dst in perm))]
 
 
-def _psum_scatter_transpose(ct, x, *, axes, dimension, tiled):
+def _psum_scatter_transpose(ct, x, *, axes, dimension, tiled, groups=None):
     """Every example's operand reached every example's part: the parts' cotangents gathered."""
-    return [all_gather.bind(ct, axes=axes, dimension=dimension, tiled=tiled, groups=None)]
+    return [all_gather.bind(ct, axes=axes, dimension=dimension, tiled=tiled, groups=groups)]
 
 
-def _all_to_all_transpose(ct, x, *, axes, split_axis, concat_axis):
+def _all_to_all_transpose(ct, x, *, axes, split_axis, concat_axis, groups=None):
     """The parts sent back where they came from: all_to_all with the axes swapped."""
-    return [all_to_all.bind(ct, axes=axes, split_axis=concat_axis, concat_axis=split_axis)]
+    return [all_to_all.bind(ct, axes=axes, split_axis=concat_axis, concat_axis=split_axis, groups=groups)]
 
 
 _transpose.register(psum, _transpose.skip_zero(_psum_transpose))
@@ -347,15 +360,12 @@ def _around(axes, name):
 
 def _grouped(x, d: int, size: int, groups):
     """`x`, batched at `d` over the `size` examples of the axis, as (group, member, ...) in
-    the order of `groups`; and each example's group number (to gather the groups' results
-    back to their examples along axis 0)."""
+    the order of `groups`; and each example's group number and position in it (to gather
+    the groups' results back to their examples along axis 0)."""
     x = _vmap.move_axis(x, d, 0)
     order = np.array([i for group in groups for i in group], np.int32)
     x = ops.reshape(ops.gather(x, order, axes=(0,)), (len(groups), len(groups[0])) + tuple(x.shape)[1:])
-    number = np.empty(size, np.int32)
-    for j, group in enumerate(groups):
-        number[list(group)] = j
-    return x, number
+    return (x,) + _membership(size, groups)
 
 
 def _reducing_rule(prim: Primitive, reduce_batch, reduce_copies):
@@ -373,7 +383,7 @@ def _reducing_rule(prim: Primitive, reduce_batch, reduce_copies):
         elif groups is None:
             y = reduce_batch(x, (d,))
         else:
-            grouped, number = _grouped(x, d, axis.size, groups)
+            grouped, number, _ = _grouped(x, d, axis.size, groups)
             return ops.gather(reduce_batch(grouped, (1,)), number, axes=(0,)), 0
         rest = split[0] + split[1]   # empty when there are groups
         return (prim.bind(y, axes=rest) if rest else y), None
@@ -411,7 +421,7 @@ def _all_gather_rule(axis, args, dims, *, axes, dimension, tiled, groups=None):
     if split is None:
         return _gather_elsewhere(x, d, axes, dimension, tiled, groups)
     if groups is not None and d is not None:
-        grouped, number = _grouped(x, d, axis.size, groups)   # (group, member, ...)
+        grouped, number, _ = _grouped(x, d, axis.size, groups)   # (group, member, ...)
         y = _vmap.move_axis(ops.gather(grouped, number, axes=(0,)), 1, dimension + 1)
         return (_merge_pair(y, dimension + 1) if tiled else y), 0
     if groups is not None:   # every member holds the same value
@@ -462,30 +472,48 @@ def _ppermute_rule(axis, args, dims, *, axes, perm):
     return ops.select(mask, y, ops.full(shape, 0, y.aval.dtype)), 0
 
 
-def _psum_scatter_rule(axis, args, dims, *, axes, dimension, tiled):
+def _psum_scatter_rule(axis, args, dims, *, axes, dimension, tiled, groups=None):
     """Over the mapped axis: the batch summed, its axis `dimension` then being the batch
-    (tiled: split into (examples, part))."""
+    (tiled: split into (examples, part)). With groups: each group summed, its axis
+    `dimension` split into the members' parts, each example gathering its group's part at
+    its position (batched at 0)."""
     (x,), (d,) = args, dims
     if _around(axes, axis.name) is None:
         dim = dimension if d is None else _vmap.batched_axis(dimension, d)
         out_d = d if d is None or d <= dimension or tiled else d - 1
-        return psum_scatter.bind(x, axes=axes, dimension=dim, tiled=tiled), out_d
+        return psum_scatter.bind(x, axes=axes, dimension=dim, tiled=tiled, groups=groups), out_d
+    if groups is not None:
+        grouped, number, position = _grouped(_vmap.to_front(x, d, axis.size), 0, axis.size, groups)
+        sums = ops.reduce_sum(grouped, (1,))                                  # (group, ...)
+        if tiled:
+            sums = _split_gathered(sums, dimension + 1, len(groups[0]))
+        parts = _vmap.move_axis(sums, dimension + 1, 1)                       # (group, part, ...)
+        return ops.gather(parts, number, position, axes=(0, 1)), 0
     y = _times(x, axis.size) if d is None else ops.reduce_sum(x, (d,))
     return (_split_gathered(y, dimension, axis.size) if tiled else y), dimension
 
 
-def _all_to_all_rule(axis, args, dims, *, axes, split_axis, concat_axis):
+def _all_to_all_rule(axis, args, dims, *, axes, split_axis, concat_axis, groups=None):
     """Over the mapped axis: (source, ...) with axis `split_axis` split into (destination,
     part); the destination moved to the front as the batch, the source in front of axis
-    `concat_axis` and merged with it."""
+    `concat_axis` and merged with it. With groups: (group, source, ...) split the same way,
+    each example gathering its group's parts for its position as destination."""
     (x,), (d,) = args, dims
     if _around(axes, axis.name) is None:
         if d is None:
-            return all_to_all.bind(x, axes=axes, split_axis=split_axis, concat_axis=concat_axis), None
+            return all_to_all.bind(x, axes=axes, split_axis=split_axis, concat_axis=concat_axis,
+                                   groups=groups), None
         return all_to_all.bind(x, axes=axes, split_axis=_vmap.batched_axis(split_axis, d),
-                               concat_axis=_vmap.batched_axis(concat_axis, d)), d
-    y = _split_gathered(_vmap.to_front(x, d, axis.size), split_axis + 1, axis.size)
-    y = _vmap.move_axis(y, split_axis + 1, 0)             # (destination, source, ...)
+                               concat_axis=_vmap.batched_axis(concat_axis, d), groups=groups), d
+    y = _vmap.to_front(x, d, axis.size)
+    if groups is None:
+        y = _split_gathered(y, split_axis + 1, axis.size)
+        y = _vmap.move_axis(y, split_axis + 1, 0)         # (destination, source, ...)
+    else:
+        y, number, position = _grouped(y, 0, axis.size, groups)            # (group, source, ...)
+        y = _split_gathered(y, split_axis + 2, len(groups[0]))
+        y = _vmap.move_axis(y, split_axis + 2, 1)         # (group, destination, source, ...)
+        y = ops.gather(y, number, position, axes=(0, 1))  # (example, source, ...)
     y = _vmap.move_axis(y, 1, concat_axis + 1)            # the source before concat_axis
     return _merge_pair(y, concat_axis + 1), 0
 
@@ -539,12 +567,12 @@ def _all_reduce_rule(name: str, combine: str):
     return rule
 
 
-def _psum_scatter_lowering(ctx, eqn, x, *, axes, dimension, tiled):
-    groups = _replica_groups(ctx, "psum_scatter", eqn)
+def _psum_scatter_lowering(ctx, eqn, x, *, axes, dimension, tiled, groups=None):
+    replica_groups = _replica_groups(ctx, "psum_scatter", eqn)
     aval = eqn.invars[0].aval
-    part = ShapedArray(aval.shape[:dimension] + (aval.shape[dimension] // axes_size(axes),)
+    part = ShapedArray(aval.shape[:dimension] + (aval.shape[dimension] // group_size(axes, groups),)
                        + aval.shape[dimension + 1:], aval.dtype)
-    out = _reducing_op(ctx, "reduce_scatter", x, "add", f"scatter_dimension = {dimension} : i64, {groups}",
+    out = _reducing_op(ctx, "reduce_scatter", x, "add", f"scatter_dimension = {dimension} : i64, {replica_groups}",
                        aval, _hlo.tensor_type(part), _hlo.hint(eqn) or "scattered")
     if tiled:
         return [out]
@@ -562,10 +590,11 @@ def _ppermute_lowering(ctx, eqn, x, *, axes, perm):
                    _hlo.hint(eqn) or "permuted")]
 
 
-def _all_to_all_lowering(ctx, eqn, x, *, axes, split_axis, concat_axis):
-    groups = _replica_groups(ctx, "all_to_all", eqn)
+def _all_to_all_lowering(ctx, eqn, x, *, axes, split_axis, concat_axis, groups=None):
+    replica_groups = _replica_groups(ctx, "all_to_all", eqn)
     return [ctx.op(f'"stablehlo.all_to_all"({x}) {{split_dimension = {split_axis} : i64, '
-                   f"concat_dimension = {concat_axis} : i64, split_count = {axes_size(axes)} : i64, {groups}}} : "
+                   f"concat_dimension = {concat_axis} : i64, split_count = {group_size(axes, groups)} : i64, "
+                   f"{replica_groups}}} : "
                    f"({_hlo.tensor_type(eqn.invars[0].aval)}) -> {_hlo.out_type(eqn)}",
                    _hlo.hint(eqn) or "exchanged")]
 
