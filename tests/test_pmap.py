@@ -237,6 +237,10 @@ def rotated_loss(x):
     return np.sum(np.sin(lax.ppermute(x, "i", RING)) * W)
 
 
+def partly_sent_loss(x):
+    return np.sum(np.sin(lax.ppermute(x, "i", [(0, 3), (5, 1), (7, 7)])) * W)
+
+
 def scattered_loss(x):
     return np.sum(np.cos(lax.psum_scatter(x, "i", scatter_dimension=1, tiled=True)) * np.arange(3.0))
 
@@ -246,13 +250,14 @@ def exchanged_loss(x):
 
 
 @on_devices
-@pytest.mark.parametrize("loss", [rotated_loss, scattered_loss, exchanged_loss], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("loss", [rotated_loss, partly_sent_loss, scattered_loss, exchanged_loss],
+                         ids=lambda f: f.__name__)
 def test_grad_through_ppermute_psum_scatter_all_to_all_against_jax_pmap(loss):
     import jax
     if jax.device_count() < N:
         pytest.skip("jax sees fewer CPU devices")
     from tests.test_lax import as_jax
-    x = np.random.default_rng(6).normal(size=(N, 5, 24)) if loss is not rotated_loss else X
+    x = X if loss in (rotated_loss, partly_sent_loss) else np.random.default_rng(6).normal(size=(N, 5, 24))
     ours = s2s.pmap(s2s.grad(loss), "i")(x)
     theirs = np.asarray(jax.pmap(jax.grad(as_jax(loss)), "i")(x))
     np.testing.assert_allclose(ours, theirs, rtol=1e-12)
