@@ -1,7 +1,7 @@
 """Explicit structured control flow with JAX's signatures: `cond`, `switch`, `while_loop`,
 `fori_loop`, `scan` and `map`; implicit differentiation: `custom_root` and
 `custom_linear_solve`; and the collectives over a vmap's named axis: `psum`, `pmean`,
-`pmax`, `pmin`, `all_gather` and `axis_index`.
+`pmax`, `pmin`, `all_gather`, `axis_index`, `ppermute`, `psum_scatter` and `all_to_all`.
 
 The user-level API over `s2s/frontend/structured.py`, which stages bodies into the `cond`,
 `while_loop` and `scan` primitives (`s2s/primitives/cond.py`, `loops.py`): here each function
@@ -23,12 +23,13 @@ from s2s.frontend.walker import call_user, stage_python_function
 from s2s.passes.jvp import jvp_eqns
 from s2s.passes.tangents import Zero, instantiate, tangent_aval
 from s2s.passes.transpose import transpose_jaxpr
-from s2s.primitives import collectives, implicit
+from s2s.primitives import collectives, implicit, ops
 from s2s.staging import Tracer, axis_env, inline_jaxpr
 from s2s.tree import tree_flatten, tree_leaves, tree_map
 
-__all__ = ["all_gather", "axis_index", "cond", "custom_linear_solve", "custom_root", "fori_loop",
-           "map", "pmax", "pmean", "pmin", "psum", "scan", "switch", "unroll", "while_loop", "checkpointed"]
+__all__ = ["all_gather", "all_to_all", "axis_index", "cond", "custom_linear_solve", "custom_root", "fori_loop",
+           "map", "pmax", "pmean", "pmin", "ppermute", "psum", "psum_scatter", "scan", "switch", "unroll",
+           "while_loop", "checkpointed"]
 
 
 def _staging(fn) -> Direct:
@@ -229,37 +230,60 @@ def _bound_axes(what: str, axis_name) -> tuple:
     return tuple((name, bound[name]) for name in names)
 
 
-def psum(x, axis_name):
+def _groups(what: str, axes, axis_index_groups):
+    """`axis_index_groups` (lists of example indices, as JAX takes them) as the primitives'
+    tuple of tuples, checked to cover the axis in groups of equal size; or None."""
+    if axis_index_groups is None:
+        return None
+    try:
+        groups = tuple(tuple(int(i) for i in group) for group in axis_index_groups)
+    except (TypeError, ValueError):
+        raise StagingError(f"{what}: axis_index_groups must be a list of lists of example indices, "
+                           f"got {axis_index_groups!r}", "e.g. axis_index_groups=[[0, 1], [2, 3]]") from None
+    collectives.check_groups(what, axes, groups)
+    return groups
+
+
+def psum(x, axis_name, *, axis_index_groups=None):
     """The sum of `x` over every example of the named axis (or axes), the same for each
-    example (jax.lax.psum); `x` may be a pytree."""
+    example (jax.lax.psum); `x` may be a pytree. `axis_index_groups` (lists of example
+    indices covering one axis in groups of equal size): each group's sum, in its members."""
     axes = _bound_axes("psum", axis_name)
-    return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes), x)
+    groups = _groups("psum", axes, axis_index_groups)
+    return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes, groups=groups), x)
 
 
-def pmean(x, axis_name):
-    """The mean of `x` over the named axis (or axes): a psum divided by their size, as in
-    JAX (an integer `x` gives a float mean)."""
+def pmean(x, axis_name, *, axis_index_groups=None):
+    """The mean of `x` over the named axis (or axes, or each group): a psum divided by their
+    size, as in JAX (an integer `x` gives a float mean)."""
     axes = _bound_axes("pmean", axis_name)
-    size = collectives.axes_size(axes)
-    return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes) / size, x)
+    groups = _groups("pmean", axes, axis_index_groups)
+    size = collectives.group_size(axes, groups)
+    return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes, groups=groups) / size, x)
 
 
-def pmax(x, axis_name):
-    """The elementwise maximum of `x` over the named axis (or axes) (jax.lax.pmax)."""
+def pmax(x, axis_name, *, axis_index_groups=None):
+    """The elementwise maximum of `x` over the named axis (or axes, or each group)
+    (jax.lax.pmax)."""
     axes = _bound_axes("pmax", axis_name)
-    return tree_map(lambda leaf: collectives.pmax.bind(leaf, axes=axes), x)
+    groups = _groups("pmax", axes, axis_index_groups)
+    return tree_map(lambda leaf: collectives.pmax.bind(leaf, axes=axes, groups=groups), x)
 
 
-def pmin(x, axis_name):
-    """The elementwise minimum of `x` over the named axis (or axes) (jax.lax.pmin)."""
+def pmin(x, axis_name, *, axis_index_groups=None):
+    """The elementwise minimum of `x` over the named axis (or axes, or each group)
+    (jax.lax.pmin)."""
     axes = _bound_axes("pmin", axis_name)
-    return tree_map(lambda leaf: collectives.pmin.bind(leaf, axes=axes), x)
+    groups = _groups("pmin", axes, axis_index_groups)
+    return tree_map(lambda leaf: collectives.pmin.bind(leaf, axes=axes, groups=groups), x)
 
 
-def all_gather(x, axis_name, *, axis=0, tiled=False):
+def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
     """Every example's `x`, stacked along a new axis `axis` (tiled: concatenated along
-    `x`'s axis `axis`) in the order of the named axis (jax.lax.all_gather)."""
+    `x`'s axis `axis`) in the order of the named axis (jax.lax.all_gather); with
+    `axis_index_groups`, the members of the example's group, in the group's order."""
     axes = _bound_axes("all_gather", axis_name)
+    groups = _groups("all_gather", axes, axis_index_groups)
 
     def gather(leaf):
         rank = aval_of_arg(leaf).ndim + (0 if tiled else 1)
@@ -267,7 +291,8 @@ def all_gather(x, axis_name, *, axis=0, tiled=False):
             raise StagingError(f"all_gather axis {axis} is out of range for a result of rank {rank}"
                                + (" (tiled: the operand's own axes)" if tiled else ""),
                                f"give an axis in {-rank}..{rank - 1}")
-        return collectives.all_gather.bind(leaf, axes=axes, dimension=axis % rank, tiled=bool(tiled))
+        return collectives.all_gather.bind(leaf, axes=axes, dimension=axis % rank, tiled=bool(tiled),
+                                           groups=groups)
     return tree_map(gather, x)
 
 
@@ -275,3 +300,75 @@ def axis_index(axis_name):
     """This example's position along the named axis (int32; over a tuple of names, the
     first is the major one) (jax.lax.axis_index)."""
     return collectives.axis_index.bind(axes=_bound_axes("axis_index", axis_name))
+
+
+def _axis_of(what: str, leaf, axis: int) -> int:
+    """`axis` of `leaf` counted from 0 (negative from the end), checked in range."""
+    rank = aval_of_arg(leaf).ndim
+    if not -rank <= axis < rank:
+        raise StagingError(f"{what} axis {axis} is out of range for an operand of rank {rank}",
+                           f"give an axis in {-rank}..{rank - 1}")
+    return axis % rank
+
+
+def ppermute(x, axis_name, perm):
+    """`x` sent along the named axis by `perm`, (source, destination) pairs: example
+    `destination` gets `source`'s `x`, examples no pair sends to get zeros (jax.lax.ppermute)."""
+    axes = _bound_axes("ppermute", axis_name)
+    try:
+        pairs = tuple((int(src), int(dst)) for src, dst in perm)
+    except (TypeError, ValueError):
+        raise StagingError(f"ppermute: perm must be (source, destination) pairs, got {perm!r}",
+                           "e.g. perm=[(0, 1), (1, 0)]") from None
+    collectives.check_perm(axes, pairs)
+    return tree_map(lambda leaf: collectives.ppermute.bind(leaf, axes=axes, perm=pairs), x)
+
+
+def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
+    """The sum of `x` over the named axis, split along `scatter_dimension` among the
+    examples: example i gets part i (that axis, of the axis's size, dropped; tiled: the
+    i-th of its equal parts) (jax.lax.psum_scatter); with `axis_index_groups`, the sum over
+    the example's group, its part at its position in the group."""
+    axes = _bound_axes("psum_scatter", axis_name)
+    groups = _groups("psum_scatter", axes, axis_index_groups)
+    return tree_map(lambda leaf: collectives.psum_scatter.bind(
+        leaf, axes=axes, dimension=_axis_of("psum_scatter", leaf, scatter_dimension), tiled=bool(tiled),
+        groups=groups), x)
+
+
+def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
+    """`x` split along `split_axis` into one part per example, part j sent to example j,
+    the parts received stacked along a new axis `concat_axis` in the examples' order (the
+    split axis, of the axis's size, dropped; tiled: concatenated along `concat_axis`)
+    (jax.lax.all_to_all); with `axis_index_groups`, exchanged within each group, j the
+    position in the group."""
+    axes = _bound_axes("all_to_all", axis_name)
+    groups = _groups("all_to_all", axes, axis_index_groups)
+
+    def exchange(leaf):
+        split = _axis_of("all_to_all", leaf, split_axis)
+        if tiled:
+            concat = _axis_of("all_to_all", leaf, concat_axis)
+            return collectives.all_to_all.bind(leaf, axes=axes, split_axis=split, concat_axis=concat, groups=groups)
+        # As JAX: a new axis of size 1 at concat_axis (counted without the split axis)
+        # receives the parts; then the split axis, of size 1, is dropped.
+        aval, size = aval_of_arg(leaf), collectives.group_size(axes, groups)
+        if aval.shape[split] != size:
+            raise StagingError(f"all_to_all along axis {split} of {aval.str_short()}: its size "
+                               f"{aval.shape[split]} must equal the axis size {size}",
+                               "split an axis with one part per example, or pass tiled=True")
+        rank = aval.ndim
+        if not -rank <= concat_axis < rank:
+            raise StagingError(f"all_to_all concat_axis {concat_axis} is out of range for a result of rank {rank}",
+                               f"give an axis in {-rank}..{rank - 1}")
+        concat = concat_axis % rank
+        if split < concat:
+            concat += 1
+        elif concat < split:
+            split += 1
+        if split == concat:   # the parts replace the split axis in place
+            return collectives.all_to_all.bind(leaf, axes=axes, split_axis=split, concat_axis=concat, groups=groups)
+        exchanged = collectives.all_to_all.bind(ops.expand_dims(leaf, (concat,)), axes=axes,
+                                                split_axis=split, concat_axis=concat, groups=groups)
+        return ops.squeeze(exchanged, (split,))
+    return tree_map(exchange, x)

@@ -6,7 +6,7 @@
 runs `fn` on every device at once as one SPMD program (XLA replicas, one per device). `fn`
 is staged once, for one device's shapes, under the named axis `axis_name`, so the
 collectives of `s2s.lax` in it (`psum`, `pmean`, `pmax`, `pmin`, `all_gather`,
-`axis_index`) lower to XLA's cross-replica ops (see `s2s/primitives/collectives.py`).
+`axis_index`, `ppermute`, `psum_scatter`, `all_to_all`) lower to XLA's cross-replica ops (see `s2s/primitives/collectives.py`).
 
 As in JAX: the mapped size is the number of devices used (the first ones of
 `s2s.devices()`, or exactly `devices`); `in_axes` is an int, None (the argument is
@@ -21,9 +21,9 @@ out_axes), which a later pmap over the same devices mapping that axis takes wher
 without a round trip through the host; with out_axes None, device 0's result.
 
 This increment runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
-`s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet:
-`axis_index_groups`, `ppermute`/`all_to_all`/`psum_scatter`, a pmap staged inside another
-transform (jit, grad or vmap of a pmap, nested pmaps), donation, several processes.
+`s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet: a
+pmap staged inside another transform (jit, grad or vmap of a pmap, nested pmaps),
+donation, several processes.
 """
 from __future__ import annotations
 

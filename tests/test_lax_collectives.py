@@ -266,3 +266,343 @@ def test_a_loop_over_shared_values_whose_body_reads_the_axis_is_batched():
     mapped = s2s.vmap(_scan_of_shared_weights, in_axes=(0, None), axis_name="b")
     np.testing.assert_allclose(mapped(x, w), expected)
     np.testing.assert_allclose(np.asarray(s2s.jit(mapped)(x, w)), expected)
+
+
+# ---------------------------------------------------------------------------------------
+# axis_index_groups (jax.vmap has none: checked against NumPy)
+
+GROUPS = [[[0, 1], [2, 3]], [[3, 0], [2, 1]], [[0, 1, 2, 3]], [[0], [1], [2], [3]]]
+
+
+def in_groups(x, groups, combine):
+    """NumPy: each example (axis 0 of `x`) gets `combine` of its group's examples, in order."""
+    out = [None] * len(x)
+    for group in groups:
+        for e in group:
+            out[e] = combine(x[list(group)])
+    return np.stack(out)
+
+
+def grouped_collectives(x, groups, name="batch"):
+    """(also run under pmap by tests/test_pmap.py)"""
+    return (lax.psum(x, name, axis_index_groups=groups), lax.pmean(x, name, axis_index_groups=groups),
+            lax.pmax(x, name, axis_index_groups=groups), lax.pmin(x, name, axis_index_groups=groups),
+            lax.all_gather(x, name, axis_index_groups=groups),
+            lax.all_gather(x, name, axis_index_groups=groups, axis=1),
+            lax.all_gather(x, name, axis_index_groups=groups, axis=1, tiled=True))
+
+
+def grouped_expected(x, groups):
+    return (in_groups(x, groups, lambda g: g.sum(0)), in_groups(x, groups, lambda g: g.mean(0)),
+            in_groups(x, groups, lambda g: g.max(0)), in_groups(x, groups, lambda g: g.min(0)),
+            in_groups(x, groups, lambda g: g), in_groups(x, groups, lambda g: np.stack(list(g), 1)),
+            in_groups(x, groups, lambda g: np.concatenate(list(g), 1)))
+
+
+@pytest.mark.parametrize("groups", GROUPS, ids=str)
+@pytest.mark.parametrize("in_axis", [0, 1, None])
+def test_axis_index_groups_combine_within_each_group_against_numpy(groups, in_axis):
+    x = np.random.default_rng(11).standard_normal((BATCH, 3, 2))
+    mapped = s2s.vmap(lambda v: grouped_collectives(v, groups), in_axes=in_axis, axis_name="batch",
+                      axis_size=BATCH if in_axis is None else None)
+    if in_axis is None:   # every example holds x[0]
+        want = grouped_expected(np.broadcast_to(x[0], x.shape), groups)
+        arg = x[0]
+    else:
+        want = grouped_expected(x, groups)
+        arg = np.moveaxis(x, 0, in_axis)
+    for got in (mapped(arg), s2s.jit(mapped)(arg)):
+        for g, w in zip(got, want, strict=True):
+            assert_matches(np.broadcast_to(g, w.shape), w)
+
+
+def grouped_loss(x):
+    gathered = lax.all_gather(x, "batch", axis_index_groups=[[1, 2], [3, 0]], axis=1)
+    return (np.sum(np.sin(lax.psum(x, "batch", axis_index_groups=[[0, 2], [1, 3]])) * x)
+            + np.sum(gathered * WEIGHTS[:, :2, None])
+            + np.sum(lax.pmax(x, "batch", axis_index_groups=[[0, 1], [2, 3]])))
+
+
+def jax_grouped_total(x):
+    """Every example's grouped_loss summed, on the whole batch with NumPy-style indexing."""
+    def grouped(v, groups, combine):
+        out = [None] * len(v)
+        for group in groups:
+            for e in group:
+                out[e] = combine(v[jnp.array(group)])
+        return jnp.stack(out)
+    sums = grouped(x, [[0, 2], [1, 3]], lambda g: g.sum(0))
+    gathered = grouped(x, [[1, 2], [3, 0]], lambda g: jnp.stack(list(g), 1))
+    maxima = grouped(x, [[0, 1], [2, 3]], lambda g: g.max(0))
+    return jnp.sum(jnp.sin(sums) * x) + jnp.sum(gathered * WEIGHTS[None, :, :2, None]) + jnp.sum(maxima)
+
+
+def test_gradients_through_grouped_collectives_match_jax_on_the_whole_batch():
+    """Each example's gradient of every example's loss: the transposes stay in the groups."""
+    x = np.random.default_rng(12).standard_normal((BATCH, 3, 2))
+    want = jax.grad(jax_grouped_total)(x)
+    mapped = s2s.vmap(s2s.grad(grouped_loss), axis_name="batch")
+    assert_matches(mapped(x), want)
+    assert_matches(s2s.jit(mapped)(x), want)
+
+
+@pytest.mark.parametrize("groups, message", [
+    ([[0, 1], [2]], "must cover axis 'batch' \\(size 4\\) exactly, in groups of equal size"),
+    ([[0, 1, 2], [3]], "in groups of equal size"),
+    ([[0, 1], [1, 2]], "must cover axis 'batch'"),
+    ([[0, 1], [2, 5]], "must cover axis 'batch'"),
+    ([], "must cover axis 'batch'"),
+    ("ab", "must be a list of lists of example indices")])
+def test_axis_index_groups_that_do_not_split_the_axis_evenly_are_an_error(groups, message):
+    with pytest.raises(StagingError, match=message):
+        s2s.vmap(lambda x: lax.psum(x, "batch", axis_index_groups=groups), axis_name="batch")(np.ones((4, 3)))
+
+
+def test_axis_index_groups_need_a_single_axis_name():
+    grid = s2s.vmap(s2s.vmap(lambda x: lax.psum(x, ("i", "j"), axis_index_groups=[[0, 1]]), axis_name="i"),
+                    axis_name="j")
+    with pytest.raises(StagingError, match="groups need a single axis name"):
+        grid(np.ones((1, 2)))
+
+
+# ---------------------------------------------------------------------------------------
+# ppermute, psum_scatter, all_to_all (NumPy references also used by tests/test_pmap.py)
+
+
+def numpy_ppermute(x, perm):
+    out = np.zeros_like(x)
+    for src, dst in perm:
+        out[dst] = x[src]
+    return out
+
+
+def numpy_psum_scatter(x, dimension, tiled):
+    total, n = x.sum(0), len(x)
+    return np.stack([np.split(total, n, dimension)[e] if tiled else np.take(total, e, dimension)
+                     for e in range(n)])
+
+
+def numpy_all_to_all(x, split, concat, tiled):
+    n = len(x)
+    if tiled:
+        return np.stack([np.concatenate([np.split(x[i], n, split)[j] for i in range(n)], concat)
+                         for j in range(n)])
+    return np.stack([np.stack([np.take(x[i], j, split) for i in range(n)], concat) for j in range(n)])
+
+
+def rotated(x):
+    return lax.ppermute(x, "batch", [(0, 1), (1, 2), (2, 3), (3, 0)])
+
+
+def scattered(x):
+    return lax.psum_scatter(x, "batch", scatter_dimension=0)
+
+
+def scattered_tiled(x):
+    return lax.psum_scatter(np.sin(x), "batch", scatter_dimension=1, tiled=True)
+
+
+def exchanged_forward(x):   # split before concat
+    return lax.all_to_all(x, "batch", 0, 1)
+
+
+def exchanged_backward(x):  # split after concat
+    return lax.all_to_all(x[:, :BATCH], "batch", 1, 0)
+
+
+def exchanged_in_place(x):
+    return lax.all_to_all(x[:, :BATCH], "batch", 1, 1)
+
+
+def exchanged_tiled(x):
+    return lax.all_to_all(x, "batch", 1, 0, tiled=True)
+
+
+EXCHANGES = [rotated, scattered, scattered_tiled, exchanged_forward, exchanged_backward, exchanged_in_place,
+             exchanged_tiled]
+
+
+@pytest.mark.parametrize("fn", EXCHANGES, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("in_axis", [0, 1, 2, None])
+def test_ppermute_psum_scatter_all_to_all_match_jax_with_the_batch_anywhere(fn, in_axis):
+    """(jax.vmap of these on an unbatched operand is wrong in jax 0.10: the operand shared
+    by every example is compared with jax on it copied for each.)"""
+    x = np.random.default_rng(13).standard_normal((BATCH, BATCH, 2 * BATCH))
+    if in_axis is None:
+        x = np.broadcast_to(x[0], x.shape)
+    arg = x[0] if in_axis is None else np.moveaxis(x, 0, in_axis)
+    kwargs = {"axis_size": BATCH} if in_axis is None else {}
+    want = jax.vmap(as_jax(fn), in_axes=0 if in_axis is None else in_axis, axis_name="batch")(
+        x if in_axis is None else arg)
+    mapped = s2s.vmap(fn, in_axes=in_axis, axis_name="batch", **kwargs)
+    assert_matches(mapped(arg), want)
+    assert_matches(s2s.jit(mapped)(arg), want)
+
+
+def over_the_outer_name(x):
+    return (lax.ppermute(x, "j", [(0, 1), (1, 0)]), lax.psum_scatter(x, "j", scatter_dimension=1),
+            lax.psum_scatter(x, "j", scatter_dimension=0, tiled=True), lax.all_to_all(x, "j", 0, 1),
+            lax.all_to_all(x, "j", 1, 0, tiled=True))
+
+
+@pytest.mark.parametrize("in_axes", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_inside_an_inner_vmap_the_exchanges_over_the_outer_name_keep_its_batch(in_axes):
+    inner_axis, outer_axis = in_axes
+    x = np.random.default_rng(19).standard_normal((2, 2, 2, 2))
+    mapped = s2s.vmap(s2s.vmap(over_the_outer_name, in_axes=inner_axis, axis_name="i"),
+                      in_axes=outer_axis, axis_name="j")
+    want = jax.vmap(jax.vmap(as_jax(over_the_outer_name), in_axes=inner_axis, axis_name="i"),
+                    in_axes=outer_axis, axis_name="j")(x)
+    for got in (mapped(x), s2s.jit(mapped)(x)):
+        for g, w in zip(got, want, strict=True):
+            assert_matches(g, w)
+
+
+def within_groups(x, groups, exchange):
+    """NumPy: `exchange` (of a whole axis, axis 0 of `x`) run on each group's examples."""
+    out = None
+    for group in groups:
+        result = exchange(x[list(group)])
+        out = np.zeros((len(x),) + result.shape[1:], result.dtype) if out is None else out
+        out[list(group)] = result
+    return out
+
+
+@pytest.mark.parametrize("groups", GROUPS[:3], ids=str)
+@pytest.mark.parametrize("in_axis", [0, 2, None])
+@pytest.mark.parametrize("split, concat, tiled", [(0, 1, False), (1, 0, True), (0, 0, False)])
+def test_psum_scatter_and_all_to_all_with_axis_index_groups_against_numpy(groups, in_axis, split, concat, tiled):
+    k = len(groups[0])
+    x = np.random.default_rng(21).standard_normal((BATCH, k, 2 * k))
+    if in_axis is None:
+        x = np.broadcast_to(x[0], x.shape)
+    arg = x[0] if in_axis is None else np.moveaxis(x, 0, in_axis)
+    kwargs = {"axis_size": BATCH} if in_axis is None else {}
+    exchange = s2s.vmap(lambda v: lax.all_to_all(v, "batch", split, concat, axis_index_groups=groups, tiled=tiled),
+                        in_axes=in_axis, axis_name="batch", **kwargs)
+    want = within_groups(x, groups, lambda g: numpy_all_to_all(g, split, concat, tiled))
+    assert_matches(exchange(arg), want)
+    assert_matches(s2s.jit(exchange)(arg), want)
+    scatter = s2s.vmap(lambda v: lax.psum_scatter(v, "batch", scatter_dimension=split, axis_index_groups=groups,
+                                                  tiled=tiled), in_axes=in_axis, axis_name="batch", **kwargs)
+    want = within_groups(x, groups, lambda g: numpy_psum_scatter(g, split, tiled))
+    assert_matches(scatter(arg), want)
+    assert_matches(s2s.jit(scatter)(arg), want)
+
+
+def grouped_exchange_loss(x):
+    scattered = lax.psum_scatter(x, "batch", scatter_dimension=1, axis_index_groups=[[0, 2], [3, 1]], tiled=True)
+    exchanged = lax.all_to_all(x, "batch", 1, 0, axis_index_groups=[[1, 0], [2, 3]], tiled=True)
+    return np.sum(np.sin(scattered) * WEIGHTS[:, :2]) + np.sum(np.cos(exchanged) * WEIGHTS.reshape(6, 2))
+
+
+def jax_grouped_exchange_total(x):
+    def within(v, groups, exchange):
+        out = [None] * len(v)
+        for group in groups:
+            result = exchange(v[jnp.array(group)])
+            for position, e in enumerate(group):
+                out[e] = result[position]
+        return jnp.stack(out)
+    scattered = within(x, [[0, 2], [3, 1]],
+                       lambda g: jnp.stack(jnp.split(g.sum(0), 2, 1)))
+    exchanged = within(x, [[1, 0], [2, 3]],
+                       lambda g: jnp.stack([jnp.concatenate([jnp.split(g[i], 2, 1)[j] for i in range(2)], 0)
+                                            for j in range(2)]))
+    return (jnp.sum(jnp.sin(scattered) * WEIGHTS[:, :2]) + jnp.sum(jnp.cos(exchanged) * WEIGHTS.reshape(6, 2)))
+
+
+def test_gradients_through_grouped_psum_scatter_and_all_to_all_match_jax_on_the_whole_batch():
+    x = np.random.default_rng(22).standard_normal((BATCH, 3, 4))
+    want = jax.grad(jax_grouped_exchange_total)(x)
+    mapped = s2s.vmap(s2s.grad(grouped_exchange_loss), axis_name="batch")
+    assert_matches(mapped(x), want)
+    assert_matches(s2s.jit(mapped)(x), want)
+
+
+def test_a_psum_scatter_over_the_outer_name_of_a_value_batched_after_its_axis():
+    """(jax 0.10's vmap fails here: against NumPy.) Example (j, i) holds x[j, :, i, :]."""
+    x = np.random.default_rng(20).standard_normal((2, 2, 2, 3))
+    mapped = s2s.vmap(s2s.vmap(lambda v: lax.psum_scatter(v, "j"), in_axes=1, axis_name="i"), axis_name="j")
+    assert_matches(mapped(x), x.sum(0))
+    assert_matches(s2s.jit(mapped)(x), x.sum(0))
+
+
+@pytest.mark.parametrize("split, concat, tiled", [(0, 1, False), (1, 0, False), (0, 0, False), (1, 0, True),
+                                                  (0, 1, True), (-1, -2, True)])
+def test_all_to_all_and_psum_scatter_against_numpy(split, concat, tiled):
+    x = np.random.default_rng(14).standard_normal((BATCH, BATCH, (2 if tiled else 1) * BATCH))
+    exchange = s2s.vmap(lambda v: lax.all_to_all(v, "batch", split, concat, tiled=tiled), axis_name="batch")
+    assert_matches(s2s.jit(exchange)(x), numpy_all_to_all(x, split % 2, concat % 2, tiled))
+    scatter = s2s.vmap(lambda v: lax.psum_scatter(v, "batch", scatter_dimension=split, tiled=tiled),
+                       axis_name="batch")
+    assert_matches(s2s.jit(scatter)(x), numpy_psum_scatter(x, split % 2, tiled))
+
+
+def test_ppermute_gives_zeros_where_nothing_is_sent():
+    """jax.vmap refuses a perm that is not a whole permutation; JAX's pmap gives zeros."""
+    x = np.arange(1.0, 13.0).reshape(BATCH, 3)
+    for perm in ([(0, 3), (2, 1)], [(1, 1)], []):
+        mapped = s2s.vmap(lambda v: lax.ppermute(v, "batch", perm), axis_name="batch")
+        assert_matches(mapped(x), numpy_ppermute(x, perm))
+        assert_matches(s2s.jit(mapped)(x), numpy_ppermute(x, perm))
+    shared = s2s.vmap(lambda v, w: v + lax.ppermute(w, "batch", [(0, 2)]), in_axes=(0, None), axis_name="batch")
+    assert_matches(shared(x, np.ones(3)), x + numpy_ppermute(np.ones((BATCH, 3)), [(0, 2)]))
+
+
+WEIGHTS_44 = np.random.default_rng(15).standard_normal((BATCH, 2 * BATCH))
+
+
+@pytest.mark.parametrize("fn", [rotated, scattered, scattered_tiled, exchanged_in_place, exchanged_tiled],
+                         ids=lambda f: f.__name__)
+def test_gradients_through_ppermute_psum_scatter_all_to_all_match_jax(fn):
+    """ppermute transposes to the inverse perm, psum_scatter to all_gather, all_to_all to
+    all_to_all with its axes swapped."""
+    def loss(x):
+        y = fn(x)
+        return np.sum(np.sin(y) * WEIGHTS_44.reshape(-1)[:y.size].reshape(y.shape))
+
+    def jax_loss(x):
+        y = as_jax(fn)(x)
+        return jnp.sum(jnp.sin(y) * WEIGHTS_44.reshape(-1)[:y.size].reshape(y.shape))
+    x = np.random.default_rng(16).standard_normal((BATCH, BATCH, 2 * BATCH))
+    want = jax.vmap(jax.grad(jax_loss), axis_name="batch")(x)
+    mapped = s2s.vmap(s2s.grad(loss), axis_name="batch")
+    assert_matches(mapped(x), want)
+    assert_matches(s2s.jit(mapped)(x), want)
+
+
+@pytest.mark.parametrize("split, concat", [(0, 1), (1, 0)])
+def test_a_non_tiled_all_to_all_that_moves_the_axis_transposes_exactly(split, concat):
+    """jax (0.10) fails on these gradients (a cotangent of the wrong shape): checked by
+    linearity instead, <grad, dx> = <weights, f(dx)> for the linear f."""
+    weights = np.random.default_rng(17).standard_normal((BATCH, BATCH, BATCH))
+    x = np.random.default_rng(18).standard_normal((BATCH, BATCH, BATCH))
+
+    def weighted(v, w):
+        return np.sum(lax.all_to_all(v, "batch", split, concat) * w)
+    grad = s2s.jit(s2s.vmap(s2s.grad(weighted), axis_name="batch"))(x, weights)
+    for seed in range(3):
+        dx = np.random.default_rng(seed).standard_normal(x.shape)
+        np.testing.assert_allclose(np.sum(np.asarray(grad) * dx),
+                                   np.sum(numpy_all_to_all(dx, split, concat, False) * weights), rtol=1e-12)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda v: lax.ppermute(v, "batch", [(0, 1), (2, 1)]), "repeats a source or a destination"),
+    (lambda v: lax.ppermute(v, "batch", [(0, 4)]), "names an example outside axis 'batch' \\(size 4\\)"),
+    (lambda v: lax.ppermute(v, "batch", [0, 1]), "must be \\(source, destination\\) pairs"),
+    (lambda v: lax.psum_scatter(v, "batch"), "its size 3 must equal the axis size 4"),
+    (lambda v: lax.psum_scatter(v, "batch", tiled=True), "its size 3 must be a multiple of the axis size 4"),
+    (lambda v: lax.all_to_all(v, "batch", 0, 2), "concat_axis 2 is out of range"),
+    (lambda v: lax.all_to_all(v, "batch", 0, 0), "all_to_all along axis 0 of f64\\[3\\]: its size 3 must equal"),
+    (lambda v: lax.psum_scatter(v, "batch", scatter_dimension=1), "psum_scatter axis 1 is out of range")])
+def test_exchanges_refuse_what_does_not_fit_the_axis(call, message):
+    with pytest.raises((StagingError, s2s.errors.ShapeError), match=message):
+        s2s.vmap(call, axis_name="batch")(np.ones((4, 3)))
+
+
+def test_exchanges_run_over_a_single_axis_name():
+    grid = s2s.vmap(s2s.vmap(lambda v: lax.ppermute(v, ("i", "j"), [(0, 1)]), axis_name="i"), axis_name="j")
+    with pytest.raises(StagingError, match="ppermute over axes \\('i', 'j'\\): it runs over a single axis name"):
+        grid(np.ones((2, 2)))

@@ -129,6 +129,140 @@ def test_all_gather_against_numpy(axis, tiled):
     np.testing.assert_allclose(out, np.broadcast_to(gathered, (N,) + gathered.shape))
 
 
+PMAP_GROUPS = [[[0, 1, 2, 3], [4, 5, 6, 7]], [[7, 0], [2, 5], [1, 3], [6, 4]], [[0], [1], [2], [3], [4], [5], [6], [7]]]
+
+
+def test_axis_index_groups_lower_to_replica_groups():
+    text = s2s.pmap(lambda v: lax.psum(v, "i", axis_index_groups=PMAP_GROUPS[1]), "i").lower(np.ones((N, 3))).as_text()
+    assert "replica_groups = dense<[[7, 0], [2, 5], [1, 3], [6, 4]]> : tensor<4x2xi64>" in text
+    with pytest.raises(StagingError, match="must cover axis 'i' \\(size 8\\) exactly, in groups of equal size"):
+        s2s.pmap(lambda v: lax.pmax(v, "i", axis_index_groups=[[0, 1, 2], [3, 4, 5, 6, 7]]), "i").lower(np.ones((N, 3)))
+
+
+@on_devices
+@pytest.mark.parametrize("groups", PMAP_GROUPS, ids=str)
+def test_axis_index_groups_against_numpy(groups):
+    from tests.test_lax_collectives import grouped_collectives, grouped_expected
+    out = s2s.pmap(lambda v: grouped_collectives(v, groups, "i"), "i")(X)
+    for got, want in zip(out, grouped_expected(X, groups), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def grouped_gather_loss(x):
+    groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    return np.sum(lax.all_gather(x, "i", axis_index_groups=groups) * W[:2]) + np.sum(
+        np.sin(lax.psum(x, "i", axis_index_groups=PMAP_GROUPS[0])) ** 2)
+
+
+@on_devices
+def test_grad_through_grouped_collectives_against_jax_pmap():
+    import jax
+    if jax.device_count() < N:
+        pytest.skip("jax sees fewer CPU devices")
+    from tests.test_lax import as_jax
+    ours = s2s.pmap(s2s.grad(grouped_gather_loss), "i")(X)
+    theirs = np.asarray(jax.pmap(jax.grad(as_jax(grouped_gather_loss)), "i")(X))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+RING = [(i, (i + 1) % N) for i in range(N)]
+
+
+def test_ppermute_psum_scatter_all_to_all_lower_to_xla_collectives():
+    x = np.ones((N, 8, 3))
+    permuted = s2s.pmap(lambda v: lax.ppermute(v, "i", [(0, 1), (1, 0)]), "i").lower(x).as_text()
+    assert '"stablehlo.collective_permute"' in permuted and "source_target_pairs = dense<[[0, 1], [1, 0]]>" in permuted
+    scattered = s2s.pmap(lambda v: lax.psum_scatter(v, "i"), "i").lower(x).as_text()
+    assert '"stablehlo.reduce_scatter"' in scattered and "scatter_dimension = 0" in scattered
+    exchanged = s2s.pmap(lambda v: lax.all_to_all(v, "i", 0, 1), "i").lower(x).as_text()
+    assert '"stablehlo.all_to_all"' in exchanged and "split_count = 8" in exchanged
+    assert "collective-permute" in s2s.pmap(lambda v: lax.ppermute(v, "i", RING), "i").lower(x).as_hlo_text()
+
+
+@on_devices
+@pytest.mark.parametrize("perm", [RING, [(0, 3), (5, 1), (7, 7)], []], ids=str)
+def test_ppermute_against_numpy(perm):
+    from tests.test_lax_collectives import numpy_ppermute
+    np.testing.assert_array_equal(s2s.pmap(lambda v: lax.ppermute(v, "i", perm), "i")(X), numpy_ppermute(X, perm))
+
+
+Y = np.random.default_rng(5).normal(size=(N, 8, 16))
+
+
+@on_devices
+@pytest.mark.parametrize("split, concat, tiled", [(0, 1, False), (1, 0, True), (0, 0, False), (1, 1, True)])
+def test_psum_scatter_and_all_to_all_against_numpy(split, concat, tiled):
+    from tests.test_lax_collectives import numpy_all_to_all, numpy_psum_scatter
+    out = s2s.pmap(lambda v: lax.psum_scatter(v, "i", scatter_dimension=split, tiled=tiled), "i")(Y)
+    np.testing.assert_allclose(out, numpy_psum_scatter(Y, split, tiled), rtol=1e-12)
+    out = s2s.pmap(lambda v: lax.all_to_all(v, "i", split, concat, tiled=tiled), "i")(Y)
+    np.testing.assert_array_equal(out, numpy_all_to_all(Y, split, concat, tiled))
+
+
+@on_devices
+@pytest.mark.parametrize("groups", PMAP_GROUPS[:2], ids=str)
+@pytest.mark.parametrize("split, concat, tiled", [(0, 1, False), (1, 0, True)])
+def test_grouped_psum_scatter_and_all_to_all_against_numpy(groups, split, concat, tiled):
+    from tests.test_lax_collectives import numpy_all_to_all, numpy_psum_scatter, within_groups
+    k = len(groups[0])
+    y = Y[:, :k] if not tiled else Y
+    out = s2s.pmap(lambda v: lax.psum_scatter(v, "i", scatter_dimension=split, axis_index_groups=groups,
+                                              tiled=tiled), "i")(y)
+    np.testing.assert_allclose(out, within_groups(y, groups, lambda g: numpy_psum_scatter(g, split, tiled)),
+                               rtol=1e-12)
+    out = s2s.pmap(lambda v: lax.all_to_all(v, "i", split, concat, axis_index_groups=groups, tiled=tiled), "i")(y)
+    np.testing.assert_array_equal(out, within_groups(y, groups, lambda g: numpy_all_to_all(g, split, concat, tiled)))
+
+
+def grouped_exchange_loss(x):
+    groups = PMAP_GROUPS[1]
+    scattered = lax.psum_scatter(x, "i", scatter_dimension=1, axis_index_groups=groups, tiled=True)
+    exchanged = lax.all_to_all(x, "i", 1, 0, axis_index_groups=groups, tiled=True)
+    return np.sum(np.sin(scattered) * W[0, :, :1]) + np.sum(np.cos(exchanged) ** 2)
+
+
+@on_devices
+def test_grad_through_grouped_psum_scatter_and_all_to_all_against_jax_pmap():
+    import jax
+    if jax.device_count() < N:
+        pytest.skip("jax sees fewer CPU devices")
+    from tests.test_lax import as_jax
+    x = np.random.default_rng(7).normal(size=(N, 5, 2))
+    ours = s2s.pmap(s2s.grad(grouped_exchange_loss), "i")(x)
+    theirs = np.asarray(jax.pmap(jax.grad(as_jax(grouped_exchange_loss)), "i")(x))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+def rotated_loss(x):
+    return np.sum(np.sin(lax.ppermute(x, "i", RING)) * W)
+
+
+def partly_sent_loss(x):
+    return np.sum(np.sin(lax.ppermute(x, "i", [(0, 3), (5, 1), (7, 7)])) * W)
+
+
+def scattered_loss(x):
+    return np.sum(np.cos(lax.psum_scatter(x, "i", scatter_dimension=1, tiled=True)) * np.arange(3.0))
+
+
+def exchanged_loss(x):
+    return np.sum(np.sin(lax.all_to_all(x, "i", 1, 1, tiled=True)) ** 2)
+
+
+@on_devices
+@pytest.mark.parametrize("loss", [rotated_loss, partly_sent_loss, scattered_loss, exchanged_loss],
+                         ids=lambda f: f.__name__)
+def test_grad_through_ppermute_psum_scatter_all_to_all_against_jax_pmap(loss):
+    import jax
+    if jax.device_count() < N:
+        pytest.skip("jax sees fewer CPU devices")
+    from tests.test_lax import as_jax
+    x = X if loss in (rotated_loss, partly_sent_loss) else np.random.default_rng(6).normal(size=(N, 5, 24))
+    ours = s2s.pmap(s2s.grad(loss), "i")(x)
+    theirs = np.asarray(jax.pmap(jax.grad(as_jax(loss)), "i")(x))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
 @on_devices
 def test_in_axes_none_and_1_and_out_axes():
     w = np.arange(3.0)

@@ -1,4 +1,5 @@
-"""Collectives over named axes: psum, pmax, pmin, all_gather and axis_index.
+"""Collectives over named axes: psum, pmax, pmin, all_gather, axis_index, ppermute,
+psum_scatter and all_to_all.
 
 `s2s.vmap(fn, axis_name="batch")` stages `fn` for one example; a collective in it
 (`s2s.lax.psum(x, "batch")`) combines that example's `x` with every other example's. So a
@@ -12,6 +13,19 @@ names the axes it runs over with their sizes, as bound where it was staged:
   all_gather[axes, dimension, tiled]    every example's operand, stacked along a new axis
                                         at `dimension` (tiled: concatenated along it)
   axis_index[axes]                      this example's position along the axes (int32)
+  ppermute[axes, perm]                  the operand of the example whose (source,
+                                        destination) pair names this one, else zeros
+  psum_scatter[axes, dimension, tiled]  part i of the psum along `dimension` for example i
+                                        (that axis, of the axis size, dropped; tiled: the
+                                        i-th of its equal parts)
+  all_to_all[axes, split_axis,          `split_axis` cut into one part per example, part j
+             concat_axis]               sent to example j, the parts received concatenated
+                                        along `concat_axis` (JAX's tiled primitive)
+
+ppermute, psum_scatter and all_to_all run over one axis name. All but axis_index and
+ppermute also take `groups` (JAX's axis_index_groups, a tuple of tuples of indices along one
+axis name, or None): each example combines only with the examples of its group, positions
+(all_gather's order, psum_scatter's and all_to_all's parts) counted within the group.
 
 `axes` is a tuple of (name, size) pairs. Over several names, examples are numbered as
 JAX numbers them: the first name is the major one (`axis_index(("i", "j"))` is
@@ -21,8 +35,10 @@ Batching over one of the names computes the collective over that axis and binds 
 over the names left; batching over another (an outer vmap's) name binds it again on the
 batched value, its batch axis kept. Nested vmaps thus peel a collective name by name.
 
-Derivatives follow JAX: psum and all_gather are linear; psum's transpose is a psum of the
-cotangent, all_gather's is this example's slice of the psum of the cotangent. pmax and pmin
+Derivatives follow JAX: psum, all_gather, ppermute, psum_scatter and all_to_all are linear;
+psum's transpose is a psum of the cotangent, all_gather's is this example's slice of the psum
+of the cotangent, ppermute's a ppermute by the inverse perm, psum_scatter's an all_gather,
+all_to_all's an all_to_all with its axes swapped. pmax and pmin
 have no derivative in JAX; here their tangent is that of the selected example, ties sharing
 it evenly, as `reduce_max`'s jvp does.
 
@@ -30,8 +46,9 @@ Nothing here runs on one example: the NumPy impl and the Python emission of a co
 whose axis was never batched away raise a StagingError that says where it runs. Lowered to
 StableHLO inside a pmap (`s2s/pmap.py`), whose module runs once per device as XLA replicas,
 a collective over the pmap's axis becomes XLA's cross-replica op: psum/pmax/pmin an
-`all_reduce`, all_gather an `all_gather`, axis_index the `replica_id`; over any other axis it
-cannot lower and says so.
+`all_reduce`, all_gather an `all_gather` (`groups` their `replica_groups`), axis_index the
+`replica_id`, ppermute a `collective_permute`, psum_scatter a `reduce_scatter`, all_to_all an
+`all_to_all`; over any other axis it cannot lower and says so.
 """
 from __future__ import annotations
 
@@ -97,19 +114,43 @@ def _not_emitted(name: str, eqn, backend: str):
 # Declarations
 
 
+def check_groups(name: str, axes, groups) -> None:
+    """`groups` (axis_index_groups, a tuple of tuples of example indices, or None) must
+    split the one axis of `axes` into groups of equal size covering it exactly, as in JAX."""
+    if groups is None:
+        return
+    if len(axes) != 1:
+        raise StagingError(f"{name} with axis_index_groups over {_describe(axes)}: groups need a "
+                           "single axis name", "reduce over one axis name when giving groups")
+    size = axes_size(axes)
+    members = [i for group in groups for i in group]
+    if (not groups or len({len(group) for group in groups}) != 1 or not groups[0]
+            or sorted(members) != list(range(size))):
+        raise StagingError(f"{name}: axis_index_groups {[list(g) for g in groups]} must cover "
+                           f"{_describe(axes)} (size {size}) exactly, in groups of equal size",
+                           f"give groups of one size whose members are 0..{size - 1}, each once")
+
+
+def group_size(axes, groups) -> int:
+    """How many examples each example's result combines."""
+    return axes_size(axes) if groups is None else len(groups[0])
+
+
 def _elementwise_abstract(name: str, refused_kind: str, help: str):
     """The shape rule of psum/pmax/pmin: each example's result is shaped like its operand."""
-    def abstract_eval(x: ShapedArray, *, axes):
+    def abstract_eval(x: ShapedArray, *, axes, groups=None):
         _check_axes(name, axes)
+        check_groups(name, axes, groups)
         if np.dtype(x.dtype).kind == refused_kind:
             raise ShapeError(f"{name} cannot combine {x.str_short()} values", help)
         return x
     return abstract_eval
 
 
-def _all_gather_abstract(x: ShapedArray, *, axes, dimension, tiled):
+def _all_gather_abstract(x: ShapedArray, *, axes, dimension, tiled, groups=None):
     _check_axes("all_gather", axes)
-    n = axes_size(axes)
+    check_groups("all_gather", axes, groups)
+    n = group_size(axes, groups)
     if tiled:
         if not 0 <= dimension < x.ndim:
             raise ShapeError(f"all_gather(tiled=True) along axis {dimension} of {x.str_short()}: "
@@ -128,6 +169,70 @@ def _axis_index_abstract(*, axes):
     return ShapedArray((), dtypes.int32)
 
 
+def _single_axis(name: str, axes) -> int:
+    """The size of the one axis `axes` names (ppermute, psum_scatter, all_to_all)."""
+    _check_axes(name, axes)
+    if len(axes) != 1:
+        raise StagingError(f"{name} over {_describe(axes)}: it runs over a single axis name here",
+                           "give one axis name")
+    return axes[0][1]
+
+
+def check_perm(axes, perm) -> None:
+    """`perm`: (source, destination) pairs along the axis, no source or destination twice."""
+    size = _single_axis("ppermute", axes)
+    sources, destinations = [p[0] for p in perm], [p[1] for p in perm]
+    if not all(0 <= i < size for i in sources + destinations):
+        raise StagingError(f"ppermute: perm {[list(p) for p in perm]} names an example outside axis "
+                           f"{_names(axes)[0]!r} (size {size})", f"give indices in 0..{size - 1}")
+    if len(set(sources)) != len(sources) or len(set(destinations)) != len(destinations):
+        raise StagingError(f"ppermute: perm {[list(p) for p in perm]} repeats a source or a destination",
+                           "each example sends to at most one and receives from at most one")
+
+
+def _ppermute_abstract(x: ShapedArray, *, axes, perm):
+    check_perm(axes, perm)
+    return x
+
+
+def _scatter_shape(name: str, x: ShapedArray, n: int, dimension: int, tiled: bool) -> tuple:
+    """`x`'s shape with axis `dimension` split over `n` examples: its n-th part (tiled) or
+    dropped (that axis of size n), as psum_scatter and all_to_all see it."""
+    if not 0 <= dimension < x.ndim:
+        raise ShapeError(f"{name} along axis {dimension} of {x.str_short()}: out of range")
+    size = x.shape[dimension]
+    if (size % n if tiled else size != n) if n else True:
+        raise ShapeError(f"{name} along axis {dimension} of {x.str_short()}: its size {size} must "
+                         + (f"be a multiple of the axis size {n}" if tiled else f"equal the axis size {n}"),
+                         "split an axis that has one part per example")
+    rest = (size // n,) if tiled else ()
+    return x.shape[:dimension] + rest + x.shape[dimension + 1:]
+
+
+def _psum_scatter_abstract(x: ShapedArray, *, axes, dimension, tiled, groups=None):
+    _single_axis("psum_scatter", axes)
+    check_groups("psum_scatter", axes, groups)
+    shape = _scatter_shape("psum_scatter", x, group_size(axes, groups), dimension, tiled)
+    if np.dtype(x.dtype).kind == "b":
+        raise ShapeError(f"psum_scatter cannot sum {x.str_short()} values",
+                         "convert booleans to an integer dtype first")
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+def _all_to_all_abstract(x: ShapedArray, *, axes, split_axis, concat_axis, groups=None):
+    """Tiled, as JAX's primitive: axis `split_axis` cut into one part per example (of the
+    group), the parts received concatenated along `concat_axis` (s2s.lax.all_to_all adds
+    and drops axes)."""
+    _single_axis("all_to_all", axes)
+    check_groups("all_to_all", axes, groups)
+    n = group_size(axes, groups)
+    shape = list(_scatter_shape("all_to_all", x, n, split_axis, True))
+    if not 0 <= concat_axis < x.ndim:
+        raise ShapeError(f"all_to_all concatenating along axis {concat_axis} of {x.str_short()}: out of range")
+    shape[concat_axis] *= n
+    return ShapedArray(tuple(shape), x.dtype, x.weak_type)
+
+
 def _declare(name: str, abstract_eval) -> Primitive:
     prim = Primitive(name, abstract_eval, _needs_every_example(name))
     _pyexpr.register(prim, lambda eqn, *operands: _not_emitted(name, eqn, "emitted as Python"))
@@ -140,7 +245,10 @@ pmax = _declare("pmax", _elementwise_abstract("pmax", "c", _UNORDERED))
 pmin = _declare("pmin", _elementwise_abstract("pmin", "c", _UNORDERED))
 all_gather = _declare("all_gather", _all_gather_abstract)
 axis_index = _declare("axis_index", _axis_index_abstract)
-COLLECTIVES = (psum, pmax, pmin, all_gather, axis_index)
+ppermute = _declare("ppermute", _ppermute_abstract)
+psum_scatter = _declare("psum_scatter", _psum_scatter_abstract)
+all_to_all = _declare("all_to_all", _all_to_all_abstract)
+COLLECTIVES = (psum, pmax, pmin, all_gather, axis_index, ppermute, psum_scatter, all_to_all)
 
 # ---------------------------------------------------------------------------------------
 # Derivatives
@@ -149,19 +257,22 @@ COLLECTIVES = (psum, pmax, pmin, all_gather, axis_index)
 def _extremum_jvp(prim: Primitive):
     """pmax/pmin: the tangent of the example holding the extremum; examples that tie share
     it evenly (`psum(t * at) / psum(at)`), like `reduce_max`'s tangent in JAX."""
-    def rule(primals, tangents, *, axes):
+    def rule(primals, tangents, *, axes, groups=None):
         (x,), (t,) = primals, tangents
-        y = prim.bind(x, axes=axes)
+        y = prim.bind(x, axes=axes, groups=groups)
         if not dtypes.is_differentiable(y.dtype):
             return y, Zero(tangent_aval(y.aval))
         t = instantiate(t)
         at = ops.convert(ops.eq(x, y), t.dtype)
-        return y, psum.bind(t * at, axes=axes) / psum.bind(at, axes=axes)
+        return y, psum.bind(t * at, axes=axes, groups=groups) / psum.bind(at, axes=axes, groups=groups)
     return rule
 
 
 _jvp.deflinear(psum)
 _jvp.deflinear(all_gather)
+_jvp.deflinear(ppermute)
+_jvp.deflinear(psum_scatter)
+_jvp.deflinear(all_to_all)
 _jvp.register(pmax, _extremum_jvp(pmax))
 _jvp.register(pmin, _extremum_jvp(pmin))
 _jvp.defzero(axis_index)
@@ -173,22 +284,58 @@ def _split_gathered(x, dimension: int, n: int):
     return ops.reshape(x, shape[:dimension] + (n, shape[dimension] // n) + shape[dimension + 1:])
 
 
-def _psum_transpose(ct, x, *, axes):
-    """Every example's result read every example's operand: the cotangents add up."""
-    return [psum.bind(ct, axes=axes)]
+def _psum_transpose(ct, x, *, axes, groups=None):
+    """Every example's result read every example's operand (of its group): the cotangents
+    add up."""
+    return [psum.bind(ct, axes=axes, groups=groups)]
 
 
-def _all_gather_transpose(ct, x, *, axes, dimension, tiled):
-    """This example's operand went to position axis_index in every example's result: its
-    cotangent is that slice of the cotangents summed over the examples."""
-    summed = psum.bind(ct, axes=axes)
+def _membership(size: int, groups):
+    """Each example's group number and position in its group (int32 arrays)."""
+    number, position = np.empty(size, np.int32), np.empty(size, np.int32)
+    for j, group in enumerate(groups):
+        number[list(group)] = j
+        position[list(group)] = np.arange(len(group), dtype=np.int32)
+    return number, position
+
+
+def _position_in_group(axes, groups):
+    """This example's position in its group (its axis_index when there are no groups)."""
+    index = axis_index.bind(axes=axes)
+    if groups is None:
+        return index
+    return ops.gather(_membership(axes_size(axes), groups)[1], index, axes=(0,))
+
+
+def _all_gather_transpose(ct, x, *, axes, dimension, tiled, groups=None):
+    """This example's operand went to its position in its group in every result of the
+    group: its cotangent is that slice of the cotangents summed over the group."""
+    summed = psum.bind(ct, axes=axes, groups=groups)
     if tiled:
-        summed = _split_gathered(summed, dimension, axes_size(axes))
-    return [ops.gather(summed, axis_index.bind(axes=axes), axes=(dimension,))]
+        summed = _split_gathered(summed, dimension, group_size(axes, groups))
+    return [ops.gather(summed, _position_in_group(axes, groups), axes=(dimension,))]
+
+
+def _ppermute_transpose(ct, x, *, axes, perm):
+    """Each destination's cotangent goes back to its source (the others received nothing)."""
+    return [ppermute.bind(ct, axes=axes, perm=tuple((dst, src) for src, dst in perm))]
+
+
+def _psum_scatter_transpose(ct, x, *, axes, dimension, tiled, groups=None):
+    """Every example's operand reached every example's part: the parts' cotangents gathered."""
+    return [all_gather.bind(ct, axes=axes, dimension=dimension, tiled=tiled, groups=groups)]
+
+
+def _all_to_all_transpose(ct, x, *, axes, split_axis, concat_axis, groups=None):
+    """The parts sent back where they came from: all_to_all with the axes swapped."""
+    return [all_to_all.bind(ct, axes=axes, split_axis=concat_axis, concat_axis=split_axis, groups=groups)]
 
 
 _transpose.register(psum, _transpose.skip_zero(_psum_transpose))
 _transpose.register(all_gather, _transpose.skip_zero(_all_gather_transpose))
+_transpose.register(ppermute, _transpose.skip_zero(_ppermute_transpose))
+_transpose.register(psum_scatter, _transpose.skip_zero(_psum_scatter_transpose))
+_transpose.register(all_to_all, _transpose.skip_zero(_all_to_all_transpose))
 
 # ---------------------------------------------------------------------------------------
 # Batching: where the collectives are computed. `axes` splits around the mapped axis into
@@ -211,31 +358,50 @@ def _around(axes, name):
     return axes[:k], axes[k + 1:]
 
 
+def _grouped(x, d: int, size: int, groups):
+    """`x`, batched at `d` over the `size` examples of the axis, as (group, member, ...) in
+    the order of `groups`; and each example's group number and position in it (to gather
+    the groups' results back to their examples along axis 0)."""
+    x = _vmap.move_axis(x, d, 0)
+    order = np.array([i for group in groups for i in group], np.int32)
+    x = ops.reshape(ops.gather(x, order, axes=(0,)), (len(groups), len(groups[0])) + tuple(x.shape)[1:])
+    return (x,) + _membership(size, groups)
+
+
 def _reducing_rule(prim: Primitive, reduce_batch, reduce_copies):
     """psum/pmax/pmin: over the mapped axis, the batch reduced (`reduce_copies(x, size)`
     for an unbatched operand, every example holding the same value); the result is the same
-    for every example, so it is unbatched."""
-    def rule(axis, args, dims, *, axes):
+    for every example, so it is unbatched. With axis_index_groups (over this one axis),
+    each group is reduced and its result gathered back to its members (batched at 0)."""
+    def rule(axis, args, dims, *, axes, groups=None):
         (x,), (d,) = args, dims
         split = _around(axes, axis.name)
         if split is None:
-            return prim.bind(x, axes=axes), d
-        y = reduce_copies(x, axis.size) if d is None else reduce_batch(x, (d,))
-        rest = split[0] + split[1]
+            return prim.bind(x, axes=axes, groups=groups), d
+        if d is None:
+            y = reduce_copies(x, group_size(((axis.name, axis.size),), groups))
+        elif groups is None:
+            y = reduce_batch(x, (d,))
+        else:
+            grouped, number, _ = _grouped(x, d, axis.size, groups)
+            return ops.gather(reduce_batch(grouped, (1,)), number, axes=(0,)), 0
+        rest = split[0] + split[1]   # empty when there are groups
         return (prim.bind(y, axes=rest) if rest else y), None
     return rule
 
 
-def _gather_elsewhere(x, d, axes, dimension: int, tiled: bool):
+def _gather_elsewhere(x, d, axes, dimension: int, tiled: bool, groups=None):
     """all_gather over axes this vmap does not map, on `x` batched at `d`: the new (or
     tiled) axis placed so that each example sees it at `dimension`. (result, its batch dim)"""
+    def bind(dim):
+        return all_gather.bind(x, axes=axes, dimension=dim, tiled=tiled, groups=groups)
     if d is None:
-        return all_gather.bind(x, axes=axes, dimension=dimension, tiled=tiled), None
+        return bind(dimension), None
     if tiled:
-        return all_gather.bind(x, axes=axes, dimension=_vmap.batched_axis(dimension, d), tiled=True), d
+        return bind(_vmap.batched_axis(dimension, d)), d
     if d <= dimension:
-        return all_gather.bind(x, axes=axes, dimension=dimension + 1, tiled=False), d
-    return all_gather.bind(x, axes=axes, dimension=dimension, tiled=False), d + 1
+        return bind(dimension + 1), d
+    return bind(dimension), d + 1
 
 
 def _merge_pair(x, dimension: int):
@@ -245,14 +411,22 @@ def _merge_pair(x, dimension: int):
                        + shape[dimension + 2:])
 
 
-def _all_gather_rule(axis, args, dims, *, axes, dimension, tiled):
+def _all_gather_rule(axis, args, dims, *, axes, dimension, tiled, groups=None):
     """Over the mapped axis the batch becomes the gathered axis: gathered over the names
     after it (a new axis at `dimension`), then the batch moved in front of that axis and
-    merged with it, then gathered over the names before it (tiled), then tiled if asked."""
+    merged with it, then gathered over the names before it (tiled), then tiled if asked.
+    With axis_index_groups (over this one axis), each example gets its group's members."""
     (x,), (d,) = args, dims
     split = _around(axes, axis.name)
     if split is None:
-        return _gather_elsewhere(x, d, axes, dimension, tiled)
+        return _gather_elsewhere(x, d, axes, dimension, tiled, groups)
+    if groups is not None and d is not None:
+        grouped, number, _ = _grouped(x, d, axis.size, groups)   # (group, member, ...)
+        y = _vmap.move_axis(ops.gather(grouped, number, axes=(0,)), 1, dimension + 1)
+        return (_merge_pair(y, dimension + 1) if tiled else y), 0
+    if groups is not None:   # every member holds the same value
+        y = _vmap.to_dim(x, None, dimension, len(groups[0]))
+        return (_merge_pair(y, dimension) if tiled else y), None
     before, after = split
     if after:
         y, d = _gather_elsewhere(x, d, after, dimension, False)
@@ -279,11 +453,79 @@ def _axis_index_rule(axis, args, dims, *, axes):
     return index, 0
 
 
+def _ppermute_rule(axis, args, dims, *, axes, perm):
+    """Over the mapped axis: the batch gathered from each destination's source, zeros where
+    no example sends (batched at 0)."""
+    (x,), (d,) = args, dims
+    if _around(axes, axis.name) is None:
+        return ppermute.bind(x, axes=axes, perm=perm), d
+    x = _vmap.to_front(x, d, axis.size)
+    source = np.zeros(axis.size, np.int32)
+    received = np.zeros(axis.size, bool)
+    for src, dst in perm:
+        source[dst], received[dst] = src, True
+    y = ops.gather(x, source, axes=(0,))
+    if received.all():
+        return y, 0
+    shape = tuple(y.shape)
+    mask = ops.broadcast_in_dim(received, shape, (0,))
+    return ops.select(mask, y, ops.full(shape, 0, y.aval.dtype)), 0
+
+
+def _psum_scatter_rule(axis, args, dims, *, axes, dimension, tiled, groups=None):
+    """Over the mapped axis: the batch summed, its axis `dimension` then being the batch
+    (tiled: split into (examples, part)). With groups: each group summed, its axis
+    `dimension` split into the members' parts, each example gathering its group's part at
+    its position (batched at 0)."""
+    (x,), (d,) = args, dims
+    if _around(axes, axis.name) is None:
+        dim = dimension if d is None else _vmap.batched_axis(dimension, d)
+        out_d = d if d is None or d <= dimension or tiled else d - 1
+        return psum_scatter.bind(x, axes=axes, dimension=dim, tiled=tiled, groups=groups), out_d
+    if groups is not None:
+        grouped, number, position = _grouped(_vmap.to_front(x, d, axis.size), 0, axis.size, groups)
+        sums = ops.reduce_sum(grouped, (1,))                                  # (group, ...)
+        if tiled:
+            sums = _split_gathered(sums, dimension + 1, len(groups[0]))
+        parts = _vmap.move_axis(sums, dimension + 1, 1)                       # (group, part, ...)
+        return ops.gather(parts, number, position, axes=(0, 1)), 0
+    y = _times(x, axis.size) if d is None else ops.reduce_sum(x, (d,))
+    return (_split_gathered(y, dimension, axis.size) if tiled else y), dimension
+
+
+def _all_to_all_rule(axis, args, dims, *, axes, split_axis, concat_axis, groups=None):
+    """Over the mapped axis: (source, ...) with axis `split_axis` split into (destination,
+    part); the destination moved to the front as the batch, the source in front of axis
+    `concat_axis` and merged with it. With groups: (group, source, ...) split the same way,
+    each example gathering its group's parts for its position as destination."""
+    (x,), (d,) = args, dims
+    if _around(axes, axis.name) is None:
+        if d is None:
+            return all_to_all.bind(x, axes=axes, split_axis=split_axis, concat_axis=concat_axis,
+                                   groups=groups), None
+        return all_to_all.bind(x, axes=axes, split_axis=_vmap.batched_axis(split_axis, d),
+                               concat_axis=_vmap.batched_axis(concat_axis, d), groups=groups), d
+    y = _vmap.to_front(x, d, axis.size)
+    if groups is None:
+        y = _split_gathered(y, split_axis + 1, axis.size)
+        y = _vmap.move_axis(y, split_axis + 1, 0)         # (destination, source, ...)
+    else:
+        y, number, position = _grouped(y, 0, axis.size, groups)            # (group, source, ...)
+        y = _split_gathered(y, split_axis + 2, len(groups[0]))
+        y = _vmap.move_axis(y, split_axis + 2, 1)         # (group, destination, source, ...)
+        y = ops.gather(y, number, position, axes=(0, 1))  # (example, source, ...)
+    y = _vmap.move_axis(y, 1, concat_axis + 1)            # the source before concat_axis
+    return _merge_pair(y, concat_axis + 1), 0
+
+
 _vmap.register(psum, _reducing_rule(psum, ops.reduce_sum, _times), reads_axis=True)
 _vmap.register(pmax, _reducing_rule(pmax, ops.reduce_max, lambda x, size: x), reads_axis=True)
 _vmap.register(pmin, _reducing_rule(pmin, ops.reduce_min, lambda x, size: x), reads_axis=True)
 _vmap.register(all_gather, _all_gather_rule, reads_axis=True)
 _vmap.register(axis_index, _axis_index_rule, reads_axis=True)
+_vmap.register(ppermute, _ppermute_rule, reads_axis=True)
+_vmap.register(psum_scatter, _psum_scatter_rule, reads_axis=True)
+_vmap.register(all_to_all, _all_to_all_rule, reads_axis=True)
 
 # ---------------------------------------------------------------------------------------
 # StableHLO lowering: inside a pmap, where the module runs once per device (its replicas),
@@ -293,33 +535,71 @@ _vmap.register(axis_index, _axis_index_rule, reads_axis=True)
 
 def _replica_groups(ctx, name: str, eqn) -> str:
     """The `replica_groups` attribute of a collective over `eqn`'s axes, which must be
-    exactly the replica axes of the module being lowered."""
+    exactly the replica axes of the module being lowered: its axis_index_groups, or one
+    group of every replica."""
     axes = eqn.params["axes"]
     if not ctx.replica_axes or tuple(axes) != tuple(ctx.replica_axes):
         raise _unbatched_error(name, axes, "is only lowered inside the pmap (or batched by the vmap) "
                                            "that binds it")
-    n = axes_size(axes)
-    return f"replica_groups = dense<[[{', '.join(map(str, range(n)))}]]> : tensor<1x{n}xi64>"
+    groups = eqn.params.get("groups") or (tuple(range(axes_size(axes))),)
+    rows = ", ".join("[" + ", ".join(map(str, group)) + "]" for group in groups)
+    return f"replica_groups = dense<[{rows}]> : tensor<{len(groups)}x{len(groups[0])}xi64>"
+
+
+def _reducing_op(ctx, op: str, x, combine: str, attributes: str, aval, typ: str, hint: str) -> str:
+    """`op` (all_reduce, reduce_scatter) of `x` with a `combine` region; its result's name."""
+    scalar = _hlo.tensor_type(ShapedArray((), aval.dtype))
+    a, b, c = ctx.fresh("a"), ctx.fresh("b"), ctx.fresh("c")
+    out = ctx.fresh(hint)
+    ctx.lines += [f'{out} = "stablehlo.{op}"({x}) ({{',
+                  f"  ^bb0({a}: {scalar}, {b}: {scalar}):",
+                  f"    {c} = stablehlo.{combine} {a}, {b} : {scalar}",
+                  f"    stablehlo.return {c} : {scalar}",
+                  f"}}) {{{attributes}}} : ({_hlo.tensor_type(aval)}) -> {typ}{ctx.location}"]
+    return out
 
 
 def _all_reduce_rule(name: str, combine: str):
     def rule(ctx, eqn, x):
         groups = _replica_groups(ctx, name, eqn)
-        aval = eqn.invars[0].aval
-        scalar = _hlo.tensor_type(ShapedArray((), aval.dtype))
-        a, b, c = ctx.fresh("a"), ctx.fresh("b"), ctx.fresh("c")
-        typ = _hlo.out_type(eqn)
-        out = ctx.fresh(_hlo.hint(eqn) or name)
-        ctx.lines += [f'{out} = "stablehlo.all_reduce"({x}) ({{',
-                      f"  ^bb0({a}: {scalar}, {b}: {scalar}):",
-                      f"    {c} = stablehlo.{combine} {a}, {b} : {scalar}",
-                      f"    stablehlo.return {c} : {scalar}",
-                      f"}}) {{{groups}}} : ({_hlo.tensor_type(aval)}) -> {typ}{ctx.location}"]
-        return [out]
+        return [_reducing_op(ctx, "all_reduce", x, combine, groups, eqn.invars[0].aval,
+                             _hlo.out_type(eqn), _hlo.hint(eqn) or name)]
     return rule
 
 
-def _all_gather_lowering(ctx, eqn, x, *, axes, dimension, tiled):
+def _psum_scatter_lowering(ctx, eqn, x, *, axes, dimension, tiled, groups=None):
+    replica_groups = _replica_groups(ctx, "psum_scatter", eqn)
+    aval = eqn.invars[0].aval
+    part = ShapedArray(aval.shape[:dimension] + (aval.shape[dimension] // group_size(axes, groups),)
+                       + aval.shape[dimension + 1:], aval.dtype)
+    out = _reducing_op(ctx, "reduce_scatter", x, "add", f"scatter_dimension = {dimension} : i64, {replica_groups}",
+                       aval, _hlo.tensor_type(part), _hlo.hint(eqn) or "scattered")
+    if tiled:
+        return [out]
+    return [ctx.op(f"stablehlo.reshape {out} : ({_hlo.tensor_type(part)}) -> {_hlo.out_type(eqn)}")]
+
+
+def _ppermute_lowering(ctx, eqn, x, *, axes, perm):
+    _replica_groups(ctx, "ppermute", eqn)   # checks the axis is the pmap's
+    aval = eqn.invars[0].aval
+    if not perm:   # nobody sends: zeros everywhere
+        return [ctx.constant(0, aval.dtype, aval.shape)]
+    pairs = ", ".join(f"[{src}, {dst}]" for src, dst in perm)
+    return [ctx.op(f'"stablehlo.collective_permute"({x}) {{source_target_pairs = dense<[{pairs}]> : '
+                   f"tensor<{len(perm)}x2xi64>}} : ({_hlo.tensor_type(aval)}) -> {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn) or "permuted")]
+
+
+def _all_to_all_lowering(ctx, eqn, x, *, axes, split_axis, concat_axis, groups=None):
+    replica_groups = _replica_groups(ctx, "all_to_all", eqn)
+    return [ctx.op(f'"stablehlo.all_to_all"({x}) {{split_dimension = {split_axis} : i64, '
+                   f"concat_dimension = {concat_axis} : i64, split_count = {group_size(axes, groups)} : i64, "
+                   f"{replica_groups}}} : "
+                   f"({_hlo.tensor_type(eqn.invars[0].aval)}) -> {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn) or "exchanged")]
+
+
+def _all_gather_lowering(ctx, eqn, x, *, axes, dimension, tiled, groups=None):
     groups = _replica_groups(ctx, "all_gather", eqn)
     aval = eqn.invars[0].aval
     if not tiled:   # a new axis of size 1 at `dimension`, gathered along
@@ -341,3 +621,6 @@ _hlo.register(pmax, _all_reduce_rule("pmax", "maximum"))
 _hlo.register(pmin, _all_reduce_rule("pmin", "minimum"))
 _hlo.register(all_gather, lambda ctx, eqn, x: _all_gather_lowering(ctx, eqn, x, **eqn.params))
 _hlo.register(axis_index, lambda ctx, eqn: _axis_index_lowering(ctx, eqn, **eqn.params))
+_hlo.register(ppermute, lambda ctx, eqn, x: _ppermute_lowering(ctx, eqn, x, **eqn.params))
+_hlo.register(psum_scatter, lambda ctx, eqn, x: _psum_scatter_lowering(ctx, eqn, x, **eqn.params))
+_hlo.register(all_to_all, lambda ctx, eqn, x: _all_to_all_lowering(ctx, eqn, x, **eqn.params))
