@@ -202,3 +202,15 @@ def check_lowered(s2s_fn, numpy_fn, *args, rtol=1e-6, atol=1e-6):
     for g, e in zip(got, expected, strict=True):
         assert_same(g, e, rtol, atol, "XLA: ")
     return text
+
+
+# The first lines of a script run in a subprocess where `import jax` fails: s2s must work
+# with jaxlib alone (JAXLIB_NOTES.md, "jax must stay out").
+BLOCK_JAX = """\
+import sys
+class BlockJax:
+    def find_spec(self, name, path, target=None):
+        if name == "jax" or name.startswith("jax."):
+            raise ImportError("jax is blocked in this test")
+sys.meta_path.insert(0, BlockJax())
+"""

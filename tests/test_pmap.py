@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import s2s
+from tests.helpers import BLOCK_JAX
 from s2s import lax
 from s2s.errors import StagingError
 
@@ -436,13 +437,7 @@ def test_data_parallel_training_equals_single_device_training():
         np.testing.assert_allclose(p_parallel[name], np.asarray(p_single[name]), rtol=1e-11, atol=1e-13)
 
 
-NO_JAX_SCRIPT = textwrap.dedent("""
-    import sys
-    class BlockJax:
-        def find_spec(self, name, path, target=None):
-            if name == "jax" or name.startswith("jax."):
-                raise ImportError("jax is blocked in this test")
-    sys.meta_path.insert(0, BlockJax())
+NO_JAX_SCRIPT = BLOCK_JAX + textwrap.dedent("""
     import numpy as np
     import s2s
     from s2s import lax

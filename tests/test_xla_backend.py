@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import s2s
+from tests.helpers import BLOCK_JAX
 from s2s.emit.stablehlo import lower
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,13 +62,7 @@ def test_omnistaged_constants_keep_the_module_small():
     assert len(text) < 2000
 
 
-NO_JAX_SCRIPT = textwrap.dedent("""
-    import sys
-    class BlockJax:
-        def find_spec(self, name, path, target=None):
-            if name == "jax" or name.startswith("jax."):
-                raise ImportError("jax is blocked in this test")
-    sys.meta_path.insert(0, BlockJax())
+NO_JAX_SCRIPT = BLOCK_JAX + textwrap.dedent("""
     import numpy as np
     import s2s
     from s2s_runtime import disk_cache
