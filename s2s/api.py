@@ -14,6 +14,7 @@ from s2s.eager import emitted_module, staged_or_error
 from s2s.emit.python import EmitOptions
 from s2s.errors import S2SError
 from s2s.frontend import reraise_clean
+from s2s.pmap import Pmapped
 from s2s.primitives.elementwise import stop_gradient as stop_gradient_p
 from s2s_runtime import xla
 
@@ -37,7 +38,10 @@ def emit_python(fn, *example_args, static_argnums=(), static_argnames=(), dynami
 
     Example arguments may be arrays, `s2s.ShapeDtype`s, or static Python values. Large
     constants are embedded compactly (base64); `s2s emit` writes them to a sidecar .npz.
+    A pmapped function is written as its `reference()`: one vmapped function on NumPy.
     """
+    if isinstance(fn, Pmapped):   # its semantics on NumPy: the vmapped function, no devices
+        name, fn = name or fn.__name__, fn.reference()
     staged = staged_or_error(fn, example_args, example_kwargs, static_argnums, static_argnames,
                              dynamic_argnums)
     try:

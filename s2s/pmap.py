@@ -23,7 +23,8 @@ without a round trip through the host; with out_axes None, device 0's result.
 This increment runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
 `s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet: a
 pmap staged inside another transform (jit, grad or vmap of a pmap, nested pmaps),
-donation, several processes.
+donation, several processes. `s2s.emit_python` of a pmapped function writes its
+`reference()`, the same computation as one vmapped function on NumPy.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from s2s.eager import staged_or_error
 from s2s.emit.stablehlo import lower
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
-from s2s.mapping import _positional_names
+from s2s.mapping import _positional_names, vmap
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.vmap import example_aval
 from s2s.staging import Tracer, named_axis
@@ -221,6 +222,20 @@ class Pmapped:
                 outs.append(ShardedArray(per_device, tuple(v.aval.shape), v.aval.dtype,
                                          self.out_axes % (v.aval.ndim + 1), executable.devices))
         return outs
+
+    def reference(self):
+        """What this pmap computes, as one function on the whole batch: `vmap` with the
+        same axes and axis name, its collectives reductions over the batch axis. The
+        semantics written down, without devices: what `s2s.emit_python` of a pmapped
+        function emits (tested equal to the pmap)."""
+        in_axes = self.in_axes
+        if self.static_argnums:
+            if not isinstance(in_axes, (tuple, list)):
+                raise StagingError("the reference of a pmap with static_broadcasted_argnums needs in_axes "
+                                   "as a tuple (one entry per positional argument)",
+                                   "give in_axes as a tuple, with None for the static arguments")
+            in_axes = tuple(None if i in self.static_argnums else a for i, a in enumerate(in_axes))
+        return vmap(self.fn, in_axes=in_axes, out_axes=self.out_axes, axis_name=self.axis_name)
 
     def lower(self, *args, **kwargs) -> "Lowered":
         """The StableHLO module this function runs for these arguments (no devices needed)."""

@@ -492,3 +492,25 @@ def test_out_axes_none_gives_one_array_and_out_axes_1_stacks_there():
     stacked = s2s.pmap(lambda v: v + 1.0, "i", out_axes=1)(X)
     assert stacked.shape == (5, N, 3)
     np.testing.assert_allclose(stacked, np.moveaxis(X, 0, 1) + 1.0)
+
+
+# ---------------------------------------------------------------------------------------
+# Emitted Python: the semantics written down
+
+
+def gathered_and_ranked(x):
+    return lax.psum(x, "i") - lax.pmax(x, "i") + lax.all_gather(x, "i").sum(0) * lax.axis_index("i")
+
+
+def test_emitted_python_of_a_pmap_is_its_vmapped_reference():
+    """No devices needed: the emitted module computes the pmap on NumPy, its collectives
+    reductions over the batch axis."""
+    from s2s.emit.python import load_source
+    source = s2s.emit_python(s2s.pmap(gathered_and_ranked, "i"), X)
+    assert "def pmap_gathered_and_ranked(" in source and "s2s_runtime" in source, source
+    module = load_source(source, "emitted")
+    emitted = getattr(module, module.__all__[0])
+    expected = X.sum(0) - X.max(0) + X.sum(0) * np.arange(N)[:, None, None]
+    np.testing.assert_allclose(emitted(X), expected, rtol=1e-12)
+    if IN_CHILD:    # and the compiled pmap computes the same
+        np.testing.assert_allclose(s2s.pmap(gathered_and_ranked, "i")(X), emitted(X), rtol=1e-12)
