@@ -14,10 +14,11 @@ from typing import Callable
 
 import numpy as np
 
+from s2s import tree as tree_util
 from s2s.core import ClosedJaxpr
 from s2s.emit.python import EmitOptions, EmittedModule, Signature, emit_jaxpr_source, emit_module, load_source
-from s2s.emit.signature import emitted_docstring, emitted_signature
-from s2s.errors import S2SError
+from s2s.emit.signature import emitted_docstring, emitted_signature, leaf_expression
+from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean, stage
 from s2s.frontend.args import describe_arg
 from s2s.staging import Tracer, current_builder, inline_jaxpr, paused_gc
@@ -148,3 +149,36 @@ def run(staged: Staged, key, closed: ClosedJaxpr, flat_args: list) -> list:
     if current_builder() is not None or any(isinstance(a, Tracer) for a in flat_args):
         return inline_jaxpr(closed, flat_args)
     return run_emitted_jaxpr(staged, key, closed, flat_args)
+
+
+def donated_leaves(staged: Staged, args, donate_argnums) -> dict[int, str]:
+    """{jaxpr input index: "`params['W']` of update"} for the leaves of donated positional
+    args (jit's and pmap's `donate_argnums`)."""
+    if not donate_argnums:
+        return {}
+    ranges = tree_util.positional_leaf_ranges(args)
+    wanted = {i for a in donate_argnums if -len(args) <= a < len(args) for i in ranges[a]}
+    donated, invar = {}, 0
+    for leaf_index, (path, staged_leaf) in enumerate(zip(leaf_paths(staged.in_tree), staged.staged_mask)):
+        if not staged_leaf:
+            continue
+        if leaf_index in wanted:
+            name = staged.param_names[path[0][1]]
+            shown = leaf_expression(name, path[1:]) or name
+            donated[invar] = f"`{shown}` of {staged.name}"
+        invar += 1
+    return donated
+
+
+def refuse_donating_twice(flat: list, donated: dict[int, str], offset: int) -> None:
+    """XLA cannot give one buffer to two donated parameters: name both instead of its error."""
+    first_label: dict[int, str] = {}
+    for position, label in donated.items():
+        value = flat[position - offset]
+        if not isinstance(value, Array):
+            continue
+        if id(value) in first_label:
+            raise StagingError(f"the same s2s.Array is donated twice: as {first_label[id(value)]} and as {label}",
+                               "donate it once, or pass a copy to the other argument "
+                               "(np.array(x), or s2s.jit(lambda v: v + 0)(x) to keep it on the device)")
+        first_label[id(value)] = label

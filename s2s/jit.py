@@ -25,13 +25,13 @@ from typing import Callable
 import numpy as np
 
 from s2s import config, dtypes, tree as tree_util
-from s2s.eager import emitted_call_args, emitted_function, emitted_module, function_name, host_leaves, staged_or_error
-from s2s.emit.signature import emitted_signature, leaf_expression
+from s2s.eager import (donated_leaves, emitted_call_args, emitted_function, emitted_module, function_name,
+                       host_leaves, refuse_donating_twice, staged_or_error)
+from s2s.emit.signature import emitted_signature
 from s2s.emit.stablehlo import donation_aliases, lower
-from s2s.errors import S2SError, StagingError
+from s2s.errors import S2SError
 from s2s.frontend import Staged, reraise_clean, staging_receiver
 from s2s.staging import Tracer, current_builder, inline_jaxpr
-from s2s.tree import leaf_paths
 from s2s_runtime.xla import (Array, Executable, devices, dispatched_leaves, dispatcher, hlo_text, is_refused_call,
                              jax_x64_setting, refuse_in_dispatcher)
 
@@ -125,7 +125,7 @@ class Jitted:
     def lower(self, *args, **kwargs) -> "Lowered":
         """The StableHLO this function lowers to for these arguments (JAX's `.lower`)."""
         staged = self._staged(args, kwargs)
-        return Lowered(_lowered_text(staged, _donated_leaves(staged, args, self.donate_argnums)),
+        return Lowered(_lowered_text(staged, donated_leaves(staged, args, self.donate_argnums)),
                        staged, self.device)
 
 
@@ -296,7 +296,7 @@ class XlaBackend:
         arguments by value and type, but not the types inside a tuple, where s2s tells
         (1, 2) from (1.0, 2.0)."""
         jitted = self.jitted()
-        donated = _donated_leaves(staged, args, jitted.donate_argnums)
+        donated = donated_leaves(staged, args, jitted.donate_argnums)
         device = jitted.device or devices()[0]
         compiled = staged.artifact(("xla", device.id, tuple(donated)),
                                    lambda: _compile_xla(staged, device, donated))
@@ -309,7 +309,7 @@ class XlaBackend:
 
         def run(flat, args, kwargs):
             if len(compiled.donated) > 1:
-                _refuse_donating_twice(flat, compiled.donated, len(consts))
+                refuse_donating_twice(flat, compiled.donated, len(consts))
             outs = executable.execute([*consts, *flat], compiled.donated)
             result = list(outs)
             for i in float0_outputs:
@@ -383,38 +383,6 @@ class _XlaCompiled:
     executable: object
     donated: dict[int, str]    # executable parameter -> how errors name the donated argument
     consts: list               # the jaxpr's constants, on the device once (Arrays)
-
-
-def _donated_leaves(staged: Staged, args, donate_argnums) -> dict[int, str]:
-    """{jaxpr input index: "`params['W']` of update"} for the leaves of donated positional args."""
-    if not donate_argnums:
-        return {}
-    ranges = tree_util.positional_leaf_ranges(args)
-    wanted = {i for a in donate_argnums if -len(args) <= a < len(args) for i in ranges[a]}
-    donated, invar = {}, 0
-    for leaf_index, (path, staged_leaf) in enumerate(zip(leaf_paths(staged.in_tree), staged.staged_mask)):
-        if not staged_leaf:
-            continue
-        if leaf_index in wanted:
-            name = staged.param_names[path[0][1]]
-            shown = leaf_expression(name, path[1:]) or name
-            donated[invar] = f"`{shown}` of {staged.name}"
-        invar += 1
-    return donated
-
-
-def _refuse_donating_twice(flat: list, donated: dict[int, str], offset: int) -> None:
-    """XLA cannot give one buffer to two donated parameters: name both instead of its error."""
-    first_label: dict[int, str] = {}
-    for position, label in donated.items():
-        value = flat[position - offset]
-        if not isinstance(value, Array):
-            continue
-        if id(value) in first_label:
-            raise StagingError(f"the same s2s.Array is donated twice: as {first_label[id(value)]} and as {label}",
-                               "donate it once, or pass a copy to the other argument "
-                               "(np.array(x), or s2s.jit(lambda v: v + 0)(x) to keep it on the device)")
-        first_label[id(value)] = label
 
 
 def _lowered_text(staged: Staged, donated: dict[int, str]) -> str:

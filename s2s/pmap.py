@@ -23,7 +23,9 @@ without a round trip through the host; with out_axes None, device 0's result.
 This increment runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
 `s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet: a
 pmap staged inside another transform (jit, grad or vmap of a pmap, nested pmaps),
-donation, several processes. `s2s.emit_python` of a pmapped function writes its
+several processes. `donate_argnums`, as jit's: a donated argument's memory may hold the
+results (XLA aliases each donated input with a result of its type), and a donated
+s2s.Array cannot be used again. `s2s.emit_python` of a pmapped function writes its
 `reference()`, the same computation as one vmapped function on NumPy.
 """
 from __future__ import annotations
@@ -34,8 +36,8 @@ import functools
 import numpy as np
 
 from s2s import dtypes, tree as tree_util
-from s2s.eager import staged_or_error
-from s2s.emit.stablehlo import lower
+from s2s.eager import donated_leaves, refuse_donating_twice, staged_or_error
+from s2s.emit.stablehlo import donation_aliases, lower
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
 from s2s.mapping import _positional_names, vmap
@@ -84,7 +86,7 @@ def _axes_per_leaf(spec, arg, name: str) -> list:
 class Pmapped:
     """`pmap(fn, ...)`: called like `fn` on a batch split over devices."""
 
-    def __init__(self, fn, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices):
+    def __init__(self, fn, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices, donate_argnums=()):
         functools.update_wrapper(self, fn, updated=())
         self.fn = fn
         self.axis_name = axis_name
@@ -92,6 +94,7 @@ class Pmapped:
         static = static_broadcasted_argnums
         self.static_argnums = (static,) if isinstance(static, int) else tuple(static)
         self.devices = None if devices is None else list(devices)
+        self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
         inner = getattr(fn, "__name__", "f")
         self.__name__ = f"pmap_{inner}" if isinstance(inner, str) and inner.isidentifier() else "pmap"
         self.__qualname__ = self.__name__
@@ -178,8 +181,11 @@ class Pmapped:
     def _replica_axes(self, size: int) -> tuple:
         return ((self.axis_name, size),) if self.axis_name is not None else ((object(), size),)
 
-    def _text(self, staged: Staged, size: int) -> str:
-        return lower(staged.closed, replica_axes=self._replica_axes(size))
+    def _text(self, staged: Staged, size: int, donated: dict[int, str] | None = None) -> str:
+        """The module; donated inputs ({input index: label}) alias the outputs of their type."""
+        invars = staged.closed.jaxpr.invars
+        aliases = donation_aliases(staged.closed, [i in (donated or {}) for i in range(len(invars))])
+        return lower(staged.closed, aliases=aliases, replica_axes=self._replica_axes(size))
 
     def __call__(self, *args, **kwargs):
         try:
@@ -188,16 +194,22 @@ class Pmapped:
             used = (self.devices if self.devices is not None else all_devices())[:call.size]
             in_dims = [d.dim if isinstance(d, _Dim) else None
                        for d in staged.flat_inputs(call.dim_args, tree_util.tree_map(lambda _: _Dim(None), kwargs))]
-            key = ("pmap", self.axis_name, tuple(d.id for d in used), tuple(in_dims))
-            executable = staged.artifact(key, lambda: self._compile(staged, call.size, used))
-            outs = self._run(executable, staged, in_dims, staged.flat_inputs(args, kwargs), call.size)
+            donated = donated_leaves(staged, args, self.donate_argnums)
+            flat = staged.flat_inputs(args, kwargs)
+            refuse_donating_twice(flat, donated, 0)
+            key = ("pmap", self.axis_name, tuple(d.id for d in used), tuple(in_dims), tuple(sorted(donated)))
+            executable = staged.artifact(key, lambda: self._compile(staged, call.size, used, donated))
+            outs = self._run(executable, staged, in_dims, flat, call.size)
+            for position, label in donated.items():   # its memory is the results' now
+                if isinstance(flat[position], Array):
+                    flat[position]._donate(label)
         except S2SError as e:
             reraise_clean(e)
         return staged.out_tree.unflatten(outs)
 
-    def _compile(self, staged: Staged, size: int, used: list) -> ReplicatedExecutable:
+    def _compile(self, staged: Staged, size: int, used: list, donated: dict[int, str]) -> ReplicatedExecutable:
         jaxpr = staged.closed.jaxpr
-        return ReplicatedExecutable(self._text(staged, size),
+        return ReplicatedExecutable(self._text(staged, size, donated),
                                     [_device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars], used)
 
     def _run(self, executable, staged: Staged, in_dims: list, flat: list, size: int) -> list:
@@ -242,7 +254,7 @@ class Pmapped:
         try:
             call = self._split(args, devices_needed=False)
             staged = self._staged(call, kwargs)
-            return Lowered(self._text(staged, call.size))
+            return Lowered(self._text(staged, call.size, donated_leaves(staged, args, self.donate_argnums)))
         except S2SError as e:
             reraise_clean(e)
 
@@ -270,12 +282,14 @@ class Lowered:
         return hlo_text(self.text)
 
 
-def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(), devices=None):
+def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(), devices=None,
+         donate_argnums=()):
     """`fn` run on several devices at once, each on its slice of the mapped arguments
     (jax.pmap); usable as a decorator, bare or with arguments."""
     if fn is None:
         return lambda f: pmap(f, axis_name, in_axes=in_axes, out_axes=out_axes,
-                              static_broadcasted_argnums=static_broadcasted_argnums, devices=devices)
+                              static_broadcasted_argnums=static_broadcasted_argnums, devices=devices,
+                              donate_argnums=donate_argnums)
     if not callable(fn):
         raise TypeError(f"pmap needs a function, got {type(fn).__name__}")
     specs = tree_util.tree_leaves(in_axes, is_leaf=_is_axis)
@@ -290,4 +304,4 @@ def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_a
     except TypeError:
         raise StagingError(f"pmap axis_name must be hashable, got {axis_name!r}",
                            "name the axis with a string, e.g. axis_name='devices'") from None
-    return Pmapped(fn, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices)
+    return Pmapped(fn, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices, donate_argnums)

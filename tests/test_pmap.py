@@ -514,3 +514,18 @@ def test_emitted_python_of_a_pmap_is_its_vmapped_reference():
     np.testing.assert_allclose(emitted(X), expected, rtol=1e-12)
     if IN_CHILD:    # and the compiled pmap computes the same
         np.testing.assert_allclose(s2s.pmap(gathered_and_ranked, "i")(X), emitted(X), rtol=1e-12)
+
+
+@on_devices
+def test_donated_parameters_hold_the_results():
+    """A training step donating its parameters: the module aliases them with the results,
+    the step computes what it does without donation, and the donated array is used up."""
+    step = s2s.pmap(lambda w, x: w - 0.1 * lax.pmean(x * w, "i"), "i", donate_argnums=0)
+    w = s2s.pmap(lambda v: v * 1.0, "i")(np.ones((N, 5, 3)))
+    assert "tf.aliasing_output = 0" in step.lower(np.ones((N, 5, 3)), X).as_text()
+    expected = np.ones((N, 5, 3)) - 0.1 * X.mean(0)
+    new_w = step(w, X)
+    np.testing.assert_allclose(new_w, expected, rtol=1e-12)
+    with pytest.raises(s2s.DonatedBufferError):
+        np.asarray(w)
+    np.testing.assert_allclose(step(new_w, X), expected - 0.1 * (X * expected).mean(0), rtol=1e-12)
