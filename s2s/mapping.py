@@ -81,7 +81,7 @@ class _Call:
     size: int
 
 
-def _positional_names(fn, count: int) -> list[str]:
+def positional_names(fn, count: int) -> list[str]:
     """What to call each positional argument in an error: its parameter's name."""
     try:
         params = [p.name for p in inspect.signature(fn).parameters.values()
@@ -105,7 +105,7 @@ def _split_call(fn, in_axes, axis_size, args: tuple) -> _Call:
                            f"{len(args)} positional arguments", _AXIS_HELP)
     leaves, treedef = tree_flatten(args)
     axes = _axes_per_leaf(in_axes, args, "in_axes", "the positional arguments")
-    names = _positional_names(fn, len(args))
+    names = positional_names(fn, len(args))
     paths = leaf_paths(treedef)
     in_dims, sizes, example = [], [], []
     for leaf, axis, path in zip(leaves, axes, paths):

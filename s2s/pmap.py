@@ -40,7 +40,7 @@ from s2s.eager import donated_leaves, refuse_donating_twice, staged_or_error
 from s2s.emit.stablehlo import donation_aliases, lower
 from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
-from s2s.mapping import _positional_names, vmap
+from s2s.mapping import positional_names, vmap
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.vmap import example_aval
 from s2s.staging import Tracer, named_axis
@@ -118,7 +118,7 @@ class Pmapped:
             per_arg = list(in_axes)
         else:
             per_arg = [in_axes] * len(args)
-        names = _positional_names(self.fn, len(args))
+        names = positional_names(self.fn, len(args))
         example, dims, sizes = [], [], []
         for i, (arg, axis) in enumerate(zip(args, per_arg)):
             if i in static:

@@ -59,7 +59,7 @@ from s2s.passes.transpose import is_linear
 from s2s.passes.vmap import batch_jaxpr
 from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import closure_convert, nonzero_mask, prune_body, transposed_body
-from s2s.primitives.loops import _scan_split, permute, scan, while_loop
+from s2s.primitives.loops import scan_split, permute, scan, while_loop
 from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 _INDEX = np.dtype(dtypes.int64)     # steps, slots and schedule counts
@@ -90,7 +90,7 @@ def checkpointed_partial_eval(eqn: JaxprEqn, unknown_ins: list[bool]):
     is unknown: nothing is carried forward to checkpoint, and the plain split applies."""
     p = eqn.params
     n_consts, n_carry = p["num_consts"], p["num_carry"]
-    consts_uk, carry_uk, xs_uk = _scan_split(list(unknown_ins), n_consts, n_carry)
+    consts_uk, carry_uk, xs_uk = scan_split(list(unknown_ins), n_consts, n_carry)
     carry_uk, split = unknown_carries(p["jaxpr"], consts_uk, carry_uk, xs_uk)
     if all(carry_uk):
         return None
@@ -175,8 +175,8 @@ def checkpointed_transpose(cts: list, args: list, params: dict) -> list | None:
     backward loop is a scan over the steps, last first."""
     jaxpr, n_consts, n_carry = params["jaxpr"], params["num_consts"], params["num_carry"]
     length, reverse, slots_kept = params["length"], params["reverse"], params["checkpoints"]
-    consts, carry, xs = _scan_split(list(args), n_consts, n_carry)
-    consts_lin, carry_lin, xs_lin = _scan_split([is_linear(a) for a in args], n_consts, n_carry)
+    consts, carry, xs = scan_split(list(args), n_consts, n_carry)
+    consts_lin, carry_lin, xs_lin = scan_split([is_linear(a) for a in args], n_consts, n_carry)
     step = _step_reversal(jaxpr, consts_lin, carry_lin, xs_lin)
     if step is None:
         return None

@@ -20,7 +20,7 @@ from s2s.primitives.cond import cond
 from s2s.primitives.control_flow_bodies import prune_body, recomputed_first
 from s2s.primitives.loop_checkpoints import (checkpointed_partial_eval, checkpointed_transpose, unbounded_while_transpose,
                                               unknown_carries)
-from s2s.primitives.loops import _scan_split, _while_computing, permute, scan, while_loop
+from s2s.primitives.loops import scan_split, _while_computing, permute, scan, while_loop
 from s2s.staging import JaxprBuilder, inline_jaxpr
 
 
@@ -91,7 +91,7 @@ def _scan_partial_eval(eqn, unknown_ins):
         eqn = JaxprEqn(scan, eqn.invars, eqn.outvars, dict(eqn.params, checkpoints=None), eqn.source_info)
     p = eqn.params
     jaxpr, n_consts, n_carry, length = p["jaxpr"], p["num_consts"], p["num_carry"], p["length"]
-    consts_uk, carry_uk, xs_uk = _scan_split(list(unknown_ins), n_consts, n_carry)
+    consts_uk, carry_uk, xs_uk = scan_split(list(unknown_ins), n_consts, n_carry)
     carry_uk, pe = unknown_carries(jaxpr, consts_uk, carry_uk, xs_uk, recompute=_pe.body_recompute(eqn))
     ys_uk = pe.out_unknowns[n_carry:]
     body_invars = jaxpr.jaxpr.invars
@@ -109,7 +109,7 @@ def _scan_partial_eval(eqn, unknown_ins):
     stacked = [r for r in residuals if r not in known_consts]
     # Residuals that are the step's row of a known scanned input are not copied per step:
     # the backward loop scans that input itself.
-    consts_in, carry_in, xs_in = _scan_split(list(eqn.invars), n_consts, n_carry)
+    consts_in, carry_in, xs_in = scan_split(list(eqn.invars), n_consts, n_carry)
     known_xs_outer = [v for v, u in zip(xs_in, xs_uk) if not u]
     row_of = dict(zip(known_body.invars[len(known_body.invars) - len(known_xs_outer):], known_xs_outer))
     copied = [r for r in stacked if r not in row_of]
@@ -195,7 +195,7 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, u
                                                              length=length, reverse=reverse, checkpoints=checkpoints))
         if in_cts is not None:
             return in_cts
-    consts, carry, xs = _scan_split(list(args), num_consts, num_carry)
+    consts, carry, xs = scan_split(list(args), num_consts, num_carry)
     consts_lin, xs_lin = [is_linear(c) for c in consts], [is_linear(x) for x in xs]
     # Every carry is transposed as linear: one whose initial value is known (a tangent that
     # starts as zeros and becomes nonzero in the loop) just gets no cotangent back.

@@ -89,13 +89,14 @@ while_loop = Primitive("while_loop", _while_abstract, _while_impl, multiple_resu
 # scan
 
 
-def _scan_split(items, num_consts, num_carry):
+def scan_split(items, num_consts, num_carry):
+    """A scan's operands (or anything laid out like them) as (consts, carry, xs)."""
     return (items[:num_consts], items[num_consts:num_consts + num_carry],
             items[num_consts + num_carry:])
 
 
 def _scan_abstract(*avals, jaxpr, num_consts, num_carry, length, reverse, unroll, checkpoints=None):
-    _, carry, xs = _scan_split(list(avals), num_consts, num_carry)
+    _, carry, xs = scan_split(list(avals), num_consts, num_carry)
     for x in xs:
         if not x.shape or x.shape[0] != length:
             raise ShapeError(f"scan over {length} steps got an array of shape {x.shape} to slice",
@@ -110,7 +111,7 @@ def _scan_abstract(*avals, jaxpr, num_consts, num_carry, length, reverse, unroll
 
 
 def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, unroll, checkpoints=None):
-    consts, carry, xs = _scan_split(list(args), num_consts, num_carry)
+    consts, carry, xs = scan_split(list(args), num_consts, num_carry)
     ys_avals = jaxpr.out_avals[num_carry:]
     ys = [np.empty((length,) + a.shape, a.dtype) for a in ys_avals]
     for i in (reversed(range(length)) if reverse else range(length)):
@@ -206,8 +207,8 @@ def _ignoring_tangents(closed: ClosedJaxpr, n_consts: int, tangent_avals) -> Clo
 
 
 def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse, unroll, checkpoints=None):
-    consts_t, carry_t, xs_t = _scan_split(list(tangents), num_consts, num_carry)
-    consts, carry, xs = _scan_split(list(primals), num_consts, num_carry)
+    consts_t, carry_t, xs_t = scan_split(list(tangents), num_consts, num_carry)
+    consts, carry, xs = scan_split(list(primals), num_consts, num_carry)
     consts_nz, xs_nz = nonzero_mask(consts_t), nonzero_mask(xs_t)
     carry_avals = [a.strip_weak_type() for a in jaxpr.out_avals[:num_carry]]
     # The fixed point treats consts and xs as fixed operands: reorder the body's inputs.
@@ -296,7 +297,7 @@ def _lower_scan(ctx, eqn, *operands):
         return _hlo.lower_jaxpr(ctx, unrolled_scan(eqn).jaxpr, list(operands))
     n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
     body = p["jaxpr"].jaxpr
-    consts, init, xs = _scan_split(list(operands), n_consts, n_carry)
+    consts, init, xs = scan_split(list(operands), n_consts, n_carry)
     x_avals = [v.aval for v in eqn.invars[n_consts + n_carry:]]
     ys_avals = [v.aval for v in eqn.outvars[n_carry:]]
     if length == 0:     # no steps: the initial carry, and empty ys
@@ -373,7 +374,7 @@ def unrolled_scan(eqn) -> ClosedJaxpr:
         blocks, leftover = 0, length
     with JaxprBuilder() as builder:
         ins = [builder.new_arg(v.aval, v.hint if isinstance(v, Var) else None) for v in eqn.invars]
-        consts, carry, xs = _scan_split(ins, n_consts, n_carry)
+        consts, carry, xs = scan_split(ins, n_consts, n_carry)
 
         def steps(carry, xs_rows, indices):
             """Runs the body for `indices` (in loop order); returns the carry and ys rows."""
@@ -497,8 +498,8 @@ _dce.register(while_loop, _while_dce)
 
 
 def _scan_batch(axis, args, dims, *, jaxpr, num_consts, num_carry, length, reverse, unroll, checkpoints=None):
-    consts, carry, xs = _scan_split(list(args), num_consts, num_carry)
-    const_dims, init_dims, xs_dims = _scan_split(list(dims), num_consts, num_carry)
+    consts, carry, xs = scan_split(list(args), num_consts, num_carry)
+    const_dims, init_dims, xs_dims = scan_split(list(dims), num_consts, num_carry)
     # Axis 0 of a scanned array is the scan's: its batch goes to 1 if it is there.
     xs = [move_axis(x, 0, 1) if d == 0 else x for x, d in zip(xs, xs_dims)]
     xs_dims = [1 if d == 0 else d for d in xs_dims]
