@@ -49,7 +49,7 @@ __all__ = ["all", "amax", "amin", "any", "argmax", "argmin", "argsort", "average
 # Helpers
 
 
-def _operand(a):
+def strong_operand(a):
     """`a` as an array operand: Python scalars and lists become (strong) NumPy values."""
     x = asarray(a)
     if is_python_scalar(x):
@@ -85,7 +85,7 @@ def _axes(axis, ndim: int) -> tuple[int, ...]:
     return axes if ndim else ()
 
 
-def _to(x, dt: np.dtype):
+def converted(x, dt: np.dtype):
     """`x` converted to `dt`, or `x` itself when it already has that dtype."""
     return x if dtype_of(x) == dt else convert(x, dt)
 
@@ -147,7 +147,7 @@ def _where_mask(x, where, fill):
     """`x` where `where` holds and `fill` elsewhere (the reduction's identity)."""
     if where is True:
         return x
-    where = _operand(where)
+    where = strong_operand(where)
     if dtype_of(where) != dtypes.bool_:
         where = convert(where, dtypes.bool_)
     return _broadcast_to(ew.select.bind(where, x, _lit(fill, dtype_of(x))), shape_of(x))
@@ -164,16 +164,16 @@ def _is_nan(x):
 def _sum_like(name, prim, bool_prim, combine, bool_combine, identity, a, axis, dtype,
               out, keepdims, initial, where):
     _no_out(out, name)
-    x = _operand(a)
+    x = strong_operand(a)
     in_shape = shape_of(x)
     axes = _axes(axis, len(in_shape))
     acc = _dtype_arg(dtype) or _numpy_default_dtype(name, dtype_of(x))
-    x = _to(x, acc)
+    x = converted(x, acc)
     is_bool = acc == dtypes.bool_
     x = _where_mask(x, where, bool(identity) if is_bool else identity)
     result = (bool_prim if is_bool else prim).bind(x, axes=axes)
     if initial is not None:
-        result = (bool_combine if is_bool else combine).bind(result, _to(_operand(initial), acc))
+        result = (bool_combine if is_bool else combine).bind(result, converted(strong_operand(initial), acc))
     return _finish(result, in_shape, axes, keepdims)
 
 
@@ -197,7 +197,7 @@ def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where
 
 def _max_like(name, prim, combine, bool_combine, a, axis, out, keepdims, initial, where):
     _no_out(out, name)
-    x = _operand(a)
+    x = strong_operand(a)
     in_shape = shape_of(x)
     axes = _axes(axis, len(in_shape))
     dt = dtype_of(x)
@@ -209,12 +209,12 @@ def _max_like(name, prim, combine, bool_combine, a, axis, out, keepdims, initial
         x = _where_mask(x, where, initial)
     if initial is not None and builtins.any(in_shape[a] == 0 for a in axes):
         # An empty reduction with an initial value is the initial value.
-        result = _broadcast_to(_to(_operand(initial), dt),
+        result = _broadcast_to(converted(strong_operand(initial), dt),
                                tuple(d for i, d in enumerate(in_shape) if i not in axes))
     else:
         result = prim.bind(x, axes=axes)
         if initial is not None:
-            result = combine.bind(result, _to(_operand(initial), dt))
+            result = combine.bind(result, converted(strong_operand(initial), dt))
     return _finish(result, in_shape, axes, keepdims)
 
 
@@ -238,7 +238,7 @@ amax, amin = max, min
 @implements(np.ptp)
 def ptp(a, axis=None, out=None, keepdims=False):
     """np.ptp: max - min in the input dtype (integers wrap around, as in NumPy)."""
-    x = _operand(a)
+    x = strong_operand(a)
     if dtype_of(x) == dtypes.bool_:
         raise ShapeError("np.ptp of a boolean array is not supported (NumPy has no boolean "
                          "subtract); convert it to an integer dtype first")
@@ -260,7 +260,7 @@ def _logical_reduction(name: str, prim, identity: bool, doc: str):
     count as `identity`."""
     def reduction(a, axis=None, out=None, keepdims=False, *, where=True):
         _no_out(out, name)
-        x = _as_bool(_operand(a))
+        x = _as_bool(strong_operand(a))
         axes = _axes(axis, aval(x).ndim)
         result = prim.bind(_where_mask(x, where, identity), axes=axes)
         return _finish(result, shape_of(x), axes, keepdims)
@@ -278,7 +278,7 @@ any = _logical_reduction("any", red.reduce_or, False,
 @implements(np.count_nonzero)
 def count_nonzero(a, axis=None, *, keepdims=False):
     """np.count_nonzero: an intp count of the nonzero elements."""
-    x = _as_bool(_operand(a))
+    x = _as_bool(strong_operand(a))
     axes = _axes(axis, aval(x).ndim)
     index = dtypes.canonicalize_dtype(np.intp)
     return _finish(red.reduce_sum.bind(convert(x, index), axes=axes), shape_of(x), axes,
@@ -304,10 +304,10 @@ def _mean_dtypes(dt: np.dtype, dtype) -> tuple[np.dtype, np.dtype]:
 def _divide(total, count, acc: np.dtype):
     """`total / count` in `acc`; an integer `acc` divides in floats and truncates, as NumPy."""
     if dtypes.is_inexact(acc):
-        divisor = _lit(count, acc) if not _is_staged_or_array(count) else _to(count, acc)
+        divisor = _lit(count, acc) if not _is_staged_or_array(count) else converted(count, acc)
         return ew.div.bind(total, divisor)
     f = dtypes.default_float()
-    divisor = _lit(count, f) if not _is_staged_or_array(count) else _to(count, f)
+    divisor = _lit(count, f) if not _is_staged_or_array(count) else converted(count, f)
     return convert(ew.div.bind(convert(total, f), divisor), acc)
 
 
@@ -319,20 +319,20 @@ def _is_staged_or_array(value) -> bool:
 def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     """np.mean: ints and bools average in float64; float16 sums in float32."""
     _no_out(out, "mean")
-    x = _operand(a)
+    x = strong_operand(a)
     in_shape = shape_of(x)
     axes = _axes(axis, len(in_shape))
     acc, result_dtype = _mean_dtypes(dtype_of(x), dtype)
     if acc == dtypes.bool_:
         raise StagingError("np.mean(..., dtype=bool) is not supported")
-    x = _to(x, acc)
+    x = converted(x, acc)
     if where is True:
         count = _count(in_shape, axes)
     else:
         count = red.reduce_sum.bind(_where_mask(_ones_like(x), where, 0), axes=axes)
         x = _where_mask(x, where, 0)
     total = red.reduce_sum.bind(x, axes=axes)
-    result = _to(_divide(total, count, acc), result_dtype)
+    result = converted(_divide(total, count, acc), result_dtype)
     return _finish(result, in_shape, axes, keepdims)
 
 
@@ -352,7 +352,7 @@ def _var(name, a, axis, dtype, out, ddof, keepdims, where, mean_arg, correction)
         if ddof != 0:
             raise StagingError(f"np.{name}: ddof and correction cannot both be given")
         ddof = correction
-    x = _operand(a)
+    x = strong_operand(a)
     dt = dtype_of(x)
     if dtypes.is_inexact(dt) and not dtypes.is_float(dt):
         raise ShapeError(f"np.{name} of a complex array is not supported yet")
@@ -366,10 +366,10 @@ def _var(name, a, axis, dtype, out, ddof, keepdims, where, mean_arg, correction)
     n = _count(in_shape, axes)
     # As NumPy's _methods._var: the mean (kept dims) in `acc`, deviations in the promoted
     # dtype of input and mean, their squares summed in `acc`, divided by n - ddof.
-    m = _expand(_divide(red.reduce_sum.bind(_to(x, acc), axes=axes), n, acc), axes)
+    m = _expand(_divide(red.reduce_sum.bind(converted(x, acc), axes=axes), n, acc), axes)
     dev_dtype = dtypes.canonicalize_dtype(np.result_type(dt, acc))
-    dev = ew.sub.bind(_to(x, dev_dtype), _to(m, dev_dtype))
-    sq = red.reduce_sum.bind(_to(ew.mul.bind(dev, dev), acc), axes=axes)
+    dev = ew.sub.bind(converted(x, dev_dtype), converted(m, dev_dtype))
+    sq = red.reduce_sum.bind(converted(ew.mul.bind(dev, dev), acc), axes=axes)
     result = _divide(sq, builtins.max(n - ddof, 0), acc)
     return _finish(result, in_shape, axes, keepdims)
 
@@ -392,7 +392,7 @@ def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Tru
 @implements(np.average)
 def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
     """np.average: the mean, or sum(a * w) / sum(w) along `axis` with weights."""
-    x = _operand(a)
+    x = strong_operand(a)
     in_shape = shape_of(x)
     axes = _axes(axis, len(in_shape))
     returned = _static_bool(returned, "returned")
@@ -404,7 +404,7 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
         avg_aval = aval(avg)
         scale = aval(x).size / avg_aval.size if avg_aval.size else np.nan
         return avg, _broadcast_to(np.asarray(scale, dtype=avg_aval.dtype)[()], avg_aval.shape)
-    w = _operand(weights)
+    w = strong_operand(weights)
     dt, wdt = dtype_of(x), dtype_of(w)
     if dtypes.is_integer(dt) or dtypes.is_bool(dt):
         result_dtype = np.result_type(dt, wdt, np.float64)
@@ -425,9 +425,9 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
             w = _transpose(w, tuple(int(i) for i in np.argsort(user_axes)))
         # Weights along `axis` only: give them length-1 axes elsewhere, then broadcast.
         w = _reshape(w, tuple(d if i in axes else 1 for i, d in enumerate(in_shape)))
-    w_full = _broadcast_to(_to(w, result_dtype), in_shape)
+    w_full = _broadcast_to(converted(w, result_dtype), in_shape)
     scale = sum(w_full, axes, keepdims=keepdims)
-    total = sum(ew.mul.bind(_to(x, result_dtype), w_full), axes, keepdims=keepdims)
+    total = sum(ew.mul.bind(converted(x, result_dtype), w_full), axes, keepdims=keepdims)
     avg = ew.div.bind(total, scale)
     return (avg, scale) if returned else avg
 
@@ -443,7 +443,7 @@ def _transpose(x, permutation):
 @implements(np.nansum)
 def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
     """np.nansum: NaNs count as zero."""
-    x = _operand(a)
+    x = strong_operand(a)
     if dtypes.is_inexact(dtype_of(x)):
         x = ew.select.bind(_is_nan(x), _lit(0, dtype_of(x)), x)
     return sum(x, axis, dtype, out, keepdims, initial, where)
@@ -452,13 +452,13 @@ def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, whe
 @implements(np.nanmean)
 def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     """np.nanmean: the mean of the non-NaN elements (NaN where there are none)."""
-    x = _operand(a)
+    x = strong_operand(a)
     if not dtypes.is_inexact(dtype_of(x)):
         return mean(x, axis, dtype, out, keepdims, where=where)
     _no_out(out, "nanmean")
     nan = _is_nan(x)
     if where is not True:   # left out: NaNs, and whatever `where` excludes
-        nan = _broadcast_to(ew.select.bind(_as_bool(_operand(where)), nan,
+        nan = _broadcast_to(ew.select.bind(_as_bool(strong_operand(where)), nan,
                                            _lit(True, dtypes.bool_)), shape_of(x))
     index = dtypes.canonicalize_dtype(np.intp)
     count = sum(ew.not_.bind(_broadcast_to(nan, shape_of(x))), axis, index, keepdims=keepdims)
@@ -473,7 +473,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
 
 def _arg(name, prim, a, axis, out, keepdims):
     _no_out(out, name)
-    x = _operand(a)
+    x = strong_operand(a)
     in_shape = shape_of(x)
     index = dtypes.canonicalize_dtype(np.intp)
     keepdims = _static_bool(keepdims, "keepdims")
@@ -505,7 +505,7 @@ def argmin(a, axis=None, out=None, *, keepdims=False):
 
 def _cumulative(name, prim, bool_prim, a, axis, dtype, out):
     _no_out(out, name)
-    x = _operand(a)
+    x = strong_operand(a)
     if axis is None or not shape_of(x):
         if axis is not None:
             normalize_axis(axis, 0)
@@ -513,7 +513,7 @@ def _cumulative(name, prim, bool_prim, a, axis, dtype, out):
     else:
         ax = normalize_axis(axis, aval(x).ndim)
     acc = _dtype_arg(dtype) or _numpy_default_dtype(name, dtype_of(x))
-    x = _to(x, acc)
+    x = converted(x, acc)
     return (bool_prim if acc == dtypes.bool_ else prim).bind(x, axis=ax, reverse=False)
 
 
@@ -534,7 +534,7 @@ _NO_VALUE = object()
 
 def _edge(values, x, ax: int):
     """A `prepend=`/`append=` operand of np.diff: a scalar becomes one slice along `ax`."""
-    v = _operand(values)
+    v = strong_operand(values)
     if not shape_of(v):
         shape = list(shape_of(x))
         shape[ax] = 1
@@ -546,7 +546,7 @@ def _edge(values, x, ax: int):
 def diff(a, n=1, axis=-1, prepend=_NO_VALUE, append=_NO_VALUE):
     """np.diff: `n` times `x[1:] - x[:-1]` along `axis` (`!=` for booleans, as NumPy),
     after joining `prepend` and `append` on; the inverse of cumsum."""
-    x = _operand(a)
+    x = strong_operand(a)
     n = np_shaping.static_int(n, "np.diff's n")
     if n < 0:
         raise ShapeError(f"np.diff: order must be non-negative but got {n}",
@@ -575,11 +575,11 @@ def diff(a, n=1, axis=-1, prepend=_NO_VALUE, append=_NO_VALUE):
 def _float_operand(a, name: str):
     """A real array operand in a floating dtype (integers become float64, as NumPy's
     gradient and unwrap compute them)."""
-    x = _operand(a)
+    x = strong_operand(a)
     if dtypes.is_complex(dtype_of(x)):
         raise UnsupportedFunctionError(f"np.{name} of complex arrays is not supported yet")
     if not dtypes.is_inexact(dtype_of(x)):
-        x = _to(x, dtypes.canonicalize_dtype(np.float64))
+        x = converted(x, dtypes.canonicalize_dtype(np.float64))
     return x
 
 
@@ -641,7 +641,7 @@ def gradient(f, *varargs, axis=None, edge_order=1):
         first, last = _EDGE_STENCILS[edge_order]
         parts = [_stencil(x, ax, terms, h) for terms in (first, _CENTRAL, last)]
         joined = np_shaping.concatenate(parts, axis=ax)
-        out.append(_to(joined, dtype_of(x)))
+        out.append(converted(joined, dtype_of(x)))
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -666,7 +666,7 @@ def unwrap(p, discont=None, axis=-1, *, period=2 * np.pi):
     correction = np_math.subtract(ddmod, dd)
     correction = np_math.where(np_math.less(np_math.absolute(dd), discont), 0.0, correction)
     rest = np_math.add(_along(x, ax, 1, None), cumsum(correction, axis=ax))
-    return _to(np_shaping.concatenate([_along(x, ax, 0, 1), rest], axis=ax), dtype_of(x))
+    return converted(np_shaping.concatenate([_along(x, ax, 0, 1), rest], axis=ax), dtype_of(x))
 
 
 # ---------------------------------------------------------------------------------------
@@ -676,7 +676,7 @@ def unwrap(p, discont=None, axis=-1, *, period=2 * np.pi):
 def _sort_operand(a, axis, order, name):
     if order is not None:
         raise StagingError(f"np.{name}(..., order=...) is not supported (no structured dtypes)")
-    x = _operand(a)
+    x = strong_operand(a)
     if axis is None:
         return _flatten(x), 0
     if not shape_of(x) and name == "argsort":   # NumPy gives argsort(0-d) == [0]
@@ -727,7 +727,7 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     """np.median: the middle of the sorted values (the mean of the middle two for an even
     count), a NaN if the slice has one; ints give float64, as np.mean."""
     _no_out(out, "median")
-    x = _operand(a)
+    x = strong_operand(a)
     in_shape = shape_of(x)
     axes = _axes(axis, len(in_shape))
     if len(in_shape) and axis is None:
@@ -748,10 +748,10 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
         starts = tuple(i if d == ax else 0 for d in range(len(shape_of(work))))
         limits = tuple(i + 1 if d == ax else size for d, size in enumerate(shape_of(work)))
         picked = st.slice.bind(ordered, start_indices=starts, limit_indices=limits)
-        return _to(st.squeeze.bind(picked, dimensions=(ax,)), acc)
+        return converted(st.squeeze.bind(picked, dimensions=(ax,)), acc)
 
     if n == 0:   # NumPy: the mean of an empty slice, 0 / 0
-        result = _divide(red.reduce_sum.bind(_to(ordered, acc), axes=(ax,)), 0, acc)
+        result = _divide(red.reduce_sum.bind(converted(ordered, acc), axes=(ax,)), 0, acc)
     elif n % 2:
         result = element(n // 2)
     else:        # NumPy's mean of the middle two: their sum over 2
@@ -761,7 +761,7 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
         largest = element(n - 1)
         result = ew.select.bind(_is_nan(largest), _lit(float("nan"), acc), result)
     # The reduced axis leaves the others in their order (merging keeps them in order too).
-    return _finish(_to(result, result_dtype), in_shape, axes, keepdims)
+    return _finish(converted(result, result_dtype), in_shape, axes, keepdims)
 
 
 def _merge_axes(x, axes):

@@ -16,7 +16,7 @@ from s2s.numpy_api import shaping as np_shaping
 from s2s.numpy_api._base import cast_all, dtype as dtype_of, implements, shape as shape_of
 from s2s.numpy_api.creation import linspace
 from s2s.numpy_api.indexing import take
-from s2s.numpy_api.reductions import _operand, _to, max, min, sum
+from s2s.numpy_api.reductions import converted, max, min, strong_operand, sum
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.primitives import structural as st
@@ -32,7 +32,7 @@ def _sorts_before(x, y):
 
 
 def _sorted_1d(a, fn: str, what: str = "the sorted array"):
-    x = _operand(a)
+    x = strong_operand(a)
     if len(shape_of(x)) != 1:
         raise ShapeError(f"np.{fn}: {what} must be 1-d, got shape {shape_of(x)}",
                          "flatten it (np.ravel), or map over rows with s2s.vmap")
@@ -49,13 +49,13 @@ def searchsorted(a, v, side="left", sorter=None):
         raise ShapeError(f"np.searchsorted: side must be 'left' or 'right', got {side!r}")
     if sorter is not None:
         x = take(x, sorter)
-    v = _operand(v)
+    v = strong_operand(v)
     row = np_shaping.expand_dims(v, -1)         # each value against every element of a
     if side == "left":
         before = _sorts_before(x, row)
     else:
         before = np_math.logical_not(_sorts_before(row, x))
-    return _to(sum(before, axis=-1), dtypes.canonicalize_dtype(np.intp))
+    return converted(sum(before, axis=-1), dtypes.canonicalize_dtype(np.intp))
 
 
 def _static_monotonicity(bins) -> int | None:
@@ -111,7 +111,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     if n == 0:
         raise ShapeError("np.interp: array of sample points is empty")
     f64 = dtypes.canonicalize_dtype(np.float64)
-    x, xp, fp = (_to(_operand(v), f64) for v in (x, xp, fp))
+    x, xp, fp = (converted(strong_operand(v), f64) for v in (x, xp, fp))
     lo_fp, hi_fp = ops.index_in_dim(fp, 0, 0), ops.index_in_dim(fp, n - 1, 0)
     if n == 1:
         f = np_shaping.broadcast_to(lo_fp, shape_of(x))
@@ -150,7 +150,7 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     """np.histogram with a static number of equal bins or static edges: the count (or
     summed weights) of the flattened `a` in each [edge_i, edge_i+1), the last bin closed.
     Without `range` the edges span a's staged min and max. No derivative (counts)."""
-    x = np_shaping.ravel(_operand(a))
+    x = np_shaping.ravel(strong_operand(a))
     if dtypes.is_complex(dtype_of(x)):
         raise UnsupportedFunctionError("np.histogram of complex arrays is not supported")
     if isinstance(bins, str):
@@ -164,7 +164,7 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
         # NumPy's edge dtype: a's float dtype (float64 for integers).
         f = dtype_of(x) if dtypes.is_inexact(dtype_of(x)) else dtypes.default_float()
         if range is None:
-            lo, hi = _to(min(x), f), _to(max(x), f)
+            lo, hi = converted(min(x), f), converted(max(x), f)
             same = np_math.equal(lo, hi)     # NumPy widens an empty range by 0.5 each side
             lo = np_math.where(same, np_math.subtract(lo, 0.5), lo)
             hi = np_math.where(same, np_math.add(hi, 0.5), hi)
@@ -176,7 +176,7 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
                 lo, hi = lo - 0.5, hi + 0.5
         edges = _uniform_edges(lo, hi, n, f)
     else:
-        edges = _operand(bins)
+        edges = strong_operand(bins)
         if isinstance(edges, np.ndarray) and np.any(np.diff(edges) < 0):
             raise ShapeError("np.histogram: bins must increase monotonically, when an array")
         n = shape_of(edges)[0] - 1
@@ -190,7 +190,7 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     if weights is None:
         hist = sum(inside, axis=0)
     else:
-        w = np_shaping.ravel(_operand(weights))
+        w = np_shaping.ravel(strong_operand(weights))
         hist = sum(np_math.where(inside, np_shaping.expand_dims(w, -1), 0), axis=0)
     if density:
         widths = np_math.subtract(upper, lower)
