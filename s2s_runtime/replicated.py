@@ -17,7 +17,7 @@ import threading
 import numpy as np
 
 from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
-from s2s_runtime.xla import Array, _Aval, client
+from s2s_runtime.xla import Array, _Aval, client, install_sharding_hooks
 from jaxlib import version as jaxlib_version, xla_client
 
 # (text, device ids) -> compiled executable, the most recent last. A pmapped function is
@@ -29,19 +29,9 @@ _KEEP = 64
 
 
 def _install_sharding_hooks() -> None:
-    """The attributes jaxlib's C++ side reads from a GSPMD sharding (jax would install them)."""
-    sharding = xla_client.GSPMDSharding
-    if getattr(sharding, "_s2s_hooks", False):
-        return
-    if not hasattr(sharding, "_to_xla_hlo_sharding"):
-        sharding._to_xla_hlo_sharding = lambda self, ndim: self._hlo_sharding
-    for name, value in (("is_fully_replicated", True), ("is_fully_addressable", True),
-                        ("memory_kind", None)):
-        if not hasattr(sharding, name):
-            setattr(sharding, name, property(lambda self, value=value: value))
-    if not hasattr(sharding, "_device_assignment"):
-        sharding._device_assignment = property(lambda self: tuple(self._devices))
-    sharding._s2s_hooks = True
+    """jaxlib's hooks on a GSPMD sharding, as `xla` installs them on a single device's."""
+    install_sharding_hooks(xla_client.GSPMDSharding, lambda self, ndim: self._hlo_sharding,
+                           lambda self: tuple(self._devices))
 
 
 def replica_options(devices: list):

@@ -42,19 +42,19 @@ class _Aval:
         return f"{self.dtype.name}{list(self.shape)}"
 
 
-def _install_sharding_hooks() -> None:
-    """The attributes jaxlib's C++ side reads from a sharding (jax would install them)."""
-    sharding = xla_client.SingleDeviceSharding
+def install_sharding_hooks(sharding, hlo_sharding, device_assignment) -> None:
+    """The attributes jaxlib's C++ side reads from a sharding class (jax would install
+    them), given the class's own `hlo_sharding(self, ndim)` and `device_assignment(self)`."""
     if getattr(sharding, "_s2s_hooks", False):
         return
     if not hasattr(sharding, "_to_xla_hlo_sharding"):
-        sharding._to_xla_hlo_sharding = lambda self, ndim: xla_client.HloSharding.replicate()
+        sharding._to_xla_hlo_sharding = hlo_sharding
     for name, value in (("is_fully_replicated", True), ("is_fully_addressable", True),
                         ("memory_kind", None)):
         if not hasattr(sharding, name):
             setattr(sharding, name, property(lambda self, value=value: value))
     if not hasattr(sharding, "_device_assignment"):
-        sharding._device_assignment = property(lambda self: tuple(self.device_set))
+        sharding._device_assignment = property(device_assignment)
     sharding._s2s_hooks = True
 
 
@@ -103,7 +103,9 @@ def client():
         return _client
     with _lock:
         if _client is None:
-            _install_sharding_hooks()
+            install_sharding_hooks(xla_client.SingleDeviceSharding,
+                                   lambda self, ndim: xla_client.HloSharding.replicate(),
+                                   lambda self: tuple(self.device_set))
             _install_jit_state()
             _register_lapack_targets()
             count = _num_cpu_devices or int(os.environ.get("S2S_NUM_CPU_DEVICES", "1"))
