@@ -17,8 +17,8 @@ import threading
 import numpy as np
 
 from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
-from s2s_runtime.xla import Array, _Aval, client, install_sharding_hooks
-from jaxlib import version as jaxlib_version, xla_client
+from s2s_runtime.xla import Array, _Aval, client, disk_cache_key, install_sharding_hooks
+from jaxlib import xla_client
 
 # (text, device ids) -> compiled executable, the most recent last. A pmapped function is
 # staged again when the Python values its staging read change (a lambda made in its body
@@ -44,17 +44,6 @@ def replica_options(devices: list):
     return xla_client.DeviceList(tuple(devices)), options
 
 
-def _disk_cache_key(mlir_text: str, devices: list, options) -> tuple:
-    """Everything that changes the compiled code (DESIGN.md: never serve wrong code)."""
-    cl = client()
-    return (mlir_text, f"jaxlib {jaxlib_version.__version__}",
-            f"platform {cl.platform} {cl.platform_version}",
-            f"{len(cl.devices())} {devices[0].device_kind} devices, replicas on {[d.id for d in devices]}",
-            b"compile options " + options.SerializeAsString(),
-            f"option overrides {sorted(options.env_option_overrides)!r}",
-            *disk_cache.process_environment())
-
-
 def _compile(mlir_text: str, devices: list, device_list, options):
     """(the executable, whether it came from a cache): in memory, then on disk, else compiled."""
     key = (mlir_text, tuple(d.id for d in devices))
@@ -65,7 +54,7 @@ def _compile(mlir_text: str, devices: list, device_list, options):
             return exe, True
     cl = client()
     exe, hit = disk_cache.get_or_compile(
-        _disk_cache_key(mlir_text, devices, options),
+        disk_cache_key(mlir_text, devices[0], options, placement=f"replicas on {[d.id for d in devices]}"),
         lambda: cl.compile_and_load(mlir_text, device_list, options), cl.serialize_executable,
         lambda data: cl.deserialize_executable(data, device_list, options))
     with _compiled_lock:

@@ -376,13 +376,14 @@ def is_refused_call(error: BaseException) -> bool:
         reason in str(error) for reason in ("Non-hashable static arguments", "sorting pytree dictionary keys"))
 
 
-def disk_cache_key(mlir_text: str, device, options) -> tuple:
+def disk_cache_key(mlir_text: str, device, options, placement: str | None = None) -> tuple:
     """The disk-cache key parts of compiling `mlir_text` for `device` with `options`:
-    everything that changes the compiled code (DESIGN.md: never serve wrong code)."""
+    everything that changes the compiled code (DESIGN.md: never serve wrong code).
+    `placement` says where it runs when that is not `device` alone (replicas of a pmap)."""
     cl = client()
     return (mlir_text, f"jaxlib {jaxlib_version.__version__}",
             f"platform {cl.platform} {cl.platform_version}",
-            f"{len(cl.devices())} {device.device_kind} devices, on {device.id}",
+            f"{len(cl.devices())} {device.device_kind} devices, {placement or f'on {device.id}'}",
             b"compile options " + options.SerializeAsString(),
             f"option overrides {sorted(options.env_option_overrides)!r}",
             *disk_cache.process_environment())
