@@ -213,14 +213,14 @@ def merge_into_manifest(out_dir: str, compiled_modules: set[str],
 
 
 def _progress(i: int, total: int, entry: dict, timings: dict | None = None) -> None:
-    if timings is None:
+    if entry["status"] != "ok":
+        status = f"FAILED {entry.get('location') or ''}".rstrip()
+    elif timings is None:
         status = "skipped (up to date)"
-    elif entry["status"] == "ok":
+    else:
         status = f"ok {timings['compile']:.2f}s"
         if "verify" in timings:
             status += f", verified {timings['verify']:.3f}s"
-    else:
-        status = f"FAILED {entry.get('location') or ''}".rstrip()
     print(f"[{i}/{total}] {entry['name']} {status}", file=sys.stderr, flush=True)
 
 
