@@ -422,6 +422,42 @@ def _expand_ellipsis(labels: list[str], ndim: int, what: str) -> list:
     return out
 
 
+_SUBLIST_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _sublist_text(sublist, what: str) -> str:
+    """A sublist of subscripts (ints 0-51, `...` as Ellipsis) as the letters it stands for."""
+    if not isinstance(sublist, (list, tuple)):
+        raise ShapeError(f"einsum: {what} must be a list of ints, got {type(sublist).__name__}",
+                         "write np.einsum(a, [0, 1], b, [1, 2], [0, 2]), or the string form "
+                         "np.einsum('ij,jk->ik', a, b)")
+    text = ""
+    for s in sublist:
+        if s is Ellipsis:
+            text += "..."
+        elif isinstance(s, (int, np.integer)) and not isinstance(s, bool) and 0 <= s < len(_SUBLIST_LETTERS):
+            text += _SUBLIST_LETTERS[s]
+        else:
+            raise ShapeError(f"einsum: {what} holds {s!r}; subscripts in a sublist are ints "
+                             f"from 0 to {len(_SUBLIST_LETTERS) - 1} or Ellipsis")
+    return text
+
+
+def _interleaved_as_string(first, rest: tuple) -> tuple[str, tuple]:
+    """NumPy's interleaved form `einsum(a, [0, 1], b, [1, 2], [0, 2])` as the subscripts
+    string ('ab,bc->ac') and the operands."""
+    items = (first,) + tuple(rest)
+    operands, sublists = items[0::2], items[1::2]
+    output = None
+    if len(items) % 2 == 1:   # a trailing output sublist
+        operands, output = operands[:-1], items[-1]
+    specs = [_sublist_text(s, f"operand {i}'s sublist") for i, s in enumerate(sublists)]
+    text = ",".join(specs)
+    if output is not None:
+        text += "->" + _sublist_text(output, "the output sublist")
+    return text, operands
+
+
 @implements(np.einsum)
 def einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="safe",
            optimize=False):
@@ -432,9 +468,7 @@ def einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="safe
     """
     _no_out("np.einsum", out)
     if not isinstance(subscripts, str):
-        raise UnsupportedFunctionError(
-            "np.einsum with interleaved operands and sublists is not supported",
-            "write the subscripts as a string: np.einsum('ij,jk->ik', a, b)")
+        subscripts, operands = _interleaved_as_string(subscripts, operands)
     if not 1 <= len(operands) <= 3:
         raise UnsupportedFunctionError(f"np.einsum of {len(operands)} operands is not "
                                        f"supported (1 to 3 are)",

@@ -302,10 +302,29 @@ def test_einsum_errors(spec, shapes, message):
         L.einsum(spec, *[rand(s) for s in shapes])
 
 
+@pytest.mark.parametrize("interleaved", [
+    lambda a, b: np.einsum(a, [0, 1], b, [1, 2], [0, 2]),
+    lambda a, b: np.einsum(a, [0, 1], b, [1, 2]),            # implicit output, as 'ab,bc'
+    lambda a, b: np.einsum(a, [Ellipsis, 1], b, [1, 2], [Ellipsis, 2]),
+    lambda a, b: np.einsum(a, (25, 30), b, (30, 51), [51, 25]),   # tuples; ints up to 51
+    lambda a, b: np.einsum(a, [0, 1], [1]),                    # one operand
+])
+def test_einsum_interleaved_sublists(interleaved):
+    args = (rand((2, 3), seed=0), rand((3, 4), seed=1))
+    check_numpy_and_jax(interleaved, *args, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("sublists, message", [
+    (([0, 52],), "ints from 0 to 51"), (([0, "i"],), "holds 'i'"), (([True, 0],), "holds True"),
+    (("ij",), "must be a list of ints"),
+])
+def test_einsum_bad_sublists(sublists, message):
+    with pytest.raises(ShapeError, match=message):
+        L.einsum(rand((2, 2)), *sublists)
+
+
 def test_einsum_unsupported_forms():
     a = rand((2, 2))
-    with pytest.raises(UnsupportedFunctionError, match="sublists"):
-        L.einsum(a, [0, 1], a, [1, 2])
     with pytest.raises(UnsupportedFunctionError, match="4 operands"):
         L.einsum("i,i,i,i", *[rand((2,))] * 4)
     with pytest.raises(UnsupportedFunctionError, match="out="):
