@@ -246,7 +246,7 @@ def _check_scalar_output(staged: Staged, has_aux: bool, what: str, fn):
         n_primary = len(out_avals)
     if n_primary != 1 or out_avals[0].shape != () or not dtypes.is_inexact(out_avals[0].dtype):
         shown = ", ".join(a.str_short() for a in out_avals[:n_primary])
-        raise StagingError(
+        raise TransformTypeError(
             f"{what} needs a function with one scalar floating-point output, but "
             f"{staged.description} returns ({shown})",
             "reduce the output to a scalar (e.g. .sum()), or use jacrev / vjp for "
@@ -269,7 +269,7 @@ def _raise_container_output(staged: Staged, what: str, fn):
     else:
         help = ("return one scalar (e.g. the sum of the outputs), or return (loss, aux) and "
                 "pass has_aux=True; use jacrev or vjp for several outputs")
-    raise StagingError(f"{what} needs a function with one scalar output, but {staged.description} "
+    raise TransformTypeError(f"{what} needs a function with one scalar output, but {staged.description} "
                        f"returns {kind} of {n} value{'s' if n != 1 else ''} ({shown})", help, last_return_info(fn))
 
 

@@ -71,8 +71,9 @@ class StagingError(S2SError):
 
 
 class TransformTypeError(StagingError, TypeError):
-    """A transform applied where JAX raises a TypeError for the dtypes involved: grad of a
-    complex output without holomorphic=True, holomorphic=True with real inputs or outputs."""
+    """A transform applied where JAX raises a TypeError for the outputs or dtypes involved:
+    grad of a non-scalar, integer or boolean output, or of a complex one without
+    holomorphic=True; holomorphic=True with real inputs or outputs."""
 
 
 class StaleSourceError(StagingError):

@@ -201,9 +201,16 @@ def test_has_aux_and_value_and_grad():
     np.testing.assert_allclose(g, 3 * x ** 2)
 
 
-def test_grad_needs_a_scalar_output():
-    with pytest.raises(s2s.StagingError, match="scalar"):
-        s2s.grad(lambda x: x * 2)(np.ones(3))
+@pytest.mark.parametrize("fn", [lambda x: x * 2, lambda x: x[:1], lambda x: (x > 0).sum(),
+                                lambda x: np.allclose(x, x * 3.0 / 3.0), lambda x: (x.sum(), x.sum())])
+def test_grad_of_a_non_scalar_integer_or_boolean_output_is_a_type_error_as_in_jax(fn):
+    import jax
+    import jax.numpy as jnp
+    with pytest.raises(TypeError, match="one scalar") as caught:
+        s2s.grad(fn)(np.ones(3))
+    assert isinstance(caught.value, s2s.StagingError)   # with the location and help of one
+    with pytest.raises(TypeError):
+        jax.grad(with_numpy(fn, jnp))(jnp.ones(3))
 
 
 def squared(z):
