@@ -6,7 +6,8 @@ checks what they wrote or printed: 2 processes x 2 CPU devices whose collectives
 4 devices (against NumPy) and whose data-parallel training step equals the one-process step
 on the full batch; a process killed (or stopped) mid-run, after which the other ends with a
 clear error within its timeout; a coordinator nobody serves, which fails clearly within the timeout;
-`initialize` after the first device query, refused. Workers block importing jax: the
+`initialize` after the first device query, refused; and the README's two-process example
+trains as one process does on the full batch. Workers block importing jax: the
 multi-process path must not lean on jax's hooks.
 """
 import os
@@ -82,6 +83,8 @@ def _collectives_worker(process_id: int, out: pathlib.Path) -> None:
     step = s2s.pmap(_parallel_step, "batch", in_axes=(None, 0, 0), out_axes=None)
     new_params = step(params, x[mine], y[mine])
     again = s2s.pmap(lambda v: lax.psum(v, "i"), "i")(total)   # a result fed back where it lives
+    jitted = s2s.jit(loss)(params, x[0], y[0])   # jit runs on this process's first device
+    assert jitted.device == s2s.local_devices()[0] and np.isclose(float(jitted), loss(params, x[0], y[0]))
     np.savez(out / f"process{process_id}.npz", total=np.asarray(total), gathered=np.asarray(gathered),
              index=np.asarray(index), again=np.asarray(again),
              **{f"param{i}": np.asarray(p) for i, p in enumerate(s2s.tree_leaves(new_params))})
@@ -188,6 +191,28 @@ def test_a_process_lost_mid_run_ends_the_other_with_a_clear_error(tmp_path, how)
         assert "Terminating process because the JAX distributed service detected fatal errors" in output0
         assert "unhealthy (stopped sending heartbeats)" in output0, output0[-3000:]
         assert waited < 10 + 3 * HEARTBEAT_S, waited
+
+
+def test_the_readme_two_process_example_trains_as_one_process_on_the_full_batch(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("**Several processes**", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+    assert '"127.0.0.1:8476"' in example
+    script = tmp_path / "train.py"
+    script.write_text(example.replace('"127.0.0.1:8476"', f'"127.0.0.1:{_free_port()}"'))
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("S2S_NUM_CPU_DEVICES", None)
+    workers = [subprocess.Popen([sys.executable, str(script), str(i)], cwd=tmp_path, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(PROCESSES)]
+    rng = np.random.default_rng(0)   # the example's training, on the full batch in NumPy
+    x, y = rng.standard_normal((64, 3)), rng.standard_normal((64, 1))
+    W, b = np.zeros((3, 1)), np.zeros(1)
+    for _ in range(10):
+        r = x @ W + b - y
+        W, b = W - 0.1 * 2 * x.T @ r / len(x), b - 0.1 * 2 * r.mean(0)
+    for i, worker in enumerate(workers):
+        code, output, _ = _finish(worker)
+        assert code == 0, output[-3000:]
+        assert f"process {i}: loss {np.mean((x @ W + b - y) ** 2):.10f}" in output, output[-2000:]
 
 
 def test_an_unreachable_coordinator_fails_clearly_within_the_timeout(tmp_path):
