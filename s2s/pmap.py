@@ -46,7 +46,7 @@ from s2s.mapping import positional_names, vmap
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.vmap import example_aval
 from s2s.staging import Tracer, named_axis
-from s2s_runtime.distributed import process_count, replica_devices
+from s2s_runtime.distributed import process_count, replica_count, replica_devices
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray
 from s2s_runtime.xla import Array, devices as all_devices, hlo_text
 
@@ -258,6 +258,7 @@ class Pmapped:
         """The StableHLO module this function runs for these arguments (no devices needed)."""
         try:
             call = self._split(args, devices_needed=False)
+            call = dataclasses.replace(call, size=replica_count(self.devices, call.size))
             staged = self._staged(call, kwargs)
             return Lowered(self._text(staged, call.size, donated_leaves(staged, args, self.donate_argnums)))
         except S2SError as e:

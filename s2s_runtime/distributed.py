@@ -139,6 +139,13 @@ def replica_devices(chosen: list | None, size: int) -> list:
     return xla.devices()[:size]
 
 
+def replica_count(chosen: list | None, size: int) -> int:
+    """How many replicas that pmap has, without making the client (a lowering needs no
+    devices): `size`, or `size` per process in a run of several."""
+    run = _run
+    return size * run.num_processes if run is not None and chosen is None else size
+
+
 @contextlib.contextmanager
 def peer_failures_raised_clearly():
     """Turns XLA's error for a cross-process collective that lost its peer (Gloo's TCP

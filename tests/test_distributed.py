@@ -74,7 +74,7 @@ def _parallel_step(params, x, y):
     return sgd_step(lambda *a: s2s.lax.pmean(s2s.grad(loss)(*a), "batch"), params, x, y)
 
 
-def _collectives_worker(process_id: int, out: pathlib.Path) -> None:
+def _collectives_worker(process_id: int, port: int, out: pathlib.Path) -> None:
     params, x, y = data()
     mine = slice(process_id * LOCAL_DEVICES, (process_id + 1) * LOCAL_DEVICES)   # this process's slices
     total = s2s.pmap(lambda v: lax.psum(v, "i"), "i")(x[mine])
@@ -83,6 +83,13 @@ def _collectives_worker(process_id: int, out: pathlib.Path) -> None:
     step = s2s.pmap(_parallel_step, "batch", in_axes=(None, 0, 0), out_axes=None)
     new_params = step(params, x[mine], y[mine])
     again = s2s.pmap(lambda v: lax.psum(v, "i"), "i")(total)   # a result fed back where it lives
+    try:
+        s2s.distributed.initialize(f"127.0.0.1:{port}", PROCESSES, process_id)
+    except s2s.distributed.DistributedError as error:
+        assert "already joined the run coordinated at" in str(error)
+    else:
+        raise AssertionError("a second initialize was accepted")
+    assert "mhlo.num_replicas = 4" in s2s.pmap(lambda v: lax.psum(v, "i"), "i").lower(x[mine]).as_text()
     jitted = s2s.jit(loss)(params, x[0], y[0])   # jit runs on this process's first device
     assert jitted.device == s2s.local_devices()[0] and np.isclose(float(jitted), loss(params, x[0], y[0]))
     np.savez(out / f"process{process_id}.npz", total=np.asarray(total), gathered=np.asarray(gathered),
@@ -116,7 +123,7 @@ def _worker(scenario: str, process_id: int, port: int, out: str) -> None:
         print(f"DistributedError: {error}", flush=True)
         sys.exit(3)
     if scenario == "collectives":
-        _collectives_worker(process_id, pathlib.Path(out))
+        _collectives_worker(process_id, port, pathlib.Path(out))
     elif scenario in ("killed", "stopped"):
         _peer_lost_worker(process_id, scenario)
     assert "jax" not in sys.modules
