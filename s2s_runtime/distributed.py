@@ -63,19 +63,19 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
     with _lock:
         if _run is not None:
             raise DistributedError(f"this process already joined the run coordinated at {_run.address}")
-        try:
+        try:   # (the plain client for now: only to learn whether the client exists already)
             xla.make_client_with(None)
         except RuntimeError:
             raise DistributedError("the XLA client of this process already exists: start the "
                                    "distributed runtime before the first jit call or device query") from None
         if local_device_count is not None:
             xla.set_num_cpu_devices(local_device_count)
-        seconds = max(1, int(round(timeout)))
+        seconds, heartbeat_seconds = max(1, int(round(timeout))), max(1, int(round(heartbeat_timeout)))
         service = None
         if process_id == 0:
             try:
                 service = _jax.get_distributed_runtime_service(
-                    coordinator_address, num_processes, heartbeat_timeout=max(1, int(heartbeat_timeout)),
+                    coordinator_address, num_processes, heartbeat_timeout=heartbeat_seconds,
                     cluster_register_timeout=seconds, shutdown_timeout=seconds)
             except Exception as error:   # jaxlib raises its runtime error with gRPC's text
                 raise DistributedError(
@@ -85,7 +85,7 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
         _wait_until_reachable(host, port, coordinator_address, process_id, timeout)
         distributed_client = _jax.get_distributed_runtime_client(
             coordinator_address, process_id, rpc_timeout=seconds, init_timeout=seconds,
-            shutdown_timeout=seconds, heartbeat_timeout=max(1, int(heartbeat_timeout)),
+            shutdown_timeout=seconds, heartbeat_timeout=heartbeat_seconds,
             shutdown_on_destruction=False)
         distributed_client.connect()   # waits for every process to connect (at most `timeout`)
         collectives = _jax.make_gloo_tcp_collectives(distributed_client)

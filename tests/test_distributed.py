@@ -1,14 +1,14 @@
 """s2s.distributed: pmap across processes on jaxlib's distributed runtime, on 127.0.0.1.
 
 Each test starts worker processes (this file run as a module: `python -m
-tests.test_distributed SCENARIO PROCESS_ID PORT OUT_DIR`), each with a timeout, and
-checks what they wrote or printed: 2 processes x 2 CPU devices whose collectives span all
-4 devices (against NumPy) and whose data-parallel training step equals the one-process step
-on the full batch; a process killed (or stopped) mid-run, after which the other ends with a
-clear error within its timeout; a coordinator nobody serves, which fails clearly within the timeout;
-`initialize` after the first device query, refused; and the README's two-process example
-trains as one process does on the full batch. Workers block importing jax: the
-multi-process path must not lean on jax's hooks.
+tests.test_distributed SCENARIO PROCESS_ID PORT OUT_DIR`), each with a timeout, and checks
+what they wrote or printed: 2 processes x 2 CPU devices whose collectives span all 4
+devices (against NumPy) and whose data-parallel training step equals the one-process step
+on the full batch; a process killed (or stopped) mid-run, after which the other ends with
+a clear error within its timeout; a coordinator nobody serves, which fails clearly within
+the timeout, and one whose port is taken; `initialize` after the first device query,
+refused; and the README's two-process example trains as one process does on the full
+batch. Workers block importing jax: the multi-process path must not lean on jax's hooks.
 """
 import os
 import pathlib
@@ -115,7 +115,7 @@ def _peer_lost_worker(process_id: int, how: str) -> None:
 def _worker(scenario: str, process_id: int, port: int, out: str) -> None:
     if scenario == "late":   # the client exists before initialize
         s2s.devices()
-    timeout = 2.0 if scenario in ("unreachable", "late") else 30.0
+    timeout = 2.0 if scenario in ("unreachable", "late", "port_in_use") else 30.0
     try:
         s2s.distributed.initialize(f"127.0.0.1:{port}", PROCESSES, process_id, local_device_count=LOCAL_DEVICES,
                                    timeout=timeout, heartbeat_timeout=HEARTBEAT_S)
@@ -230,6 +230,17 @@ def test_an_unreachable_coordinator_fails_clearly_within_the_timeout(tmp_path):
     assert f"could not reach the coordinator at 127.0.0.1:{port} within 2 s" in output
     assert "check that process 0 runs with the same coordinator_address" in output
     assert time.monotonic() - start < 15
+
+
+def test_a_coordinator_port_in_use_fails_clearly(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, output, _ = _finish(_start("port_in_use", 0, port, tmp_path))
+    assert code == 3, output[-3000:]
+    assert f"process 0 could not start the coordination service on 127.0.0.1:{port}" in output
+    assert "check that the port is free" in output
 
 
 def test_initialize_after_the_first_device_query_is_refused(tmp_path):
