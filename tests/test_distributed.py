@@ -75,6 +75,10 @@ def _parallel_step(params, x, y):
 
 
 def _collectives_worker(process_id: int, port: int, out: pathlib.Path) -> None:
+    from s2s_runtime import disk_cache
+    hits = []   # one per executable: served from the disk cache or compiled
+    get_or_compile = disk_cache.get_or_compile
+    disk_cache.get_or_compile = lambda *a: hits.append(get_or_compile(*a)) or hits[-1]
     params, x, y = data()
     mine = slice(process_id * LOCAL_DEVICES, (process_id + 1) * LOCAL_DEVICES)   # this process's slices
     total = s2s.pmap(lambda v: lax.psum(v, "i"), "i")(x[mine])
@@ -98,6 +102,7 @@ def _collectives_worker(process_id: int, port: int, out: pathlib.Path) -> None:
     print("devices", len(s2s.devices()), len(s2s.local_devices()), s2s.local_device_count(),
           "process", s2s.process_index(), s2s.process_count(),
           "local are mine", all(d.process_index == process_id for d in s2s.local_devices()))
+    print(f"disk cache hits {sum(hit for _, hit in hits)} of {len(hits)}")
 
 
 def _peer_lost_worker(process_id: int, how: str) -> None:
@@ -140,8 +145,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(scenario: str, process_id: int, port: int, out) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def _start(scenario: str, process_id: int, port: int, out, **env_extra) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_extra)
     env.pop("S2S_NUM_CPU_DEVICES", None)
     return subprocess.Popen([sys.executable, "-m", "tests.test_distributed", scenario, str(process_id), str(port), str(out)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -160,24 +165,30 @@ def _finish(process: subprocess.Popen) -> tuple[int, str, float]:
 
 
 def test_two_processes_of_two_devices_compute_as_one_run_of_four(tmp_path):
-    port = _free_port()
-    workers = [_start("collectives", i, port, tmp_path) for i in range(PROCESSES)]
-    for i, worker in enumerate(workers):
-        code, output, _ = _finish(worker)
-        assert code == 0, output[-4000:]
-        assert f"devices 4 2 2 process {i} 2 local are mine True" in output, output[-2000:]
+    """Run twice on one disk cache: compiled, then every executable served from the cache."""
+    cache = tmp_path / "cache"
     params, x, y = data()
     expected_params = s2s.tree_leaves(sgd_step(s2s.grad(loss), params, x.reshape(-1, WIDTH),
                                                y.reshape(-1, CLASSES)))
-    for i in range(PROCESSES):
-        got = np.load(tmp_path / f"process{i}.npz")
-        mine = x[i * LOCAL_DEVICES:(i + 1) * LOCAL_DEVICES]
-        np.testing.assert_allclose(got["total"], np.broadcast_to(x.sum(0), mine.shape), rtol=1e-12)
-        np.testing.assert_allclose(got["again"], 4 * np.broadcast_to(x.sum(0), mine.shape), rtol=1e-12)
-        np.testing.assert_array_equal(got["gathered"], np.broadcast_to(x, (LOCAL_DEVICES, *x.shape)))
-        np.testing.assert_array_equal(got["index"], [i * LOCAL_DEVICES, i * LOCAL_DEVICES + 1])
-        for j, want in enumerate(expected_params):
-            np.testing.assert_allclose(got[f"param{j}"], want, rtol=1e-10, atol=1e-12)
+    for served in (False, True):
+        port = _free_port()
+        workers = [_start("collectives", i, port, tmp_path, S2S_CACHE_DIR=str(cache), S2S_DISK_CACHE="1")
+                   for i in range(PROCESSES)]
+        for i, worker in enumerate(workers):
+            code, output, _ = _finish(worker)
+            assert code == 0, output[-4000:]
+            assert f"devices 4 2 2 process {i} 2 local are mine True" in output, output[-2000:]
+            hits, executables = map(int, output.split("disk cache hits ", 1)[1].split()[::2][:2])
+            assert executables >= 6 and hits == (executables if served else 0), output[-2000:]
+        for i in range(PROCESSES):
+            got = np.load(tmp_path / f"process{i}.npz")
+            mine = x[i * LOCAL_DEVICES:(i + 1) * LOCAL_DEVICES]
+            np.testing.assert_allclose(got["total"], np.broadcast_to(x.sum(0), mine.shape), rtol=1e-12)
+            np.testing.assert_allclose(got["again"], 4 * np.broadcast_to(x.sum(0), mine.shape), rtol=1e-12)
+            np.testing.assert_array_equal(got["gathered"], np.broadcast_to(x, (LOCAL_DEVICES, *x.shape)))
+            np.testing.assert_array_equal(got["index"], [i * LOCAL_DEVICES, i * LOCAL_DEVICES + 1])
+            for j, want in enumerate(expected_params):
+                np.testing.assert_allclose(got[f"param{j}"], want, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("how", ["killed", "stopped"])
