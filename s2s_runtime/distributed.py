@@ -73,15 +73,13 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
         seconds, heartbeat_seconds = max(1, int(round(timeout))), max(1, int(round(heartbeat_timeout)))
         service = None
         if process_id == 0:
+            _check_port_free(host, port, coordinator_address)
             try:
                 service = _jax.get_distributed_runtime_service(
                     coordinator_address, num_processes, heartbeat_timeout=heartbeat_seconds,
                     cluster_register_timeout=seconds, shutdown_timeout=seconds)
             except Exception as error:   # jaxlib raises its runtime error with gRPC's text
-                raise DistributedError(
-                    f"process 0 could not start the coordination service on {coordinator_address}: "
-                    f"{error}; check that the port is free and the host is an address of this "
-                    "machine") from None
+                raise _service_failed(coordinator_address, error) from None
         _wait_until_reachable(host, port, coordinator_address, process_id, timeout)
         distributed_client = _jax.get_distributed_runtime_client(
             coordinator_address, process_id, rpc_timeout=seconds, init_timeout=seconds,
@@ -168,6 +166,21 @@ def _host_and_port(address: str) -> tuple[str, int]:
         raise DistributedError(f"the coordinator address must be HOST:PORT (like 127.0.0.1:1234), "
                                f"not {address!r}")
     return host.strip("[]"), int(port)
+
+
+def _check_port_free(host: str, port: int, address: str) -> None:
+    """Raises DistributedError when the coordinator's port cannot be bound: jaxlib's service
+    fails then too, but sometimes crashes the process (a segfault) on the way."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, port))
+    except OSError as error:
+        raise _service_failed(address, error) from None
+
+
+def _service_failed(address: str, error: BaseException) -> DistributedError:
+    return DistributedError(f"process 0 could not start the coordination service on {address}: {error}; "
+                            "check that the port is free and the host is an address of this machine")
 
 
 def _wait_until_reachable(host: str, port: int, address: str, process_id: int, timeout: float) -> None:
