@@ -6,7 +6,7 @@ what they wrote or printed: 2 processes x 2 CPU devices whose collectives span a
 devices (against NumPy) and whose data-parallel training step equals the one-process step
 on the full batch; a process killed (or stopped) mid-run, after which the other ends with
 a clear error within its timeout; a coordinator nobody serves, which fails clearly within
-the timeout, and one whose port is taken; `initialize` after the first device query,
+the timeout, one whose port is taken, and one whose peer never comes (jaxlib ends it); `initialize` after the first device query,
 refused; and the README's two-process example trains as one process does on the full
 batch. Workers block importing jax: the multi-process path must not lean on jax's hooks.
 """
@@ -120,7 +120,7 @@ def _peer_lost_worker(process_id: int, how: str) -> None:
 def _worker(scenario: str, process_id: int, port: int, out: str) -> None:
     if scenario == "late":   # the client exists before initialize
         s2s.devices()
-    timeout = 2.0 if scenario in ("unreachable", "late", "port_in_use") else 30.0
+    timeout = 2.0 if scenario in ("unreachable", "late", "port_in_use", "alone") else 30.0
     try:
         s2s.distributed.initialize(f"127.0.0.1:{port}", PROCESSES, process_id, local_device_count=LOCAL_DEVICES,
                                    timeout=timeout, heartbeat_timeout=HEARTBEAT_S)
@@ -240,6 +240,14 @@ def test_an_unreachable_coordinator_fails_clearly_within_the_timeout(tmp_path):
     assert code == 3, output[-3000:]
     assert f"could not reach the coordinator at 127.0.0.1:{port} within 2 s" in output
     assert "check that process 0 runs with the same coordinator_address" in output
+    assert time.monotonic() - start < 15
+
+
+def test_a_process_that_never_comes_ends_the_coordinator_within_the_timeout(tmp_path):
+    start = time.monotonic()
+    code, output, _ = _finish(_start("alone", 0, _free_port(), tmp_path))   # process 1 never starts
+    assert code == -signal.SIGABRT, output[-3000:]   # jaxlib's own end: it offers no exception here
+    assert "Wait_for_all_tasks_to_register" in output and "# of tasks that reached the barrier: 1/2" in output
     assert time.monotonic() - start < 15
 
 
