@@ -47,7 +47,7 @@ from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.vmap import example_aval
 from s2s.staging import Tracer, named_axis
 from s2s_runtime.distributed import process_count, replica_count, replica_devices
-from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray
+from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.xla import Array, devices as all_devices, hlo_text
 
 __all__ = ["pmap"]
@@ -185,11 +185,32 @@ class Pmapped:
     def _replica_axes(self, size: int) -> tuple:
         return ((self.axis_name, size),) if self.axis_name is not None else ((object(), size),)
 
-    def _text(self, staged: Staged, size: int, donated: dict[int, str] | None = None) -> str:
-        """The module; donated inputs ({input index: label}) alias the outputs of their type."""
+    def _text(self, staged: Staged, size: int, donated: dict[int, str] | None = None,
+              root: str | None = None) -> str:
+        """The module; donated inputs ({input index: label}) alias the outputs of their type;
+        `root` as `lower`'s."""
         invars = staged.closed.jaxpr.invars
         aliases = donation_aliases(staged.closed, [i in (donated or {}) for i in range(len(invars))])
-        return lower(staged.closed, aliases=aliases, replica_axes=self._replica_axes(size))
+        return lower(staged.closed, aliases=aliases, root=root, replica_axes=self._replica_axes(size))
+
+    def _flat_in_axes(self, call: _Call, staged: Staged, kwargs) -> list:
+        """Each flat input's device axis (None: every device gets all of it)."""
+        return [d.dim if isinstance(d, _Dim) else None
+                for d in staged.flat_inputs(call.dim_args, tree_util.tree_map(lambda _: _Dim(None), kwargs))]
+
+    def spmd_module(self, args: tuple, root: str | None = None):
+        """What `s2s compile` builds for an exported pmap, as the pmap itself runs it: (the
+        staged body, its SPMD module, the replica count, each flat input's device axis,
+        each flat output's device axis)."""
+        try:
+            call = self._split(args, devices_needed=False)
+            staged = self._staged(call, {})
+            out_axes = [None if self.out_axes is None else self.out_axes % (a.ndim + 1)
+                        for a in staged.closed.out_avals]
+            return (staged, self._text(staged, call.size, root=root), call.size,
+                    self._flat_in_axes(call, staged, {}), out_axes)
+        except S2SError as e:
+            reraise_clean(e)
 
     def __call__(self, *args, **kwargs):
         try:
@@ -197,8 +218,7 @@ class Pmapped:
             used = replica_devices(self.devices, call.size)
             call = dataclasses.replace(call, size=len(used))   # across processes: every process's devices
             staged = self._staged(call, kwargs)
-            in_dims = [d.dim if isinstance(d, _Dim) else None
-                       for d in staged.flat_inputs(call.dim_args, tree_util.tree_map(lambda _: _Dim(None), kwargs))]
+            in_dims = self._flat_in_axes(call, staged, kwargs)
             donated = donated_leaves(staged, args, self.donate_argnums)
             flat = staged.flat_inputs(args, kwargs)
             refuse_donating_twice(flat, donated, 0)
@@ -226,7 +246,7 @@ class Pmapped:
                 shards.append(value)      # its parts are where they are needed (or moved there)
                 continue
             array = np.asarray(value, dtype)
-            shards.append([array] * size if d is None else list(np.moveaxis(array, d, 0)))
+            shards.append(device_shards(array, d, size))
         results = executable.execute(shards)
         outs = []
         for per_device, v in zip(results, jaxpr.outvars):
