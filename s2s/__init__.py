@@ -17,7 +17,8 @@ from s2s.export import export
 from s2s import lax
 from s2s.lax import checkpointed, unroll
 from s2s.api import (block_until_ready, device_count, devices, emit_python, eval_jaxpr, local_device_count,
-                     make_jaxpr, process_count, process_index, stop_gradient)
+                     local_devices, make_jaxpr, process_count, process_index, stop_gradient)
+from s2s import distributed
 from s2s.jit import Jitted, jit
 from s2s_runtime.xla import Array, DonatedBufferError
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, check_jaxpr
@@ -30,7 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Array", "DonatedBufferError", "block_until_ready", "checkpoint", "checkpoint_name", "checkpointed",
-    "checkpoint_policies", "custom_jvp", "custom_vjp", "device_count", "devices", "export", "local_device_count", "process_count",
+    "checkpoint_policies", "custom_jvp", "custom_vjp", "device_count", "devices", "distributed", "export", "local_device_count", "local_devices", "process_count",
     "print_saved_residuals", "process_index", "grad", "hessian", "jacfwd", "jacrev", "jvp", "lax", "linear_transpose", "linearize", "pmap",
     "value_and_grad", "vjp", "vmap",
     "ClosedJaxpr", "ConcretizationError", "Jaxpr", "Jitted", "S2SError", "ShapeDtype",

@@ -16,7 +16,7 @@ from s2s.errors import S2SError
 from s2s.frontend import reraise_clean
 from s2s.pmap import Pmapped
 from s2s.primitives.elementwise import stop_gradient as stop_gradient_p
-from s2s_runtime import xla
+from s2s_runtime import distributed, xla
 
 
 def make_jaxpr(fn, static_argnums=(), static_argnames=(), dynamic_argnums=()):
@@ -51,26 +51,32 @@ def emit_python(fn, *example_args, static_argnums=(), static_argnames=(), dynami
 
 
 def devices() -> list:
-    """The devices XLA runs on (CPU; S2S_NUM_CPU_DEVICES sets how many, before first use)."""
-    return xla.devices()
+    """The devices XLA runs on, every process's in a run of several (CPU;
+    S2S_NUM_CPU_DEVICES sets how many per process, before first use)."""
+    return distributed.global_devices()
 
 
 def device_count() -> int:
     return len(devices())
 
 
+def local_devices() -> list:
+    """The devices of this process: where jit runs, and what a pmap's local slices go to."""
+    return xla.devices()
+
+
 def local_device_count() -> int:
-    """Devices of this process (all of them, until multi-process runs land)."""
-    return len(xla.client().local_devices())
+    return len(local_devices())
 
 
 def process_index() -> int:
-    return xla.process_index()
+    """This process's place in a run of several (`s2s.distributed.initialize`); 0 alone."""
+    return distributed.process_index()
 
 
 def process_count() -> int:
-    """Processes in this run: 1 until multi-process start-up (jaxlib's distributed runtime) lands."""
-    return 1
+    """How many processes the run has (`s2s.distributed.initialize`); 1 alone."""
+    return distributed.process_count()
 
 
 def block_until_ready(tree):

@@ -21,9 +21,11 @@ out_axes), which a later pmap over the same devices mapping that axis takes wher
 without a round trip through the host; with out_axes None, device 0's result.
 
 This increment runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
-`s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet: a
-pmap staged inside another transform (jit, grad or vmap of a pmap, nested pmaps),
-several processes. `donate_argnums`, as jit's: a donated argument's memory may hold the
+`s2s.config.update("num_cpu_devices", 8)` before the first device query), or across
+processes after `s2s.distributed.initialize`: then each process passes one slice per local
+device, the axis and its collectives span every process's devices, and each process gets
+its own devices' results. Not yet: a pmap staged inside another transform (jit, grad or
+vmap of a pmap, nested pmaps). `donate_argnums`, as jit's: a donated argument's memory may hold the
 results (XLA aliases each donated input with a result of its type), and a donated
 s2s.Array cannot be used again. `s2s.emit_python` of a pmapped function writes its
 `reference()`, the same computation as one vmapped function on NumPy.
@@ -44,6 +46,7 @@ from s2s.mapping import positional_names, vmap
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.vmap import example_aval
 from s2s.staging import Tracer, named_axis
+from s2s_runtime.distributed import process_count, replica_count, replica_devices
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.xla import Array, devices as all_devices, hlo_text
 
@@ -163,7 +166,8 @@ class Pmapped:
                                    "every mapped argument needs one slice per device along its in_axes axis")
         if devices_needed:
             available = self.devices if self.devices is not None else all_devices()
-            if (self.devices is not None and size != len(available)) or size > len(available):
+            exactly = self.devices is not None or process_count() > 1   # across processes: all local devices
+            if (exactly and size != len(available)) or size > len(available):
                 name = sizes[0][0]
                 raise StagingError(f"pmap's mapped axis of `{name}` has size {size}, but "
                                    f"{len(available)} device(s) are "
@@ -211,15 +215,16 @@ class Pmapped:
     def __call__(self, *args, **kwargs):
         try:
             call = self._split(args, devices_needed=True)
+            used = replica_devices(self.devices, call.size)
+            call = dataclasses.replace(call, size=len(used))   # across processes: every process's devices
             staged = self._staged(call, kwargs)
-            used = (self.devices if self.devices is not None else all_devices())[:call.size]
             in_dims = self._flat_in_axes(call, staged, kwargs)
             donated = donated_leaves(staged, args, self.donate_argnums)
             flat = staged.flat_inputs(args, kwargs)
             refuse_donating_twice(flat, donated, 0)
             key = ("pmap", self.axis_name, tuple(d.id for d in used), tuple(in_dims), tuple(sorted(donated)))
             executable = staged.artifact(key, lambda: self._compile(staged, call.size, used, donated))
-            outs = self._run(executable, staged, in_dims, flat, call.size)
+            outs = self._run(executable, staged, in_dims, flat, len(executable.devices))
             for position, label in donated.items():   # its memory is the results' now
                 if isinstance(flat[position], Array):
                     flat[position]._donate(label)
@@ -273,6 +278,7 @@ class Pmapped:
         """The StableHLO module this function runs for these arguments (no devices needed)."""
         try:
             call = self._split(args, devices_needed=False)
+            call = dataclasses.replace(call, size=replica_count(self.devices, call.size))
             staged = self._staged(call, kwargs)
             return Lowered(self._text(staged, call.size, donated_leaves(staged, args, self.donate_argnums)))
         except S2SError as e:

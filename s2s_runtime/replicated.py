@@ -1,13 +1,16 @@
-"""One SPMD program run on several devices of this process, one XLA replica per device.
+"""One SPMD program run on several devices, one XLA replica per device.
 
 What `s2s.pmap` runs: the module (`mhlo.num_replicas = n`) is compiled once for the `n`
 devices; each argument goes in as ONE jaxlib array spanning them, built from one shard per
 device (JAXLIB_NOTES.md, "Several devices"); the results come back one array per device
-per output. jaxlib's per-device arrays are put on a GSPMD sharding marked replicated: each
-device's shard has the shape the program sees, which is what a replica's parameter is.
-Compiled executables are kept in memory by (module text, devices), and on disk in the
-executable cache like jit's, keyed by everything that changes the compiled code. Like
-`s2s_runtime.xla`, nothing here depends on jax being importable.
+per output. In a run of several processes (`s2s_runtime.distributed`) the `n` devices are
+every process's, each process compiles the same program and gives the shards of its own
+devices only (the array spans all `n`; jaxlib asks for the addressable shards alone), and
+gets back its own devices' results. jaxlib's per-device arrays are put on a GSPMD sharding
+marked replicated: each device's shard has the shape the program sees, which is what a
+replica's parameter is. Compiled executables are kept in memory by (module text, devices),
+and on disk in the executable cache like jit's, keyed by everything that changes the
+compiled code. Like `s2s_runtime.xla`, nothing here depends on jax being importable.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import threading
 
 import numpy as np
 
-from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
+from s2s_runtime import disk_cache, distributed, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
 from s2s_runtime.xla import Array, Executable, _Aval, client, devices, disk_cache_key, install_sharding_hooks
 from jaxlib import xla_client
 
@@ -57,7 +60,8 @@ def _compile(mlir_text: str, devices: list, device_list, options):
     cl = client()
     loaded = []
     exe, hit = disk_cache.get_or_compile(
-        disk_cache_key(mlir_text, devices[0], options, placement=f"replicas on {[d.id for d in devices]}"),
+        disk_cache_key(mlir_text, devices[0], options, placement=f"replicas on {[d.id for d in devices]}, "
+                       f"compiled by process {cl.process_index()}"),
         lambda: cl.compile_and_load(mlir_text, device_list, options), cl.serialize_executable,
         lambda data: loaded.append(bytes(data)) or cl.deserialize_executable(data, device_list, options))
     serialized = loaded[-1] if hit else None
@@ -69,21 +73,26 @@ def _compile(mlir_text: str, devices: list, device_list, options):
 
 
 class ReplicatedExecutable:
-    """A StableHLO module with `mhlo.num_replicas = len(devices)`, compiled for `devices`.
+    """A StableHLO module with `mhlo.num_replicas = len(replicas)`, compiled for the
+    devices `replicas`, of which this process feeds and reads `devices` (all of them in a
+    run of one process).
 
-    `execute(shards)` takes, per parameter, one array per device (replica i gets
-    `shards[p][i]`) or a ShardedArray, and returns, per result, one device array per device.
+    `execute(shards)` takes, per parameter, one array per device of `devices` (the i-th
+    gets `shards[p][i]`) or a ShardedArray, and returns, per result, one device array per
+    device of `devices`.
     """
 
-    def __init__(self, mlir_text: str, in_dtypes, devices: list):
-        device_list, options = replica_options(devices)
-        exe, serialized, cache_hit = _compile(mlir_text, list(devices), device_list, options)
-        self._setup(exe, serialized, in_dtypes, devices, device_list, mlir_text, cache_hit)
+    def __init__(self, mlir_text: str, in_dtypes, replicas: list):
+        device_list, options = replica_options(replicas)
+        exe, serialized, cache_hit = _compile(mlir_text, list(replicas), device_list, options)
+        self._setup(exe, serialized, in_dtypes, replicas, device_list, mlir_text, cache_hit)
 
-    def _setup(self, exe, serialized, in_dtypes, devices, device_list, text, cache_hit: bool) -> None:
+    def _setup(self, exe, serialized, in_dtypes, replicas, device_list, text, cache_hit: bool) -> None:
         _install_sharding_hooks()
         self._exe, self._serialized = exe, serialized
-        self.devices = list(devices)
+        self.replicas = list(replicas)
+        here = client().process_index()
+        self.devices = [d for d in self.replicas if d.process_index == here]
         self.text = text
         self.cache_hit = cache_hit
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]
@@ -133,8 +142,9 @@ class ReplicatedExecutable:
         if len(shards) != len(self.in_dtypes):
             raise ValueError(f"the program takes {len(self.in_dtypes)} parameters, got {len(shards)}")
         arrays = [self._spanning_array(parts, dtype) for parts, dtype in zip(shards, self.in_dtypes)]
-        return [list(per_device) for per_device in
-                self._exe.execute_sharded(arrays).disassemble_into_single_device_arrays()]
+        with distributed.peer_failures_raised_clearly():
+            results = self._exe.execute_sharded(arrays).disassemble_into_single_device_arrays()
+        return [list(per_device) for per_device in results]
 
     def optimized_hlo_text(self) -> str:
         return self._exe.hlo_modules()[0].to_string()
@@ -193,14 +203,16 @@ class ShardedArray(Array):
 
     def _numpy(self) -> np.ndarray:
         if self._value is None:
-            value = np.stack([np.asarray(p) for p in self._live_parts()], axis=self.axis)
+            with distributed.peer_failures_raised_clearly():
+                value = np.stack([np.asarray(p) for p in self._live_parts()], axis=self.axis)
             value.flags.writeable = False
             self._value = value
         return self._value
 
     def block_until_ready(self) -> "ShardedArray":
-        for part in self._live_parts():
-            part.block_until_ready()
+        with distributed.peer_failures_raised_clearly():
+            for part in self._live_parts():
+                part.block_until_ready()
         return self
 
     def _donate(self, label: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import operator
 import os
-import re
 import sys
 import threading
 
@@ -17,7 +16,8 @@ import numpy as np
 
 from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
 from s2s_runtime.compile_options import placement
-from jaxlib import _hlo, _jax, version as jaxlib_version, xla_client
+from s2s_runtime.hlo import entry_signature, hlo_text  # noqa: F401  (hlo_text: s2s imports it from here)
+from jaxlib import _jax, version as jaxlib_version, xla_client
 from jaxlib.cpu import _lapack
 
 _lock = threading.Lock()
@@ -25,6 +25,7 @@ _client = None
 _x64_default = True     # see set_dispatch_x64
 _x64_setting = None     # the dispatcher's x64 setting, when s2s installed it
 _num_cpu_devices: int | None = None   # set_num_cpu_devices(); else S2S_NUM_CPU_DEVICES, else 1
+_make_client = None   # how a multi-process run makes the client (see make_client_with)
 
 
 class _Aval:
@@ -96,6 +97,16 @@ def set_num_cpu_devices(count: int) -> None:
         _num_cpu_devices = count
 
 
+def make_client_with(make) -> None:
+    """`client()` will be `make(local CPU device count)` (s2s_runtime.distributed's client
+    over several processes), or the plain one for None; refused once the client exists."""
+    global _make_client
+    with _lock:
+        if _client is not None:
+            raise RuntimeError("the XLA client already exists")
+        _make_client = make
+
+
 def client():
     """The process's CPU client, made once (see `set_num_cpu_devices`)."""
     global _client
@@ -109,13 +120,17 @@ def client():
             _install_jit_state()
             _register_lapack_targets()
             count = _num_cpu_devices or int(os.environ.get("S2S_NUM_CPU_DEVICES", "1"))
-            _client = xla_client.make_cpu_client(num_devices=count) if count > 1 \
-                else xla_client.make_cpu_client()
+            if _make_client is not None:
+                _client = _make_client(count)
+            else:
+                _client = xla_client.make_cpu_client(num_devices=count) if count > 1 \
+                    else xla_client.make_cpu_client()
         return _client
 
 
 def devices() -> list:
-    return list(client().devices())
+    """The devices of this process (every process's: `client().devices()`)."""
+    return list(client().local_devices())
 
 
 class DonatedBufferError(RuntimeError):
@@ -416,7 +431,7 @@ class Executable:
         self.cache_hit = cache_hit
         self._sharding = xla_client.SingleDeviceSharding(device)
         self._avals: dict[tuple, _Aval] = {}   # (shape, dtype) -> what device_put asks for
-        self.in_shapes, results = _entry_signature(self.optimized_hlo_text())
+        self.in_shapes, results = entry_signature(self.optimized_hlo_text())
         self.out_avals = [_Aval(shape, dtype) for shape, dtype in results]   # what the results get
         self._runner = None
 
@@ -563,38 +578,3 @@ class Executable:
 
     def cost_analysis(self):
         return self._exe.cost_analysis()
-
-
-_HLO_DTYPES = {"pred": np.bool_, "s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,
-               "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
-               "f16": np.float16, "f32": np.float32, "f64": np.float64, "c64": np.complex64,
-               "c128": np.complex128}
-
-
-def _entry_signature(optimized_hlo: str) -> tuple[list[tuple], list[tuple[tuple, np.dtype]]]:
-    """The shape of each parameter and the (shape, dtype) of each result, read from the
-    HLO's entry_computation_layout (`{(f32[4]{0})->(f32[4]{0}, f64[])}`): jaxlib gives
-    result arrays no shape of their own."""
-    header = optimized_hlo.split("\n", 1)[0]
-    layout = header[header.index("entry_computation_layout={"):]
-    split = layout.index(")->")
-
-    def typed(text):
-        return [(tuple(int(d) for d in dims.split(",") if d), np.dtype(_HLO_DTYPES[kind]))
-                for kind, dims in re.findall(r"\b(pred|[suf]\d+|c\d+)\[([\d,]*)\]", text)]
-    return [shape for shape, _ in typed(layout[:split])], typed(layout[split + 3:])
-
-
-def hlo_text(mlir_text: str, metadata: bool = False) -> str:
-    """The unoptimized XLA HLO of a StableHLO module; `metadata`: with each op's source."""
-    computation = _jax.mlir.mlir_module_to_xla_computation(mlir_text, use_tuple_args=False,
-                                                           return_tuple=False)
-    if not metadata:
-        return computation.as_hlo_text()
-    options = _hlo.HloPrintOptions()
-    options.print_metadata = True
-    return computation.get_hlo_module().to_string(options)
-
-
-def process_index() -> int:
-    return client().process_index()

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from s2s_runtime.xla import Array, DonatedBufferError, Executable, _entry_signature
+from s2s_runtime.hlo import entry_signature
+from s2s_runtime.xla import Array, DonatedBufferError, Executable
 
 IDENTITY_AND_CONSTANT = """module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
   func.func public @main(%x: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<i64>) {
@@ -67,11 +68,11 @@ def test_a_donated_array_raises_on_every_use():
 def test_parameter_shapes_and_results_are_read_from_the_entry_layout():
     header = ("HloModule m, is_scheduled=true, entry_computation_layout="
               "{(f32[4]{0}, pred[])->(f32[4,3]{1,0}, s64[], u8[0]{0}, pred[2]{0})}\n")
-    assert _entry_signature(header) == ([(4,), ()], [((4, 3), np.float32), ((), np.int64), ((0,), np.uint8),
+    assert entry_signature(header) == ([(4,), ()], [((4, 3), np.float32), ((), np.int64), ((0,), np.uint8),
                                                       ((2,), np.bool_)])
-    assert _entry_signature("HloModule m, entry_computation_layout={(f64[])->f64[2]{0}}\n") == \
+    assert entry_signature("HloModule m, entry_computation_layout={(f64[])->f64[2]{0}}\n") == \
         ([()], [((2,), np.float64)])
-    assert _entry_signature("HloModule m, entry_computation_layout={()->f64[]}\n") == ([], [((), np.float64)])
+    assert entry_signature("HloModule m, entry_computation_layout={()->f64[]}\n") == ([], [((), np.float64)])
 
 
 def test_probing_for_attributes_does_not_read_the_array(executable):

@@ -1,0 +1,201 @@
+"""Several processes as one run, on jaxlib's own distributed runtime.
+
+Process 0 starts jaxlib's coordination service; every process connects a client to it,
+makes Gloo TCP collectives over it and builds the process's CPU client on both, so that
+`s2s_runtime.xla.client()` sees every process's devices (`global_devices()`) and computes
+on its own (`xla.devices()`). A pmap then runs one program over all devices, each process
+feeding its local devices (see `s2s_runtime.replicated`). JAXLIB_NOTES.md, "Several
+processes", has the jaxlib facts this relies on.
+
+Failures are bounded, never a hang:
+- a coordinator that cannot be reached within `timeout` is a DistributedError naming the
+  address (probed with a plain TCP connection first: jaxlib's own connect timeout
+  terminates the process instead of raising);
+- a peer that dies while a collective runs breaks Gloo's TCP connections at once: the
+  call raises PeerLostError;
+- a peer that stops answering (or dies between steps) misses its heartbeats; after
+  `heartbeat_timeout` seconds the coordination service tells every process, and jaxlib
+  terminates each of them with a message naming the unhealthy process (a Python callback
+  for that event cannot be given: jaxlib 0.10.2 fails to pass it the status).
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import socket
+import threading
+import time
+
+from s2s_runtime import quiet_logs, xla  # noqa: F401  (quiet_logs: before jaxlib loads)
+from jaxlib import _jax, xla_client
+
+
+class DistributedError(RuntimeError):
+    """The processes of a run could not be set up (or torn down) as one."""
+
+
+class PeerLostError(RuntimeError):
+    """A computation across processes failed because another process went away."""
+
+
+@dataclasses.dataclass
+class _Run:
+    address: str
+    num_processes: int
+    process_id: int
+    client: object
+    service: object | None
+
+
+_run: _Run | None = None
+_lock = threading.Lock()
+_PROBE_INTERVAL_S = 0.1
+
+
+def initialize(coordinator_address: str, num_processes: int, process_id: int,
+               local_device_count: int | None = None, timeout: float = 60.0,
+               heartbeat_timeout: float = 10.0) -> None:
+    """Joins this process to a run of `num_processes` (see the module docstring); returns
+    once every process has joined and the CPU client over all of them exists."""
+    global _run
+    host, port = _host_and_port(coordinator_address)
+    with _lock:
+        if _run is not None:
+            raise DistributedError(f"this process already joined the run coordinated at {_run.address}")
+        try:   # (the plain client for now: only to learn whether the client exists already)
+            xla.make_client_with(None)
+        except RuntimeError:
+            raise DistributedError("the XLA client of this process already exists: start the "
+                                   "distributed runtime before the first jit call or device query") from None
+        if local_device_count is not None:
+            xla.set_num_cpu_devices(local_device_count)
+        seconds, heartbeat_seconds = max(1, int(round(timeout))), max(1, int(round(heartbeat_timeout)))
+        service = None
+        if process_id == 0:
+            _check_port_free(host, port, coordinator_address)
+            try:
+                service = _jax.get_distributed_runtime_service(
+                    coordinator_address, num_processes, heartbeat_timeout=heartbeat_seconds,
+                    cluster_register_timeout=seconds, shutdown_timeout=seconds)
+            except Exception as error:   # jaxlib raises its runtime error with gRPC's text
+                raise _service_failed(coordinator_address, error) from None
+        _wait_until_reachable(host, port, coordinator_address, process_id, timeout)
+        distributed_client = _jax.get_distributed_runtime_client(
+            coordinator_address, process_id, rpc_timeout=seconds, init_timeout=seconds,
+            shutdown_timeout=seconds, heartbeat_timeout=heartbeat_seconds,
+            shutdown_on_destruction=False)
+        distributed_client.connect()   # waits for every process to connect (at most `timeout`)
+        collectives = _jax.make_gloo_tcp_collectives(distributed_client)
+        xla.make_client_with(lambda count: xla_client.make_cpu_client(
+            distributed_client=distributed_client, node_id=process_id, num_nodes=num_processes,
+            collectives=collectives, num_devices=count))
+        _run = _Run(coordinator_address, num_processes, process_id, distributed_client, service)
+    atexit.register(shutdown)
+    xla.client()   # every process's devices, exchanged through the coordinator
+
+
+def shutdown() -> None:
+    """Leaves the run: waits (at most the start-up `timeout`) until every process has
+    reached its own shutdown, then stops the client and, on process 0, the service. The
+    XLA client stays; computations across processes cannot run any more. Also at exit."""
+    global _run
+    with _lock:
+        run, _run = _run, None
+    if run is None:
+        return
+    try:
+        run.client.shutdown()
+    except Exception as error:   # the others went away first: nothing left to wait for
+        raise DistributedError(f"process {run.process_id} could not leave the run cleanly: {error}") from None
+    finally:
+        if run.service is not None:
+            run.service.shutdown()
+
+
+def global_devices() -> list:
+    """Every device of every process in the run (this process's alone without one)."""
+    return list(xla.client().devices())
+
+
+def process_index() -> int:
+    return xla.client().process_index()
+
+
+def process_count() -> int:
+    return len({device.process_index for device in xla.client().devices()})
+
+
+def replica_devices(chosen: list | None, size: int) -> list:
+    """The devices a pmap with `size` slices per process runs its replicas on: the first
+    `size` of `chosen` (default: this process's devices); across processes, every device
+    of the run, each process feeding its own (the caller checked `size` is their count)."""
+    if chosen is not None:
+        return list(chosen)[:size]
+    if process_count() > 1:
+        return global_devices()
+    return xla.devices()[:size]
+
+
+def replica_count(chosen: list | None, size: int) -> int:
+    """How many replicas that pmap has, without making the client (a lowering needs no
+    devices): `size`, or `size` per process in a run of several."""
+    run = _run
+    return size * run.num_processes if run is not None and chosen is None else size
+
+
+@contextlib.contextmanager
+def peer_failures_raised_clearly():
+    """Turns XLA's error for a cross-process collective that lost its peer (Gloo's TCP
+    connection closed) into a PeerLostError. It surfaces where the results are waited for:
+    the call, or, since XLA runs asynchronously, reading or awaiting a result."""
+    try:
+        yield
+    except xla_client.XlaRuntimeError as error:
+        if "Gloo" not in str(error):
+            raise
+        raise PeerLostError(
+            f"process {process_index()} of {process_count()}: a collective across processes failed, "
+            f"most likely because another process died or was stopped ({error}). Check the other "
+            "processes' output; every process of the run must make the same calls") from None
+
+
+def _host_and_port(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise DistributedError(f"the coordinator address must be HOST:PORT (like 127.0.0.1:1234), "
+                               f"not {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def _check_port_free(host: str, port: int, address: str) -> None:
+    """Raises DistributedError when the coordinator's port cannot be bound: jaxlib's service
+    fails then too, but sometimes crashes the process (a segfault) on the way."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, port))
+    except OSError as error:
+        raise _service_failed(address, error) from None
+
+
+def _service_failed(address: str, error: BaseException) -> DistributedError:
+    return DistributedError(f"process 0 could not start the coordination service on {address}: {error}; "
+                            "check that the port is free and the host is an address of this machine")
+
+
+def _wait_until_reachable(host: str, port: int, address: str, process_id: int, timeout: float) -> None:
+    """Returns once a TCP connection to the coordinator opens; raises DistributedError
+    after `timeout` seconds (the coordinator may start after this process)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
+                return
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise DistributedError(
+                    f"process {process_id} could not reach the coordinator at {address} within "
+                    f"{timeout:g} s ({error}); check that process 0 runs with the same "
+                    f"coordinator_address, that {host} is an address of its machine, and that "
+                    f"port {port} is open between the machines") from None
+            time.sleep(_PROBE_INTERVAL_S)
