@@ -42,7 +42,7 @@ import numpy as np
 from s2s.build_plan import Target, discover, error_text, plan, sha256, versions
 from s2s.export import write_npz
 from s2s_runtime import manifest as runtime_manifest
-from s2s_runtime.replicated import ReplicatedExecutable, replica_devices
+from s2s_runtime.replicated import ReplicatedExecutable, first_devices
 from s2s_runtime.xla import Executable, hlo_text, set_num_cpu_devices
 
 MANIFEST = "manifest.json"
@@ -102,7 +102,7 @@ def compile_target(target: Target, out_dir: str, check: bool = True) -> dict:
     try:
         replicas = entry.get("replicas")
         if replicas:
-            data = ReplicatedExecutable(target.text, entry["in_dtypes"], replica_devices(replicas["count"])).serialize()
+            data = ReplicatedExecutable(target.text, entry["in_dtypes"], first_devices(replicas["count"])).serialize()
         else:
             data = Executable(target.text, entry["in_dtypes"]).serialize()
         if target.consts:
@@ -256,7 +256,7 @@ def _provide_devices(count: int) -> None:
     if count > 1:
         try:
             set_num_cpu_devices(count)
-        except RuntimeError:   # the client exists already: replica_devices says what is missing
+        except RuntimeError:   # the client exists already: first_devices says what is missing
             return
         os.environ["S2S_NUM_CPU_DEVICES"] = str(count)   # inherited by spawned workers
 

@@ -33,7 +33,7 @@ from importlib import metadata
 import numpy as np
 
 from s2s_runtime import quiet_logs, xla  # noqa: F401  (quiet_logs: before jaxlib loads)
-from s2s_runtime.replicated import ReplicatedExecutable, replica_devices
+from s2s_runtime.replicated import ReplicatedExecutable, first_devices
 from jaxlib import xla_client
 
 MANIFEST_FORMAT = 3   # 2: entries named by module (`pkg.mod.loss`), paths relative;
@@ -238,7 +238,7 @@ def load(manifest_path: str, name: str, device=None):
     else:
         count, in_axes, out_axes = _replicas(where, replicas, inputs, entry.get("outputs"))
         try:
-            chosen = replica_devices(count)
+            chosen = first_devices(count)
         except RuntimeError as e:
             raise ManifestError(f"{where}: {e}") from None
         executable = _load(where, files, lambda: ReplicatedExecutable.from_serialized(data, in_dtypes, chosen))

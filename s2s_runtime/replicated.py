@@ -160,7 +160,7 @@ class ReplicatedExecutable:
                 for per_device, axis in zip(results, out_axes)]
 
 
-def replica_devices(count: int) -> list:
+def first_devices(count: int) -> list:
     """The first `count` devices, for a program of `count` replicas; a clear error when
     this process has fewer."""
     available = devices()
