@@ -12,8 +12,9 @@ As in JAX: the mapped size is the number of devices used (the first ones of
 `s2s.devices()`, or exactly `devices`); `in_axes` is an int, None (the argument is
 replicated: every device gets all of it) or a tuple with one entry per positional
 argument, each an int, None or a tree prefix of the argument holding them (`{"W": None,
-"b": 0}`); `out_axes` (an int or None, for every result) is where the device axis goes in
-the results (None: the results are the same on every device, and device 0's is returned);
+"b": 0}`); `out_axes` (an int, None, or a tree prefix of the results holding them) is where
+the device axis goes in the results (None: the results are the same on every device, and
+device 0's is returned);
 `static_broadcasted_argnums` are passed to `fn` as Python values (hashable), one staging
 per value. Keyword arguments are replicated. The results are `s2s.Array`s: with out_axes
 an int, ShardedArrays (one part per device, read as NumPy with the device axis at
@@ -21,9 +22,12 @@ out_axes), which a later pmap over the same devices mapping that axis takes wher
 without a round trip through the host; with out_axes None, device 0's result.
 
 This increment runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
-`s2s.config.update("num_cpu_devices", 8)` before the first device query). Not yet: a
-pmap staged inside another transform (jit, grad or vmap of a pmap, nested pmaps),
-several processes. `donate_argnums`, as jit's: a donated argument's memory may hold the
+`s2s.config.update("num_cpu_devices", 8)` before the first device query). Called inside
+another transform (jit, grad, vmap, another pmap: whenever a function is being staged),
+a pmap binds the `pmap` primitive (`s2s/primitives/pmapped.py`), one equation the
+transforms around handle; a program holding pmaps (a jitted function calling one, a pmap
+whose body calls one) runs as a `ReplicatedProgram`, on as many devices as its nested
+pmaps' sizes multiply to. Not yet: several processes. `donate_argnums`, as jit's: a donated argument's memory may hold the
 results (XLA aliases each donated input with a result of its type), and a donated
 s2s.Array cannot be used again. `s2s.emit_python` of a pmapped function writes its
 `reference()`, the same computation as one vmapped function on NumPy.

@@ -48,7 +48,7 @@ from s2s.passes.vmap import ANYWHERE, Axis, batch_jaxpr, batched_aval, example_a
 from s2s.primitives import ops
 from s2s.primitives.collectives import axis_index_in_replicas, gather_across_replicas
 from s2s.primitives.control_flow_bodies import (constant_free, nonzero_mask, prune_body, same_types,
-                                                transposed_body, type_list, write_assignment)
+                                                transposed_body, type_list, write_body_in_place)
 from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 
@@ -302,11 +302,7 @@ def _emit_pmap(block, eqn, operands, names):
     args = const_exprs + [block.named(o, v.hint, comment) for o, v in zip(operands, body.invars[len(consts):])]
     axis = "" if params["axis_name"] is None else f" {params['axis_name']!r}"
     block.line(f"# pmap over axis{axis} ({params['axis_size']} devices): every device's share at once")
-    targets = {v: n for v, n in zip(body.outvars, names) if n is not None and isinstance(v, Var)}
-    results = block.write_inline(body, args, targets=targets)
-    pending = [(n, r) for n, r in zip(names, results) if n is not None and r.text != n]
-    write_assignment(block, [n for n, _ in pending], [r for _, r in pending], comment)
-    return [Expr(n) if n is not None else r for n, r in zip(names, results)]
+    return write_body_in_place(block, body, args, names, comment)
 
 
 register_statement(pmap_p, _emit_pmap)
