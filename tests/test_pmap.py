@@ -700,3 +700,67 @@ def test_out_axes_tree_prefix_of_the_results():
     assert s2s.tree_flatten(inside)[1] == s2s.tree_flatten(out)[1]
     for a, b in zip(s2s.tree_flatten(inside)[0], s2s.tree_flatten(out)[0]):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def summed_squares_replicated(x):   # out_axes None: the result is device 0's
+    return np.sum(np.sin(pmap(lambda v: lax.psum(v * v, "i"), "i", out_axes=None)(x)))
+
+
+def rows_times_shared(w, x):   # w: (4, 3, 2) batched by the vmap, given whole to every device
+    return vmap(pmap(lambda w, v: lax.psum(v @ w, "i"), "i", in_axes=(None, 0)), in_axes=(0, None))(w, x)
+
+
+def exchanged_over_nested_names(x):   # x: (2, 4, 8, 3)
+    def inner(v):
+        return (lax.ppermute(v, "i", [(0, 1), (1, 0)]) + lax.all_to_all(v, "j", 0, 0, tiled=True)
+                + lax.psum_scatter(v, "j", scatter_dimension=0, tiled=True).sum())
+    return pmap(pmap(inner, "j"), "i")(x)
+
+
+@on_devices
+def test_grad_of_a_replicated_result_and_vmap_with_replicated_operands_against_jax():
+    """A result with out_axes None is device 0's: its cotangent reaches device 0 only, as
+    in jax; an operand every device reads whole gets the sum of their cotangents."""
+    jax = _jax_with_devices()
+    np.testing.assert_allclose(s2s.jit(s2s.grad(summed_squares_replicated))(X),
+                               jax.grad(_as_jax(summed_squares_replicated))(X), rtol=1e-10)
+    w = np.random.default_rng(3).normal(size=(4, 3, 2))
+    np.testing.assert_allclose(s2s.jit(rows_times_shared)(w, X), _as_jax(rows_times_shared)(w, X), rtol=1e-12)
+    loss = lambda w, x: np.sum(np.tanh(rows_times_shared(w, x)))   # noqa: E731
+    their_loss = lambda w, x: jax.numpy.sum(jax.numpy.tanh(_as_jax(rows_times_shared)(w, x)))   # noqa: E731
+    for ours, theirs in zip(s2s.jit(s2s.grad(loss, (0, 1)))(w, X), jax.grad(their_loss, (0, 1))(w, X)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+@on_devices
+def test_ppermute_all_to_all_psum_scatter_over_one_of_two_nested_names_against_jax():
+    import jax
+    x = np.random.default_rng(4).normal(size=(2, 4, 8, 3))
+    theirs = _as_jax(exchanged_over_nested_names, pmap_as_named_vmap=True)
+    np.testing.assert_allclose(s2s.jit(exchanged_over_nested_names)(x), theirs(x), rtol=1e-12)
+    grad = s2s.jit(s2s.grad(lambda x: np.sum(np.sin(exchanged_over_nested_names(x)))))(x)
+    np.testing.assert_allclose(grad, jax.grad(lambda x: jax.numpy.sum(jax.numpy.sin(theirs(x))))(x), rtol=1e-10)
+
+
+def grouped_then_shifted(x):
+    return pmap(lambda v: lax.psum(v, "i", axis_index_groups=[[0, 1, 2, 3], [4, 5, 6, 7]]) * 2.0, "i")(x) + 1.0
+
+
+def test_emitted_python_of_a_function_calling_a_pmap_writes_its_reference():
+    """The index arrays a grouped collective's reference needs are written as literals;
+    the module computes what the pmap does (and, in the child, what the jit runs)."""
+    from s2s.emit.python import load_source
+    source = s2s.emit_python(grouped_then_shifted, X)
+    assert "# pmap over axis 'i' (8 devices)" in source and "np.array([0, 0, 0, 0, 1, 1, 1, 1]" in source
+    module = load_source(source, "emitted")
+    emitted = getattr(module, module.__all__[0])(X)
+    halves = X.reshape(2, 4, 5, 3).sum(1, keepdims=True)
+    np.testing.assert_allclose(emitted, np.broadcast_to(halves, (2, 4, 5, 3)).reshape(X.shape) * 2.0 + 1.0, rtol=1e-12)
+    if IN_CHILD:
+        np.testing.assert_allclose(s2s.jit(grouped_then_shifted)(X), emitted, rtol=1e-12)
+
+
+@pytest.mark.skipif(IN_CHILD, reason="needs a process with fewer devices than the pmap")
+def test_a_jit_whose_pmaps_need_more_devices_than_there_are_says_so():
+    with pytest.raises(StagingError, match="need 8 devices together, but 1 are available"):
+        s2s.jit(scaled_total)(X)

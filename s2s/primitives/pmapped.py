@@ -292,6 +292,8 @@ def _emit_pmap(block, eqn, operands, names):
     params = eqn.params
     reference, consts = constant_free(reference_jaxpr(**params))
     comment = block.comment(eqn)
+    axis = "" if params["axis_name"] is None else f" {params['axis_name']!r}"
+    block.line(f"# pmap over axis{axis} ({params['axis_size']} devices): every device's share at once")
     const_exprs = []
     for value, v in zip(consts, reference.jaxpr.invars):
         value = np.asarray(value)
@@ -300,8 +302,6 @@ def _emit_pmap(block, eqn, operands, names):
         const_exprs.append(Expr(name))
     body = reference.jaxpr
     args = const_exprs + [block.named(o, v.hint, comment) for o, v in zip(operands, body.invars[len(consts):])]
-    axis = "" if params["axis_name"] is None else f" {params['axis_name']!r}"
-    block.line(f"# pmap over axis{axis} ({params['axis_size']} devices): every device's share at once")
     return write_body_in_place(block, body, args, names, comment)
 
 
