@@ -200,10 +200,10 @@ class Pmapped:
                          out_axes=self._out_axes(staged))
         return staged.out_tree.unflatten(outs)
 
-    def _with_inner_pmaps(self, staged: Staged, call: _Call, args, kwargs) -> tuple[ClosedJaxpr, list]:
+    def _with_inner_pmaps(self, staged: Staged, call: _Call, args, kwargs) -> tuple[ClosedJaxpr, list, tuple]:
         """A body with pmaps inside runs on more replicas than this axis has, as jit runs a
         program that calls pmaps: (the jaxpr of one `pmap` equation on the whole arguments,
-        its inputs)."""
+        its inputs, the key it is kept under in the staging's artifacts)."""
         flat = staged.flat_inputs(args, kwargs)
         avals = [aval_of_arg(x) for x in flat]
         in_dims, out_axes = self._in_dims(staged, call, kwargs), self._out_axes(staged)
@@ -214,15 +214,14 @@ class Pmapped:
                 ins = [builder.new_arg(aval) for aval in avals]
                 return builder.build(bind_pmap(staged.closed, ins, axis_name=self.axis_name, axis_size=call.size,
                                                in_axes=in_dims, out_axes=out_axes))
-        return staged.artifact(key, build), flat
+        return staged.artifact(key, build), flat, key
 
     def _run_with_inner_pmaps(self, staged: Staged, call: _Call, args, kwargs):
         """On every replica the pmaps need together, the results device 0's (the stacked
         arrays, not ShardedArrays)."""
-        closed, flat = self._with_inner_pmaps(staged, call, args, kwargs)
+        closed, flat, key = self._with_inner_pmaps(staged, call, args, kwargs)
         devices = self.devices if self.devices is not None else all_devices()
-        program = staged.artifact(("replicated", id(closed), tuple(d.id for d in devices)),
-                                  lambda: ReplicatedProgram(closed, devices))
+        program = staged.artifact(key + (tuple(d.id for d in devices),), lambda: ReplicatedProgram(closed, devices))
         return staged.out_tree.unflatten(program(flat))
 
     def _replica_axes(self, size: int) -> tuple:

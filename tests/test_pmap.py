@@ -16,6 +16,8 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import s2s
 from tests.helpers import BLOCK_JAX
@@ -620,6 +622,9 @@ def test_grad_and_vmap_of_a_pmap_without_devices_compute_its_vmapped_reference()
     np.testing.assert_allclose(s2s.grad(squared_gathered)(X), s2s.grad(with_vmap)(X), rtol=1e-12)
     expected = np.moveaxis(X.sum(0) * np.arange(N)[:, None, None] + X, 1, 0)
     np.testing.assert_allclose(vmapped_over_rows(X), expected, rtol=1e-12)
+    from s2s.core import eval_jaxpr   # the reference interpreter runs the pmap equation's NumPy impl
+    (interpreted,) = eval_jaxpr(s2s.make_jaxpr(scaled_total)(X), X)
+    np.testing.assert_allclose(interpreted, 2.0 * X.sum(0) * X, rtol=1e-12)
     assert "# pmap over axis 'i' (8 devices)" in s2s.emit_python(s2s.grad(squared_gathered), X)
 
 
@@ -764,3 +769,26 @@ def test_emitted_python_of_a_function_calling_a_pmap_writes_its_reference():
 def test_a_jit_whose_pmaps_need_more_devices_than_there_are_says_so():
     with pytest.raises(StagingError, match="need 8 devices together, but 1 are available"):
         s2s.jit(scaled_total)(X)
+
+
+@on_devices
+@settings(max_examples=12, deadline=None)
+@given(x_axis=st.sampled_from([0, 1, 2, -1]), w_axis=st.sampled_from([None, 0, 1]), out_axis=st.sampled_from([0, 1, -1]),
+       vmap_axis=st.sampled_from([None, 0, 2]))
+def test_jit_and_vmap_of_pmap_equal_the_reference_for_any_axes(x_axis, w_axis, out_axis, vmap_axis):
+    """in_axes and out_axes anywhere, under jit and a vmap (over x's axis `vmap_axis`):
+    the same as the vmapped reference, which is what the pmap means."""
+    rng = np.random.default_rng([x_axis % 3, 0 if w_axis is None else w_axis + 1, out_axis % 3])
+    x = np.moveaxis(rng.normal(size=(N, 6, 4)), 0, x_axis)
+    w = rng.normal(size=(4,)) if w_axis is None else np.moveaxis(rng.normal(size=(N, 4)), 0, w_axis)
+    def body(x, w):
+        return {"scaled": x * w + lax.axis_index("i"), "total": lax.psum(x, "i")}
+    axes = dict(in_axes=(x_axis, w_axis), out_axes={"scaled": out_axis, "total": None})
+    pmapped, reference = pmap(body, "i", **axes), s2s.vmap(body, axis_name="i", **axes)
+    if vmap_axis is not None:
+        x = np.stack([x, x + 1.0, 2.0 * x], axis=vmap_axis)
+        pmapped = s2s.vmap(pmapped, in_axes=(vmap_axis, None))
+        reference = s2s.vmap(reference, in_axes=(vmap_axis, None))
+    ours, expected = s2s.jit(pmapped)(x, w), reference(x, w)
+    for key in ("scaled", "total"):
+        np.testing.assert_allclose(ours[key], expected[key], rtol=1e-12)
