@@ -20,7 +20,9 @@ StableHLO text, the constants, versions and flags) matches the manifest's, and w
 still have their recorded hashes, is skipped. Otherwise it is compiled (through the disk
 cache), written, then loaded with `s2s_runtime.manifest.load` and run once on zeros of its
 input avals before it is reported ok: it must return plain NumPy arrays of its output avals
-(`--no-verify` skips that run). An entry that a compiled module no longer exports, or that
+(`--no-verify` skips that run). An exported pmap is compiled as the pmap runs it (its SPMD
+module, one replica per device; see `build_plan.stage_target`), on as many CPU devices as
+this process gives itself (`_provide_devices`). An entry that a compiled module no longer exports, or that
 now fails, has its files removed (each removal is reported); files the manifest did not list
 are never touched. A failing function does not stop the others; the exit status is 1 if
 any failed.
@@ -40,7 +42,8 @@ import numpy as np
 from s2s.build_plan import Target, discover, error_text, plan, sha256, versions
 from s2s.export import write_npz
 from s2s_runtime import manifest as runtime_manifest
-from s2s_runtime.xla import Executable, hlo_text
+from s2s_runtime.replicated import ReplicatedExecutable, replica_devices
+from s2s_runtime.xla import Executable, hlo_text, set_num_cpu_devices
 
 MANIFEST = "manifest.json"
 MANIFEST_LOCK = "manifest.json.lock"   # held while the manifest is read, merged and replaced
@@ -97,7 +100,11 @@ def compile_target(target: Target, out_dir: str, check: bool = True) -> dict:
     start = time.perf_counter()
     timings = {}
     try:
-        data = Executable(target.text, entry["in_dtypes"]).serialize()
+        replicas = entry.get("replicas")
+        if replicas:
+            data = ReplicatedExecutable(target.text, entry["in_dtypes"], replica_devices(replicas["count"])).serialize()
+        else:
+            data = Executable(target.text, entry["in_dtypes"]).serialize()
         if target.consts:
             write_npz(os.path.join(out_dir, files["consts"]),
                       {f"c{i}": c for i, c in enumerate(target.consts)})
@@ -206,14 +213,14 @@ def merge_into_manifest(out_dir: str, compiled_modules: set[str],
 
 
 def _progress(i: int, total: int, entry: dict, timings: dict | None = None) -> None:
-    if timings is None:
+    if entry["status"] != "ok":
+        status = f"FAILED {entry.get('location') or ''}".rstrip()
+    elif timings is None:
         status = "skipped (up to date)"
-    elif entry["status"] == "ok":
+    else:
         status = f"ok {timings['compile']:.2f}s"
         if "verify" in timings:
             status += f", verified {timings['verify']:.3f}s"
-    else:
-        status = f"FAILED {entry.get('location') or ''}".rstrip()
     print(f"[{i}/{total}] {entry['name']} {status}", file=sys.stderr, flush=True)
 
 
@@ -241,12 +248,26 @@ def _compile_all(todo: list[Target], out_dir: str, jobs: int, check: bool):
             yield target, compile_target(target, out_dir, check)
 
 
+def _provide_devices(count: int) -> None:
+    """Makes the CPU client, here and in worker processes, have at least `count` devices,
+    so that an exported pmap over `count` devices compiles and verifies. Only possible
+    before the client is made; otherwise its entries fail, saying how many they need."""
+    count = max(count, int(os.environ.get("S2S_NUM_CPU_DEVICES", "1")))
+    if count > 1:
+        try:
+            set_num_cpu_devices(count)
+        except RuntimeError:   # the client exists already: replica_devices says what is missing
+            return
+        os.environ["S2S_NUM_CPU_DEVICES"] = str(count)   # inherited by spawned workers
+
+
 def compile_paths(paths, out_dir: str, jobs: int = 1, force: bool = False,
                   check: bool = True) -> int:
     modules = discover(paths)
     os.makedirs(out_dir, exist_ok=True)
     old_entries = read_manifest(out_dir).get("entries", {}) if not force else {}
     targets, failures = plan(modules)
+    _provide_devices(max([t.fields["replicas"]["count"] for t in targets if "replicas" in t.fields], default=1))
     total = len(targets) + len(failures)
     done = 0
     results: dict[str, dict] = {}

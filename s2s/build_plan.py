@@ -43,6 +43,7 @@ from s2s.emit.stablehlo import lower, path_inside
 from s2s.errors import S2SError
 from s2s.export import exports_of
 from s2s.frontend.args import ShapeDtype
+from s2s.pmap import Pmapped
 from s2s_runtime import disk_cache
 
 
@@ -229,8 +230,13 @@ def export_spec(record, transform: str) -> dict:
             "argnums": argnums}
 
 
-def _aval(aval) -> dict:
-    return {"shape": list(aval.shape), "dtype": np.dtype(aval.dtype).name}
+def _aval(aval, device_axis: int | None = None, devices: int = 1) -> dict:
+    """An aval as the manifest writes it; with a `device_axis`, the whole array of which
+    `aval` is one device's slice."""
+    shape = list(aval.shape)
+    if device_axis is not None:
+        shape.insert(device_axis, devices)
+    return {"shape": shape, "dtype": np.dtype(aval.dtype).name}
 
 
 @dataclasses.dataclass
@@ -266,18 +272,31 @@ def failure(name: str, module: Module, function, transform, error: BaseException
 
 
 def stage_target(name: str, module: Module, record, transform: str, fn) -> Target:
-    staged = staged_or_error(fn, record.example_args(transform), {})
+    """`fn` staged for the export's arguments and lowered. An exported pmap (its primal)
+    is lowered as `s2s.pmap` runs it, one SPMD module over its devices: its entry records
+    the replica count and where each input is split and each output stacked (`replicas`),
+    and its avals are the whole arrays a caller passes and gets."""
+    replicas = None
+    if isinstance(fn, Pmapped):
+        staged, text, count, in_axes, out_axes = fn.spmd_module(record.example_args(transform), module.root)
+        replicas = {"count": count, "in_axes": in_axes, "out_axes": out_axes}
+    else:
+        staged = staged_or_error(fn, record.example_args(transform), {})
+        text = lower(staged.closed, root=module.root)
     jaxpr = staged.closed.jaxpr
     consts = [np.asarray(c) for c in staged.closed.consts]
+    whole = replicas or {"count": 1, "in_axes": [None] * len(jaxpr.invars),
+                         "out_axes": [None] * len(jaxpr.outvars)}
     fields = {"spec": export_spec(record, transform), "params": list(staged.param_names),
               "in_tree": repr(staged.in_tree), "staged_mask": list(staged.staged_mask),
               "out_tree": repr(staged.out_tree),
-              "inputs": [_aval(v.aval) for v in jaxpr.invars],
-              "outputs": [_aval(a) for a in staged.closed.out_avals],
+              "inputs": [_aval(v.aval, axis, whole["count"]) for v, axis in zip(jaxpr.invars, whole["in_axes"])],
+              "outputs": [_aval(a, axis, whole["count"]) for a, axis in zip(staged.closed.out_avals, whole["out_axes"])],
               "in_dtypes": [np.dtype(v.aval.dtype).name for v in jaxpr.constvars + jaxpr.invars],
               "num_consts": len(consts)}
-    return Target(name, module, record.fn.__qualname__, transform,
-                  lower(staged.closed, root=module.root), consts, fields)
+    if replicas:
+        fields["replicas"] = replicas
+    return Target(name, module, record.fn.__qualname__, transform, text, consts, fields)
 
 
 def plan(modules: list[Module]) -> tuple[list[Target], list[dict]]:

@@ -36,6 +36,7 @@ from s2s.emit.signature import TANGENT_PARAMETER
 from s2s.errors import StagingError
 from s2s.frontend import stage
 from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf, parse_arg_specs
+from s2s.pmap import Pmapped
 from s2s.source_info import SourceInfo
 from s2s.tree import tree_map
 
@@ -151,6 +152,8 @@ def emit_exports(module, source_comments: bool = True) -> dict[str, EmittedModul
     files = {}
     for record in records:
         for transform, (stem, target) in zip(record.transforms, record.targets()):
+            if isinstance(target, Pmapped):   # written as its semantics on NumPy, as emit_python does
+                target = target.reference()
             staged = staged_or_error(target, record.example_args(transform), {})
             options = EmitOptions(source_comments=source_comments, const_mode="sidecar",
                                   sidecar_name=f"{stem}.npz")

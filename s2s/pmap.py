@@ -43,14 +43,14 @@ from s2s import dtypes, tree as tree_util
 from s2s.eager import donated_leaves, refuse_donating_twice, staged_or_error
 from s2s.core import ClosedJaxpr
 from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
-from s2s.errors import S2SError, StagingError
+from s2s.errors import S2SError, StagingError, UnsupportedFunctionError
 from s2s.frontend import Staged, reraise_clean
 from s2s.mapping import positional_names, vmap
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.vmap import example_aval
 from s2s.primitives.pmapped import bind_pmap
 from s2s.staging import JaxprBuilder, Tracer, current_builder, named_axis
-from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray
+from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.xla import Array, devices as all_devices, hlo_text
 
 __all__ = ["pmap"]
@@ -179,11 +179,6 @@ class Pmapped:
         with named_axis(self.axis_name, call.size):
             return staged_or_error(self.fn, call.example_args, kwargs, self.static_argnums)
 
-    def _in_dims(self, staged: Staged, call: _Call, kwargs) -> list:
-        """The mapped axis (or None) of each of the staged function's inputs."""
-        return [d.dim if isinstance(d, _Dim) else None
-                for d in staged.flat_inputs(call.dim_args, tree_util.tree_map(lambda _: _Dim(None), kwargs))]
-
     def _out_axes(self, staged: Staged) -> list:
         """The out_axes entry of each result: out_axes is an int, None, or a tree prefix of
         the results holding them."""
@@ -196,7 +191,7 @@ class Pmapped:
         call = self._split(args, devices_needed=False)
         staged = self._staged(call, kwargs)
         outs = bind_pmap(staged.closed, staged.flat_inputs(args, kwargs), axis_name=self.axis_name,
-                         axis_size=call.size, in_axes=self._in_dims(staged, call, kwargs),
+                         axis_size=call.size, in_axes=self._flat_in_axes(call, staged, kwargs),
                          out_axes=self._out_axes(staged))
         return staged.out_tree.unflatten(outs)
 
@@ -206,7 +201,7 @@ class Pmapped:
         its inputs, the key it is kept under in the staging's artifacts)."""
         flat = staged.flat_inputs(args, kwargs)
         avals = [aval_of_arg(x) for x in flat]
-        in_dims, out_axes = self._in_dims(staged, call, kwargs), self._out_axes(staged)
+        in_dims, out_axes = self._flat_in_axes(call, staged, kwargs), self._out_axes(staged)
         key = ("pmap with pmaps inside", self.axis_name, tuple(in_dims), tuple(out_axes), tuple(avals))
 
         def build():
@@ -227,11 +222,37 @@ class Pmapped:
     def _replica_axes(self, size: int) -> tuple:
         return ((self.axis_name, size),) if self.axis_name is not None else ((object(), size),)
 
-    def _text(self, staged: Staged, size: int, donated: dict[int, str] | None = None) -> str:
-        """The module; donated inputs ({input index: label}) alias the outputs of their type."""
+    def _text(self, staged: Staged, size: int, donated: dict[int, str] | None = None,
+              root: str | None = None) -> str:
+        """The module; donated inputs ({input index: label}) alias the outputs of their type;
+        `root` as `lower`'s."""
         invars = staged.closed.jaxpr.invars
         aliases = donation_aliases(staged.closed, [i in (donated or {}) for i in range(len(invars))])
-        return lower(staged.closed, aliases=aliases, replica_axes=self._replica_axes(size))
+        return lower(staged.closed, aliases=aliases, root=root, replica_axes=self._replica_axes(size))
+
+    def _flat_in_axes(self, call: _Call, staged: Staged, kwargs) -> list:
+        """Each flat input's device axis (None: every device gets all of it)."""
+        return [d.dim if isinstance(d, _Dim) else None
+                for d in staged.flat_inputs(call.dim_args, tree_util.tree_map(lambda _: _Dim(None), kwargs))]
+
+    def spmd_module(self, args: tuple, root: str | None = None):
+        """What `s2s compile` builds for an exported pmap, as the pmap itself runs it: (the
+        staged body, its SPMD module, the replica count, each flat input's device axis,
+        each flat output's device axis)."""
+        try:
+            call = self._split(args, devices_needed=False)
+            staged = self._staged(call, {})
+            if replicas_needed(staged.closed.jaxpr) > 1:   # its module is not one replica per device
+                raise UnsupportedFunctionError(f"{self.__name__} calls pmaps inside its body, and s2s compile "
+                                               "builds a pmap whose body runs on one device each",
+                                               "export the inner pmapped function, or call this one in "
+                                               "Python, where it runs on the replicas they need")
+            out_axes = [None if axis is None else axis % (a.ndim + 1)
+                        for axis, a in zip(self._out_axes(staged), staged.closed.out_avals)]
+            return (staged, self._text(staged, call.size, root=root), call.size,
+                    self._flat_in_axes(call, staged, {}), out_axes)
+        except S2SError as e:
+            reraise_clean(e)
 
     def __call__(self, *args, **kwargs):
         if current_builder() is not None:   # inside jit, grad, vmap or another pmap
@@ -242,7 +263,7 @@ class Pmapped:
             if replicas_needed(staged.closed.jaxpr) > 1:
                 return self._run_with_inner_pmaps(staged, call, args, kwargs)
             used = (self.devices if self.devices is not None else all_devices())[:call.size]
-            in_dims = self._in_dims(staged, call, kwargs)
+            in_dims = self._flat_in_axes(call, staged, kwargs)
             donated = donated_leaves(staged, args, self.donate_argnums)
             flat = staged.flat_inputs(args, kwargs)
             refuse_donating_twice(flat, donated, 0)
@@ -270,7 +291,7 @@ class Pmapped:
                 shards.append(value)      # its parts are where they are needed (or moved there)
                 continue
             array = np.asarray(value, dtype)
-            shards.append([array] * size if d is None else list(np.moveaxis(array, d, 0)))
+            shards.append(device_shards(array, d, size))
         results = executable.execute(shards)
         outs = []
         for per_device, v, axis in zip(results, jaxpr.outvars, out_axes):

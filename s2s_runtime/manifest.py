@@ -33,9 +33,11 @@ from importlib import metadata
 import numpy as np
 
 from s2s_runtime import quiet_logs, xla  # noqa: F401  (quiet_logs: before jaxlib loads)
+from s2s_runtime.replicated import ReplicatedExecutable, replica_devices
 from jaxlib import xla_client
 
-MANIFEST_FORMAT = 2   # 2: entries named by module (`pkg.mod.loss`), paths relative
+MANIFEST_FORMAT = 3   # 2: entries named by module (`pkg.mod.loss`), paths relative;
+#                       3: an entry may run as XLA replicas over several devices (`replicas`)
 
 
 class ManifestError(Exception):
@@ -169,8 +171,36 @@ def argument(name: str, position: int, value, shape: tuple, dtype: np.dtype) -> 
     return converted
 
 
+def _load(where: str, files: dict, deserialize):
+    try:
+        return deserialize()
+    except xla_client.XlaRuntimeError as e:
+        raise ManifestError(f"{where}: jaxlib cannot load {files['exe']} ({e}); recompile") from None
+
+
+def _replicas(where: str, replicas, inputs: list, outputs) -> tuple[int, list, list]:
+    """An entry's `replicas` (count, in_axes, out_axes), checked: an axis per input and
+    per output, each None or a dimension of that array of size `count`."""
+    if not isinstance(replicas, dict):
+        raise ManifestError(f"{where}: field 'replicas' must be an object, got {replicas!r}; recompile")
+    count = _field(f"{where} replicas", replicas, "count", int, "a number of replicas")
+    in_axes = _field(f"{where} replicas", replicas, "in_axes", list, "a list of axes")
+    out_axes = _field(f"{where} replicas", replicas, "out_axes", list, "a list of axes")
+    shapes = [shape for shape, _ in inputs] + [
+        o.get("shape") if isinstance(o, dict) else None for o in (outputs if isinstance(outputs, list) else [])]
+    if count < 1 or len(in_axes) != len(inputs) or len(in_axes + out_axes) != len(shapes) or not all(
+            a is None or (isinstance(a, int) and not isinstance(a, bool) and isinstance(shape, (list, tuple))
+                          and 0 <= a < len(shape) and shape[a] == count)
+            for a, shape in zip(in_axes + out_axes, shapes)):
+        raise ManifestError(f"{where}: field 'replicas' must give a positive count and an axis (or "
+                            f"null) per input and per output, got {replicas!r}; recompile with `s2s compile`")
+    return count, in_axes, out_axes
+
+
 def load(manifest_path: str, name: str, device=None):
-    """`name`'s compiled executable as `f(*flat_arrays) -> list[np.ndarray]`."""
+    """`name`'s compiled executable as `f(*flat_arrays) -> list[np.ndarray]`, on `device`
+    (default: the first), or for an exported pmap (an entry with `replicas`) on the first
+    that many devices, called with whole arrays as the pmap is."""
     manifest = read(manifest_path)
     entries = _field(manifest_path, manifest, "entries", dict, "an object of entries")
     if name not in entries:
@@ -200,11 +230,22 @@ def load(manifest_path: str, name: str, device=None):
     if num_consts:
         consts = _consts(where, _read_inside(base, f"{where} files.consts", files.get("consts")),
                          num_consts)
-    try:
-        executable = xla.Executable.from_serialized(data, in_dtypes, device)
-    except xla_client.XlaRuntimeError as e:
-        raise ManifestError(f"{where}: jaxlib cannot load {files['exe']} ({e}); recompile") from None
-    declared = [(c.shape, c.dtype) for c in consts] + inputs
+    replicas = entry.get("replicas")
+    if replicas is None:
+        executable = _load(where, files, lambda: xla.Executable.from_serialized(data, in_dtypes, device))
+        run = executable
+        parameters_wanted = inputs
+    else:
+        count, in_axes, out_axes = _replicas(where, replicas, inputs, entry.get("outputs"))
+        try:
+            chosen = replica_devices(count)
+        except RuntimeError as e:
+            raise ManifestError(f"{where}: {e}") from None
+        executable = _load(where, files, lambda: ReplicatedExecutable.from_serialized(data, in_dtypes, chosen))
+        run = lambda *arrays: executable.run_split(list(arrays), [None] * num_consts + in_axes, out_axes)
+        parameters_wanted = [(shape[:a] + shape[a + 1:] if a is not None else shape, dtype)
+                             for (shape, dtype), a in zip(inputs, in_axes)]   # one replica's
+    declared = [(c.shape, c.dtype) for c in consts] + parameters_wanted
     parameters = executable.parameter_types()
     if parameters != declared or [d for _, d in declared] != in_dtypes:
         raise ManifestError(f"{where}: its constants, 'inputs' and 'in_dtypes' do not match the "
@@ -213,8 +254,8 @@ def load(manifest_path: str, name: str, device=None):
     def call(*args) -> list[np.ndarray]:
         if len(args) != len(inputs):
             raise TypeError(f"{name} takes {len(inputs)} arrays, got {len(args)}")
-        return executable(*consts, *[argument(name, i, value, shape, dtype)
-                                     for i, (value, (shape, dtype)) in enumerate(zip(args, inputs))])
+        return run(*consts, *[argument(name, i, value, shape, dtype)
+                              for i, (value, (shape, dtype)) in enumerate(zip(args, inputs))])
 
     call.__name__ = name
     call.entry = entry

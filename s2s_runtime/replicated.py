@@ -17,7 +17,7 @@ import threading
 import numpy as np
 
 from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
-from s2s_runtime.xla import Array, _Aval, client, disk_cache_key, install_sharding_hooks
+from s2s_runtime.xla import Array, Executable, _Aval, client, devices, disk_cache_key, install_sharding_hooks
 from jaxlib import xla_client
 
 # (text, device ids) -> compiled executable, the most recent last. A pmapped function is
@@ -45,23 +45,27 @@ def replica_options(devices: list):
 
 
 def _compile(mlir_text: str, devices: list, device_list, options):
-    """(the executable, whether it came from a cache): in memory, then on disk, else compiled."""
+    """(the executable, the bytes it was loaded from or None, whether it came from a cache):
+    in memory, then on disk, else compiled. The bytes are kept because jaxlib cannot
+    serialize an executable it deserialized (see `xla.Executable.serialize`)."""
     key = (mlir_text, tuple(d.id for d in devices))
     with _compiled_lock:
-        exe = _compiled.get(key)
-        if exe is not None:
+        cached = _compiled.get(key)
+        if cached is not None:
             _compiled.move_to_end(key)
-            return exe, True
+            return (*cached, True)
     cl = client()
+    loaded = []
     exe, hit = disk_cache.get_or_compile(
         disk_cache_key(mlir_text, devices[0], options, placement=f"replicas on {[d.id for d in devices]}"),
         lambda: cl.compile_and_load(mlir_text, device_list, options), cl.serialize_executable,
-        lambda data: cl.deserialize_executable(data, device_list, options))
+        lambda data: loaded.append(bytes(data)) or cl.deserialize_executable(data, device_list, options))
+    serialized = loaded[-1] if hit else None
     with _compiled_lock:
-        _compiled[key] = exe
+        _compiled[key] = (exe, serialized)
         while len(_compiled) > _KEEP:
             _compiled.popitem(last=False)
-    return exe, hit
+    return exe, serialized, hit
 
 
 class ReplicatedExecutable:
@@ -72,14 +76,35 @@ class ReplicatedExecutable:
     """
 
     def __init__(self, mlir_text: str, in_dtypes, devices: list):
+        device_list, options = replica_options(devices)
+        exe, serialized, cache_hit = _compile(mlir_text, list(devices), device_list, options)
+        self._setup(exe, serialized, in_dtypes, devices, device_list, mlir_text, cache_hit)
+
+    def _setup(self, exe, serialized, in_dtypes, devices, device_list, text, cache_hit: bool) -> None:
         _install_sharding_hooks()
+        self._exe, self._serialized = exe, serialized
         self.devices = list(devices)
-        self.text = mlir_text
+        self.text = text
+        self.cache_hit = cache_hit
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]
-        device_list, options = replica_options(self.devices)
-        self._exe, self.cache_hit = _compile(mlir_text, self.devices, device_list, options)
         self._sharding = xla_client.GSPMDSharding(device_list, xla_client.HloSharding.replicate())
         self._device_shardings = [xla_client.SingleDeviceSharding(d) for d in self.devices]
+
+    @classmethod
+    def from_serialized(cls, data: bytes, in_dtypes, devices: list) -> "ReplicatedExecutable":
+        """An executable loaded from `serialize()`'s bytes, onto `devices` (as many as it
+        has replicas; same jaxlib version only)."""
+        self = cls.__new__(cls)
+        device_list, options = replica_options(devices)
+        exe = client().deserialize_executable(bytes(data), device_list, options)
+        self._setup(exe, bytes(data), in_dtypes, devices, device_list, None, False)
+        return self
+
+    def serialize(self) -> bytes:
+        """The compiled executable as bytes, for `from_serialized` (never pickled)."""
+        return self._serialized if self._serialized is not None else client().serialize_executable(self._exe)
+
+    parameter_types = Executable.parameter_types   # what one replica's program declares
 
     def _spanning_array(self, shards, dtype: np.dtype):
         """One jaxlib array over every device, replica i's part `shards[i]`: a ShardedArray
@@ -113,6 +138,32 @@ class ReplicatedExecutable:
 
     def optimized_hlo_text(self) -> str:
         return self._exe.hlo_modules()[0].to_string()
+
+    def run_split(self, args: list, in_axes: list, out_axes: list) -> list[np.ndarray]:
+        """Runs on whole NumPy arrays, as pmap calls its program: each argument split along
+        its `in_axes` entry (one slice per replica; None: every replica gets all of it), and
+        each result stacked along its `out_axes` entry (None: replica 0's)."""
+        results = self.execute([device_shards(np.asarray(a, dtype), axis, len(self.devices))
+                                for a, dtype, axis in zip(args, self.in_dtypes, in_axes)])
+        return [np.asarray(per_device[0]) if axis is None else
+                np.stack([np.asarray(p) for p in per_device], axis=axis)
+                for per_device, axis in zip(results, out_axes)]
+
+
+def replica_devices(count: int) -> list:
+    """The first `count` devices, for a program of `count` replicas; a clear error when
+    this process has fewer."""
+    available = devices()
+    if len(available) < count:
+        raise RuntimeError(f"the program runs as {count} replicas, one per device, but this process "
+                           f"has {len(available)} device(s): set S2S_NUM_CPU_DEVICES={count} in the "
+                           f"environment (before the first device query)")
+    return available[:count]
+
+
+def device_shards(array: np.ndarray, axis: int | None, count: int) -> list:
+    """`array` as one part per device: its slices along `axis`, or all of it on each."""
+    return [array] * count if axis is None else list(np.moveaxis(array, axis, 0))
 
 
 class ShardedArray(Array):

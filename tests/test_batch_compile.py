@@ -64,6 +64,18 @@ def write_package(root):
     return pkg
 
 
+# A script's first line when it loads entries with the runtime alone: importing s2s or jax
+# fails (jaxlib imports jax by itself when jax is installed: JAXLIB_NOTES.md).
+RUNTIME_ONLY = """\
+import sys
+class Block:
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("s2s", "jax"):
+            raise ImportError(name + " is blocked in this test")
+sys.meta_path.insert(0, Block())
+"""
+
+
 def run_compile(*args):
     return subprocess.run([sys.executable, "-m", "s2s", "compile", *args], cwd=ROOT,
                           capture_output=True, text=True)
@@ -120,14 +132,7 @@ def test_compile_package_reports_failures_skips_unchanged_and_loads_without_s2s(
     assert (out / "sub.bad.broken.exe").is_file()
 
     # Load entries with the runtime only: importing s2s or jax is refused.
-    script = textwrap.dedent(f"""
-        import sys
-        class Block:
-            def find_spec(self, name, path, target=None):
-                for blocked in ("s2s", "jax"):
-                    if name == blocked or name.startswith(blocked + "."):
-                        raise ImportError(name + " is blocked in this test")
-        sys.meta_path.insert(0, Block())
+    script = RUNTIME_ONLY + textwrap.dedent(f"""
         import numpy as np
         from s2s_runtime import manifest
         W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
@@ -167,6 +172,7 @@ def test_compile_module_that_fails_to_import_is_reported(tmp_path):
     (entry,) = entries.values()
     assert entry["status"] == "failed" and "boom" in entry["error"]
     assert entry["location"] == "oops.py:7"
+    assert "[1/1] oops.<module> FAILED oops.py:7\n" in result.stderr
 
 
 RENDEZVOUS = '''\
@@ -429,3 +435,69 @@ def test_module_that_stops_importing_has_its_entries_files_removed_and_says_why(
     entries = json.loads((out / "manifest.json").read_text())["entries"]
     assert list(entries) == ["breaking.<module>"] and "boom" in entries["breaking.<module>"]["error"]
     assert sorted(os.listdir(out)) == ["manifest.json", "manifest.json.lock"]
+
+
+PMAPPED = '''\
+import numpy as np
+import s2s
+from s2s import lax
+
+
+def local_step(w, x):
+    loss = lax.pmean(np.tanh(x @ w) ** 2, "devices")
+    return loss, x * lax.axis_index("devices")
+
+
+step = s2s.export("f64[3], f64[2,4,3]", transforms=("primal",))(
+    s2s.pmap(local_step, "devices", in_axes=(None, 0), out_axes=1))
+'''
+
+
+def test_an_exported_pmap_compiles_to_its_spmd_module_and_loads_on_as_many_devices(tmp_path):
+    (tmp_path / "parallel.py").write_text(PMAPPED)
+    out = tmp_path / "build"
+    result = run_compile(str(tmp_path / "parallel.py"), "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (entry,) = json.loads((out / "manifest.json").read_text())["entries"].values()
+    assert entry["replicas"] == {"count": 2, "in_axes": [None, 0], "out_axes": [1, 1]}
+    assert entry["inputs"] == [{"shape": [3], "dtype": "float64"}, {"shape": [2, 4, 3], "dtype": "float64"}]
+    assert entry["outputs"][1] == {"shape": [4, 2, 3], "dtype": "float64"}
+    assert "mhlo.num_replicas = 2" in (out / "parallel.pmap_local_step.mlir").read_text()
+    script = RUNTIME_ONLY + textwrap.dedent(f"""
+        import numpy as np
+        from s2s_runtime import manifest
+        step = manifest.load({str(out / 'manifest.json')!r}, "parallel.pmap_local_step")
+        w, x = np.array([0.3, -0.2, 0.5]), np.linspace(-1, 1, 24).reshape(2, 4, 3)
+        loss, scaled = step(w, x)
+        each = np.mean([np.tanh(x[i] @ w) ** 2 for i in range(2)], axis=0)
+        assert np.allclose(loss, np.stack([each, each], axis=1))
+        assert np.array_equal(scaled, np.stack([x[0] * 0, x[1] * 1], axis=1))
+        assert not any(m.split(".")[0] in ("s2s", "jax") for m in sys.modules), "s2s or jax imported"
+        print("ok on 2 devices")
+    """)
+    loaded = subprocess.run([sys.executable, "-c", script], cwd=str(tmp_path), capture_output=True,
+                            text=True, env=dict(os.environ, S2S_NUM_CPU_DEVICES="2"))
+    assert "ok on 2 devices" in loaded.stdout, loaded.stdout + loaded.stderr
+    with pytest.raises(manifest.ManifestError, match="runs as 2 replicas.*has 1 device.*S2S_NUM_CPU_DEVICES=2"):
+        manifest.load(str(out / "manifest.json"), "parallel.pmap_local_step")
+    emitted = subprocess.run([sys.executable, "-m", "s2s", "emit", str(tmp_path / "parallel.py"),
+                              "--out", str(tmp_path / "generated")], cwd=ROOT, capture_output=True, text=True)
+    assert emitted.returncode == 0, emitted.stderr
+    assert "import s2s\n" not in (tmp_path / "generated" / "pmap_local_step.py").read_text()
+
+
+def test_a_damaged_replicas_field_is_a_manifest_error(tmp_path):
+    (tmp_path / "parallel.py").write_text(PMAPPED)
+    out = tmp_path / "build"
+    assert run_compile(str(tmp_path / "parallel.py"), "--out", str(out)).returncode == 0
+    path = out / "manifest.json"
+    good = json.loads(path.read_text())
+    for damaged in ({"count": 2, "in_axes": [None, 5], "out_axes": [1, 1]},
+                    {"count": 3, "in_axes": [None, 0], "out_axes": [1, 1]},
+                    {"count": 2, "in_axes": [None], "out_axes": [1, 1]},
+                    {"count": 2, "in_axes": [None, 0], "out_axes": [0, 1]}, [2]):
+        manifest_data = json.loads(json.dumps(good))
+        manifest_data["entries"]["parallel.pmap_local_step"]["replicas"] = damaged
+        path.write_text(json.dumps(manifest_data))
+        with pytest.raises(manifest.ManifestError, match="replicas"):
+            manifest.load(str(path), "parallel.pmap_local_step")
