@@ -298,6 +298,9 @@ class XlaBackend:
         (1, 2) from (1.0, 2.0)."""
         jitted = self.jitted()
         if replicas_needed(staged.closed.jaxpr) > 1:
+            if donated_leaves(staged, args, jitted.donate_argnums):
+                warnings.warn("Some donated buffers were not usable: a function that calls a pmap gives "
+                              "every replica a copy of each input, so none is donated", UserWarning, stacklevel=5)
             return _replicated_runner(staged)
         donated = donated_leaves(staged, args, jitted.donate_argnums)
         device = jitted.device or devices()[0]

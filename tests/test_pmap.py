@@ -641,6 +641,8 @@ def test_jit_of_pmap_equals_the_pmap_and_pmap_of_jit_still_runs():
     expected = 2.0 * X.sum(0) * X
     np.testing.assert_allclose(s2s.jit(scaled_total)(X), expected, rtol=1e-12)
     np.testing.assert_allclose(pmap(s2s.jit(lambda v: lax.psum(v, "i") * v), "i")(X) * 2.0, expected, rtol=1e-12)
+    with pytest.warns(UserWarning, match="none is donated"):
+        np.testing.assert_allclose(s2s.jit(scaled_total, donate_argnums=0)(X.copy()), expected, rtol=1e-12)
     total_8, total_4 = s2s.jit(lambda x: (pmap(total, "i")(x), pmap(lambda v: lax.psum(v, "k"), "k")(x[:4])))(X)
     np.testing.assert_allclose(total_8, np.broadcast_to(X.sum(0), X.shape), rtol=1e-12)
     np.testing.assert_allclose(total_4, np.broadcast_to(X[:4].sum(0), X[:4].shape), rtol=1e-12)
