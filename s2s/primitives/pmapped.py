@@ -263,9 +263,10 @@ def _lower_pmap(ctx, eqn, *operands):
     outer = ctx.replica_axes
     spanned = size * int(np.prod([s for _, s in outer], dtype=np.int64))
     if ctx.replicas % spanned:
-        raise UnsupportedFunctionError(f"a pmap over {size} devices inside pmaps over {spanned // size} "
-                                       f"cannot share the {ctx.replicas} replicas of a program whose other "
-                                       "pmaps need that many",
+        inside = f" inside pmaps over {spanned // size}" if outer else ""
+        raise UnsupportedFunctionError(f"a pmap over {size} devices{inside} cannot share the {ctx.replicas} "
+                                       f"replicas this program's other pmaps need: {ctx.replicas} is not a "
+                                       f"multiple of {spanned}",
                                        "give pmaps one after another in one jit sizes that divide each other")
     ctx.replica_axes = outer + axes
     try:
