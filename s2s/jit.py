@@ -28,9 +28,10 @@ from s2s import config, dtypes, tree as tree_util
 from s2s.eager import (donated_leaves, emitted_call_args, emitted_function, emitted_module, function_name,
                        host_leaves, refuse_donating_twice, staged_or_error)
 from s2s.emit.signature import emitted_signature
-from s2s.emit.stablehlo import donation_aliases, lower
+from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
 from s2s.errors import S2SError
 from s2s.frontend import Staged, reraise_clean, staging_receiver
+from s2s.pmap import ReplicatedProgram
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s_runtime.xla import (Array, Executable, devices, dispatched_leaves, dispatcher, hlo_text, is_refused_call,
                              jax_x64_setting, refuse_in_dispatcher)
@@ -296,6 +297,11 @@ class XlaBackend:
         arguments by value and type, but not the types inside a tuple, where s2s tells
         (1, 2) from (1.0, 2.0)."""
         jitted = self.jitted()
+        if replicas_needed(staged.closed.jaxpr) > 1:
+            if donated_leaves(staged, args, jitted.donate_argnums):
+                warnings.warn("Some donated buffers were not usable: a function that calls a pmap gives "
+                              "every replica a copy of each input, so none is donated", UserWarning, stacklevel=5)
+            return _replicated_runner(staged)
         donated = donated_leaves(staged, args, jitted.donate_argnums)
         device = jitted.device or devices()[0]
         compiled = staged.artifact(("xla", device.id, tuple(donated)),
@@ -328,6 +334,17 @@ class XlaBackend:
                 self._checked.append(checked)
             return result, executable.fast_path(leaves, flat, consts, result, outs)
         return Runner(lambda args, kwargs: run(staged.flat_inputs(args, kwargs), args, kwargs), run)
+
+
+def _replicated_runner(staged: Staged) -> Runner:
+    """A function that calls pmaps runs as one module over the replicas they need (see
+    `ReplicatedProgram`), on the first devices; without the dispatcher's fast path."""
+    program = staged.artifact(("xla replicated", tuple(d.id for d in devices())),
+                              lambda: ReplicatedProgram(staged.closed, devices()))
+
+    def run(flat, args, kwargs):
+        return staged.out_tree.unflatten(program(flat)), None
+    return Runner(lambda args, kwargs: run(staged.flat_inputs(args, kwargs), args, kwargs), run)
 
 
 class PythonBackend:

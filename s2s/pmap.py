@@ -12,20 +12,25 @@ As in JAX: the mapped size is the number of devices used (the first ones of
 `s2s.devices()`, or exactly `devices`); `in_axes` is an int, None (the argument is
 replicated: every device gets all of it) or a tuple with one entry per positional
 argument, each an int, None or a tree prefix of the argument holding them (`{"W": None,
-"b": 0}`); `out_axes` (an int or None, for every result) is where the device axis goes in
-the results (None: the results are the same on every device, and device 0's is returned);
+"b": 0}`); `out_axes` (an int, None, or a tree prefix of the results holding them) is where
+the device axis goes in the results (None: the results are the same on every device, and
+device 0's is returned);
 `static_broadcasted_argnums` are passed to `fn` as Python values (hashable), one staging
 per value. Keyword arguments are replicated. The results are `s2s.Array`s: with out_axes
 an int, ShardedArrays (one part per device, read as NumPy with the device axis at
 out_axes), which a later pmap over the same devices mapping that axis takes where they are,
 without a round trip through the host; with out_axes None, device 0's result.
 
-This increment runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
+It runs on the CPU devices of one process (`S2S_NUM_CPU_DEVICES=8` or
 `s2s.config.update("num_cpu_devices", 8)` before the first device query), or across
 processes after `s2s.distributed.initialize`: then each process passes one slice per local
 device, the axis and its collectives span every process's devices, and each process gets
-its own devices' results. Not yet: a pmap staged inside another transform (jit, grad or
-vmap of a pmap, nested pmaps). `donate_argnums`, as jit's: a donated argument's memory may hold the
+its own devices' results. Called inside another transform (jit, grad, vmap, another pmap:
+whenever a function is being staged), a pmap binds the `pmap` primitive
+(`s2s/primitives/pmapped.py`), one equation the transforms around handle; a program
+holding pmaps (a jitted function calling one, a pmap whose body calls one) runs as a
+`ReplicatedProgram`, on as many devices (of this process) as its nested pmaps' sizes
+multiply to. `donate_argnums`, as jit's: a donated argument's memory may hold the
 results (XLA aliases each donated input with a result of its type), and a donated
 s2s.Array cannot be used again. `s2s.emit_python` of a pmapped function writes its
 `reference()`, the same computation as one vmapped function on NumPy.
@@ -39,13 +44,15 @@ import numpy as np
 
 from s2s import dtypes, tree as tree_util
 from s2s.eager import donated_leaves, refuse_donating_twice, staged_or_error
-from s2s.emit.stablehlo import donation_aliases, lower
-from s2s.errors import S2SError, StagingError
+from s2s.core import ClosedJaxpr
+from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
+from s2s.errors import S2SError, StagingError, UnsupportedFunctionError
 from s2s.frontend import Staged, reraise_clean
 from s2s.mapping import positional_names, vmap
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.vmap import example_aval
-from s2s.staging import Tracer, named_axis
+from s2s.primitives.pmapped import bind_pmap
+from s2s.staging import JaxprBuilder, Tracer, current_builder, named_axis
 from s2s_runtime.distributed import process_count, replica_count, replica_devices
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.xla import Array, devices as all_devices, hlo_text
@@ -72,7 +79,7 @@ class _Call:
     size: int
 
 
-def _axes_per_leaf(spec, arg, name: str) -> list:
+def _axes_per_leaf(spec, arg, name: str, what: str = "in_axes") -> list:
     """`spec` (an int, None, or a tree prefix of `arg` holding them) as one axis per leaf."""
     if _is_axis(spec):
         return [spec] * len(tree_util.tree_leaves(arg))
@@ -80,7 +87,7 @@ def _axes_per_leaf(spec, arg, name: str) -> list:
     try:
         subtrees = tree_util.flatten_up_to(spec_def, arg)
     except ValueError as e:
-        raise StagingError(f"pmap in_axes {spec!r} for `{name}` is not a tree prefix of it: {e}",
+        raise StagingError(f"pmap {what} {spec!r} for {name} is not a tree prefix of it: {e}",
                            "give its containers down to where one axis applies to a whole "
                            "subtree, or one int/None for all of it") from None
     return [a for a, sub in zip(axes, subtrees) for _ in range(len(tree_util.tree_leaves(sub)))]
@@ -130,17 +137,12 @@ class Pmapped:
                 continue
             leaves, treedef = tree_util.tree_flatten(arg)
             leaf_examples, leaf_dims = [], []
-            for leaf, axis in zip(leaves, _axes_per_leaf(axis, arg, names[i])):
-                if isinstance(leaf, Tracer):
-                    raise StagingError("pmap was called on staged values: a pmap inside jit, grad, "
-                                       "vmap or another pmap is not supported yet",
-                                       "call the pmapped function at the top level, and put jit, "
-                                       "grad or vmap inside it")
+            for leaf, axis in zip(leaves, _axes_per_leaf(axis, arg, f"`{names[i]}`")):
                 if axis is None:
                     leaf_examples.append(leaf)
                     leaf_dims.append(_Dim(None))
                     continue
-                if not (isinstance(leaf, (int, float)) or is_staged_leaf(leaf)):
+                if not (isinstance(leaf, (int, float, Tracer)) or is_staged_leaf(leaf)):
                     raise StagingError(f"pmap cannot map `{names[i]}`: {describe_arg(leaf)} is not an array",
                                        "pass arrays for mapped arguments, or None in in_axes")
                 aval = aval_of_arg(leaf)
@@ -182,6 +184,46 @@ class Pmapped:
         with named_axis(self.axis_name, call.size):
             return staged_or_error(self.fn, call.example_args, kwargs, self.static_argnums)
 
+    def _out_axes(self, staged: Staged) -> list:
+        """The out_axes entry of each result: out_axes is an int, None, or a tree prefix of
+        the results holding them."""
+        results = staged.out_tree.unflatten(list(range(staged.out_tree.num_leaves)))
+        return _axes_per_leaf(self.out_axes, results, f"the results of {self.__name__}", "out_axes")
+
+    def _bind(self, args, kwargs):
+        """Called inside a function being staged (by jit, grad, vmap or another pmap): one
+        `pmap` equation of the body staged for one device's shapes."""
+        call = self._split(args, devices_needed=False)
+        staged = self._staged(call, kwargs)
+        outs = bind_pmap(staged.closed, staged.flat_inputs(args, kwargs), axis_name=self.axis_name,
+                         axis_size=call.size, in_axes=self._flat_in_axes(call, staged, kwargs),
+                         out_axes=self._out_axes(staged))
+        return staged.out_tree.unflatten(outs)
+
+    def _with_inner_pmaps(self, staged: Staged, call: _Call, args, kwargs) -> tuple[ClosedJaxpr, list, tuple]:
+        """A body with pmaps inside runs on more replicas than this axis has, as jit runs a
+        program that calls pmaps: (the jaxpr of one `pmap` equation on the whole arguments,
+        its inputs, the key it is kept under in the staging's artifacts)."""
+        flat = staged.flat_inputs(args, kwargs)
+        avals = [aval_of_arg(x) for x in flat]
+        in_dims, out_axes = self._flat_in_axes(call, staged, kwargs), self._out_axes(staged)
+        key = ("pmap with pmaps inside", self.axis_name, tuple(in_dims), tuple(out_axes), tuple(avals))
+
+        def build():
+            with JaxprBuilder() as builder:
+                ins = [builder.new_arg(aval) for aval in avals]
+                return builder.build(bind_pmap(staged.closed, ins, axis_name=self.axis_name, axis_size=call.size,
+                                               in_axes=in_dims, out_axes=out_axes))
+        return staged.artifact(key, build), flat, key
+
+    def _run_with_inner_pmaps(self, staged: Staged, call: _Call, args, kwargs):
+        """On every replica the pmaps need together, the results device 0's (the stacked
+        arrays, not ShardedArrays)."""
+        closed, flat, key = self._with_inner_pmaps(staged, call, args, kwargs)
+        devices = self.devices if self.devices is not None else all_devices()
+        program = staged.artifact(key + (tuple(d.id for d in devices),), lambda: ReplicatedProgram(closed, devices))
+        return staged.out_tree.unflatten(program(flat))
+
     def _replica_axes(self, size: int) -> tuple:
         return ((self.axis_name, size),) if self.axis_name is not None else ((object(), size),)
 
@@ -205,26 +247,35 @@ class Pmapped:
         try:
             call = self._split(args, devices_needed=False)
             staged = self._staged(call, {})
-            out_axes = [None if self.out_axes is None else self.out_axes % (a.ndim + 1)
-                        for a in staged.closed.out_avals]
+            if replicas_needed(staged.closed.jaxpr) > 1:   # its module is not one replica per device
+                raise UnsupportedFunctionError(f"{self.__name__} calls pmaps inside its body, and s2s compile "
+                                               "builds a pmap whose body runs on one device each",
+                                               "export the inner pmapped function, or call this one in "
+                                               "Python, where it runs on the replicas they need")
+            out_axes = [None if axis is None else axis % (a.ndim + 1)
+                        for axis, a in zip(self._out_axes(staged), staged.closed.out_avals)]
             return (staged, self._text(staged, call.size, root=root), call.size,
                     self._flat_in_axes(call, staged, {}), out_axes)
         except S2SError as e:
             reraise_clean(e)
 
     def __call__(self, *args, **kwargs):
+        if current_builder() is not None:   # inside jit, grad, vmap or another pmap
+            return self._bind(args, kwargs)
         try:
             call = self._split(args, devices_needed=True)
             used = replica_devices(self.devices, call.size)
             call = dataclasses.replace(call, size=len(used))   # across processes: every process's devices
             staged = self._staged(call, kwargs)
+            if replicas_needed(staged.closed.jaxpr) > 1:
+                return self._run_with_inner_pmaps(staged, call, args, kwargs)
             in_dims = self._flat_in_axes(call, staged, kwargs)
             donated = donated_leaves(staged, args, self.donate_argnums)
             flat = staged.flat_inputs(args, kwargs)
             refuse_donating_twice(flat, donated, 0)
             key = ("pmap", self.axis_name, tuple(d.id for d in used), tuple(in_dims), tuple(sorted(donated)))
             executable = staged.artifact(key, lambda: self._compile(staged, call.size, used, donated))
-            outs = self._run(executable, staged, in_dims, flat, len(executable.devices))
+            outs = self._run(executable, staged, in_dims, flat, len(executable.devices), self._out_axes(staged))
             for position, label in donated.items():   # its memory is the results' now
                 if isinstance(flat[position], Array):
                     flat[position]._donate(label)
@@ -237,7 +288,7 @@ class Pmapped:
         return ReplicatedExecutable(self._text(staged, size, donated),
                                     [_device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars], used)
 
-    def _run(self, executable, staged: Staged, in_dims: list, flat: list, size: int) -> list:
+    def _run(self, executable, staged: Staged, in_dims: list, flat: list, size: int, out_axes: list) -> list:
         jaxpr = staged.closed.jaxpr
         shards = [[np.asarray(c)] * size for c in staged.closed.consts]
         for value, d, v in zip(flat, in_dims, jaxpr.invars):
@@ -249,15 +300,15 @@ class Pmapped:
             shards.append(device_shards(array, d, size))
         results = executable.execute(shards)
         outs = []
-        for per_device, v in zip(results, jaxpr.outvars):
+        for per_device, v, axis in zip(results, jaxpr.outvars, out_axes):
             if v.aval.dtype == dtypes.float0:
-                shape = v.aval.shape if self.out_axes is None else _with_axis(v.aval.shape, self.out_axes, size)
+                shape = v.aval.shape if axis is None else _with_axis(v.aval.shape, axis, size)
                 outs.append(np.zeros(shape, dtypes.float0))
-            elif self.out_axes is None:       # the same on every device: device 0's, as an s2s.Array
+            elif axis is None:       # the same on every device: device 0's, as an s2s.Array
                 outs.append(Array(per_device[0], tuple(v.aval.shape), np.dtype(v.aval.dtype), executable.devices[0]))
             else:
                 outs.append(ShardedArray(per_device, tuple(v.aval.shape), v.aval.dtype,
-                                         self.out_axes % (v.aval.ndim + 1), executable.devices))
+                                         axis % (v.aval.ndim + 1), executable.devices))
         return outs
 
     def reference(self):
@@ -280,9 +331,42 @@ class Pmapped:
             call = self._split(args, devices_needed=False)
             call = dataclasses.replace(call, size=replica_count(self.devices, call.size))
             staged = self._staged(call, kwargs)
+            self._out_axes(staged)   # an out_axes that does not fit the results is an error here too
+            if replicas_needed(staged.closed.jaxpr) > 1:
+                return Lowered(lower(self._with_inner_pmaps(staged, call, args, kwargs)[0]))
             return Lowered(self._text(staged, call.size, donated_leaves(staged, args, self.donate_argnums)))
         except S2SError as e:
             reraise_clean(e)
+
+
+class ReplicatedProgram:
+    """A jaxpr with pmaps inside (jit of a pmap, nested pmaps) compiled as one module over
+    the replicas its pmaps need (`replicas_needed`), on the first that many of `devices`.
+    Outside its pmaps every replica computes the same, so each is given every input whole,
+    and the results are replica 0's."""
+
+    def __init__(self, closed: ClosedJaxpr, devices: list):
+        replicas = replicas_needed(closed.jaxpr)
+        if replicas > len(devices):
+            raise StagingError(f"the pmaps in this function need {replicas} devices together, "
+                               f"but {len(devices)} are available",
+                               "map axes whose sizes multiply to at most the device count (set "
+                               "S2S_NUM_CPU_DEVICES or s2s.config num_cpu_devices for more CPU devices)")
+        self.closed = closed
+        jaxpr = closed.jaxpr
+        self.executable = ReplicatedExecutable(lower(closed), [_device_dtype(v.aval.dtype)
+                                                               for v in jaxpr.constvars + jaxpr.invars],
+                                               devices[:replicas])
+
+    def __call__(self, flat: list) -> list:
+        replicas = len(self.executable.devices)
+        jaxpr = self.closed.jaxpr
+        inputs = [*self.closed.consts, *flat]
+        results = self.executable.execute([[np.asarray(x, _device_dtype(v.aval.dtype))] * replicas
+                                           for x, v in zip(inputs, jaxpr.constvars + jaxpr.invars)])
+        return [np.zeros(v.aval.shape, dtypes.float0) if v.aval.dtype == dtypes.float0 else
+                Array(per_replica[0], tuple(v.aval.shape), np.dtype(v.aval.dtype), self.executable.devices[0])
+                for per_replica, v in zip(results, jaxpr.outvars)]
 
 
 def _with_axis(shape: tuple, axis: int, size: int) -> tuple:
@@ -322,9 +406,10 @@ def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_a
     if not all(_is_axis(a) for a in specs):
         raise StagingError(f"pmap in_axes must hold ints and None (one per positional argument), got {in_axes!r}",
                            "write in_axes like 0, None, or (None, 0, 0)").with_traceback(None)
-    if not _is_axis(out_axes):
-        raise StagingError(f"pmap out_axes must be an int or None, got {out_axes!r}",
-                           "write out_axes=0 (stacked along a new first axis) or None").with_traceback(None)
+    if not all(_is_axis(a) for a in tree_util.tree_leaves(out_axes, is_leaf=_is_axis)):
+        raise StagingError(f"pmap out_axes must hold ints and None (a tree prefix of the results), got "
+                           f"{out_axes!r}", "write out_axes like 0, None, or (0, None) for two results"
+                           ).with_traceback(None)
     try:
         hash(axis_name)
     except TypeError:

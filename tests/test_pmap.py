@@ -16,6 +16,8 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import s2s
 from tests.helpers import BLOCK_JAX
@@ -80,14 +82,6 @@ def test_lowered_text_is_one_spmd_module_and_needs_no_devices():
 def test_a_collective_over_a_name_no_pmap_binds_is_an_error():
     with pytest.raises(StagingError, match="'j'"):
         s2s.pmap(lambda v: lax.psum(v, "j"), "i").lower(np.ones((N, 2)))
-
-
-def test_a_pmap_inside_another_transform_is_a_clear_error_for_now():
-    pmapped = s2s.pmap(total, "i")
-    with pytest.raises(StagingError, match="pmap was called on staged values"):
-        s2s.jit(lambda x: pmapped(x) * 2.0)(np.ones((N, 2)))
-    with pytest.raises(StagingError, match="pmap was called on staged values"):
-        s2s.grad(lambda x: pmapped(x).sum())(np.ones((N, 2)))
 
 
 def test_vmap_behaviour_is_unchanged_a_vmapped_psum_still_batches_away():
@@ -444,6 +438,9 @@ NO_JAX_SCRIPT = BLOCK_JAX + textwrap.dedent("""
     x = np.arange(16.0).reshape(8, 2)
     out = s2s.pmap(lambda v: lax.psum(v, "i") + lax.all_gather(v, "i").sum(0) * lax.axis_index("i"), "i")(x)
     assert np.allclose(out, x.sum(0) * (1 + np.arange(8))[:, None]), out
+    nested = s2s.jit(s2s.grad(lambda x: s2s.pmap(s2s.pmap(lambda v: lax.psum(v * v, ("i", "j")), "j"), "i")(
+        x.reshape(2, 4, 2)).sum()))(x)
+    assert np.allclose(nested, 16.0 * x), nested
     assert "jax" not in sys.modules
     print("ok no jax")
 """)
@@ -529,3 +526,274 @@ def test_donated_parameters_hold_the_results():
     with pytest.raises(s2s.DonatedBufferError):
         np.asarray(w)
     np.testing.assert_allclose(step(new_w, X), expected - 0.1 * (X * expected).mean(0), rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# A pmap inside other transforms (jit, grad, vmap, another pmap): one `pmap` equation
+# (s2s/primitives/pmapped.py). The functions below name `pmap`, `vmap`, `np` and `lax`
+# as globals, so `_as_jax` runs the same source as jax's oracle.
+
+
+pmap, vmap = s2s.pmap, s2s.vmap
+GRID = np.random.default_rng(1).normal(size=(2, 4, 3))   # nested: 2 x 4 of the 8 devices
+
+
+def _as_jax(fn, pmap_as_named_vmap=False):
+    """`fn` run by jax. jax 0.10's pmap does not nest (each is a shard_map over a mesh of
+    its own axis), so nested pmaps are checked against what they mean: jax's vmaps with
+    the same axis names (`pmap_as_named_vmap`)."""
+    import jax
+    def named_vmap(f, axis_name):
+        return jax.vmap(f, axis_name=axis_name)
+    namespace = {**fn.__globals__, "np": jax.numpy, "lax": jax.lax, "vmap": jax.vmap,
+                 "pmap": named_vmap if pmap_as_named_vmap else jax.pmap}
+    namespace["nested_collectives"] = types.FunctionType(nested_collectives.__code__, namespace, "nested_collectives")
+    return types.FunctionType(fn.__code__, namespace, fn.__name__)
+
+
+def _jax_with_devices():
+    import jax
+    if jax.device_count() < N:
+        pytest.skip("jax sees fewer CPU devices")
+    return jax
+
+
+def scaled_total(x):
+    return pmap(lambda v: lax.psum(v, "i") * v, "i")(x) * 2.0
+
+
+def squared_gathered(x):
+    return np.sum(pmap(lambda v: np.sin(lax.all_gather(v, "i")).sum(0) * v, "i")(x) ** 2)
+
+
+def replicated_weights_loss(w, x):
+    return np.sum(pmap(lambda w, v: lax.pmean(np.tanh(v @ w), "i"), "i", in_axes=(None, 0))(w, x) ** 2)
+
+
+def vmapped_over_rows(x):   # x: (8, 5, 3), the vmap over its axis 1
+    return vmap(pmap(lambda v: lax.psum(v, "i") * lax.axis_index("i") + v, "i"), in_axes=1)(x)
+
+
+def nested_collectives(x):   # x: (2, 4, 3) over axes "i" (2) and "j" (4)
+    def inner(v):
+        ranks = (lax.axis_index("i") * 1000.0 + lax.axis_index("j") * 100.0
+                 + lax.axis_index(("i", "j")) * 10.0)
+        return (lax.psum(v, "i") + lax.psum(v, "j") * 2.0 + lax.psum(v, ("i", "j")) * 3.0 + ranks,
+                lax.all_gather(v, "i"), lax.all_gather(v, "j"))
+    return pmap(pmap(inner, "j"), "i")(x)
+
+
+def nested_loss(x):
+    y, gi, gj = nested_collectives(x)
+    return np.sum(np.sin(y) * x) + np.sum(gi ** 2) + np.sum(gj * x[:, :, None])
+
+
+def test_a_pmap_inside_jit_is_one_equation_lowered_to_one_replicated_module():
+    assert str(s2s.make_jaxpr(scaled_total)(X)).count("pmap[") == 1
+    text = s2s.jit(scaled_total).lower(X).as_text()
+    assert "mhlo.num_replicas = 8" in text
+    assert "func.func public @main(%x: tensor<8x5x3xf64>)" in text   # every replica has the whole batch
+    assert "stablehlo.dynamic_slice" in text and '"stablehlo.all_gather"' in text   # in: its share; out: all
+
+
+def test_nested_pmaps_lower_replica_groups_per_axis_name():
+    """Replica r is (i, j) = divmod(r, 4): a collective over "i" combines the replicas with
+    the same j, over "j" those with the same i, over both all of them."""
+    text = pmap(pmap(lambda v: (lax.psum(v, "i"), lax.psum(v, "j"), lax.psum(v, ("i", "j"))), "j"),
+                "i").lower(GRID).as_text()
+    assert "mhlo.num_replicas = 8" in text
+    assert "replica_groups = dense<[[0, 4], [1, 5], [2, 6], [3, 7]]> : tensor<4x2xi64>" in text
+    assert "replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>" in text
+    assert "replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>" in text
+
+
+def test_pmaps_one_after_another_share_the_replicas_of_the_biggest():
+    def two(x):
+        return pmap(total, "i")(x), pmap(lambda v: lax.psum(v, "k"), "k")(x[:4])
+    text = s2s.jit(two).lower(X).as_text()
+    assert "mhlo.num_replicas = 8" in text
+    assert "replica_groups = dense<[[0, 2, 4, 6], [1, 3, 5, 7]]>" in text   # "k": the rest is minor
+    with pytest.raises(s2s.errors.UnsupportedFunctionError, match="cannot share"):
+        s2s.jit(lambda x: (pmap(total, "i")(x), pmap(lambda v: v * 2.0, "k")(x[:3]))).lower(X)
+
+
+def test_grad_and_vmap_of_a_pmap_without_devices_compute_its_vmapped_reference():
+    """On NumPy values (no devices), grad and vmap run the emitted Python, which writes the
+    pmap as its reference: the body vmapped over the axis."""
+    def with_vmap(x):
+        return np.sum(vmap(lambda v: np.sin(lax.all_gather(v, "i")).sum(0) * v, axis_name="i")(x) ** 2)
+    np.testing.assert_allclose(s2s.grad(squared_gathered)(X), s2s.grad(with_vmap)(X), rtol=1e-12)
+    expected = np.moveaxis(X.sum(0) * np.arange(N)[:, None, None] + X, 1, 0)
+    np.testing.assert_allclose(vmapped_over_rows(X), expected, rtol=1e-12)
+    from s2s.core import eval_jaxpr   # the reference interpreter runs the pmap equation's NumPy impl
+    (interpreted,) = eval_jaxpr(s2s.make_jaxpr(scaled_total)(X), X)
+    np.testing.assert_allclose(interpreted, 2.0 * X.sum(0) * X, rtol=1e-12)
+    assert "# pmap over axis 'i' (8 devices)" in s2s.emit_python(s2s.grad(squared_gathered), X)
+
+
+def test_out_axes_tree_prefix_errors_name_it():
+    pair = lambda v: {"a": v, "b": (v, v)}   # noqa: E731
+    with pytest.raises(StagingError, match=r"out_axes \{'a': 0\} for the results of pmap is not"):
+        pmap(pair, "i", out_axes={"a": 0}).lower(X)
+    with pytest.raises(StagingError, match="out_axes must hold ints and None"):
+        pmap(pair, "i", out_axes={"a": "first"})
+
+
+@on_devices
+def test_jit_of_pmap_equals_the_pmap_and_pmap_of_jit_still_runs():
+    expected = 2.0 * X.sum(0) * X
+    np.testing.assert_allclose(s2s.jit(scaled_total)(X), expected, rtol=1e-12)
+    np.testing.assert_allclose(pmap(s2s.jit(lambda v: lax.psum(v, "i") * v), "i")(X) * 2.0, expected, rtol=1e-12)
+    with pytest.warns(UserWarning, match="none is donated"):
+        np.testing.assert_allclose(s2s.jit(scaled_total, donate_argnums=0)(X.copy()), expected, rtol=1e-12)
+    total_8, total_4 = s2s.jit(lambda x: (pmap(total, "i")(x), pmap(lambda v: lax.psum(v, "k"), "k")(x[:4])))(X)
+    np.testing.assert_allclose(total_8, np.broadcast_to(X.sum(0), X.shape), rtol=1e-12)
+    np.testing.assert_allclose(total_4, np.broadcast_to(X[:4].sum(0), X[:4].shape), rtol=1e-12)
+
+
+@on_devices
+@pytest.mark.parametrize("loss", [squared_gathered, replicated_weights_loss], ids=lambda f: f.__name__)
+def test_grad_of_a_function_calling_pmap_against_jax(loss):
+    jax = _jax_with_devices()
+    args = (X,) if loss is squared_gathered else (np.random.default_rng(2).normal(size=(3, 4)), X)
+    argnums = tuple(range(len(args)))
+    theirs = jax.grad(_as_jax(loss), argnums)(*args)
+    for ours in (s2s.jit(s2s.grad(loss, argnums))(*args), s2s.grad(loss, argnums)(*args)):
+        for a, b in zip(ours, theirs):
+            np.testing.assert_allclose(a, np.asarray(b), rtol=1e-10, atol=1e-12)
+    value, tangent = s2s.jit(lambda *a: s2s.jvp(loss, a, tuple(np.ones_like(x) for x in a)))(*args)
+    their_value, their_tangent = jax.jvp(_as_jax(loss), args, tuple(np.ones_like(x) for x in args))
+    np.testing.assert_allclose(tangent, their_tangent, rtol=1e-10)
+
+
+@on_devices
+def test_vmap_of_pmap_against_jax():
+    jax = _jax_with_devices()
+    theirs = np.asarray(_as_jax(vmapped_over_rows)(X))
+    np.testing.assert_allclose(s2s.jit(vmapped_over_rows)(X), theirs, rtol=1e-12)
+    grad_theirs = jax.grad(lambda x: jax.numpy.sum(_as_jax(vmapped_over_rows)(x) ** 2))(X)
+    np.testing.assert_allclose(s2s.jit(s2s.grad(lambda x: np.sum(vmapped_over_rows(x) ** 2)))(X),
+                               grad_theirs, rtol=1e-10)
+
+
+@on_devices
+def test_nested_pmap_collectives_over_each_name_and_both_against_jax():
+    theirs = [np.asarray(t) for t in _as_jax(nested_collectives, pmap_as_named_vmap=True)(GRID)]
+    i, j = np.arange(2)[:, None, None], np.arange(4)[None, :, None]
+    np.testing.assert_allclose(theirs[0], GRID.sum(0) + 2.0 * GRID.sum(1, keepdims=True) + 3.0 * GRID.sum((0, 1))
+                               + i * 1000.0 + j * 100.0 + (i * 4 + j) * 10.0, rtol=1e-12)
+    for ours in (nested_collectives(GRID), s2s.jit(nested_collectives)(GRID)):
+        for a, b in zip(ours, theirs):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+    # jax's vmap gathers over one name at a time; over both, every device gets all of them
+    everything = pmap(pmap(lambda v: lax.all_gather(v, ("i", "j")), "j"), "i")(GRID)
+    np.testing.assert_allclose(everything, np.broadcast_to(GRID.reshape(8, 3), (2, 4, 8, 3)))
+
+
+@on_devices
+def test_grad_of_nested_pmaps_against_jax():
+    import jax
+    theirs = jax.grad(_as_jax(nested_loss, pmap_as_named_vmap=True))(GRID)
+    np.testing.assert_allclose(s2s.jit(s2s.grad(nested_loss))(GRID), theirs, rtol=1e-10)
+    np.testing.assert_allclose(s2s.grad(nested_loss)(GRID), theirs, rtol=1e-10)   # its emitted Python
+
+
+@on_devices
+def test_out_axes_tree_prefix_of_the_results():
+    def parts(v):
+        return {"summed": lax.psum(v, "i"), "own": (v * 2.0, v + 1.0)}
+    out = pmap(parts, "i", out_axes={"summed": None, "own": (0, 1)})(X)
+    np.testing.assert_allclose(out["summed"], X.sum(0), rtol=1e-12)
+    np.testing.assert_allclose(out["own"][0], X * 2.0)
+    np.testing.assert_allclose(out["own"][1], np.moveaxis(X + 1.0, 0, 1))
+    inside = s2s.jit(lambda x: pmap(parts, "i", out_axes={"summed": None, "own": (0, 1)})(x))(X)
+    assert s2s.tree_flatten(inside)[1] == s2s.tree_flatten(out)[1]
+    for a, b in zip(s2s.tree_flatten(inside)[0], s2s.tree_flatten(out)[0]):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def summed_squares_replicated(x):   # out_axes None: the result is device 0's
+    return np.sum(np.sin(pmap(lambda v: lax.psum(v * v, "i"), "i", out_axes=None)(x)))
+
+
+def rows_times_shared(w, x):   # w: (4, 3, 2) batched by the vmap, given whole to every device
+    return vmap(pmap(lambda w, v: lax.psum(v @ w, "i"), "i", in_axes=(None, 0)), in_axes=(0, None))(w, x)
+
+
+def exchanged_over_nested_names(x):   # x: (2, 4, 8, 3)
+    def inner(v):
+        return (lax.ppermute(v, "i", [(0, 1), (1, 0)]) + lax.all_to_all(v, "j", 0, 0, tiled=True)
+                + lax.psum_scatter(v, "j", scatter_dimension=0, tiled=True).sum())
+    return pmap(pmap(inner, "j"), "i")(x)
+
+
+@on_devices
+def test_grad_of_a_replicated_result_and_vmap_with_replicated_operands_against_jax():
+    """A result with out_axes None is device 0's: its cotangent reaches device 0 only, as
+    in jax; an operand every device reads whole gets the sum of their cotangents."""
+    jax = _jax_with_devices()
+    np.testing.assert_allclose(s2s.jit(s2s.grad(summed_squares_replicated))(X),
+                               jax.grad(_as_jax(summed_squares_replicated))(X), rtol=1e-10)
+    w = np.random.default_rng(3).normal(size=(4, 3, 2))
+    np.testing.assert_allclose(s2s.jit(rows_times_shared)(w, X), _as_jax(rows_times_shared)(w, X), rtol=1e-12)
+    loss = lambda w, x: np.sum(np.tanh(rows_times_shared(w, x)))   # noqa: E731
+    their_loss = lambda w, x: jax.numpy.sum(jax.numpy.tanh(_as_jax(rows_times_shared)(w, x)))   # noqa: E731
+    for ours, theirs in zip(s2s.jit(s2s.grad(loss, (0, 1)))(w, X), jax.grad(their_loss, (0, 1))(w, X)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+@on_devices
+def test_ppermute_all_to_all_psum_scatter_over_one_of_two_nested_names_against_jax():
+    import jax
+    x = np.random.default_rng(4).normal(size=(2, 4, 8, 3))
+    theirs = _as_jax(exchanged_over_nested_names, pmap_as_named_vmap=True)
+    np.testing.assert_allclose(s2s.jit(exchanged_over_nested_names)(x), theirs(x), rtol=1e-12)
+    grad = s2s.jit(s2s.grad(lambda x: np.sum(np.sin(exchanged_over_nested_names(x)))))(x)
+    np.testing.assert_allclose(grad, jax.grad(lambda x: jax.numpy.sum(jax.numpy.sin(theirs(x))))(x), rtol=1e-10)
+
+
+def grouped_then_shifted(x):
+    return pmap(lambda v: lax.psum(v, "i", axis_index_groups=[[0, 1, 2, 3], [4, 5, 6, 7]]) * 2.0, "i")(x) + 1.0
+
+
+def test_emitted_python_of_a_function_calling_a_pmap_writes_its_reference():
+    """The index arrays a grouped collective's reference needs are written as literals;
+    the module computes what the pmap does (and, in the child, what the jit runs)."""
+    from s2s.emit.python import load_source
+    source = s2s.emit_python(grouped_then_shifted, X)
+    assert "# pmap over axis 'i' (8 devices)" in source and "np.array([0, 0, 0, 0, 1, 1, 1, 1]" in source
+    module = load_source(source, "emitted")
+    emitted = getattr(module, module.__all__[0])(X)
+    halves = X.reshape(2, 4, 5, 3).sum(1, keepdims=True)
+    np.testing.assert_allclose(emitted, np.broadcast_to(halves, (2, 4, 5, 3)).reshape(X.shape) * 2.0 + 1.0, rtol=1e-12)
+    if IN_CHILD:
+        np.testing.assert_allclose(s2s.jit(grouped_then_shifted)(X), emitted, rtol=1e-12)
+
+
+@pytest.mark.skipif(IN_CHILD, reason="needs a process with fewer devices than the pmap")
+def test_a_jit_whose_pmaps_need_more_devices_than_there_are_says_so():
+    with pytest.raises(StagingError, match="need 8 devices together, but 1 are available"):
+        s2s.jit(scaled_total)(X)
+
+
+@on_devices
+@settings(max_examples=12, deadline=None)
+@given(x_axis=st.sampled_from([0, 1, 2, -1]), w_axis=st.sampled_from([None, 0, 1]), out_axis=st.sampled_from([0, 1, -1]),
+       vmap_axis=st.sampled_from([None, 0, 2]))
+def test_jit_and_vmap_of_pmap_equal_the_reference_for_any_axes(x_axis, w_axis, out_axis, vmap_axis):
+    """in_axes and out_axes anywhere, under jit and a vmap (over x's axis `vmap_axis`):
+    the same as the vmapped reference, which is what the pmap means."""
+    rng = np.random.default_rng([x_axis % 3, 0 if w_axis is None else w_axis + 1, out_axis % 3])
+    x = np.moveaxis(rng.normal(size=(N, 6, 4)), 0, x_axis)
+    w = rng.normal(size=(4,)) if w_axis is None else np.moveaxis(rng.normal(size=(N, 4)), 0, w_axis)
+    def body(x, w):
+        return {"scaled": x * w + lax.axis_index("i"), "total": lax.psum(x, "i")}
+    axes = dict(in_axes=(x_axis, w_axis), out_axes={"scaled": out_axis, "total": None})
+    pmapped, reference = pmap(body, "i", **axes), s2s.vmap(body, axis_name="i", **axes)
+    if vmap_axis is not None:
+        x = np.stack([x, x + 1.0, 2.0 * x], axis=vmap_axis)
+        pmapped = s2s.vmap(pmapped, in_axes=(vmap_axis, None))
+        reference = s2s.vmap(reference, in_axes=(vmap_axis, None))
+    ours, expected = s2s.jit(pmapped)(x, w), reference(x, w)
+    for key in ("scaled", "total"):
+        np.testing.assert_allclose(ours[key], expected[key], rtol=1e-12)

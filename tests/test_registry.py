@@ -23,7 +23,7 @@ xor select clamp convert_element_type iota broadcast_in_dim reshape transpose sq
 expand_dims concatenate pad slice dynamic_slice dynamic_update_slice gather scatter_add
 dot_general reduce_sum reduce_max reduce_min reduce_prod argmax argmin cumsum sort
 stop_gradient cholesky triangular_solve lu cond while_loop scan custom_root custom_linear_solve
-remat name psum pmax pmin all_gather axis_index ppermute psum_scatter all_to_all
+remat name psum pmax pmin all_gather axis_index ppermute psum_scatter all_to_all pmap
 """.split()
 
 
@@ -49,7 +49,7 @@ LINEAR_PRIMITIVES = """
 add sub neg add_any mul div convert_element_type select broadcast_in_dim reshape transpose
 squeeze expand_dims concatenate pad slice dynamic_slice dynamic_update_slice rev gather
 scatter_add reduce_sum cumsum dot_general triangular_solve solve custom_vjp_lin cond scan
-while_loop while_reverse custom_linear_solve psum all_gather ppermute psum_scatter all_to_all remat name
+while_loop while_reverse custom_linear_solve psum all_gather ppermute psum_scatter all_to_all remat name pmap
 """.split()
 
 

@@ -14,6 +14,7 @@ NumPy-style implicit broadcasting is handled here, once: operands of the primiti
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -26,12 +27,40 @@ from s2s.passes.inline import inline_calls
 
 stablehlo_rules: dict = {}
 BROADCASTING: set = set()   # primitives whose operands broadcast NumPy-style
+# primitive -> replicas(eqn): how many XLA replicas an equation runs on (a pmap's size
+# times what its body needs); equations of other primitives need what their bodies do.
+replica_rules: dict = {}
 
 
-def register(primitive, rule, broadcasting: bool = False) -> None:
+def register(primitive, rule, broadcasting: bool = False, replicas=None) -> None:
     stablehlo_rules[primitive] = rule
     if broadcasting:
         BROADCASTING.add(primitive)
+    if replicas is not None:
+        replica_rules[primitive] = replicas
+
+
+def _bodies(value) -> list:
+    """The jaxprs an equation parameter holds (a loop body, a tuple of cond branches)."""
+    if isinstance(value, ClosedJaxpr):
+        return [value.jaxpr]
+    if isinstance(value, (tuple, list)):
+        return [jaxpr for item in value for jaxpr in _bodies(item)]
+    return []
+
+
+def replicas_needed(jaxpr) -> int:
+    """How many replicas a module computing `jaxpr` runs on: 1, or for each pmap in it its
+    size times what its body needs, the largest of those (pmaps one after another share
+    the replicas; a nested one multiplies them, as in JAX)."""
+    counts = [1]
+    for eqn in jaxpr.eqns:
+        rule = replica_rules.get(eqn.primitive)
+        if rule is not None:
+            counts.append(rule(eqn))
+        else:
+            counts += [replicas_needed(body) for value in eqn.params.values() for body in _bodies(value)]
+    return max(counts)
 
 
 _ELEMENT = {"b": None, "f": "f", "i": "i", "u": "ui", "c": "complex"}
@@ -95,11 +124,13 @@ def _location(info, root: str | None = None) -> str:
 class LoweringContext:
     """Collects the ops of one function body."""
 
-    def __init__(self, root: str | None = None, replica_axes: tuple = ()):
+    def __init__(self, root: str | None = None, replica_axes: tuple = (), replicas: int = 1):
         self.root = root   # source files inside it are located relative to it
-        # The named axes mapped over the module's replicas ((name, size), ...): a pmap's.
-        # Collectives over them lower to XLA's cross-replica ops; others cannot lower.
+        # The named axes mapped over the module's replicas ((name, size), ...), outermost
+        # first: the pmaps around the ops being lowered. Collectives over them lower to
+        # XLA's cross-replica ops; others cannot lower. `replicas`: the module's count.
         self.replica_axes = tuple(replica_axes)
+        self.replicas = replicas
         self.lines: list[str] = []
         self._taken: set[str] = set()
         self._next: dict[str, int] = {}
@@ -173,12 +204,13 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
     outputs into the donated inputs' buffers (`tf.aliasing_output`). `root`: a folder whose
     files the `loc(...)`s name relative to it, so the text is the same in any checkout.
     `replica_axes` ((name, size), ...): the module is one SPMD program run on that many
-    replicas (`mhlo.num_replicas`), and collectives over those names run across them.
+    replicas (`mhlo.num_replicas`), and collectives over those names run across them;
+    times what the pmaps inside `closed` need (`replicas_needed`).
     """
     closed = inline_calls(closed)
     jaxpr = closed.jaxpr
-    ctx = LoweringContext(root, replica_axes)
-    replicas = int(np.prod([size for _, size in replica_axes], dtype=np.int64)) if replica_axes else 1
+    replicas = math.prod(size for _, size in replica_axes) * replicas_needed(jaxpr)
+    ctx = LoweringContext(root, replica_axes, replicas)
     env: dict[Var, str] = {}
     params = []
     aliases = aliases or {}

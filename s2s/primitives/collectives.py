@@ -52,6 +52,7 @@ a collective over the pmap's axis becomes XLA's cross-replica op: psum/pmax/pmin
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -528,22 +529,64 @@ _vmap.register(psum_scatter, _psum_scatter_rule, reads_axis=True)
 _vmap.register(all_to_all, _all_to_all_rule, reads_axis=True)
 
 # ---------------------------------------------------------------------------------------
-# StableHLO lowering: inside a pmap, where the module runs once per device (its replicas),
-# over the pmap's axis. One pmap axis spans every replica, so the replica groups are one
-# group of all of them (replica i holds example i).
+# StableHLO lowering: inside a pmap, where the module runs once per replica. The named
+# axes of the pmaps around a collective (`ctx.replica_axes`, outermost first) lay the
+# module's `ctx.replicas` replicas out as a mesh, (their sizes..., the replicas left over),
+# row-major: the outer axis is the major one, and the replicas left over (a module sized
+# for a bigger pmap elsewhere in it) are the minor-most, each of them computing what the
+# first does. A collective over some of the names combines the replicas that share every
+# other coordinate, numbered over its names as `axis_index` numbers them (the first major).
+# One top-level pmap spans every replica, so its groups are one group of all of them.
+
+
+def _mesh(ctx) -> list[int]:
+    sizes = [size for _, size in ctx.replica_axes]
+    return sizes + [ctx.replicas // math.prod(sizes)]
+
+
+def _mesh_positions(ctx, name: str, axes) -> list[int]:
+    """Where each of `axes` lies in the replica mesh; an error if a pmap around does not
+    bind it (with that size)."""
+    bound = dict(ctx.replica_axes)
+    if not all(axis_name in bound and bound[axis_name] == size for axis_name, size in axes):
+        raise _unbatched_error(name, axes, "is only lowered inside the pmap (or batched by the vmap) "
+                                           "that binds it")
+    return [_names(ctx.replica_axes).index(axis_name) for axis_name in _names(axes)]
+
+
+def _replicas_along(ctx, name: str, axes, indices_per_row):
+    """For each combination of the mesh coordinates that `axes` do not span, and each row
+    of `indices_per_row` (indices over `axes`, the first name major), that row's replica
+    ids: the replica groups (or the permutation pairs) of a collective over `axes`."""
+    positions = _mesh_positions(ctx, name, axes)
+    mesh = _mesh(ctx)
+    others = [k for k in range(len(mesh)) if k not in positions]
+    sizes = [size for _, size in axes]
+    rows = []
+    for fixed in itertools.product(*[range(mesh[k]) for k in others]):
+        for indices in indices_per_row:
+            row = []
+            for index in indices:
+                coordinates = [0] * len(mesh)
+                for k, c in zip(others, fixed):
+                    coordinates[k] = c
+                for k, c in zip(positions, np.unravel_index(index, sizes)):
+                    coordinates[k] = int(c)
+                row.append(int(np.ravel_multi_index(coordinates, mesh)))
+            rows.append(row)
+    return rows
+
+
+def replica_groups(ctx, name: str, axes, groups=None) -> str:
+    """The `replica_groups` attribute of a collective over `axes` with axis_index_groups
+    `groups` (None: one group spanning the axes)."""
+    rows = _replicas_along(ctx, name, axes, groups or (tuple(range(axes_size(axes))),))
+    text = ", ".join("[" + ", ".join(map(str, row)) + "]" for row in rows)
+    return f"replica_groups = dense<[{text}]> : tensor<{len(rows)}x{len(rows[0])}xi64>"
 
 
 def _replica_groups(ctx, name: str, eqn) -> str:
-    """The `replica_groups` attribute of a collective over `eqn`'s axes, which must be
-    exactly the replica axes of the module being lowered: its axis_index_groups, or one
-    group of every replica."""
-    axes = eqn.params["axes"]
-    if not ctx.replica_axes or tuple(axes) != tuple(ctx.replica_axes):
-        raise _unbatched_error(name, axes, "is only lowered inside the pmap (or batched by the vmap) "
-                                           "that binds it")
-    groups = eqn.params.get("groups") or (tuple(range(axes_size(axes))),)
-    rows = ", ".join("[" + ", ".join(map(str, group)) + "]" for group in groups)
-    return f"replica_groups = dense<[{rows}]> : tensor<{len(groups)}x{len(groups[0])}xi64>"
+    return replica_groups(ctx, name, eqn.params["axes"], eqn.params.get("groups"))
 
 
 def _reducing_op(ctx, op: str, x, combine: str, attributes: str, aval, typ: str, hint: str) -> str:
@@ -580,13 +623,13 @@ def _psum_scatter_lowering(ctx, eqn, x, *, axes, dimension, tiled, groups=None):
 
 
 def _ppermute_lowering(ctx, eqn, x, *, axes, perm):
-    _replica_groups(ctx, "ppermute", eqn)   # checks the axis is the pmap's
     aval = eqn.invars[0].aval
-    if not perm:   # nobody sends: zeros everywhere
+    pairs = _replicas_along(ctx, "ppermute", axes, perm)   # also checks a pmap binds the axis
+    if not pairs:   # nobody sends: zeros everywhere
         return [ctx.constant(0, aval.dtype, aval.shape)]
-    pairs = ", ".join(f"[{src}, {dst}]" for src, dst in perm)
-    return [ctx.op(f'"stablehlo.collective_permute"({x}) {{source_target_pairs = dense<[{pairs}]> : '
-                   f"tensor<{len(perm)}x2xi64>}} : ({_hlo.tensor_type(aval)}) -> {_hlo.out_type(eqn)}",
+    text = ", ".join(f"[{src}, {dst}]" for src, dst in pairs)
+    return [ctx.op(f'"stablehlo.collective_permute"({x}) {{source_target_pairs = dense<[{text}]> : '
+                   f"tensor<{len(pairs)}x2xi64>}} : ({_hlo.tensor_type(aval)}) -> {_hlo.out_type(eqn)}",
                    _hlo.hint(eqn) or "permuted")]
 
 
@@ -599,28 +642,56 @@ def _all_to_all_lowering(ctx, eqn, x, *, axes, split_axis, concat_axis, groups=N
                    _hlo.hint(eqn) or "exchanged")]
 
 
-def _all_gather_lowering(ctx, eqn, x, *, axes, dimension, tiled, groups=None):
-    groups = _replica_groups(ctx, "all_gather", eqn)
-    aval = eqn.invars[0].aval
+def gather_across_replicas(ctx, x: str, aval, axes, dimension: int, tiled: bool = False, groups=None,
+                           hint: str | None = None) -> str:
+    """`x` (of `aval`) of every replica along `axes`, stacked at `dimension` (tiled:
+    concatenated along it): an all_gather, also what a pmap's results leave it by."""
+    attribute = replica_groups(ctx, "all_gather", axes, groups)
     if not tiled:   # a new axis of size 1 at `dimension`, gathered along
         kept = ShapedArray(aval.shape[:dimension] + (1,) + aval.shape[dimension:], aval.dtype)
         x = ctx.op(f"stablehlo.reshape {x} : ({_hlo.tensor_type(aval)}) -> {_hlo.tensor_type(kept)}")
         aval = kept
-    return [ctx.op(f'"stablehlo.all_gather"({x}) {{all_gather_dim = {dimension} : i64, {groups}}} : '
-                   f"({_hlo.tensor_type(aval)}) -> {_hlo.out_type(eqn)}", _hlo.hint(eqn) or "gathered")]
+    shape = list(aval.shape)
+    shape[dimension] *= group_size(axes, groups)
+    return ctx.op(f'"stablehlo.all_gather"({x}) {{all_gather_dim = {dimension} : i64, {attribute}}} : '
+                  f"({_hlo.tensor_type(aval)}) -> {_hlo.tensor_type(ShapedArray(tuple(shape), aval.dtype))}",
+                  hint or "gathered")
 
 
-def _axis_index_lowering(ctx, eqn, *, axes):
-    _replica_groups(ctx, "axis_index", eqn)
+def axis_index_in_replicas(ctx, axes, hint: str | None = None) -> str:
+    """This replica's index along `axes` (int32, the first name major): its replica id
+    when one axis spans every replica, else its coordinates in the mesh combined."""
+    positions = _mesh_positions(ctx, "axis_index", axes)
     replica = ctx.op("stablehlo.replica_id : tensor<ui32>", "replica")
-    return [ctx.op(f"stablehlo.convert {replica} : (tensor<ui32>) -> tensor<i32>", _hlo.hint(eqn) or "index")]
+    whole = len(axes) == len(ctx.replica_axes) == 1 and axes_size(axes) == ctx.replicas
+    index = ctx.op(f"stablehlo.convert {replica} : (tensor<ui32>) -> tensor<i32>",
+                   (hint or "index") if whole else None)
+    if whole:
+        return index
+    mesh, i32 = _mesh(ctx), "tensor<i32>"
+    combined = None
+    for n, (k, (_, size)) in enumerate(zip(positions, axes)):
+        name = (hint or "index") if n == len(axes) - 1 else None
+        stride = ctx.constant(math.prod(mesh[k + 1:]), dtypes.int32)
+        quotient = ctx.op(f"stablehlo.divide {index}, {stride} : {i32}")
+        bound = ctx.constant(size, dtypes.int32)
+        coordinate = ctx.op(f"stablehlo.remainder {quotient}, {bound} : {i32}", None if n else name)
+        if n:
+            scaled = ctx.op(f"stablehlo.multiply {combined}, {bound} : {i32}")
+            coordinate = ctx.op(f"stablehlo.add {scaled}, {coordinate} : {i32}", name)
+        combined = coordinate
+    return combined
+
+
+def _all_gather_lowering(ctx, eqn, x, *, axes, dimension, tiled, groups=None):
+    return [gather_across_replicas(ctx, x, eqn.invars[0].aval, axes, dimension, tiled, groups, _hlo.hint(eqn))]
 
 
 _hlo.register(psum, _all_reduce_rule("psum", "add"))
 _hlo.register(pmax, _all_reduce_rule("pmax", "maximum"))
 _hlo.register(pmin, _all_reduce_rule("pmin", "minimum"))
 _hlo.register(all_gather, lambda ctx, eqn, x: _all_gather_lowering(ctx, eqn, x, **eqn.params))
-_hlo.register(axis_index, lambda ctx, eqn: _axis_index_lowering(ctx, eqn, **eqn.params))
+_hlo.register(axis_index, lambda ctx, eqn: [axis_index_in_replicas(ctx, eqn.params["axes"], _hlo.hint(eqn))])
 _hlo.register(ppermute, lambda ctx, eqn, x: _ppermute_lowering(ctx, eqn, x, **eqn.params))
 _hlo.register(psum_scatter, lambda ctx, eqn, x: _psum_scatter_lowering(ctx, eqn, x, **eqn.params))
 _hlo.register(all_to_all, lambda ctx, eqn, x: _all_to_all_lowering(ctx, eqn, x, **eqn.params))

@@ -69,6 +69,17 @@ def write_assignment(block, targets: list[str], values: list[Expr], comment: str
         block.line(f"{', '.join(targets)} = {', '.join(v.text for v in values)}{comment}")
 
 
+def write_body_in_place(block, body: Jaxpr, args: list[Expr], names: list, comment: str) -> list[Expr]:
+    """Writes `body` (a remat's, a pmap's reference) in `block`'s lines on `args`; an
+    output the statement rule was given a name for (`names`, None where not) ends up
+    assigned to it. Returns the outputs' expressions."""
+    targets = {v: n for v, n in zip(body.outvars, names) if n is not None and isinstance(v, Var)}
+    results = block.write_inline(body, args, targets=targets)
+    pending = [(n, r) for n, r in zip(names, results) if n is not None and r.text != n]
+    write_assignment(block, [n for n, _ in pending], [r for _, r in pending], comment)
+    return [Expr(n) if n is not None else r for n, r in zip(names, results)]
+
+
 def batched_carry_dims(body: ClosedJaxpr, body_dims, init_dims: list, axis) -> list:
     """Where each loop carry's batch axis lies (None: unbatched) in the batched loop.
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, eval_jaxpr, literal_value
 from s2s.emit import stablehlo as _hlo
-from s2s.emit.pyexpr import Expr, register as _register_python, register_statement
+from s2s.emit.pyexpr import register as _register_python, register_statement
 from s2s.errors import ShapeError
 from s2s.passes import dce as _dce, jvp as _jvp, partial_eval as _pe, transpose as _transpose, vmap as _vmap
 from s2s.passes.jvp import jvp_jaxpr
@@ -48,7 +48,7 @@ from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.passes.transpose import is_linear
 from s2s.passes.vmap import batch_jaxpr
 from s2s.primitives.control_flow_bodies import (constant_free, nonzero_mask, prune_body, same_types,
-                                                transposed_body, type_list, write_assignment)
+                                                transposed_body, type_list, write_body_in_place)
 from s2s.staging import Primitive
 
 
@@ -275,11 +275,7 @@ def _emit_remat(block, eqn, operands, names):
     if params["differentiated"]:
         block.line(f"# recomputed (checkpoint, policy {policy_name(params['policy'])}): "
                    "not saved by the forward pass")
-    targets = {v: n for v, n in zip(body.outvars, names) if n is not None and isinstance(v, Var)}
-    results = block.write_inline(body, args, targets=targets)
-    pending = [(n, r) for n, r in zip(names, results) if n is not None and r.text != n]
-    write_assignment(block, [n for n, _ in pending], [r for _, r in pending], comment)
-    return [Expr(n) if n is not None else r for n, r in zip(names, results)]
+    return write_body_in_place(block, body, args, names, comment)
 
 
 register_statement(remat, _emit_remat)
