@@ -197,10 +197,10 @@ def multi_dot(arrays):
 
 @implements(np.vdot)
 def vdot(a, b):
-    """The dot product of the flattened arrays (conjugating a, which must be real here)."""
+    """The dot product of the flattened arrays, conjugating a."""
     a, b = _operands(a, b)
     if _dtype(a).kind == "c":
-        raise UnsupportedFunctionError("np.vdot of complex arrays is not supported")
+        a = np_math.conjugate(a)
     na, nb = math.prod(_shape(a)), math.prod(_shape(b))
     if na != nb:
         raise ShapeError(f"vdot: arrays of {na} and {nb} elements cannot be multiplied "
@@ -686,7 +686,8 @@ def norm(x, ord=None, axis=None, keepdims=False):
     dt = _dtype(x)
     if not dtypes.is_inexact(dt):
         x = convert(x, dtypes.default_float())
-    _real_only("np.linalg.norm", x)
+    if dtypes.is_complex(dt):   # every norm here is the norm of the moduli (a real array)
+        x = ew.abs.bind(x)
     dt = _dtype(x)
     nd = _ndim(x)
     if axis is None:
