@@ -139,6 +139,22 @@ def test_binary_functions_of_two_complex_arrays():
     check_numpy_and_jax(mixed, Z, W, rtol=1e-9, atol=1e-9)
 
 
+def test_rounding_and_nan_replacement_act_on_each_part_as_numpy():
+    z = np.array([0.25 + 2.5j, -1.5 - 0.75j, np.inf + 2.0j, np.nan - np.inf * 1j, 1.26 - 0.35j, 3.5 + np.nan * 1j])
+
+    def cleaned(z):
+        return (np.round(z), np.round(z, 1), np.around(z, -1), np.rint(z), np.nan_to_num(z),
+                np.nan_to_num(z, nan=1.0, posinf=2.0, neginf=-2.0))
+    check_function(cleaned, z)
+    check_function(cleaned, z.astype(np.complex64))
+
+
+def test_convolve_conjugates_nothing_and_correlate_conjugates_v_as_numpy():
+    def filtered(z, w):
+        return np.convolve(z, w), np.correlate(z, w, "full"), np.correlate(w, z, "same")
+    check_numpy_and_jax(filtered, Z, W[:3], rtol=1e-10, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------
 # Promotion
 
@@ -373,7 +389,7 @@ def test_vmap_of_parts_and_modulus():
     (lambda z: z < z.conj(), "lt"), (lambda z: np.maximum(z, 0), "max"),
     (lambda z: np.floor(z), "floor"), (lambda z: np.cbrt(z), "cbrt"),
     (lambda z: np.arctan2(z, z), "atan2"), (lambda z: np.clip(z, 0, 1), "clamp"),
-    (lambda z: np.fmod(z, 2), "rem"),
+    (lambda z: np.fmod(z, 2), "rem"), (lambda z: z // 2, "rem"),
 ])
 def test_ordering_and_real_only_functions_refuse_complex_clearly(fn, what):
     with pytest.raises(ShapeError) as caught:
@@ -382,6 +398,12 @@ def test_ordering_and_real_only_functions_refuse_complex_clearly(fn, what):
     assert f"{what} needs a real" in message and "c128" in message
     assert "complex numbers have no order" in message and "np.abs(z)" in message
     assert "test_complex.py" in message and "^" in message
+
+
+@pytest.mark.parametrize("fn", [np.degrees, np.radians, np.deg2rad, np.rad2deg])
+def test_angle_conversions_refuse_complex_as_numpy(fn):
+    with pytest.raises(ShapeError, match="(?s)not defined for complex numbers.*help: apply it to np.real"):
+        s2s.jit(lambda z: fn(z))(Z)
 
 
 # ---------------------------------------------------------------------------------------

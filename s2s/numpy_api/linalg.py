@@ -342,8 +342,9 @@ def _correlation_window(n: int, m: int, mode: str) -> tuple[int, int]:
     return min(n, m) - 1, abs(n - m) + 1
 
 
-def _correlate(name: str, a, v, mode):
-    """c[k] = sum_j a[k + j - (m - 1)] * v[j] (a read as zero outside), for the k of `mode`:
+def _correlate(name: str, a, v, mode, conjugate_v: bool):
+    """c[k] = sum_j a[k + j - (m - 1)] * v[j] (a read as zero outside; v conjugated if
+    `conjugate_v`, as np.correlate does and np.convolve does not), for the k of `mode`:
     one gather of the sliding windows of the zero-padded `a` and one dot with `v`."""
     a, v = _operands(a, v)
     if _ndim(a) != 1 or _ndim(v) != 1:
@@ -363,13 +364,13 @@ def _correlate(name: str, a, v, mode):
     rows = start + left - (m - 1) + np.arange(size)
     index = (rows[:, None] + np.arange(m)[None, :]).astype(dtypes.default_int())
     windows = ix.gather.bind(a, index, axes=(0,))        # (size, m)
-    return _dot_general(windows, np_math.conjugate(v), (1,), (0,))
+    return _dot_general(windows, np_math.conjugate(v) if conjugate_v else v, (1,), (0,))
 
 
 @implements(np.correlate)
 def correlate(a, v, mode="valid"):
     """np.correlate of 1-d arrays in modes 'valid' (NumPy's default), 'same' and 'full'."""
-    return _correlate("correlate", a, v, mode)
+    return _correlate("correlate", a, v, mode, conjugate_v=True)
 
 
 @implements(np.convolve)
@@ -380,7 +381,7 @@ def convolve(a, v, mode="full"):
         a, v = v, a
     if _ndim(v) == 1:
         v = st.rev.bind(v, dimensions=(0,))
-    return _correlate("convolve", a, v, mode)
+    return _correlate("convolve", a, v, mode, conjugate_v=False)
 
 
 # ---------------------------------------------------------------------------------------

@@ -438,15 +438,24 @@ digamma = _unary_not_exported(ew.digamma)
 logistic = _unary_not_exported(ew.logistic)
 
 
+def _refuse_complex(name: str, dt):
+    """For the functions NumPy has no complex loop for, whose formula here would accept one."""
+    if dt.kind == "c":
+        raise ShapeError(f"np.{name} is not defined for complex numbers (NumPy has no loop for them)",
+                         "apply it to np.real(z) or np.imag(z)")
+
+
 @_ufunc(_np("deg2rad", "radians"), 1, name="deg2rad")
 def deg2rad(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok, _float_rule)
+    _refuse_complex("deg2rad", dt)
     return ew.mul.bind(a, ops.literal(np.pi / 180.0, dt))
 
 
 @_ufunc(_np("rad2deg", "degrees"), 1, name="rad2deg")
 def rad2deg(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok, _float_rule)
+    _refuse_complex("rad2deg", dt)
     return ew.mul.bind(a, ops.literal(180.0 / np.pi, dt))
 
 
@@ -586,7 +595,16 @@ def rint(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok, _float_rule)
     if integral:
         return _materialize(a)      # already integral: the conversion is the rounding
+    if dt.kind == "c":
+        return _on_each_part(rint, a)
     return ew.round.bind(a)
+
+
+def _on_each_part(fn, z):
+    """`fn` of the real and of the imaginary part of z, put together: how NumPy rounds
+    complex numbers and replaces their NaNs (scaling z by a complex 10**d instead would
+    turn an infinite part into NaN)."""
+    return cx.complex.bind(fn(cx.real.bind(z)), fn(cx.imag.bind(z)))
 
 
 def round(a, decimals=0, out=None):
@@ -603,6 +621,8 @@ def round(a, decimals=0, out=None):
                              "supported (NumPy cannot cast the result back to bool)")
         (x,), dt, _ = _prep([x], False, _float_rule)
     if dtypes.is_inexact(dt):
+        if dt.kind == "c":
+            return _on_each_part(lambda part: round(part, decimals), x)
         if decimals == 0:
             return ew.round.bind(x)
         if decimals > 0:
@@ -766,7 +786,7 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     if not dtypes.is_inexact(dt):
         return _materialize(a)
     if dt.kind == "c":
-        raise UnsupportedFunctionError("np.nan_to_num on complex arrays is not supported")
+        return _on_each_part(lambda part: nan_to_num(part, copy, nan, posinf, neginf), a)
     info = np.finfo(dt)
     posinf = float(info.max) if posinf is None else posinf
     neginf = float(info.min) if neginf is None else neginf
