@@ -10,19 +10,23 @@ and of `conj` is `conj`. Multiplication by a constant `c` transposes to multipli
 `c` itself (elementwise's `mul` rule), as in JAX.
 
 The primitives take complex (or, for `complex`, floating) operands only: the NumPy surface
-handles real arrays itself (`np.real` of a real array is the array).
+handles real arrays itself (`np.real` of a real array is the array). Module attributes are
+named after the primitives, so `complex` shadows the builtin: code here spells that one
+`builtins.complex`.
 """
 from __future__ import annotations
+
+import builtins
 
 import numpy as np
 import s2s_runtime as rt
 
 from s2s import dtypes
-from s2s.core import ShapedArray
+from s2s.core import Literal, ShapedArray
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import call, register
 from s2s.errors import ShapeError
-from s2s.passes import jvp as _jvp, transpose as _transpose, vmap as _vmap
+from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose, vmap as _vmap
 from s2s.passes.tangents import instantiate, unbroadcast
 from s2s.passes.transpose import is_linear, skip_zero
 from s2s.primitives import ops
@@ -123,6 +127,24 @@ def _complex_transpose(ct, x, y):
 for _prim, _rule in [(real, _real_transpose), (imag, _imag_transpose), (conj, _conj_transpose),
                      (complex, _complex_transpose)]:
     _transpose.register(_prim, _rule)
+
+# ---------------------------------------------------------------------------------------
+# Simplification: the transpose of `real` makes `complex(ct, 0)`; with a literal seed
+# (grad's 1.0) that is the number 1+0j, written as one (and then dropped from `z * (1+0j)`
+# by mul's identity rule).
+
+
+def _literal_parts(eqn, producer):
+    """complex(a, b) of two scalars the jaxpr fixes (literals, or a literal broadcast to
+    shape ()) is the literal a+bj."""
+    out = eqn.outvars[0].aval
+    re, im = (_simplify.fill_value(v, producer) for v in eqn.invars)
+    if out.shape or re is None or im is None:
+        return None
+    return Literal(builtins.complex(re, im), ShapedArray((), out.dtype, out.weak_type))
+
+
+_simplify.register(complex, _literal_parts)
 
 # ---------------------------------------------------------------------------------------
 # Batching: elementwise, so the batch stays where it is.
