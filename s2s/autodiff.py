@@ -500,17 +500,46 @@ def _jacfwd_blocks(closed: ClosedJaxpr, diff: list[bool], args: list, in_avals, 
             for col, out_aval in zip(columns, out_avals)]
 
 
-def _jac_derive(argnums, mode: str):
+def _check_jacobian_dtypes(staged: Staged, in_avals, holomorphic: bool, mode: str):
+    """JAX's rules: jacfwd needs real inputs and jacrev real outputs (each column of
+    jacfwd is a jvp, each row of jacrev a vjp, which are one complex number per element
+    only for a holomorphic function), unless holomorphic=True promises complex inputs and
+    outputs of a holomorphic function."""
+    out_avals = staged.closed.out_avals
+    for a in out_avals:
+        if not dtypes.is_inexact(a.dtype):
+            raise StagingError(f"{mode} needs floating-point outputs, got {a.str_short()}",
+                               "convert the output to a float type")
+    promise = "for a holomorphic function of complex inputs pass holomorphic=True"
+    if holomorphic:
+        if not all(dtypes.is_complex(a.dtype) for a in out_avals):
+            raise TransformTypeError(
+                f"{mode} with holomorphic=True requires outputs with complex dtype, but "
+                f"{staged.description} returns {', '.join(a.str_short() for a in out_avals)}",
+                f"drop holomorphic=True for a real-valued function")
+    elif mode == "jacfwd" and any(dtypes.is_complex(a.dtype) for a in in_avals):
+        raise TransformTypeError(
+            f"jacfwd requires real-valued inputs (a floating-point dtype), but "
+            f"{staged.description} is differentiated with respect to complex inputs",
+            f"{promise}; for a real-valued function use jacrev, for others s2s.jvp")
+    elif mode == "jacrev" and any(dtypes.is_complex(a.dtype) for a in out_avals):
+        raise TransformTypeError(
+            f"jacrev requires real-valued outputs (a floating-point dtype), but "
+            f"{staged.description} returns {', '.join(a.str_short() for a in out_avals)}",
+            f"{promise}; for other functions with complex outputs use jacfwd of real inputs, "
+            f"or s2s.vjp")
+
+
+def _jac_derive(argnums, mode: str, holomorphic: bool):
     def derive(staged: Staged, call_args: tuple) -> Derived:
         argnums_t, diff = _diff_leaves(staged, call_args, _argnums_tuple(argnums), False, mode)
+        if holomorphic:
+            _check_holomorphic_inputs(staged, call_args, argnums_t, diff, mode)
         closed = staged.closed
         n_out = len(closed.jaxpr.outvars)
         in_avals = [a for a, d in zip(closed.in_avals, diff) if d]
         out_avals = closed.out_avals
-        for a in out_avals:
-            if not dtypes.is_inexact(a.dtype):
-                raise StagingError(f"{mode} needs floating-point outputs, got {a.str_short()}",
-                                   "convert the output to a float type")
+        _check_jacobian_dtypes(staged, in_avals, holomorphic, mode)
         blocks_of = _jacrev_blocks if mode == "jacrev" else _jacfwd_blocks
         with JaxprBuilder() as builder:
             args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]
@@ -530,16 +559,20 @@ def _jac_derive(argnums, mode: str):
     return derive
 
 
-def jacrev(fn, argnums=0):
-    """The Jacobian by reverse mode: one backward pass, batched over the output elements."""
-    return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev"), (_argnums_tuple(argnums),))
+def jacrev(fn, argnums=0, holomorphic: bool = False):
+    """The Jacobian by reverse mode: one backward pass, batched over the output elements.
+    Real outputs, as jax.jacrev, unless `holomorphic=True` (then df/dz of complex z)."""
+    return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev", holomorphic),
+                       (_argnums_tuple(argnums), holomorphic))
 
 
-def jacfwd(fn, argnums=0):
-    """The Jacobian by forward mode: one tangent pass, batched over the input elements."""
-    return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd"), (_argnums_tuple(argnums),))
+def jacfwd(fn, argnums=0, holomorphic: bool = False):
+    """The Jacobian by forward mode: one tangent pass, batched over the input elements.
+    Real inputs, as jax.jacfwd, unless `holomorphic=True` (then df/dz of complex z)."""
+    return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd", holomorphic),
+                       (_argnums_tuple(argnums), holomorphic))
 
 
-def hessian(fn, argnums=0):
+def hessian(fn, argnums=0, holomorphic: bool = False):
     """The Hessian: forward over reverse, `jacfwd(jacrev(fn))`."""
-    return jacfwd(jacrev(fn, argnums), argnums)
+    return jacfwd(jacrev(fn, argnums, holomorphic), argnums, holomorphic)

@@ -23,3 +23,12 @@ def iota(dtype, shape, dimension):
     view = [1] * len(shape)
     view[dimension] = shape[dimension]
     return np.broadcast_to(line.reshape(view), shape).copy()
+
+
+def complex_from_parts(real, imag):
+    """real + i*imag, exactly (`real + 1j * imag` has a NaN real part where imag is infinite).
+    float32 parts make complex64, as in NumPy's promotion."""
+    real, imag = np.asarray(real), np.asarray(imag)
+    out = np.empty(np.broadcast_shapes(real.shape, imag.shape), np.result_type(real, imag, np.complex64))
+    out.real, out.imag = real, imag
+    return out[()]

@@ -135,8 +135,8 @@ def _compare_trees(got, expected, rtol, atol, what):
 def check_derivatives(s2s_fn, jax_fn, *args, rtol=1e-6, atol=1e-6, seed=0):
     """jvp and vjp of `s2s_fn` at `args` against jax's of `jax_fn` (the same math in jnp).
 
-    Tangents and cotangents are random, of each value's own dtype. Returns nothing;
-    fails with the first mismatch.
+    Tangents and cotangents are random, of each value's own dtype (complex ones with random
+    real and imaginary parts). Returns nothing; fails with the first mismatch.
     """
     import jax
     import s2s
@@ -144,6 +144,8 @@ def check_derivatives(s2s_fn, jax_fn, *args, rtol=1e-6, atol=1e-6, seed=0):
 
     def like(x):
         x = np.asarray(x)
+        if x.dtype.kind == "c":
+            return (rng.standard_normal(x.shape) + 1j * rng.standard_normal(x.shape)).astype(x.dtype)
         return rng.standard_normal(x.shape).astype(x.dtype) if x.dtype.kind == "f" else np.zeros(x.shape, jax.dtypes.float0)
 
     tangents = tuple(like(a) for a in args)
@@ -158,7 +160,7 @@ def check_derivatives(s2s_fn, jax_fn, *args, rtol=1e-6, atol=1e-6, seed=0):
     _, j_vjp = jax.vjp(jax_fn, *args)
     j_cts = j_vjp(s2s.tree_map(lambda c: np.asarray(c), cotangent))
     for i, (c, jc, a) in enumerate(zip(cts, j_cts, args)):
-        if np.asarray(a).dtype.kind == "f":
+        if np.asarray(a).dtype.kind in "fc":
             _compare_loose(c, jc, rtol, atol, f"vjp cotangent of argument {i}: ")
 
 

@@ -197,10 +197,10 @@ def multi_dot(arrays):
 
 @implements(np.vdot)
 def vdot(a, b):
-    """The dot product of the flattened arrays (conjugating a, which must be real here)."""
+    """The dot product of the flattened arrays, conjugating a."""
     a, b = _operands(a, b)
     if _dtype(a).kind == "c":
-        raise UnsupportedFunctionError("np.vdot of complex arrays is not supported")
+        a = np_math.conjugate(a)
     na, nb = math.prod(_shape(a)), math.prod(_shape(b))
     if na != nb:
         raise ShapeError(f"vdot: arrays of {na} and {nb} elements cannot be multiplied "
@@ -342,8 +342,9 @@ def _correlation_window(n: int, m: int, mode: str) -> tuple[int, int]:
     return min(n, m) - 1, abs(n - m) + 1
 
 
-def _correlate(name: str, a, v, mode):
-    """c[k] = sum_j a[k + j - (m - 1)] * v[j] (a read as zero outside), for the k of `mode`:
+def _correlate(name: str, a, v, mode, conjugate_v: bool):
+    """c[k] = sum_j a[k + j - (m - 1)] * v[j] (a read as zero outside; v conjugated if
+    `conjugate_v`, as np.correlate does and np.convolve does not), for the k of `mode`:
     one gather of the sliding windows of the zero-padded `a` and one dot with `v`."""
     a, v = _operands(a, v)
     if _ndim(a) != 1 or _ndim(v) != 1:
@@ -363,13 +364,13 @@ def _correlate(name: str, a, v, mode):
     rows = start + left - (m - 1) + np.arange(size)
     index = (rows[:, None] + np.arange(m)[None, :]).astype(dtypes.default_int())
     windows = ix.gather.bind(a, index, axes=(0,))        # (size, m)
-    return _dot_general(windows, np_math.conjugate(v), (1,), (0,))
+    return _dot_general(windows, np_math.conjugate(v) if conjugate_v else v, (1,), (0,))
 
 
 @implements(np.correlate)
 def correlate(a, v, mode="valid"):
     """np.correlate of 1-d arrays in modes 'valid' (NumPy's default), 'same' and 'full'."""
-    return _correlate("correlate", a, v, mode)
+    return _correlate("correlate", a, v, mode, conjugate_v=True)
 
 
 @implements(np.convolve)
@@ -380,7 +381,7 @@ def convolve(a, v, mode="full"):
         a, v = v, a
     if _ndim(v) == 1:
         v = st.rev.bind(v, dimensions=(0,))
-    return _correlate("convolve", a, v, mode)
+    return _correlate("convolve", a, v, mode, conjugate_v=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -720,7 +721,8 @@ def norm(x, ord=None, axis=None, keepdims=False):
     dt = _dtype(x)
     if not dtypes.is_inexact(dt):
         x = convert(x, dtypes.default_float())
-    _real_only("np.linalg.norm", x)
+    if dtypes.is_complex(dt):   # every norm here is the norm of the moduli (a real array)
+        x = ew.abs.bind(x)
     dt = _dtype(x)
     nd = _ndim(x)
     if axis is None:

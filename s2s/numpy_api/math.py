@@ -28,6 +28,7 @@ from s2s.errors import ShapeError, UnsupportedFunctionError, UnsupportedSyntaxEr
 from s2s.numpy_api._base import (asarray, aval, cast_all, convert, float_dtype_for, implements,
                                  is_python_scalar, result_dtype)
 from s2s.numpy_api.creation import zeros_like
+from s2s.primitives import complex_parts as cx
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.staging import Tracer
@@ -333,11 +334,8 @@ def positive(x, *, weak_ok=False):
 
 @_ufunc(_np("absolute"), 1, name="absolute")
 def absolute(x, *, weak_ok=False):
+    """|x|; of a complex x the modulus, a real array (float64 for complex128)."""
     (a,), dt, _ = _prep([x], weak_ok)
-    if dt.kind == "c":   # the modulus: a real result, which the abs primitive does not give
-        raise UnsupportedFunctionError("np.abs of complex arrays is not supported yet",
-                                       "keep the real and imaginary parts as real arrays where you "
-                                       "need the modulus: np.hypot(re, im)")
     if dtypes.is_bool(dt) or dt.kind == "u":
         return _materialize(a)
     return ew.abs.bind(a)
@@ -440,15 +438,24 @@ digamma = _unary_not_exported(ew.digamma)
 logistic = _unary_not_exported(ew.logistic)
 
 
+def _refuse_complex(name: str, dt):
+    """For the functions NumPy has no complex loop for, whose formula here would accept one."""
+    if dt.kind == "c":
+        raise ShapeError(f"np.{name} is not defined for complex numbers (NumPy has no loop for them)",
+                         "apply it to np.real(z) or np.imag(z)")
+
+
 @_ufunc(_np("deg2rad", "radians"), 1, name="deg2rad")
 def deg2rad(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok, _float_rule)
+    _refuse_complex("deg2rad", dt)
     return ew.mul.bind(a, ops.literal(np.pi / 180.0, dt))
 
 
 @_ufunc(_np("rad2deg", "degrees"), 1, name="rad2deg")
 def rad2deg(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok, _float_rule)
+    _refuse_complex("rad2deg", dt)
     return ew.mul.bind(a, ops.literal(180.0 / np.pi, dt))
 
 
@@ -588,7 +595,16 @@ def rint(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok, _float_rule)
     if integral:
         return _materialize(a)      # already integral: the conversion is the rounding
+    if dt.kind == "c":
+        return _on_each_part(rint, a)
     return ew.round.bind(a)
+
+
+def _on_each_part(fn, z):
+    """`fn` of the real and of the imaginary part of z, put together: how NumPy rounds
+    complex numbers and replaces their NaNs (scaling z by a complex 10**d instead would
+    turn an infinite part into NaN)."""
+    return cx.complex.bind(fn(cx.real.bind(z)), fn(cx.imag.bind(z)))
 
 
 def round(a, decimals=0, out=None):
@@ -605,6 +621,8 @@ def round(a, decimals=0, out=None):
                              "supported (NumPy cannot cast the result back to bool)")
         (x,), dt, _ = _prep([x], False, _float_rule)
     if dtypes.is_inexact(dt):
+        if dt.kind == "c":
+            return _on_each_part(lambda part: round(part, decimals), x)
         if decimals == 0:
             return ew.round.bind(x)
         if decimals > 0:
@@ -736,12 +754,21 @@ def isnan(x, *, weak_ok=False):
     return ew.ne.bind(a, a)
 
 
+def _of_both_parts(classify, a, combine):
+    """`classify` of a real array; of a complex one, `combine` of it on each part (NumPy:
+    a complex number is infinite if either part is, finite if both are)."""
+    if not dtypes.is_complex(aval(a).dtype):
+        return classify(a)
+    return combine.bind(classify(cx.real.bind(a)), classify(cx.imag.bind(a)))
+
+
 @_ufunc(_np("isinf"), 1)
 def isinf(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok)
     if not dtypes.is_inexact(dt):
         return ew.ne.bind(a, a)
-    return ew.eq.bind(ew.abs.bind(a), ops.literal(np.inf, dt))
+    return _of_both_parts(lambda part: ew.eq.bind(ew.abs.bind(part), ops.literal(np.inf, aval(part).dtype)),
+                          a, ew.or_)
 
 
 @_ufunc(_np("isfinite"), 1)
@@ -749,7 +776,7 @@ def isfinite(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok)
     if not dtypes.is_inexact(dt):
         return ew.eq.bind(a, a)
-    return ew.is_finite.bind(a)
+    return _of_both_parts(ew.is_finite.bind, a, ew.and_)
 
 
 @implements(np.nan_to_num)
@@ -759,7 +786,7 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     if not dtypes.is_inexact(dt):
         return _materialize(a)
     if dt.kind == "c":
-        raise UnsupportedFunctionError("np.nan_to_num on complex arrays is not supported")
+        return _on_each_part(lambda part: nan_to_num(part, copy, nan, posinf, neginf), a)
     info = np.finfo(dt)
     posinf = float(info.max) if posinf is None else posinf
     neginf = float(info.min) if neginf is None else neginf
@@ -769,43 +796,35 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     return ew.select.bind(ew.eq.bind(a, ops.literal(-np.inf, dt)), neg_v, a)
 
 
-def _real_only(name, x):
-    (a,), dt, _ = _prep([x], False)
-    if dt.kind == "c":
-        raise UnsupportedFunctionError(f"np.{name} of complex arrays is not supported yet")
-    return a
-
-
 def _python_attribute(value, name):
     """np.real(3) is `(3).real`: a Python scalar's attribute, still a (weak) Python scalar."""
     result = getattr(value, name)
     return _materialize(ops.literal(result, dtypes.dtype_of_python_scalar(result), weak=True))
 
 
-def _complex_part(name: str, val, of_real_array):
-    """np.real/np.imag: a Python scalar's attribute, or `of_real_array(a)` for a real array
-    (complex arrays are not supported yet)."""
+def _complex_part(name: str, val, part, of_real_array):
+    """np.real/np.imag: a Python scalar's attribute, the `part` primitive of a complex
+    array, or `of_real_array(a)` for a real one (NumPy returns the array itself, or zeros)."""
     if is_python_scalar(val):
         return _python_attribute(val, name)
-    return of_real_array(_real_only(name, val))
+    (a,), dt, _ = _prep([val], False)
+    return part.bind(a) if dt.kind == "c" else of_real_array(a)
 
 
 @implements(np.real)
 def real(val):
-    return _complex_part("real", val, _materialize)
+    return _complex_part("real", val, cx.real, _materialize)
 
 
 @implements(np.imag)
 def imag(val):
-    return _complex_part("imag", val, zeros_like)
+    return _complex_part("imag", val, cx.imag, zeros_like)
 
 
 @_ufunc(_np("conjugate"), 1, name="conjugate")
 def conjugate(x, *, weak_ok=False):
     (a,), dt, _ = _prep([x], weak_ok, _bool_to_int8)
-    if dt.kind == "c":
-        raise UnsupportedFunctionError("np.conjugate of complex arrays is not supported yet")
-    return _materialize(a)
+    return cx.conj.bind(a) if dt.kind == "c" else _materialize(a)
 
 
 conj = conjugate

@@ -15,8 +15,9 @@ What differs from NumPy, on purpose:
     differently; `kind=` is accepted and ignored). NaNs sort last, as in NumPy.
   - `average` with weights does not raise ZeroDivisionError when the weights sum to zero
     (that needs the values); the result is inf/nan instead.
-  - `var`/`std` of complex arrays are not supported; `median` takes NaN semantics from
-    NumPy (a NaN anywhere in the slice gives NaN) but not its RuntimeWarnings.
+  - `var`/`std` of complex arrays are real (the mean of |x - mean|², as NumPy's).
+  - `median` takes NaN semantics from NumPy (a NaN anywhere in the slice gives NaN) but not
+    its RuntimeWarnings.
   - `where=` is supported by sum, prod, max, min, all, any, mean, nansum and nanmean,
     not by var/std/median/average.
 """
@@ -36,6 +37,7 @@ from s2s.numpy_api import shaping as np_shaping
 from s2s.numpy_api._base import (aval, asarray, convert, dtype as dtype_of, implements,
                                  is_python_scalar, normalize_axes, normalize_axis,
                                  shape as shape_of)
+from s2s.primitives import complex_parts as cx
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.primitives import reductions as red
@@ -354,22 +356,27 @@ def _var(name, a, axis, dtype, out, ddof, keepdims, where, mean_arg, correction)
         ddof = correction
     x = strong_operand(a)
     dt = dtype_of(x)
-    if dtypes.is_inexact(dt) and not dtypes.is_float(dt):
-        raise ShapeError(f"np.{name} of a complex array is not supported yet")
+    is_complex = dtypes.is_complex(dt)
     in_shape = shape_of(x)
     axes = _axes(axis, len(in_shape))
     requested = _dtype_arg(dtype)
     acc = requested or (dtypes.default_float() if not dtypes.is_inexact(dt) else dt)
-    if not dtypes.is_float(acc):
-        raise ShapeError(f"np.{name}(..., dtype={acc.name}) is not supported: the variance "
-                         f"needs a floating dtype")
+    if not dtypes.is_inexact(acc) or dtypes.is_complex(acc) != is_complex:
+        raise ShapeError(f"np.{name}(..., dtype={acc.name}) is not supported: the variance of "
+                         f"a {'complex' if is_complex else 'real'} array needs a "
+                         f"{'complex' if is_complex else 'real floating'} dtype")
     n = _count(in_shape, axes)
     # As NumPy's _methods._var: the mean (kept dims) in `acc`, deviations in the promoted
-    # dtype of input and mean, their squares summed in `acc`, divided by n - ddof.
+    # dtype of input and mean, their squares (|dev|², a real number, for complex values)
+    # summed in `acc` (its real part's dtype for complex), divided by n - ddof.
     m = _expand(_divide(red.reduce_sum.bind(converted(x, acc), axes=axes), n, acc), axes)
     dev_dtype = dtypes.canonicalize_dtype(np.result_type(dt, acc))
     dev = ew.sub.bind(converted(x, dev_dtype), converted(m, dev_dtype))
-    sq = red.reduce_sum.bind(converted(ew.mul.bind(dev, dev), acc), axes=axes)
+    if is_complex:
+        squares, acc = cx.real.bind(ew.mul.bind(dev, cx.conj.bind(dev))), cx.part_dtype(acc)
+    else:
+        squares = ew.mul.bind(dev, dev)
+    sq = red.reduce_sum.bind(converted(squares, acc), axes=axes)
     result = _divide(sq, builtins.max(n - ddof, 0), acc)
     return _finish(result, in_shape, axes, keepdims)
 

@@ -50,7 +50,9 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 
 _KINDS = {
     "float": (dtypes.is_inexact, "a floating-point"),
+    "real_float": (dtypes.is_float, "a real floating-point"),
     "numeric": (lambda d: not dtypes.is_bool(d), "a numeric"),
+    "ordered": (lambda d: not (dtypes.is_bool(d) or dtypes.is_complex(d)), "a real numeric"),
     "integer": (lambda d: dtypes.is_integer(d) or dtypes.is_bool(d), "an integer or boolean"),
     "any": (lambda d: True, "any"),
 }
@@ -64,7 +66,13 @@ def _check_operands(name: str, avals, kind: str):
                              + ", ".join(x.str_short() for x in avals))
     accepts, what = _KINDS[kind]
     if not accepts(first):
-        raise ShapeError(f"{name} needs {what} dtype, got {avals[0].str_short()}")
+        raise ShapeError(f"{name} needs {what} dtype, got {avals[0].str_short()}",
+                         _COMPLEX_HELP if dtypes.is_complex(first) else None)
+
+
+# Why NumPy functions that order numbers or are real-only refuse complex operands here.
+_COMPLEX_HELP = ("complex numbers have no order and no real-only functions here: apply it to "
+                 "np.real(z), np.imag(z) or np.abs(z)")
 
 
 def _elementwise_abstract(name: str, kind: str, out_dtype=None):
@@ -120,23 +128,32 @@ asinh = _unary("asinh", np.arcsinh, "np.arcsinh")
 acosh = _unary("acosh", np.arccosh, "np.arccosh")
 atanh = _unary("atanh", np.arctanh, "np.arctanh")
 sqrt = _unary("sqrt", np.sqrt, "np.sqrt")
-cbrt = _unary("cbrt", np.cbrt, "np.cbrt")
-logistic = _unary("logistic", rt.logistic, "rt.logistic")
-erf = _unary("erf", rt.erf, "rt.erf")
-lgamma = _unary("lgamma", rt.lgamma, "rt.lgamma")
-digamma = _unary("digamma", rt.digamma, "rt.digamma")
-floor = _unary("floor", np.floor, "np.floor")
-ceil = _unary("ceil", np.ceil, "np.ceil")
-round = _unary("round", np.round, "np.round")   # half to even, as NumPy rounds
-abs = _unary("abs", np.abs, "np.abs", kind="numeric")
+cbrt = _unary("cbrt", np.cbrt, "np.cbrt", kind="real_float")
+logistic = _unary("logistic", rt.logistic, "rt.logistic", kind="real_float")
+erf = _unary("erf", rt.erf, "rt.erf", kind="real_float")
+lgamma = _unary("lgamma", rt.lgamma, "rt.lgamma", kind="real_float")
+digamma = _unary("digamma", rt.digamma, "rt.digamma", kind="real_float")
+floor = _unary("floor", np.floor, "np.floor", kind="real_float")
+ceil = _unary("ceil", np.ceil, "np.ceil", kind="real_float")
+round = _unary("round", np.round, "np.round", kind="real_float")   # half to even, as NumPy rounds
+
+
+def _abs_abstract(x):
+    """|x|; of a complex x the modulus, a real number (float64 for complex128)."""
+    out = _elementwise_abstract("abs", "numeric")(x)
+    return out.update(dtype=np.finfo(x.dtype).dtype) if dtypes.is_complex(x.dtype) else out
+
+
+abs = UNARY["abs"] = Primitive("abs", _abs_abstract, np.abs)
+register(abs, lambda eqn, x: call("np.abs", x))
 sign = _unary("sign", np.sign, "np.sign", kind="numeric")
 # polygamma(x; n): the n-th derivative of digamma (n >= 1), which digamma's derivative needs.
-polygamma = Primitive("polygamma", _elementwise_abstract("polygamma", "float"),
+polygamma = Primitive("polygamma", _elementwise_abstract("polygamma", "real_float"),
                       lambda x, *, n: rt.polygamma(n, x))
 register(polygamma, lambda eqn, x: call("rt.polygamma", Expr(str(eqn.params["n"])), x))
 UNARY["polygamma"] = polygamma
 
-is_finite = Primitive("is_finite", _elementwise_abstract("is_finite", "float", dtypes.bool_),
+is_finite = Primitive("is_finite", _elementwise_abstract("is_finite", "real_float", dtypes.bool_),
                       lambda x: np.isfinite(x))
 register(is_finite, lambda eqn, x: call("np.isfinite", x))
 
@@ -183,10 +200,10 @@ def _binary(name: str, np_fn, emit, kind: str = "numeric", out_dtype=None):
 add = _binary("add", np.add, "+")
 sub = _binary("sub", np.subtract, "-")
 mul = _binary("mul", np.multiply, "*")
-max = _binary("max", np.maximum, "np.maximum")
-min = _binary("min", np.minimum, "np.minimum")
-atan2 = _binary("atan2", np.arctan2, "np.arctan2", kind="float")
-rem = _binary("rem", np.fmod, "np.fmod")        # sign of the dividend, like C and XLA
+max = _binary("max", np.maximum, "np.maximum", kind="ordered")
+min = _binary("min", np.minimum, "np.minimum", kind="ordered")
+atan2 = _binary("atan2", np.arctan2, "np.arctan2", kind="real_float")
+rem = _binary("rem", np.fmod, "np.fmod", kind="ordered")      # sign of the dividend, like C and XLA
 pow = Primitive("pow", _elementwise_abstract("pow", "float"), _keep_dtype(np.power))
 # `**` of two Python floats is complex for a negative base; np.power gives NaN, like XLA.
 register(pow, lambda eqn, x, y: binop("**", x, y) if eqn.outvars[0].aval.shape
@@ -232,10 +249,10 @@ def _emit_eq(eqn, x, y):
 
 register(eq, _emit_eq, bare_scalar_ok=True)
 ne = _binary("ne", np.not_equal, "!=", kind="any", out_dtype=dtypes.bool_)
-lt = _binary("lt", np.less, "<", out_dtype=dtypes.bool_)
-le = _binary("le", np.less_equal, "<=", out_dtype=dtypes.bool_)
-gt = _binary("gt", np.greater, ">", out_dtype=dtypes.bool_)
-ge = _binary("ge", np.greater_equal, ">=", out_dtype=dtypes.bool_)
+lt = _binary("lt", np.less, "<", kind="ordered", out_dtype=dtypes.bool_)
+le = _binary("le", np.less_equal, "<=", kind="ordered", out_dtype=dtypes.bool_)
+gt = _binary("gt", np.greater, ">", kind="ordered", out_dtype=dtypes.bool_)
+ge = _binary("ge", np.greater_equal, ">=", kind="ordered", out_dtype=dtypes.bool_)
 and_ = _binary("and", np.bitwise_and, "&", kind="integer")
 or_ = _binary("or", np.bitwise_or, "|", kind="integer")
 xor = _binary("xor", np.bitwise_xor, "^", kind="integer")
@@ -259,7 +276,7 @@ register(select, lambda eqn, p, a, b: call("np.where", p, a, b), bare_scalar_ok=
 
 
 def _clamp_abstract(lo, x, hi):
-    _check_operands("clamp", [lo, x, hi], "numeric")
+    _check_operands("clamp", [lo, x, hi], "ordered")
     return ShapedArray(broadcast_shapes(lo.shape, x.shape, hi.shape), x.dtype,
                        lo.weak_type and x.weak_type and hi.weak_type)
 
@@ -277,8 +294,16 @@ def _convert_abstract(x, *, new_dtype, weak_type):
     return ShapedArray(x.shape, new_dtype, weak_type)
 
 
+def _drops_imaginary_part(source, new_dtype) -> bool:
+    """Whether converting `source` to `new_dtype` keeps only the real part (complex to a real
+    number; to bool, nonzero counts either part, as in NumPy)."""
+    return dtypes.is_complex(source) and not (dtypes.is_complex(new_dtype) or dtypes.is_bool(new_dtype))
+
+
 def _convert_impl(x, *, new_dtype, weak_type):
-    return np.asarray(x).astype(new_dtype)[()]
+    x = np.asarray(x)
+    # The real part, taken explicitly: NumPy's astype does the same with a ComplexWarning.
+    return (np.real(x) if _drops_imaginary_part(x.dtype, new_dtype) else x).astype(new_dtype)[()]
 
 
 def _emit_convert(eqn, x):
@@ -286,6 +311,8 @@ def _emit_convert(eqn, x):
     boolean_eye = _BOOLEAN_EYE.fullmatch(x.text)
     if boolean_eye:   # the identity of another dtype: `np.eye(3, dtype=np.float64)`
         return Expr(f"np.eye({boolean_eye.group(1)}, dtype={dtype_text(dtype)})")
+    if _drops_imaginary_part(eqn.invars[0].aval.dtype, dtype):   # never `np.float64(z)`
+        x = call("np.real", x)
     if eqn.invars[0].aval.shape == ():
         return call(dtype_text(dtype), x)
     return method(x, "astype", Expr(dtype_text(dtype)))
@@ -350,8 +377,17 @@ _UNARY_TANGENTS = {
     erf: lambda x, y, t: t * (1.1283791670955126 * ops.exp(-(x * x))),   # 2 / sqrt(pi)
     lgamma: lambda x, y, t: t * digamma.bind(x),
     digamma: lambda x, y, t: t * polygamma.bind(x, n=1),
-    abs: lambda x, y, t: ops.select(x >= 0, t, -t),   # slope 1 at 0, as JAX's abs has
+    abs: lambda x, y, t: _abs_tangent(x, y, t),
 }
+
+
+def _abs_tangent(x, y, t):
+    """Slope 1 at 0 for real x, as JAX's abs has. For complex x, JAX's rule: the tangent of
+    |x| is Re(conj(x) t) / |x|, and 0 at x == 0 (where |x| has no derivative)."""
+    if not dtypes.is_complex(x.aval.dtype):
+        return ops.select(x >= 0, t, -t)
+    nonzero = ops.select(ops.eq(y, ops.literal(0, y.aval.dtype)), ops.literal(1, y.aval.dtype), y)
+    return ops.div(ops.real(ops.mul(ops.conj(x), t)), nonzero)
 
 
 def _make_unary_jvp(prim, tangent_of):
@@ -636,6 +672,8 @@ def _lower_unary(op):
             return _UNSIGNED_REWRITES[op](ctx, eqn, x)
         if op.startswith("chlo."):
             return [ctx.op(f"{op} {x} : {t} -> {t}", _hlo.hint(eqn))]
+        if eqn.invars[0].aval.dtype != eqn.outvars[0].aval.dtype:   # abs of complex: real
+            return [ctx.op(f"{op} {x} : ({_hlo.tensor_type(eqn.invars[0].aval)}) -> {t}", _hlo.hint(eqn))]
         return [ctx.op(f"{op} {x} : {t}", _hlo.hint(eqn))]
     return rule
 
@@ -723,6 +761,12 @@ def _lower_convert(ctx, eqn, x):
         t = _hlo.tensor_type(eqn.invars[0].aval.strip_weak_type())
         return [ctx.op(f"stablehlo.compare NE, {x}, {zero}, {_compare_type(eqn.invars[0].aval.dtype)} : "
                        f"({t}, {t}) -> {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+    if _drops_imaginary_part(eqn.invars[0].aval.dtype, new_dtype):
+        part = eqn.invars[0].aval.update(dtype=np.finfo(eqn.invars[0].aval.dtype).dtype)
+        x = ctx.op(f"stablehlo.real {x} : ({source}) -> {_hlo.tensor_type(part)}")
+        source = _hlo.tensor_type(part)
+        if part.dtype == np.dtype(new_dtype):
+            return [x]
     return [ctx.op(f"stablehlo.convert {x} : ({source}) -> {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
 
 
