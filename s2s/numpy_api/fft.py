@@ -248,11 +248,12 @@ def ihfft(a, n=None, axis=-1, norm=None):
 # Shifts and frequencies
 
 
-def _shift_axes(x, axes):
+def _shift_axes(x, axes) -> tuple[int, ...]:
     ndim = len(shape(x))
     if axes is None:
         return tuple(range(ndim))
-    return (axes,) if isinstance(axes, (int, np.integer)) else tuple(axes)
+    axes = (axes,) if isinstance(axes, (int, np.integer)) else tuple(axes)
+    return tuple(normalize_axis(ax, ndim) for ax in axes)
 
 
 @implements(np.fft.fftshift)
