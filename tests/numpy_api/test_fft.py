@@ -108,6 +108,19 @@ def test_defaults_and_2d_forms(fn):
     check_numpy_and_jax(fn, x, z, rtol=1e-9, atol=1e-9)
 
 
+def more_axes_than_xla_transforms_at_once(x, z):
+    return (np.fft.fftn(z, axes=(4, 0, 2, 1)), np.fft.rfftn(x, axes=(1, 2, 3, 4, 0)),
+            np.fft.irfftn(z, s=(2, 3, 4, 5), axes=(3, 0, 1, 2)))
+
+
+def test_more_than_three_axes_go_in_groups():
+    """XLA transforms at most 3 axes at once: the rest go in further groups, the real
+    transform first (rfftn) or last (irfftn)."""
+    rng = np.random.default_rng(8)
+    x, z = random_array((2, 3, 2, 3, 4), "real", rng), random_array((2, 3, 2, 3, 4), "complex", rng)
+    check_numpy_and_jax(more_axes_than_xla_transforms_at_once, x, z, rtol=1e-9, atol=1e-9)
+
+
 # ---------------------------------------------------------------------------------------
 # Dtypes as NumPy 2
 
