@@ -85,6 +85,8 @@ def _axes_and_lengths(a, s, axes, last_length_default=None):
         s = sizes
     elif len(s) != len(axes):
         raise ShapeError(f"shape s={tuple(s)} and axes={axes} must have the same length")
+    else:   # NumPy 2: -1 in s keeps the array's own size along that axis
+        s = [shape(a)[ax] if isinstance(n, (int, np.integer)) and n == -1 else n for ax, n in zip(axes, s)]
     return axes, tuple(_check_length(n, "each length in s") for n in s)
 
 

@@ -121,6 +121,17 @@ def test_more_than_three_axes_go_in_groups():
     check_numpy_and_jax(more_axes_than_xla_transforms_at_once, x, z, rtol=1e-9, atol=1e-9)
 
 
+def minus_one_keeps_the_size(x, z):
+    return np.fft.fft2(x, s=[-1, 6]), np.fft.irfftn(z, s=(2, -1), axes=(0, 2))
+
+
+def test_minus_one_in_s_keeps_the_axis_size_as_numpy_2():
+    """NumPy 2's s=-1, which jax.numpy.fft does not take: values on every backend only."""
+    rng = np.random.default_rng(9)
+    check_function(minus_one_keeps_the_size, random_array((2, 3, 4), "real", rng),
+                   random_array((3, 2, 4), "complex", rng), rtol=1e-10, atol=1e-10)
+
+
 # ---------------------------------------------------------------------------------------
 # Dtypes as NumPy 2
 
