@@ -50,7 +50,7 @@ add sub neg add_any mul div convert_element_type select broadcast_in_dim reshape
 squeeze expand_dims concatenate pad slice dynamic_slice dynamic_update_slice rev gather
 scatter_add reduce_sum cumsum dot_general triangular_solve solve custom_vjp_lin cond scan
 while_loop while_reverse custom_linear_solve psum all_gather ppermute psum_scatter all_to_all remat name pmap
-real imag conj complex
+real imag conj complex fft
 """.split()
 
 

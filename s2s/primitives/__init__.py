@@ -3,5 +3,5 @@
 The rules are written with `ops` (the lax-level op layer, which binds primitives by name),
 so families need not import one another, and none imports the NumPy surface above them."""
 from s2s.primitives import (collectives, complex_parts, cond, custom_derivatives, elementwise,  # noqa: F401
-                            implicit, indexing, linalg, loop_emission, loop_reverse, loops, pmapped,
-                            reductions, remat, structural)
+                            fft, implicit, indexing, linalg, loop_emission, loop_reverse, loops,
+                            pmapped, reductions, remat, structural)
