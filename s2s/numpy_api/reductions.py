@@ -378,22 +378,24 @@ def _var(name, a, axis, dtype, out, ddof, keepdims, where, mean_arg, correction)
         squares = ew.mul.bind(dev, dev)
     sq = red.reduce_sum.bind(converted(squares, acc), axes=axes)
     result = _divide(sq, builtins.max(n - ddof, 0), acc)
-    return _finish(result, in_shape, axes, keepdims)
+    return _finish(result, in_shape, axes, keepdims), n
 
 
 @implements(np.var)
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True,
         mean=None, correction=None):
     """np.var: mean squared deviation, divided by n - ddof; ints give float64."""
-    return _var("var", a, axis, dtype, out, ddof, keepdims, where, mean, correction)
+    return _var("var", a, axis, dtype, out, ddof, keepdims, where, mean, correction)[0]
 
 
 @implements(np.std)
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True,
         mean=None, correction=None):
-    """np.std: the square root of np.var."""
-    return ew.sqrt.bind(_var("std", a, axis, dtype, out, ddof, keepdims, where, mean,
-                             correction))
+    """np.std: the square root of np.var. Over one value (n == 1) the deviation is exactly
+    0 (nan for an infinite value), so the variance is its own square root: returned as it
+    is, its derivative is 0 where the constant 0 has one, where sqrt'(0) * 0 would be nan."""
+    variance, n = _var("std", a, axis, dtype, out, ddof, keepdims, where, mean, correction)
+    return variance if n == 1 else ew.sqrt.bind(variance)
 
 
 @implements(np.average)

@@ -167,6 +167,24 @@ def test_var_std(name, data):
           tolerance_dtype=dtype or (x.dtype if x.dtype.kind == "f" else np.float64))
 
 
+def std_of_each_row(x):
+    return np.sum(np.std(x, axis=1) * np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("fn, x", [(lambda x: np.std(x), np.array(3.5)),
+                                   (lambda x: np.sum(np.std(x, axis=0)), np.ones((1, 3))),
+                                   (std_of_each_row, np.array([[2.0], [-1.0]]))])
+def test_std_over_one_value_is_the_constant_0_with_derivative_0(fn, x):
+    """autograd's suite found nan: sqrt'(0) * 0. Over one value std is identically 0 (a
+    smooth function, unlike zero spread over several values, which keeps JAX's nan)."""
+    from s2s.test_util import check_grads
+    assert s2s.grad(fn)(x).tolist() == np.zeros_like(x).tolist()
+    assert s2s.jit(s2s.grad(fn))(x).tolist() == np.zeros_like(x).tolist()
+    check_grads(fn, (x,), order=2)
+    assert np.isnan(s2s.jit(lambda v: np.std(v))(np.array([np.inf])))   # NumPy's value kept
+    assert np.isnan(s2s.grad(lambda v: np.std(v))(np.array([1.0, 1.0])))[0]   # zero spread: nan
+
+
 def test_var_correction_is_ddof():
     x = np.arange(6.0).reshape(2, 3)
     assert_same(R.var(x, axis=1, correction=1), np.var(x, axis=1, correction=1))
