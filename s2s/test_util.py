@@ -7,6 +7,10 @@ along `t`. Higher orders apply the same checks to the derivative functions thems
 
 Arguments are pytrees (tuples, lists, dicts of arrays), as everywhere in s2s: every leaf
 is perturbed, and the tangents and cotangents have the arguments' structure.
+
+Complex leaves stay complex (complex128) and are perturbed in both parts. The dot-product
+test then pairs values as JAX's convention for complex numbers does, by Re(sum(a * b))
+(no conjugate: a vjp is the transpose of the jvp, not its adjoint).
 """
 from __future__ import annotations
 
@@ -17,20 +21,33 @@ from s2s.tree import tree_flatten, tree_map
 
 
 def _random_like(rng, tree):
-    """Standard normal values in the structure, shapes and dtypes of `tree`."""
-    return tree_map(lambda x: rng.standard_normal(np.shape(x)).astype(np.asarray(x).dtype), tree)
+    """Standard normal values in the structure, shapes and dtypes of `tree` (both parts
+    of a complex leaf)."""
+    def draw(x):
+        dtype = np.asarray(x).dtype
+        value = rng.standard_normal(np.shape(x))
+        if np.issubdtype(dtype, np.complexfloating):
+            value = value + 1j * rng.standard_normal(np.shape(x))
+        return value.astype(dtype)
+    return tree_map(draw, tree)
+
+
+def _widened(x) -> np.ndarray:
+    """`x` as a float64 array, or complex128 if it is complex."""
+    x = np.asarray(x)
+    return x.astype(np.complex128 if np.iscomplexobj(x) else np.float64)
 
 
 def _float64(args) -> tuple:
-    """The arguments with every leaf a float64 array, their pytree structure kept."""
-    return tuple(tree_map(lambda x: np.asarray(x, np.float64), a) for a in args)
+    """The arguments with every leaf a float64 (or complex128) array, their pytree
+    structure kept."""
+    return tuple(tree_map(_widened, a) for a in args)
 
 
 def _inner(a, b) -> float:
     la, _ = tree_flatten(a)
     lb, _ = tree_flatten(b)
-    return float(sum(np.vdot(np.asarray(x, np.float64), np.asarray(y, np.float64))
-                     for x, y in zip(la, lb)))
+    return float(sum(np.real(np.sum(_widened(x) * _widened(y))) for x, y in zip(la, lb)))
 
 
 def _add(a, b, scale):
@@ -39,8 +56,7 @@ def _add(a, b, scale):
 
 def _assert_close(got, expected, atol, rtol, what):
     for g, e in zip(tree_flatten(got)[0], tree_flatten(expected)[0]):
-        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(e, np.float64),
-                                   atol=atol, rtol=rtol, err_msg=what)
+        np.testing.assert_allclose(_widened(g), _widened(e), atol=atol, rtol=rtol, err_msg=what)
 
 
 def _numeric_jvp(f, args, tangents, eps):

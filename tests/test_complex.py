@@ -317,6 +317,21 @@ def test_jvp_and_vjp_of_non_holomorphic_complex_functions_match_jax():
     check_derivatives(non_holomorphic, with_numpy(non_holomorphic, jax_numpy()), Z, W, rtol=1e-10, atol=1e-12)
 
 
+def test_sign_of_complex_values_has_its_derivative_where_jax_gives_0():
+    """NumPy 2's sign(z) is z / |z|, smooth away from 0; jax's jvp gives 0 (a port of
+    autograd's tests found s2s doing the same). Held to central differences instead, and 0
+    at z == 0."""
+    from s2s.test_util import check_grads
+    z = np.array([0.6 + 0.12j, -1.0 + 2.0j, 3.0 - 0.5j])
+    check_grads(lambda v: np.sign(v), (z,), order=2)
+    check_grads(lambda v: np.sum(np.abs(np.sign(v) - 0.3j) ** 2), (z,), order=2)
+    _, tangent = s2s.jvp(lambda v: np.sign(v), (np.array([0j, 1j]),), (np.array([1 + 1j, 1 + 1j]),))
+    assert tangent.tolist() == [0j, 1 + 0j]
+    x = np.array([0.5, -2.0, 0.0])   # real sign stays piecewise constant: tangent 0
+    assert s2s.jvp(lambda v: np.sign(v), (x,), (np.ones(3),))[1].tolist() == [0.0, 0.0, 0.0]
+    assert s2s.jit(s2s.grad(lambda v: np.sum(np.abs(np.sign(v * (1 + 0.5j)) - 0.3))))(x).shape == (3,)
+
+
 def test_the_transpose_of_a_complex_linear_map_is_not_conjugated():
     """JAX's transpose of `z -> c z` is `ct -> c ct`, not conj(c) ct; of real and imag it is
     complex(ct, 0) and complex(0, -ct)."""

@@ -68,3 +68,27 @@ def test_check_grads_catches_a_wrong_second_derivative(monkeypatch):
     check_grads(lambda v: np.sin(v).sum(), x, order=1)
     with pytest.raises(AssertionError):
         check_grads(lambda v: np.sin(v).sum(), x, order=2)
+
+
+@s2s.custom_jvp
+def doubled(z):
+    return 2 * z
+
+
+@doubled.defjvp
+def doubled_jvp_conjugated(primals, tangents):
+    """Wrong for complex z: the tangent of 2z is 2t, not 2 conj(t)."""
+    (z,), (t,) = primals, tangents
+    return doubled(z), 2 * np.conj(t)
+
+
+def test_complex_arguments_stay_complex_and_are_perturbed_in_both_parts():
+    """check_grads cast complex arguments to float64, dropping their imaginary parts (and
+    its dot-product test conjugated): a port of autograd's tests had to write its own."""
+    z = np.array([0.6 + 0.12j, -1.0 + 2.0j])
+    check_grads(lambda v: np.exp(v) * np.conj(v), (z,), order=2)
+    check_grads(lambda v: np.sum(np.abs(v) ** 2), (z,), order=2)
+    check_grads(doubled, (np.array([0.5, -1.0]),))   # a real tangent: conj(t) == t
+    for modes in (("fwd",), ("rev",)):
+        with pytest.raises(AssertionError):
+            check_grads(doubled, (z,), modes=modes)

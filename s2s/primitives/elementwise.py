@@ -402,9 +402,29 @@ for _prim, _tangent_of in _UNARY_TANGENTS.items():
     _jvp.register(_prim, _make_unary_jvp(_prim, _tangent_of))
 
 
-for _prim in (floor, ceil, round, sign, is_finite, not_, eq, ne, lt, le, gt, ge, and_, or_, xor,
+for _prim in (floor, ceil, round, is_finite, not_, eq, ne, lt, le, gt, ge, and_, or_, xor,
               stop_gradient, iota):
     _jvp.defzero(_prim)
+
+
+def _sign_jvp(primals, tangents):
+    """Real sign is piecewise constant (tangent 0, as JAX). Complex sign is x / |x|, smooth
+    away from 0: its tangent is (t - y Re(conj(y) t)) / |x| (t minus its component along
+    y, over |x|), 0 at x == 0. JAX gives 0 there too; this is the derivative."""
+    (x,), (t,) = primals, tangents
+    y = sign.bind(x)
+    if not dtypes.is_complex(x.aval.dtype) or is_zero(t):
+        return y, Zero(tangent_aval(y.aval))
+    dtype = x.aval.dtype
+    at_zero = ops.eq(x, ops.literal(0, dtype))
+    modulus = ops.convert(abs.bind(x), dtype)
+    safe = ops.select(at_zero, ops.literal(1, dtype), modulus)
+    along = ops.mul(y, ops.convert(ops.real(ops.mul(ops.conj(y), t)), dtype))
+    tangent = ops.div(ops.sub(t, along), safe)
+    return y, ops.select(at_zero, ops.full(x.aval.shape, 0, dtype), tangent)
+
+
+_jvp.register(sign, _sign_jvp)
 
 
 def _spread(t, shape):
