@@ -152,6 +152,14 @@ def test_matrix_norms_of_singular_values(shape):
         check(lambda a: np.linalg.norm(a, ord=2, axis=(0, 2), keepdims=True), a)
 
 
+@pytest.mark.parametrize("loss, shape", [(eigh_loss, (2, 4, 4)), (svd_loss, (3, 2)),
+                                         (svd_loss, (2, 4))])
+def test_float32_derivatives_against_jax(loss, shape):
+    a = random(shape, np.float32, 11)
+    a = a + np.swapaxes(a, -1, -2) if loss is eigh_loss else a
+    check_derivatives(loss, with_numpy(loss, jnp), a, rtol=2e-3, atol=2e-3)
+
+
 # ---------------------------------------------------------------------------------------
 # qr
 
@@ -217,6 +225,9 @@ def test_matrix_rank(shape, rank):
     check_numpy_and_jax(rank_times_sum, a)          # the rank has no derivative
     check_numpy_and_jax(lambda a: np.linalg.matrix_rank(a, tol=0.5), a, derivatives=False)
     check_numpy_and_jax(lambda a: np.linalg.matrix_rank(a, rtol=1e-3), a, derivatives=False)
+    tolerances = np.linspace(0.1, 3.0, np.prod(batch, dtype=int)).reshape(batch)
+    check_numpy_and_jax(lambda a, tol: np.linalg.matrix_rank(a, tol=tol), a, tolerances,
+                        derivatives=False)
     check_numpy_and_jax(lambda a: np.linalg.matrix_rank(a), a[..., 0, :], derivatives=False)
     check_numpy_and_jax(lambda a: np.linalg.matrix_rank(a.astype(np.int64)), np.round(a), derivatives=False)
 
