@@ -38,7 +38,7 @@ from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.passes import jvp as _jvp, vmap as _vmap
 from s2s.primitives import ops
 from s2s.primitives.linalg import (_aval, _batch_matrix_function, _check_matrices, _layout,
-                                   _lowered_as, _matmul, _mT, _triangle_mask, _tt,
+                                   _lowered_as, _matmul, _mT, _triangle_mask, _tt, solve,
                                    triangular_solve)
 from s2s.staging import Primitive
 
@@ -203,29 +203,44 @@ def _thin_qr_jvp(q, r, a_dot):
     return _matmul(q, omega - c) + a_dot_r_inv, _matmul(c - omega, r)
 
 
-def _columns(x, start: int, stop: int):
-    """x[.., :, start:stop]."""
-    shape = _aval(x).shape
-    return ops.slice(x, (0,) * len(shape), shape[:-1] + (stop,)) if start == 0 else \
-        ops.slice(x, (0,) * (len(shape) - 1) + (start,), shape)
+def _complete_q_jvp(q, q_dot_mn):
+    """The tangent of the last m − n columns of a complete q (m × m) of a tall matrix, from
+    that of its first n (Roberts and Roberts, arXiv:2409.13374, eqs. 32-33, as JAX): with
+    Z = q_pn (q_nn − I)⁻¹, q̇_mp = q̇_mn Zᵀ − (q_mn + q_mp Z)(q̇_pn − Z q̇_nn)ᵀ."""
+    m, n = _aval(q).shape[-1], _aval(q_dot_mn).shape[-1]
+    rows, cols = _aval(q).ndim - 2, _aval(q).ndim - 1
+    q_mn, q_mp = ops.slice_in_dim(q, 0, n, cols), ops.slice_in_dim(q, n, m, cols)
+    q_nn, q_pn = ops.slice_in_dim(q_mn, 0, n, rows), ops.slice_in_dim(q_mn, n, m, rows)
+    q_dot_nn = ops.slice_in_dim(q_dot_mn, 0, n, rows)
+    q_dot_pn = ops.slice_in_dim(q_dot_mn, n, m, rows)
+    z_t = solve.bind(_mT(q_nn - ops.eye(n, dtype=_aval(q).dtype)), _mT(q_pn))
+    z = _mT(z_t)
+    return _matmul(q_dot_mn, z_t) - _matmul(q_mn + _matmul(q_mp, z),
+                                             _mT(q_dot_pn - _matmul(z, q_dot_nn)))
 
 
 def _qr_jvp(primals, tangents, *, mode):
-    """The thin rule for m ≥ n; a wide a = [a1 a2] is a square QR of a1 and r2 = qᵀ a2,
-    so ṙ2 = q̇ᵀ a2 + qᵀ ȧ2. A complete q of a tall matrix has no derivative here."""
+    """The thin rule for m ≥ n (extended to a complete q by _complete_q_jvp); a wide
+    a = [a1 a2] is a square QR of a1 and r2 = qᵀ a2, so ṙ2 = q̇ᵀ a2 + qᵀ ȧ2."""
     (a,), (a_dot,) = primals, tangents
     m, n = _aval(a).shape[-2:]
-    if mode == "complete" and m > n:
-        raise UnsupportedFunctionError(
-            "the derivative of np.linalg.qr(a, mode='complete') of a tall matrix is not "
-            "implemented (its extra columns of q are not unique)", "use mode='reduced'")
-    q, r = qr.bind(a, mode="reduced")
-    if m >= n:
-        q_dot, r_dot = _thin_qr_jvp(q, r, a_dot)
+    rows, cols = _aval(a).ndim - 2, _aval(a).ndim - 1
+    outs = qr.bind(a, mode="reduced" if mode == "r" else mode)
+    q, r = outs
+    if m < n:
+        q_dot, r1_dot = _thin_qr_jvp(q, ops.slice_in_dim(r, 0, m, cols),
+                                     ops.slice_in_dim(a_dot, 0, m, cols))
+        r2_dot = _matmul(_mT(q_dot), ops.slice_in_dim(a, m, n, cols)) \
+            + _matmul(_mT(q), ops.slice_in_dim(a_dot, m, n, cols))
+        r_dot = ops.concatenate([r1_dot, r2_dot], cols)
+    elif mode == "complete" and m > n:
+        q_dot_mn, r_dot_nn = _thin_qr_jvp(ops.slice_in_dim(q, 0, n, cols),
+                                          ops.slice_in_dim(r, 0, n, rows), a_dot)
+        q_dot = ops.concatenate([q_dot_mn, _complete_q_jvp(q, q_dot_mn)], cols)
+        zeros = ops.full(_aval(r).shape[:-2] + (m - n, n), 0, _aval(r).dtype)
+        r_dot = ops.concatenate([r_dot_nn, zeros], rows)
     else:
-        q_dot, r1_dot = _thin_qr_jvp(q, _columns(r, 0, m), _columns(a_dot, 0, m))
-        r2_dot = _matmul(_mT(q_dot), _columns(a, m, n)) + _matmul(_mT(q), _columns(a_dot, m, n))
-        r_dot = ops.concatenate([r1_dot, r2_dot], _aval(a).ndim - 1)
+        q_dot, r_dot = _thin_qr_jvp(q, r, a_dot)
     return ([r], [r_dot]) if mode == "r" else ([q, r], [q_dot, r_dot])
 
 
