@@ -7,6 +7,11 @@ Householder's and compared as it is.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -20,7 +25,7 @@ from s2s.errors import S2SError, ShapeError, UnsupportedFunctionError
 from s2s.primitives import decompositions as dc
 from s2s.staging import PRIMITIVES
 from s2s_runtime.xla import Executable
-from tests.helpers import assert_same, check_staged, stage
+from tests.helpers import BLOCK_JAX, ROOT, assert_same, check_staged, stage
 
 SETTINGS = settings(max_examples=12, deadline=None)
 batches = st.sampled_from([(), (2,), (1, 3)])
@@ -186,3 +191,30 @@ def test_full_svd_of_a_non_square_matrix_has_no_derivative_as_in_jax():
     a = np.random.default_rng(0).normal(size=(4, 2))
     with pytest.raises(S2SError, match="full_matrices=False"):
         s2s.jvp(lambda a: np.linalg.svd(a)[0], (a,), (a,))
+
+
+def decompose(a):
+    w = np.linalg.eigvalsh(a @ a.T)
+    return w, np.linalg.svd(a, compute_uv=False), np.linalg.qr(a)[1], np.linalg.pinv(a)
+
+
+NO_JAX_SCRIPT = BLOCK_JAX + textwrap.dedent("""
+    import numpy as np
+    import s2s
+    from tests.primitives.test_decompositions import decompose
+
+    a = np.arange(12.0).reshape(4, 3) ** 0.5
+    for got, want in zip(s2s.jit(decompose)(a), decompose(a)):
+        assert np.allclose(got, want, atol=1e-10), (got, want)
+    assert not any(m == "jax" or m.startswith("jax.") for m in sys.modules), "jax was imported"
+    print("ok without jax")
+""")
+
+
+def test_lapack_targets_run_without_jax(tmp_path):
+    """The LAPACK custom calls are registered by s2s itself, not by jax."""
+    env = dict(os.environ, S2S_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", NO_JAX_SCRIPT], cwd=ROOT, capture_output=True,
+                            text=True, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok without jax" in result.stdout
