@@ -1,5 +1,5 @@
-"""np.linalg's decompositions and what NumPy builds on them: eigh, eigvalsh, svd, qr, pinv,
-lstsq, matrix_rank, and matrix_power (products and inverses only).
+"""np.linalg's decompositions and what NumPy builds on them: eigh, eigvalsh, svd, svdvals,
+qr, pinv, lstsq, matrix_rank, and matrix_power (products and inverses only).
 
 The decompositions are one primitive each (`s2s.primitives.decompositions`), so emitted
 code calls `np.linalg.eigh`, `np.linalg.svd` and `np.linalg.qr` and derivatives are the
@@ -69,6 +69,12 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     a = _real_matrices("np.linalg.svd", a, square=False)
     out = dc.svd.bind(a, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
     return SVDResult(*out) if compute_uv else out[0]
+
+
+@implements(np.linalg.svdvals)
+def svdvals(x, /):
+    """The singular values of each matrix, descending: svd(x, compute_uv=False)."""
+    return svd(x, compute_uv=False)
 
 
 @implements(np.linalg.qr)

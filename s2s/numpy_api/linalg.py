@@ -716,6 +716,12 @@ def norm(x, ord=None, axis=None, keepdims=False):
     return _keepdims(out, nd, axes) if keepdims else out
 
 
+@implements(np.linalg.matrix_norm)
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    """norm over the last two axes (NumPy 2's array-API spelling)."""
+    return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+
+
 def _vector_norm(x, ord, axes, dt):
     if isinstance(ord, str):
         raise ShapeError(f"norm: invalid norm order {ord!r} for vectors")

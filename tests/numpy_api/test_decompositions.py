@@ -145,6 +145,9 @@ def test_matrix_norms_of_singular_values(shape):
     check(lambda a: np.linalg.norm(a, "nuc", axis=(-2, -1)), a)
     check(lambda a: np.linalg.norm(a, 2, axis=(-1, -2)), a)
     check(lambda a: np.linalg.norm(a, -2, axis=(-2, -1)), a)
+    check(lambda a: np.linalg.svdvals(a), a)
+    check(lambda a: np.linalg.matrix_norm(a, ord="nuc"), a)
+    check(lambda a: np.linalg.matrix_norm(a, keepdims=True, ord=-2), a)
     if len(shape) == 2:
         check(lambda a: np.linalg.norm(a, "nuc"), a)
         check_numpy_and_jax(lambda a: np.linalg.norm(a, 2, keepdims=True), a)
