@@ -249,6 +249,29 @@ def test_matrix_power_is_repeated_squaring():
     assert [e.primitive.name for e in closed.jaxpr.eqns].count("dot_general") == 3
 
 
+def qr_loss(a):
+    q, r = np.linalg.qr(a, mode="complete")
+    return np.sum(q * WEIGHTS[: q.shape[0], : q.shape[1]]) + np.sum(r**2)
+
+
+def pinv_lstsq_loss(a):
+    return np.sum(np.linalg.pinv(a) ** 2) + np.sum(np.linalg.lstsq(a, a[:, 0])[0])
+
+
+@pytest.mark.parametrize("loss, shape", [
+    (eigh_loss, (2, 4, 4)), (svd_loss, (4, 2)), (svd_loss, (2, 2, 3)), (qr_loss, (4, 2)),
+    (qr_loss, (2, 3)), (pinv_lstsq_loss, (4, 3)), (pinv_lstsq_loss, (2, 3)),
+    (lambda a: np.linalg.norm(a, "nuc") + np.linalg.norm(a, 2), (3, 4)),
+])
+def test_gradients_compiled_by_xla_match_the_python_backend(loss, shape):
+    a = random(shape, np.float64, 13)
+    a = a + np.swapaxes(a, -1, -2) if loss is eigh_loss else a
+    expected = jax.grad(with_numpy(loss, jnp))(a)
+    np.testing.assert_allclose(s2s.jit(s2s.grad(loss))(a), expected, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(s2s.jit(s2s.grad(loss), backend="python")(a), expected,
+                               rtol=1e-8, atol=1e-9)
+
+
 # ---------------------------------------------------------------------------------------
 # Bad input
 
