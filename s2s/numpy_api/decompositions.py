@@ -143,6 +143,8 @@ def lstsq(a, b, rcond=None):
     if sb[0] != m:
         raise ShapeError(f"np.linalg.lstsq: incompatible dimensions: a has {m} rows, b {sb[0]}")
     rtol = _default_rtol(a) if rcond is None else _static_number("np.linalg.lstsq", "rcond", rcond)
+    if rtol < 0:      # LAPACK's gelsd: a negative rcond means machine precision
+        rtol = float(np.finfo(aval(a).dtype).eps)
     x = matmul(dc.pinv.bind(a, rcond=rtol), b)
     (s,) = dc.svd.bind(a, full_matrices=False, compute_uv=False)
     rank = _count_above(s, _relative_cutoff(s, rtol), np.int32)   # LAPACK's gelsd's int
