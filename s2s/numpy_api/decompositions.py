@@ -8,8 +8,8 @@ are refused for now.
 
 Differences from NumPy, by design: `lstsq` of a tall matrix always returns the residuals,
 where NumPy returns an empty array for a rank-deficient one (the shape of a result cannot
-depend on the values), and its `rank` is a 0-d int array; `svd(hermitian=True)`,
-`eigh(UPLO=...)` other than 'L' or 'U' and qr's 'raw' mode are refused.
+depend on the values), and its `rank` is a 0-d int array; `hermitian=True` and qr's
+'raw' mode are refused.
 """
 from __future__ import annotations
 
@@ -26,11 +26,6 @@ from s2s.primitives import decompositions as dc
 from s2s.primitives import ops
 
 
-def _matrix_transpose(x):
-    nd = len(aval(x).shape)
-    return ops.transpose(x, tuple(range(nd - 2)) + (nd - 1, nd - 2))
-
-
 def _real_matrices(name: str, a, square: bool):
     (a,) = linalg_matrices(name, a, square=square)
     if aval(a).dtype.kind == "c":
@@ -40,23 +35,22 @@ def _real_matrices(name: str, a, square: bool):
 
 
 def _symmetric(name: str, a, UPLO: str):
-    """The matrices with the triangle UPLO names in the lower one (eigh reads that one)."""
     if UPLO not in ("L", "U"):
         raise ShapeError(f"{name}: UPLO must be 'L' or 'U', got {UPLO!r}")
-    a = _real_matrices(name, a, square=True)
-    return a if UPLO == "L" else _matrix_transpose(a)
+    return _real_matrices(name, a, square=True)
 
 
 @implements(np.linalg.eigh)
 def eigh(a, UPLO="L"):
-    """(eigenvalues ascending, eigenvectors as columns) of each symmetric matrix."""
-    return EighResult(*dc.eigh.bind(_symmetric("np.linalg.eigh", a, UPLO)))
+    """(eigenvalues ascending, eigenvectors as columns) of each symmetric matrix, read
+    from its UPLO triangle."""
+    return EighResult(*dc.eigh.bind(_symmetric("np.linalg.eigh", a, UPLO), uplo=UPLO))
 
 
 @implements(np.linalg.eigvalsh)
 def eigvalsh(a, UPLO="L"):
     """The eigenvalues of each symmetric matrix, ascending."""
-    return dc.eigh.bind(_symmetric("np.linalg.eigvalsh", a, UPLO))[0]
+    return dc.eigh.bind(_symmetric("np.linalg.eigvalsh", a, UPLO), uplo=UPLO)[0]
 
 
 @implements(np.linalg.svd)

@@ -5,7 +5,8 @@ derivative is the textbook formula (the ones JAX uses, so they agree with it whe
 decomposition is not unique: eigenvectors of a repeated eigenvalue and singular vectors of
 a repeated singular value get inf/nan tangents, as in JAX; eigenvalues and singular values
 stay finite). Outputs follow NumPy: `eigh` gives (w, v) with w ascending and reads the
-lower triangle; `svd` gives (u, s, vh) with s descending, or (s,) for compute_uv=False;
+triangle `uplo` names ('L' or 'U', LAPACK's own choice, so the eigenvectors' signs are
+NumPy's too); `svd` gives (u, s, vh) with s descending, or (s,) for compute_uv=False;
 `qr` gives (q, r), or (r,) for mode 'r'.
 
 Lowering goes through the LAPACK routines jaxlib ships as XLA FFI custom-call targets
@@ -57,7 +58,9 @@ def _check_real_matrices(name: str, aval, square: bool):
 # Declarations
 
 
-def _eigh_abstract(a):
+def _eigh_abstract(a, *, uplo):
+    if uplo not in ("L", "U"):
+        raise ShapeError(f"eigh reads the triangle uplo = 'L' or 'U', got {uplo!r}")
     _check_real_matrices("eigh", a, square=True)
     return [ShapedArray(a.shape[:-1], a.dtype), a.strip_weak_type()]
 
@@ -100,7 +103,7 @@ def _pinv_abstract(a, *, rcond):
 
 
 # (w, v) with a @ v = v * w for each symmetric matrix, reading its lower triangle.
-eigh = Primitive("eigh", _eigh_abstract, lambda a: list(np.linalg.eigh(a)),
+eigh = Primitive("eigh", _eigh_abstract, lambda a, *, uplo: list(np.linalg.eigh(a, UPLO=uplo)),
                  multiple_results=True)
 # (u, s, vh) with a = u * s @ vh, s descending; (s,) without compute_uv.
 svd = Primitive("svd", _svd_abstract,
@@ -116,7 +119,8 @@ qr = Primitive("qr", _qr_abstract,
 # The pseudo-inverse: singular values at most rcond * the largest count as zero.
 pinv = Primitive("pinv", _pinv_abstract, lambda a, *, rcond: np.linalg.pinv(a, rcond=rcond))
 
-register(eigh, lambda eqn, a: call("np.linalg.eigh", a))
+register(eigh, lambda eqn, a: call("np.linalg.eigh", a) if eqn.params["uplo"] == "L"
+         else call("np.linalg.eigh", a, UPLO=eqn.params["uplo"]))
 register(svd, lambda eqn, a: call("np.linalg.svd", a, full_matrices=eqn.params["full_matrices"])
          if eqn.params["compute_uv"] else call("np.linalg.svd", a, compute_uv=False))
 register(qr, lambda eqn, a: call("np.linalg.qr", a, mode=eqn.params["mode"]))
@@ -149,11 +153,11 @@ def _reciprocal_differences(d):
     return 1 / (d + identity) - identity
 
 
-def _eigh_jvp(primals, tangents):
+def _eigh_jvp(primals, tangents, *, uplo):
     """ẇ = diag(vᵀ Ȧ v) and v̇ = v (F ∘ vᵀ Ȧ v) with F[i, j] = 1 / (w_j − w_i), Ȧ
     symmetrized first (the value reads one triangle, the derivative both halves)."""
     (a,), (a_dot,) = primals, tangents
-    w, v = eigh.bind(a)
+    w, v = eigh.bind(a, uplo=uplo)
     a_dot = (a_dot + _mT(a_dot)) / 2
     a_dot_v = _matmul(a_dot, v)
     vt_a_dot_v = _matmul(_mT(v), a_dot_v)
@@ -331,7 +335,8 @@ def _lower_eigh(ctx, eqn, a):
     w_aval, v_aval = (v.aval for v in eqn.outvars)
     info = ShapedArray(aval.shape[:-2], dtypes.int32)
     v, w, status = _lapack_call(ctx, "syevd", [a], [aval], [v_aval, w_aval, info],
-                                f"{_mode_config('eigh')}, uplo = {ord('L')} : ui8", "syevd")
+                                f"{_mode_config('eigh')}, uplo = {ord(eqn.params['uplo'])} : ui8",
+                                "syevd")
     return [_nan_where_failed(ctx, status, w, w_aval, info.shape),
             _nan_where_failed(ctx, status, v, v_aval, info.shape)]
 

@@ -80,6 +80,9 @@ def test_eigh_result_names_and_upper_triangle():
     # jax symmetrizes the input, NumPy reads one triangle: values only (derivatives are
     # those of the symmetric matrix, as jax's, tested above).
     check_numpy_and_jax(f, a, derivatives=False)
+    # The eigenvectors themselves, signs included: LAPACK reads the triangle NumPy's does.
+    check_numpy_and_jax(lambda a: tuple(np.linalg.eigh(a, "U")), symmetric((4, 4), np.float64, 5),
+                        derivatives=False)
 
 
 def test_eigh_second_order_against_jax():

@@ -66,21 +66,24 @@ def test_every_decomposition_has_an_emission_rule():
 
 
 @SETTINGS
-@given(batches, dims, real_dtypes, seeds)
-def test_eigh(batch, n, dtype, seed):
+@given(batches, dims, real_dtypes, seeds, st.sampled_from("LU"))
+def test_eigh(batch, n, dtype, seed, uplo):
     a = symmetric((*batch, n, n), dtype, seed)
     tol = tolerance(dtype)
-    check_staged(lambda a: dc.eigh.bind(a), lambda a: list(np.linalg.eigh(a)), a, **tol)
-    w, v = run_xla(lambda a: dc.eigh.bind(a), a)
-    expected_w, expected_v = np.linalg.eigh(a)
+    bind = lambda a: dc.eigh.bind(a, uplo=uplo)  # noqa: E731
+    check_staged(bind, lambda a: list(np.linalg.eigh(a, UPLO=uplo)), a, **tol)
+    w, v = run_xla(bind, a)
+    expected_w, expected_v = np.linalg.eigh(a, UPLO=uplo)
     assert_same(w, expected_w, **tol)
     assert_same(signed(v, -2), signed(expected_v, -2), **tol)
 
 
-def test_eigh_reads_the_lower_triangle_on_both_backends():
-    a = np.array([[2.0, 100.0], [1.0, 3.0]])     # the upper entry is ignored, as by NumPy
-    assert_same(run_xla(lambda a: dc.eigh.bind(a), a)[0], np.linalg.eigh(a)[0])
-    check_staged(lambda a: dc.eigh.bind(a), lambda a: list(np.linalg.eigh(a)), a)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh_reads_one_triangle_on_both_backends(uplo):
+    a = np.array([[2.0, 100.0], [-50.0, 3.0]])     # the other triangle is ignored, as by NumPy
+    bind = lambda a: dc.eigh.bind(a, uplo=uplo)  # noqa: E731
+    assert_same(run_xla(bind, a)[0], np.linalg.eigh(a, UPLO=uplo)[0])
+    check_staged(bind, lambda a: list(np.linalg.eigh(a, UPLO=uplo)), a)
 
 
 @SETTINGS
@@ -171,8 +174,9 @@ def test_shape_rules():
 
 
 @pytest.mark.parametrize("prim, params, aval, message", [
-    (dc.eigh, {}, ShapedArray((3, 4), np.float64), "square"),
-    (dc.eigh, {}, ShapedArray((4,), np.float64), "at least 2"),
+    (dc.eigh, dict(uplo="L"), ShapedArray((3, 4), np.float64), "square"),
+    (dc.eigh, dict(uplo="U"), ShapedArray((4,), np.float64), "at least 2"),
+    (dc.eigh, dict(uplo="X"), ShapedArray((4, 4), np.float64), "uplo"),
     (dc.svd, dict(full_matrices=True, compute_uv=True), ShapedArray((3, 3), np.int32), "float"),
     (dc.qr, dict(mode="raw"), ShapedArray((3, 3), np.float64), "mode"),
     (dc.pinv, dict(rcond=0.0), ShapedArray((3, 3), np.complex128), "complex"),
