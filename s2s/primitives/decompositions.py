@@ -176,7 +176,8 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
             "the derivative of np.linalg.svd(a, full_matrices=True) of a non-square matrix "
             "is not implemented (the extra singular vectors are not unique)",
             "pass full_matrices=False")
-    u, s, vh = svd.bind(a, full_matrices=False, compute_uv=True)
+    # The primal's own call where it has these shapes (LAPACK's signs can depend on it).
+    u, s, vh = svd.bind(a, full_matrices=full_matrices and m == n, compute_uv=True)
     v = _mT(vh)
     a_dot_v = _matmul(a_dot, v)
     s_dot = _column_dots(u, a_dot_v)
