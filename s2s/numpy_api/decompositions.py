@@ -8,8 +8,8 @@ are refused for now.
 
 Differences from NumPy, by design: `lstsq` of a tall matrix always returns the residuals,
 where NumPy returns an empty array for a rank-deficient one (the shape of a result cannot
-depend on the values), and its `rank` is a 0-d int array; `hermitian=True` and qr's
-'raw' mode are refused.
+depend on the values), and its `rank` is a 0-d int array; qr's 'raw' mode is refused.
+`hermitian=True` reads the lower triangle, as NumPy's eigh-based paths do.
 """
 from __future__ import annotations
 
@@ -21,7 +21,11 @@ from numpy.linalg._linalg import EighResult, QRResult, SVDResult  # NumPy's name
 from s2s import dtypes
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.numpy_api._base import aval, convert, implements
+from s2s.numpy_api.indexing import take_along_axis
 from s2s.numpy_api.linalg import inv, linalg_matrices, matmul
+from s2s.numpy_api.math import absolute, sign
+from s2s.numpy_api.reductions import argsort, sort
+from s2s.numpy_api.shaping import expand_dims, flip, swapaxes
 from s2s.primitives import decompositions as dc
 from s2s.primitives import ops
 
@@ -57,12 +61,22 @@ def eigvalsh(a, UPLO="L"):
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """(U, S, Vh) with a = U * S @ Vh and S descending, or S alone without compute_uv."""
     if hermitian:
-        raise UnsupportedFunctionError("np.linalg.svd(hermitian=True) is not supported",
-                                       "leave hermitian=False (the same result, by a "
-                                       "general SVD)")
+        return _symmetric_svd(a, compute_uv)
     a = _real_matrices("np.linalg.svd", a, square=False)
     out = dc.svd.bind(a, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
     return SVDResult(*out) if compute_uv else out[0]
+
+
+def _symmetric_svd(a, compute_uv):
+    """NumPy's SVD of symmetric matrices (read from the lower triangle), by eigh: S = |w|
+    descending, U the eigenvectors in that order and Vh = (U · sign(w))ᵀ."""
+    if not compute_uv:
+        return flip(sort(absolute(eigvalsh(a))), axis=-1)
+    w, u = eigh(a)
+    order = flip(argsort(absolute(w)), axis=-1)
+    u = take_along_axis(u, expand_dims(order, -2), axis=-1)
+    signs = expand_dims(take_along_axis(sign(w), order, axis=-1), -2)
+    return SVDResult(u, take_along_axis(absolute(w), order, axis=-1), swapaxes(u * signs, -1, -2))
 
 
 @implements(np.linalg.svdvals)
@@ -98,15 +112,13 @@ def _default_rtol(a) -> float:
 def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     """The pseudo-inverse; singular values up to rcond · the largest count as zero
     (rcond defaults to 1e-15, or max(M, N) · eps when rtol=None, as NumPy)."""
-    if hermitian:
-        raise UnsupportedFunctionError("np.linalg.pinv(hermitian=True) is not supported",
-                                       "leave hermitian=False")
-    a = _real_matrices("np.linalg.pinv", a, square=False)
+    a = _real_matrices("np.linalg.pinv", a, square=bool(hermitian))
     if rcond is not None and rtol is not np._NoValue:
         raise ShapeError("np.linalg.pinv: `rtol` and `rcond` can't be both set")
     if rcond is None:
         rcond = 1e-15 if rtol is np._NoValue else _default_rtol(a) if rtol is None else rtol
-    return dc.pinv.bind(a, rcond=_static_number("np.linalg.pinv", "rcond", rcond))
+    return dc.pinv.bind(a, rcond=_static_number("np.linalg.pinv", "rcond", rcond),
+                        hermitian=bool(hermitian))
 
 
 def _count_above(s, cutoff, dtype=np.int64):
@@ -139,7 +151,7 @@ def lstsq(a, b, rcond=None):
     rtol = _default_rtol(a) if rcond is None else _static_number("np.linalg.lstsq", "rcond", rcond)
     if rtol < 0:      # LAPACK's gelsd: a negative rcond means machine precision
         rtol = float(np.finfo(aval(a).dtype).eps)
-    x = matmul(dc.pinv.bind(a, rcond=rtol), b)
+    x = matmul(dc.pinv.bind(a, rcond=rtol, hermitian=False), b)
     (s,) = dc.svd.bind(a, full_matrices=False, compute_uv=False)
     rank = _count_above(s, _relative_cutoff(s, rtol), np.int32)   # LAPACK's gelsd's int
     if m > n:
@@ -155,15 +167,13 @@ def lstsq(a, b, rcond=None):
 def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
     """How many singular values of each matrix are above tol (default: rtol · max(s), rtol
     max(M, N) · eps), as an integer: it has no derivative."""
-    if hermitian:
-        raise UnsupportedFunctionError("np.linalg.matrix_rank(hermitian=True) is not supported",
-                                       "leave hermitian=False")
     if len(aval(A).shape) < 2:
         nonzero = ops.reduce_or(ops.ne(A, ops.full((), 0, aval(A).dtype)),
                                 tuple(range(len(aval(A).shape))))
         return ops.convert(nonzero, dtypes.canonicalize_dtype(np.int64))
-    a = _real_matrices("np.linalg.matrix_rank", A, square=False)
-    (s,) = dc.svd.bind(a, full_matrices=False, compute_uv=False)
+    a = _real_matrices("np.linalg.matrix_rank", A, square=hermitian)
+    s = absolute(eigvalsh(a)) if hermitian else \
+        dc.svd.bind(a, full_matrices=False, compute_uv=False)[0]
     if tol is None:
         relative = _default_rtol(a) if rtol is None else \
             _static_number("np.linalg.matrix_rank", "rtol", rtol)

@@ -96,8 +96,8 @@ def _qr_abstract(a, *, mode):
     return [ShapedArray(s, a.dtype) for s in _qr_shapes(a.shape, mode)]
 
 
-def _pinv_abstract(a, *, rcond):
-    _check_real_matrices("pinv", a, square=False)
+def _pinv_abstract(a, *, rcond, hermitian):
+    _check_real_matrices("pinv", a, square=hermitian)
     *batch, m, n = a.shape
     return ShapedArray((*batch, n, m), a.dtype)
 
@@ -117,14 +117,17 @@ qr = Primitive("qr", _qr_abstract,
                else list(np.linalg.qr(a, mode=mode)),
                multiple_results=True)
 # The pseudo-inverse: singular values at most rcond * the largest count as zero.
-pinv = Primitive("pinv", _pinv_abstract, lambda a, *, rcond: np.linalg.pinv(a, rcond=rcond))
+# With `hermitian`, of the symmetric matrix of a's lower triangle (NumPy's eigh-based path).
+pinv = Primitive("pinv", _pinv_abstract, lambda a, *, rcond, hermitian: np.linalg.pinv(
+    a, rcond=rcond, hermitian=hermitian))
 
 register(eigh, lambda eqn, a: call("np.linalg.eigh", a) if eqn.params["uplo"] == "L"
          else call("np.linalg.eigh", a, UPLO=eqn.params["uplo"]))
 register(svd, lambda eqn, a: call("np.linalg.svd", a, full_matrices=eqn.params["full_matrices"])
          if eqn.params["compute_uv"] else call("np.linalg.svd", a, compute_uv=False))
 register(qr, lambda eqn, a: call("np.linalg.qr", a, mode=eqn.params["mode"]))
-register(pinv, lambda eqn, a: call("np.linalg.pinv", a, rcond=eqn.params["rcond"]))
+register(pinv, lambda eqn, a: call("np.linalg.pinv", a, rcond=eqn.params["rcond"],
+                                   **({"hermitian": True} if eqn.params["hermitian"] else {})))
 
 # ---------------------------------------------------------------------------------------
 # Derivatives (real matrices; `a_dot` is the input's tangent).
@@ -249,11 +252,14 @@ def _qr_jvp(primals, tangents, *, mode):
     return ([r], [r_dot]) if mode == "r" else ([q, r], [q_dot, r_dot])
 
 
-def _pinv_jvp(primals, tangents, *, rcond):
+def _pinv_jvp(primals, tangents, *, rcond, hermitian):
     """Golub and Pereyra (1973), as JAX's pinv: with P = a⁺,
-    Ṗ = −P Ȧ P + P Pᵀ Ȧᵀ (I − a P) + (I − P a) Ȧᵀ Pᵀ P, products ordered for the shape."""
+    Ṗ = −P Ȧ P + P Pᵀ Ȧᵀ (I − a P) + (I − P a) Ȧᵀ Pᵀ P, products ordered for the shape.
+    A hermitian pinv is of the symmetric matrix, with Ȧ symmetrized (as eigh's)."""
     (a,), (a_dot,) = primals, tangents
-    p = pinv.bind(a, rcond=rcond)
+    p = pinv.bind(a, rcond=rcond, hermitian=hermitian)
+    if hermitian:
+        a, a_dot = lower_symmetric(a), (a_dot + _mT(a_dot)) / 2
     m, n = _aval(a).shape[-2:]
     a_dot_t, p_t = _mT(a_dot), _mT(p)
     if m >= n:
@@ -404,9 +410,16 @@ def _upper(ctx, x: str, aval: ShapedArray) -> str:
                   f"{_tt(aval.shape, aval.dtype)}")
 
 
-def pinv_by_svd(a, *, rcond):
+def lower_symmetric(a):
+    """The symmetric matrices of a's lower triangles: what NumPy's hermitian paths read."""
+    return ops.tril(a) + _mT(ops.tril(a, -1))
+
+
+def pinv_by_svd(a, *, rcond, hermitian):
     """a⁺ = V diag(1/s) Uᵀ over the singular values above rcond · max(s) (the others
     count as zero), as np.linalg.pinv computes it."""
+    if hermitian:
+        a = lower_symmetric(a)
     u, s, vh = svd.bind(a, full_matrices=False, compute_uv=True)
     nd = _aval(s).ndim
     largest = ops.reduce_max(s, (nd - 1,))

@@ -166,6 +166,23 @@ def test_float32_derivatives_against_jax(loss, shape):
     check_derivatives(loss, with_numpy(loss, jnp), a, rtol=2e-3, atol=2e-3)
 
 
+def hermitian_svd_invariants(a):
+    u, s, vh = np.linalg.svd(a, hermitian=True)
+    return u * u, s, vh * vh, (u * s[..., None, :]) @ vh, np.linalg.svd(a, False, False, True)
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4)])
+def test_hermitian_svd_pinv_and_rank_as_numpy(shape):
+    a = symmetric(shape, np.float64, 8)
+    check(hermitian_svd_invariants, a)
+    check(lambda a: np.linalg.pinv(a, hermitian=True), a)
+    check_numpy_and_jax(lambda a: np.linalg.matrix_rank(a, hermitian=True), a, derivatives=False)
+    lopsided = a + np.triu(np.ones(shape[-2:]), 1)      # NumPy reads the lower triangle only
+    for fn in (hermitian_svd_invariants, lambda a: np.linalg.pinv(a, hermitian=True),
+               lambda a: np.linalg.matrix_rank(a, hermitian=True)):
+        check_numpy_and_jax(fn, lopsided, derivatives=False)
+
+
 # ---------------------------------------------------------------------------------------
 # qr
 
@@ -287,7 +304,7 @@ def test_gradients_compiled_by_xla_match_the_python_backend(loss, shape):
     (lambda: D.eigvalsh(np.ones(3)), ShapeError, "two-dimensional"),
     (lambda: D.eigh(np.ones((2, 2)), UPLO="X"), ShapeError, "UPLO"),
     (lambda: D.eigh(np.ones((2, 2), np.complex128)), UnsupportedFunctionError, "complex"),
-    (lambda: D.svd(np.ones((2, 2)), hermitian=True), UnsupportedFunctionError, "hermitian"),
+    (lambda: D.svd(np.ones((2, 3)), hermitian=True), ShapeError, "square"),
     (lambda: D.svd(np.ones((2, 2), np.float16)), ShapeError, "float16"),
     (lambda: D.qr(np.ones((2, 2)), mode="raw"), UnsupportedFunctionError, "mode"),
     (lambda: D.pinv(np.ones((2, 2)), rcond=0.1, rtol=0.1), ShapeError, "both"),

@@ -119,7 +119,7 @@ def test_qr_and_pinv(batch, m, n, dtype, seed, mode):
     check_staged(lambda a: dc.qr.bind(a, mode=mode), lambda a: expected, a, **tol)
     for got, want in zip(run_xla(lambda a: dc.qr.bind(a, mode=mode), a), expected, strict=True):
         assert_same(got, want, rtol=10 * tol["rtol"], atol=10 * tol["atol"])
-    pinv = lambda a: dc.pinv.bind(a, rcond=1e-15)   # noqa: E731
+    pinv = lambda a: dc.pinv.bind(a, rcond=1e-15, hermitian=False)   # noqa: E731
     check_staged(pinv, np.linalg.pinv, a, **tol)
     assert_same(run_xla(pinv, a)[0], np.linalg.pinv(a), rtol=50 * tol["rtol"], atol=50 * tol["atol"])
 
@@ -127,9 +127,16 @@ def test_qr_and_pinv(batch, m, n, dtype, seed, mode):
 def test_pinv_drops_small_singular_values_on_both_backends():
     a = np.diag([3.0, 1e-3, 0.0])
     for rcond in (1e-15, 1e-2):
-        pinv = lambda a: dc.pinv.bind(a, rcond=rcond)   # noqa: E731
+        pinv = lambda a: dc.pinv.bind(a, rcond=rcond, hermitian=False)   # noqa: E731
         check_staged(pinv, lambda a: np.linalg.pinv(a, rcond=rcond), a)
         assert_same(run_xla(pinv, a)[0], np.linalg.pinv(a, rcond=rcond))
+
+
+def test_hermitian_pinv_reads_the_lower_triangle_on_both_backends():
+    a = np.array([[2.0, 9.0, 0.5], [1.0, 3.0, -4.0], [0.25, 1.5, 1.0]])
+    pinv = lambda a: dc.pinv.bind(a, rcond=1e-15, hermitian=True)   # noqa: E731
+    check_staged(pinv, lambda a: np.linalg.pinv(a, hermitian=True), a)
+    assert_same(run_xla(pinv, a)[0], np.linalg.pinv(a, hermitian=True))
 
 
 def test_emitted_code_calls_np_linalg():
@@ -170,7 +177,7 @@ def test_shape_rules():
         [(2, 5, 5), (2, 3), (2, 3, 3)]
     assert [o.shape for o in dc.qr.abstract_eval(aval, mode="complete")] == [(2, 5, 5), (2, 5, 3)]
     assert [o.shape for o in dc.qr.abstract_eval(aval, mode="r")] == [(2, 3, 3)]
-    assert dc.pinv.abstract_eval(aval, rcond=0.0).shape == (2, 3, 5)
+    assert dc.pinv.abstract_eval(aval, rcond=0.0, hermitian=False).shape == (2, 3, 5)
 
 
 @pytest.mark.parametrize("prim, params, aval, message", [
@@ -179,7 +186,8 @@ def test_shape_rules():
     (dc.eigh, dict(uplo="X"), ShapedArray((4, 4), np.float64), "uplo"),
     (dc.svd, dict(full_matrices=True, compute_uv=True), ShapedArray((3, 3), np.int32), "float"),
     (dc.qr, dict(mode="raw"), ShapedArray((3, 3), np.float64), "mode"),
-    (dc.pinv, dict(rcond=0.0), ShapedArray((3, 3), np.complex128), "complex"),
+    (dc.pinv, dict(rcond=0.0, hermitian=False), ShapedArray((3, 3), np.complex128), "complex"),
+    (dc.pinv, dict(rcond=0.0, hermitian=True), ShapedArray((3, 2), np.float64), "square"),
 ])
 def test_bad_operands(prim, params, aval, message):
     with pytest.raises(ShapeError, match=message):
