@@ -19,7 +19,8 @@ checked by running them here (`s`/`d` prefix for float32/float64):
     (eigenvectors (.., n, n), eigenvalues ascending (.., n), info (..)).
   - `lapack_?gesdd_ffi(a)`, mode 'A' (65, full), 'S' (83, reduced) or 'N' (78, values
     only), returns (overwritten a, s (.., k), u (.., m, m or k), vt (.., n or k, n), info);
-    with mode 'N' u and vt are allocated full size and left unwritten.
+    with mode 'N' u and vt are left unwritten (jax allocates them full size; reduced
+    sizes run as well, checked here on a 20000 × 8 matrix).
   - `lapack_?geqrf_ffi(a)` returns (r and the Householder vectors packed (.., m, n),
     taus (.., k)); `lapack_?orgqr_ffi(packed (.., m, c), taus)` returns q (.., m, c) from
     the packed vectors (c = m for a complete q: the packed matrix padded with zero columns).
@@ -352,7 +353,8 @@ def _lower_svd(ctx, eqn, a):
     _refuse_empty(eqn)
     aval = eqn.invars[0].aval
     full, compute_uv = eqn.params["full_matrices"], eqn.params["compute_uv"]
-    u_shape, s_shape, vt_shape = _svd_shapes(aval.shape, full or not compute_uv, True)
+    # Mode 'N' leaves u and vt unwritten; reduced buffers keep a tall matrix's from m × m.
+    u_shape, s_shape, vt_shape = _svd_shapes(aval.shape, full and compute_uv, True)
     results = [aval, ShapedArray(s_shape, aval.dtype), ShapedArray(u_shape, aval.dtype),
                ShapedArray(vt_shape, aval.dtype), ShapedArray(aval.shape[:-2], dtypes.int32)]
     mode = "values" if not compute_uv else "full" if full else "reduced"
