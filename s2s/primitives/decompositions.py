@@ -26,7 +26,8 @@ checked by running them here (`s`/`d` prefix for float32/float64):
     the packed vectors (c = m for a complete q: the packed matrix padded with zero columns).
   - a nonzero `info` (no convergence) makes the results nan, as jax does; NumPy raises
     LinAlgError there, so the Python backend raises where XLA gives nan.
-Empty matrices are not lowered (LAPACK takes no empty operand): the Python backend runs them.
+LAPACK takes no empty operand: an input with no entries lowers to NumPy's results as
+constants (empty arrays, identities for a full u, vh or complete q).
 """
 from __future__ import annotations
 
@@ -330,15 +331,30 @@ def _nan_where_failed(ctx, info: str, value: str, aval: ShapedArray, batch: tupl
                   "checked")
 
 
-def _refuse_empty(eqn):
-    if 0 in eqn.invars[0].aval.shape[-2:]:
-        raise UnsupportedFunctionError(
-            f"{eqn.primitive.name} of an empty matrix cannot be lowered to StableHLO",
-            "use backend='python' for this function")
+def _results_of_empty_input(ctx, eqn) -> list[str] | None:
+    """NumPy's results where the input has no entries (LAPACK takes no empty operand):
+    empty arrays, and identities for the square u, vh or q of a full decomposition.
+    None where the input has entries."""
+    if 0 not in eqn.invars[0].aval.shape:
+        return None
+    outs = []
+    for out in eqn.outvars:
+        shape, dtype = out.aval.shape, out.aval.dtype
+        if 0 in shape:
+            outs.append(ctx.op(f"stablehlo.constant dense<> : {_tt(shape, dtype)}"))
+            continue
+        ints, bools = _tt(shape, dtypes.int32), _tt(shape, dtypes.bool_)
+        rows = ctx.op(f"stablehlo.iota dim = {len(shape) - 2} : {ints}")
+        cols = ctx.op(f"stablehlo.iota dim = {len(shape) - 1} : {ints}")
+        diagonal = ctx.op(f"stablehlo.compare EQ, {rows}, {cols}, SIGNED : ({ints}, {ints}) -> {bools}")
+        outs.append(ctx.op(f"stablehlo.select {diagonal}, {ctx.constant(1, dtype, shape)}, "
+                           f"{ctx.constant(0, dtype, shape)} : {bools}, {_tt(shape, dtype)}", "identity"))
+    return outs
 
 
 def _lower_eigh(ctx, eqn, a):
-    _refuse_empty(eqn)
+    if (empty := _results_of_empty_input(ctx, eqn)) is not None:
+        return empty
     aval = eqn.invars[0].aval
     w_aval, v_aval = (v.aval for v in eqn.outvars)
     info = ShapedArray(aval.shape[:-2], dtypes.int32)
@@ -350,7 +366,8 @@ def _lower_eigh(ctx, eqn, a):
 
 
 def _lower_svd(ctx, eqn, a):
-    _refuse_empty(eqn)
+    if (empty := _results_of_empty_input(ctx, eqn)) is not None:
+        return empty
     aval = eqn.invars[0].aval
     full, compute_uv = eqn.params["full_matrices"], eqn.params["compute_uv"]
     # Mode 'N' leaves u and vt unwritten; reduced buffers keep a tall matrix's from m × m.
@@ -366,7 +383,8 @@ def _lower_svd(ctx, eqn, a):
 
 
 def _lower_qr(ctx, eqn, a):
-    _refuse_empty(eqn)
+    if (empty := _results_of_empty_input(ctx, eqn)) is not None:
+        return empty
     aval = eqn.invars[0].aval
     mode = eqn.params["mode"]
     *batch, m, n = aval.shape
@@ -420,6 +438,9 @@ def lower_symmetric(a):
 def pinv_by_svd(a, *, rcond, hermitian):
     """a⁺ = V diag(1/s) Uᵀ over the singular values above rcond · max(s) (the others
     count as zero), as np.linalg.pinv computes it."""
+    *batch, m, n = _aval(a).shape
+    if 0 in (m, n):     # no singular values: an empty result, as NumPy's
+        return ops.full((*batch, n, m), 0, _aval(a).dtype)
     if hermitian:
         a = lower_symmetric(a)
     u, s, vh = svd.bind(a, full_matrices=False, compute_uv=True)

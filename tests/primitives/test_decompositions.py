@@ -21,7 +21,7 @@ import s2s
 from s2s.core import ShapedArray
 from s2s.emit.pyexpr import python_rules
 from s2s.emit.stablehlo import lower
-from s2s.errors import S2SError, ShapeError, UnsupportedFunctionError
+from s2s.errors import S2SError, ShapeError
 from s2s.primitives import decompositions as dc
 from s2s.staging import PRIMITIVES
 from s2s_runtime.xla import Executable
@@ -194,9 +194,26 @@ def test_bad_operands(prim, params, aval, message):
         prim.abstract_eval(aval, **params)
 
 
-def test_empty_matrices_are_not_lowered():
-    with pytest.raises(UnsupportedFunctionError, match="empty"):
-        run_xla(lambda a: dc.svd.bind(a, full_matrices=False, compute_uv=False), np.ones((0, 3)))
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0), (2, 3, 0), (0, 2, 2)])
+def test_empty_matrices_on_both_backends(shape):
+    a = np.ones(shape)
+    calls = [(lambda a, full=full, uv=uv: dc.svd.bind(a, full_matrices=full, compute_uv=uv),
+              lambda a, full=full, uv=uv: list(np.linalg.svd(a, full_matrices=full)) if uv
+              else [np.linalg.svd(a, compute_uv=False)])
+             for full in (True, False) for uv in (True, False)]
+    calls += [(lambda a, mode=mode: dc.qr.bind(a, mode=mode),
+               lambda a, mode=mode: [np.linalg.qr(a, mode="r")] if mode == "r"
+               else list(np.linalg.qr(a, mode=mode))) for mode in dc.QR_MODES]
+    calls.append((lambda a: dc.pinv.bind(a, rcond=1e-15, hermitian=False), np.linalg.pinv))
+    if shape[-1] == shape[-2]:
+        calls.append((lambda a: dc.eigh.bind(a, uplo="L"), lambda a: list(np.linalg.eigh(a))))
+    for bind, numpy_fn in calls:
+        expected = numpy_fn(a)
+        check_staged(bind, lambda a: expected, a)
+        got = run_xla(bind, a)
+        for g, e in zip(got if isinstance(expected, list) else got[:1],
+                        expected if isinstance(expected, list) else [expected], strict=True):
+            assert_same(g, e)
 
 
 def test_full_svd_of_a_non_square_matrix_has_no_derivative_as_in_jax():
