@@ -3,7 +3,8 @@
 Importing this package fills the dispatch table (`NUMPY_IMPLS`) and installs operators and
 methods on staged values.
 """
-from s2s.numpy_api import (creation, decompositions, indexing, linalg, logic, math,  # noqa: F401
-                           reductions, searching, shaping)
+from s2s.numpy_api import (creation, indexing, linalg, logic, math, reductions,  # noqa: F401
+                           searching, shaping)
+from s2s.numpy_api import decompositions  # noqa: F401  (np.linalg's eigh, svd, qr, ...)
 from s2s.numpy_api import methods  # noqa: F401  (installs operators on Tracer; last)
 from s2s.numpy_api._base import NUMPY_IMPLS, implements  # noqa: F401

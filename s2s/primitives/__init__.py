@@ -2,6 +2,7 @@
 
 The rules are written with `ops` (the lax-level op layer, which binds primitives by name),
 so families need not import one another, and none imports the NumPy surface above them."""
-from s2s.primitives import (collectives, cond, custom_derivatives, decompositions, elementwise,  # noqa: F401
-                            implicit, indexing, linalg, loop_emission, loop_reverse, loops,
-                            reductions, remat, structural)
+from s2s.primitives import (collectives, cond, custom_derivatives, elementwise, implicit,  # noqa: F401
+                            indexing, linalg, loop_emission, loop_reverse, loops, reductions,
+                            remat, structural)
+from s2s.primitives import decompositions  # noqa: F401  (eigh, svd, qr, pinv; on linalg's helpers)
