@@ -12,8 +12,8 @@ strongly typed 0-d array (`np.dot(x32, 2.0)` is float64), unlike the arithmetic 
 float16.
 
 Differences from NumPy, by design: singular matrices give inf/nan from solve, inv and det
-instead of raising LinAlgError (as XLA's do); norm has no 'nuc', 2 or -2 matrix norms
-(they need an SVD).
+instead of raising LinAlgError (as XLA's do). The decompositions (eigh, svd, qr and what
+is built on them) are in `decompositions`; norm's 'nuc', 2 and -2 matrix norms use its SVD.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from s2s.numpy_api import math as np_math
 from s2s.numpy_api import reductions as np_reductions
 from s2s.numpy_api.creation import zeros_like
 from s2s.numpy_api.shaping import diagonal, moveaxis, stack
+from s2s.primitives import decompositions
 from s2s.primitives import indexing as ix
 from s2s.primitives import linalg as la
 from s2s.primitives import ops
@@ -617,8 +618,9 @@ def _linalg_dtype(name: str, *xs) -> np.dtype:
     return dtypes.canonicalize_dtype(dt)
 
 
-def _matrices(name: str, *xs):
-    """Strong operands converted to np.linalg's dtype; a checked to be square matrices."""
+def linalg_matrices(name: str, *xs, square: bool = True):
+    """Strong operands converted to np.linalg's dtype; a checked to be matrices (square
+    ones unless `square` is false)."""
     xs = [_strong(x) for x in xs]
     dt = _linalg_dtype(name, *xs)
     xs = [convert(x, dt) for x in xs]
@@ -626,7 +628,7 @@ def _matrices(name: str, *xs):
     if len(sa) < 2:
         raise ShapeError(f"{name}: {len(sa)}-dimensional array given. Array must be at least "
                          f"two-dimensional")
-    if sa[-1] != sa[-2]:
+    if square and sa[-1] != sa[-2]:
         raise ShapeError(f"{name}: last 2 dimensions of the array must be square, got shape "
                          f"{_shape_text(sa)}")
     return xs
@@ -640,7 +642,7 @@ def _real_only(name: str, x):
 @implements(np.linalg.cholesky)
 def cholesky(a, upper=False):
     """The lower Cholesky factor L with a = L @ L.T (its transpose if upper=True)."""
-    (a,) = _matrices("cholesky", a)
+    (a,) = linalg_matrices("cholesky", a)
     factor = la.cholesky.bind(a)
     if upper:
         _real_only("cholesky(upper=True)", a)
@@ -651,7 +653,7 @@ def cholesky(a, upper=False):
 @implements(np.linalg.solve)
 def solve(a, b):
     """x with a @ x = b; b is a vector if 1-D, else a stack of matrices (NumPy 2)."""
-    a, b = _matrices("solve", a, b)
+    a, b = linalg_matrices("solve", a, b)
     sa, sb = _shape(a), _shape(b)
     n = sa[-1]
     if len(sb) == 0:
@@ -674,7 +676,7 @@ def solve(a, b):
 @implements(np.linalg.inv)
 def inv(a):
     """a^-1, as the solve of a @ x = I (so its derivative is the one of solve)."""
-    (a,) = _matrices("inv", a)
+    (a,) = linalg_matrices("inv", a)
     identity = ops.broadcast_to(ops.eye(_shape(a)[-1], dtype=_dtype(a)), _shape(a))
     return la.solve.bind(a, identity)
 
@@ -682,7 +684,7 @@ def inv(a):
 @implements(np.linalg.det)
 def det(a):
     """The determinant of each matrix (its derivative is det(a) * inv(a).T)."""
-    (a,) = _matrices("det", a)
+    (a,) = linalg_matrices("det", a)
     return la.det.bind(a)
 
 
@@ -694,7 +696,7 @@ class SlogdetResult(NamedTuple):
 @implements(np.linalg.slogdet)
 def slogdet(a):
     """(sign, log|det|): a sum of logs rather than a product that can overflow."""
-    (a,) = _matrices("slogdet", a)
+    (a,) = linalg_matrices("slogdet", a)
     _real_only("np.linalg.slogdet", a)
     return SlogdetResult(*la.slogdet.bind(a))
 
@@ -716,7 +718,8 @@ def _is(ord, value) -> bool:
 
 @implements(np.linalg.norm)
 def norm(x, ord=None, axis=None, keepdims=False):
-    """Vector norms (any ord) and matrix norms ('fro', 1, -1, inf, -inf), as np.linalg.norm."""
+    """Vector norms (any ord) and matrix norms ('fro', 'nuc', 1, -1, 2, -2, inf, -inf), as
+    np.linalg.norm."""
     x = _strong(x)
     dt = _dtype(x)
     if not dtypes.is_inexact(dt):
@@ -749,6 +752,12 @@ def norm(x, ord=None, axis=None, keepdims=False):
     return _keepdims(out, nd, axes) if keepdims else out
 
 
+@implements(np.linalg.matrix_norm)
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    """norm over the last two axes (NumPy 2's array-API spelling)."""
+    return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+
+
 def _vector_norm(x, ord, axes, dt):
     if isinstance(ord, str):
         raise ShapeError(f"norm: invalid norm order {ord!r} for vectors")
@@ -776,9 +785,12 @@ def _matrix_norm(x, ord, axes):
     if ord is None or ord in ("fro", "f"):
         return ew.sqrt.bind(_reduce("sum", ew.mul.bind(x, x), axes))
     if ord == "nuc" or _is(ord, 2) or _is(ord, -2):
-        raise UnsupportedFunctionError(
-            f"np.linalg.norm(ord={ord!r}) of a matrix needs singular values, which s2s "
-            f"does not compute", "use ord='fro', 1, -1, np.inf or -np.inf")
+        # The sum, largest or smallest of the singular values of each matrix.
+        last_two = [d for d in range(_ndim(x)) if d not in axes] + [row, col]
+        (singular_values,) = decompositions.svd.bind(ops.transpose(x, last_two),
+                                                     full_matrices=False, compute_uv=False)
+        kind = "sum" if ord == "nuc" else "max" if ord == 2 else "min"
+        return _reduce(kind, singular_values, (_ndim(singular_values) - 1,))
     if _is(ord, 1) or _is(ord, -1):
         sums, along = _reduce("sum", ew.abs.bind(x), (row,)), col - (col > row)
     elif _is(ord, np.inf) or _is(ord, -np.inf):

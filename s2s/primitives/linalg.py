@@ -819,10 +819,10 @@ _hlo.register(lu, _lower_lu)
 
 def _lowered_as(decomposition):
     """A lowering that stages `decomposition` (primitives that lower) on the equation's
-    operands and lowers that: StableHLO has no solve and no determinant."""
+    operands and parameters and lowers that: StableHLO has no solve and no determinant."""
     def lower(ctx, eqn, *operands):
         with JaxprBuilder() as builder:
-            outs = decomposition(*[builder.new_arg(v.aval) for v in eqn.invars])
+            outs = decomposition(*[builder.new_arg(v.aval) for v in eqn.invars], **eqn.params)
             closed = builder.build(outs if eqn.primitive.multiple_results else [outs])
         if closed.consts:
             raise AssertionError(f"the decomposition of {eqn.primitive.name} captured constants")
@@ -878,11 +878,12 @@ def _matrix_batch_dim(dims, rank: int) -> int:
 
 
 def _batch_matrix_function(prim):
-    """cholesky, lu, det, slogdet: one operand, every result batched over its leading dims."""
-    def rule(mapped, args, dims, /):
+    """cholesky, lu, det, slogdet, the decompositions: one operand, every result batched
+    over its leading dims."""
+    def rule(mapped, args, dims, /, **params):
         (a,), (dim,) = args, dims
         target = _matrix_batch_dim(dims, _vmap.ndim(a) - 1)
-        out = prim.bind(_vmap.move_axis(a, dim, target))
+        out = prim.bind(_vmap.move_axis(a, dim, target), **params)
         return out, [target] * len(out) if prim.multiple_results else target
     return rule
 

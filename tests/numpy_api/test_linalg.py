@@ -496,6 +496,8 @@ NORM_CASES = [
     ((2, 3, 4), None, (1, 2), False), ((2, 3, 4), 1, (2, 0), False), ((2, 3, 4), np.inf, (0, 2), True),
     ((2, 3, 4), -1, (-1, -2), False), ((2, 3, 4), "fro", (0, 1), True), ((2, 3, 4), 3, 1, False),
     ((2, 3, 4), 0, -1, True),
+    ((3, 4), "nuc", None, False), ((3, 4), 2, None, True), ((3, 4), -2, (0, 1), False),
+    ((2, 3, 4), "nuc", (2, 0), True), ((2, 3, 4), 2, (1, 2), False), ((2, 3, 4), -2, (-1, -2), False),
 ]
 
 
@@ -509,9 +511,6 @@ def test_norm(shape, ord, axis, keepdims, dtype):
 
 
 @pytest.mark.parametrize("shape, ord, axis, error, message", [
-    ((3, 4), "nuc", None, UnsupportedFunctionError, "singular values"),
-    ((3, 4), 2, None, UnsupportedFunctionError, "singular values"),
-    ((3, 4), -2, (0, 1), UnsupportedFunctionError, "singular values"),
     ((3, 4), 3, None, ShapeError, "invalid norm order"),
     ((4,), "fro", 0, ShapeError, "invalid norm order"),
     ((2, 3, 4), 1, None, ShapeError, "improper number of dimensions"),

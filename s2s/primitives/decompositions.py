@@ -1,0 +1,465 @@
+"""Decompositions: eigh, svd, qr and pinv, batched over leading dimensions, real dtypes.
+
+Each is one primitive whose NumPy impl and emitted code are the `np.linalg` call, and whose
+derivative is the textbook formula (the ones JAX uses, so they agree with it where the
+decomposition is not unique: eigenvectors of a repeated eigenvalue and singular vectors of
+a repeated singular value get inf/nan tangents, as in JAX; eigenvalues and singular values
+stay finite). Outputs follow NumPy: `eigh` gives (w, v) with w ascending and reads the
+triangle `uplo` names ('L' or 'U', LAPACK's own choice, so the eigenvectors' signs are
+NumPy's too); `svd` gives (u, s, vh) with s descending, or (s,) for compute_uv=False;
+`qr` gives (q, r), or (r,) for mode 'r'.
+
+Lowering goes through the LAPACK routines jaxlib ships as XLA FFI custom-call targets
+(s2s_runtime.xla registers them). Facts about them, read from jax 0.10.2's lowerings and
+checked by running them here (`s`/`d` prefix for float32/float64):
+  - every target takes `num_batch_dims` as a frontend attribute and matrices in
+    column-major layout (minor-to-major [nb, nb+1, nb-1, ..., 0]); vectors and the int32
+    `info` per matrix are row-major; result 0 aliases operand 0.
+  - `lapack_?syevd_ffi(a)`, backend_config {mode = 'V' (86), uplo = 'L' (76)}, returns
+    (eigenvectors (.., n, n), eigenvalues ascending (.., n), info (..)).
+  - `lapack_?gesdd_ffi(a)`, mode 'A' (65, full), 'S' (83, reduced) or 'N' (78, values
+    only), returns (overwritten a, s (.., k), u (.., m, m or k), vt (.., n or k, n), info);
+    with mode 'N' u and vt are left unwritten (jax allocates them full size; reduced
+    sizes run as well, checked here on a 20000 × 8 matrix).
+  - `lapack_?geqrf_ffi(a)` returns (r and the Householder vectors packed (.., m, n),
+    taus (.., k)); `lapack_?orgqr_ffi(packed (.., m, c), taus)` returns q (.., m, c) from
+    the packed vectors (c = m for a complete q: the packed matrix padded with zero columns).
+  - a nonzero `info` (no convergence) makes the results nan, as jax does; NumPy raises
+    LinAlgError there, so the Python backend raises where XLA gives nan.
+LAPACK takes no empty operand: an input with no entries lowers to NumPy's results as
+constants (empty arrays, identities for a full u, vh or complete q).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.core import ShapedArray
+from s2s.emit import stablehlo as _hlo
+from s2s.emit.pyexpr import call, register
+from s2s.errors import ShapeError, UnsupportedFunctionError
+from s2s.passes import jvp as _jvp, vmap as _vmap
+from s2s.primitives import ops
+from s2s.primitives.linalg import (_aval, _batch_matrix_function, _check_matrices, _layout,
+                                   _lowered_as, _matmul, _mT, _triangle_mask, _tt, solve,
+                                   triangular_solve)
+from s2s.staging import Primitive
+
+REAL_DTYPES = (dtypes.float32, dtypes.float64)
+QR_MODES = ("reduced", "complete", "r")
+
+
+def _check_real_matrices(name: str, aval, square: bool):
+    _check_matrices(name, aval, square=square)
+    if aval.dtype not in REAL_DTYPES:
+        raise ShapeError(f"{name} supports float32 and float64 matrices, got {aval.str_short()}",
+                         "complex matrices are not supported yet")
+
+
+# ---------------------------------------------------------------------------------------
+# Declarations
+
+
+def _eigh_abstract(a, *, uplo):
+    if uplo not in ("L", "U"):
+        raise ShapeError(f"eigh reads the triangle uplo = 'L' or 'U', got {uplo!r}")
+    _check_real_matrices("eigh", a, square=True)
+    return [ShapedArray(a.shape[:-1], a.dtype), a.strip_weak_type()]
+
+
+def _svd_shapes(shape, full_matrices: bool, compute_uv: bool):
+    """The shapes of (u, s, vh), or of (s,) without compute_uv, for a (.., m, n) input."""
+    *batch, m, n = shape
+    batch, k = tuple(batch), min(m, n)
+    if not compute_uv:
+        return [batch + (k,)]
+    return [batch + (m, m if full_matrices else k), batch + (k,),
+            batch + (n if full_matrices else k, n)]
+
+
+def _svd_abstract(a, *, full_matrices, compute_uv):
+    _check_real_matrices("svd", a, square=False)
+    return [ShapedArray(s, a.dtype) for s in _svd_shapes(a.shape, full_matrices, compute_uv)]
+
+
+def _qr_shapes(shape, mode: str):
+    """The shapes of (q, r), or of (r,) for mode 'r', for a (.., m, n) input."""
+    *batch, m, n = shape
+    batch = tuple(batch)
+    k = m if mode == "complete" else min(m, n)
+    r = batch + (k, n)
+    return [r] if mode == "r" else [batch + (m, k), r]
+
+
+def _qr_abstract(a, *, mode):
+    if mode not in QR_MODES:
+        raise ShapeError(f"qr mode must be one of {', '.join(QR_MODES)}, got {mode!r}")
+    _check_real_matrices("qr", a, square=False)
+    return [ShapedArray(s, a.dtype) for s in _qr_shapes(a.shape, mode)]
+
+
+def _pinv_abstract(a, *, rcond, hermitian):
+    _check_real_matrices("pinv", a, square=hermitian)
+    *batch, m, n = a.shape
+    return ShapedArray((*batch, n, m), a.dtype)
+
+
+# (w, v) with a @ v = v * w for each symmetric matrix, reading its lower triangle.
+eigh = Primitive("eigh", _eigh_abstract, lambda a, *, uplo: list(np.linalg.eigh(a, UPLO=uplo)),
+                 multiple_results=True)
+# (u, s, vh) with a = u * s @ vh, s descending; (s,) without compute_uv.
+svd = Primitive("svd", _svd_abstract,
+                lambda a, *, full_matrices, compute_uv: list(
+                    np.linalg.svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
+                    if compute_uv else [np.linalg.svd(a, compute_uv=False)]),
+                multiple_results=True)
+# (q, r) with a = q @ r, q orthonormal columns, r upper triangular; (r,) for mode 'r'.
+qr = Primitive("qr", _qr_abstract,
+               lambda a, *, mode: [np.linalg.qr(a, mode="r")] if mode == "r"
+               else list(np.linalg.qr(a, mode=mode)),
+               multiple_results=True)
+# The pseudo-inverse: singular values at most rcond * the largest count as zero.
+# With `hermitian`, of the symmetric matrix of a's lower triangle (NumPy's eigh-based path).
+pinv = Primitive("pinv", _pinv_abstract, lambda a, *, rcond, hermitian: np.linalg.pinv(
+    a, rcond=rcond, hermitian=hermitian))
+
+register(eigh, lambda eqn, a: call("np.linalg.eigh", a) if eqn.params["uplo"] == "L"
+         else call("np.linalg.eigh", a, UPLO=eqn.params["uplo"]))
+register(svd, lambda eqn, a: call("np.linalg.svd", a, full_matrices=eqn.params["full_matrices"])
+         if eqn.params["compute_uv"] else call("np.linalg.svd", a, compute_uv=False))
+register(qr, lambda eqn, a: call("np.linalg.qr", a, mode=eqn.params["mode"]))
+register(pinv, lambda eqn, a: call("np.linalg.pinv", a, rcond=eqn.params["rcond"],
+                                   **({"hermitian": True} if eqn.params["hermitian"] else {})))
+
+# ---------------------------------------------------------------------------------------
+# Derivatives (real matrices; `a_dot` is the input's tangent).
+
+
+def _column_dots(x, y):
+    """Σ_k x[.., k, i] y[.., k, i]: diag(xᵀ y) without forming xᵀ y."""
+    return ops.reduce_sum(x * y, (_aval(x).ndim - 2,))
+
+
+def _row(x):
+    """A vector of a batch as a row, x[.., None, :], to broadcast against matrices."""
+    return ops.expand_dims(x, (_aval(x).ndim - 1,))
+
+
+def _column(x):
+    """A vector of a batch as a column, x[.., :, None]."""
+    return ops.expand_dims(x, (_aval(x).ndim,))
+
+
+def _reciprocal_differences(d):
+    """F[i, j] = 1 / d[i, j] off the diagonal and 0 on it, from a matrix d of differences
+    zero on the diagonal (1 / (d + I) − I, as JAX writes it: a tie off the diagonal
+    gives inf)."""
+    identity = ops.eye(_aval(d).shape[-1], dtype=_aval(d).dtype)
+    return 1 / (d + identity) - identity
+
+
+def _eigh_jvp(primals, tangents, *, uplo):
+    """ẇ = diag(vᵀ Ȧ v) and v̇ = v (F ∘ vᵀ Ȧ v) with F[i, j] = 1 / (w_j − w_i), Ȧ
+    symmetrized first (the value reads one triangle, the derivative both halves)."""
+    (a,), (a_dot,) = primals, tangents
+    w, v = eigh.bind(a, uplo=uplo)
+    a_dot = (a_dot + _mT(a_dot)) / 2
+    a_dot_v = _matmul(a_dot, v)
+    vt_a_dot_v = _matmul(_mT(v), a_dot_v)
+    f = _reciprocal_differences(_row(w) - _column(w))
+    return [w, v], [_column_dots(v, a_dot_v), _matmul(v, f * vt_a_dot_v)]
+
+
+def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
+    """With S = Uᵀ Ȧ V: ṡ = diag(S), U̇ = U (F ∘ (S s + (S s)ᵀ)), V̇ = V (F ∘ (s S + (s S)ᵀ))
+    with F[i, j] = 1 / (s_j² − s_i²), plus the parts outside U's (V's) span for a tall
+    (wide) matrix, (I − U Uᵀ) Ȧ V / s (Townsend 2016, as JAX)."""
+    (a,), (a_dot,) = primals, tangents
+    m, n = _aval(a).shape[-2:]
+    if compute_uv and full_matrices and m != n:
+        raise UnsupportedFunctionError(
+            "the derivative of np.linalg.svd(a, full_matrices=True) of a non-square matrix "
+            "is not implemented (the extra singular vectors are not unique)",
+            "pass full_matrices=False")
+    # The primal's own call where it has these shapes (LAPACK's signs can depend on it).
+    u, s, vh = svd.bind(a, full_matrices=full_matrices and m == n, compute_uv=True)
+    v = _mT(vh)
+    a_dot_v = _matmul(a_dot, v)
+    s_dot = _column_dots(u, a_dot_v)
+    if not compute_uv:
+        return [s], [s_dot]
+    s_row = _row(s)
+    dS = _matmul(_mT(u), a_dot_v)
+    f = _reciprocal_differences((s_row + _mT(s_row)) * (s_row - _mT(s_row)))
+    dS_s, s_dS = s_row * dS, _mT(s_row) * dS
+    u_dot = _matmul(u, f * (dS_s + _mT(dS_s)))
+    v_dot = _matmul(v, f * (s_dS + _mT(s_dS)))
+    if m > n:
+        u_dot = u_dot + (a_dot_v - _matmul(u, _matmul(_mT(u), a_dot_v))) / s_row
+    if n > m:
+        a_dot_t_u = _matmul(_mT(a_dot), u)
+        v_dot = v_dot + (a_dot_t_u - _matmul(v, _matmul(vh, a_dot_t_u))) / s_row
+    return [u, s, vh], [u_dot, s_dot, _mT(v_dot)]
+
+
+def _thin_qr_jvp(q, r, a_dot):
+    """For a = q r with m ≥ n: with C = qᵀ Ȧ r⁻¹ and Ω = tril(C, −1) − tril(C, −1)ᵀ,
+    q̇ = q (Ω − C) + Ȧ r⁻¹ and ṙ = (C − Ω) r (Walter and Lehmann; Townsend's note)."""
+    a_dot_r_inv = triangular_solve.bind(r, a_dot, left_side=False, lower=False,
+                                        transpose_a=False, unit_diagonal=False)
+    c = _matmul(_mT(q), a_dot_r_inv)
+    below = ops.tril(c, -1)
+    omega = below - _mT(below)
+    return _matmul(q, omega - c) + a_dot_r_inv, _matmul(c - omega, r)
+
+
+def _complete_q_jvp(q, q_dot_mn):
+    """The tangent of the last m − n columns of a complete q (m × m) of a tall matrix, from
+    that of its first n (Roberts and Roberts, arXiv:2409.13374, eqs. 32-33, as JAX): with
+    Z = q_pn (q_nn − I)⁻¹, q̇_mp = q̇_mn Zᵀ − (q_mn + q_mp Z)(q̇_pn − Z q̇_nn)ᵀ."""
+    m, n = _aval(q).shape[-1], _aval(q_dot_mn).shape[-1]
+    rows, cols = _aval(q).ndim - 2, _aval(q).ndim - 1
+    q_mn, q_mp = ops.slice_in_dim(q, 0, n, cols), ops.slice_in_dim(q, n, m, cols)
+    q_nn, q_pn = ops.slice_in_dim(q_mn, 0, n, rows), ops.slice_in_dim(q_mn, n, m, rows)
+    q_dot_nn = ops.slice_in_dim(q_dot_mn, 0, n, rows)
+    q_dot_pn = ops.slice_in_dim(q_dot_mn, n, m, rows)
+    z_t = solve.bind(_mT(q_nn - ops.eye(n, dtype=_aval(q).dtype)), _mT(q_pn))
+    z = _mT(z_t)
+    return _matmul(q_dot_mn, z_t) - _matmul(q_mn + _matmul(q_mp, z),
+                                             _mT(q_dot_pn - _matmul(z, q_dot_nn)))
+
+
+def _qr_jvp(primals, tangents, *, mode):
+    """The thin rule for m ≥ n (extended to a complete q by _complete_q_jvp); a wide
+    a = [a1 a2] is a square QR of a1 and r2 = qᵀ a2, so ṙ2 = q̇ᵀ a2 + qᵀ ȧ2."""
+    (a,), (a_dot,) = primals, tangents
+    m, n = _aval(a).shape[-2:]
+    rows, cols = _aval(a).ndim - 2, _aval(a).ndim - 1
+    outs = qr.bind(a, mode="reduced" if mode == "r" else mode)
+    q, r = outs
+    if m < n:
+        q_dot, r1_dot = _thin_qr_jvp(q, ops.slice_in_dim(r, 0, m, cols),
+                                     ops.slice_in_dim(a_dot, 0, m, cols))
+        r2_dot = _matmul(_mT(q_dot), ops.slice_in_dim(a, m, n, cols)) \
+            + _matmul(_mT(q), ops.slice_in_dim(a_dot, m, n, cols))
+        r_dot = ops.concatenate([r1_dot, r2_dot], cols)
+    elif mode == "complete" and m > n:
+        q_dot_mn, r_dot_nn = _thin_qr_jvp(ops.slice_in_dim(q, 0, n, cols),
+                                          ops.slice_in_dim(r, 0, n, rows), a_dot)
+        q_dot = ops.concatenate([q_dot_mn, _complete_q_jvp(q, q_dot_mn)], cols)
+        zeros = ops.full(_aval(r).shape[:-2] + (m - n, n), 0, _aval(r).dtype)
+        r_dot = ops.concatenate([r_dot_nn, zeros], rows)
+    else:
+        q_dot, r_dot = _thin_qr_jvp(q, r, a_dot)
+    return ([r], [r_dot]) if mode == "r" else ([q, r], [q_dot, r_dot])
+
+
+def _pinv_jvp(primals, tangents, *, rcond, hermitian):
+    """Golub and Pereyra (1973), as JAX's pinv: with P = a⁺,
+    Ṗ = −P Ȧ P + P Pᵀ Ȧᵀ (I − a P) + (I − P a) Ȧᵀ Pᵀ P, products ordered for the shape.
+    A hermitian pinv is of the symmetric matrix, with Ȧ symmetrized (as eigh's)."""
+    (a,), (a_dot,) = primals, tangents
+    p = pinv.bind(a, rcond=rcond, hermitian=hermitian)
+    if hermitian:
+        a, a_dot = lower_symmetric(a), (a_dot + _mT(a_dot)) / 2
+    m, n = _aval(a).shape[-2:]
+    a_dot_t, p_t = _mT(a_dot), _mT(p)
+    if m >= n:
+        s = _matmul(_matmul(p, p_t), a_dot_t)
+        t = _matmul(_matmul(a_dot_t, p_t), p)
+        p_dot = -_matmul(_matmul(p, a_dot), p) + s - _matmul(_matmul(s, a), p) + t \
+            - _matmul(_matmul(p, a), t)
+    else:
+        s = _matmul(p, _matmul(p_t, a_dot_t))
+        t = _matmul(a_dot_t, _matmul(p_t, p))
+        p_dot = -_matmul(p, _matmul(a_dot, p)) + s - _matmul(s, _matmul(a, p)) + t \
+            - _matmul(p, _matmul(a, t))
+    return p, p_dot
+
+
+_jvp.register(eigh, _eigh_jvp)
+_jvp.register(svd, _svd_jvp)
+_jvp.register(qr, _qr_jvp)
+_jvp.register(pinv, _pinv_jvp)
+
+# ---------------------------------------------------------------------------------------
+# StableHLO lowering through jaxlib's LAPACK targets (facts in the module docstring).
+
+_MODE_CHARS = {"eigh": "V", "full": "A", "reduced": "S", "values": "N"}
+
+
+def _lapack_call(ctx, routine: str, operands, operand_avals, result_avals, config: str,
+                 hint: str) -> list[str]:
+    """One `lapack_<s|d><routine>_ffi` custom call on float32 or float64 matrices, passed
+    column-major (vectors and info row-major). Returns the names of its results."""
+    nb = len(operand_avals[0].shape) - 2
+    row_major = lambda rank: list(range(rank - 1, -1, -1))  # noqa: E731
+
+    def layout(aval):
+        rank = len(aval.shape)
+        return _layout([nb, nb + 1] + row_major(nb) if rank == nb + 2 else row_major(rank))
+    prefix = "s" if np.dtype(operand_avals[0].dtype) == np.float32 else "d"
+    in_types = ", ".join(_tt(x.shape, x.dtype) for x in operand_avals)
+    out_types = ", ".join(_tt(x.shape, x.dtype) for x in result_avals)
+    several = len(result_avals) > 1
+    name = ctx.op(
+        f"stablehlo.custom_call @lapack_{prefix}{routine}_ffi({', '.join(operands)}) "
+        f"{{backend_config = \"\", mhlo.backend_config = {{{config}}}, "
+        f"mhlo.frontend_attributes = {{num_batch_dims = \"{nb}\"}}, "
+        f"operand_layouts = [{', '.join(layout(x) for x in operand_avals)}], "
+        f"output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = "
+        f"{'[0]' if several else '[]'}, operand_index = 0, operand_tuple_indices = []>], "
+        f"result_layouts = [{', '.join(layout(x) for x in result_avals)}]}} : "
+        f"({in_types}) -> {f'({out_types})' if several else out_types}",
+        hint, results=len(result_avals))
+    return [f"{name}#{i}" for i in range(len(result_avals))] if several else [name]
+
+
+def _mode_config(mode: str) -> str:
+    return f"mode = {ord(_MODE_CHARS[mode])} : ui8"
+
+
+def _nan_where_failed(ctx, info: str, value: str, aval: ShapedArray, batch: tuple) -> str:
+    """`value` where LAPACK's info is 0, nan for every matrix of the batch it failed on."""
+    i32, bool_t = dtypes.int32, _tt(aval.shape, dtypes.bool_)
+    ok = ctx.op(f"stablehlo.compare EQ, {info}, {ctx.constant(0, i32, batch)}, SIGNED : "
+                f"({_tt(batch, i32)}, {_tt(batch, i32)}) -> {_tt(batch, dtypes.bool_)}")
+    ok = ctx.op(f"stablehlo.broadcast_in_dim {ok}, dims = [{', '.join(map(str, range(len(batch))))}] : "
+                f"({_tt(batch, dtypes.bool_)}) -> {bool_t}")
+    nan = ctx.constant(float("nan"), aval.dtype, aval.shape)
+    return ctx.op(f"stablehlo.select {ok}, {value}, {nan} : {bool_t}, {_tt(aval.shape, aval.dtype)}",
+                  "checked")
+
+
+def _results_of_empty_input(ctx, eqn) -> list[str] | None:
+    """NumPy's results where the input has no entries (LAPACK takes no empty operand):
+    empty arrays, and identities for the square u, vh or q of a full decomposition.
+    None where the input has entries."""
+    if 0 not in eqn.invars[0].aval.shape:
+        return None
+    outs = []
+    for out in eqn.outvars:
+        shape, dtype = out.aval.shape, out.aval.dtype
+        if 0 in shape:
+            outs.append(ctx.op(f"stablehlo.constant dense<> : {_tt(shape, dtype)}"))
+            continue
+        ints, bools = _tt(shape, dtypes.int32), _tt(shape, dtypes.bool_)
+        rows = ctx.op(f"stablehlo.iota dim = {len(shape) - 2} : {ints}")
+        cols = ctx.op(f"stablehlo.iota dim = {len(shape) - 1} : {ints}")
+        diagonal = ctx.op(f"stablehlo.compare EQ, {rows}, {cols}, SIGNED : ({ints}, {ints}) -> {bools}")
+        outs.append(ctx.op(f"stablehlo.select {diagonal}, {ctx.constant(1, dtype, shape)}, "
+                           f"{ctx.constant(0, dtype, shape)} : {bools}, {_tt(shape, dtype)}", "identity"))
+    return outs
+
+
+def _lower_eigh(ctx, eqn, a):
+    if (empty := _results_of_empty_input(ctx, eqn)) is not None:
+        return empty
+    aval = eqn.invars[0].aval
+    w_aval, v_aval = (v.aval for v in eqn.outvars)
+    info = ShapedArray(aval.shape[:-2], dtypes.int32)
+    v, w, status = _lapack_call(ctx, "syevd", [a], [aval], [v_aval, w_aval, info],
+                                f"{_mode_config('eigh')}, uplo = {ord(eqn.params['uplo'])} : ui8",
+                                "syevd")
+    return [_nan_where_failed(ctx, status, w, w_aval, info.shape),
+            _nan_where_failed(ctx, status, v, v_aval, info.shape)]
+
+
+def _lower_svd(ctx, eqn, a):
+    if (empty := _results_of_empty_input(ctx, eqn)) is not None:
+        return empty
+    aval = eqn.invars[0].aval
+    full, compute_uv = eqn.params["full_matrices"], eqn.params["compute_uv"]
+    # Mode 'N' leaves u and vt unwritten; reduced buffers keep a tall matrix's from m × m.
+    u_shape, s_shape, vt_shape = _svd_shapes(aval.shape, full and compute_uv, True)
+    results = [aval, ShapedArray(s_shape, aval.dtype), ShapedArray(u_shape, aval.dtype),
+               ShapedArray(vt_shape, aval.dtype), ShapedArray(aval.shape[:-2], dtypes.int32)]
+    mode = "values" if not compute_uv else "full" if full else "reduced"
+    _, s, u, vt, status = _lapack_call(ctx, "gesdd", [a], [aval], results, _mode_config(mode),
+                                       "gesdd")
+    outs = [u, s, vt] if compute_uv else [s]
+    return [_nan_where_failed(ctx, status, x, v.aval, aval.shape[:-2])
+            for x, v in zip(outs, eqn.outvars)]
+
+
+def _lower_qr(ctx, eqn, a):
+    if (empty := _results_of_empty_input(ctx, eqn)) is not None:
+        return empty
+    aval = eqn.invars[0].aval
+    mode = eqn.params["mode"]
+    *batch, m, n = aval.shape
+    batch, k, dtype = tuple(batch), min(m, n), aval.dtype
+    taus_aval = ShapedArray(batch + (k,), dtype)
+    packed, taus = _lapack_call(ctx, "geqrf", [a], [aval], [aval, taus_aval], "", "geqrf")
+    r_aval = eqn.outvars[-1].aval
+    outs = [_upper(ctx, _leading_block(ctx, packed, aval, rows=r_aval.shape[-2]), r_aval)]
+    if mode != "r":
+        q_aval = eqn.outvars[0].aval
+        if m < n:
+            reflectors = _leading_block(ctx, packed, aval, cols=m)
+        elif q_aval.shape[-1] > n:   # a complete q of a tall matrix: zero columns appended
+            zeros = ", ".join(["0"] * (len(batch) + 2))
+            reflectors = ctx.op(
+                f"stablehlo.pad {packed}, {ctx.constant(0, dtype)}, low = [{zeros}], "
+                f"high = [{', '.join(['0'] * (len(batch) + 1) + [str(m - n)])}], interior = [{zeros}] : "
+                f"({_tt(aval.shape, dtype)}, {_tt((), dtype)}) -> {_tt(q_aval.shape, dtype)}")
+        else:
+            reflectors = packed
+        (q,) = _lapack_call(ctx, "orgqr", [reflectors, taus], [q_aval, taus_aval], [q_aval],
+                            "", "orgqr")
+        outs.insert(0, q)
+    return outs
+
+
+def _leading_block(ctx, x: str, aval, rows: int | None = None, cols: int | None = None) -> str:
+    """x[.., :rows, :cols] (the whole of an axis where None) for x of `aval`."""
+    shape = aval.shape
+    limits = shape[:-2] + (shape[-2] if rows is None else rows, shape[-1] if cols is None else cols)
+    if limits == shape:
+        return x
+    ranges = ", ".join(f"0:{d}" for d in limits)
+    return ctx.op(f"stablehlo.slice {x} [{ranges}] : ({_tt(shape, aval.dtype)}) -> "
+                  f"{_tt(limits, aval.dtype)}")
+
+
+def _upper(ctx, x: str, aval: ShapedArray) -> str:
+    """The upper triangle of each matrix of x, zeros below (geqrf leaves reflectors there)."""
+    keep = _triangle_mask(ctx, aval.shape, lower=False)
+    zero = ctx.constant(0, aval.dtype, aval.shape)
+    return ctx.op(f"stablehlo.select {keep}, {x}, {zero} : {_tt(aval.shape, dtypes.bool_)}, "
+                  f"{_tt(aval.shape, aval.dtype)}")
+
+
+def lower_symmetric(a):
+    """The symmetric matrices of a's lower triangles: what NumPy's hermitian paths read."""
+    return ops.tril(a) + _mT(ops.tril(a, -1))
+
+
+def pinv_by_svd(a, *, rcond, hermitian):
+    """a⁺ = V diag(1/s) Uᵀ over the singular values above rcond · max(s) (the others
+    count as zero), as np.linalg.pinv computes it."""
+    *batch, m, n = _aval(a).shape
+    if 0 in (m, n):     # no singular values: an empty result, as NumPy's
+        return ops.full((*batch, n, m), 0, _aval(a).dtype)
+    if hermitian:
+        a = lower_symmetric(a)
+    u, s, vh = svd.bind(a, full_matrices=False, compute_uv=True)
+    nd = _aval(s).ndim
+    largest = ops.reduce_max(s, (nd - 1,))
+    cutoff = ops.expand_dims(largest, (nd - 1,)) * ops.full((), rcond, _aval(s).dtype)
+    kept = ops.lt(cutoff, s)
+    zeros = ops.full(_aval(s).shape, 0, _aval(s).dtype)
+    s_inv = ops.select(kept, 1 / ops.select(kept, s, zeros + 1), zeros)
+    return _matmul(_mT(vh), _column(s_inv) * _mT(u))
+
+
+_hlo.register(eigh, _lower_eigh)
+_hlo.register(svd, _lower_svd)
+_hlo.register(qr, _lower_qr)
+_hlo.register(pinv, _lowered_as(pinv_by_svd))
+
+# ---------------------------------------------------------------------------------------
+# Batching: every decomposition is batched over leading dimensions already.
+
+for _prim in (eigh, svd, qr, pinv):
+    _vmap.register(_prim, _batch_matrix_function(_prim))
