@@ -1,4 +1,7 @@
-"""Special functions NumPy lacks (erf, lgamma, digamma), in NumPy, for emitted code.
+"""Special functions NumPy lacks (erf, erfc, lgamma, digamma), in NumPy, for emitted code.
+
+Emitted code may not import SciPy: where a user's code called `scipy.special.erfc`, the
+emitted code calls `rt.erfc`, NumPy only, under SciPy's name.
 
 Results keep the input's floating dtype, as the corresponding XLA ops do.
 """
@@ -9,6 +12,7 @@ import math
 import numpy as np
 
 _erf = np.frompyfunc(math.erf, 1, 1)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
 def _lgamma_scalar(v: float) -> float:
@@ -33,6 +37,12 @@ def _floating(x):
 def erf(x):
     x = _floating(x)
     return np.asarray(_erf(x), dtype=np.float64).astype(x.dtype)[()]
+
+
+def erfc(x):
+    """1 - erf(x) without the cancellation: erfc(10) is 2.1e-45, where 1 - erf(10) is 0."""
+    x = _floating(x)
+    return np.asarray(_erfc(x), dtype=np.float64).astype(x.dtype)[()]
 
 
 def lgamma(x):

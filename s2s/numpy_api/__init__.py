@@ -1,9 +1,12 @@
 """The NumPy surface: s2s's versions of NumPy functions, operators and ndarray methods.
 
 Importing this package fills the dispatch table (`NUMPY_IMPLS`) and installs operators and
-methods on staged values.
+methods on staged values; SciPy's functions join the table when SciPy is imported.
 """
 from s2s.numpy_api import (creation, indexing, linalg, logic, math, reductions,  # noqa: F401
-                           searching, shaping)
+                           scipy_stats, searching, shaping)
 from s2s.numpy_api import methods  # noqa: F401  (installs operators on Tracer; last)
 from s2s.numpy_api._base import NUMPY_IMPLS, implements  # noqa: F401
+
+# SciPy's functions are mapped once SciPy is imported (by the user's code), never before.
+NUMPY_IMPLS.when_imported("scipy", scipy_stats.register_scipy)

@@ -10,6 +10,7 @@ become weak-typed literals of that dtype, exactly as NumPy 2 (NEP 50) types them
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import numpy as np
@@ -21,7 +22,48 @@ from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.staging import Tracer
 
-NUMPY_IMPLS: dict[Callable, Callable] = {}
+
+class DispatchTable(dict):
+    """Function object -> s2s's implementation, filled lazily for optional libraries.
+
+    A library s2s does not depend on (SciPy) registers a filler with `when_imported`; it
+    runs the first time the table is read while that library is imported. A user's
+    function calling `scipy.special.expit` has imported SciPy by then, and importing s2s
+    never imports SciPy (nearly a second of start-up)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fillers: dict[str, Callable[[], None]] = {}
+
+    def when_imported(self, package: str, fill: Callable[[], None]) -> None:
+        self.fillers[package] = fill
+
+    def _fill_imported(self) -> None:
+        for package in [p for p in self.fillers if p in sys.modules]:
+            self.fillers.pop(package)()
+
+    def get(self, key, default=None):
+        if self.fillers:
+            self._fill_imported()
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        if self.fillers:
+            self._fill_imported()
+        return super().__getitem__(key)
+
+    def __contains__(self, key) -> bool:
+        if self.fillers:
+            self._fill_imported()
+        return super().__contains__(key)
+
+    def __iter__(self):
+        if self.fillers:
+            self._fill_imported()
+        return super().__iter__()
+
+
+NUMPY_IMPLS: DispatchTable = DispatchTable()
 
 
 def implements(*numpy_functions):
