@@ -4,9 +4,10 @@ Importing this package fills the dispatch table (`NUMPY_IMPLS`) and installs ope
 methods on staged values; SciPy's functions join the table when SciPy is imported.
 """
 from s2s.numpy_api import (creation, indexing, linalg, logic, math, reductions,  # noqa: F401
-                           scipy_stats, searching, shaping)
+                           scipy_special, scipy_stats, searching, shaping)
 from s2s.numpy_api import methods  # noqa: F401  (installs operators on Tracer; last)
 from s2s.numpy_api._base import NUMPY_IMPLS, implements  # noqa: F401
 
-# SciPy's functions are mapped once SciPy is imported (by the user's code), never before.
-NUMPY_IMPLS.when_imported("scipy", scipy_stats.register_scipy)
+# SciPy's functions are mapped once the user's code has imported them, never before.
+NUMPY_IMPLS.when_imported("scipy.special", scipy_special.register_scipy_special)
+NUMPY_IMPLS.when_imported("scipy.stats", scipy_stats.register_scipy_stats)

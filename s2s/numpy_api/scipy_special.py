@@ -1,10 +1,10 @@
 """scipy.special's functions that model code calls, on staged values: logsumexp, expit,
 logit, gammaln, digamma/psi, erf, erfc, xlogy, xlog1py, softmax, log_softmax.
 
-SciPy is optional for s2s. `register()` maps SciPy's own function objects to the functions
-here; `numpy_api` asks the dispatch table to run it the first time the table is read while
-SciPy is imported, so `scipy.special.expit` in a user's function is recognized and
-importing s2s never imports SciPy.
+SciPy is optional for s2s. `register_scipy_special()` maps SciPy's own function objects to
+the functions here; `numpy_api` asks the dispatch table to run it the first time the table
+is read while scipy.special is imported, so `scipy.special.expit` in a user's function is
+recognized, and neither importing s2s nor jaxlib's own use of scipy.linalg imports it.
 
 Each is written as NumPy code on s2s's NumPy surface (a composition of primitives), so
 the emitted Python reads as the math and derivatives follow from the primitives' rules.
@@ -21,7 +21,7 @@ from s2s import dtypes
 from s2s.errors import UnsupportedFunctionError
 from s2s.numpy_api import math as npm
 from s2s.numpy_api import reductions, shaping
-from s2s.numpy_api._base import aval, convert, operand
+from s2s.numpy_api._base import aval, convert, implements, operand
 from s2s.primitives import elementwise as ew
 
 # ---------------------------------------------------------------------------------------
@@ -119,26 +119,26 @@ def _shift(x, axis):
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """log(sum(b * exp(a))) along `axis` (every axis by default), shifted by the maximum.
     Elements with b == 0 are left out (a may be inf there); with return_sign the log of
-    |sum| and its sign, else a negative sum gives nan, as SciPy."""
+    |sum| and its sign, else a negative sum gives nan, as SciPy. Where that is not finite,
+    SciPy gives the unshifted log(sum(b * exp(a))) (nan for inf * 0), and so does this."""
     a = shaping.atleast_1d(floating_operand("logsumexp", a))
     if b is not None:
-        b = shaping.atleast_1d(operand(b))
-        a, b = _promoted_floats(a, b)
+        a, b = _promoted_floats(a, shaping.atleast_1d(operand(b)))
+        unshifted = ew.stop_gradient.bind(reductions.sum(b * npm.exp(a), axis=axis, keepdims=True))
         a = npm.where(b == 0, -np.inf, a)
     peak = _shift(a, axis)
     terms = npm.exp(a - peak)
+    total = reductions.sum(terms if b is None else b * terms, axis=axis, keepdims=True)
+    sign = npm.sign(total) if return_sign else None
+    out = npm.log(npm.abs(total) if return_sign else total) + peak
     if b is not None:
-        terms = b * terms
-    total = reductions.sum(terms, axis=axis, keepdims=True)
-    if return_sign:
-        sign = npm.sign(total)
-        total = npm.abs(total)
-    out = npm.log(total) + peak
+        finite = npm.isfinite(out)
+        out = npm.where(finite, out, npm.log(npm.abs(unshifted) if return_sign else unshifted))
+        sign = npm.where(finite, sign, npm.sign(unshifted)) if return_sign else None
     if not keepdims:
         out = _squeeze_axes(out, axis)
-    if return_sign:
-        return out, (sign if keepdims else _squeeze_axes(sign, axis))
-    return out
+        sign = None if sign is None else _squeeze_axes(sign, axis)
+    return (out, sign) if return_sign else out
 
 
 def _promoted_floats(*xs):
@@ -167,8 +167,9 @@ def log_softmax(x, axis=None):
     return shifted - npm.log(reductions.sum(npm.exp(shifted), axis=axis, keepdims=True))
 
 
-def register(special, implements) -> None:
-    """Maps scipy.special's function objects (module `special`) to the functions here."""
+def register_scipy_special() -> None:
+    """Maps scipy.special's function objects to the functions here (once it is imported)."""
+    import scipy.special as special
     for name in ("expit", "gammaln", "erf", "erfc", "logit", "xlogy", "xlog1py",
                  "logsumexp", "softmax", "log_softmax"):
         implements(getattr(special, name))(globals()[name])

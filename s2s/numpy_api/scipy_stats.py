@@ -6,8 +6,8 @@ SciPy computes these in float64 whatever the input dtype, and so do they. A para
 outside its domain (scale <= 0, df <= 0) gives nan, as SciPy's; a covariance that is not
 positive definite gives nan where SciPy raises (its check needs the values).
 
-`register_scipy` maps SciPy's function objects, these and scipy.special's; the dispatch
-table runs it once SciPy is imported (see `_base.DispatchTable`).
+`register_scipy_stats` maps SciPy's function objects to these; the dispatch table runs it
+once the user's code has imported scipy.stats (see `_base.DispatchTable`).
 """
 from __future__ import annotations
 
@@ -215,15 +215,9 @@ def mvn_pdf(x, mean=None, cov=1, allow_singular=False):
 # Registration
 
 
-def register_scipy() -> None:
-    """Maps SciPy's function objects to s2s's; does nothing when SciPy cannot be imported."""
-    try:
-        import scipy.special
-        import scipy.stats
-    except ImportError:
-        return
-    scipy_special.register(scipy.special, implements)
-    stats = scipy.stats
+def register_scipy_stats() -> None:
+    """Maps scipy.stats's methods to the functions here (once scipy.stats is imported)."""
+    import scipy.stats as stats
     for method in ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf"):
         implements(getattr(stats.norm, method))(globals()[f"norm_{method}"])
     for method in ("pdf", "logpdf", "cdf"):
