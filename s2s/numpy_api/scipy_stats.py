@@ -198,7 +198,9 @@ def mvn_logpdf(x, mean=None, cov=1, allow_singular=False):
     if shape(x)[-1] != dim:
         raise ShapeError(f"multivariate_normal: points of dimension {shape(x)[-1]} do not fit "
                          f"a mean of dimension {dim}")
-    factor = linalg.cholesky(cov)
+    # SciPy reads one triangle of cov; a function of cov's symmetric part has the symmetric
+    # gradient (JAX's too), where the factor of one triangle would give a triangular one.
+    factor = linalg.cholesky(0.5 * (cov + shaping.swapaxes(cov, -1, -2)))
     centered = shaping.reshape(x - mean, (-1, dim))
     whitened = linalg.solve(factor, shaping.transpose(centered))
     quadratic = reductions.sum(whitened * whitened, axis=0)
