@@ -1,5 +1,5 @@
 """scipy.special's functions that model code calls, on staged values: logsumexp, expit,
-logit, gammaln, digamma/psi, erf, erfc, xlogy, xlog1py, softmax, log_softmax.
+logit, gammaln, digamma/psi, erf, erfc, betainc, xlogy, xlog1py, softmax, log_softmax.
 
 SciPy is optional for s2s. `register_scipy_special()` maps SciPy's own function objects to
 the functions here; `numpy_api` asks the dispatch table to run it the first time the table
@@ -8,8 +8,8 @@ recognized, and neither importing s2s nor jaxlib's own use of scipy.linalg impor
 
 Each is written as NumPy code on s2s's NumPy surface (a composition of primitives), so
 the emitted Python reads as the math and derivatives follow from the primitives' rules.
-Only erfc needed a primitive of its own (`rt.erfc` in emitted code, NumPy only, since
-emitted code never imports SciPy). Results are typed as SciPy types them: its ufuncs
+Only erfc and betainc needed primitives of their own (`rt.erfc`, `rt.betainc` in emitted
+code, NumPy only, since emitted code never imports SciPy). Results are typed as SciPy types them: its ufuncs
 compute in float32 only when every operand is float32 and in float64 otherwise;
 logsumexp and the softmaxes keep any floating dtype and make integers float64.
 """
@@ -23,6 +23,7 @@ from s2s.numpy_api import math as npm
 from s2s.numpy_api import reductions, shaping
 from s2s.numpy_api._base import aval, convert, implements, operand
 from s2s.primitives import elementwise as ew
+from s2s.primitives import special as special_primitives
 
 # ---------------------------------------------------------------------------------------
 # Operand typing
@@ -76,6 +77,13 @@ gammaln = _unary("gammaln", ew.lgamma)
 digamma = _unary("digamma", ew.digamma)
 erf = _unary("erf", ew.erf)
 erfc = _unary("erfc", ew.erfc)
+
+
+def betainc(a, b, x, out=None):
+    """I_x(a, b), the regularized incomplete beta function: its own primitive (a loop);
+    differentiable in x only, as JAX's."""
+    _no_out("betainc", out)
+    return special_primitives.betainc.bind(*ufunc_operands("betainc", a, b, x))
 
 
 def logit(x, out=None):
@@ -170,7 +178,7 @@ def log_softmax(x, axis=None):
 def register_scipy_special() -> None:
     """Maps scipy.special's function objects to the functions here (once it is imported)."""
     import scipy.special as special
-    for name in ("expit", "gammaln", "erf", "erfc", "logit", "xlogy", "xlog1py",
+    for name in ("expit", "gammaln", "erf", "erfc", "betainc", "logit", "xlogy", "xlog1py",
                  "logsumexp", "softmax", "log_softmax"):
         implements(getattr(special, name))(globals()[name])
     implements(special.digamma, special.psi)(digamma)

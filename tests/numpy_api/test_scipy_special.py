@@ -82,6 +82,15 @@ def x_log_y(x, y):
     return sp.xlogy(x, y) + sp.xlog1py(x, y)
 
 
+# Shape parameters held constant: betainc is differentiable in x only (as JAX's).
+BETA_A = np.array([0.5, 2.0, 30.0, 0.1])
+BETA_B = np.array([0.5, 7.5, 2.0, 3.0])
+
+
+def betainc_of_x(x):
+    return sp.betainc(BETA_A, BETA_B, x)
+
+
 def scalar_loss(x):
     return np.sum(sp.logsumexp(x, axis=1) - sp.log_softmax(x, axis=1)[:, 0]) + np.sum(special_unary(x))
 
@@ -125,6 +134,16 @@ def test_logsumexp_of_infinities_and_ignored_weights_is_scipys():
 @given(matrices(_floats(-40, 40)))
 def test_special_functions_match_scipy(x):
     check_function(special_unary, x, rtol=1e-9, atol=1e-300)
+
+
+@SETTINGS
+@given(st.data())
+def test_betainc_matches_scipy(data):
+    shape = data.draw(st.sampled_from([(3,), (2, 4)]))
+    parameters = hnp.arrays(np.float64, shape, elements=st.one_of(_floats(0.05, 80), st.sampled_from([0.0, -1.0])))
+    x = hnp.arrays(np.float64, shape, elements=st.one_of(_floats(0, 1), st.sampled_from([0.0, 1.0, 1.5, np.nan])))
+    check_function(sp.betainc, data.draw(parameters), data.draw(parameters), data.draw(x),
+                   rtol=1e-10, atol=1e-300)
 
 
 def test_erfc_keeps_its_digits_far_right_on_both_backends():
@@ -178,6 +197,26 @@ def test_weighted_logsumexp_derivatives_match_jax(x, data):
     check_derivatives(logsumexp_weighted, jax_twin(logsumexp_weighted), x, b, rtol=1e-9, atol=1e-12)
 
 
+@DERIVATIVE_SETTINGS
+@given(hnp.arrays(np.float64, (4,), elements=_floats(0.02, 0.98)))
+def test_betainc_derivatives_in_x_match_jax(x):
+    check_derivatives(betainc_of_x, jax_twin(betainc_of_x), x, rtol=1e-9, atol=1e-12)
+    want = jax.vmap(jax.hessian(lambda v: jax.scipy.special.betainc(BETA_A[1], BETA_B[1], v)))(x)
+    second = s2s.vmap(s2s.hessian(lambda v: sp.betainc(BETA_A[1], BETA_B[1], v)))(x)
+    np.testing.assert_allclose(second, want, rtol=1e-8, atol=1e-12)
+
+
+def betainc_sum(a, b, x):
+    return np.sum(sp.betainc(a, b, x))
+
+
+def test_betainc_refuses_derivatives_in_a_and_b_as_jax_does():
+    a, b, x = np.array([2.0]), np.array([3.0]), np.array([0.4])
+    with pytest.raises(UnsupportedFunctionError, match="with respect to a and b"):
+        s2s.grad(betainc_sum, argnums=0)(a, b, x)
+    np.testing.assert_allclose(s2s.grad(betainc_sum, argnums=2)(a, b, x), [0.4 ** 1 * 0.6 ** 2 * 12], rtol=1e-12)
+
+
 def test_second_order_matches_jax_on_both_backends():
     x = np.array([[0.3, -1.2, 2.0], [1.0, 1.0, -0.5]])
     want = jax.hessian(jax_twin(scalar_loss))(x)
@@ -193,11 +232,17 @@ def test_batched_over_leading_dimensions():
     np.testing.assert_allclose(s2s.jit(s2s.vmap(special_unary))(x), special_unary(x), rtol=1e-9)
 
 
-def test_emitted_code_imports_no_scipy_and_calls_rt_erfc():
-    source = s2s.emit_python(special_unary, np.ones((2, 2)))
+def test_emitted_code_imports_no_scipy_and_calls_the_runtime_under_scipys_names():
+    source = s2s.emit_python(special_unary, np.ones((2, 2))) + s2s.emit_python(betainc_of_x, np.ones(4) / 2)
     imports = {line for line in source.splitlines() if line.startswith(("import ", "from "))}
     assert imports == {"import numpy as np", "import s2s_runtime as rt"}
-    assert "rt.erfc(" in source and "rt.lgamma(" in source
+    assert "rt.erfc(" in source and "rt.lgamma(" in source and "rt.betainc(" in source
+
+
+def test_readme_lists_the_scipy_functions():
+    from tests.test_readme import test_every_supported_numpy_function_is_in_the_table
+    s2s.make_jaxpr(expit_sum)(np.ones(2))      # the table is read with SciPy imported
+    test_every_supported_numpy_function_is_in_the_table()
 
 
 # ---------------------------------------------------------------------------------------
@@ -239,6 +284,10 @@ def _run(script: str, folder) -> subprocess.CompletedProcess:
         (folder / name).write_text(source)
     return subprocess.run([sys.executable, "-c", script], cwd=folder, capture_output=True, text=True,
                           env={"PYTHONPATH": f"{ROOT}:{folder}", "PATH": "/usr/bin:/bin"})
+
+
+def expit_sum(x):
+    return np.sum(sp.expit(x))
 
 
 def test_s2s_works_without_scipy(tmp_path):
