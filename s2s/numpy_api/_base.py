@@ -29,11 +29,14 @@ class DispatchTable(dict):
     A library s2s does not depend on (SciPy) registers a filler per module with
     `when_imported`; it runs the first time the table is read while that module is
     imported. A user's function calling `scipy.special.expit` has imported scipy.special by
-    then, and importing s2s never imports it (scipy.stats alone is over half a second)."""
+    then, and importing s2s never imports it (scipy.stats alone is over half a second).
+    Functions made at run time (the methods of a frozen distribution, `norm(0, 2).pdf`)
+    cannot be keys: a `resolver` added to `resolvers` maps them when looked up."""
 
     def __init__(self):
         super().__init__()
         self.fillers: dict[str, Callable[[], None]] = {}
+        self.resolvers: list[Callable[[object], Callable | None]] = []
 
     def when_imported(self, package: str, fill: Callable[[], None]) -> None:
         self.fillers[package] = fill
@@ -42,20 +45,29 @@ class DispatchTable(dict):
         for package in [p for p in self.fillers if p in sys.modules]:
             self.fillers.pop(package)()
 
+    def _resolve(self, key):
+        for resolver in self.resolvers:
+            found = resolver(key)
+            if found is not None:
+                return found
+        return None
+
     def get(self, key, default=None):
         if self.fillers:
             self._fill_imported()
-        return super().get(key, default)
+        found = super().get(key)
+        if found is None and self.resolvers:
+            found = self._resolve(key)
+        return default if found is None else found
 
     def __getitem__(self, key):
-        if self.fillers:
-            self._fill_imported()
-        return super().__getitem__(key)
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
 
     def __contains__(self, key) -> bool:
-        if self.fillers:
-            self._fill_imported()
-        return super().__contains__(key)
+        return self.get(key) is not None
 
     def __iter__(self):
         if self.fillers:

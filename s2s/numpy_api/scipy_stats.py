@@ -19,7 +19,7 @@ from s2s import dtypes
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.numpy_api import linalg, reductions, scipy_special, shaping
 from s2s.numpy_api import math as npm
-from s2s.numpy_api._base import convert, implements, operand, shape
+from s2s.numpy_api._base import NUMPY_IMPLS, convert, implements, operand, shape
 from s2s.staging import Tracer
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -238,9 +238,29 @@ def mvn_pdf(x, mean=None, cov=1, allow_singular=False):
 # Registration
 
 
+def _frozen_method_resolver(stats):
+    """A resolver for the dispatch table: the method of a frozen distribution (`norm(0,
+    2).pdf`, made anew by each call) is the distribution's own method with the frozen
+    parameters, `norm.pdf(x, 0, 2)`. (A frozen distribution holds a copy of `norm`, so the
+    method is found by the distribution's name.)"""
+    frozen_type = type(stats.norm())
+
+    def resolve(fn):
+        owner = getattr(fn, "__self__", None)
+        if not isinstance(owner, frozen_type):
+            return None
+        distribution = getattr(stats, owner.dist.name, None)
+        unfrozen = NUMPY_IMPLS.get(getattr(distribution, fn.__name__, None))
+        if unfrozen is None:
+            return None
+        return lambda x: unfrozen(x, *owner.args, **owner.kwds)
+    return resolve
+
+
 def register_scipy_stats() -> None:
     """Maps scipy.stats's methods to the functions here (once scipy.stats is imported)."""
     import scipy.stats as stats
+    NUMPY_IMPLS.resolvers.append(_frozen_method_resolver(stats))
     for method in ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf"):
         implements(getattr(stats.norm, method))(globals()[f"norm_{method}"])
     for method in ("pdf", "logpdf", "cdf"):

@@ -240,6 +240,22 @@ def test_batched_over_leading_dimensions():
         np.testing.assert_allclose(g, e, rtol=1e-12)
 
 
+def frozen_static(x):
+    return stats.norm(0.5, 2.0).logpdf(x) + stats.t(3.0, scale=2.0).cdf(x) + stats.norm().logcdf(x)
+
+
+def frozen_staged(x, mu, df):
+    return np.sum(stats.norm(mu, 2.0).logpdf(x) + stats.t(df).pdf(x))
+
+
+def test_frozen_distributions_with_static_and_staged_parameters():
+    x = np.array([-3.0, 0.1, 2.0])
+    check_function(frozen_static, x, rtol=1e-12)
+    check_function(frozen_staged, x, 0.3, np.array([1.0, 2.0, 5.0]), rtol=1e-12)
+    grad_mu = s2s.grad(frozen_staged, argnums=1)(x, 0.3, np.array([1.0, 2.0, 5.0]))
+    np.testing.assert_allclose(grad_mu, np.sum((x - 0.3) / 4), rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------
 # Bad inputs
 
