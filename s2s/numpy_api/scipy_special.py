@@ -34,11 +34,11 @@ def _real_operands(name: str, xs):
     for x in xs:
         if aval(x).dtype.kind == "c":
             raise UnsupportedFunctionError(f"scipy.special.{name} of complex values is not supported",
-                                           "pass real arrays (complex support is real-only here)")
+                                           "pass real arrays (x.real, where the imaginary part is 0)")
     return xs
 
 
-def ufunc_operands(name: str, *xs):
+def _ufunc_operands(name: str, *xs):
     """The operands of a SciPy ufunc, converted to the one dtype its loops pick: float32
     when every operand is float32, float64 otherwise (SciPy has no float16 loops, and a
     Python scalar beside a float32 array selects the float64 loop)."""
@@ -48,7 +48,7 @@ def ufunc_operands(name: str, *xs):
     return [convert(x, to) for x in xs]
 
 
-def floating_operand(name: str, x):
+def _floating_operand(name: str, x):
     """`x` in its floating dtype, or float64 for integers and booleans."""
     (x,) = _real_operands(name, [x])
     dt = aval(x).dtype
@@ -58,7 +58,7 @@ def floating_operand(name: str, x):
 def _unary(name: str, prim):
     def fn(x, out=None):
         _no_out(name, out)
-        (x,) = ufunc_operands(name, x)
+        (x,) = _ufunc_operands(name, x)
         return prim.bind(x)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"scipy.special.{name}: the `{prim.name}` primitive."
@@ -83,13 +83,13 @@ def betainc(a, b, x, out=None):
     """I_x(a, b), the regularized incomplete beta function: its own primitive (a loop);
     differentiable in x only, as JAX's."""
     _no_out("betainc", out)
-    return special_primitives.betainc.bind(*ufunc_operands("betainc", a, b, x))
+    return special_primitives.betainc.bind(*_ufunc_operands("betainc", a, b, x))
 
 
 def logit(x, out=None):
     """log(p / (1 - p)), as SciPy computes it: -inf at 0, inf at 1, nan outside [0, 1]."""
     _no_out("logit", out)
-    (p,) = ufunc_operands("logit", x)
+    (p,) = _ufunc_operands("logit", x)
     return npm.log(p / (1 - p))
 
 
@@ -99,7 +99,7 @@ def _x_times_log(name: str, log_fn, pole: float):
     chosen, so the derivative in x at x == 0 stays log_fn(y), as JAX's."""
     def fn(x, y, out=None):
         _no_out(name, out)
-        x, y = ufunc_operands(name, x, y)
+        x, y = _ufunc_operands(name, x, y)
         undefined = (x == 0) & ((y <= pole) | npm.isinf(y))
         safe_y = npm.where(undefined, pole + 1, y)
         return npm.where(undefined, 0 * x, x * log_fn(safe_y))
@@ -129,7 +129,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     Elements with b == 0 are left out (a may be inf there); with return_sign the log of
     |sum| and its sign, else a negative sum gives nan, as SciPy. Where that is not finite,
     SciPy gives the unshifted log(sum(b * exp(a))) (nan for inf * 0), and so does this."""
-    a = shaping.atleast_1d(floating_operand("logsumexp", a))
+    a = shaping.atleast_1d(_floating_operand("logsumexp", a))
     if b is not None:
         a, b = _promoted_floats(a, shaping.atleast_1d(operand(b)))
         unshifted = ew.stop_gradient.bind(reductions.sum(b * npm.exp(a), axis=axis, keepdims=True))
@@ -151,7 +151,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
 
 def _promoted_floats(*xs):
     """Operands promoted as NumPy does, after integers become float64 (logsumexp's a, b)."""
-    xs = [floating_operand("logsumexp", x) for x in xs]
+    xs = [_floating_operand("logsumexp", x) for x in xs]
     to = dtypes.canonicalize_dtype(np.result_type(*[aval(x).dtype for x in xs]))
     return [convert(x, to) for x in xs]
 
@@ -163,14 +163,14 @@ def _squeeze_axes(x, axis):
 
 def softmax(x, axis=None):
     """exp(x - max) / sum(exp(x - max)) along `axis` (every axis by default, as SciPy)."""
-    x = floating_operand("softmax", x)
+    x = _floating_operand("softmax", x)
     shifted = npm.exp(x - ew.stop_gradient.bind(reductions.max(x, axis=axis, keepdims=True)))
     return shifted / reductions.sum(shifted, axis=axis, keepdims=True)
 
 
 def log_softmax(x, axis=None):
     """x - logsumexp(x) along `axis`, as (x - max) - log(sum(exp(x - max)))."""
-    x = floating_operand("log_softmax", x)
+    x = _floating_operand("log_softmax", x)
     shifted = x - _shift(x, axis)
     return shifted - npm.log(reductions.sum(npm.exp(shifted), axis=axis, keepdims=True))
 
