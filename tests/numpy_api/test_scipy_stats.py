@@ -16,6 +16,7 @@ from scipy import stats
 import s2s
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from tests.helpers import check_derivatives, check_function
+from tests.numpy_api.test_scipy_special import finite_floats as _floats
 from tests.numpy_api.test_scipy_special import jax_twin
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -70,10 +71,6 @@ def mvn_pdf(x, mean, cov):
 def gaussian_loss(x, loc, scale):
     return np.sum(stats.norm.logcdf(x, loc, scale) + stats.norm.logpdf(x, loc, scale)
                   + stats.t.logpdf(x, 3.5, loc, scale))
-
-
-def _floats(lo, hi):
-    return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
 
 
 def vectors(elements, size=None):
