@@ -233,10 +233,13 @@ def test_second_order_matches_jax_on_both_backends():
 
 
 def test_batched_over_leading_dimensions():
-    x = np.random.default_rng(3).standard_normal((6, 5))
+    x = np.random.default_rng(3).standard_normal((6, 5)) * 3
     got = s2s.jit(s2s.vmap(standard_norm_functions))(x)
     for g, e in zip(got, standard_norm_functions(x)):
         np.testing.assert_allclose(g, e, rtol=1e-12)
+    for backend in ("xla", "python"):   # betainc's loop, batched
+        np.testing.assert_allclose(s2s.jit(s2s.vmap(t_cdf_of_x), backend=backend)(x), t_cdf_of_x(x),
+                                   rtol=1e-12)
 
 
 def frozen_static(x):
