@@ -134,7 +134,7 @@ class NumpyFunctions:
     exp = staticmethod(np.exp)
     log = staticmethod(np.log)
     log1p = staticmethod(np.log1p)
-    lgamma = staticmethod(lambda x: lgamma(x))
+    lgamma = staticmethod(lgamma)
 
 
 def _away_from_zero(v, tiny, fns):
@@ -149,7 +149,8 @@ def betainc_start(a, b, x, tiny, fns):
     log_front = a * fns.log(x) + b * fns.log1p(-x) - fns.lgamma(a) - fns.lgamma(b) + fns.lgamma(a + b)
     front = fns.exp(log_front) / a
     d = 1 / _away_from_zero(1 - (a + b) * x / (a + 1), tiny, fns)
-    return a, b, x, swapped, front, 1 + 0 * d, d, d
+    c = 1 + 0 * d    # ones of d's shape and dtype, staged or not
+    return a, b, x, swapped, front, c, d, d
 
 
 def betainc_step(a, b, x, m, c, d, h, tiny, fns):
