@@ -10,6 +10,7 @@ become weak-typed literals of that dtype, exactly as NumPy 2 (NEP 50) types them
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import numpy as np
@@ -21,7 +22,60 @@ from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.staging import Tracer
 
-NUMPY_IMPLS: dict[Callable, Callable] = {}
+
+class DispatchTable(dict):
+    """Function object -> s2s's implementation, filled lazily for optional libraries.
+
+    A library s2s does not depend on (SciPy) registers a filler per module with
+    `when_imported`; it runs the first time the table is read while that module is
+    imported. A user's function calling `scipy.special.expit` has imported scipy.special by
+    then, and importing s2s never imports it (scipy.stats alone is over half a second).
+    Functions made at run time (the methods of a frozen distribution, `norm(0, 2).pdf`)
+    cannot be keys: a `resolver` added to `resolvers` maps them when looked up."""
+
+    def __init__(self):
+        super().__init__()
+        self.fillers: dict[str, Callable[[], None]] = {}
+        self.resolvers: list[Callable[[object], Callable | None]] = []
+
+    def when_imported(self, package: str, fill: Callable[[], None]) -> None:
+        self.fillers[package] = fill
+
+    def _fill_imported(self) -> None:
+        for package in [p for p in self.fillers if p in sys.modules]:
+            self.fillers.pop(package)()
+
+    def _resolve(self, key):
+        for resolver in self.resolvers:
+            found = resolver(key)
+            if found is not None:
+                return found
+        return None
+
+    def get(self, key, default=None):
+        if self.fillers:
+            self._fill_imported()
+        found = super().get(key)
+        if found is None and self.resolvers:
+            found = self._resolve(key)
+        return default if found is None else found
+
+    def __getitem__(self, key):
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key) -> bool:
+        return self.get(key) is not None
+
+    def __iter__(self):
+        if self.fillers:
+            self._fill_imported()
+        return super().__iter__()
+
+
+NUMPY_IMPLS: DispatchTable = DispatchTable()
 
 
 def implements(*numpy_functions):

@@ -876,3 +876,13 @@ for _prim in (add, sub, mul, max, min, atan2, rem, pow, div, eq, ne, lt, le, gt,
               xor, select, clamp, add_any):
     _vmap.broadcasting(_prim)
 _vmap.unmapped(iota)
+
+# ---------------------------------------------------------------------------------------
+# erfc: 1 - erf(x) as its own primitive, because the difference loses every digit in the
+# right tail (erfc(10) is 2.1e-45; 1 - erf(10) is 0). scipy.special.erfc and the normal
+# distribution's cdf in its tails need it. Every rule of it sits in this block.
+
+erfc = _unary("erfc", rt.erfc, "rt.erfc")
+_jvp.register(erfc, _make_unary_jvp(erfc, lambda x, y, t: t * (-1.1283791670955126 * ops.exp(-(x * x)))))
+_hlo.register(erfc, _lower_unary("chlo.erfc"), broadcasting=True)
+_vmap.vectorized(erfc)

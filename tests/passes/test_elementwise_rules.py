@@ -148,6 +148,7 @@ UNARY = {
     "cbrt": (np.cbrt, jnp.cbrt, away_from_zero(0.1, 10)),
     "logistic": (snp.logistic, jax.nn.sigmoid, span(-6, 6)),
     "erf": (snp.erf, jsp.erf, span(-3, 3)),
+    "erfc": (ew.erfc.bind, jsp.erfc, span(-3, 3)),
     "lgamma": (snp.lgamma, jsp.gammaln, span(0.2, 8)),
     "digamma": (snp.digamma, jsp.digamma, span(0.2, 8)),
     "abs": (np.abs, jnp.abs, away_from_zero(0.1, 5)),

@@ -71,9 +71,9 @@ def no_warnings():
         yield
 
 
-@pytest.mark.parametrize("fn", [rt.erf, rt.lgamma, rt.digamma, rt.logistic,
+@pytest.mark.parametrize("fn", [rt.erf, rt.erfc, rt.lgamma, rt.digamma, rt.logistic,
                                 functools.partial(rt.polygamma, 1)],
-                         ids=["erf", "lgamma", "digamma", "logistic", "polygamma"])
+                         ids=["erf", "erfc", "lgamma", "digamma", "logistic", "polygamma"])
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_floating_dtype_is_kept(fn, dtype):
     x = np.array([0.5, 1.5, 3.0], dtype=dtype)
@@ -83,7 +83,7 @@ def test_floating_dtype_is_kept(fn, dtype):
     assert fn(np.ones((2, 0, 3), dtype)).shape == (2, 0, 3)
 
 
-@pytest.mark.parametrize("fn", [rt.erf, rt.lgamma, rt.digamma])
+@pytest.mark.parametrize("fn", [rt.erf, rt.erfc, rt.lgamma, rt.digamma])
 def test_integers_and_python_scalars_compute_in_float64(fn):
     assert fn(np.array([1, 2, 3], dtype=np.int32)).dtype == np.float64
     assert fn(2).dtype == np.float64

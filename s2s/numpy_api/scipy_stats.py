@@ -1,0 +1,269 @@
+"""scipy.stats distributions that model code calls, on staged values: norm (pdf, logpdf,
+cdf, logcdf, sf, logsf), t (pdf, logpdf, cdf) and multivariate_normal (pdf, logpdf), with
+SciPy's parameters (`loc`, `scale`, `df`, `mean`, `cov`) staged or not.
+
+SciPy computes these in float64 whatever the input dtype, and so do they. A parameter
+outside its domain (scale <= 0, df <= 0) gives nan, as SciPy's; a covariance that is not
+positive definite gives nan where SciPy raises (its check needs the values).
+
+`register_scipy_stats` maps SciPy's function objects to these; the dispatch table runs it
+once the user's code has imported scipy.stats (see `_base.DispatchTable`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from s2s import dtypes
+from s2s.errors import ShapeError, UnsupportedFunctionError
+from s2s.numpy_api import linalg, reductions, scipy_special, shaping
+from s2s.numpy_api import math as npm
+from s2s.numpy_api._base import NUMPY_IMPLS, convert, implements, operand, shape
+from s2s.staging import Tracer
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+_SQRT_HALF = math.sqrt(0.5)
+
+
+def _float64(*xs):
+    return [convert(operand(x), dtypes.canonicalize_dtype(np.float64)) for x in xs]
+
+
+def _static_number(value) -> bool:
+    return not isinstance(value, Tracer) and np.ndim(value) == 0
+
+
+def _standardized(x, loc, scale):
+    """(z, log scale, valid) with z = (x - loc) / scale in float64 and valid = scale > 0.
+    A static loc of 0 and scale of 1 (the defaults) stage nothing, so emitted code reads
+    `np.exp(-0.5 * x * x)`, and a static valid scale needs no check."""
+    (x,) = _float64(x)
+    z = x if _static_number(loc) and loc == 0 else x - _float64(loc)[0]
+    if _static_number(scale) and scale > 0:
+        return (z if scale == 1 else z / float(scale)), math.log(scale), True
+    (scale,) = _float64(scale)
+    return z / scale, npm.log(scale), scale > 0
+
+
+def _less(value, log_scale):
+    """value - log_scale, with nothing staged for a static log_scale of 0."""
+    return value if isinstance(log_scale, float) and log_scale == 0 else value - log_scale
+
+
+def _where_valid(valid, value):
+    return value if valid is True else npm.where(valid, value, np.nan)
+
+
+# ---------------------------------------------------------------------------------------
+# The normal distribution
+
+
+def normal_logpdf(z):
+    return -0.5 * z * z - _LOG_SQRT_2PI
+
+
+def normal_cdf(z):
+    """Phi(z) = erfc(-z / sqrt 2) / 2: accurate in the left tail (Phi(-30) = 4.9e-198), where
+    (1 + erf) / 2 is 0."""
+    return 0.5 * scipy_special.erfc(-z * _SQRT_HALF)
+
+
+# log Phi(z) for z < _SERIES_BELOW: -z^2/2 - log(-z) - log sqrt(2 pi) + log of the asymptotic
+# series sum_k (-1)^k (2k - 1)!! / z^(2k), whose first omitted term is below 1e-17 there.
+_SERIES_BELOW = -20.0
+_SERIES_COEFFICIENTS = [(-1) ** k * math.prod(range(1, 2 * k, 2)) for k in range(11)]
+
+
+def normal_logcdf(z):
+    """log Phi(z), accurate everywhere: the asymptotic series in the far left tail (where
+    Phi underflows), log(erfc(-z / sqrt 2) / 2) up to 0, and log1p(-erfc(z / sqrt 2) / 2)
+    above (where Phi rounds to 1). Each branch sees only inputs in its own range, so the
+    ones not taken give no inf or nan to the derivative."""
+    far_left = z < _SERIES_BELOW
+    right = z > 0
+    left_z = npm.where(far_left, z, _SERIES_BELOW)
+    inverse_square = 1 / (left_z * left_z)
+    series = float(_SERIES_COEFFICIENTS[-1])
+    for coefficient in reversed(_SERIES_COEFFICIENTS[:-1]):   # Horner's rule in 1 / z^2
+        series = coefficient + inverse_square * series
+    tail = -0.5 * left_z * left_z - npm.log(-left_z) - _LOG_SQRT_2PI + npm.log(series)
+    middle = npm.log(normal_cdf(npm.where(far_left | right, 0.0, z)))
+    upper = npm.log1p(-0.5 * scipy_special.erfc(npm.where(right, z, 0.0) * _SQRT_HALF))
+    return npm.where(far_left, tail, npm.where(right, upper, middle))
+
+
+def norm_pdf(x, loc=0, scale=1):
+    return npm.exp(norm_logpdf(x, loc, scale))
+
+
+def norm_logpdf(x, loc=0, scale=1):
+    z, log_scale, valid = _standardized(x, loc, scale)
+    return _where_valid(valid, _less(normal_logpdf(z), log_scale))
+
+
+def norm_cdf(x, loc=0, scale=1):
+    z, _, valid = _standardized(x, loc, scale)
+    return _where_valid(valid, normal_cdf(z))
+
+
+def norm_logcdf(x, loc=0, scale=1):
+    z, _, valid = _standardized(x, loc, scale)
+    return _where_valid(valid, normal_logcdf(z))
+
+
+def norm_sf(x, loc=0, scale=1):
+    z, _, valid = _standardized(x, loc, scale)
+    return _where_valid(valid, normal_cdf(-z))
+
+
+def norm_logsf(x, loc=0, scale=1):
+    z, _, valid = _standardized(x, loc, scale)
+    return _where_valid(valid, normal_logcdf(-z))
+
+
+# ---------------------------------------------------------------------------------------
+# Student's t
+
+
+def t_logpdf(x, df, loc=0, scale=1):
+    """log of Gamma((df+1)/2) / (Gamma(df/2) sqrt(df pi) scale) (1 + z^2/df)^(-(df+1)/2);
+    the normal's where df is inf, as SciPy."""
+    z, log_scale, valid = _standardized(x, loc, scale)
+    (df,) = _float64(df)
+    infinite = npm.isinf(df)
+    finite_df = npm.where(infinite, 1.0, df)
+    half = 0.5 * (finite_df + 1)
+    student = (scipy_special.gammaln(half) - scipy_special.gammaln(0.5 * finite_df)
+               - 0.5 * npm.log(finite_df * math.pi) - half * npm.log1p(z * z / finite_df))
+    density = _less(npm.where(infinite, normal_logpdf(z), student), log_scale)
+    return _where_valid(valid & (df > 0), density)
+
+
+def t_pdf(x, df, loc=0, scale=1):
+    return npm.exp(t_logpdf(x, df, loc, scale))
+
+
+def t_cdf(x, df, loc=0, scale=1):
+    """Through the regularized incomplete beta function: beyond |z| = 1, the tail
+    I_{df/(df+z^2)}(df/2, 1/2) / 2 from the nearer end (accurate however small); within,
+    where that argument nears 1 and its derivative in x grows without bound, 1/2 + sign(z)
+    I_{z^2/(df+z^2)}(1/2, df/2) / 2 (the sum stays above 0.15: no digits lost). At z == 0 it is 1/2 + z pdf(0), which has the derivative of the
+    cdf (the pdf) without the fraction's 0 * inf. The normal's where df is inf, as SciPy.
+    Its derivative in x is the pdf; in df it is refused, as JAX has none."""
+    z, _, valid = _standardized(x, loc, scale)
+    (df,) = _float64(df)
+    infinite = npm.isinf(df)
+    finite_df = npm.where(infinite, 1.0, df)
+    at_zero = z == 0
+    safe_z = npm.where(at_zero, 1.0, z)
+    square = safe_z * safe_z
+    near = square < 1
+    # Each side sees only squares of its own range, so the other's derivative is finite.
+    near_square = npm.where(near, square, 0.25)
+    far_square = npm.where(near, finite_df, square)
+    near_half = 0.5 * scipy_special.betainc(0.5, 0.5 * finite_df, near_square / (finite_df + near_square))
+    far_half = 0.5 * scipy_special.betainc(0.5 * finite_df, 0.5, finite_df / (finite_df + far_square))
+    center = npm.where(safe_z > 0, 0.5 + near_half, 0.5 - near_half)
+    tails = npm.where(safe_z > 0, 1 - far_half, far_half)
+    student = npm.where(near, center, tails)
+    density_at_zero = npm.exp(t_logpdf(0.0, finite_df))
+    student = npm.where(at_zero, 0.5 + z * density_at_zero, student)
+    cdf = npm.where(infinite, normal_cdf(z), student)
+    return _where_valid(valid & (df > 0), cdf)
+
+
+# ---------------------------------------------------------------------------------------
+# The multivariate normal
+
+
+def _mvn_parameters(mean, cov):
+    """(mean, cov, dim) as SciPy reads them: the dimension from `mean` (or cov's, else 1);
+    a scalar cov is cov * I, a 1-D cov the diagonal."""
+    if mean is None:
+        cov_shape = shape(operand(cov))
+        dim = cov_shape[0] if len(cov_shape) == 2 else 1
+        mean = np.zeros(dim)
+    (mean, cov) = _float64(mean, cov)
+    mean_shape = shape(mean)
+    dim = int(np.prod(mean_shape)) if mean_shape else 1
+    mean = shaping.reshape(mean, (dim,))
+    cov_shape = shape(cov)
+    if len(cov_shape) == 0:
+        cov = cov * np.eye(dim)
+    elif len(cov_shape) == 1 and cov_shape[0] == dim:
+        cov = cov * np.eye(dim)
+    elif cov_shape != (dim, dim):
+        raise ShapeError(f"multivariate_normal: cov of shape {cov_shape} does not fit a mean "
+                         f"of dimension {dim}: pass a ({dim}, {dim}) matrix, a length-{dim} "
+                         "diagonal or a scalar")
+    return mean, cov, dim
+
+
+def mvn_logpdf(x, mean=None, cov=1, allow_singular=False):
+    """-(dim log 2 pi + log det cov + (x - mean)^T cov^-1 (x - mean)) / 2, through the
+    Cholesky factor L of cov: log det cov = 2 sum log diag L, and the quadratic form is the
+    squared norm of L^-1 (x - mean). `x` is one point (a vector of length dim, or a scalar
+    when dim is 1) or points along its leading axes; size-1 axes of the result are
+    squeezed out, as SciPy does."""
+    if allow_singular is not False:
+        raise UnsupportedFunctionError(
+            "multivariate_normal(..., allow_singular=True) is not supported by s2s (its "
+            "pseudo-determinant needs an eigendecomposition)",
+            "pass a positive definite cov, or leave allow_singular out")
+    mean, cov, dim = _mvn_parameters(mean, cov)
+    (x,) = _float64(x)
+    x_shape = shape(x)
+    if len(x_shape) == 0 or (len(x_shape) == 1 and dim == 1):
+        x = shaping.reshape(x, x_shape + (1,))
+    if shape(x)[-1] != dim:
+        raise ShapeError(f"multivariate_normal: points of dimension {shape(x)[-1]} do not fit "
+                         f"a mean of dimension {dim}")
+    # SciPy reads one triangle of cov; a function of cov's symmetric part has the symmetric
+    # gradient (JAX's too), where the factor of one triangle would give a triangular one.
+    factor = linalg.cholesky(0.5 * (cov + shaping.swapaxes(cov, -1, -2)))
+    centered = shaping.reshape(x - mean, (-1, dim))
+    whitened = linalg.solve(factor, shaping.transpose(centered))
+    quadratic = reductions.sum(whitened * whitened, axis=0)
+    log_det = 2 * reductions.sum(npm.log(shaping.diagonal(factor)))
+    out = -0.5 * (dim * math.log(2 * math.pi) + log_det + quadratic)
+    return shaping.squeeze(shaping.reshape(out, shape(x)[:-1]))
+
+
+def mvn_pdf(x, mean=None, cov=1, allow_singular=False):
+    return npm.exp(mvn_logpdf(x, mean, cov, allow_singular))
+
+
+# ---------------------------------------------------------------------------------------
+# Registration
+
+
+def _frozen_method_resolver(stats):
+    """A resolver for the dispatch table: the method of a frozen distribution (`norm(0,
+    2).pdf`, made anew by each call) is the distribution's own method with the frozen
+    parameters, `norm.pdf(x, 0, 2)`. (A frozen distribution holds a copy of `norm`, so the
+    method is found by the distribution's name.)"""
+    frozen_type = type(stats.norm())
+
+    def resolve(fn):
+        owner = getattr(fn, "__self__", None)
+        if not isinstance(owner, frozen_type):
+            return None
+        distribution = getattr(stats, owner.dist.name, None)
+        unfrozen = NUMPY_IMPLS.get(getattr(distribution, fn.__name__, None))
+        if unfrozen is None:
+            return None
+        return lambda x: unfrozen(x, *owner.args, **owner.kwds)
+    return resolve
+
+
+def register_scipy_stats() -> None:
+    """Maps scipy.stats's methods to the functions here (once scipy.stats is imported)."""
+    import scipy.stats as stats
+    NUMPY_IMPLS.resolvers.append(_frozen_method_resolver(stats))
+    for method in ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf"):
+        implements(getattr(stats.norm, method))(globals()[f"norm_{method}"])
+    for method in ("pdf", "logpdf", "cdf"):
+        implements(getattr(stats.t, method))(globals()[f"t_{method}"])
+    implements(stats.multivariate_normal.pdf)(mvn_pdf)
+    implements(stats.multivariate_normal.logpdf)(mvn_logpdf)
