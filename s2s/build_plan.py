@@ -39,7 +39,7 @@ import numpy as np
 import s2s
 from s2s import tree as tree_util
 from s2s.eager import staged_or_error
-from s2s.emit.stablehlo import lower, path_inside
+from s2s.emit.stablehlo import lower, path_inside, replicas_needed
 from s2s.errors import S2SError
 from s2s.export import exports_of
 from s2s.frontend.args import ShapeDtype
@@ -275,14 +275,20 @@ def stage_target(name: str, module: Module, record, transform: str, fn) -> Targe
     """`fn` staged for the export's arguments and lowered. An exported pmap (its primal)
     is lowered as `s2s.pmap` runs it, one SPMD module over its devices: its entry records
     the replica count and where each input is split and each output stacked (`replicas`),
-    and its avals are the whole arrays a caller passes and gets."""
-    replicas = None
-    if isinstance(fn, Pmapped):
-        staged, text, count, in_axes, out_axes = fn.spmd_module(record.example_args(transform), module.root)
+    and its avals are the whole arrays a caller passes and gets. Any other program that
+    calls pmaps (the grad of an exported pmap, nested pmaps) runs as jit runs it: on the
+    replicas its pmaps need, each given every input whole, the results replica 0's."""
+    args = record.example_args(transform)
+    spmd = fn.spmd_module(args, module.root) if isinstance(fn, Pmapped) else None
+    if spmd is not None:
+        staged, text, count, in_axes, out_axes = spmd
         replicas = {"count": count, "in_axes": in_axes, "out_axes": out_axes}
     else:
-        staged = staged_or_error(fn, record.example_args(transform), {})
+        staged = staged_or_error(fn, args, {})
         text = lower(staged.closed, root=module.root)
+        count = replicas_needed(staged.closed.jaxpr)
+        replicas = None if count == 1 else {"count": count, "in_axes": [None] * len(staged.closed.jaxpr.invars),
+                                            "out_axes": [None] * len(staged.closed.jaxpr.outvars)}
     jaxpr = staged.closed.jaxpr
     consts = [np.asarray(c) for c in staged.closed.consts]
     whole = replicas or {"count": 1, "in_axes": [None] * len(jaxpr.invars),

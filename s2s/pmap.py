@@ -46,7 +46,7 @@ from s2s import dtypes, tree as tree_util
 from s2s.eager import donated_leaves, refuse_donating_twice, staged_or_error
 from s2s.core import ClosedJaxpr
 from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
-from s2s.errors import S2SError, StagingError, UnsupportedFunctionError
+from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
 from s2s.mapping import positional_names, vmap
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
@@ -243,15 +243,13 @@ class Pmapped:
     def spmd_module(self, args: tuple, root: str | None = None):
         """What `s2s compile` builds for an exported pmap, as the pmap itself runs it: (the
         staged body, its SPMD module, the replica count, each flat input's device axis,
-        each flat output's device axis)."""
+        each flat output's device axis). None when the body calls pmaps itself: its program
+        is then not one replica per device, and is built as a whole, as jit builds it."""
         try:
             call = self._split(args, devices_needed=False)
             staged = self._staged(call, {})
-            if replicas_needed(staged.closed.jaxpr) > 1:   # its module is not one replica per device
-                raise UnsupportedFunctionError(f"{self.__name__} calls pmaps inside its body, and s2s compile "
-                                               "builds a pmap whose body runs on one device each",
-                                               "export the inner pmapped function, or call this one in "
-                                               "Python, where it runs on the replicas they need")
+            if replicas_needed(staged.closed.jaxpr) > 1:
+                return None
             out_axes = [None if axis is None else axis % (a.ndim + 1)
                         for axis, a in zip(self._out_axes(staged), staged.closed.out_avals)]
             return (staged, self._text(staged, call.size, root=root), call.size,

@@ -450,6 +450,21 @@ def local_step(w, x):
 
 step = s2s.export("f64[3], f64[2,4,3]", transforms=("primal",))(
     s2s.pmap(local_step, "devices", in_axes=(None, 0), out_axes=1))
+
+
+def local_loss(w, x):
+    return lax.pmean(np.sum(np.tanh(x @ w) ** 2), "devices")
+
+
+loss = s2s.export("f64[3], f64[2,4,3]", transforms=("grad",))(
+    s2s.pmap(local_loss, "devices", in_axes=(None, 0), out_axes=None))
+
+
+def inner(v):
+    return lax.psum(v, "j") * (1 + lax.axis_index("i"))
+
+
+nested = s2s.export("f64[2,2,3]", transforms=("primal",))(s2s.pmap(s2s.pmap(inner, "j"), "i"))
 '''
 
 
@@ -458,8 +473,12 @@ def test_an_exported_pmap_compiles_to_its_spmd_module_and_loads_on_as_many_devic
     out = tmp_path / "build"
     result = run_compile(str(tmp_path / "parallel.py"), "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
-    (entry,) = json.loads((out / "manifest.json").read_text())["entries"].values()
+    entries = json.loads((out / "manifest.json").read_text())["entries"]
+    entry = entries["parallel.pmap_local_step"]
     assert entry["replicas"] == {"count": 2, "in_axes": [None, 0], "out_axes": [1, 1]}
+    # the grad of a pmap calls the pmap primitive: run as jit runs it, inputs whole
+    assert entries["parallel.grad_pmap_local_loss"]["replicas"] == {"count": 2, "in_axes": [None, None],
+                                                                    "out_axes": [None]}
     assert entry["inputs"] == [{"shape": [3], "dtype": "float64"}, {"shape": [2, 4, 3], "dtype": "float64"}]
     assert entry["outputs"][1] == {"shape": [4, 2, 3], "dtype": "float64"}
     assert "mhlo.num_replicas = 2" in (out / "parallel.pmap_local_step.mlir").read_text()
@@ -472,12 +491,19 @@ def test_an_exported_pmap_compiles_to_its_spmd_module_and_loads_on_as_many_devic
         each = np.mean([np.tanh(x[i] @ w) ** 2 for i in range(2)], axis=0)
         assert np.allclose(loss, np.stack([each, each], axis=1))
         assert np.array_equal(scaled, np.stack([x[0] * 0, x[1] * 1], axis=1))
+        (dw,) = manifest.load({str(out / 'manifest.json')!r}, "parallel.grad_pmap_local_loss")(w, x)
+        h = np.tanh(x @ w)   # d/dw of the mean over devices of sum(tanh(x w)^2)
+        assert np.allclose(dw, np.einsum("dbi,db->i", x, 2 * h * (1 - h ** 2)) / 2)
+        v = np.arange(12.0).reshape(2, 2, 3)
+        (both,) = manifest.load({str(out / 'manifest.json')!r}, "parallel.pmap_pmap_inner")(v)
+        assert np.array_equal(both, v.sum(axis=1, keepdims=True) * np.array([1.0, 2.0])[:, None, None]
+                              + 0 * v)
         assert not any(m.split(".")[0] in ("s2s", "jax") for m in sys.modules), "s2s or jax imported"
-        print("ok on 2 devices")
+        print("ok on 4 devices")
     """)
     loaded = subprocess.run([sys.executable, "-c", script], cwd=str(tmp_path), capture_output=True,
-                            text=True, env=dict(os.environ, S2S_NUM_CPU_DEVICES="2"))
-    assert "ok on 2 devices" in loaded.stdout, loaded.stdout + loaded.stderr
+                            text=True, env=dict(os.environ, S2S_NUM_CPU_DEVICES="4"))
+    assert "ok on 4 devices" in loaded.stdout, loaded.stdout + loaded.stderr
     with pytest.raises(manifest.ManifestError, match="runs as 2 replicas.*has 1 device.*S2S_NUM_CPU_DEVICES=2"):
         manifest.load(str(out / "manifest.json"), "parallel.pmap_local_step")
     emitted = subprocess.run([sys.executable, "-m", "s2s", "emit", str(tmp_path / "parallel.py"),
