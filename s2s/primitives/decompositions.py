@@ -159,11 +159,13 @@ def _reciprocal_differences(d):
 
 
 def _eigh_jvp(primals, tangents, *, uplo):
-    """ẇ = diag(vᵀ Ȧ v) and v̇ = v (F ∘ vᵀ Ȧ v) with F[i, j] = 1 / (w_j − w_i), Ȧ
-    symmetrized first (the value reads one triangle, the derivative both halves)."""
+    """ẇ = diag(vᵀ Ȧ v) and v̇ = v (F ∘ vᵀ Ȧ v) with F[i, j] = 1 / (w_j − w_i), for Ȧ the
+    tangent of the symmetric matrix the value reads: the `uplo` triangle of the tangent,
+    mirrored. (JAX symmetrizes (A + Aᵀ)/2 for the value too; NumPy's value reads one
+    triangle, so for a matrix that is not symmetric the derivative must as well.)"""
     (a,), (a_dot,) = primals, tangents
     w, v = eigh.bind(a, uplo=uplo)
-    a_dot = (a_dot + _mT(a_dot)) / 2
+    a_dot = lower_symmetric(a_dot) if uplo == "L" else lower_symmetric(_mT(a_dot))
     a_dot_v = _matmul(a_dot, v)
     vt_a_dot_v = _matmul(_mT(v), a_dot_v)
     f = _reciprocal_differences(_row(w) - _column(w))
@@ -257,11 +259,12 @@ def _qr_jvp(primals, tangents, *, mode):
 def _pinv_jvp(primals, tangents, *, rcond, hermitian):
     """Golub and Pereyra (1973), as JAX's pinv: with P = a⁺,
     Ṗ = −P Ȧ P + P Pᵀ Ȧᵀ (I − a P) + (I − P a) Ȧᵀ Pᵀ P, products ordered for the shape.
-    A hermitian pinv is of the symmetric matrix, with Ȧ symmetrized (as eigh's)."""
+    A hermitian pinv is of the symmetric matrix its lower triangle makes, and so is its
+    tangent (as eigh's)."""
     (a,), (a_dot,) = primals, tangents
     p = pinv.bind(a, rcond=rcond, hermitian=hermitian)
     if hermitian:
-        a, a_dot = lower_symmetric(a), (a_dot + _mT(a_dot)) / 2
+        a, a_dot = lower_symmetric(a), lower_symmetric(a_dot)
     m, n = _aval(a).shape[-2:]
     a_dot_t, p_t = _mT(a_dot), _mT(p)
     if m >= n:

@@ -61,13 +61,57 @@ def eigh_loss(a):
     return np.sum(w) + np.sum(v**2 * WEIGHTS) + np.sum(w**3) / 10
 
 
+def read_lower(a):
+    """The symmetric matrix np.linalg.eigh(a) reads: a's lower triangle, mirrored."""
+    return np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2)
+
+
+def read_upper(a):
+    return np.triu(a) + np.swapaxes(np.triu(a, 1), -1, -2)
+
+
+def eigh_invariants_as_read(a):
+    return eigh_invariants(read_lower(a))
+
+
+def eigh_loss_as_read(a):
+    return eigh_loss(read_lower(a))
+
+
+def eigvalsh_upper(a):
+    return np.linalg.eigvalsh(a, UPLO="U")
+
+
+def eigvalsh_upper_as_read(a):
+    return np.linalg.eigvalsh(read_upper(a), UPLO="U")
+
+
 @SETTINGS
 @given(batches, dims, value_dtypes, seeds)
 def test_eigh(batch, n, dtype, seed):
+    """Values against NumPy. Derivatives against jax's of the symmetric matrix NumPy's
+    eigh reads (one triangle, mirrored): jax's own eigh symmetrizes (A + Aᵀ)/2, a different
+    function of a matrix that is not symmetric, so the tangents (not symmetric) differ."""
     a = symmetric((*batch, n, n), dtype, seed)
-    check(eigh_invariants, a, dtype=dtype)
-    check(lambda a: np.linalg.eigvalsh(a), a, dtype=dtype)
-    check(lambda a: np.linalg.eigvalsh(a, UPLO="U"), a, dtype=dtype)
+    for fn, as_read in ((eigh_invariants, eigh_invariants_as_read),
+                        (eigvalsh_upper, eigvalsh_upper_as_read)):
+        check_numpy_and_jax(fn, a, derivatives=False, **tolerance(dtype))
+        if dtype == np.float64:
+            check_derivatives(fn, with_numpy(as_read, jnp), a, **tolerance(dtype))
+
+
+def test_eigh_of_a_matrix_that_is_not_symmetric_differentiates_the_triangle_it_reads():
+    """A port of autograd's tests found the derivative of (A + Aᵀ)/2 (JAX's) served for
+    NumPy's value, which reads one triangle: held to finite differences now."""
+    from s2s.test_util import check_grads
+    a = random((4, 4), np.float64, 42)
+    check_grads(lambda a: np.linalg.eigh(a), (a,), order=2)
+    check_grads(lambda a: np.linalg.eigh(a, "U"), (a,), order=2)
+    check_grads(lambda a: np.linalg.eigvalsh(a), (random((2, 3, 3), np.float64, 7),), order=2)
+    upper_changes = np.zeros((4, 4))
+    upper_changes[0, 3] = 1.0    # the lower-triangle eigh does not see it: tangent 0
+    _, (w_dot, v_dot) = s2s.jvp(lambda a: np.linalg.eigh(a), (a,), (upper_changes,))
+    assert not np.any(w_dot) and not np.any(v_dot)
 
 
 def test_eigh_result_names_and_upper_triangle():
@@ -87,7 +131,7 @@ def test_eigh_result_names_and_upper_triangle():
 
 def test_eigh_second_order_against_jax():
     a = symmetric((4, 4), np.float64, 3)
-    np.testing.assert_allclose(s2s.hessian(eigh_loss)(a), jax.hessian(with_numpy(eigh_loss, jnp))(a),
+    np.testing.assert_allclose(s2s.hessian(eigh_loss)(a), jax.hessian(with_numpy(eigh_loss_as_read, jnp))(a),
                                rtol=1e-7, atol=1e-8)
 
 
@@ -163,7 +207,8 @@ def test_matrix_norms_of_singular_values(shape):
 def test_float32_derivatives_against_jax(loss, shape):
     a = random(shape, np.float32, 11)
     a = a + np.swapaxes(a, -1, -2) if loss is eigh_loss else a
-    check_derivatives(loss, with_numpy(loss, jnp), a, rtol=2e-3, atol=2e-3)
+    oracle = eigh_loss_as_read if loss is eigh_loss else loss   # see test_eigh
+    check_derivatives(loss, with_numpy(oracle, jnp), a, rtol=2e-3, atol=2e-3)
 
 
 def hermitian_svd_invariants(a):
@@ -171,11 +216,25 @@ def hermitian_svd_invariants(a):
     return u * u, s, vh * vh, (u * s[..., None, :]) @ vh, np.linalg.svd(a, False, False, True)
 
 
+def hermitian_svd_invariants_as_read(a):
+    return hermitian_svd_invariants(read_lower(a))
+
+
+def hermitian_pinv(a):
+    return np.linalg.pinv(a, hermitian=True)
+
+
+def hermitian_pinv_as_read(a):
+    return hermitian_pinv(read_lower(a))
+
+
 @pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4)])
 def test_hermitian_svd_pinv_and_rank_as_numpy(shape):
     a = symmetric(shape, np.float64, 8)
-    check(hermitian_svd_invariants, a)
-    check(lambda a: np.linalg.pinv(a, hermitian=True), a)
+    for fn, as_read in ((hermitian_svd_invariants, hermitian_svd_invariants_as_read),
+                        (hermitian_pinv, hermitian_pinv_as_read)):   # derivatives: see test_eigh
+        check_numpy_and_jax(fn, a, derivatives=False, **tolerance(np.float64))
+        check_derivatives(fn, with_numpy(as_read, jnp), a, **tolerance(np.float64))
     check_numpy_and_jax(lambda a: np.linalg.matrix_rank(a, hermitian=True), a, derivatives=False)
     lopsided = a + np.triu(np.ones(shape[-2:]), 1)      # NumPy reads the lower triangle only
     for fn in (hermitian_svd_invariants, lambda a: np.linalg.pinv(a, hermitian=True),
@@ -289,7 +348,7 @@ def pinv_lstsq_loss(a):
 def test_gradients_compiled_by_xla_match_the_python_backend(loss, shape):
     a = random(shape, np.float64, 13)
     a = a + np.swapaxes(a, -1, -2) if loss is eigh_loss else a
-    expected = jax.grad(with_numpy(loss, jnp))(a)
+    expected = jax.grad(with_numpy(eigh_loss_as_read if loss is eigh_loss else loss, jnp))(a)
     np.testing.assert_allclose(s2s.jit(s2s.grad(loss))(a), expected, rtol=1e-8, atol=1e-9)
     np.testing.assert_allclose(s2s.jit(s2s.grad(loss), backend="python")(a), expected,
                                rtol=1e-8, atol=1e-9)
