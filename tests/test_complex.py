@@ -208,6 +208,17 @@ def test_reductions_norms_and_products_match_numpy_on_every_backend(dtype):
     check_numpy_and_jax(products, m, w, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("ord, axis", [("nuc", None), (2, None), (-2, (0, 1)), ("nuc", (1, 2))])
+def test_matrix_norms_needing_singular_values_refuse_complex_matrices(ord, axis):
+    """They took the norm of the moduli, |z| elementwise, whose singular values are not
+    z's (a port of autograd's tests found 11.59 for NumPy's 13.79)."""
+    z = (np.arange(24).reshape(2, 3, 4) * (1 + 2j)) if axis == (1, 2) else np.arange(12).reshape(3, 4) * (1 + 2j)
+    with pytest.raises(UnsupportedFunctionError, match="singular values"):
+        s2s.jit(lambda z: np.linalg.norm(z, ord, axis))(z)
+    assert np.isclose(s2s.jit(lambda z: np.linalg.norm(z[..., 0, :], 2))(z),
+                      np.linalg.norm(z[..., 0, :], 2)).all()   # a vector's 2-norm stays
+
+
 def test_variance_of_complex_values_is_real():
     for dtype, part in [(np.complex64, np.float32), (np.complex128, np.float64)]:
         assert s2s.jit(lambda z: np.var(z))(Z.astype(dtype)).dtype == part

@@ -724,8 +724,14 @@ def norm(x, ord=None, axis=None, keepdims=False):
     dt = _dtype(x)
     if not dtypes.is_inexact(dt):
         x = convert(x, dtypes.default_float())
-    if dtypes.is_complex(dt):   # every norm here is the norm of the moduli (a real array)
-        x = ew.abs.bind(x)
+    if dtypes.is_complex(dt):
+        of_matrices = len(_axis_tuple(axis)) == 2 if axis is not None else _ndim(x) == 2
+        if of_matrices and (ord == "nuc" or _is(ord, 2) or _is(ord, -2)):
+            raise UnsupportedFunctionError(
+                f"np.linalg.norm(ord={ord!r}) of a complex matrix needs its singular values, and "
+                "the SVD of complex matrices is not supported yet",
+                "use ord='fro', 1 or np.inf, or compute it outside the staged function")
+        x = ew.abs.bind(x)   # every other norm is the norm of the moduli (a real array)
     dt = _dtype(x)
     nd = _ndim(x)
     if axis is None:
@@ -756,6 +762,10 @@ def norm(x, ord=None, axis=None, keepdims=False):
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):
     """norm over the last two axes (NumPy 2's array-API spelling)."""
     return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+
+
+def _axis_tuple(axis) -> tuple:
+    return tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
 
 
 def _vector_norm(x, ord, axes, dt):
