@@ -424,7 +424,9 @@ def _expand_ellipsis(labels: list[str], ndim: int, what: str) -> list:
     return out
 
 
-_SUBLIST_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# NumPy's letters for sublist subscripts: 0-25 are 'A'-'Z', 26-51 'a'-'z'. The order
+# matters: an implicit output lists the subscripts in the order of their letters.
+_SUBLIST_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def _sublist_text(sublist, what: str) -> str:

@@ -308,6 +308,8 @@ def test_einsum_errors(spec, shapes, message):
     lambda a, b: np.einsum(a, [Ellipsis, 1], b, [1, 2], [Ellipsis, 2]),
     lambda a, b: np.einsum(a, (25, 30), b, (30, 51), [51, 25]),   # tuples; ints up to 51
     lambda a, b: np.einsum(a, [0, 1], [1]),                    # one operand
+    lambda a, b: np.einsum(a, [30, 1], b, [1, 2]),             # implicit output: 2 (C) before 30 (e)
+    lambda a, b: np.einsum(a, [Ellipsis, 0], b, [0, 40]),
 ])
 def test_einsum_interleaved_sublists(interleaved):
     args = (rand((2, 3), seed=0), rand((3, 4), seed=1))
