@@ -53,7 +53,7 @@ from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.vmap import example_aval
 from s2s.primitives.pmapped import bind_pmap
 from s2s.staging import JaxprBuilder, Tracer, current_builder, named_axis
-from s2s_runtime.distributed import process_count, replica_count, replica_devices
+from s2s_runtime.distributed import process_count, replica_count, replica_devices, several_processes
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.xla import Array, devices as all_devices, hlo_text
 
@@ -193,6 +193,12 @@ class Pmapped:
     def _bind(self, args, kwargs):
         """Called inside a function being staged (by jit, grad, vmap or another pmap): one
         `pmap` equation of the body staged for one device's shapes."""
+        if several_processes():   # run on this process's devices (or values) alone: a partial psum
+            raise StagingError("a pmap inside jit, grad or vmap, or a pmap with pmaps inside, runs on this "
+                               "process's devices only, and this run has several processes: its "
+                               "collectives would leave the other processes' values out",
+                               "call the pmap at the top level (its collectives span every process), "
+                               "and put jit or grad inside it")
         call = self._split(args, devices_needed=False)
         staged = self._staged(call, kwargs)
         outs = bind_pmap(staged.closed, staged.flat_inputs(args, kwargs), axis_name=self.axis_name,

@@ -137,6 +137,11 @@ def replica_devices(chosen: list | None, size: int) -> list:
     return xla.devices()[:size]
 
 
+def several_processes() -> bool:
+    """Whether this process is in a run of several (without making the client)."""
+    return _run is not None and _run.num_processes > 1
+
+
 def replica_count(chosen: list | None, size: int) -> int:
     """How many replicas that pmap has, without making the client (a lowering needs no
     devices): `size`, or `size` per process in a run of several."""

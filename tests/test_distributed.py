@@ -94,6 +94,14 @@ def _collectives_worker(process_id: int, port: int, out: pathlib.Path) -> None:
     else:
         raise AssertionError("a second initialize was accepted")
     assert "mhlo.num_replicas = 4" in s2s.pmap(lambda v: lax.psum(v, "i"), "i").lower(x[mine]).as_text()
+    for inside_jit in (s2s.jit(lambda v: s2s.pmap(lambda w: lax.psum(w, "i"), "i")(v)),
+                       s2s.grad(lambda v: s2s.pmap(lambda w: lax.psum(w, "i"), "i")(v).sum())):
+        try:   # on this process's devices alone its psum would be partial: refused
+            inside_jit(x[mine])
+        except s2s.StagingError as error:
+            assert "runs on this process's devices only" in str(error)
+        else:
+            raise AssertionError("a pmap inside jit ran on one process's devices")
     jitted = s2s.jit(loss)(params, x[0], y[0])   # jit runs on this process's first device
     assert jitted.device == s2s.local_devices()[0] and np.isclose(float(jitted), loss(params, x[0], y[0]))
     np.savez(out / f"process{process_id}.npz", total=np.asarray(total), gathered=np.asarray(gathered),
