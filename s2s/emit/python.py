@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import keyword
 import linecache
+import cmath
 import math
 import re
 import types
@@ -137,8 +138,8 @@ def literal_expr(lit: Literal, bare_ok: bool) -> Expr:
         v = float(value)
         text = "np.inf" if v == math.inf else "-np.inf" if v == -math.inf else \
             "np.nan" if math.isnan(v) else repr(v)
-    else:
-        text = repr(complex(value))
+    else:   # `(inf+1j)`, complex's repr, is not Python: see _complex_text
+        text = _complex_text(value)
     default = {"b": dtypes.bool_, "i": dtypes.default_int(), "u": None,
                "f": dtypes.default_float(), "c": dtypes.complex128}[dtype.kind]
     # A bare `True` is a Python int to `~` and `-`: bools are written bare only beside arrays.
@@ -156,6 +157,12 @@ def _float_text(v) -> str:
     return str(v)
 
 
+def _complex_text(v) -> str:
+    """A complex value as Python reads it back: `(1+2j)`, or `complex(np.inf, 1.0)`."""
+    v = complex(v)
+    return repr(v) if cmath.isfinite(v) else f"complex({_float_text(v.real)}, {_float_text(v.imag)})"
+
+
 def _const_source(name: str, value: np.ndarray, options: EmitOptions, sidecar: dict) -> str:
     value = np.asarray(value)
     if value.size == 0:
@@ -163,7 +170,7 @@ def _const_source(name: str, value: np.ndarray, options: EmitOptions, sidecar: d
     if value.size <= LARGE_CONST_ELEMENTS:
         listed = np.array2string(value, separator=", ", threshold=LARGE_CONST_ELEMENTS + 1,
                                  max_line_width=88, floatmode="unique",
-                                 formatter={"float_kind": _float_text})
+                                 formatter={"float_kind": _float_text, "complex_kind": _complex_text})
         listed = listed.replace("\n", "\n" + " " * (len(name) + 13))
         return f"{name} = np.array({listed}, dtype={dtype_text(value.dtype)})"
     if options.const_mode == "sidecar":
@@ -268,6 +275,16 @@ def _constant_scalar(eqn, operands) -> bool:
         return False
     return (eqn.outvars[0].aval.dtype != dtypes.float0 and all(isinstance(v, Literal) for v in eqn.invars)
             and not any(o.text.startswith("np.") for o in operands))
+
+
+def _folded(eqn) -> Expr:
+    """The 0-d value an equation of literals computes, as a typed literal (`np.float64(2.0)`
+    for `1.0 * 2.0`). Computed as the NumPy interpreter computes it, so `1.0 / 0.0` is
+    `np.float64(np.inf)`, where Python's own arithmetic would raise ZeroDivisionError."""
+    with np.errstate(all="ignore"):
+        value = eqn.primitive.impl(*[v.value for v in eqn.invars], **eqn.params)
+    aval = eqn.outvars[0].aval
+    return typed_scalar(literal_expr(Literal(np.asarray(value, aval.dtype)[()], aval), False), aval.dtype)
 
 
 class Block:
@@ -420,9 +437,10 @@ class Block:
                 self.line(f"{name} += {term.text}{self.comment(eqn)}")
                 exprs[eqn.outvars[0]] = Expr(name)
                 continue
-            expr = rule(eqn, *operands)
-            if _constant_scalar(eqn, operands):   # `1.0 * 2.0` is a Python float: `np.float64(1.0 * 2.0)`
-                expr = typed_scalar(expr, eqn.outvars[0].aval.dtype)
+            if _constant_scalar(eqn, operands):   # `1.0 * 2.0` would be a Python float: `np.float64(2.0)`
+                expr = _folded(eqn)
+            else:
+                expr = rule(eqn, *operands)
             comment = self.comment(eqn)
             if eqn.primitive.multiple_results:
                 names = []

@@ -5,6 +5,7 @@ import runpy
 
 import jax
 import numpy as np
+import pytest
 
 import s2s
 from s2s.emit.python import load_source
@@ -129,3 +130,30 @@ def test_nested_functions_and_lambdas_have_readable_locations():
     source = s2s.emit_python(outer, np.ones(3))
     assert "c = np.cos(x)  # test_python.py outer.inner+1" in source
     assert "s = x * x  # test_python.py outer+5" in source   # the lambda's line, counted from `def outer`
+
+
+def std_of_one_with_ddof(x):
+    return np.std(x, ddof=1)
+
+
+def mean_of_nothing_plus_sum(x):
+    return np.mean(x[:0]) + np.sum(x)
+
+
+def times_complex_infinity(z):
+    return z * complex(np.inf, 1.0) + np.array([complex(0.0, np.nan), 2j])
+
+
+@pytest.mark.parametrize("fn, arg", [(s2s.grad(std_of_one_with_ddof), np.array([3.0])),
+                                     (s2s.grad(mean_of_nothing_plus_sum), np.array([3.0, 1.0])),
+                                     (times_complex_infinity, np.array([1 + 2j, -1 - 0.5j]))])
+def test_constants_with_a_zero_divisor_or_a_non_finite_part_are_valid_python(fn, arg):
+    """`np.float64(1.0 / 0.0)` raised ZeroDivisionError and `(inf+1j)` was a NameError in
+    the emitted code (review): literals are folded as NumPy computes them, and complex ones
+    with a non-finite part are written `complex(np.inf, 1.0)`."""
+    source = s2s.emit_python(fn, arg)
+    assert "/ 0.0" not in source and "(inf" not in source and "nanj" not in source
+    with np.errstate(all="ignore"):
+        expected = s2s.jit(fn)(arg)
+        got = s2s.jit(fn, backend="python")(arg)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
