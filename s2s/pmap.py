@@ -188,7 +188,14 @@ class Pmapped:
         """The out_axes entry of each result: out_axes is an int, None, or a tree prefix of
         the results holding them."""
         results = staged.out_tree.unflatten(list(range(staged.out_tree.num_leaves)))
-        return _axes_per_leaf(self.out_axes, results, f"the results of {self.__name__}", "out_axes")
+        axes = _axes_per_leaf(self.out_axes, results, f"the results of {self.__name__}", "out_axes")
+        for axis, aval in zip(axes, staged.closed.out_avals):
+            if axis is not None and not -(aval.ndim + 1) <= axis <= aval.ndim:
+                raise StagingError(f"pmap out_axes {axis} is out of range for a result of rank {aval.ndim} "
+                                   f"(with the device axis, rank {aval.ndim + 1})",
+                                   f"give an axis from {-(aval.ndim + 1)} to {aval.ndim}, or None for a "
+                                   "result that is the same on every device")
+        return axes
 
     def _bind(self, args, kwargs):
         """Called inside a function being staged (by jit, grad, vmap or another pmap): one

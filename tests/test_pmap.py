@@ -637,6 +637,12 @@ def test_out_axes_tree_prefix_errors_name_it():
         pmap(pair, "i", out_axes={"a": 0}).lower(X)
     with pytest.raises(StagingError, match="out_axes must hold ints and None"):
         pmap(pair, "i", out_axes={"a": "first"})
+    for out_axes in (3, -4):   # X's slices are rank 2: with the device axis, axes -3 to 2
+        with pytest.raises(StagingError, match=f"out_axes {out_axes} is out of range for a result of rank 2"):
+            pmap(lambda v: v * 2, "i", out_axes=out_axes).lower(X)
+        with pytest.raises(StagingError, match="out of range"):
+            s2s.make_jaxpr(lambda x: pmap(lambda v: v * 2, "i", out_axes=out_axes)(x))(X)
+    assert "tensor<5x3xf64>" in pmap(lambda v: v * 2, "i", out_axes=-3).lower(X).as_text()
 
 
 @on_devices
