@@ -66,6 +66,14 @@ UNSUPPORTED_STATEMENTS = {
 }
 
 
+
+# What to write instead of assigning to an attribute of a staged array.
+_ATTRIBUTE_STORE_HELP = {
+    "real": "build the new array from its parts: `z = new_real + 1j * np.imag(z)`",
+    "imag": "build the new array from its parts: `z = np.real(z) + 1j * new_imag`",
+    "shape": "reshape it: `x = x.reshape(new_shape)`",
+}
+
 class Scope:
     """The variables of one function activation, with lexical parents for nested defs."""
 
@@ -360,7 +368,13 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
             self._reject_array_store(obj, target)
             obj[self.expr(target.slice)] = value
         elif isinstance(target, gast.Attribute):
-            setattr(self.expr(target.value), target.attr, value)
+            obj = self.expr(target.value)
+            if isinstance(obj, Tracer):
+                raise UnsupportedSyntaxError(
+                    f"cannot assign to `.{target.attr}` of an array s2s stages: NumPy changes the array in "
+                    "place there, and a staged array is a value",
+                    _ATTRIBUTE_STORE_HELP.get(target.attr, "compute a new array and assign it to the name"))
+            setattr(obj, target.attr, value)
         elif isinstance(target, gast.Starred):
             raise UnsupportedSyntaxError("a starred target must be inside a tuple or list")
         else:

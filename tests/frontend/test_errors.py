@@ -257,6 +257,17 @@ def unsupported_numpy(x):
     return np.unique(x)  # ERROR
 
 
+def sets_real_part(x):
+    z = x + 1j
+    z.real = 3.0  # ERROR
+    return z
+
+
+def sets_shape(x):
+    x.shape = (3, 1)  # ERROR
+    return x
+
+
 def random_inside(x):
     return x + np.random.normal(size=3)  # ERROR
 
@@ -300,6 +311,8 @@ def returns_string(x):  # ERROR
     (bad_axis, ShapeError, (x3,), "axis"),
     (unsupported_numpy, UnsupportedFunctionError, (x3,), "np.unique"),
     (random_inside, UnsupportedFunctionError, (x3,), "argument"),
+    (sets_real_part, UnsupportedSyntaxError, (x3,), "np.imag(z)"),
+    (sets_shape, UnsupportedSyntaxError, (x3,), "reshape"),
     (wrong_arity, StagingError, (x3,), "two_args"),
     (raises_in_static_branch, StagingError, (x3, "max"), "unknown mode max"),
     (staged_mask, s2s.S2SError, (x3,), "np.where"),
