@@ -128,8 +128,11 @@ def _count_above(s, cutoff, dtype=np.int64):
 
 
 def _relative_cutoff(s, rtol: float):
-    """rtol · the largest singular value of each matrix, broadcast against s."""
+    """rtol · the largest singular value of each matrix, broadcast against s (0 for an
+    empty matrix, which has none: NumPy's rank 0 and zero solution follow)."""
     nd = len(aval(s).shape)
+    if aval(s).shape[-1] == 0:
+        return ops.full(aval(s).shape[:-1] + (1,), 0, aval(s).dtype)
     largest = ops.expand_dims(ops.reduce_max(s, (nd - 1,)), (nd - 1,))
     return largest * ops.full((), rtol, aval(s).dtype)
 

@@ -382,3 +382,14 @@ def test_traced_cutoff_is_refused_with_a_location():
         return np.linalg.pinv(a, rcond=rcond)
     with pytest.raises(S2SError, match="constant"):
         s2s.jit(f)(np.eye(2), 0.1)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (2, 0, 4)])
+def test_rank_and_least_squares_of_empty_matrices_are_numpys(shape):
+    """They raised "reduce_max over a zero-length axis ... (NumPy raises here too)", where
+    NumPy gives rank 0 and the zero solution (review)."""
+    a = np.zeros(shape)
+    check_numpy_and_jax(lambda a: np.linalg.matrix_rank(a), a, derivatives=False)
+    if len(shape) == 2:
+        b = np.zeros(shape[0])
+        check_numpy_and_jax(lambda a, b: np.linalg.lstsq(a, b, rcond=None)[0], a, b, derivatives=False)
