@@ -137,6 +137,23 @@ class NumpyFunctions:
     lgamma = staticmethod(lgamma)
 
 
+STIRLING_FROM = 1e3   # log_gamma_ratio's series: its next term is below 1e-20 from here on
+
+
+def log_gamma_ratio(big, small, fns):
+    """lgamma(big + small) - lgamma(big), for big >= small >= 0. For a large `big` the two
+    lgammas are huge and nearly equal (lgamma(5e9) ~ 1e11), so their difference loses every
+    digit; Stirling's series for both, subtracted term by term, keeps them:
+    (big - 1/2) log1p(small / big) + small log(big + small) - small
+    - small / (12 big (big + small)) - (1 / (big + small)^3 - 1 / big^3) / 360."""
+    large = big >= STIRLING_FROM
+    z = fns.select(large, big, STIRLING_FROM)   # the series' operand, harmless where unused
+    total = z + small
+    series = ((z - 0.5) * fns.log1p(small / z) + small * fns.log(total) - small
+              - small / (12 * z * total) - (1 / (total * total * total) - 1 / (z * z * z)) / 360)
+    return fns.select(large, series, fns.lgamma(big + small) - fns.lgamma(big))
+
+
 def _away_from_zero(v, tiny, fns):
     return fns.select(fns.abs(v) < tiny, tiny, v)
 
@@ -146,7 +163,8 @@ def betainc_start(a, b, x, tiny, fns):
     x^a (1 - x)^b / (a B(a, b)) in front of the fraction, and Lentz's start."""
     swapped = x > (a + 1) / (a + b + 2)
     a, b, x = fns.select(swapped, b, a), fns.select(swapped, a, b), fns.select(swapped, 1 - x, x)
-    log_front = a * fns.log(x) + b * fns.log1p(-x) - fns.lgamma(a) - fns.lgamma(b) + fns.lgamma(a + b)
+    big, small = fns.select(a >= b, a, b), fns.select(a >= b, b, a)   # log B(a, b), for any a, b:
+    log_front = a * fns.log(x) + b * fns.log1p(-x) - fns.lgamma(small) + log_gamma_ratio(big, small, fns)
     front = fns.exp(log_front) / a
     d = 1 / _away_from_zero(1 - (a + b) * x / (a + 1), tiny, fns)
     c = 1 + 0 * d    # ones of d's shape and dtype, staged or not
