@@ -23,6 +23,7 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import sys
 import sysconfig
 import threading
 import types
@@ -426,6 +427,20 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
         return StagedFunction(source, self.scope, defaults, kw_defaults)
 
 
+def _library_name(fn, module: str) -> str:
+    """How a user wrote a SciPy function or a ufunc: `scipy.special.jn` (SciPy's ufuncs
+    have no module of their own), `scipy.stats.poisson.logpmf` (a distribution's method)."""
+    name = getattr(fn, "__name__", repr(fn))
+    special = sys.modules.get("scipy.special")
+    if isinstance(fn, np.ufunc):
+        return f"scipy.special.{name}" if special is not None and getattr(special, name, None) is fn \
+            else f"the ufunc {name}"
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and isinstance(getattr(owner, "name", None), str):
+        return f"scipy.stats.{owner.name}.{name}"
+    return f"{module}.{name}"
+
+
 def call_user(fn, args, kwargs):
     """Calls `fn` on staged values: every user callable s2s stages goes through here (a call
     in a staged function's source, the functions given to `s2s.lax`, custom_jvp/custom_vjp
@@ -459,6 +474,12 @@ def call_user(fn, args, kwargs):
             f"np.{name} is not supported on arrays by s2s",
             "see the README's table of supported NumPy functions; "
             "write it with supported functions")
+    if (isinstance(fn, np.ufunc) or module == "scipy" or module.startswith("scipy.")) \
+            and _is_staged((args, kwargs)):
+        raise UnsupportedFunctionError(
+            f"{_library_name(fn, module)} is not supported on arrays by s2s",
+            "see the README's table of supported NumPy and SciPy functions; write it with "
+            "supported functions")
     if fn is builtins.print and _is_staged((args, kwargs)):
         raise UnsupportedSyntaxError(
             "print() of a staged array: its value is only known when the function runs",
