@@ -35,7 +35,7 @@ from typing import Callable
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import ClosedJaxpr, Literal, Var
+from s2s.core import ClosedJaxpr, Literal, Var, literal_value
 from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, TEMP_NAMES, UNARY, Expr, dtype_text,
                              python_rules, typed_scalar)
 from s2s.passes.inline import inline_calls
@@ -282,7 +282,7 @@ def _folded(eqn) -> Expr:
     for `1.0 * 2.0`). Computed as the NumPy interpreter computes it, so `1.0 / 0.0` is
     `np.float64(np.inf)`, where Python's own arithmetic would raise ZeroDivisionError."""
     with np.errstate(all="ignore"):
-        value = eqn.primitive.impl(*[v.value for v in eqn.invars], **eqn.params)
+        value = eqn.primitive.impl(*map(literal_value, eqn.invars), **eqn.params)
     aval = eqn.outvars[0].aval
     return typed_scalar(literal_expr(Literal(np.asarray(value, aval.dtype)[()], aval), False), aval.dtype)
 
