@@ -474,8 +474,9 @@ def call_user(fn, args, kwargs):
             f"np.{name} is not supported on arrays by s2s",
             "see the README's table of supported NumPy functions; "
             "write it with supported functions")
-    if (isinstance(fn, np.ufunc) or module == "scipy" or module.startswith("scipy.")) \
-            and _is_staged((args, kwargs)):
+    if (isinstance(fn, np.ufunc) or (module == "scipy" or module.startswith("scipy."))
+            and isinstance(fn, (types.FunctionType, types.MethodType, types.BuiltinFunctionType))) \
+            and _is_staged((args, kwargs)):   # calling a distribution, norm(mu, s), freezes it: SciPy does
         raise UnsupportedFunctionError(
             f"{_library_name(fn, module)} is not supported on arrays by s2s",
             "see the README's table of supported NumPy and SciPy functions; write it with "
