@@ -32,16 +32,6 @@ PROCESSES = 2
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def loss(params, x, y):
-    h = x
-    for W, b in params[:-1]:
-        h = np.tanh(h @ W + b)
-    W, b = params[-1]
-    logits = h @ W + b
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    return -np.mean(np.sum(y * (shifted - np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))), axis=1))
-
-
 def problem(tiny: bool):
     """Parameters, the global batch, and the batch as one slice per device."""
     rng = np.random.default_rng(0)
@@ -56,9 +46,11 @@ def problem(tiny: bool):
 
 
 def steps():
-    """The training step on one device's batch, and its data-parallel twin for pmap over
-    the axis "batch" (s2s is imported here: the script's parent process may lack it)."""
+    """The loss (grad_numpy.py's MLP softmax cross-entropy), the training step on one
+    device's batch, and its data-parallel twin for pmap over the axis "batch" (s2s is
+    imported here: the script's parent process may lack it)."""
     import s2s
+    loss = runpy.run_path(os.path.join(HERE, "grad_numpy.py"))["mlp_loss"]
 
     def single_step(params, x, y):
         grads = s2s.grad(loss)(params, x, y)
@@ -67,7 +59,7 @@ def steps():
     def parallel_step(params, x, y):
         grads = s2s.lax.pmean(s2s.grad(loss)(params, x, y), "batch")
         return [(W - 0.1 * gW, b - 0.1 * gb) for (W, b), (gW, gb) in zip(params, grads)]
-    return single_step, parallel_step
+    return loss, single_step, parallel_step
 
 
 def run(tiny: bool):
@@ -79,7 +71,7 @@ def run(tiny: bool):
     xla = types.SimpleNamespace(**runpy.run_path(os.path.join(HERE, "xla.py")))
     assert s2s.device_count() == DEVICES and jax.device_count() == DEVICES
     params, x, y, xs, ys = problem(tiny)
-    single_step, parallel_step = steps()
+    loss, single_step, parallel_step = steps()
     jax_loss = xla.fresh(loss, np=jnp)
 
     def jax_parallel_step(params, x, y):
@@ -155,7 +147,7 @@ def process_worker(process_id: int, port: int, tiny: bool) -> None:
     local = DEVICES // PROCESSES
     s2s.distributed.initialize(f"127.0.0.1:{port}", PROCESSES, process_id, local_device_count=local, timeout=120)
     params, x, y, xs, ys = problem(tiny)
-    single_step, parallel_step = steps()
+    _, single_step, parallel_step = steps()
     mine = slice(process_id * local, (process_id + 1) * local)
     step = s2s.pmap(parallel_step, "batch", in_axes=(None, 0, 0), out_axes=None)
 

@@ -337,15 +337,6 @@ def jax_grouped_total(x):
     return jnp.sum(jnp.sin(sums) * x) + jnp.sum(gathered * WEIGHTS[None, :, :2, None]) + jnp.sum(maxima)
 
 
-def test_gradients_through_grouped_collectives_match_jax_on_the_whole_batch():
-    """Each example's gradient of every example's loss: the transposes stay in the groups."""
-    x = np.random.default_rng(12).standard_normal((BATCH, 3, 2))
-    want = jax.grad(jax_grouped_total)(x)
-    mapped = s2s.vmap(s2s.grad(grouped_loss), axis_name="batch")
-    assert_matches(mapped(x), want)
-    assert_matches(s2s.jit(mapped)(x), want)
-
-
 @pytest.mark.parametrize("groups, message", [
     ([[0, 1], [2]], "must cover axis 'batch' \\(size 4\\) exactly, in groups of equal size"),
     ([[0, 1, 2], [3]], "in groups of equal size"),
@@ -512,10 +503,15 @@ def jax_grouped_exchange_total(x):
     return (jnp.sum(jnp.sin(scattered) * WEIGHTS[:, :2]) + jnp.sum(jnp.cos(exchanged) * WEIGHTS.reshape(6, 2)))
 
 
-def test_gradients_through_grouped_psum_scatter_and_all_to_all_match_jax_on_the_whole_batch():
-    x = np.random.default_rng(22).standard_normal((BATCH, 3, 4))
-    want = jax.grad(jax_grouped_exchange_total)(x)
-    mapped = s2s.vmap(s2s.grad(grouped_exchange_loss), axis_name="batch")
+@pytest.mark.parametrize("loss, jax_total, shape, seed", [
+    (grouped_loss, jax_grouped_total, (BATCH, 3, 2), 12),
+    (grouped_exchange_loss, jax_grouped_exchange_total, (BATCH, 3, 4), 22),
+], ids=["psum-all_gather-pmax", "psum_scatter-all_to_all"])
+def test_gradients_through_grouped_collectives_match_jax_on_the_whole_batch(loss, jax_total, shape, seed):
+    """Each example's gradient of every example's loss: the transposes stay in the groups."""
+    x = np.random.default_rng(seed).standard_normal(shape)
+    want = jax.grad(jax_total)(x)
+    mapped = s2s.vmap(s2s.grad(loss), axis_name="batch")
     assert_matches(mapped(x), want)
     assert_matches(s2s.jit(mapped)(x), want)
 

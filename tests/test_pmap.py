@@ -387,16 +387,17 @@ def mlp_loss(params, x, y):
     return np.mean((h @ params["W2"] + params["b2"] - y) ** 2)
 
 
-def _mlp(rng):
-    return {"W1": rng.normal(size=(6, 16)) * 0.3, "b1": np.zeros(16),
-            "W2": rng.normal(size=(16, 2)) * 0.3, "b2": np.zeros(2)}
+def _mlp_problem(seed):
+    """Parameters of a 6-16-2 MLP and a batch of 4 examples per device."""
+    rng = np.random.default_rng(seed)
+    params = {"W1": rng.normal(size=(6, 16)) * 0.3, "b1": np.zeros(16),
+              "W2": rng.normal(size=(16, 2)) * 0.3, "b2": np.zeros(2)}
+    return params, rng.normal(size=(N * 4, 6)), rng.normal(size=(N * 4, 2))
 
 
 @on_devices
 def test_data_parallel_gradient_equals_the_full_batch_gradient():
-    rng = np.random.default_rng(1)
-    params = _mlp(rng)
-    x, y = rng.normal(size=(N * 4, 6)), rng.normal(size=(N * 4, 2))
+    params, x, y = _mlp_problem(1)
 
     def device_grads(params, x, y):
         return lax.pmean(s2s.grad(mlp_loss)(params, x, y), "batch")
@@ -410,9 +411,7 @@ def test_data_parallel_gradient_equals_the_full_batch_gradient():
 
 @on_devices
 def test_data_parallel_training_equals_single_device_training():
-    rng = np.random.default_rng(2)
-    params = _mlp(rng)
-    x, y = rng.normal(size=(N * 4, 6)), rng.normal(size=(N * 4, 2))
+    params, x, y = _mlp_problem(2)
 
     def update(params, x, y):
         grads = s2s.grad(mlp_loss)(params, x, y)
