@@ -1,10 +1,14 @@
 """Finding a function's AST and classifying its names.
 
-The whole file a function lives in is parsed once with gast (so line and column numbers
-are the file's own, and lambdas in the middle of a line are found exactly), and analysed
-once with beniget, whose def-use chains say which names each function binds locally.
-Free names are then resolved through the function object itself — its closure cells,
-its `__globals__`, the builtins — never by guessing from the text.
+The file a function lives in is parsed once with `ast` (so line and column numbers are the
+file's own, and lambdas in the middle of a line are found exactly). Only the top-level
+statement that holds the function is converted to gast, the form staging walks, and only
+when a function of it is first staged: in a big module, staging one function costs that
+function, not the file. A function's local names follow Python's rule (`bound_names`).
+beniget's def-use chains, which say what a loop or branch passes on, are made for that
+statement when control flow first asks for them. Free names are then resolved through the
+function object itself — its closure cells, its `__globals__`, the builtins — never by
+guessing from the text.
 
 The text must be the code that runs. Python runs a function's bytecode; s2s reads its
 file, which may have been edited since the module was imported (with or without
@@ -17,6 +21,8 @@ as that code object lives, so a reloaded module's functions never see an old tex
 """
 from __future__ import annotations
 
+import ast
+import bisect
 import builtins
 import dataclasses
 import linecache
@@ -36,11 +42,12 @@ from s2s.source_info import SourceInfo
 @dataclasses.dataclass
 class ParsedFile:
     text: str
-    tree: gast.Module
-    duc: beniget.DefUseChains
+    module: ast.Module
     lines: list[str]
     # (co_qualname, co_firstlineno) -> the code objects `text` compiles to; built on demand.
     compiled: dict | None = dataclasses.field(default=None, repr=False)
+    # index in module.body -> that top-level statement in gast; converted on demand.
+    statements: dict = dataclasses.field(default_factory=dict, repr=False)
 
 
 # filename -> the parse of its latest text: a file edited and read again replaces its
@@ -55,15 +62,42 @@ class _QuietDefUseChains(beniget.DefUseChains):
         pass
 
 
+class Statement:
+    """One top-level statement of a file, in gast, with beniget's def-use chains for it,
+    made when first asked for (straight-line code never asks)."""
+
+    def __init__(self, tree, filename: str):
+        self.tree = tree
+        self.filename = filename
+        self._chains = None
+
+    def chains(self) -> beniget.DefUseChains:
+        if self._chains is None:   # (two threads may both make them: either is right)
+            chains = _QuietDefUseChains(self.filename)
+            chains.visit(gast.Module(body=[self.tree], type_ignores=[]))
+            self._chains = chains
+        return self._chains
+
+
 def _parse_file(filename: str, lines: list[str]) -> ParsedFile:
     text = "".join(lines)
     parsed = _parsed_files.get(filename)
     if parsed is None or parsed.text != text:
-        tree = gast.parse(text)
-        duc = _QuietDefUseChains(filename)
-        duc.visit(tree)
-        parsed = _parsed_files[filename] = ParsedFile(text, tree, duc, lines)
+        parsed = _parsed_files[filename] = ParsedFile(text, ast.parse(text, filename), lines)
     return parsed
+
+
+def _statement_at(parsed: ParsedFile, filename: str, line: int) -> Statement | None:
+    """The top-level statement of `parsed` whose lines (decorators included) hold `line`."""
+    body = parsed.module.body
+    starts = [min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", ())]) for s in body]
+    index = bisect.bisect_right(starts, line) - 1
+    if index < 0 or line > body[index].end_lineno:
+        return None
+    statement = parsed.statements.get(index)
+    if statement is None:
+        statement = parsed.statements.setdefault(index, Statement(gast.ast_to_gast(body[index]), filename))
+    return statement
 
 
 def _compiled_functions(parsed: ParsedFile, filename: str) -> dict:
@@ -72,7 +106,7 @@ def _compiled_functions(parsed: ParsedFile, filename: str) -> dict:
     if parsed.compiled is None:
         index: dict = {}
         try:
-            stack = [compile(parsed.text, filename, "exec", dont_inherit=True)]
+            stack = [compile(parsed.module, filename, "exec", dont_inherit=True)]
         except (SyntaxError, ValueError):
             stack = []
         while stack:
@@ -153,7 +187,8 @@ class FunctionSource:
     filename: str
     name: str
     local_names: frozenset[str]   # names bound in the function's own scope (args included)
-    chains: beniget.DefUseChains | None = dataclasses.field(default=None, repr=False)
+    declarations: tuple   # its own `global` and `nonlocal` statements
+    statement: Statement | None = dataclasses.field(default=None, repr=False)   # where `node` is
     # The def that locations are counted from (SourceInfo.function, .def_line): the
     # function itself, or for a lambda nested in a staged function, that function.
     anchor_name: str = ""
@@ -176,11 +211,12 @@ class FunctionSource:
         def-use chains: the values a block of code passes on."""
         statement_of = _innermost_statements(region)
         reset_before = _resets_before(region)
+        chains = self._chains()
         passed_on = []
         for node in walk_scope([region]):
             if not (isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store)) or node.id not in names:
                 continue
-            chain = self.chains.chains.get(node) if self.chains is not None else None
+            chain = chains.get(node) if chains is not None else None
             users = [u.node for u in chain.users()] if chain is not None else []
             # A read in the same statement (`h = f(h)`) or an earlier one sees the value
             # of the previous iteration, unless the name is assigned again at the top of the
@@ -196,12 +232,17 @@ class FunctionSource:
     def is_read(self, target) -> bool:
         """Whether any name the assignment target `target` binds is ever read (by the
         def-use chains; True when there are none to ask)."""
+        chains = self._chains()
         for node in walk_scope([target]):
             if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
-                chain = self.chains.chains.get(node) if self.chains is not None else None
+                chain = chains.get(node) if chains is not None else None
                 if chain is None or chain.users():
                     return True
         return False
+
+    def _chains(self) -> dict | None:
+        """beniget's chains of the statement `node` is in: Store node -> its Def."""
+        return self.statement.chains().chains if self.statement is not None else None
 
     def info(self, node) -> SourceInfo:
         """Where `node` is, as a SourceInfo (made once per node: staging asks often)."""
@@ -290,8 +331,52 @@ _sources: dict = {}
 _sources_lock = threading.Lock()
 
 
-def local_names_of(chains: beniget.DefUseChains, node) -> frozenset[str]:
-    return frozenset(d.name() for d in chains.locals.get(node, ()))
+_SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef, gast.Lambda)
+_COMPREHENSIONS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
+
+
+def scope_of(function) -> tuple[frozenset[str], tuple]:
+    """(the names a def or lambda binds in its own scope, its own `global` and `nonlocal`
+    statements), by Python's rule: the arguments and every name the body stores to or
+    deletes, imports, defines (def, class) or matches, a walrus inside a comprehension
+    included, but not a comprehension's own targets nor anything inside nested functions
+    and classes (their decorators, defaults and bases are this scope's); less the names
+    declared `global` or `nonlocal`. One pass over the function, no def-use analysis."""
+    arguments = function.args
+    names = {a.id for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
+    names |= {a.id for a in (arguments.vararg, arguments.kwarg) if a is not None}
+    declarations = []
+    stack = [function.body] if isinstance(function, gast.Lambda) else list(function.body)
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is gast.Name:
+            if type(node.ctx) is not gast.Load:
+                names.add(node.id)
+        elif isinstance(node, _SCOPES):
+            if kind is not gast.Lambda:
+                names.add(node.name)
+                stack.extend(node.decorator_list)
+            if kind is gast.ClassDef:
+                stack.extend(node.bases + node.keywords)
+            else:
+                stack.extend(node.args.defaults + [d for d in node.args.kw_defaults if d is not None])
+        elif isinstance(node, _COMPREHENSIONS):   # its targets are its own; a walrus binds here
+            for generator in node.generators:
+                stack.extend([generator.iter, *generator.ifs])
+            stack.extend([node.key, node.value] if kind is gast.DictComp else [node.elt])
+        else:
+            if kind is gast.alias:
+                names.add(node.asname or node.name.split(".")[0])
+            elif kind is gast.Global or kind is gast.Nonlocal:
+                declarations.append(node)
+            elif (kind is gast.MatchAs or kind is gast.MatchStar) and node.name is not None:
+                names.add(node.name)
+            elif kind is gast.MatchMapping and node.rest is not None:
+                names.add(node.rest)
+            stack.extend(gast.iter_child_nodes(node))
+    declared = {name for node in declarations for name in node.names}
+    return frozenset(names - declared), tuple(sorted(declarations, key=_position))
 
 
 def function_source(fn) -> FunctionSource:
@@ -301,9 +386,9 @@ def function_source(fn) -> FunctionSource:
     cached = _sources.get(id(code))
     if cached is not None and cached[0]() is code:
         return cached[1]
-    parsed, node = _node_in_current_text(fn)
+    statement, node = _node_in_current_text(fn)
     filename = code.co_filename
-    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed.duc, node), parsed.duc,
+    source = FunctionSource(node, filename, fn.__qualname__, *scope_of(node), statement,
                             anchor_name=fn.__qualname__.replace(".<locals>", ""), anchor_line=node.lineno)
     key = id(code)
 
@@ -335,18 +420,33 @@ def _node_in_current_text(fn):
         raise _stale_source_error(fn, filename) from None
     candidates = _compiled_functions(parsed, filename).get((code.co_qualname, code.co_firstlineno), [])
     if any(_same_code(code, c) for c in candidates):
-        node = _find_node(parsed.tree, code)
+        found = _find_node(parsed, filename, code)
     else:   # moved, perhaps: the same code at one other place in the file is the same function
         moved = [c for (qualname, _), found in _compiled_functions(parsed, filename).items()
                  if qualname == code.co_qualname for c in found if _same_code(code, c)]
-        node = _find_node(parsed.tree, moved[0]) if len(moved) == 1 else None
-    if node is None:
+        found = _find_node(parsed, filename, moved[0]) if len(moved) == 1 else None
+    if found is None:
         raise _stale_source_error(fn, filename)
-    return parsed, node
+    return found
 
 
-def _find_node(tree, code):
+def _find_node(parsed: ParsedFile, filename: str, code) -> tuple[Statement, object] | None:
+    """The top-level statement that holds the def or lambda `code` was compiled from, and
+    its node there (both gast), or None."""
     line = code.co_firstlineno
+    statement = _statement_at(parsed, filename, line)
+    if statement is None:
+        return None
+    node = _find_in(statement.tree, code, line)
+    return (statement, node) if node is not None else None
+
+
+def _is_def_at(node, name: str, line: int) -> bool:
+    return isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef)) and node.name == name and \
+        line in (node.lineno, min([node.lineno] + [d.lineno for d in node.decorator_list]))
+
+
+def _find_in(tree, code, line: int):
     if code.co_name == "<lambda>":
         lambdas = [n for n in gast.walk(tree) if isinstance(n, gast.Lambda) and n.lineno == line]
         if len(lambdas) > 1:
@@ -358,12 +458,9 @@ def _find_node(tree, code):
             columns = {pos[2] for pos in code.co_positions() if pos[2] is not None}
             lambdas = [n for n in lambdas if n.body.col_offset in columns] or lambdas
         return lambdas[0] if lambdas else None
-    for n in gast.walk(tree):
-        if isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef)) and n.name == code.co_name:
-            first = min([n.lineno] + [d.lineno for d in n.decorator_list])
-            if line in (first, n.lineno):
-                return n
-    return None
+    if _is_def_at(tree, code.co_name, line):   # a top-level def: no need to look inside
+        return tree
+    return next((n for n in gast.walk(tree) if _is_def_at(n, code.co_name, line)), None)
 
 
 def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
@@ -377,7 +474,7 @@ def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
             anchor_name, anchor_line = f"{parent.anchor_name}.{name}", node.lineno
         source = parent.nested.setdefault(node, FunctionSource(
             node, parent.filename, f"{parent.name}.<locals>.{name}",
-            local_names_of(parent.chains, node), parent.chains,
+            *scope_of(node), parent.statement,
             anchor_name=anchor_name, anchor_line=anchor_line))
     return source
 
@@ -419,11 +516,12 @@ def classify_names(fn) -> dict[str, str]:
 
 
 def check_supported_scope(source: FunctionSource) -> None:
-    """Rejects `global` and `nonlocal`, which would make staging write outside the function."""
-    for node in gast.walk(source.node):
-        if isinstance(node, (gast.Global, gast.Nonlocal)):
-            kind = "global" if isinstance(node, gast.Global) else "nonlocal"
-            raise UnsupportedSyntaxError(
-                f"`{kind}` statements are not supported in staged functions",
-                "return the new value instead of assigning to an outer variable",
-                source.info(node))
+    """Rejects `global` and `nonlocal`, which would make staging write outside the function
+    (a nested function's are found when it is staged)."""
+    if source.declarations:
+        node = source.declarations[0]
+        kind = "global" if isinstance(node, gast.Global) else "nonlocal"
+        raise UnsupportedSyntaxError(
+            f"`{kind}` statements are not supported in staged functions",
+            "return the new value instead of assigning to an outer variable",
+            source.info(node))
