@@ -335,6 +335,12 @@ _SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef, gast.Lambda)
 _COMPREHENSIONS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
 
 
+def _arguments(arguments) -> list:
+    """Every parameter's Name of a gast `arguments`."""
+    return arguments.posonlyargs + arguments.args + arguments.kwonlyargs + [
+        a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+
+
 def scope_of(function) -> tuple[frozenset[str], tuple]:
     """(the names a def or lambda binds in its own scope, its own `global` and `nonlocal`
     statements), by Python's rule: the arguments and every name the body stores to or
@@ -342,9 +348,7 @@ def scope_of(function) -> tuple[frozenset[str], tuple]:
     included, but not a comprehension's own targets nor anything inside nested functions
     and classes (their decorators, defaults and bases are this scope's); less the names
     declared `global` or `nonlocal`. One pass over the function, no def-use analysis."""
-    arguments = function.args
-    names = {a.id for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
-    names |= {a.id for a in (arguments.vararg, arguments.kwarg) if a is not None}
+    names = {a.id for a in _arguments(function.args)}
     declarations = []
     stack = [function.body] if isinstance(function, gast.Lambda) else list(function.body)
     while stack:
@@ -361,6 +365,9 @@ def scope_of(function) -> tuple[frozenset[str], tuple]:
                 stack.extend(node.bases + node.keywords)
             else:
                 stack.extend(node.args.defaults + [d for d in node.args.kw_defaults if d is not None])
+                if kind is not gast.Lambda:   # annotations too are evaluated here
+                    stack.extend(a.annotation for a in _arguments(node.args) if a.annotation is not None)
+                    stack.extend([node.returns] if node.returns is not None else [])
         elif isinstance(node, _COMPREHENSIONS):   # its targets are its own; a walrus binds here
             for generator in node.generators:
                 stack.extend([generator.iter, *generator.ifs])
