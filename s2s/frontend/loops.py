@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import gast
+import ast
 import numpy as np
 
 from s2s import dtypes
@@ -143,7 +143,7 @@ class Loops:
         """Python leaves the loop variable at the last item the loop reached: bound when
         something reads it after the loop (or in its `else`)."""
         targets = self.source.stored_names([node.target])
-        read_in_else = any(isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load) and n.id in targets
+        read_in_else = any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in targets
                            for n in walk_statements(node.orelse))
         if not (read_in_else or self.source.used_outside(node, targets)):
             return
@@ -272,9 +272,9 @@ class Loops:
         """For `range(...)`: the range, or (start, stop, step) when a bound is a staged array
         (Python's range needs ints; such a loop is a while_loop). None for anything else,
         which is left unevaluated."""
-        if not (isinstance(expr, gast.Call) and isinstance(expr.func, gast.Name) and expr.func.id == "range"
+        if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "range"
                 and not expr.keywords and 1 <= len(expr.args) <= 3
-                and not any(isinstance(a, gast.Starred) for a in expr.args)
+                and not any(isinstance(a, ast.Starred) for a in expr.args)
                 and self.scope.lookup("range", expr.func) is range):
             return None
         bounds = [self.expr(a) for a in expr.args]

@@ -1,12 +1,13 @@
 """Finding a function's AST and classifying its names.
 
 The file a function lives in is parsed once with `ast` (so line and column numbers are the
-file's own, and lambdas in the middle of a line are found exactly). Only the top-level
-statement that holds the function is converted to gast, the form staging walks, and only
-when a function of it is first staged: in a big module, staging one function costs that
-function, not the file. A function's local names follow Python's rule (`bound_names`).
-beniget's def-use chains, which say what a loop or branch passes on, are made for that
-statement when control flow first asks for them. Free names are then resolved through the
+file's own, and lambdas in the middle of a line are found exactly), and staging walks
+that `ast` tree. A function's local names follow Python's rule (`scope_of`, one pass).
+beniget's def-use chains, which say what a loop or branch passes on, are made only when
+control flow first asks for them, and only for the top-level statement that holds the
+function (on a gast copy of it, beniget's input, whose nodes are matched to the `ast`
+ones by position): straight-line code never pays for them, and in a big module staging
+one function costs that function, not the file. Free names are then resolved through the
 function object itself — its closure cells, its `__globals__`, the builtins — never by
 guessing from the text.
 
@@ -33,7 +34,7 @@ import types
 import weakref
 
 import beniget
-import gast
+import gast   # beniget's input: the def-use chains are made on a gast copy
 
 from s2s.errors import StagingError, StaleSourceError, UnsupportedSyntaxError
 from s2s.source_info import SourceInfo
@@ -46,7 +47,7 @@ class ParsedFile:
     lines: list[str]
     # (co_qualname, co_firstlineno) -> the code objects `text` compiles to; built on demand.
     compiled: dict | None = dataclasses.field(default=None, repr=False)
-    # index in module.body -> that top-level statement in gast; converted on demand.
+    # index in module.body -> that top-level statement's Statement; made on demand.
     statements: dict = dataclasses.field(default_factory=dict, repr=False)
 
 
@@ -63,20 +64,39 @@ class _QuietDefUseChains(beniget.DefUseChains):
 
 
 class Statement:
-    """One top-level statement of a file, in gast, with beniget's def-use chains for it,
+    """One top-level statement of a file (`ast`), with beniget's def-use chains for it,
     made when first asked for (straight-line code never asks)."""
 
-    def __init__(self, tree, filename: str):
+    def __init__(self, tree: ast.stmt, filename: str):
         self.tree = tree
         self.filename = filename
-        self._chains = None
+        self._users = None
 
-    def chains(self) -> beniget.DefUseChains:
-        if self._chains is None:   # (two threads may both make them: either is right)
-            chains = _QuietDefUseChains(self.filename)
-            chains.visit(gast.Module(body=[self.tree], type_ignores=[]))
-            self._chains = chains
-        return self._chains
+    def users(self, store: ast.Name) -> list | None:
+        """The nodes of this statement that may read the value `store` (a Name assigned
+        to) binds, by beniget's def-use chains; None when the chains do not know it."""
+        users = self._users
+        if users is None:   # (two threads may both make them: either is right)
+            users = self._users = self._chained_users()
+        return users.get(_position_key(store))
+
+    def _chained_users(self) -> dict:
+        """position key of each stored Name -> the `ast` nodes reading its value."""
+        copy = gast.ast_to_gast(self.tree)
+        chains = _QuietDefUseChains(self.filename)
+        chains.visit(gast.Module(body=[copy], type_ignores=[]))
+        originals = {_position_key(n): n for n in ast.walk(self.tree) if hasattr(n, "lineno")}
+        users = {}
+        for node, chain in chains.chains.items():
+            if type(node).__name__ == "Name" and hasattr(node, "lineno"):
+                users[_position_key(node)] = [originals[key] for u in chain.users()
+                                              if (key := _position_key(u.node)) in originals]
+        return users
+
+
+def _position_key(node) -> tuple:
+    """What tells a node of a statement from its other nodes, in `ast` and in gast alike."""
+    return (type(node).__name__, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
 
 
 def _parse_file(filename: str, lines: list[str]) -> ParsedFile:
@@ -96,7 +116,7 @@ def _statement_at(parsed: ParsedFile, filename: str, line: int) -> Statement | N
         return None
     statement = parsed.statements.get(index)
     if statement is None:
-        statement = parsed.statements.setdefault(index, Statement(gast.ast_to_gast(body[index]), filename))
+        statement = parsed.statements.setdefault(index, Statement(body[index], filename))
     return statement
 
 
@@ -183,7 +203,7 @@ def _stale_source_error(fn, filename: str) -> StaleSourceError:
 @dataclasses.dataclass
 class FunctionSource:
     """A function's AST node, the file it is in, and the names its body binds."""
-    node: gast.FunctionDef | gast.Lambda
+    node: ast.FunctionDef | ast.Lambda
     filename: str
     name: str
     local_names: frozenset[str]   # names bound in the function's own scope (args included)
@@ -201,7 +221,7 @@ class FunctionSource:
         nested functions, which have scopes of their own."""
         names: list[str] = []
         for node in walk_scope(statements):
-            if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store) and node.id not in names:
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in names:
                 names.append(node.id)
         return names
 
@@ -211,13 +231,11 @@ class FunctionSource:
         def-use chains: the values a block of code passes on."""
         statement_of = _innermost_statements(region)
         reset_before = _resets_before(region)
-        chains = self._chains()
         passed_on = []
         for node in walk_scope([region]):
-            if not (isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store)) or node.id not in names:
+            if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)) or node.id not in names:
                 continue
-            chain = chains.get(node) if chains is not None else None
-            users = [u.node for u in chain.users()] if chain is not None else []
+            users = (self.statement.users(node) if self.statement is not None else None) or []
             # A read in the same statement (`h = f(h)`) or an earlier one sees the value
             # of the previous iteration, unless the name is assigned again at the top of the
             # region before that read: then the read is an inner loop's, on its own values.
@@ -232,17 +250,12 @@ class FunctionSource:
     def is_read(self, target) -> bool:
         """Whether any name the assignment target `target` binds is ever read (by the
         def-use chains; True when there are none to ask)."""
-        chains = self._chains()
         for node in walk_scope([target]):
-            if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
-                chain = chains.get(node) if chains is not None else None
-                if chain is None or chain.users():
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                users = self.statement.users(node) if self.statement is not None else None
+                if users is None or users:
                     return True
         return False
-
-    def _chains(self) -> dict | None:
-        """beniget's chains of the statement `node` is in: Store node -> its Def."""
-        return self.statement.chains().chains if self.statement is not None else None
 
     def info(self, node) -> SourceInfo:
         """Where `node` is, as a SourceInfo (made once per node: staging asks often)."""
@@ -269,9 +282,9 @@ def last_return_info(fn) -> SourceInfo | None:
         source = function_source(fn)
     except StagingError:
         return None
-    if isinstance(source.node, gast.Lambda):
+    if isinstance(source.node, ast.Lambda):
         return source.info(source.node.body)
-    returns = [node for node in walk_scope(source.node.body) if isinstance(node, gast.Return)]
+    returns = [node for node in walk_scope(source.node.body) if isinstance(node, ast.Return)]
     return source.info(returns[-1]) if returns else None
 
 
@@ -281,9 +294,9 @@ def walk_scope(statements):
     while stack:
         node = stack.pop()
         yield node
-        if isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             continue
-        stack.extend(reversed(list(gast.iter_child_nodes(node))))
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
 def _innermost_statements(region) -> dict[int, object]:
@@ -291,10 +304,10 @@ def _innermost_statements(region) -> dict[int, object]:
     found: dict[int, object] = {}
 
     def visit(node, statement):
-        if isinstance(node, gast.stmt):
+        if isinstance(node, ast.stmt):
             statement = node
         found[id(node)] = statement
-        for child in gast.iter_child_nodes(node):
+        for child in ast.iter_child_nodes(node):
             visit(child, statement)
     visit(region, region)
     return found
@@ -312,12 +325,12 @@ def _resets_before(region) -> dict[int, frozenset[str]]:
             for node in walk_scope([statement]):
                 found[id(node)] = assigned
             targets = []
-            if isinstance(statement, gast.Assign):
+            if isinstance(statement, ast.Assign):
                 targets = statement.targets
-            elif isinstance(statement, gast.AnnAssign) and statement.value is not None:
+            elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
                 targets = [statement.target]
             assigned |= {n.id for n in walk_scope(targets)
-                         if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store)}
+                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     return found
 
 
@@ -331,12 +344,12 @@ _sources: dict = {}
 _sources_lock = threading.Lock()
 
 
-_SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef, gast.Lambda)
-_COMPREHENSIONS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-def _arguments(arguments) -> list:
-    """Every parameter's Name of a gast `arguments`."""
+def _arguments(arguments: ast.arguments) -> list[ast.arg]:
+    """Every parameter of a def or lambda."""
     return arguments.posonlyargs + arguments.args + arguments.kwonlyargs + [
         a for a in (arguments.vararg, arguments.kwarg) if a is not None]
 
@@ -348,40 +361,42 @@ def scope_of(function) -> tuple[frozenset[str], tuple]:
     included, but not a comprehension's own targets nor anything inside nested functions
     and classes (their decorators, defaults and bases are this scope's); less the names
     declared `global` or `nonlocal`. One pass over the function, no def-use analysis."""
-    names = {a.id for a in _arguments(function.args)}
+    names = {a.arg for a in _arguments(function.args)}
     declarations = []
-    stack = [function.body] if isinstance(function, gast.Lambda) else list(function.body)
+    stack = [function.body] if isinstance(function, ast.Lambda) else list(function.body)
     while stack:
         node = stack.pop()
         kind = type(node)
-        if kind is gast.Name:
-            if type(node.ctx) is not gast.Load:
+        if kind is ast.Name:
+            if type(node.ctx) is not ast.Load:
                 names.add(node.id)
         elif isinstance(node, _SCOPES):
-            if kind is not gast.Lambda:
+            if kind is not ast.Lambda:
                 names.add(node.name)
                 stack.extend(node.decorator_list)
-            if kind is gast.ClassDef:
+            if kind is ast.ClassDef:
                 stack.extend(node.bases + node.keywords)
             else:
                 stack.extend(node.args.defaults + [d for d in node.args.kw_defaults if d is not None])
-                if kind is not gast.Lambda:   # annotations too are evaluated here
+                if kind is not ast.Lambda:   # annotations too are evaluated here
                     stack.extend(a.annotation for a in _arguments(node.args) if a.annotation is not None)
                     stack.extend([node.returns] if node.returns is not None else [])
         elif isinstance(node, _COMPREHENSIONS):   # its targets are its own; a walrus binds here
             for generator in node.generators:
                 stack.extend([generator.iter, *generator.ifs])
-            stack.extend([node.key, node.value] if kind is gast.DictComp else [node.elt])
+            stack.extend([node.key, node.value] if kind is ast.DictComp else [node.elt])
         else:
-            if kind is gast.alias:
+            if kind is ast.alias:
                 names.add(node.asname or node.name.split(".")[0])
-            elif kind is gast.Global or kind is gast.Nonlocal:
+            elif kind is ast.Global or kind is ast.Nonlocal:
                 declarations.append(node)
-            elif (kind is gast.MatchAs or kind is gast.MatchStar) and node.name is not None:
+            elif (kind is ast.MatchAs or kind is ast.MatchStar) and node.name is not None:
                 names.add(node.name)
-            elif kind is gast.MatchMapping and node.rest is not None:
+            elif kind is ast.MatchMapping and node.rest is not None:
                 names.add(node.rest)
-            stack.extend(gast.iter_child_nodes(node))
+            elif kind is ast.ExceptHandler and node.name is not None:
+                names.add(node.name)
+            stack.extend(ast.iter_child_nodes(node))
     declared = {name for node in declarations for name in node.names}
     return frozenset(names - declared), tuple(sorted(declarations, key=_position))
 
@@ -439,7 +454,7 @@ def _node_in_current_text(fn):
 
 def _find_node(parsed: ParsedFile, filename: str, code) -> tuple[Statement, object] | None:
     """The top-level statement that holds the def or lambda `code` was compiled from, and
-    its node there (both gast), or None."""
+    its node there, or None."""
     line = code.co_firstlineno
     statement = _statement_at(parsed, filename, line)
     if statement is None:
@@ -449,17 +464,17 @@ def _find_node(parsed: ParsedFile, filename: str, code) -> tuple[Statement, obje
 
 
 def _is_def_at(node, name: str, line: int) -> bool:
-    return isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef)) and node.name == name and \
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name and \
         line in (node.lineno, min([node.lineno] + [d.lineno for d in node.decorator_list]))
 
 
 def _find_in(tree, code, line: int):
     if code.co_name == "<lambda>":
-        lambdas = [n for n in gast.walk(tree) if isinstance(n, gast.Lambda) and n.lineno == line]
+        lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and n.lineno == line]
         if len(lambdas) > 1:
             arg_names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
             lambdas = [n for n in lambdas
-                       if tuple(a.id for a in n.args.args + n.args.kwonlyargs) == arg_names] or lambdas
+                       if tuple(a.arg for a in n.args.args + n.args.kwonlyargs) == arg_names] or lambdas
         if len(lambdas) > 1:
             # Several lambdas with the same arguments on one line: match the body's column.
             columns = {pos[2] for pos in code.co_positions() if pos[2] is not None}
@@ -467,7 +482,7 @@ def _find_in(tree, code, line: int):
         return lambdas[0] if lambdas else None
     if _is_def_at(tree, code.co_name, line):   # a top-level def: no need to look inside
         return tree
-    return next((n for n in gast.walk(tree) if _is_def_at(n, code.co_name, line)), None)
+    return next((n for n in ast.walk(tree) if _is_def_at(n, code.co_name, line)), None)
 
 
 def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
@@ -475,7 +490,7 @@ def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
     source = parent.nested.get(node)
     if source is None:   # read from the parent's own parse, never from a newer text
         name = getattr(node, "name", "<lambda>")
-        if isinstance(node, gast.Lambda):   # one line of its def: counted from the def around it
+        if isinstance(node, ast.Lambda):   # one line of its def: counted from the def around it
             anchor_name, anchor_line = parent.anchor_name, parent.anchor_line
         else:
             anchor_name, anchor_line = f"{parent.anchor_name}.{name}", node.lineno
@@ -492,19 +507,18 @@ BUILTINS = vars(builtins)
 def classify_names(fn) -> dict[str, str]:
     """Every name `fn`'s own body reads: 'argument', 'local', 'closure', 'global' or 'builtin'.
 
-    Locals and arguments come from beniget's scope analysis of the source; the rest is
+    Locals and arguments come from the source (`scope_of`); the rest is
     resolved through the function object (closure cells, `__globals__`, builtins), the
     same order the staging walk looks names up in. Unresolvable names are 'undefined'.
     """
     source = function_source(fn)
     node = source.node
-    arg_names = {a.id for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
-    arg_names |= {a.id for a in (node.args.vararg, node.args.kwarg) if a is not None}
-    nested = {id(n) for inner in gast.walk(node) if inner is not node and isinstance(
-        inner, (gast.FunctionDef, gast.Lambda)) for n in gast.walk(inner)}
+    arg_names = {a.arg for a in _arguments(node.args)}
+    nested = {id(n) for inner in ast.walk(node) if inner is not node and isinstance(
+        inner, (ast.FunctionDef, ast.Lambda)) for n in ast.walk(inner)}
     kinds: dict[str, str] = {}
-    for n in gast.walk(node):
-        if not (isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load)) or id(n) in nested:
+    for n in ast.walk(node):
+        if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)) or id(n) in nested:
             continue
         name = n.id
         if name in arg_names:
@@ -527,7 +541,7 @@ def check_supported_scope(source: FunctionSource) -> None:
     (a nested function's are found when it is staged)."""
     if source.declarations:
         node = source.declarations[0]
-        kind = "global" if isinstance(node, gast.Global) else "nonlocal"
+        kind = "global" if isinstance(node, ast.Global) else "nonlocal"
         raise UnsupportedSyntaxError(
             f"`{kind}` statements are not supported in staged functions",
             "return the new value instead of assigning to an outer variable",
