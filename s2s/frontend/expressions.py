@@ -49,6 +49,16 @@ def is_array_constant(value) -> bool:
     return isinstance(value, np.ndarray) and value.ndim > 0
 
 
+def _unsupported(walker, node):
+    raise UnsupportedSyntaxError(
+        f"`{type(node).__name__}` expressions are not supported in staged functions",
+        "rewrite the expression with supported syntax")
+
+
+# (walker class, node class) -> the walker's method for it (`expr_BinOp`, ...), found once.
+_EXPR_METHODS: dict = {}
+
+
 class Expressions:
     """The walker's expressions (a mixin of FunctionWalker): `expr(node)` returns the
     node's value. Names resolve in `self.scope`; calls go through `self.call` and new
@@ -60,12 +70,11 @@ class Expressions:
         if builder is not None:
             builder.source_info = self.source.info(node)
         try:
-            method = getattr(self, "expr_" + type(node).__name__, None)
+            key = (type(self), type(node))
+            method = _EXPR_METHODS.get(key)
             if method is None:
-                raise UnsupportedSyntaxError(
-                    f"`{type(node).__name__}` expressions are not supported in staged functions",
-                    "rewrite the expression with supported syntax")
-            return method(node)
+                method = _EXPR_METHODS[key] = getattr(type(self), "expr_" + type(node).__name__, _unsupported)
+            return method(self, node)
         except S2SError as e:
             raise e.at(self.source.info(node))
         except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError,

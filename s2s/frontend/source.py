@@ -49,6 +49,7 @@ class ParsedFile:
     compiled: dict | None = dataclasses.field(default=None, repr=False)
     # index in module.body -> that top-level statement's Statement; made on demand.
     statements: dict = dataclasses.field(default_factory=dict, repr=False)
+    imports: list | None = dataclasses.field(default=None, repr=False)   # see _module_imports
 
 
 # filename -> the parse of its latest text: a file edited and read again replaces its
@@ -67,10 +68,24 @@ class Statement:
     """One top-level statement of a file (`ast`), with beniget's def-use chains for it,
     made when first asked for (straight-line code never asks)."""
 
-    def __init__(self, tree: ast.stmt, filename: str):
+    def __init__(self, tree: ast.stmt, filename: str, imports: list):
         self.tree = tree
         self.filename = filename
+        self.imports = imports   # the file's module-level imports (see `compiled_functions`)
         self._users = None
+        self._compiled = None
+
+    def compiled_functions(self) -> dict:
+        """As `_compiled_functions`, for the functions of this statement alone. A
+        function's code depends on its own and enclosing scopes, on the file's `from
+        __future__` imports (how annotations compile), and on which global names an import
+        binds (CPython 3.11 compiles `np.sum(x)` without LOAD_METHOD when `np` is an
+        imported module): compiled after the file's module-level imports, it is the code
+        the whole file gives it."""
+        if self._compiled is None:
+            self._compiled = _functions_compiled_from(
+                ast.Module(body=[*self.imports, self.tree], type_ignores=[]), self.filename)
+        return self._compiled
 
     def users(self, store: ast.Name) -> list | None:
         """The nodes of this statement that may read the value `store` (a Name assigned
@@ -107,6 +122,23 @@ def _parse_file(filename: str, lines: list[str]) -> ParsedFile:
     return parsed
 
 
+def _module_imports(parsed: ParsedFile) -> list:
+    """The import statements of the file's module scope (inside a top-level `if` or `try`
+    too), `from __future__` ones first: found once per file."""
+    if parsed.imports is None:
+        found, stack = [], list(reversed(parsed.module.body))
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.append(node)
+            elif not isinstance(node, _SCOPES):   # a block of module scope: if, try, with ...
+                stack.extend(reversed([c for c in ast.iter_child_nodes(node) if isinstance(
+                    c, (ast.stmt, ast.excepthandler, ast.match_case))]))
+        parsed.imports = sorted(found, key=lambda n: not (isinstance(n, ast.ImportFrom)
+                                                          and n.module == "__future__"))
+    return parsed.imports
+
+
 def _statement_at(parsed: ParsedFile, filename: str, line: int) -> Statement | None:
     """The top-level statement of `parsed` whose lines (decorators included) hold `line`."""
     body = parsed.module.body
@@ -116,7 +148,7 @@ def _statement_at(parsed: ParsedFile, filename: str, line: int) -> Statement | N
         return None
     statement = parsed.statements.get(index)
     if statement is None:
-        statement = parsed.statements.setdefault(index, Statement(body[index], filename))
+        statement = parsed.statements.setdefault(index, Statement(body[index], filename, _module_imports(parsed)))
     return statement
 
 
@@ -124,18 +156,24 @@ def _compiled_functions(parsed: ParsedFile, filename: str) -> dict:
     """(qualified name, first line) -> the code objects of every function the text of
     `parsed` defines, at any depth, as Python compiles them."""
     if parsed.compiled is None:
-        index: dict = {}
-        try:
-            stack = [compile(parsed.module, filename, "exec", dont_inherit=True)]
-        except (SyntaxError, ValueError):
-            stack = []
-        while stack:
-            for const in stack.pop().co_consts:
-                if isinstance(const, types.CodeType):
-                    index.setdefault((const.co_qualname, const.co_firstlineno), []).append(const)
-                    stack.append(const)
-        parsed.compiled = index
+        parsed.compiled = _functions_compiled_from(parsed.module, filename)
     return parsed.compiled
+
+
+def _functions_compiled_from(module: ast.Module, filename: str) -> dict:
+    """(qualified name, first line) -> the code objects of every function `module` defines,
+    at any depth, as Python compiles them (empty when it does not compile)."""
+    index: dict = {}
+    try:
+        stack = [compile(module, filename, "exec", dont_inherit=True)]
+    except (SyntaxError, ValueError):
+        stack = []
+    while stack:
+        for const in stack.pop().co_consts:
+            if isinstance(const, types.CodeType):
+                index.setdefault((const.co_qualname, const.co_firstlineno), []).append(const)
+                stack.append(const)
+    return index
 
 
 def _rewritten_by_pytest(code: types.CodeType) -> bool:
@@ -267,9 +305,11 @@ class FunctionSource:
     def _make_info(self, node) -> SourceInfo:
         line = getattr(node, "lineno", None) or self.node.lineno
         col = getattr(node, "col_offset", 0) + 1
-        end_col = None
-        if getattr(node, "end_lineno", None) == line and getattr(node, "end_col_offset", None):
-            end_col = node.end_col_offset + 1
+        end_col = getattr(node, "end_col_offset", None)
+        if end_col is not None and getattr(node, "end_lineno", None) == line:
+            end_col += 1
+        else:
+            end_col = None
         return SourceInfo(self.filename, line, col, self.anchor_name, end_col, self.anchor_line)
 
 
@@ -440,7 +480,9 @@ def _node_in_current_text(fn):
         parsed = _parse_file(filename, lines)
     except SyntaxError:
         raise _stale_source_error(fn, filename) from None
-    candidates = _compiled_functions(parsed, filename).get((code.co_qualname, code.co_firstlineno), [])
+    statement = _statement_at(parsed, filename, code.co_firstlineno)
+    candidates = statement.compiled_functions().get((code.co_qualname, code.co_firstlineno), []) \
+        if statement is not None else []
     if any(_same_code(code, c) for c in candidates):
         found = _find_node(parsed, filename, code)
     else:   # moved, perhaps: the same code at one other place in the file is the same function

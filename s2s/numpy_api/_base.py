@@ -187,7 +187,8 @@ def convert(x, to, weak_type: bool = False):
 
 
 def result_dtype(*xs) -> tuple[np.dtype, bool]:
-    return dtypes.result_type(*[(aval(x).dtype, aval(x).weak_type) for x in xs])
+    avals = [aval(x) for x in xs]
+    return dtypes.result_type(*[(a.dtype, a.weak_type) for a in avals])
 
 
 def cast(x, to: np.dtype, weak: bool):
