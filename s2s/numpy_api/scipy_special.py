@@ -182,3 +182,31 @@ def register_scipy_special() -> None:
                  "logsumexp", "softmax", "log_softmax"):
         implements(getattr(special, name))(globals()[name])
     implements(special.digamma, special.psi)(digamma)
+
+
+# ---------------------------------------------------------------------------------------
+# The inverse error functions, primitives of their own (see primitives/special.py), and
+# ndtri, the standard normal's quantile, through erfcinv: -sqrt(2) erfcinv(2 p) keeps its
+# digits in both tails (2 p and erfcinv's own reflections are exact). scipy.special's ndtr
+# and log_ndtr are the normal's cdf and log cdf, registered by scipy_stats, which has them.
+
+erfinv = _unary("erfinv", special_primitives.erf_inv)
+erfcinv = _unary("erfcinv", special_primitives.erfc_inv)
+
+
+def ndtri(p, out=None):
+    """The x with Phi(x) = p (scipy.special.ndtri): -inf at 0, inf at 1, nan outside."""
+    _no_out("ndtri", out)
+    (p,) = _ufunc_operands("ndtri", p)
+    return -_SQRT_2 * special_primitives.erfc_inv.bind(2 * p)
+
+
+_SQRT_2 = 1.4142135623730951
+
+
+def register_inverse_error_functions() -> None:
+    """Maps scipy.special's erfinv, erfcinv and ndtri to the functions here."""
+    import scipy.special as special
+    implements(special.erfinv)(erfinv)
+    implements(special.erfcinv)(erfcinv)
+    implements(special.ndtri)(ndtri)

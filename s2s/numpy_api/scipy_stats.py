@@ -289,3 +289,54 @@ def register_scipy_stats() -> None:
         implements(getattr(stats.t, method))(globals()[f"t_{method}"])
     implements(stats.multivariate_normal.pdf)(mvn_pdf)
     implements(stats.multivariate_normal.logpdf)(mvn_logpdf)
+
+
+# ---------------------------------------------------------------------------------------
+# Quantiles of the normal (norm.ppf, isf) and scipy.special's normal functions (ndtr,
+# log_ndtr), which are the standard normal's cdf and log cdf above.
+
+
+def _destandardized(z, loc, scale):
+    """loc + scale z in float64, nan where scale <= 0; a static loc of 0 and scale of 1
+    stage nothing."""
+    x = z if _static_number(scale) and scale == 1 else z * _float64(scale)[0]
+    x = x if _static_number(loc) and loc == 0 else x + _float64(loc)[0]
+    valid = True if _static_number(scale) and scale > 0 else _float64(scale)[0] > 0
+    return _where_valid(valid, x)
+
+
+def norm_ppf(q, loc=0, scale=1):
+    """The x with cdf(x) = q: loc + scale ndtri(q); -inf at 0, inf at 1, nan outside."""
+    return _destandardized(scipy_special.ndtri(*_float64(q)), loc, scale)
+
+
+def norm_isf(q, loc=0, scale=1):
+    """The x with sf(x) = q: loc - scale ndtri(q), which keeps its digits for a small q
+    (ppf(1 - q) would round 1 - q)."""
+    return _destandardized(-scipy_special.ndtri(*_float64(q)), loc, scale)
+
+
+def ndtr(x):
+    """scipy.special.ndtr: Phi(x), in float32 for float32 x as SciPy's ufunc."""
+    (x,) = scipy_special._ufunc_operands("ndtr", x)
+    return normal_cdf(x)
+
+
+def log_ndtr(x):
+    """scipy.special.log_ndtr: log Phi(x), accurate in both tails."""
+    (x,) = scipy_special._ufunc_operands("log_ndtr", x)
+    return normal_logcdf(x)
+
+
+def register_normal_special() -> None:
+    """Maps scipy.special's ndtr and log_ndtr to the normal's functions here."""
+    import scipy.special as special
+    implements(special.ndtr)(ndtr)
+    implements(special.log_ndtr)(log_ndtr)
+
+
+def register_quantiles_and_more_distributions() -> None:
+    """Maps norm.ppf and isf."""
+    import scipy.stats as stats
+    implements(stats.norm.ppf)(norm_ppf)
+    implements(stats.norm.isf)(norm_isf)
