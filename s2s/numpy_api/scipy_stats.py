@@ -445,7 +445,9 @@ def mvn_singular_logpdf(centered, cov):
     """-(rank log 2 pi + log pdet cov + |U^T (x - mean)|^2) / 2 with U the eigenvectors
     scaled by the pseudo-inverse's square roots, for `centered` points of shape (n, dim);
     -inf for a point off the support (its part along the dropped eigenvectors at least
-    1e3 times the cutoff, as SciPy)."""
+    1e3 times the cutoff, as SciPy). Its derivative in cov goes through the eigenvectors,
+    so it is nan where cov has a repeated eigenvalue (as JAX's eigh); in the points it is
+    exact."""
     values, vectors, kept, safe = _pseudo_spectrum(cov)
     rank, log_pdet = _rank_and_log_pdet(kept, safe)
     scaled = vectors * npm.where(kept, 1 / npm.sqrt(safe), 0.0)

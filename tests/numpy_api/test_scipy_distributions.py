@@ -231,6 +231,9 @@ def test_entropy_matches_scipy_and_its_derivative_jax():
     check_function(lambda mean, c: stats.multivariate_normal.entropy(mean, c), np.zeros(4), cov, rtol=1e-13)
     check_function(mvn_entropy, np.diag([2.0, 3.0, 0.0]), rtol=1e-13)   # singular: rank 2
     check_derivatives(mvn_entropy, jax_mvn_entropy, cov, rtol=1e-10, atol=1e-12)
+    # Repeated eigenvalues: the eigenvalues' derivatives alone, exact (inv(cov) / 2).
+    for run in (s2s.grad(mvn_entropy), s2s.jit(s2s.grad(mvn_entropy), backend="python")):
+        np.testing.assert_allclose(run(np.diag([2.0, 2.0, 0.5])), np.diag([0.25, 0.25, 1.0]), rtol=1e-14)
 
 
 def _singular_problem():
