@@ -1,4 +1,5 @@
-"""Special functions NumPy lacks (erf, erfc, lgamma, digamma), in NumPy, for emitted code.
+"""Special functions NumPy lacks (erf, erfc, lgamma, digamma, betainc, erfinv, erfcinv), in
+NumPy, for emitted code.
 
 Emitted code may not import SciPy: where a user's code called `scipy.special.erfc`, the
 emitted code calls `rt.erfc`, NumPy only, under SciPy's name.

@@ -1,5 +1,6 @@
 """scipy.special's functions that model code calls, on staged values: logsumexp, expit,
-logit, gammaln, digamma/psi, erf, erfc, betainc, xlogy, xlog1py, softmax, log_softmax.
+logit, gammaln, digamma/psi, erf, erfc, betainc, xlogy, xlog1py, softmax, log_softmax,
+erfinv, erfcinv, ndtri (ndtr and log_ndtr are scipy_stats's normal cdf and log cdf).
 
 SciPy is optional for s2s. `register_scipy_special()` maps SciPy's own function objects to
 the functions here; `numpy_api` asks the dispatch table to run it the first time the table
@@ -8,8 +9,9 @@ recognized, and neither importing s2s nor jaxlib's own use of scipy.linalg impor
 
 Each is written as NumPy code on s2s's NumPy surface (a composition of primitives), so
 the emitted Python reads as the math and derivatives follow from the primitives' rules.
-Only erfc and betainc needed primitives of their own (`rt.erfc`, `rt.betainc` in emitted
-code, NumPy only, since emitted code never imports SciPy). Results are typed as SciPy types them: its ufuncs
+Only erfc, betainc, erfinv and erfcinv needed primitives of their own (`rt.erfc`,
+`rt.betainc`, `rt.erfinv`, `rt.erfcinv` in emitted code, NumPy only, since emitted code
+never imports SciPy). Results are typed as SciPy types them: its ufuncs
 compute in float32 only when every operand is float32 and in float64 otherwise;
 logsumexp and the softmaxes keep any floating dtype and make integers float64.
 """

@@ -1,6 +1,8 @@
 """scipy.stats distributions that model code calls, on staged values: norm (pdf, logpdf,
-cdf, logcdf, sf, logsf), t (pdf, logpdf, cdf) and multivariate_normal (pdf, logpdf), with
-SciPy's parameters (`loc`, `scale`, `df`, `mean`, `cov`) staged or not.
+cdf, logcdf, sf, logsf, ppf, isf), t (pdf, logpdf, cdf, logcdf), beta (pdf, logpdf, cdf),
+dirichlet (pdf, logpdf) and multivariate_normal (pdf, logpdf, entropy; allow_singular),
+with SciPy's parameters (`loc`, `scale`, `df`, `a`, `b`, `alpha`, `mean`, `cov`) staged
+or not.
 
 SciPy computes these in float64 whatever the input dtype, and so do they. A parameter
 outside its domain (scale <= 0, df <= 0) gives nan, as SciPy's; a covariance that is not

@@ -1,7 +1,9 @@
-"""Special functions computed by a loop: betainc(a, b, x), the regularized incomplete beta
-function I_x(a, b) (scipy.special.betainc), which Student's t cdf needs.
+"""Special functions computed by an algorithm of several steps: betainc(a, b, x), the
+regularized incomplete beta function I_x(a, b) (scipy.special.betainc), which Student's t
+cdf needs, by a loop; erf_inv and erfc_inv (scipy.special.erfinv, erfcinv) by Newton
+steps (their section below).
 
-Its NumPy impl and emitted Python are `rt.betainc`; its StableHLO lowering is a
+betainc's NumPy impl and emitted Python are `rt.betainc`; its StableHLO lowering is a
 `stablehlo.while` whose start, step and finish are staged from the very functions
 `rt.betainc` runs (`s2s_runtime.special.betainc_start` ...), given staged operations, so
 the two backends run one algorithm. The derivative in x is the beta density; derivatives
