@@ -279,8 +279,8 @@ def _erfcinv_tail(s, fns):
 def inverse_erf(x, fns):
     """erfinv(x): the central branch within |x| <= 1/2, else sign(x) erfcinv(1 - |x|) (the
     subtraction is exact there); +-inf at +-1, nan outside [-1, 1]."""
-    central = fns.abs(x) <= 0.5
     magnitude = fns.abs(x)
+    central = magnitude <= 0.5
     inner = _erfinv_central(fns.select(central, x, 0.0), fns)
     outer = _erfcinv_tail(fns.select(central, 0.5, 1 - magnitude), fns)
     value = fns.select(central, inner, fns.select(x < 0, -outer, outer))

@@ -194,6 +194,7 @@ def register_scipy_special() -> None:
 
 erfinv = _unary("erfinv", special_primitives.erf_inv)
 erfcinv = _unary("erfcinv", special_primitives.erfc_inv)
+_SQRT_2 = 1.4142135623730951
 
 
 def ndtri(p, out=None):
@@ -201,9 +202,6 @@ def ndtri(p, out=None):
     _no_out("ndtri", out)
     (p,) = _ufunc_operands("ndtri", p)
     return -_SQRT_2 * special_primitives.erfc_inv.bind(2 * p)
-
-
-_SQRT_2 = 1.4142135623730951
 
 
 def register_inverse_error_functions() -> None:

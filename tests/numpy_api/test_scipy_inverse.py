@@ -117,6 +117,15 @@ def test_inverse_error_function_derivatives_match_jax(x, y):
     check_derivatives(inverse_error_functions, jax_inverse_error_functions, x, y, rtol=1e-10, atol=1e-12)
 
 
+def jax_normal_special_functions(x):
+    return jax.scipy.special.ndtr(x), jax.scipy.special.log_ndtr(x)
+
+
+def test_ndtr_and_log_ndtr_derivatives_match_jax():
+    x = np.array([-30.0, -19.0, -3.0, 0.0, 0.4, 6.0])
+    check_derivatives(normal_special_functions, jax_normal_special_functions, x, rtol=1e-9, atol=1e-12)
+
+
 @DERIVATIVE_SETTINGS
 @given(hnp.arrays(np.float64, (4,), elements=finite_floats(0.01, 0.99)), finite_floats(-2, 2), finite_floats(0.3, 4))
 def test_quantile_derivatives_match_jax(q, loc, scale):
