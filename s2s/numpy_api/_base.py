@@ -35,15 +35,16 @@ class DispatchTable(dict):
 
     def __init__(self):
         super().__init__()
-        self.fillers: dict[str, Callable[[], None]] = {}
+        self.fillers: dict[str, list[Callable[[], None]]] = {}
         self.resolvers: list[Callable[[object], Callable | None]] = []
 
     def when_imported(self, package: str, fill: Callable[[], None]) -> None:
-        self.fillers[package] = fill
+        self.fillers.setdefault(package, []).append(fill)
 
     def _fill_imported(self) -> None:
         for package in [p for p in self.fillers if p in sys.modules]:
-            self.fillers.pop(package)()
+            for fill in self.fillers.pop(package):
+                fill()
 
     def _resolve(self, key):
         for resolver in self.resolvers:
