@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 import s2s_runtime as rt
 from s2s_runtime import special as rt_special
+from s2s_runtime import special_gamma as rt_special_gamma
 
 from s2s import dtypes
-from s2s.core import ShapedArray
+from s2s.core import Literal, ShapedArray, aval_of_value
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import call, register
 from s2s.errors import ShapeError, UnsupportedFunctionError
@@ -22,7 +23,7 @@ from s2s.passes import jvp as _jvp, vmap as _vmap
 from s2s.passes.tangents import is_zero
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
-from s2s.staging import JaxprBuilder, Primitive
+from s2s.staging import JaxprBuilder, Primitive, Tracer
 
 
 def _betainc_abstract(a, b, x):
@@ -125,3 +126,123 @@ def _lower_betainc(ctx, eqn, a, b, x):
 
 
 _hlo.register(betainc, _lower_betainc, broadcasting=True)
+
+# ---------------------------------------------------------------------------------------
+# gammainc(a, x) and gammaincc(a, x): the regularized incomplete gamma functions P and Q
+# (scipy.special's), computed by s2s_runtime.special_gamma's loop: NumPy there, and on
+# XLA a `stablehlo.while` staged from the same start, step and finish. Their derivative in
+# x is the gamma density x^(a-1) e^-x / Gamma(a) (negated for Q); in a it is refused.
+
+
+def _incomplete_gamma_abstract(name: str):
+    def abstract(a, x):
+        if not (a.dtype == x.dtype and a.dtype.kind == "f"):
+            raise ShapeError(f"{name} needs real floating operands of one dtype, got "
+                             f"{a.str_short()}, {x.str_short()}")
+        return ShapedArray(ew.broadcast_shapes(a.shape, x.shape), a.dtype, a.weak_type and x.weak_type)
+    return abstract
+
+
+def _declare_incomplete_gamma(name: str, impl):
+    prim = Primitive(name, _incomplete_gamma_abstract(name), impl)
+    register(prim, lambda eqn, a, x: call(f"rt.{name}", a, x))
+    _vmap.broadcasting(prim)
+    return prim
+
+
+gammainc = _declare_incomplete_gamma("gammainc", rt.gammainc)
+gammaincc = _declare_incomplete_gamma("gammaincc", rt.gammaincc)
+
+
+class _GammaStagedFunctions(_StagedFunctions):
+    """The staged functions the incomplete gamma loop needs beyond betainc's."""
+    expm1 = staticmethod(ew.expm1.bind)
+
+
+def _aval(v) -> ShapedArray:
+    return v.aval if isinstance(v, (Tracer, Literal)) else aval_of_value(np.asarray(v))
+
+
+def _of_shape(v, shape):
+    """`v` (a staged value, a literal or a NumPy constant) broadcast to `shape` as a staged
+    value, which has operators."""
+    if isinstance(v, Tracer):
+        return ops.broadcast_to(v, shape)
+    rank = len(_aval(v).shape)
+    return ops.broadcast_in_dim(v, shape, range(len(shape) - rank, len(shape)))
+
+
+def gamma_density(a, x):
+    """x^(a-1) e^-x / Gamma(a), the derivative of P(a, x) in x, by the loop's accurate
+    log front (Stirling's series for large a) divided by x; at x == 0 its limit (1 for
+    a == 1, inf below, 0 above), and nan where P is nan."""
+    out = ShapedArray(ew.broadcast_shapes(_aval(a).shape, _aval(x).shape), _aval(a).dtype)
+    a, x = _of_shape(a, out.shape), _of_shape(x, out.shape)
+    fns = _GammaStagedFunctions(out.dtype)
+    positive = (x > 0) & (x < np.inf) & (a > 0) & (a < np.inf)
+    safe_a, safe_x = fns.select(positive, a, 1.0), fns.select(positive, x, 1.0)
+    density = fns.exp(rt_special_gamma.log_igamma_front(safe_a, safe_x, fns)) / safe_x
+    at_zero = fns.select(a == 1, 1.0, fns.select(a < 1, np.inf, 0.0))
+    density = fns.select(x == 0, at_zero, fns.select(x == np.inf, 0.0, density))
+    return fns.select((a >= 0) & (x >= 0), density, np.nan)
+
+
+def _incomplete_gamma_jvp(prim, sign: float):
+    def jvp(primals, tangents):
+        (a, x), (ta, tx) = primals, tangents
+        if not is_zero(ta):
+            raise UnsupportedFunctionError(
+                f"the derivative of {prim.name}(a, x) (and of scipy.stats.gamma.cdf, chi2.cdf, "
+                "poisson.cdf) with respect to a (the shape, df or k) is not supported by s2s",
+                "differentiate with respect to x only: pass a as a constant, or hold it with "
+                "s2s.stop_gradient (jax.scipy.special.gammainc has it through igamma_grad_a)")
+        density = gamma_density(a, x)
+        return prim.bind(a, x), tx * (density if sign > 0 else -density)
+    return jvp
+
+
+_jvp.register(gammainc, _incomplete_gamma_jvp(gammainc, 1.0))
+_jvp.register(gammaincc, _incomplete_gamma_jvp(gammaincc, -1.0))
+
+
+def _lower_incomplete_gamma(upper: bool):
+    def lower(ctx, eqn, a, x):
+        out = eqn.outvars[0].aval.strip_weak_type()
+        dtype = out.dtype
+        fns = _GammaStagedFunctions(dtype)
+        tiny = float(np.finfo(dtype).tiny)
+        tolerance = rt_special_gamma.GAMMAINC_TOLERANCE_EPS * float(np.finfo(dtype).eps)
+        scalar = ShapedArray((), dtype)
+        start = _staged(lambda a, x: rt_special_gamma.gammainc_start(a, x, tiny, fns), [out] * 2)
+        sanitized_a, sanitized_x, *state = _hlo.lower_jaxpr(ctx, start, [a, x])
+
+        def condition(carry):
+            m, residual = carry[0], carry[-1]
+            def unconverged(m, residual):
+                running = ew.le.bind(m, ops.literal(rt_special_gamma.GAMMAINC_MAX_STEPS, dtype))
+                moving = ew.gt.bind(residual, ops.literal(tolerance, dtype))
+                return [ew.and_.bind(running, ops.reduce_or(moving, tuple(range(len(out.shape)))))]
+            return _hlo.lower_jaxpr(ctx, _staged(unconverged, [scalar, out]), [m, residual])
+
+        def step(carry):
+            def one_step(m, a, x, *state_and_residual):
+                state = state_and_residual[:-1]
+                return [m + 1, a, x, *rt_special_gamma.gammainc_step(a, x, m, *state, tiny, fns)]
+            return _hlo.lower_jaxpr(ctx, _staged(one_step, [scalar] + [out] * 11), carry)
+
+        names = ["m", "a", "x", "term", "total", "factor", "q_total", "b", "c", "d", "h", "residual"]
+        not_yet = ctx.constant(1, dtype, out.shape)
+        results = _hlo.while_op(ctx, [ctx.constant(1, dtype), sanitized_a, sanitized_x, *state, not_yet],
+                                [scalar] + [out] * 11, names, condition, step)
+        loop = dict(zip(names, results))
+
+        def finish(a, x, sanitized_a, sanitized_x, total, q_total, h):
+            return [rt_special_gamma.gammainc_finish(a, x, sanitized_a, sanitized_x, total, q_total, h,
+                                                     fns, upper=upper)]
+        return _hlo.lower_jaxpr(ctx, _staged(finish, [out] * 7),
+                                [a, x, loop["a"], loop["x"], loop["total"], loop["q_total"], loop["h"]])
+    return lower
+
+
+_hlo.register(gammainc, _lower_incomplete_gamma(upper=False), broadcasting=True)
+_hlo.register(gammaincc, _lower_incomplete_gamma(upper=True), broadcasting=True)
