@@ -207,7 +207,7 @@ def _gamma_sign(x):
     zero_sign = npm.where(1 / npm.where(x == 0, x, 1.0) < 0, -1.0, 1.0)   # 1/-0.0 is -inf
     between_poles = npm.where(npm.remainder(npm.floor(x), 2) == 0, 1.0, -1.0)
     sign = npm.where(x > 0, 1.0, npm.where(x == 0, zero_sign, between_poles))
-    return npm.where((x < 0) & ((x == npm.floor(x)) | npm.isinf(x)), np.nan, sign)
+    return npm.where(((x < 0) & ((x == npm.floor(x)) | npm.isinf(x))) | npm.isnan(x), np.nan, sign)
 
 
 def gammasgn(x, out=None):
@@ -289,7 +289,8 @@ def _polygamma_order(n):
     if isinstance(n, Tracer):
         raise UnsupportedFunctionError(
             "scipy.special.polygamma(n, x) with a staged order n is not supported by s2s",
-            "pass n as a Python int or a NumPy integer array known when the function is staged")
+            "pass n as a Python int, or as an integer array defined outside the function (one "
+            "made inside it is staged)")
     orders = np.asarray(n)
     if orders.dtype.kind not in "iub" and not (orders.dtype.kind == "f" and np.all(orders == np.floor(orders))):
         raise UnsupportedFunctionError(f"scipy.special.polygamma(n, x) needs integer orders n, got {n!r}",
@@ -300,6 +301,41 @@ def _polygamma_order(n):
     return orders.astype(np.int64)
 
 
+def _cot_derivative_polynomial(n: int) -> list[int]:
+    """The coefficients (lowest first) of P_n with d^n/dz^n cot(z) = P_n(cot z):
+    P_0(c) = c and P_k+1(c) = -(1 + c^2) P_k'(c)."""
+    p = [0, 1]
+    for _ in range(n):
+        derivative = [i * p[i] for i in range(1, len(p))]
+        p = [0] * (len(derivative) + 2)
+        for i, v in enumerate(derivative):
+            p[i] -= v
+            p[i + 2] -= v
+    return p
+
+
+def _polygamma_by_reflection(x, k: int):
+    """psi^(k)(x), for negative x by the reflection psi^(k)(x) = (-1)^k psi^(k)(1 - x)
+    - pi^(k+1) P_k(cot(pi x)), x reduced to [-1/2, 1/2] first (exactly, cot has period pi), so
+    only positive arguments reach the polygamma primitive (XLA's loses digits below 0:
+    3.7e-10 at psi''(-5.5))."""
+    negative = x < 0
+    safe = npm.where(negative, x, -0.25)    # the other branch's operands stay finite
+    reduced = safe - npm.round(safe)
+    # cot(pi r) = tan(pi (1/2 - |r|)) sign(r), exact at r = 1/2, where 1 / tan(pi r) is
+    # 6e-17 off; near r = 0, where 1/2 - |r| rounds, 1 / tan(pi r) itself.
+    magnitude = npm.abs(reduced)
+    central = magnitude < 0.25
+    cot = npm.where(central, 1 / npm.tan(np.pi * npm.where(central, reduced, 0.25)),
+                    npm.sign(reduced) * npm.tan(np.pi * (0.5 - magnitude)))
+    coefficients = _cot_derivative_polynomial(k)
+    polynomial = float(coefficients[-1])
+    for coefficient in reversed(coefficients[:-1]):
+        polynomial = coefficient + cot * polynomial
+    reflected = (-1) ** k * ew.polygamma.bind(1 - safe, n=k) - np.pi ** (k + 1) * polynomial
+    return npm.where(negative, reflected, ew.polygamma.bind(npm.where(negative, 1.0, x), n=k))
+
+
 def polygamma(n, x):
     """psi^(n)(x), the n-th derivative of digamma, for static orders n >= 0: digamma for
     n = 0, the polygamma primitive above; an array of orders selects per element."""
@@ -308,7 +344,13 @@ def polygamma(n, x):
     x = shaping.broadcast_to(x, np.broadcast_shapes(orders.shape, aval(x).shape))
 
     def of_order(k: int):
-        return ew.digamma.bind(x) if k == 0 else ew.polygamma.bind(x, n=k)
+        if k == 0:
+            return ew.digamma.bind(x)
+        # At the poles (and -inf) SciPy's (-1)^(k+1) k! zeta(k + 1, x) is infinite; at inf
+        # it is 0 (where XLA's polygamma gives nan).
+        pole = _nonpositive_integer(x) | (x == -np.inf)
+        value = npm.where(x == np.inf, 0.0, _polygamma_by_reflection(x, k))
+        return npm.where(pole, (-1) ** (k + 1) * np.inf, value)
     if orders.ndim == 0:
         return of_order(int(orders))
     values = np.unique(orders)
