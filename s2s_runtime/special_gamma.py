@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from s2s_runtime.special import NumpyFunctions, _floating
+from s2s_runtime.special import NumpyFunctions, _floating, digamma
 
 GAMMAINC_MAX_STEPS = 5000
 # Converged once every element's relative change is at most this many epsilons: the
@@ -38,6 +38,7 @@ _CONTINUED_FRACTION_FROM = 1.1
 class GammaNumpyFunctions(NumpyFunctions):
     """What the incomplete gamma steps need, for NumPy arrays."""
     expm1 = staticmethod(np.expm1)
+    digamma = staticmethod(digamma)
 
 
 def _log1pmx_near_zero(t, fns):
@@ -99,16 +100,22 @@ def _regular(a, x):
     return (a > 0) & (x > 0) & (a < np.inf) & (x < np.inf)
 
 
+# The loop's state after the operands: the power series' term and sum (P), the Q series'
+# factor (-x)^n / n! and sum, Lentz's b, c, d and h for the fraction (Q), and the
+# derivatives in a of the power series' term and sum and of Lentz's c, d and h.
+STATE_NAMES = ("term", "total", "factor", "q_total", "b", "c", "d", "h",
+               "term_da", "total_da", "c_da", "d_da", "h_da")
+
+
 def gammainc_start(a, x, tiny, fns):
-    """The loop's start, as a tuple: the operands (1 where gammainc_finish decides the
-    result), the power series' term and sum (P), the Q series' factor (-x)^n / n! and sum,
-    and Lentz's b, c, d and h for the fraction (Q)."""
+    """The loop's start: the operands (1 where the finish decides the result by a limit),
+    then the state of STATE_NAMES."""
     regular = _regular(a, x)
     a, x = fns.select(regular, a, 1.0), fns.select(regular, x, 1.0)
-    term = 1 + 0 * x     # ones of x's shape and dtype, staged or not
+    one, zero = 1 + 0 * x, 0 * x     # of x's shape and dtype, staged or not
     b = x + 1 - a
     d = 1 / _away_from_zero(b, tiny, fns)
-    return a, x, term, term, term, 0 * x, b, term / tiny, d, d
+    return a, x, one, one, one, zero, b, one / tiny, d, d, zero, zero, zero, d * d, d * d
 
 
 def _away_from_zero(v, tiny, fns):
@@ -124,32 +131,52 @@ def _methods(a, x, fns):
     return by_fraction, by_q_series
 
 
-def gammainc_step(a, x, m, term, total, factor, q_total, b, c, d, h, tiny, fns):
-    """Step m (1, 2, ...) of all three, and `residual`: the relative change of what each
-    element's methods compute, below the precision once they have converged."""
+def gammainc_step(a, x, m, term, total, factor, q_total, b, c, d, h,
+                  term_da, total_da, c_da, d_da, h_da, tiny, fns):
+    """Step m (1, 2, ...) of all three and of the derivatives in a (b's is -1, an's is m),
+    then `residual`: the relative change of what each element's methods compute (values
+    and derivatives), below the precision once they have converged."""
+    term_da = (term_da * x - term * x / (a + m)) / (a + m)
     term = term * x / (a + m)
-    total = total + term
+    total, total_da = total + term, total_da + term_da
     factor = -factor * x / m
     q_term = factor / (a + m)
     q_total = q_total + q_term
     an = m * (a - m)
     b = b + 2
-    d = 1 / _away_from_zero(an * d + b, tiny, fns)
-    c = _away_from_zero(b + an / c, tiny, fns)
+    new_d = 1 / _away_from_zero(an * d + b, tiny, fns)
+    d_da = -(m * d + an * d_da - 1) * new_d * new_d
+    c_da = -1 + m / c - an * c_da / (c * c)
+    c, d = _away_from_zero(b + an / c, tiny, fns), new_d
     delta = d * c
+    new_h_da = h_da * delta + h * (d_da * c + d * c_da)
     h = h * delta
     by_fraction, by_q_series = _methods(a, x, fns)
-    series_change = fns.abs(term / total)
+    series_change = _larger(fns.abs(term / total), fns.abs(term_da / _away_from_zero(total_da, tiny, fns)), fns)
     q_change = fns.select(by_q_series, fns.abs(q_term / _away_from_zero(q_total, tiny, fns)), 0.0)
-    series_change = fns.select(q_change > series_change, q_change, series_change)
-    residual = fns.select(by_fraction, fns.abs(delta - 1), series_change)
-    return term, total, factor, q_total, b, c, d, h, residual
+    fraction_change = fns.abs((new_h_da - h_da) / _away_from_zero(new_h_da, tiny, fns))
+    residual = fns.select(by_fraction, _larger(fns.abs(delta - 1), fraction_change, fns),
+                          _larger(series_change, q_change, fns))
+    return term, total, factor, q_total, b, c, d, h, term_da, total_da, c_da, d_da, new_h_da, residual
 
 
-def gammainc_finish(a, x, sanitized_a, sanitized_x, total, q_total, h, fns, *, upper: bool):
-    """P(a, x) (or Q(a, x) when `upper`) from the converged sums and fraction, with SciPy's
-    limits: nan for a or x negative or nan, or both 0, or both inf; P = 1 at a == 0 or
-    x == inf, P = 0 at x == 0 or a == inf."""
+def _larger(u, v, fns):
+    return fns.select(v > u, v, u)
+
+
+def _with_limits(a, x, value, at_zero, at_one, fns):
+    """`value` with SciPy's limits: nan for a or x negative or nan, or both 0, or both inf;
+    `at_zero` at x == 0 or a == inf, `at_one` at a == 0 or x == inf."""
+    value = fns.select(_regular(a, x), value, at_zero)
+    value = fns.select((a == 0) | (x == np.inf), at_one, value)
+    valid = (a >= 0) & (x >= 0) & ((a > 0) | (x > 0)) & ((a < np.inf) | (x < np.inf))
+    return fns.select(valid, value, np.nan)
+
+
+def gammainc_finish(a, x, sanitized_a, sanitized_x, state, fns, *, upper: bool):
+    """P(a, x) (or Q(a, x) when `upper`) from the converged sums and fraction: P = 1 at
+    a == 0 or x == inf, P = 0 at x == 0 or a == inf."""
+    total, q_total, h = state[1], state[3], state[7]
     front = fns.exp(log_igamma_front(sanitized_a, sanitized_x, fns))
     by_fraction, by_q_series = _methods(sanitized_a, sanitized_x, fns)
     lower_series = front * total / sanitized_a
@@ -160,17 +187,29 @@ def gammainc_finish(a, x, sanitized_a, sanitized_x, total, q_total, h, fns, *, u
                          - fns.exp(sanitized_a * log_x - fns.lgamma(sanitized_a)) * q_total)
         value = fns.select(by_fraction, from_fraction,
                            fns.select(by_q_series, from_q_series, 1 - lower_series))
-        at_one, at_zero = 0.0, 1.0
-    else:
-        value = fns.select(by_fraction, 1 - from_fraction, lower_series)
-        at_one, at_zero = 1.0, 0.0
-    value = fns.select(_regular(a, x), value, at_zero)
-    value = fns.select((a == 0) | (x == np.inf), at_one, value)
-    valid = (a >= 0) & (x >= 0) & ((a > 0) | (x > 0)) & ((a < np.inf) | (x < np.inf))
-    return fns.select(valid, value, np.nan)
+        return _with_limits(a, x, value, 1.0, 0.0, fns)
+    return _with_limits(a, x, fns.select(by_fraction, 1 - from_fraction, lower_series), 0.0, 1.0, fns)
 
 
-def _incomplete_gamma(a, x, upper: bool):
+def gammainc_grad_a_finish(a, x, sanitized_a, sanitized_x, state, fns):
+    """dP(a, x)/da (= -dQ/da), as jax.scipy's igamma_grad_a: the derivative of the power
+    series x^a e^-x / Gamma(a) sum_n x^n / (a (a+1) ... (a+n)), or of the fraction for Q,
+    the front's log derivative being log x - digamma(a). 0 at x == 0, x == inf and
+    a == inf (P is constant there); nan at a == 0, where P jumps to 1."""
+    total, h, total_da, h_da = state[1], state[7], state[9], state[12]
+    a_, x_ = sanitized_a, sanitized_x
+    front = fns.exp(log_igamma_front(a_, x_, fns))
+    log_derivative = fns.log(x_) - fns.digamma(a_)
+    series = front / a_ * (total * log_derivative + total_da - total / a_)
+    fraction = -front * (h * log_derivative + h_da)
+    by_fraction, _ = _methods(a_, x_, fns)
+    value = _with_limits(a, x, fns.select(by_fraction, fraction, series), 0.0, 0.0, fns)
+    return fns.select(a == 0, np.nan, value)
+
+
+def run_gammainc_loop(a, x, finish):
+    """The loop on NumPy arrays, then `finish(a, x, sanitized_a, sanitized_x, state, fns)`,
+    in a and x's dtype."""
     a, x = np.broadcast_arrays(_floating(a), _floating(x))
     dtype = np.result_type(a, x)
     a, x = a.astype(dtype), x.astype(dtype)
@@ -182,16 +221,19 @@ def _incomplete_gamma(a, x, upper: bool):
             *state, residual = gammainc_step(sanitized_a, sanitized_x, dtype.type(m), *state, tiny, fns)
             if not np.any(residual > tolerance):   # nan counts as converged
                 break
-        term, total, factor, q_total, b, c, d, h = state
-        value = gammainc_finish(a, x, sanitized_a, sanitized_x, total, q_total, h, fns, upper=upper)
-        return np.asarray(value, dtype)[()]
+        return np.asarray(finish(a, x, sanitized_a, sanitized_x, state, fns), dtype)[()]
 
 
 def gammainc(a, x):
     """P(a, x), the regularized lower incomplete gamma function, as scipy.special.gammainc."""
-    return _incomplete_gamma(a, x, upper=False)
+    return run_gammainc_loop(a, x, lambda *args: gammainc_finish(*args, upper=False))
 
 
 def gammaincc(a, x):
     """Q(a, x) = 1 - P(a, x), the regularized upper one, as scipy.special.gammaincc."""
-    return _incomplete_gamma(a, x, upper=True)
+    return run_gammainc_loop(a, x, lambda *args: gammainc_finish(*args, upper=True))
+
+
+def gammainc_grad_a(a, x):
+    """dP(a, x)/da, as jax.scipy.special's igamma_grad_a (SciPy has no such function)."""
+    return run_gammainc_loop(a, x, gammainc_grad_a_finish)

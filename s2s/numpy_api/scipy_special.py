@@ -192,7 +192,7 @@ def register_scipy_special() -> None:
 # ---------------------------------------------------------------------------------------
 # The gamma family: gamma, gammasgn, rgamma, beta, betaln, multigammaln, polygamma (as
 # compositions of lgamma, digamma and polygamma), and the incomplete gamma functions
-# gammainc and gammaincc (primitives: a loop, differentiable in x only).
+# gammainc and gammaincc (primitives: a loop; derivatives in x, and one in a).
 
 
 def _nonpositive_integer(x):
@@ -362,7 +362,7 @@ def polygamma(n, x):
 
 def gammainc(a, x, out=None):
     """P(a, x), the regularized lower incomplete gamma function: its own primitive (a loop),
-    differentiable in x only."""
+    differentiable in x and (once) in a."""
     _no_out("gammainc", out)
     return special_primitives.gammainc.bind(*_ufunc_operands("gammainc", a, x))
 

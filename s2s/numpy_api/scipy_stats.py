@@ -314,7 +314,7 @@ def gamma_pdf(x, a, loc=0, scale=1):
 
 def gamma_cdf(x, a, loc=0, scale=1):
     """P(a, z), the regularized lower incomplete gamma function (0 below z = 0);
-    differentiable in x, loc and scale, not in a."""
+    differentiable in x, loc and scale, and once in a."""
     z, _, valid = _standardized(x, loc, scale)
     (a,) = _float64(a)
     return _where_valid(valid & (a > 0), scipy_special.gammainc(a, npm.where(z > 0, z, 0.0)))

@@ -20,7 +20,7 @@ from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import call, register
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.passes import jvp as _jvp, vmap as _vmap
-from s2s.passes.tangents import is_zero
+from s2s.passes.tangents import add_tangents, is_zero
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.staging import JaxprBuilder, Primitive, Tracer
@@ -129,9 +129,11 @@ _hlo.register(betainc, _lower_betainc, broadcasting=True)
 
 # ---------------------------------------------------------------------------------------
 # gammainc(a, x) and gammaincc(a, x): the regularized incomplete gamma functions P and Q
-# (scipy.special's), computed by s2s_runtime.special_gamma's loop: NumPy there, and on
-# XLA a `stablehlo.while` staged from the same start, step and finish. Their derivative in
-# x is the gamma density x^(a-1) e^-x / Gamma(a) (negated for Q); in a it is refused.
+# (scipy.special's), and gammainc_grad_a(a, x) = dP/da (jax's igamma_grad_a), computed by
+# s2s_runtime.special_gamma's loop: NumPy there, and on XLA a `stablehlo.while` staged
+# from the same start, step and finish. Their derivative in x is the gamma density
+# x^(a-1) e^-x / Gamma(a) (negated for Q); in a, gammainc_grad_a, whose own derivative in
+# a (a second derivative in a) is refused.
 
 
 def _incomplete_gamma_abstract(name: str):
@@ -152,11 +154,13 @@ def _declare_incomplete_gamma(name: str, impl):
 
 gammainc = _declare_incomplete_gamma("gammainc", rt.gammainc)
 gammaincc = _declare_incomplete_gamma("gammaincc", rt.gammaincc)
+gammainc_grad_a = _declare_incomplete_gamma("gammainc_grad_a", rt.gammainc_grad_a)
 
 
 class _GammaStagedFunctions(_StagedFunctions):
     """The staged functions the incomplete gamma loop needs beyond betainc's."""
     expm1 = staticmethod(ew.expm1.bind)
+    digamma = staticmethod(ew.digamma.bind)
 
 
 def _aval(v) -> ShapedArray:
@@ -172,13 +176,17 @@ def _of_shape(v, shape):
     return ops.broadcast_in_dim(v, shape, range(len(shape) - rank, len(shape)))
 
 
+def _staged_operands(a, x):
+    """a and x as staged values of their broadcast shape, and the staged functions."""
+    out = ShapedArray(ew.broadcast_shapes(_aval(a).shape, _aval(x).shape), _aval(a).dtype)
+    return _of_shape(a, out.shape), _of_shape(x, out.shape), _GammaStagedFunctions(out.dtype)
+
+
 def gamma_density(a, x):
     """x^(a-1) e^-x / Gamma(a), the derivative of P(a, x) in x, by the loop's accurate
     log front (Stirling's series for large a) divided by x; at x == 0 its limit (1 for
     a == 1, inf below, 0 above), and nan where P is nan."""
-    out = ShapedArray(ew.broadcast_shapes(_aval(a).shape, _aval(x).shape), _aval(a).dtype)
-    a, x = _of_shape(a, out.shape), _of_shape(x, out.shape)
-    fns = _GammaStagedFunctions(out.dtype)
+    a, x, fns = _staged_operands(a, x)
     positive = (x > 0) & (x < np.inf) & (a > 0) & (a < np.inf)
     safe_a, safe_x = fns.select(positive, a, 1.0), fns.select(positive, x, 1.0)
     density = fns.exp(rt_special_gamma.log_igamma_front(safe_a, safe_x, fns)) / safe_x
@@ -188,24 +196,39 @@ def gamma_density(a, x):
 
 
 def _incomplete_gamma_jvp(prim, sign: float):
+    """P's (sign 1) or Q's (sign -1) jvp: density * tx + gammainc_grad_a * ta, signed."""
     def jvp(primals, tangents):
         (a, x), (ta, tx) = primals, tangents
+        terms = []
+        if not is_zero(tx):
+            terms.append(tx * gamma_density(a, x))
         if not is_zero(ta):
-            raise UnsupportedFunctionError(
-                f"the derivative of {prim.name}(a, x) (and of scipy.stats.gamma.cdf, chi2.cdf, "
-                "poisson.cdf) with respect to a (the shape, df or k) is not supported by s2s",
-                "differentiate with respect to x only: pass a as a constant, or hold it with "
-                "s2s.stop_gradient (jax.scipy.special.gammainc has it through igamma_grad_a)")
-        density = gamma_density(a, x)
-        return prim.bind(a, x), tx * (density if sign > 0 else -density)
+            terms.append(ta * gammainc_grad_a.bind(a, x))
+        tangent = terms[0] if len(terms) == 1 else add_tangents(*terms)
+        return prim.bind(a, x), tangent if sign > 0 else -tangent
     return jvp
+
+
+def _gammainc_grad_a_jvp(primals, tangents):
+    """d/dx of dP/da is d/da of the density: density * (log x - digamma(a))."""
+    (a, x), (ta, tx) = primals, tangents
+    if not is_zero(ta):
+        raise UnsupportedFunctionError(
+            "the second derivative of gammainc(a, x) / gammaincc(a, x) (and of scipy.stats."
+            "gamma.cdf, chi2.cdf, poisson.cdf) in a (the shape, df or count) is not supported by s2s",
+            "take at most one derivative in a (any in x), or hold a with s2s.stop_gradient")
+    staged_a, staged_x, fns = _staged_operands(a, x)
+    log_derivative = fns.log(staged_x) - fns.digamma(staged_a)
+    return gammainc_grad_a.bind(a, x), tx * (gamma_density(a, x) * log_derivative)
 
 
 _jvp.register(gammainc, _incomplete_gamma_jvp(gammainc, 1.0))
 _jvp.register(gammaincc, _incomplete_gamma_jvp(gammaincc, -1.0))
+_jvp.register(gammainc_grad_a, _gammainc_grad_a_jvp)
 
 
-def _lower_incomplete_gamma(upper: bool):
+def _lower_incomplete_gamma(finish):
+    """The loop in StableHLO, then `finish(a, x, sanitized_a, sanitized_x, state, fns)`."""
     def lower(ctx, eqn, a, x):
         out = eqn.outvars[0].aval.strip_weak_type()
         dtype = out.dtype
@@ -213,6 +236,7 @@ def _lower_incomplete_gamma(upper: bool):
         tiny = float(np.finfo(dtype).tiny)
         tolerance = rt_special_gamma.GAMMAINC_TOLERANCE_EPS * float(np.finfo(dtype).eps)
         scalar = ShapedArray((), dtype)
+        width = len(rt_special_gamma.STATE_NAMES)
         start = _staged(lambda a, x: rt_special_gamma.gammainc_start(a, x, tiny, fns), [out] * 2)
         sanitized_a, sanitized_x, *state = _hlo.lower_jaxpr(ctx, start, [a, x])
 
@@ -228,21 +252,22 @@ def _lower_incomplete_gamma(upper: bool):
             def one_step(m, a, x, *state_and_residual):
                 state = state_and_residual[:-1]
                 return [m + 1, a, x, *rt_special_gamma.gammainc_step(a, x, m, *state, tiny, fns)]
-            return _hlo.lower_jaxpr(ctx, _staged(one_step, [scalar] + [out] * 11), carry)
+            return _hlo.lower_jaxpr(ctx, _staged(one_step, [scalar] + [out] * (width + 3)), carry)
 
-        names = ["m", "a", "x", "term", "total", "factor", "q_total", "b", "c", "d", "h", "residual"]
         not_yet = ctx.constant(1, dtype, out.shape)
         results = _hlo.while_op(ctx, [ctx.constant(1, dtype), sanitized_a, sanitized_x, *state, not_yet],
-                                [scalar] + [out] * 11, names, condition, step)
-        loop = dict(zip(names, results))
+                                [scalar] + [out] * (width + 3),
+                                ["m", "a", "x", *rt_special_gamma.STATE_NAMES, "residual"], condition, step)
 
-        def finish(a, x, sanitized_a, sanitized_x, total, q_total, h):
-            return [rt_special_gamma.gammainc_finish(a, x, sanitized_a, sanitized_x, total, q_total, h,
-                                                     fns, upper=upper)]
-        return _hlo.lower_jaxpr(ctx, _staged(finish, [out] * 7),
-                                [a, x, loop["a"], loop["x"], loop["total"], loop["q_total"], loop["h"]])
+        def finished(a, x, sanitized_a, sanitized_x, *state):
+            return [finish(a, x, sanitized_a, sanitized_x, state, fns)]
+        return _hlo.lower_jaxpr(ctx, _staged(finished, [out] * (width + 4)), [a, x, *results[1:-1]])
     return lower
 
 
-_hlo.register(gammainc, _lower_incomplete_gamma(upper=False), broadcasting=True)
-_hlo.register(gammaincc, _lower_incomplete_gamma(upper=True), broadcasting=True)
+_hlo.register(gammainc, _lower_incomplete_gamma(
+    lambda *args: rt_special_gamma.gammainc_finish(*args, upper=False)), broadcasting=True)
+_hlo.register(gammaincc, _lower_incomplete_gamma(
+    lambda *args: rt_special_gamma.gammainc_finish(*args, upper=True)), broadcasting=True)
+_hlo.register(gammainc_grad_a, _lower_incomplete_gamma(rt_special_gamma.gammainc_grad_a_finish),
+              broadcasting=True)

@@ -116,10 +116,39 @@ def test_polygamma_with_an_array_of_orders():
 
 
 # ---------------------------------------------------------------------------------------
-# Derivatives against jax.scipy.special (in x for the incomplete gammas, as JAX's vjp is
-# then exact; in a they are refused).
+# Derivatives against jax.scipy.special (the incomplete gammas' in a is jax's
+# igamma_grad_a; a second derivative in a is refused, as jax has none).
 
 SHAPE_A = np.array([0.5, 2.0, 30.0, 1e-2])
+
+
+def incomplete_gammas_of_both(a, x):
+    return sp.gammainc(a, x) + sp.gammaincc(a, 2 * x) * 0.5
+
+
+@DERIVATIVE_SETTINGS
+@given(hnp.arrays(np.float64, 4, elements=st.one_of(finite_floats(0.01, 3), finite_floats(3, 3000))),
+       hnp.arrays(np.float64, 4, elements=finite_floats(0.3, 3)))
+def test_incomplete_gamma_derivatives_in_a_and_x_match_jax(a, ratio):
+    """Around x = a (ratio 0.3 to 3), through the series, Q's series and the fraction."""
+    check_derivatives(incomplete_gammas_of_both, jax_twin(incomplete_gammas_of_both), a, a * ratio,
+                      rtol=1e-9, atol=1e-13)
+
+
+def mixed_second_derivative(a, x):
+    return s2s.grad(lambda a: np.sum(incomplete_gammas_of_both(a, x)))(a)
+
+
+def test_mixed_second_derivative_matches_central_differences_on_both_backends():
+    """jax has no derivative of igamma_grad_a; s2s's in x is the density's in a."""
+    a, x = np.array([0.5, 3.0, 40.0, 0.02]), np.array([0.7, 2.0, 45.0, 0.3])
+    step = 1e-6 * x
+    columns = [(mixed_second_derivative(a, x + step * e) - mixed_second_derivative(a, x - step * e))
+               / (2 * step) for e in np.eye(4)]
+    want = np.diag(np.array(columns))
+    jacobian = s2s.jacfwd(mixed_second_derivative, argnums=1)
+    for run in (jacobian, s2s.jit(jacobian), s2s.jit(jacobian, backend="python")):
+        np.testing.assert_allclose(np.diag(np.asarray(run(a, x))), want, rtol=1e-7)
 
 
 def incomplete_gammas_of_x(x):
@@ -208,6 +237,10 @@ def poisson_of_mu(mu):
     return stats.poisson.logpmf(k, mu) + stats.poisson.pmf(k, mu) + stats.poisson.cdf(k, mu)
 
 
+def gamma_cdf_of_a_and_x(x, a):
+    return stats.gamma.cdf(x, a) + stats.chi2.cdf(x, 2 * a) + stats.poisson.cdf(3.0, x)
+
+
 @DERIVATIVE_SETTINGS
 @given(hnp.arrays(np.float64, 4, elements=finite_floats(0.5, 20)), hnp.arrays(np.float64, 4, elements=finite_floats(0.5, 9)))
 def test_distribution_derivatives_match_jax(x, a):
@@ -215,6 +248,7 @@ def test_distribution_derivatives_match_jax(x, a):
     check_derivatives(gamma_distribution_of_x, _jax(gamma_distribution_of_x), x, a, loc, scale, rtol=1e-10, atol=1e-12)
     check_derivatives(gamma_cdfs_of_x, _jax(gamma_cdfs_of_x), x, loc, scale, rtol=1e-10, atol=1e-12)
     check_derivatives(poisson_of_mu, _jax(poisson_of_mu), a, rtol=1e-10, atol=1e-12)
+    check_derivatives(gamma_cdf_of_a_and_x, _jax(gamma_cdf_of_a_and_x), x, a, rtol=1e-9, atol=1e-12)
 
 
 def frozen_gamma(x, a):
@@ -242,10 +276,10 @@ def staged_order(n, x):
 
 
 def test_bad_inputs_say_what_to_write_instead():
-    with pytest.raises(UnsupportedFunctionError, match="(?s)with respect to a.*stop_gradient"):
-        s2s.grad(gammainc_of_a)(1.5)
+    with pytest.raises(UnsupportedFunctionError, match="(?s)second derivative.*in a.*stop_gradient"):
+        s2s.grad(s2s.grad(gammainc_of_a))(1.5)
     with pytest.raises(UnsupportedFunctionError, match="gamma.cdf"):
-        s2s.grad(gamma_cdf_of_a)(np.array([1.5, 2.0]))
+        s2s.hessian(gamma_cdf_of_a)(np.array([1.5, 2.0]))
     with pytest.raises(UnsupportedFunctionError, match="staged order n"):
         s2s.jit(staged_order)(np.array([1, 2]), np.array([1.0, 2.0]))
     with pytest.raises(UnsupportedFunctionError, match="integer orders"):
