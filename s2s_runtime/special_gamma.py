@@ -101,21 +101,22 @@ def _regular(a, x):
 
 
 # The loop's state after the operands: the power series' term and sum (P), the Q series'
-# factor (-x)^n / n! and sum, Lentz's b, c, d and h for the fraction (Q), and the
-# derivatives in a of the power series' term and sum and of Lentz's c, d and h.
-STATE_NAMES = ("term", "total", "factor", "q_total", "b", "c", "d", "h",
-               "term_da", "total_da", "c_da", "d_da", "h_da")
+# factor (-x)^n / n! and sum, Lentz's b, c, d and h for the fraction (Q); for dP/da also
+# the derivatives in a of the power series' term and sum and of Lentz's c, d and h.
+STATE_NAMES = ("term", "total", "factor", "q_total", "b", "c", "d", "h")
+GRAD_A_STATE_NAMES = STATE_NAMES + ("term_da", "total_da", "c_da", "d_da", "h_da")
 
 
-def gammainc_start(a, x, tiny, fns):
+def gammainc_start(a, x, tiny, fns, *, grad_a: bool):
     """The loop's start: the operands (1 where the finish decides the result by a limit),
-    then the state of STATE_NAMES."""
+    then the state of STATE_NAMES (GRAD_A_STATE_NAMES with `grad_a`)."""
     regular = _regular(a, x)
     a, x = fns.select(regular, a, 1.0), fns.select(regular, x, 1.0)
     one, zero = 1 + 0 * x, 0 * x     # of x's shape and dtype, staged or not
     b = x + 1 - a
     d = 1 / _away_from_zero(b, tiny, fns)
-    return a, x, one, one, one, zero, b, one / tiny, d, d, zero, zero, zero, d * d, d * d
+    state = (one, one, one, zero, b, one / tiny, d, d)
+    return (a, x, *state, zero, zero, zero, d * d, d * d) if grad_a else (a, x, *state)
 
 
 def _away_from_zero(v, tiny, fns):
@@ -131,33 +132,42 @@ def _methods(a, x, fns):
     return by_fraction, by_q_series
 
 
-def gammainc_step(a, x, m, term, total, factor, q_total, b, c, d, h,
-                  term_da, total_da, c_da, d_da, h_da, tiny, fns):
-    """Step m (1, 2, ...) of all three and of the derivatives in a (b's is -1, an's is m),
-    then `residual`: the relative change of what each element's methods compute (values
-    and derivatives), below the precision once they have converged."""
-    term_da = (term_da * x - term * x / (a + m)) / (a + m)
+def gammainc_step(a, x, m, state, tiny, fns):
+    """Step m (1, 2, ...) of all three, and of the derivatives in a when `state` holds them
+    (b's is -1, an's is m): (state, residual), the residual being the relative change of
+    what each element's methods compute, below the precision once they have converged."""
+    term, total, factor, q_total, b, c, d, h = state[:8]
+    grad_a = len(state) > 8
+    if grad_a:
+        term_da, total_da, c_da, d_da, h_da = state[8:]
+        term_da = (term_da * x - term * x / (a + m)) / (a + m)
+        total_da = total_da + term_da
     term = term * x / (a + m)
-    total, total_da = total + term, total_da + term_da
+    total = total + term
     factor = -factor * x / m
     q_term = factor / (a + m)
     q_total = q_total + q_term
     an = m * (a - m)
     b = b + 2
     new_d = 1 / _away_from_zero(an * d + b, tiny, fns)
-    d_da = -(m * d + an * d_da - 1) * new_d * new_d
-    c_da = -1 + m / c - an * c_da / (c * c)
+    if grad_a:
+        d_da = -(m * d + an * d_da - 1) * new_d * new_d
+        c_da = -1 + m / c - an * c_da / (c * c)
     c, d = _away_from_zero(b + an / c, tiny, fns), new_d
     delta = d * c
-    new_h_da = h_da * delta + h * (d_da * c + d * c_da)
-    h = h * delta
     by_fraction, by_q_series = _methods(a, x, fns)
-    series_change = _larger(fns.abs(term / total), fns.abs(term_da / _away_from_zero(total_da, tiny, fns)), fns)
+    series_change = fns.abs(term / total)
+    fraction_change = fns.abs(delta - 1)
+    if grad_a:
+        new_h_da = h_da * delta + h * (d_da * c + d * c_da)
+        series_change = _larger(series_change, fns.abs(term_da / _away_from_zero(total_da, tiny, fns)), fns)
+        fraction_change = _larger(fraction_change,
+                                  fns.abs((new_h_da - h_da) / _away_from_zero(new_h_da, tiny, fns)), fns)
+    h = h * delta
     q_change = fns.select(by_q_series, fns.abs(q_term / _away_from_zero(q_total, tiny, fns)), 0.0)
-    fraction_change = fns.abs((new_h_da - h_da) / _away_from_zero(new_h_da, tiny, fns))
-    residual = fns.select(by_fraction, _larger(fns.abs(delta - 1), fraction_change, fns),
-                          _larger(series_change, q_change, fns))
-    return term, total, factor, q_total, b, c, d, h, term_da, total_da, c_da, d_da, new_h_da, residual
+    residual = fns.select(by_fraction, fraction_change, _larger(series_change, q_change, fns))
+    state = (term, total, factor, q_total, b, c, d, h)
+    return (state + (term_da, total_da, c_da, d_da, new_h_da) if grad_a else state), residual
 
 
 def _larger(u, v, fns):
@@ -207,18 +217,18 @@ def gammainc_grad_a_finish(a, x, sanitized_a, sanitized_x, state, fns):
     return fns.select(a == 0, np.nan, value)
 
 
-def run_gammainc_loop(a, x, finish):
+def run_gammainc_loop(a, x, finish, *, grad_a: bool = False):
     """The loop on NumPy arrays, then `finish(a, x, sanitized_a, sanitized_x, state, fns)`,
-    in a and x's dtype."""
+    in a and x's dtype; with the derivatives in a when `grad_a`."""
     a, x = np.broadcast_arrays(_floating(a), _floating(x))
     dtype = np.result_type(a, x)
     a, x = a.astype(dtype), x.astype(dtype)
     fns, tiny = GammaNumpyFunctions, float(np.finfo(dtype).tiny)
     tolerance = GAMMAINC_TOLERANCE_EPS * float(np.finfo(dtype).eps)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        sanitized_a, sanitized_x, *state = gammainc_start(a, x, tiny, fns)
+        sanitized_a, sanitized_x, *state = gammainc_start(a, x, tiny, fns, grad_a=grad_a)
         for m in range(1, GAMMAINC_MAX_STEPS + 1):
-            *state, residual = gammainc_step(sanitized_a, sanitized_x, dtype.type(m), *state, tiny, fns)
+            state, residual = gammainc_step(sanitized_a, sanitized_x, dtype.type(m), state, tiny, fns)
             if not np.any(residual > tolerance):   # nan counts as converged
                 break
         return np.asarray(finish(a, x, sanitized_a, sanitized_x, state, fns), dtype)[()]
@@ -236,4 +246,4 @@ def gammaincc(a, x):
 
 def gammainc_grad_a(a, x):
     """dP(a, x)/da, as jax.scipy.special's igamma_grad_a (SciPy has no such function)."""
-    return run_gammainc_loop(a, x, gammainc_grad_a_finish)
+    return run_gammainc_loop(a, x, gammainc_grad_a_finish, grad_a=True)

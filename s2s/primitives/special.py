@@ -227,8 +227,11 @@ _jvp.register(gammaincc, _incomplete_gamma_jvp(gammaincc, -1.0))
 _jvp.register(gammainc_grad_a, _gammainc_grad_a_jvp)
 
 
-def _lower_incomplete_gamma(finish):
-    """The loop in StableHLO, then `finish(a, x, sanitized_a, sanitized_x, state, fns)`."""
+def _lower_incomplete_gamma(finish, grad_a: bool = False):
+    """The loop in StableHLO (with the derivatives in a when `grad_a`), then
+    `finish(a, x, sanitized_a, sanitized_x, state, fns)`."""
+    names = rt_special_gamma.GRAD_A_STATE_NAMES if grad_a else rt_special_gamma.STATE_NAMES
+
     def lower(ctx, eqn, a, x):
         out = eqn.outvars[0].aval.strip_weak_type()
         dtype = out.dtype
@@ -236,8 +239,8 @@ def _lower_incomplete_gamma(finish):
         tiny = float(np.finfo(dtype).tiny)
         tolerance = rt_special_gamma.GAMMAINC_TOLERANCE_EPS * float(np.finfo(dtype).eps)
         scalar = ShapedArray((), dtype)
-        width = len(rt_special_gamma.STATE_NAMES)
-        start = _staged(lambda a, x: rt_special_gamma.gammainc_start(a, x, tiny, fns), [out] * 2)
+        start = _staged(lambda a, x: rt_special_gamma.gammainc_start(a, x, tiny, fns, grad_a=grad_a),
+                        [out] * 2)
         sanitized_a, sanitized_x, *state = _hlo.lower_jaxpr(ctx, start, [a, x])
 
         def condition(carry):
@@ -250,18 +253,18 @@ def _lower_incomplete_gamma(finish):
 
         def step(carry):
             def one_step(m, a, x, *state_and_residual):
-                state = state_and_residual[:-1]
-                return [m + 1, a, x, *rt_special_gamma.gammainc_step(a, x, m, *state, tiny, fns)]
-            return _hlo.lower_jaxpr(ctx, _staged(one_step, [scalar] + [out] * (width + 3)), carry)
+                state, residual = rt_special_gamma.gammainc_step(a, x, m, state_and_residual[:-1], tiny, fns)
+                return [m + 1, a, x, *state, residual]
+            return _hlo.lower_jaxpr(ctx, _staged(one_step, [scalar] + [out] * (len(names) + 3)), carry)
 
         not_yet = ctx.constant(1, dtype, out.shape)
         results = _hlo.while_op(ctx, [ctx.constant(1, dtype), sanitized_a, sanitized_x, *state, not_yet],
-                                [scalar] + [out] * (width + 3),
-                                ["m", "a", "x", *rt_special_gamma.STATE_NAMES, "residual"], condition, step)
+                                [scalar] + [out] * (len(names) + 3), ["m", "a", "x", *names, "residual"],
+                                condition, step)
 
         def finished(a, x, sanitized_a, sanitized_x, *state):
             return [finish(a, x, sanitized_a, sanitized_x, state, fns)]
-        return _hlo.lower_jaxpr(ctx, _staged(finished, [out] * (width + 4)), [a, x, *results[1:-1]])
+        return _hlo.lower_jaxpr(ctx, _staged(finished, [out] * (len(names) + 4)), [a, x, *results[1:-1]])
     return lower
 
 
@@ -269,5 +272,5 @@ _hlo.register(gammainc, _lower_incomplete_gamma(
     lambda *args: rt_special_gamma.gammainc_finish(*args, upper=False)), broadcasting=True)
 _hlo.register(gammaincc, _lower_incomplete_gamma(
     lambda *args: rt_special_gamma.gammainc_finish(*args, upper=True)), broadcasting=True)
-_hlo.register(gammainc_grad_a, _lower_incomplete_gamma(rt_special_gamma.gammainc_grad_a_finish),
+_hlo.register(gammainc_grad_a, _lower_incomplete_gamma(rt_special_gamma.gammainc_grad_a_finish, grad_a=True),
               broadcasting=True)
