@@ -184,15 +184,18 @@ def _staged_operands(a, x):
 
 def gamma_density(a, x):
     """x^(a-1) e^-x / Gamma(a), the derivative of P(a, x) in x, by the loop's accurate
-    log front (Stirling's series for large a) divided by x; at x == 0 its limit (1 for
-    a == 1, inf below, 0 above), and nan where P is nan."""
+    log front (Stirling's series for large a) less log x (no underflow for tiny x); at
+    x == 0 its limit (1 for a == 1, inf below, 0 above); 0 where P is constant (a == 0,
+    a == inf, x == inf), nan where P is nan."""
     a, x, fns = _staged_operands(a, x)
     positive = (x > 0) & (x < np.inf) & (a > 0) & (a < np.inf)
     safe_a, safe_x = fns.select(positive, a, 1.0), fns.select(positive, x, 1.0)
-    density = fns.exp(rt_special_gamma.log_igamma_front(safe_a, safe_x, fns)) / safe_x
+    density = fns.exp(rt_special_gamma.log_igamma_front(safe_a, safe_x, fns) - fns.log(safe_x))
     at_zero = fns.select(a == 1, 1.0, fns.select(a < 1, np.inf, 0.0))
-    density = fns.select(x == 0, at_zero, fns.select(x == np.inf, 0.0, density))
-    return fns.select((a >= 0) & (x >= 0), density, np.nan)
+    density = fns.select(x == 0, at_zero, density)
+    density = fns.select((a == 0) | (a == np.inf) | (x == np.inf), 0.0, density)
+    valid = (a >= 0) & (x >= 0) & ((a > 0) | (x > 0)) & ((a < np.inf) | (x < np.inf))
+    return fns.select(valid, density, np.nan)
 
 
 def _incomplete_gamma_jvp(prim, sign: float):

@@ -135,6 +135,20 @@ def test_incomplete_gamma_derivatives_in_a_and_x_match_jax(a, ratio):
                       rtol=1e-9, atol=1e-13)
 
 
+def test_incomplete_gamma_derivatives_at_the_limits():
+    """0 where P is constant (a == 0 < x, a == inf, x == inf), the density's limit at x == 0,
+    no underflow at tiny x; nan where P is nan or jumps (d/da at a == 0)."""
+    a = np.array([0.0, 1.0, 2.0, np.inf, 2.0, -1.0, 0.5])
+    x = np.array([1.0, 0.0, np.inf, 1.0, 1e-300, 1.0, 0.0])
+    want_a = [np.nan, 0.0, 0.0, 0.0, 0.0, np.nan, 0.0]
+    want_x = [0.0, 1.0, 0.0, 0.0, 1e-300, np.nan, np.inf]
+    gradient = s2s.vmap(s2s.grad(sp.gammainc, argnums=(0, 1)))
+    for run in (gradient, s2s.jit(gradient), s2s.jit(gradient, backend="python")):
+        got_a, got_x = run(a, x)
+        np.testing.assert_allclose(got_a, want_a, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(got_x, want_x, rtol=1e-12, atol=0)
+
+
 def mixed_second_derivative(a, x):
     return s2s.grad(lambda a: np.sum(incomplete_gammas_of_both(a, x)))(a)
 
