@@ -207,7 +207,8 @@ def _gamma_sign(x):
     zero_sign = npm.where(1 / npm.where(x == 0, x, 1.0) < 0, -1.0, 1.0)   # 1/-0.0 is -inf
     between_poles = npm.where(npm.remainder(npm.floor(x), 2) == 0, 1.0, -1.0)
     sign = npm.where(x > 0, 1.0, npm.where(x == 0, zero_sign, between_poles))
-    return npm.where(((x < 0) & ((x == npm.floor(x)) | npm.isinf(x))) | npm.isnan(x), np.nan, sign)
+    sign = npm.where(((x < 0) & ((x == npm.floor(x)) | npm.isinf(x))) | npm.isnan(x), np.nan, sign)
+    return convert(sign, aval(x).dtype)
 
 
 def gammasgn(x, out=None):
@@ -269,6 +270,12 @@ def beta(a, b, out=None):
     return sign * npm.exp(_log_abs_beta(a, b))
 
 
+def _float64_operands(name: str, *xs):
+    """Operands in float64 whatever their dtype: SciPy's multigammaln adds a float64 scalar,
+    and polygamma's integer order selects the float64 loop."""
+    return [convert(x, dtypes.canonicalize_dtype(np.float64)) for x in _real_operands(name, xs)]
+
+
 def multigammaln(a, d):
     """log Gamma_d(a) = d (d - 1) / 4 log(pi) + sum_j<d gammaln(a - j / 2), the multivariate
     log-gamma function, for a static dimension d >= 1. SciPy raises for a <= (d - 1) / 2,
@@ -278,7 +285,7 @@ def multigammaln(a, d):
             f"scipy.special.multigammaln(a, d) needs the dimension d as a positive integer known "
             f"when the function is staged, got {d!r}", "pass d as a Python int, such as multigammaln(a, 3)")
     d = int(d)
-    (a,) = _ufunc_operands("multigammaln", a)
+    (a,) = _float64_operands("multigammaln", a)
     terms = [gammaln(a if j == 0 else a - 0.5 * j) for j in range(d)]
     total = d * (d - 1) / 4 * math.log(math.pi) + sum(terms[1:], terms[0])
     return npm.where(a > 0.5 * (d - 1), total, np.nan)
@@ -340,7 +347,7 @@ def polygamma(n, x):
     """psi^(n)(x), the n-th derivative of digamma, for static orders n >= 0: digamma for
     n = 0, the polygamma primitive above; an array of orders selects per element."""
     orders = _polygamma_order(n)
-    (x,) = _ufunc_operands("polygamma", x)
+    (x,) = _float64_operands("polygamma", x)
     x = shaping.broadcast_to(x, np.broadcast_shapes(orders.shape, aval(x).shape))
 
     def of_order(k: int):

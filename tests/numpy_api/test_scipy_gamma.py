@@ -81,6 +81,17 @@ def test_float32_and_batched(backend):
         np.testing.assert_allclose(g, e, rtol=2e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_result_dtypes_are_scipys(dtype):
+    """float32 stays float32 where SciPy's loops do; multigammaln and polygamma are float64."""
+    x = np.array([[1.0, 2.0], [3.0, 4.5]]).astype(dtype)
+    for fn in (sp.gamma, sp.gammasgn, sp.rgamma, lambda v: sp.beta(v, v), lambda v: sp.betaln(v, 2.0),
+               lambda v: sp.multigammaln(v + 2, 2), lambda v: sp.polygamma(1, v), lambda v: sp.polygamma(0, v),
+               lambda v: sp.gammainc(v, v), lambda v: sp.gammaincc(2.0, v), lambda v: stats.gamma.pdf(v, 2.0),
+               lambda v: stats.poisson.pmf(v, 2.0)):
+        check_function(fn, x, rtol=1e-5, atol=1e-6)
+
+
 def gamma_functions(x):
     """(digamma's own poles are the existing digamma's: tested with it.)"""
     return sp.gamma(x), sp.gammasgn(x), sp.rgamma(x), sp.polygamma(1, x), sp.polygamma(2, x)
