@@ -266,7 +266,7 @@ def _frozen_method_resolver(stats):
     2).pdf`, made anew by each call) is the distribution's own method with the frozen
     parameters, `norm.pdf(x, 0, 2)`. (A frozen distribution holds a copy of `norm`, so the
     method is found by the distribution's name.)"""
-    frozen_type = type(stats.norm())
+    frozen_type = (type(stats.norm()), type(stats.poisson(1.0)))   # continuous, discrete
 
     def resolve(fn):
         owner = getattr(fn, "__self__", None)

@@ -280,8 +280,13 @@ def frozen_gamma(x, a):
     return stats.gamma(a, scale=2.0).logpdf(x) + stats.chi2(3.0).cdf(x)
 
 
-def test_frozen_gamma_and_chi2():
+def frozen_poisson(k, mu):
+    return stats.poisson(mu).pmf(k) + stats.poisson(2.5, loc=1).cdf(k)
+
+
+def test_frozen_gamma_chi2_and_poisson():
     check_function(frozen_gamma, np.array([0.5, 2.0, 9.0]), np.array([1.5, 3.0, 0.7]), rtol=1e-12, atol=0)
+    check_function(frozen_poisson, np.array([0.0, 2.0, 9.0]), np.array([1.5, 3.0, 0.7]), rtol=1e-12, atol=0)
 
 
 # ---------------------------------------------------------------------------------------
