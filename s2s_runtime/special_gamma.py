@@ -24,7 +24,9 @@ import numpy as np
 
 from s2s_runtime.special import NumpyFunctions, _floating, digamma
 
-GAMMAINC_MAX_STEPS = 5000
+# The series and the fraction take about 7 sqrt(a) steps near x = a (700 at a = 1e4): this
+# bound reaches a ~ 1e8; an element still moving after it is nan, never a truncated sum.
+GAMMAINC_MAX_STEPS = 100_000
 # Converged once every element's relative change is at most this many epsilons: the
 # fraction's d * c rounds to within a few of 1, never nearer.
 GAMMAINC_TOLERANCE_EPS = 4
@@ -231,7 +233,13 @@ def run_gammainc_loop(a, x, finish, *, grad_a: bool = False):
             state, residual = gammainc_step(sanitized_a, sanitized_x, dtype.type(m), state, tiny, fns)
             if not np.any(residual > tolerance):   # nan counts as converged
                 break
-        return np.asarray(finish(a, x, sanitized_a, sanitized_x, state, fns), dtype)[()]
+        value = finish(a, x, sanitized_a, sanitized_x, state, fns)
+        return np.asarray(unconverged_to_nan(value, residual, tolerance, fns), dtype)[()]
+
+
+def unconverged_to_nan(value, residual, tolerance, fns):
+    """nan where the loop stopped at GAMMAINC_MAX_STEPS before converging."""
+    return fns.select(residual > tolerance, np.nan, value)
 
 
 def gammainc(a, x):

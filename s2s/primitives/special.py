@@ -265,9 +265,11 @@ def _lower_incomplete_gamma(finish, grad_a: bool = False):
                                 [scalar] + [out] * (len(names) + 3), ["m", "a", "x", *names, "residual"],
                                 condition, step)
 
-        def finished(a, x, sanitized_a, sanitized_x, *state):
-            return [finish(a, x, sanitized_a, sanitized_x, state, fns)]
-        return _hlo.lower_jaxpr(ctx, _staged(finished, [out] * (len(names) + 4)), [a, x, *results[1:-1]])
+        def finished(a, x, sanitized_a, sanitized_x, *state_and_residual):
+            *state, residual = state_and_residual
+            value = finish(a, x, sanitized_a, sanitized_x, state, fns)
+            return [rt_special_gamma.unconverged_to_nan(value, residual, tolerance, fns)]
+        return _hlo.lower_jaxpr(ctx, _staged(finished, [out] * (len(names) + 5)), [a, x, *results[1:]])
     return lower
 
 
