@@ -9,11 +9,13 @@ from s2s_runtime.ops import complex_from_parts, float0, iota, trunc_divide
 from s2s_runtime.sorting import sort_multi, sort_order
 from s2s_runtime.special import betainc, digamma, erf, erfc, lgamma, logistic, polygamma
 from s2s_runtime.special import erfcinv, erfinv
+from s2s_runtime.special_gamma import gammainc, gammainc_grad_a, gammaincc
 
 __all__ = [
     "array_from_base64", "betainc", "complex_from_parts", "digamma", "dynamic_slice", "dynamic_update_slice",
     "erf", "erfc", "float0",
     "gather", "iota", "lgamma", "load_npz", "logistic", "lu", "pad", "polygamma",
     "scatter_add", "solve", "sort_multi", "sort_order", "triangular_solve", "trunc_divide",
+    "gammainc", "gammainc_grad_a", "gammaincc",
 ]
 __all__ += ["erfcinv", "erfinv"]
