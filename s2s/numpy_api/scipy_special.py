@@ -20,7 +20,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.errors import UnsupportedFunctionError
 from s2s.numpy_api import math as npm
-from s2s.numpy_api import reductions, shaping
+from s2s.numpy_api import reductions, scipy_bessel, shaping
 from s2s.numpy_api._base import aval, convert, implements, operand
 from s2s.primitives import elementwise as ew
 from s2s.primitives import special as special_primitives
@@ -182,3 +182,4 @@ def register_scipy_special() -> None:
                  "logsumexp", "softmax", "log_softmax"):
         implements(getattr(special, name))(globals()[name])
     implements(special.digamma, special.psi)(digamma)
+    scipy_bessel.register_scipy_bessel()

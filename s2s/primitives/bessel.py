@@ -1,0 +1,177 @@
+"""Bessel functions of real argument: `bessel_jn(n, x)` (J_n, integer n), `bessel_yn(n, x)`
+(Y_n) and `bessel_iv[scaled](v, x)` (I_v, and I_v e^-|x| when scaled), behind
+scipy.special's jv/jn, yn, iv, ive and their fixed orders (j0, y1, i0e ...).
+
+The order is an operand like x (SciPy's are ufuncs in both), of x's dtype. Their NumPy
+impl and emitted Python are `rt.jv`, `rt.yn`, `rt.iv`, `rt.ive`; their StableHLO lowering
+stages the very functions those run (`s2s_runtime.bessel.bessel_jy`, `bessel_iv`) with
+staged operations, loops becoming `while_loop`s, so both backends run one algorithm, in
+float64. Derivatives in x follow from the recurrences (J_n' = (J_n-1 - J_n+1)/2, ...), so
+every order of derivative is again these primitives; derivatives in the order are
+refused, as JAX refuses them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import s2s_runtime as rt
+from s2s_runtime import bessel as rt_bessel
+
+from s2s import dtypes
+from s2s.core import ClosedJaxpr, ShapedArray
+from s2s.emit import stablehlo as _hlo
+from s2s.emit.pyexpr import call, register
+from s2s.errors import ShapeError, UnsupportedFunctionError
+from s2s.passes import jvp as _jvp, vmap as _vmap
+from s2s.passes.tangents import is_zero
+from s2s.primitives import elementwise as ew
+from s2s.primitives import loops, ops
+from s2s.staging import JaxprBuilder, Primitive
+
+
+def _bessel_abstract(name: str):
+    def abstract(order, x, **params):
+        if not (order.dtype == x.dtype and x.dtype.kind == "f"):
+            raise ShapeError(f"{name} needs a real floating order and argument of one dtype, got "
+                             f"{order.str_short()}, {x.str_short()}")
+        return ShapedArray(ew.broadcast_shapes(order.shape, x.shape), x.dtype, order.weak_type and x.weak_type)
+    return abstract
+
+
+bessel_jn = Primitive("bessel_jn", _bessel_abstract("bessel_jn"), rt.jv)
+bessel_yn = Primitive("bessel_yn", _bessel_abstract("bessel_yn"), rt.yn)
+bessel_iv = Primitive("bessel_iv", _bessel_abstract("bessel_iv"),
+                      lambda v, x, scaled: (rt.ive if scaled else rt.iv)(v, x))
+
+# ---------------------------------------------------------------------------------------
+# Python emission and batching: elementwise calls of the runtime's functions.
+
+register(bessel_jn, lambda eqn, n, x: call("rt.jv", n, x))
+register(bessel_yn, lambda eqn, n, x: call("rt.yn", n, x))
+register(bessel_iv, lambda eqn, v, x: call("rt.ive" if eqn.params["scaled"] else "rt.iv", v, x))
+for _prim in (bessel_jn, bessel_yn, bessel_iv):
+    _vmap.broadcasting(_prim)
+
+# ---------------------------------------------------------------------------------------
+# jvp: in x only.
+
+
+def _constant_order(name: str, order_tangent) -> None:
+    if not is_zero(order_tangent):
+        raise UnsupportedFunctionError(
+            f"the derivative of {name} with respect to its order is not supported (JAX does not "
+            "have it either)", "differentiate with respect to x only: pass the order as a constant, "
+            "or hold it with s2s.stop_gradient")
+
+
+def _order_step(order, step: int):
+    """order + step, with primitives (the order is often a literal, which has no operators)."""
+    return ew.add.bind(order, ops.literal(step, order.aval.dtype))
+
+
+def _recurrence_jvp(prim, name: str):
+    """C_n' = (C_n-1 - C_n+1) / 2, for J and Y (C_-n = (-1)^n C_n keeps it right for n <= 0)."""
+    def rule(primals, tangents):
+        (n, x), (tn, tx) = primals, tangents
+        _constant_order(name, tn)
+        difference = prim.bind(_order_step(n, -1), x) - prim.bind(_order_step(n, 1), x)
+        return prim.bind(n, x), tx * (difference * ops.literal(0.5, difference.aval.dtype))
+    return rule
+
+
+_jvp.register(bessel_jn, _recurrence_jvp(bessel_jn, "scipy.special.jv"))
+_jvp.register(bessel_yn, _recurrence_jvp(bessel_yn, "scipy.special.yn"))
+
+
+def _iv_jvp(primals, tangents, scaled):
+    """I_v' = (I_v-1 + I_v+1) / 2 for |v| >= 1, and I_v+1 + (v/x) I_v (I_1 for v = 0) below,
+    where v - 1 would be a negative non-integer order; the scaled e^-|x| I_v adds
+    -sign(x) e^-|x| I_v."""
+    (v, x), (tv, tx) = primals, tangents
+    _constant_order("scipy.special.ive" if scaled else "scipy.special.iv", tv)
+    dtype = x.aval.dtype
+    out = bessel_iv.bind(v, x, scaled=scaled)
+    above = bessel_iv.bind(_order_step(v, 1), x, scaled=scaled)
+    below = bessel_iv.bind(_order_step(v, -1), x, scaled=scaled)
+    zero, one = ops.literal(0, dtype), ops.literal(1, dtype)
+    v_over_x = ew.select.bind(ew.eq.bind(v, zero), zero, ew.div.bind(v, x))
+    derivative = ew.select.bind(ew.ge.bind(ew.abs.bind(v), one),
+                                (below + above) * ops.literal(0.5, dtype), above + v_over_x * out)
+    if scaled:
+        derivative = derivative - ew.sign.bind(x) * out
+    return out, tx * derivative
+
+
+_jvp.register(bessel_iv, _iv_jvp)
+
+# ---------------------------------------------------------------------------------------
+# StableHLO lowering: the runtime's algorithm, staged.
+
+
+class _StagedFunctions:
+    """What `s2s_runtime.bessel`'s algorithms need, as staged float64 operations (Python
+    numbers become literals), with `loop` a `while_loop` whose carry holds all it reads."""
+
+    dtype = dtypes.canonicalize_dtype(np.float64)
+
+    @classmethod
+    def _operand(cls, v):
+        return ops.literal(v, cls.dtype, weak=False) if isinstance(v, (int, float)) else v
+
+    @classmethod
+    def select(cls, pred, on_true, on_false):
+        return ew.select.bind(pred, cls._operand(on_true), cls._operand(on_false))
+
+    abs = staticmethod(ew.abs.bind)
+    exp = staticmethod(ew.exp.bind)
+    log = staticmethod(ew.log.bind)
+    sqrt = staticmethod(ew.sqrt.bind)
+    sin = staticmethod(ew.sin.bind)
+    cos = staticmethod(ew.cos.bind)
+    floor = staticmethod(ew.floor.bind)
+    lgamma = staticmethod(ew.lgamma.bind)
+    not_ = staticmethod(ew.not_.bind)
+
+    @staticmethod
+    def max_all(x):
+        return ops.reduce_max(x, tuple(range(len(x.aval.shape))))
+
+    @staticmethod
+    def any(x):
+        return ops.reduce_or(x, tuple(range(len(x.aval.shape))))
+
+    @staticmethod
+    def loop(keep_going, step, carry):
+        avals = [c.aval.strip_weak_type() for c in carry]
+        condition, body = _staged(lambda *c: [keep_going(*c)], avals), _staged(step, avals)
+        return loops.while_loop.bind(*carry, cond_jaxpr=condition, body_jaxpr=body,
+                                     cond_nconsts=0, body_nconsts=0, max_iters=None)
+
+
+def _staged(fn, avals) -> ClosedJaxpr:
+    """`fn` staged on arguments of `avals`."""
+    with JaxprBuilder() as builder:
+        outs = fn(*[builder.new_arg(a) for a in avals])
+        closed = builder.build(list(outs))
+    if closed.consts:
+        raise AssertionError("a Bessel function's lowering captured constants")
+    return closed
+
+
+def _lowering(compute):
+    """The lowering of a primitive whose value is `compute(order, x, fns, **params)`, run
+    in float64 and converted to the result's dtype."""
+    def lower(ctx, eqn, order, x):
+        out = eqn.outvars[0].aval.strip_weak_type()
+        wide = out.update(dtype=_StagedFunctions.dtype)
+
+        def in_float64(order, x):
+            value = compute(ops.convert(order, wide.dtype), ops.convert(x, wide.dtype), _StagedFunctions,
+                            **eqn.params)
+            return [ops.convert(value, out.dtype)]
+        return _hlo.lower_jaxpr(ctx, _staged(in_float64, [out, out]).jaxpr, [order, x])
+    return lower
+
+
+_hlo.register(bessel_jn, _lowering(lambda n, x, fns: rt_bessel.bessel_jy(n, x, fns)[0]), broadcasting=True)
+_hlo.register(bessel_yn, _lowering(lambda n, x, fns: rt_bessel.bessel_jy(n, x, fns)[1]), broadcasting=True)
+_hlo.register(bessel_iv, _lowering(rt_bessel.bessel_iv), broadcasting=True)
