@@ -55,6 +55,7 @@ class NumpyFunctions:
     sin = staticmethod(np.sin)
     cos = staticmethod(np.cos)
     floor = staticmethod(np.floor)
+    pow = staticmethod(np.power)
     not_ = staticmethod(np.logical_not)
 
     lgamma = staticmethod(special.lgamma)
@@ -130,7 +131,7 @@ def _series_jy(n, a, fns):
     Y_0 = (2/pi)(log(a/2) + gamma) J_0 + (2/pi) sum_{k>=1} (-1)^(k+1) H_k (a^2/4)^k / (k!)^2,
     Y_1 = -2/(pi a) + (2/pi) log(a/2) J_1 - (a/(2 pi)) sum (psi(k+1) + psi(k+2)) (-a^2/4)^k / (k! (k+1)!)."""
     quarter_square = a * a / 4
-    front = fns.exp(n * fns.log(a / 2) - fns.lgamma(n + 1))
+    front = fns.pow(a / 2, n) * fns.exp(-fns.lgamma(n + 1))   # (a/2)^n / n!, <= 1 here
     jn_sum, term_n = 1 + 0 * a, 1 + 0 * a
     j0_sum, j1_sum, y0_sum, y1_sum = 1 + 0 * a, 1 + 0 * a, 0 * a, 0 * a
     term0, term1 = 1 + 0 * a, 1 + 0 * a     # (-a^2/4)^k / (k!)^2 and / (k! (k+1)!)
@@ -266,8 +267,13 @@ def _series_iv(v, a, scaled: bool, fns):
     _, _, _, _, total, log_scale = fns.loop(
         lambda k, a, v, term, total, log_scale: fns.any(term > eps * total),
         _series_step(fns), [0 * fns.max_all(a), a, v, 1 + zero, 1 + zero, zero])
-    log_front = v * fns.log(a / 2) - fns.lgamma(v + 1) - (a if scaled else 0)
-    return total * fns.exp(log_front + log_scale)
+    # total (a/2)^v / Gamma(v + 1) (e^-a): with the power itself wherever no step can over-
+    # or underflow, as exp(log) loses |v log(a/2)| ulps; elsewhere in logarithms.
+    log_power = v * fns.log(a / 2)
+    rest = log_scale - fns.lgamma(v + 1) - (a if scaled else 0)
+    direct = (log_power < 600) & (log_scale == 0) & (rest > -600)
+    by_power = total * (fns.pow(a / 2, v) * fns.exp(fns.select(direct, rest, 0.0)))
+    return fns.select(direct, by_power, total * fns.exp(log_power + rest))
 
 
 def _hankel_iv(v, a, scaled: bool, fns):

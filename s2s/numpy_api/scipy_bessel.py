@@ -41,8 +41,15 @@ def _real(name: str, x):
 
 
 def _concrete(order):
-    """The order's values if they are known while staging, else None."""
-    return None if isinstance(order, Tracer) else np.asarray(order)
+    """The order's values if they are known while staging (a Python or NumPy value, or a
+    constant the function made, such as `np.array([0.5, 1.0])`), else None."""
+    if not isinstance(order, Tracer):
+        return np.asarray(order)
+    builder = order.builder
+    if order.variable in builder.constvars:
+        value = builder.consts[builder.constvars.index(order.variable)]
+        return value if isinstance(value, np.ndarray) else None
+    return None
 
 
 def _integer_order(name: str, order) -> None:

@@ -128,6 +128,7 @@ class _StagedFunctions:
     sin = staticmethod(ew.sin.bind)
     cos = staticmethod(ew.cos.bind)
     floor = staticmethod(ew.floor.bind)
+    pow = staticmethod(ew.pow.bind)
     lgamma = staticmethod(ew.lgamma.bind)
     not_ = staticmethod(ew.not_.bind)
 
