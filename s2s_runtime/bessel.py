@@ -45,20 +45,14 @@ RESCALE = 1e10              # Miller's recurrence grows up to 2k/x a step: resca
 SERIES_RESCALE = 1e250      # the I series' running scale
 
 
-class NumpyFunctions:
-    """The functions the algorithms need, for NumPy arrays."""
-    select = staticmethod(np.where)
-    abs = staticmethod(np.abs)
-    exp = staticmethod(np.exp)
-    log = staticmethod(np.log)
+class NumpyFunctions(special.NumpyFunctions):
+    """The functions the algorithms need, for NumPy arrays: betainc's, and these."""
     sqrt = staticmethod(np.sqrt)
     sin = staticmethod(np.sin)
     cos = staticmethod(np.cos)
     floor = staticmethod(np.floor)
     pow = staticmethod(np.power)
     not_ = staticmethod(np.logical_not)
-
-    lgamma = staticmethod(special.lgamma)
 
     @staticmethod
     def max_all(x):

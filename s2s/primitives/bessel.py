@@ -24,8 +24,8 @@ from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.passes import jvp as _jvp, vmap as _vmap
 from s2s.passes.tangents import is_zero
 from s2s.primitives import elementwise as ew
-from s2s.primitives import loops, ops
-from s2s.staging import JaxprBuilder, Primitive
+from s2s.primitives import loops, ops, special
+from s2s.staging import Primitive
 
 
 def _bessel_abstract(name: str):
@@ -107,29 +107,22 @@ _jvp.register(bessel_iv, _iv_jvp)
 # StableHLO lowering: the runtime's algorithm, staged.
 
 
-class _StagedFunctions:
-    """What `s2s_runtime.bessel`'s algorithms need, as staged float64 operations (Python
-    numbers become literals), with `loop` a `while_loop` whose carry holds all it reads."""
+class _StagedFunctions(special._StagedFunctions):
+    """What `s2s_runtime.bessel`'s algorithms need, as staged float64 operations: betainc's
+    (Python numbers become literals, strong here, as the loops' carries are), these, and
+    `loop`, a `while_loop` whose carry holds all it reads."""
 
-    dtype = dtypes.canonicalize_dtype(np.float64)
+    def __init__(self):
+        super().__init__(dtypes.canonicalize_dtype(np.float64))
 
-    @classmethod
-    def _operand(cls, v):
-        return ops.literal(v, cls.dtype, weak=False) if isinstance(v, (int, float)) else v
+    def _operand(self, v):
+        return ops.literal(v, self.dtype, weak=False) if isinstance(v, (int, float)) else v
 
-    @classmethod
-    def select(cls, pred, on_true, on_false):
-        return ew.select.bind(pred, cls._operand(on_true), cls._operand(on_false))
-
-    abs = staticmethod(ew.abs.bind)
-    exp = staticmethod(ew.exp.bind)
-    log = staticmethod(ew.log.bind)
     sqrt = staticmethod(ew.sqrt.bind)
     sin = staticmethod(ew.sin.bind)
     cos = staticmethod(ew.cos.bind)
     floor = staticmethod(ew.floor.bind)
     pow = staticmethod(ew.pow.bind)
-    lgamma = staticmethod(ew.lgamma.bind)
     not_ = staticmethod(ew.not_.bind)
 
     @staticmethod
@@ -149,13 +142,8 @@ class _StagedFunctions:
 
 
 def _staged(fn, avals) -> ClosedJaxpr:
-    """`fn` staged on arguments of `avals`."""
-    with JaxprBuilder() as builder:
-        outs = fn(*[builder.new_arg(a) for a in avals])
-        closed = builder.build(list(outs))
-    if closed.consts:
-        raise AssertionError("a Bessel function's lowering captured constants")
-    return closed
+    """`fn` staged on arguments of `avals`, closed over nothing (as betainc's pieces are)."""
+    return ClosedJaxpr(special._staged(fn, avals), [])
 
 
 def _lowering(compute):
@@ -163,13 +151,14 @@ def _lowering(compute):
     in float64 and converted to the result's dtype."""
     def lower(ctx, eqn, order, x):
         out = eqn.outvars[0].aval.strip_weak_type()
-        wide = out.update(dtype=_StagedFunctions.dtype)
+        fns = _StagedFunctions()
+        wide = out.update(dtype=fns.dtype)
 
         def in_float64(order, x):
-            value = compute(ops.convert(order, wide.dtype), ops.convert(x, wide.dtype), _StagedFunctions,
+            value = compute(ops.convert(order, wide.dtype), ops.convert(x, wide.dtype), fns,
                             **eqn.params)
             return [ops.convert(value, out.dtype)]
-        return _hlo.lower_jaxpr(ctx, _staged(in_float64, [out, out]).jaxpr, [order, x])
+        return _hlo.lower_jaxpr(ctx, special._staged(in_float64, [out, out]), [order, x])
     return lower
 
 
