@@ -170,7 +170,8 @@ def _miller_step(fns):
         previous = fns.select(j >= 1, 1 / fns.select(j >= 1, j, 1.0), 0.0)
         y1_weight = odd * (2 * _odd(j, fns) - 1) * (1 / (j + 1) + previous)
         wanted = fns.select(n == k, below, wanted)
-        norm, y0_sum, y1_sum = norm + norm_weight * below, y0_sum + y0_weight * below, y1_sum + y1_weight * below
+        norm = norm + norm_weight * below
+        y0_sum, y1_sum = y0_sum + y0_weight * below, y1_sum + y1_weight * below
         scale = fns.select(fns.abs(below) > RESCALE, 1 / RESCALE, 1.0)
         return (k, a, n, here * scale, below * scale, wanted * scale, norm * scale,
                 y0_sum * scale, y1_sum * scale)

@@ -33,7 +33,8 @@ def _bessel_abstract(name: str):
         if not (order.dtype == x.dtype and x.dtype.kind == "f"):
             raise ShapeError(f"{name} needs a real floating order and argument of one dtype, got "
                              f"{order.str_short()}, {x.str_short()}")
-        return ShapedArray(ew.broadcast_shapes(order.shape, x.shape), x.dtype, order.weak_type and x.weak_type)
+        return ShapedArray(ew.broadcast_shapes(order.shape, x.shape), x.dtype,
+                           order.weak_type and x.weak_type)
     return abstract
 
 
@@ -63,9 +64,10 @@ def _constant_order(name: str, order_tangent) -> None:
             "or hold it with s2s.stop_gradient")
 
 
-def _order_step(order, step: int):
-    """order + step, with primitives (the order is often a literal, which has no operators)."""
-    return ew.add.bind(order, ops.literal(step, order.aval.dtype))
+def _order_step(order, step: int, dtype):
+    """order + step, with primitives: the order is often a literal or a NumPy constant,
+    which have no operators of ours (x, which has a tangent, is staged and gives the dtype)."""
+    return ew.add.bind(order, ops.literal(step, dtype))
 
 
 def _recurrence_jvp(prim, name: str):
@@ -73,8 +75,9 @@ def _recurrence_jvp(prim, name: str):
     def rule(primals, tangents):
         (n, x), (tn, tx) = primals, tangents
         _constant_order(name, tn)
-        difference = prim.bind(_order_step(n, -1), x) - prim.bind(_order_step(n, 1), x)
-        return prim.bind(n, x), tx * (difference * ops.literal(0.5, difference.aval.dtype))
+        dtype = x.aval.dtype
+        difference = prim.bind(_order_step(n, -1, dtype), x) - prim.bind(_order_step(n, 1, dtype), x)
+        return prim.bind(n, x), tx * (difference * ops.literal(0.5, dtype))
     return rule
 
 
@@ -90,8 +93,8 @@ def _iv_jvp(primals, tangents, scaled):
     _constant_order("scipy.special.ive" if scaled else "scipy.special.iv", tv)
     dtype = x.aval.dtype
     out = bessel_iv.bind(v, x, scaled=scaled)
-    above = bessel_iv.bind(_order_step(v, 1), x, scaled=scaled)
-    below = bessel_iv.bind(_order_step(v, -1), x, scaled=scaled)
+    above = bessel_iv.bind(_order_step(v, 1, dtype), x, scaled=scaled)
+    below = bessel_iv.bind(_order_step(v, -1, dtype), x, scaled=scaled)
     zero, one = ops.literal(0, dtype), ops.literal(1, dtype)
     v_over_x = ew.select.bind(ew.eq.bind(v, zero), zero, ew.div.bind(v, x))
     derivative = ew.select.bind(ew.ge.bind(ew.abs.bind(v), one),
