@@ -29,7 +29,6 @@ for I_v e^-|x| (SciPy's j0, iv ... give nan there too; its i0e gives the limit 0
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
@@ -80,70 +79,72 @@ def _is_integer(v, fns):
     return fns.floor(v) == v
 
 
-def _hankel_coefficients(order: int, count: int) -> list[float]:
-    """a_k(v) = (4v^2 - 1^2)(4v^2 - 3^2)...(4v^2 - (2k-1)^2) / (k! 8^k), k = 0..count-1."""
-    mu, term, out = 4 * order * order, Fraction(1), []
-    for k in range(count):
-        out.append(float(term))
-        term = term * (mu - (2 * k + 1) ** 2) / ((k + 1) * 8)
-    return out
+HANKEL_TERMS = 28
 
 
-_HANKEL_TERMS = 28
-_HANKEL = {order: _hankel_coefficients(order, _HANKEL_TERMS) for order in (0, 1)}
-
-
-def _polynomial(coefficients, z):
-    """sum coefficients[k] z^k, by Horner's rule."""
-    total = 0 * z + coefficients[-1]
-    for c in reversed(coefficients[:-1]):
-        total = total * z + c
-    return total
-
-
-def _hankel_jy(order: int, a, fns):
-    """(J_order(a), Y_order(a)) for large a > 0, order 0 or 1: sqrt(2/(pi a)) times
-    (P cos chi - Q sin chi, P sin chi + Q cos chi), chi = a - (order/2 + 1/4) pi, with the
-    cosine and sine of chi from those of a (no rounding of a - 3pi/4)."""
-    coefficients = _HANKEL[order]
-    even = [c * (-1) ** k for k, c in enumerate(coefficients[0::2])]
-    odd = [c * (-1) ** k for k, c in enumerate(coefficients[1::2])]
-    inverse_square = 1 / (a * a)
-    p, q = _polynomial(even, inverse_square), _polynomial(odd, inverse_square) / a
-    c, s = fns.cos(a), fns.sin(a)
-    if order == 0:      # chi = a - pi/4
-        cos_chi, sin_chi = (c + s) * math.sqrt(0.5), (s - c) * math.sqrt(0.5)
-    else:               # chi = a - 3pi/4
-        cos_chi, sin_chi = (s - c) * math.sqrt(0.5), -(s + c) * math.sqrt(0.5)
+def _hankel_jy(order, a, fns):
+    """(J_order(a), Y_order(a)) for large a > 0 and order^2 well below a (order >= 0):
+    sqrt(2/(pi a)) (P cos chi - Q sin chi, P sin chi + Q cos chi), chi = a - phase with
+    phase = (order/2 + 1/4) pi, P = sum_j (-1)^j a_2j / a^2j, Q = sum_j (-1)^j a_2j+1 / a^2j+1,
+    a_k = (4 order^2 - 1^2)(4 order^2 - 3^2)...(4 order^2 - (2k-1)^2) / (k! 8^k). The cosine
+    and sine of chi come from those of a and of the phase, so a - phase is never rounded."""
+    mu = 4 * order * order
+    term, p, q = 1 + 0 * a, 1 + 0 * a, 0 * a
+    for k in range(1, HANKEL_TERMS):
+        term = term * (mu - (2 * k - 1) ** 2) / (8 * k * a)
+        sign = -1 if (k // 2) % 2 else 1
+        if k % 2:
+            q = q + sign * term
+        else:
+            p = p + sign * term
+    phase = (order / 2 + 0.25) * math.pi + 0 * a
+    cos_a, sin_a, cos_phase, sin_phase = fns.cos(a), fns.sin(a), fns.cos(phase), fns.sin(phase)
+    cos_chi, sin_chi = cos_a * cos_phase + sin_a * sin_phase, sin_a * cos_phase - cos_a * sin_phase
     amplitude = fns.sqrt(2 / (math.pi * a))
     return amplitude * (p * cos_chi - q * sin_chi), amplitude * (p * sin_chi + q * cos_chi)
 
 
-def _series_jy(n, a, fns):
-    """(J_n(a), Y_0(a), Y_1(a)) for 0 < a <= 2 by the power series (A&S 9.1.10, 9.1.11):
-    J_n = (a/2)^n sum (-a^2/4)^k / (k! (n+k)!), and
+def _power_over_gamma(a, v, fns):
+    """(a/2)^v / Gamma(v + 1): the power itself where it is in range (exp of a large log
+    loses |v log(a/2)| ulps), else through logarithms."""
+    log_power = v * fns.log(a / 2)
+    direct = log_power < 600
+    by_power = fns.pow(a / 2, fns.select(direct, v, 0.0)) * fns.exp(-fns.lgamma(v + 1))
+    return fns.select(direct, by_power, fns.exp(log_power - fns.lgamma(v + 1)))
+
+
+def _series_j(v, a, fns):
+    """J_v(a) for 0 < a <= 2 by the power series (A&S 9.1.10):
+    (a/2)^v sum_k (-a^2/4)^k / (k! Gamma(v + k + 1))."""
+    quarter_square = a * a / 4
+    total, term = 1 + 0 * a, 1 + 0 * a
+    for k in range(1, SERIES_TERMS):
+        term = -term * quarter_square / (k * (v + k))
+        total = total + term
+    return _power_over_gamma(a, v, fns) * total
+
+
+def _series_y01(a, fns):
+    """(Y_0(a), Y_1(a)) for 0 < a <= 2 by the power series (A&S 9.1.11, 9.1.13):
     Y_0 = (2/pi)(log(a/2) + gamma) J_0 + (2/pi) sum_{k>=1} (-1)^(k+1) H_k (a^2/4)^k / (k!)^2,
     Y_1 = -2/(pi a) + (2/pi) log(a/2) J_1 - (a/(2 pi)) sum (psi(k+1) + psi(k+2)) (-a^2/4)^k / (k! (k+1)!)."""
     quarter_square = a * a / 4
-    front = fns.pow(a / 2, n) * fns.exp(-fns.lgamma(n + 1))   # (a/2)^n / n!, <= 1 here
-    jn_sum, term_n = 1 + 0 * a, 1 + 0 * a
-    j0_sum, j1_sum, y0_sum, y1_sum = 1 + 0 * a, 1 + 0 * a, 0 * a, 0 * a
+    j0_sum, j1_sum, y0_sum = 1 + 0 * a, 1 + 0 * a, 0 * a
     term0, term1 = 1 + 0 * a, 1 + 0 * a     # (-a^2/4)^k / (k!)^2 and / (k! (k+1)!)
     harmonic = 0.0                           # H_k
-    y1_sum = y1_sum + (1 - 2 * EULER_GAMMA) * term1   # k = 0: psi(1) + psi(2) = 1 - 2 gamma
+    y1_sum = (1 - 2 * EULER_GAMMA) * term1   # k = 0: psi(1) + psi(2) = 1 - 2 gamma
     for k in range(1, SERIES_TERMS):
-        term_n = -term_n * quarter_square / (k * (n + k))
         term0 = -term0 * quarter_square / (k * k)
         term1 = -term1 * quarter_square / (k * (k + 1))
         harmonic += 1 / k
-        jn_sum, j0_sum, j1_sum = jn_sum + term_n, j0_sum + term0, j1_sum + term1
+        j0_sum, j1_sum = j0_sum + term0, j1_sum + term1
         y0_sum = y0_sum - harmonic * term0      # (-1)^(k+1) (a^2/4)^k / (k!)^2 = -term0
         y1_sum = y1_sum + (2 * harmonic + 1 / (k + 1) - 2 * EULER_GAMMA) * term1
     log_half = fns.log(a / 2)
     j0, j1 = j0_sum, a / 2 * j1_sum
     y0 = 2 / math.pi * ((log_half + EULER_GAMMA) * j0 + y0_sum)
     y1 = -2 / (math.pi * a) + 2 / math.pi * log_half * j1 - a / (2 * math.pi) * y1_sum
-    return front * jn_sum, y0, y1
+    return y0, y1
 
 
 def _miller_start(n, a, fns):
@@ -153,13 +154,13 @@ def _miller_start(n, a, fns):
     return 2 * fns.floor((top + 40 + 3 * fns.sqrt(top)) / 2)
 
 
-def _miller_step(fns):
+def _miller_y_step(fns):
     """One step of Miller's recurrence, from J_m (here) and J_m+1 (above), unnormalized,
     to J_k, k = m - 1; J_k joins the sums of the normalization J_0 + 2 sum J_2j = 1 and of
     the Neumann series Y_0 = (2/pi)(log(a/2) + gamma) J_0 - (4/pi) sum_j (-1)^j J_2j / j,
     Y_1 = -(2/(pi a)) J_0 + (2/pi)(log(a/2) + gamma) J_1 + (2/pi) sum c_k J_k (odd k = 2j+1,
-    c_k = (-1)^(j+1) (1/(j+1) + 1/j), the 1/j left out for j = 0), and is kept where n == k."""
-    def step(m, a, n, above, here, wanted, norm, y0_sum, y1_sum):
+    c_k = (-1)^(j+1) (1/(j+1) + 1/j), the 1/j left out for j = 0)."""
+    def step(m, a, above, here, norm, y0_sum, y1_sum):
         below = (2 * m / a) * here - above
         k = m - 1
         odd = _odd(k, fns)
@@ -169,76 +170,121 @@ def _miller_step(fns):
         j = fns.floor(k / 2)                      # k = 2j + 1 where k is odd
         previous = fns.select(j >= 1, 1 / fns.select(j >= 1, j, 1.0), 0.0)
         y1_weight = odd * (2 * _odd(j, fns) - 1) * (1 / (j + 1) + previous)
-        wanted = fns.select(n == k, below, wanted)
         norm = norm + norm_weight * below
         y0_sum, y1_sum = y0_sum + y0_weight * below, y1_sum + y1_weight * below
         scale = fns.select(fns.abs(below) > RESCALE, 1 / RESCALE, 1.0)
-        return (k, a, n, here * scale, below * scale, wanted * scale, norm * scale,
-                y0_sum * scale, y1_sum * scale)
+        return k, a, here * scale, below * scale, norm * scale, y0_sum * scale, y1_sum * scale
     return step
 
 
-def _miller_jy(n, a, fns):
-    """(J_n(a), J_0(a), J_1(a), Y_0(a), Y_1(a)) for a > 2 by Miller's recurrence."""
+def _miller_y(a, fns):
+    """(Y_0(a), Y_1(a)) for a > 2 from the J_k of Miller's recurrence."""
     zero = 0 * a
-    start = _miller_start(n, a, fns) + 1
-    _, _, _, j1, j0, jn, norm, y0_sum, y1_sum = fns.loop(
-        lambda m, *_: m > 0, _miller_step(fns), [start, a, n, zero, 1 + zero, zero, zero, zero, zero])
-    j0, j1, jn = j0 / norm, j1 / norm, jn / norm
+    _, _, j1, j0, norm, y0_sum, y1_sum = fns.loop(
+        lambda m, *_: m > 0, _miller_y_step(fns), [_miller_start(zero, a, fns) + 1, a, zero, 1 + zero,
+                                                   zero, zero, zero])
+    j0, j1 = j0 / norm, j1 / norm
     log_term = fns.log(a / 2) + EULER_GAMMA
     y0 = 2 / math.pi * (log_term * j0 - 2 * y0_sum / norm)
     y1 = 2 / math.pi * (-j0 / a + log_term * j1 + y1_sum / norm)
-    return jn, j0, j1, y0, y1
+    return y0, y1
 
 
 def _forward_step(fns):
-    """C_m+1 = (2m/a) C_m - C_m-1 for J and Y; Y's -inf (Y_n at tiny a) stays -inf."""
-    def step(m, a, n, top, j_before, j_here, y_before, y_here, j_wanted, y_wanted):
-        j_next = (2 * m / a) * j_here - j_before
-        y_next = fns.select(fns.abs(y_here) == np.inf, y_here, (2 * m / a) * y_here - y_before)
+    """C_base+m+1 = (2(base + m)/a) C_base+m - C_base+m-1, kept where m + 1 == n; -inf
+    (Y_n at tiny a) stays -inf."""
+    def step(m, a, base, n, top, before, here, wanted):
+        after = fns.select(fns.abs(here) == np.inf, here, (2 * (base + m) / a) * here - before)
         m = m + 1
-        return (m, a, n, top, j_here, j_next, y_here, y_next,
-                fns.select(n == m, j_next, j_wanted), fns.select(n == m, y_next, y_wanted))
+        return m, a, base, n, top, here, after, fns.select(n == m, after, wanted)
     return step
+
+
+def _forward(base, n, a, first, second, fns):
+    """C_base+n from C_base (first) and C_base+1 (second) by the forward recurrence."""
+    top = fns.max_all(n)
+    return fns.loop(lambda m, a, base, n, top, *_: m < top, _forward_step(fns),
+                    [1 + 0 * top, a, base, n, top, first, second, fns.select(n == 0, first, second)])[-1]
+
+
+def _miller_j_step(fns):
+    """One step of Miller's recurrence over the orders v + m, down to k = m - 1. J_v+k joins
+    the normalization (a/2)^v / Gamma(v+1) = sum_j w_j J_v+2j (A&S 9.1.87), with
+    w_j = (v + 2j) Gamma(v + j) / (j! Gamma(v + 1)), w_0 = 1, by Horner's rule from the
+    top: at k = 2j, norm = J_v+2j + (w_j+1 / w_j) norm, where w_1 / w_0 = v + 2 and
+    w_j+1 / w_j = (v + 2j + 2)(v + j) / ((v + 2j)(j + 1)); no Gamma function is evaluated."""
+    def step(m, a, v, above, here, norm):
+        below = (2 * (v + m) / a) * here - above
+        k = m - 1
+        j = k / 2
+        ratio = fns.select(k == 0, v + 2, (v + k + 2) * (v + j) / ((v + k) * (j + 1)))
+        norm = fns.select(_odd(k, fns) == 1, norm, below + ratio * norm)
+        scale = fns.select(fns.abs(below) > RESCALE, 1 / RESCALE, 1.0)
+        return k, a, v, here * scale, below * scale, norm * scale
+    return step
+
+
+def _miller_j(v, a, fns):
+    """J_v(a), v >= 0, a > 2, by Miller's recurrence from well above max(v, a)."""
+    zero = 0 * a
+    *_, jv, norm = fns.loop(lambda m, *_: m > 0, _miller_j_step(fns),
+                            [_miller_start(v, a, fns) + 1, a, v, zero, 1 + zero, zero])
+    return jv / norm * _power_over_gamma(a, v, fns)
+
+
+
+
+def bessel_j(order, x, fns):
+    """J_order(x) for real orders >= 0 and integer orders, real x (x >= 0 unless the order
+    is an integer), nan elsewhere: the power series near 0, Miller's recurrence, and for
+    large x above the order Hankel's expansion of J_mu, J_mu+1 (mu the order's fractional
+    part) with the forward recurrence up to the order."""
+    a = fns.abs(x)
+    integer = _is_integer(order, fns)
+    v = fns.select(integer, fns.abs(order), order)
+    valid = (v >= 0) & (v <= MAX_ORDER) & (a == a) & ((x >= 0) | integer)
+    v = fns.select(valid, v, 0.0)
+    inside = valid & (a > 0) & (a < np.inf)
+    small = a <= SERIES_UP_TO
+    miller = inside & fns.not_(small) & ((a < JY_ASYMPTOTIC_FROM) | (v >= a))
+    forward = inside & fns.not_(small) & fns.not_(miller)
+    series = _series_j(v, fns.select(small & inside, a, 1.0), fns)
+    steps = fns.select(forward, fns.floor(v), 0.0)
+    mu, a_large = v - fns.floor(v), fns.select(forward, a, JY_ASYMPTOTIC_FROM)
+    first, _ = _hankel_jy(mu, a_large, fns)
+    second, _ = _hankel_jy(mu + 1, a_large, fns)
+    large = _forward(mu, steps, a_large, first, second, fns)
+    value = fns.select(small, series, fns.select(miller, _miller_j(fns.select(miller, v, 0.0),
+                                                                   fns.select(miller, a, 10.0), fns), large))
+    value = fns.select(a == 0, fns.select(v == 0, 1.0, 0.0), fns.select(a == np.inf, np.nan, value))
+    flip = integer & (_odd(v, fns) == 1) & ((order < 0) != (x < 0))   # J_-n = J_n(-x) = (-1)^n J_n
+    return fns.select(valid, fns.select(flip, -value, value), np.nan)
 
 
 MAX_ORDER = 1e5   # orders beyond give nan: the recurrences would run that many steps
 
 
-def bessel_jy(order, x, fns):
-    """(J_order(x), Y_order(x)) for integer orders (nan elsewhere), any real x (Y: x >= 0)."""
+def bessel_y(order, x, fns):
+    """Y_order(x) for integer orders, x >= 0, nan elsewhere: Y_0 and Y_1 by the power
+    series near 0, Miller's recurrence, or Hankel's expansion, then the forward recurrence
+    (stable for Y at every order)."""
     a, n = fns.abs(x), fns.abs(order)
-    valid = _is_integer(order, fns) & (n <= MAX_ORDER) & (a == a)
+    valid = _is_integer(order, fns) & (n <= MAX_ORDER) & (x >= 0)
     n = fns.select(valid, n, 0.0)
     inside = valid & (a > 0) & (a < np.inf)
     small = a <= SERIES_UP_TO
     large = a >= JY_ASYMPTOTIC_FROM
-    miller = inside & fns.not_(small) & (fns.not_(large) | (n >= a))
-    jn_series, y0_series, y1_series = _series_jy(n, fns.select(small & inside, a, 1.0), fns)
+    y0_series, y1_series = _series_y01(fns.select(small & inside, a, 1.0), fns)
     a_large = fns.select(large & inside, a, JY_ASYMPTOTIC_FROM)
-    j0_large, y0_large = _hankel_jy(0, a_large, fns)
-    j1_large, y1_large = _hankel_jy(1, a_large, fns)
-    jn_miller, j0_miller, j1_miller, y0_miller, y1_miller = _miller_jy(
-        fns.select(miller, n, 0.0), fns.select(miller, a, 10.0), fns)
-    j0 = fns.select(large, j0_large, j0_miller)
-    j1 = fns.select(large, j1_large, j1_miller)
+    _, y0_large = _hankel_jy(0.0, a_large, fns)
+    _, y1_large = _hankel_jy(1.0, a_large, fns)
+    y0_miller, y1_miller = _miller_y(fns.select(inside & fns.not_(small) & fns.not_(large), a, 10.0), fns)
     y0 = fns.select(small, y0_series, fns.select(large, y0_large, y0_miller))
     y1 = fns.select(small, y1_series, fns.select(large, y1_large, y1_miller))
-    a_any = fns.select(inside, a, 1.0)
-    top = fns.max_all(fns.select(inside, n, 0.0))
-    *_, jn_forward, yn = fns.loop(
-        lambda m, a, n, top, *_: m < top, _forward_step(fns),
-        [1 + 0 * top, a_any, n, top, j0, j1, y0, y1, fns.select(n == 0, j0, j1), fns.select(n == 0, y0, y1)])
-    jn = fns.select(small, jn_series, fns.select(miller, jn_miller, jn_forward))
-    # a == 0: J_n(0) is 1 for n = 0, else 0; Y_n(0) is -inf. At infinity nan, as SciPy.
-    jn = fns.select(a == 0, fns.select(n == 0, 1.0, 0.0), fns.select(a == np.inf, np.nan, jn))
-    yn = fns.select(a == 0, -np.inf, fns.select(a == np.inf, np.nan, yn))
-    # J_-n = (-1)^n J_n, J_n(-x) = (-1)^n J_n(x); Y_-n = (-1)^n Y_n, Y at x < 0 is nan.
-    odd = _odd(n, fns) == 1
-    j_flip = odd & ((order < 0) != (x < 0))
-    jn = fns.select(valid, fns.select(j_flip, -jn, jn), np.nan)
-    yn = fns.select(valid & (x >= 0), fns.select(odd & (order < 0), -yn, yn), np.nan)
-    return jn, yn
+    yn = _forward(0 * a, fns.select(inside, n, 0.0), fns.select(inside, a, 1.0), y0, y1, fns)
+    yn = fns.select(a == 0, -np.inf, fns.select(a == np.inf, np.nan, yn))   # at infinity as SciPy
+    flip = (_odd(n, fns) == 1) & (order < 0)     # Y_-n = (-1)^n Y_n
+    return fns.select(valid, fns.select(flip, -yn, yn), np.nan)
 
 
 def _series_step(fns):
@@ -322,14 +368,14 @@ def _run(fn, *xs):
         return np.asarray(fn(order, x), dtype)[()]
 
 
-def jv(n, x):
-    """J_n(x) for integer n (nan for other n), as scipy.special.jv."""
-    return _run(lambda n, x: bessel_jy(n, x, NumpyFunctions)[0], n, x)
+def jv(v, x):
+    """J_v(x) for real v >= 0 and integer v (nan for other v), as scipy.special.jv."""
+    return _run(lambda v, x: bessel_j(v, x, NumpyFunctions), v, x)
 
 
 def yn(n, x):
     """Y_n(x) for integer n (nan for other n), as scipy.special.yn."""
-    return _run(lambda n, x: bessel_jy(n, x, NumpyFunctions)[1], n, x)
+    return _run(lambda n, x: bessel_y(n, x, NumpyFunctions), n, x)
 
 
 def iv(v, x):

@@ -1,10 +1,11 @@
 """scipy.special's Bessel functions of real argument on staged values: jv/jn, yn, iv, ive
 and the fixed orders j0, j1, y0, y1, i0, i1, i0e, i1e; and NumPy's own np.i0.
 
-All are the three primitives of `s2s/primitives/bessel.py` (J_n, Y_n, I_v with or without
-e^-|x|). J and Y take integer orders only; I takes real orders >= 0 and integer orders.
-An order known while staging that is outside that is refused here; one computed inside
-the function gives nan at run time. Results are typed as SciPy types them: float32 when x
+All are the three primitives of `s2s/primitives/bessel.py` (J_v, Y_n, I_v with or without
+e^-|x|). J and I take real orders >= 0 and integer orders (a negative non-integer order
+needs Y_v or K_v, which s2s does not compute); Y takes integer orders. An order known
+while staging that is outside that is refused here; one computed inside the function
+gives nan at run time. Results are typed as SciPy types them: float32 when x
 is float32 (or float16) and the order is float32 or a Python number (NEP 50's weak
 scalars), float64 otherwise; yn with a Python int order uses SciPy's integer-order loop,
 which is float64.
@@ -57,23 +58,24 @@ def _integer_order(name: str, order) -> None:
     if values is not None and values.dtype.kind in "fc" and not np.all(np.floor(values.real) == values):
         raise UnsupportedFunctionError(
             f"scipy.special.{name} of a non-integer order ({values}) is not supported: s2s computes "
-            "Bessel functions J and Y of integer order only",
-            f"pass an integer order to {name}; for a real order of I use scipy.special.iv")
+            "the Bessel function Y of integer order only",
+            f"pass an integer order to {name}")
 
 
-def _i_order(name: str, order) -> None:
+def _nonnegative_or_integer_order(name: str, order, needs: str) -> None:
     values = _concrete(order)
     if values is not None and np.any((values < 0) & (np.floor(values) != values)):
         raise UnsupportedFunctionError(
             f"scipy.special.{name} of a negative non-integer order ({values}) is not supported "
-            "(it needs the Bessel function K, which s2s does not compute)",
+            f"(it needs the Bessel function {needs}, which s2s does not compute)",
             f"pass an order >= 0 (or an integer) to {name}")
 
 
 def jv(v, z):
-    """J_v(z) for integer v (scipy.special.jv, and jn, which is jv)."""
-    _integer_order("jv", v)
-    return bessel.bessel_jn.bind(*_operands("jv", v, z))
+    """J_v(z) for real v >= 0 or integer v (scipy.special.jv, and jn, which is jv); z >= 0
+    unless v is an integer (nan there, as SciPy)."""
+    _nonnegative_or_integer_order("jv", v, "Y_v")
+    return bessel.bessel_jv.bind(*_operands("jv", v, z))
 
 
 def yn(n, x):
@@ -84,13 +86,13 @@ def yn(n, x):
 
 def iv(v, z):
     """I_v(z) for real v >= 0 or integer v (z >= 0 unless v is an integer)."""
-    _i_order("iv", v)
+    _nonnegative_or_integer_order("iv", v, "K_v")
     return bessel.bessel_iv.bind(*_operands("iv", v, z), scaled=False)
 
 
 def ive(v, z):
     """I_v(z) e^-|z|, which does not overflow for large z."""
-    _i_order("ive", v)
+    _nonnegative_or_integer_order("ive", v, "K_v")
     return bessel.bessel_iv.bind(*_operands("ive", v, z), scaled=True)
 
 
@@ -102,8 +104,8 @@ def _fixed_order(name: str, prim, order: int, **params):
     return fn
 
 
-j0 = _fixed_order("j0", bessel.bessel_jn, 0)
-j1 = _fixed_order("j1", bessel.bessel_jn, 1)
+j0 = _fixed_order("j0", bessel.bessel_jv, 0)
+j1 = _fixed_order("j1", bessel.bessel_jv, 1)
 y0 = _fixed_order("y0", bessel.bessel_yn, 0)
 y1 = _fixed_order("y1", bessel.bessel_yn, 1)
 i0 = _fixed_order("i0", bessel.bessel_iv, 0, scaled=False)

@@ -1,12 +1,13 @@
-"""Bessel functions of real argument: `bessel_jn(n, x)` (J_n, integer n), `bessel_yn(n, x)`
-(Y_n) and `bessel_iv[scaled](v, x)` (I_v, and I_v e^-|x| when scaled), behind
-scipy.special's jv/jn, yn, iv, ive and their fixed orders (j0, y1, i0e ...).
+"""Bessel functions of real argument: `bessel_jv(v, x)` (J_v, real v >= 0 or integer v),
+`bessel_yn(n, x)` (Y_n, integer n) and `bessel_iv[scaled](v, x)` (I_v, and I_v e^-|x|
+when scaled), behind scipy.special's jv/jn, yn, iv, ive and their fixed orders (j0, y1,
+i0e ...).
 
 The order is an operand like x (SciPy's are ufuncs in both), of x's dtype. Their NumPy
 impl and emitted Python are `rt.jv`, `rt.yn`, `rt.iv`, `rt.ive`; their StableHLO lowering
-stages the very functions those run (`s2s_runtime.bessel.bessel_jy`, `bessel_iv`) with
+stages the very functions those run (`s2s_runtime.bessel.bessel_j`, `bessel_y`, `bessel_iv`) with
 staged operations, loops becoming `while_loop`s, so both backends run one algorithm, in
-float64. Derivatives in x follow from the recurrences (J_n' = (J_n-1 - J_n+1)/2, ...), so
+float64. Derivatives in x follow from the recurrences (J_v' = (J_v-1 - J_v+1)/2, ...), so
 every order of derivative is again these primitives; derivatives in the order are
 refused, as JAX refuses them.
 """
@@ -38,7 +39,7 @@ def _bessel_abstract(name: str):
     return abstract
 
 
-bessel_jn = Primitive("bessel_jn", _bessel_abstract("bessel_jn"), rt.jv)
+bessel_jv = Primitive("bessel_jv", _bessel_abstract("bessel_jv"), rt.jv)
 bessel_yn = Primitive("bessel_yn", _bessel_abstract("bessel_yn"), rt.yn)
 bessel_iv = Primitive("bessel_iv", _bessel_abstract("bessel_iv"),
                       lambda v, x, scaled: (rt.ive if scaled else rt.iv)(v, x))
@@ -46,10 +47,10 @@ bessel_iv = Primitive("bessel_iv", _bessel_abstract("bessel_iv"),
 # ---------------------------------------------------------------------------------------
 # Python emission and batching: elementwise calls of the runtime's functions.
 
-register(bessel_jn, lambda eqn, n, x: call("rt.jv", n, x))
+register(bessel_jv, lambda eqn, v, x: call("rt.jv", v, x))
 register(bessel_yn, lambda eqn, n, x: call("rt.yn", n, x))
 register(bessel_iv, lambda eqn, v, x: call("rt.ive" if eqn.params["scaled"] else "rt.iv", v, x))
-for _prim in (bessel_jn, bessel_yn, bessel_iv):
+for _prim in (bessel_jv, bessel_yn, bessel_iv):
     _vmap.broadcasting(_prim)
 
 # ---------------------------------------------------------------------------------------
@@ -70,40 +71,51 @@ def _order_step(order, step: int, dtype):
     return ew.add.bind(order, ops.literal(step, dtype))
 
 
-def _recurrence_jvp(prim, name: str):
-    """C_n' = (C_n-1 - C_n+1) / 2, for J and Y (C_-n = (-1)^n C_n keeps it right for n <= 0)."""
-    def rule(primals, tangents):
-        (n, x), (tn, tx) = primals, tangents
-        _constant_order(name, tn)
-        dtype = x.aval.dtype
-        difference = prim.bind(_order_step(n, -1, dtype), x) - prim.bind(_order_step(n, 1, dtype), x)
-        return prim.bind(n, x), tx * (difference * ops.literal(0.5, dtype))
-    return rule
+def _order_recurrence_derivative(prim, order, x, sign: int, **params):
+    """C_v' for C = J (sign -1) or I (sign 1): (C_v-1 + sign C_v+1) / 2 for |v| >= 1, and
+    sign C_v+1 + (v/x) C_v below (where v - 1 would be a negative non-integer order, which
+    needs Y or K), whose (v/x) C_v is 0 for v = 0 (C_0' = sign C_1)."""
+    dtype = x.aval.dtype
+    zero, one, signed = ops.literal(0, dtype), ops.literal(1, dtype), ops.literal(sign, dtype)
+    recurrence = ew.ge.bind(ew.abs.bind(order), one)
+    out = prim.bind(order, x, **params)
+    above = prim.bind(_order_step(order, 1, dtype), x, **params)
+    # v itself where v - 1 is not used: its nan would reach the gradient through 0 * nan.
+    below = prim.bind(ew.select.bind(recurrence, _order_step(order, -1, dtype), order), x, **params)
+    v_over_x = ew.select.bind(ew.eq.bind(order, zero), zero, ew.div.bind(order, x))
+    derivative = ew.select.bind(recurrence, (below + signed * above) * ops.literal(0.5, dtype),
+                                signed * above + v_over_x * out)
+    return out, derivative
 
 
-_jvp.register(bessel_jn, _recurrence_jvp(bessel_jn, "scipy.special.jv"))
-_jvp.register(bessel_yn, _recurrence_jvp(bessel_yn, "scipy.special.yn"))
+def _jv_jvp(primals, tangents):
+    (v, x), (tv, tx) = primals, tangents
+    _constant_order("scipy.special.jv", tv)
+    out, derivative = _order_recurrence_derivative(bessel_jv, v, x, -1)
+    return out, tx * derivative
+
+
+def _yn_jvp(primals, tangents):
+    """Y_n' = (Y_n-1 - Y_n+1) / 2 (Y_-n = (-1)^n Y_n keeps it right for n <= 0)."""
+    (n, x), (tn, tx) = primals, tangents
+    _constant_order("scipy.special.yn", tn)
+    dtype = x.aval.dtype
+    difference = bessel_yn.bind(_order_step(n, -1, dtype), x) - bessel_yn.bind(_order_step(n, 1, dtype), x)
+    return bessel_yn.bind(n, x), tx * (difference * ops.literal(0.5, dtype))
 
 
 def _iv_jvp(primals, tangents, scaled):
-    """I_v' = (I_v-1 + I_v+1) / 2 for |v| >= 1, and I_v+1 + (v/x) I_v (I_1 for v = 0) below,
-    where v - 1 would be a negative non-integer order; the scaled e^-|x| I_v adds
-    -sign(x) e^-|x| I_v."""
+    """I_v' as J_v' with the other sign; the scaled e^-|x| I_v adds -sign(x) e^-|x| I_v."""
     (v, x), (tv, tx) = primals, tangents
     _constant_order("scipy.special.ive" if scaled else "scipy.special.iv", tv)
-    dtype = x.aval.dtype
-    out = bessel_iv.bind(v, x, scaled=scaled)
-    above = bessel_iv.bind(_order_step(v, 1, dtype), x, scaled=scaled)
-    below = bessel_iv.bind(_order_step(v, -1, dtype), x, scaled=scaled)
-    zero, one = ops.literal(0, dtype), ops.literal(1, dtype)
-    v_over_x = ew.select.bind(ew.eq.bind(v, zero), zero, ew.div.bind(v, x))
-    derivative = ew.select.bind(ew.ge.bind(ew.abs.bind(v), one),
-                                (below + above) * ops.literal(0.5, dtype), above + v_over_x * out)
+    out, derivative = _order_recurrence_derivative(bessel_iv, v, x, 1, scaled=scaled)
     if scaled:
         derivative = derivative - ew.sign.bind(x) * out
     return out, tx * derivative
 
 
+_jvp.register(bessel_jv, _jv_jvp)
+_jvp.register(bessel_yn, _yn_jvp)
 _jvp.register(bessel_iv, _iv_jvp)
 
 # ---------------------------------------------------------------------------------------
@@ -165,6 +177,6 @@ def _lowering(compute):
     return lower
 
 
-_hlo.register(bessel_jn, _lowering(lambda n, x, fns: rt_bessel.bessel_jy(n, x, fns)[0]), broadcasting=True)
-_hlo.register(bessel_yn, _lowering(lambda n, x, fns: rt_bessel.bessel_jy(n, x, fns)[1]), broadcasting=True)
+_hlo.register(bessel_jv, _lowering(rt_bessel.bessel_j), broadcasting=True)
+_hlo.register(bessel_yn, _lowering(rt_bessel.bessel_y), broadcasting=True)
 _hlo.register(bessel_iv, _lowering(rt_bessel.bessel_iv), broadcasting=True)
