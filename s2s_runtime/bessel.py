@@ -4,13 +4,17 @@ orders j0, j1, y0, y1, i0, i1, i0e, i1e), in NumPy, for emitted code.
 Emitted code may not import SciPy, so these are computed here, in float64 whatever the
 operands' dtype (the result is cast back), by textbook methods:
 
-- J_n, Y_n (integer n): for |x| <= 2 the power series (A&S 9.1.10, 9.1.11); for
-  |x| >= 25 Hankel's asymptotic expansion of J_0, J_1, Y_0, Y_1 (A&S 9.2.5-9.2.10, its
-  terms taken until they are below 1e-17) followed by the forward recurrence
-  C_{k+1} = (2k/x) C_k - C_{k-1}, which is stable for J while k < |x| and always for Y;
-  in between, and for J_n with n >= |x|, Miller's backward recurrence from an order N well
-  above max(n, |x|), normalized by J_0 + 2 sum J_2k = 1, with Y_0 and Y_1 from their
-  Neumann series in the same J_k (A&S 9.1.88 and its derivative, Y_1 = -Y_0').
+- J_v (real v >= 0, or integer v): for |x| <= 2 the power series (A&S 9.1.10); for
+  |x| >= 25 above the order, Hankel's asymptotic expansion (A&S 9.2.5-9.2.10, its terms
+  taken until they are below 1e-17) of J_mu and J_mu+1, mu the order's fractional part,
+  then the forward recurrence C_{k+1} = (2k/x) C_k - C_{k-1}, stable for J while k < |x|;
+  elsewhere Miller's backward recurrence from an order well above max(v, |x|),
+  normalized by (x/2)^v / Gamma(v+1) = sum_j w_j J_v+2j (A&S 9.1.87; J_0 + 2 sum J_2j = 1
+  for v = 0).
+- Y_n (integer n): Y_0 and Y_1 by their power series near 0 (A&S 9.1.11, 9.1.13),
+  Hankel's expansion from 25, or in between from the J_k of Miller's recurrence through
+  their Neumann series (A&S 9.1.88 and its derivative, Y_1 = -Y_0'); then the forward
+  recurrence, stable for Y at every order.
 - I_v, real v >= 0 (or integer v): for |x| < max(30, v^2) the power series, whose terms are
   all positive (no cancellation), summed until its terms are below the precision with a
   running scale so that neither the terms nor e^|x| overflow; beyond, Hankel's expansion
@@ -22,8 +26,9 @@ same code). Loops go through `fns.loop(keep_going, step, carry)`, whose carry ho
 value a step reads.
 
 Outside what these methods cover the result is nan, never a guess: a non-integer order of
-J or Y, a negative non-integer order of I (which needs K_v), a non-integer order of I at
-negative x, Y at negative x (as SciPy), orders beyond MAX_ORDER, and infinite x except
+Y, a negative non-integer order of J or I (which needs Y_v or K_v), a non-integer order
+of J or I at negative x and Y at negative x (as SciPy), orders beyond MAX_ORDER, and
+infinite x except
 for I_v e^-|x| (SciPy's j0, iv ... give nan there too; its i0e gives the limit 0).
 """
 from __future__ import annotations
@@ -35,7 +40,7 @@ import numpy as np
 from s2s_runtime import special
 
 EULER_GAMMA = 0.5772156649015329
-SERIES_UP_TO = 2.0          # |x| <= this: the power series of J_n, Y_0, Y_1 (terms <= 1/(k!)^2)
+SERIES_UP_TO = 2.0          # |x| <= this: the power series of J_v, Y_0, Y_1 (terms <= 1/(k!)^2)
 SERIES_TERMS = 20           # 1 / (20!)^2 ~ 2e-37
 JY_ASYMPTOTIC_FROM = 25.0   # |x| >= this: Hankel's expansion, its smallest term ~ e^(-2x)
 I_ASYMPTOTIC_FROM = 30.0    # and x >= v^2: Hankel's expansion of I_v converges fast
@@ -88,10 +93,10 @@ def _hankel_jy(order, a, fns):
     phase = (order/2 + 1/4) pi, P = sum_j (-1)^j a_2j / a^2j, Q = sum_j (-1)^j a_2j+1 / a^2j+1,
     a_k = (4 order^2 - 1^2)(4 order^2 - 3^2)...(4 order^2 - (2k-1)^2) / (k! 8^k). The cosine
     and sine of chi come from those of a and of the phase, so a - phase is never rounded."""
-    mu = 4 * order * order
+    mu, inverse = 4 * order * order, 1 / a    # one division: XLA's are slow to compile
     term, p, q = 1 + 0 * a, 1 + 0 * a, 0 * a
     for k in range(1, HANKEL_TERMS):
-        term = term * (mu - (2 * k - 1) ** 2) / (8 * k * a)
+        term = term * ((mu - (2 * k - 1) ** 2) / (8 * k)) * inverse
         sign = -1 if (k // 2) % 2 else 1
         if k % 2:
             q = q + sign * term
@@ -320,10 +325,10 @@ def _series_iv(v, a, scaled: bool, fns):
 def _hankel_iv(v, a, scaled: bool, fns):
     """I_v(a) (times e^-a if scaled) for a >= max(30, v^2), by Hankel's expansion
     e^a / sqrt(2 pi a) sum_k (-1)^k a_k(v) / a^k."""
-    mu = 4 * v * v
+    mu, inverse = 4 * v * v, 1 / a
     term, total = 1 + 0 * a, 1 + 0 * a
     for k in range(1, I_ASYMPTOTIC_TERMS):
-        term = -term * (mu - (2 * k - 1) ** 2) / (8 * k * a)
+        term = -term * ((mu - (2 * k - 1) ** 2) / (8 * k)) * inverse
         total = total + term
     scaled_value = total / fns.sqrt(2 * math.pi * a)
     if scaled:

@@ -110,17 +110,22 @@ def test_integer_arguments_give_float64_and_limits_match_scipy():
         np.testing.assert_array_equal(s2s.jit(fn, backend="python")(edges), fn(edges))
 
 
+TINY_ORDERS = (2.0, 3.25, 7.0)
+
+
+def near_zero(x):
+    return (*[sp.ive(order, x) for order in TINY_ORDERS], *[sp.jv(order, x) for order in TINY_ORDERS],
+            sp.y0(x), sp.y1(x))
+
+
 def test_tiny_arguments_keep_the_leading_term():
     """Near 0, C_v(x) = (x/2)^v / Gamma(v + 1) (1 + O(x^2)) for J and I; Y_0 is
     (2/pi)(log(x/2) + Euler's gamma), Y_1 is -2/(pi x)."""
     x = np.array([1e-83, 3e-40, 1e-20])
-    for order in (2.0, 3.25, 7.0):
-        leading = (x / 2) ** order / math.gamma(order + 1)
-        np.testing.assert_allclose(s2s.jit(lambda x: sp.ive(order, x))(x), leading, rtol=1e-14)
-        if order == int(order):
-            np.testing.assert_allclose(s2s.jit(lambda x: sp.jv(order, x))(x), leading, rtol=1e-14)
-    np.testing.assert_allclose(s2s.jit(sp.y0)(x), 2 / np.pi * (np.log(x / 2) + np.euler_gamma), rtol=1e-14)
-    np.testing.assert_allclose(s2s.jit(sp.y1)(x), -2 / (np.pi * x), rtol=1e-14)
+    leading = [(x / 2) ** order / math.gamma(order + 1) for order in TINY_ORDERS]
+    want = [*leading, *leading, 2 / np.pi * (np.log(x / 2) + np.euler_gamma), -2 / (np.pi * x)]
+    for got, expected in zip(s2s.jit(near_zero)(x), want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-14)
 
 
 def test_orders_computed_in_the_function_are_batched_and_non_integers_give_nan():
