@@ -237,6 +237,7 @@ def _miller_j(v, a, fns):
     return jv / norm * _power_over_gamma(a, v, fns)
 
 
+MAX_ORDER = 1e5   # orders beyond give nan: the recurrences would run that many steps
 
 
 def bessel_j(order, x, fns):
@@ -264,9 +265,6 @@ def bessel_j(order, x, fns):
     value = fns.select(a == 0, fns.select(v == 0, 1.0, 0.0), fns.select(a == np.inf, np.nan, value))
     flip = integer & (_odd(v, fns) == 1) & ((order < 0) != (x < 0))   # J_-n = J_n(-x) = (-1)^n J_n
     return fns.select(valid, fns.select(flip, -value, value), np.nan)
-
-
-MAX_ORDER = 1e5   # orders beyond give nan: the recurrences would run that many steps
 
 
 def bessel_y(order, x, fns):

@@ -26,16 +26,16 @@ _SINGLE = (np.dtype(np.float16), np.dtype(np.float32))
 def _operands(name: str, order, x, python_int_order_is_float64: bool = False):
     """(order, x) in the dtype SciPy's loops give them (see the module's docstring)."""
     weak_order = is_python_scalar(order) and not (python_int_order_is_float64 and isinstance(order, int))
-    order_, x_ = _real(name, order), _real(name, x)
+    order_, x_ = _real(f"scipy.special.{name}", order), _real(f"scipy.special.{name}", x)
     single = aval(x_).dtype in _SINGLE and (weak_order or aval(order_).dtype in _SINGLE)
     to = dtypes.float32 if single else dtypes.canonicalize_dtype(np.float64)
     return convert(order_, to), convert(x_, to)
 
 
-def _real(name: str, x):
+def _real(function: str, x):
     x = operand(x)
     if aval(x).dtype.kind == "c":
-        raise UnsupportedFunctionError(f"scipy.special.{name} of complex values is not supported: s2s "
+        raise UnsupportedFunctionError(f"{function} of complex values is not supported: s2s "
                                        "computes Bessel functions of real arguments only",
                                        "pass real arrays (x.real, where the imaginary part is 0)")
     return x
@@ -117,7 +117,7 @@ i1e = _fixed_order("i1e", bessel.bessel_iv, 1, scaled=True)
 @implements(np.i0)
 def numpy_i0(x):
     """np.i0: I_0(x), float64 for integers and float64, the float dtype otherwise (as NumPy)."""
-    x = _real("i0", x)
+    x = _real("np.i0", x)
     dt = aval(x).dtype
     to = dt if dtypes.is_inexact(dt) else dtypes.canonicalize_dtype(np.float64)
     x = convert(x, to)

@@ -5,9 +5,9 @@ i0e ...).
 
 The order is an operand like x (SciPy's are ufuncs in both), of x's dtype. Their NumPy
 impl and emitted Python are `rt.jv`, `rt.yn`, `rt.iv`, `rt.ive`; their StableHLO lowering
-stages the very functions those run (`s2s_runtime.bessel.bessel_j`, `bessel_y`, `bessel_iv`) with
-staged operations, loops becoming `while_loop`s, so both backends run one algorithm, in
-float64. Derivatives in x follow from the recurrences (J_v' = (J_v-1 - J_v+1)/2, ...), so
+stages the very functions those run (`s2s_runtime.bessel.bessel_j`, `bessel_y`,
+`bessel_iv`) with staged operations, loops becoming `while_loop`s, so both backends run
+one algorithm, in float64. Derivatives in x follow from the recurrences (J_v' = (J_v-1 - J_v+1)/2, ...), so
 every order of derivative is again these primitives; derivatives in the order are
 refused, as JAX refuses them.
 """
