@@ -77,7 +77,8 @@ def test_i_matches_scipy_on_every_backend(x):
 
 
 def single_precision(x):
-    return (sp.j0(x), sp.yn(2.0, np.abs(x) + 1), sp.jv(3, x), sp.i1e(x), sp.iv(1.5, np.abs(x)), np.i0(x / 8))
+    return (sp.j0(x), sp.yn(2.0, np.abs(x) + 1), sp.jv(3, x), sp.jv(2.5, np.abs(x)), sp.i1e(x),
+            sp.iv(1.5, np.abs(x)), np.i0(x / 8))
 
 
 @SETTINGS
