@@ -2,6 +2,7 @@
 
 Emitted modules import only `numpy` and this package (as `rt`). It never imports `s2s`.
 """
+from s2s_runtime.bessel import iv, ive, jv, yn
 from s2s_runtime.constants import array_from_base64, load_npz
 from s2s_runtime.indexing import dynamic_slice, dynamic_update_slice, gather, pad, scatter_add
 from s2s_runtime.linalg import lu, solve, triangular_solve
@@ -12,7 +13,7 @@ from s2s_runtime.special import erfcinv, erfinv
 from s2s_runtime.special_gamma import gammainc, gammainc_grad_a, gammaincc
 
 __all__ = [
-    "array_from_base64", "betainc", "complex_from_parts", "digamma", "dynamic_slice", "dynamic_update_slice",
+    "array_from_base64", "betainc", "iv", "ive", "jv", "yn", "complex_from_parts", "digamma", "dynamic_slice", "dynamic_update_slice",
     "erf", "erfc", "float0",
     "gather", "iota", "lgamma", "load_npz", "logistic", "lu", "pad", "polygamma",
     "scatter_add", "solve", "sort_multi", "sort_order", "triangular_solve", "trunc_divide",

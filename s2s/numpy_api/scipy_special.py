@@ -24,7 +24,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.errors import UnsupportedFunctionError
 from s2s.numpy_api import math as npm
-from s2s.numpy_api import reductions, shaping
+from s2s.numpy_api import reductions, scipy_bessel, shaping
 from s2s.numpy_api._base import aval, convert, implements, operand
 from s2s.primitives import elementwise as ew
 from s2s.primitives import special as special_primitives
@@ -189,6 +189,7 @@ def register_scipy_special() -> None:
         implements(getattr(special, name))(globals()[name])
     implements(special.digamma, special.psi)(digamma)
     register_gamma_family(special)
+    scipy_bessel.register_scipy_bessel()
 
 
 # ---------------------------------------------------------------------------------------
