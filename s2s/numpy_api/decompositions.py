@@ -4,7 +4,7 @@ svd, svdvals, qr, pinv, lstsq, matrix_rank, and matrix_power (products and inver
 The decompositions are one primitive each (`s2s.primitives.decompositions`), so emitted
 code calls `np.linalg.eig`, `np.linalg.eigh`, `np.linalg.svd` and `np.linalg.qr` and
 derivatives are the textbook formulas. Dtypes are np.linalg's (integers computed in
-float64); every function takes complex matrices but qr.
+float64); every function takes complex matrices.
 
 Differences from NumPy, by design: `eig` and `eigvals` are complex always (NumPy's are
 real for a real matrix whose eigenvalues all are: a dtype that depends on the values);
@@ -30,14 +30,6 @@ from s2s.numpy_api.reductions import argsort, sort
 from s2s.numpy_api.shaping import expand_dims, flip, swapaxes
 from s2s.primitives import decompositions as dc
 from s2s.primitives import ops
-
-
-def _real_matrices(name: str, a, square: bool):
-    (a,) = linalg_matrices(name, a, square=square)
-    if aval(a).dtype.kind == "c":
-        raise UnsupportedFunctionError(f"{name} of complex matrices is not supported yet",
-                                       "pass a float32 or float64 array")
-    return a
 
 
 def _hermitian(name: str, a, UPLO: str):
@@ -114,7 +106,7 @@ def qr(a, mode="reduced"):
     if mode not in dc.QR_MODES:
         raise UnsupportedFunctionError(f"np.linalg.qr(mode={mode!r}) is not supported",
                                        "use mode='reduced', 'complete' or 'r'")
-    a = _real_matrices("np.linalg.qr", a, square=False)
+    (a,) = linalg_matrices("np.linalg.qr", a, square=False)
     out = dc.qr.bind(a, mode=mode)
     return out[0] if mode == "r" else QRResult(*out)
 

@@ -32,7 +32,8 @@ checked by running them here (`s`/`d`/`c`/`z` prefix for float32/float64/complex
     into complex eigenvectors itself. The eigenvectors are of unit 2-norm with their
     largest entry real, the values in the order NumPy's geev gives (the same here).
   - `lapack_?geqrf_ffi(a)` returns (r and the Householder vectors packed (.., m, n),
-    taus (.., k)); `lapack_?orgqr_ffi(packed (.., m, c), taus)` returns q (.., m, c) from
+    taus (.., k)); `lapack_?orgqr_ffi` (real) or `lapack_?ungqr_ffi` (complex)
+    (packed (.., m, c), taus) returns q (.., m, c) from
     the packed vectors (c = m for a complete q: the packed matrix padded with zero columns).
   - a nonzero `info` (no convergence) makes the results nan, as jax does; NumPy raises
     LinAlgError there, so the Python backend raises where XLA gives nan.
@@ -61,13 +62,6 @@ from s2s.staging import Primitive
 
 REAL_DTYPES = (dtypes.float32, dtypes.float64)
 QR_MODES = ("reduced", "complete", "r")
-
-
-def _check_real_matrices(name: str, aval, square: bool):
-    _check_matrices(name, aval, square=square)
-    if aval.dtype not in REAL_DTYPES:
-        raise ShapeError(f"{name} supports float32 and float64 matrices, got {aval.str_short()}",
-                         "complex matrices are not supported yet")
 
 
 # ---------------------------------------------------------------------------------------
@@ -111,7 +105,7 @@ def _qr_shapes(shape, mode: str):
 def _qr_abstract(a, *, mode):
     if mode not in QR_MODES:
         raise ShapeError(f"qr mode must be one of {', '.join(QR_MODES)}, got {mode!r}")
-    _check_real_matrices("qr", a, square=False)
+    _check_matrices("qr", a, square=False)
     return [ShapedArray(s, a.dtype) for s in _qr_shapes(a.shape, mode)]
 
 
@@ -284,35 +278,39 @@ def _phase_term(dS, s):
 
 
 def _thin_qr_jvp(q, r, a_dot):
-    """For a = q r with m ≥ n: with C = qᵀ Ȧ r⁻¹ and Ω = tril(C, −1) − tril(C, −1)ᵀ,
+    """For a = q r with m ≥ n: with C = qᴴ Ȧ r⁻¹ and Ω = tril(C, −1) − tril(C, −1)ᴴ
+    (+ i Im diag(C) for complex matrices, as JAX: r's diagonal stays real),
     q̇ = q (Ω − C) + Ȧ r⁻¹ and ṙ = (C − Ω) r (Walter and Lehmann; Townsend's note)."""
     a_dot_r_inv = triangular_solve.bind(r, a_dot, left_side=False, lower=False,
                                         transpose_a=False, unit_diagonal=False)
-    c = _matmul(_mT(q), a_dot_r_inv)
+    c = _matmul(_mH(q), a_dot_r_inv)
     below = ops.tril(c, -1)
-    omega = below - _mT(below)
+    omega = below - _mH(below)
+    if _is_complex(c):
+        identity = ops.eye(_aval(c).shape[-1], dtype=part_dtype(_aval(c).dtype))
+        omega = omega + _like(identity, c) * (c - _like(ops.real(c), c))
     return _matmul(q, omega - c) + a_dot_r_inv, _matmul(c - omega, r)
 
 
 def _complete_q_jvp(q, q_dot_mn):
     """The tangent of the last m − n columns of a complete q (m × m) of a tall matrix, from
     that of its first n (Roberts and Roberts, arXiv:2409.13374, eqs. 32-33, as JAX): with
-    Z = q_pn (q_nn − I)⁻¹, q̇_mp = q̇_mn Zᵀ − (q_mn + q_mp Z)(q̇_pn − Z q̇_nn)ᵀ."""
+    Z = q_pn (q_nn − I)⁻¹, q̇_mp = q̇_mn Zᴴ − (q_mn + q_mp Z)(q̇_pn − Z q̇_nn)ᴴ."""
     m, n = _aval(q).shape[-1], _aval(q_dot_mn).shape[-1]
     rows, cols = _aval(q).ndim - 2, _aval(q).ndim - 1
     q_mn, q_mp = ops.slice_in_dim(q, 0, n, cols), ops.slice_in_dim(q, n, m, cols)
     q_nn, q_pn = ops.slice_in_dim(q_mn, 0, n, rows), ops.slice_in_dim(q_mn, n, m, rows)
     q_dot_nn = ops.slice_in_dim(q_dot_mn, 0, n, rows)
     q_dot_pn = ops.slice_in_dim(q_dot_mn, n, m, rows)
-    z_t = solve.bind(_mT(q_nn - ops.eye(n, dtype=_aval(q).dtype)), _mT(q_pn))
-    z = _mT(z_t)
+    z_t = solve.bind(_mH(q_nn - ops.eye(n, dtype=_aval(q).dtype)), _mH(q_pn))
+    z = _mH(z_t)
     return _matmul(q_dot_mn, z_t) - _matmul(q_mn + _matmul(q_mp, z),
-                                             _mT(q_dot_pn - _matmul(z, q_dot_nn)))
+                                             _mH(q_dot_pn - _matmul(z, q_dot_nn)))
 
 
 def _qr_jvp(primals, tangents, *, mode):
     """The thin rule for m ≥ n (extended to a complete q by _complete_q_jvp); a wide
-    a = [a1 a2] is a square QR of a1 and r2 = qᵀ a2, so ṙ2 = q̇ᵀ a2 + qᵀ ȧ2."""
+    a = [a1 a2] is a square QR of a1 and r2 = qᴴ a2, so ṙ2 = q̇ᴴ a2 + qᴴ ȧ2."""
     (a,), (a_dot,) = primals, tangents
     m, n = _aval(a).shape[-2:]
     rows, cols = _aval(a).ndim - 2, _aval(a).ndim - 1
@@ -321,8 +319,8 @@ def _qr_jvp(primals, tangents, *, mode):
     if m < n:
         q_dot, r1_dot = _thin_qr_jvp(q, ops.slice_in_dim(r, 0, m, cols),
                                      ops.slice_in_dim(a_dot, 0, m, cols))
-        r2_dot = _matmul(_mT(q_dot), ops.slice_in_dim(a, m, n, cols)) \
-            + _matmul(_mT(q), ops.slice_in_dim(a_dot, m, n, cols))
+        r2_dot = _matmul(_mH(q_dot), ops.slice_in_dim(a, m, n, cols)) \
+            + _matmul(_mH(q), ops.slice_in_dim(a_dot, m, n, cols))
         r_dot = ops.concatenate([r1_dot, r2_dot], cols)
     elif mode == "complete" and m > n:
         q_dot_mn, r_dot_nn = _thin_qr_jvp(ops.slice_in_dim(q, 0, n, cols),
@@ -547,8 +545,9 @@ def _lower_qr(ctx, eqn, a):
                 f"({_tt(aval.shape, dtype)}, {_tt((), dtype)}) -> {_tt(q_aval.shape, dtype)}")
         else:
             reflectors = packed
-        (q,) = _lapack_call(ctx, "orgqr", [reflectors, taus], [q_aval, taus_aval], [q_aval],
-                            "", "orgqr")
+        routine = "ungqr" if dtypes.is_complex(dtype) else "orgqr"
+        (q,) = _lapack_call(ctx, routine, [reflectors, taus], [q_aval, taus_aval], [q_aval],
+                            "", routine)
         outs.insert(0, q)
     return outs
 

@@ -208,6 +208,22 @@ def test_complex_eigh_of_a_matrix_that_is_not_hermitian_differentiates_what_it_r
 
 
 # ---------------------------------------------------------------------------------------
+# qr (LAPACK's geqrf and ungqr fix q's phases: NumPy's and s2s's q are the same)
+
+
+@SETTINGS
+@given(batches, dims, dims, complex_dtypes, seeds)
+def test_complex_qr(batch, m, n, dtype, seed):
+    a = random((*batch, m, n), dtype, seed) + 3 * np.eye(m, n)
+    a = a.astype(dtype)
+    derivatives = dtype == np.complex128
+    check_numpy_and_jax(lambda a: tuple(np.linalg.qr(a)), a, derivatives=derivatives, **tolerance(dtype))
+    check_numpy_and_jax(lambda a: np.linalg.qr(a, mode="r"), a, derivatives=derivatives, **tolerance(dtype))
+    check_numpy_and_jax(lambda a: tuple(np.linalg.qr(a, mode="complete")), a,
+                        derivatives=derivatives, **tolerance(dtype))
+
+
+# ---------------------------------------------------------------------------------------
 # What follows the SVD: pinv, lstsq, matrix_rank, hermitian svd
 
 
