@@ -344,9 +344,10 @@ def _jax_eig_loss(a):
     return jnp.sum(jnp.abs(v) ** 2 * jnp.arange(4.0)) + jnp.sum(jnp.real(w) ** 2) + jnp.sum(jnp.imag(w))
 
 
-def test_eig_batched_by_vmap_and_emitted_as_numpy():
+@pytest.mark.parametrize("in_axis", [0, 2])
+def test_eig_batched_by_vmap_and_emitted_as_numpy(in_axis):
     a = random((3, 3, 3), np.complex128, 13)
-    w, v = s2s.vmap(lambda a: tuple(np.linalg.eig(a)))(a)
+    w, v = s2s.vmap(lambda a: tuple(np.linalg.eig(a)), in_axes=in_axis)(np.moveaxis(a, 0, in_axis))
     n_w, n_v = np.linalg.eig(a)
     np.testing.assert_allclose(w, n_w, rtol=1e-10)
     np.testing.assert_allclose(v, n_v, rtol=1e-10, atol=1e-12)
