@@ -1,5 +1,6 @@
-"""Dense linear algebra NumPy lacks: LU with partial pivoting, triangular solves, and a
-solve that gives inf/nan for a singular matrix.
+"""Dense linear algebra NumPy lacks: LU with partial pivoting, triangular solves, a
+solve that gives inf/nan for a singular matrix, and eig / eigvals whose results are
+complex for every matrix.
 
 `np.linalg` factors and solves, but hides the factorization: it has no `lu` and no
 `triangular_solve`, and its `solve` raises on a singular matrix where XLA's returns inf or
