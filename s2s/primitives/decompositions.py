@@ -30,7 +30,9 @@ checked by running them here (`s`/`d`/`c`/`z` prefix for float32/float64/complex
     returns for a real matrix (wr, wi (.., n), vl, vr (.., n, n) complex, info) and for a
     complex one (w, vl, vr, info): jaxlib unpacks a real matrix's conjugate-pair columns
     into complex eigenvectors itself. The eigenvectors are of unit 2-norm with their
-    largest entry real, the values in the order NumPy's geev gives (the same here).
+    largest entry real (positive for a complex matrix; a real matrix's have a free sign,
+    which jaxlib's sgeev and NumPy's chose differently on a float32 matrix here), the
+    values in the order NumPy's geev gives (the same here).
   - `lapack_?geqrf_ffi(a)` returns (r and the Householder vectors packed (.., m, n),
     taus (.., k)); `lapack_?orgqr_ffi` (real) or `lapack_?ungqr_ffi` (complex)
     (packed (.., m, c), taus) returns q (.., m, c) from
