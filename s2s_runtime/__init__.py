@@ -5,7 +5,7 @@ Emitted modules import only `numpy` and this package (as `rt`). It never imports
 from s2s_runtime.bessel import iv, ive, jv, yn
 from s2s_runtime.constants import array_from_base64, load_npz
 from s2s_runtime.indexing import dynamic_slice, dynamic_update_slice, gather, pad, scatter_add
-from s2s_runtime.linalg import lu, solve, triangular_solve
+from s2s_runtime.linalg import eig, eigvals, lu, solve, triangular_solve
 from s2s_runtime.ops import complex_from_parts, float0, iota, trunc_divide
 from s2s_runtime.sorting import sort_multi, sort_order
 from s2s_runtime.special import betainc, digamma, erf, erfc, lgamma, logistic, polygamma
