@@ -84,3 +84,35 @@ def test_eval_jaxpr_checks_argument_count():
 def test_closed_jaxpr_needs_one_const_per_constvar():
     with pytest.raises(ValueError):
         ClosedJaxpr(Jaxpr([Var(ShapedArray((), np.float32))], [], [], []), [])
+
+
+def _sine_times_two():
+    return s2s.make_jaxpr(lambda x: np.sin(x) * 2.0)(np.ones(3, np.float32))
+
+
+def test_inlining_on_the_same_avals_restages_without_the_shape_rule(monkeypatch):
+    """JaxprBuilder.restage: an equation inlined on operands of its own avals keeps its
+    output avals, names and line; the shape rule does not run again."""
+    from s2s.staging import inline_jaxpr
+    closed = _sine_times_two()
+    calls = []
+    monkeypatch.setattr(ew.sin, "abstract_eval", lambda *a, **p: calls.append(a) or a[0])
+    with JaxprBuilder() as builder:
+        x = builder.new_arg(closed.jaxpr.invars[0].aval)
+        (out,) = inline_jaxpr(closed, [x])
+        restaged = builder.build([out])
+    assert calls == [] and str(restaged) == str(closed)
+    assert [e.source_info for e in restaged.jaxpr.eqns] == [e.source_info for e in closed.jaxpr.eqns]
+
+
+def test_inlining_on_other_avals_runs_the_shape_rule():
+    """On an operand of another dtype the equation is bound again: its output gets the aval
+    the shape rule gives (float64 here), not the inlined equation's."""
+    from s2s.staging import inline_jaxpr
+    closed = s2s.make_jaxpr(np.sin)(np.ones(3, np.float32))
+    with JaxprBuilder() as builder:
+        x = builder.new_arg(ShapedArray((3,), np.float64))
+        (out,) = inline_jaxpr(closed, [x])
+        restaged = builder.build([out])
+    assert str(restaged.jaxpr.eqns[0].outvars[0].aval.dtype) == "float64"
+    np.testing.assert_allclose(eval_jaxpr(restaged, np.arange(3.0))[0], np.sin(np.arange(3.0)))
