@@ -11,7 +11,7 @@ all a staging is cached by, so the answer is the same for every call the staging
   scalar arguments weak, NumPy scalars and arrays strong);
 - a strongly typed 0-d value is a NumPy scalar (np.float64: what NumPy's functions and
   reductions return), a 0-d array (`np.asarray(x)`, a 0-d array argument) or a Python
-  scalar (`y * 2.0` of a Python float `y`, which stages strong). These stage alike, so
+  scalar (`y > 1.0` of a Python float `y` is a Python bool, staged strong). These stage alike, so
   where NumPy's answers for them differ the check is refused, not guessed.
 """
 from __future__ import annotations
