@@ -62,6 +62,22 @@ def from_short_name(name: str) -> np.dtype:
 def canonicalize_dtype(dtype) -> np.dtype:
     """The dtype a value of `dtype` has inside s2s under the current config (in the
     machine's byte order: a byte-swapped input is converted where it enters)."""
+    try:   # staging asks for the same few dtypes over and over (remembered per x64 setting)
+        return _canonical[dtype, config.values.enable_x64]
+    except (KeyError, TypeError):   # (TypeError: an unhashable spelling of a dtype)
+        pass
+    canonical = _canonicalized(dtype)
+    try:
+        _canonical[dtype, config.values.enable_x64] = canonical
+    except TypeError:
+        pass
+    return canonical
+
+
+_canonical: dict = {}
+
+
+def _canonicalized(dtype) -> np.dtype:
     dtype = np.dtype(dtype)
     if not dtype.isnative:
         dtype = dtype.newbyteorder("=")
@@ -109,6 +125,23 @@ def result_type(*operands) -> tuple[np.dtype, bool]:
     """
     if not operands:
         raise ValueError("result_type needs at least one operand")
+    key = (operands, config.values.enable_x64)
+    try:   # (remembered: staging promotes the same few pairs over and over)
+        return _promoted[key]
+    except (KeyError, TypeError):
+        pass
+    result = _promote(operands)
+    try:
+        _promoted[key] = result
+    except TypeError:
+        pass
+    return result
+
+
+_promoted: dict = {}
+
+
+def _promote(operands) -> tuple[np.dtype, bool]:
     standins = []
     for dtype, weak in operands:
         dtype = np.dtype(dtype)

@@ -2,8 +2,8 @@
 
 One `Jitted` holds what every backend shares: staging (through the staging cache), the
 fast path for calls whose arguments are all arrays, and inlining when called on staged
-values. What differs sits in a backend object with one interface: `call` (the entry point
-of a call) and `runner` (how one `Staged` is run):
+values. What differs sits in a backend object with one interface: `__call__` (the entry
+point of a call) and `runner` (how one `Staged` is run):
 
 - `XlaBackend` lowers the jaxpr to StableHLO, compiles it with jaxlib on a device, and
   puts jaxlib's C++ dispatcher in front, which makes the calls it has seen without Python;
@@ -86,10 +86,7 @@ class Jitted:
         self._backend.jitted = weakref.ref(self)
 
     def __call__(self, *args, **kwargs):
-        try:
-            return self._backend.call(args, kwargs)
-        except S2SError as error:   # the user's to fix: shown without the frames it came through
-            raise error.with_traceback(None)
+        return self._backend(*args, **kwargs)
 
     def _call_in_python(self, args, kwargs):
         """A call made in Python: (the result, what the dispatcher needs to make the next
@@ -253,33 +250,46 @@ class XlaBackend:
         """A copy makes its own dispatcher, for the Jitted it is given to."""
         return {**self.__dict__, "_dispatch": None, "_dispatch_config": None, "_checked": []}
 
-    def call(self, args, kwargs):
-        if self._dispatch_config is not config.cache_key() or (self._checked and not all(
-                guards.hold(receiver, changing_only=True) for guards, receiver in self._checked)):
-            self._new_dispatcher()
-        jax_x64 = jax_x64_setting()
-        if jax_x64 is not None:   # jax is loaded: type this call by s2s's x64, not jax's
-            previous = jax_x64.swap_local(config.values.enable_x64)
-            outer, _callers_jax_x64.value = getattr(_callers_jax_x64, "value", _NO_CALLER), previous
+    def __call__(self, *args, **kwargs):
+        """A call of the user's function (`Jitted.__call__`), the common case written out,
+        since every call pays for what runs here."""
         try:
+            if self._dispatch_config is not config.cache_key() or (self._checked and not self._guards_hold()):
+                self._new_dispatcher()
+            jax_x64, ours = jax_x64_setting(), config.values.enable_x64
+            if jax_x64 is None or jax_x64.value == ours:
+                try:
+                    return self._dispatch(*args, **kwargs)
+                except (ValueError, _RefusedArgument, SystemError) as error:
+                    return self._call_refused(error, args, kwargs)
+            # jax is loaded with another x64: type this call by s2s's (see `_CallersJaxX64`).
+            previous = jax_x64.swap_local(ours)
+            outer, _callers_jax_x64.value = getattr(_callers_jax_x64, "value", _NO_CALLER), previous
             try:
                 return self._dispatch(*args, **kwargs)
-            except ValueError as error:
-                if not is_refused_call(error):
-                    raise
-            except _RefusedArgument:
-                pass
-            except SystemError as error:
-                # jaxlib's flatten of a too-deep tree leaves its RecursionError set, and
-                # the dispatcher goes on into Python, which reports it this way.
-                if isinstance(error.__cause__, RecursionError):
-                    raise tree_util.nested_too_deeply() from None
-                raise
-            return self.jitted()._call_in_python(args, kwargs)[0]   # says what is wrong, if anything
-        finally:
-            if jax_x64 is not None:
+            except (ValueError, _RefusedArgument, SystemError) as error:
+                return self._call_refused(error, args, kwargs)
+            finally:
                 jax_x64.set_local(previous)
                 _callers_jax_x64.value = outer
+        except S2SError as error:   # the user's to fix: shown without the frames it came through
+            raise error.with_traceback(None)
+
+    def _guards_hold(self) -> bool:
+        return all(guards.hold(receiver, changing_only=True) for guards, receiver in self._checked)
+
+    def _call_refused(self, error: Exception, args, kwargs):
+        """A call the dispatcher refused before running anything (an argument it cannot key,
+        one s2s refuses): made in Python, which says what is wrong, if anything."""
+        if isinstance(error, ValueError) and not is_refused_call(error):
+            raise error
+        if isinstance(error, SystemError):
+            # jaxlib's flatten of a too-deep tree leaves its RecursionError set, and the
+            # dispatcher goes on into Python, which reports it this way.
+            if isinstance(error.__cause__, RecursionError):
+                raise tree_util.nested_too_deeply() from None
+            raise error
+        return self.jitted()._call_in_python(args, kwargs)[0]
 
     def _new_dispatcher(self) -> None:
         jitted = self.jitted
@@ -356,8 +366,12 @@ class PythonBackend:
                              "runs NumPy on the host")
         self.jitted = weakref.ref(jitted)   # as XlaBackend's: no cycle through the Jitted
 
-    def call(self, args, kwargs):
-        return self.jitted()._call_in_python(args, kwargs)[0]
+    def __call__(self, *args, **kwargs):
+        """A call of the user's function (`Jitted.__call__`)."""
+        try:
+            return self.jitted()._call_in_python(args, kwargs)[0]
+        except S2SError as error:   # the user's to fix: shown without the frames it came through
+            raise error.with_traceback(None)
 
     def runner(self, staged: Staged, args) -> Runner:
         """Runs the module `emit_python` shows. Without x64, 64-bit inputs run as the 32-bit

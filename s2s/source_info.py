@@ -7,13 +7,14 @@ moving a function in its file leaves its emitted derivatives unchanged.
 """
 from __future__ import annotations
 
-import dataclasses
 import linecache
 import os
+from typing import NamedTuple
 
 
-@dataclasses.dataclass(frozen=True)
-class SourceInfo:
+class SourceInfo(NamedTuple):
+    """(Immutable, compared and hashed by value; a NamedTuple because staging makes one
+    for every expression it walks, and a tuple is made in C.)"""
     file: str
     line: int          # 1-based
     col: int           # 1-based, as editors and compilers print it

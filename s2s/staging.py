@@ -188,14 +188,10 @@ class JaxprBuilder:
         popped = _builders().pop()
         assert popped is self, "builders must be exited in the order they were entered"
 
-    @contextlib.contextmanager
-    def at(self, source_info: SourceInfo):
-        """Equations added inside get `source_info`."""
-        saved, self.source_info = self.source_info, source_info
-        try:
-            yield
-        finally:
-            self.source_info = saved
+    def at(self, source_info: SourceInfo) -> "_At":
+        """Equations added inside get `source_info` (a context manager; passes enter one
+        per equation, so it is a small class rather than a generator)."""
+        return _At(self, source_info)
 
     def new_arg(self, aval: ShapedArray, hint: str | None = None) -> Tracer:
         var = Var(aval, hint)
@@ -204,12 +200,12 @@ class JaxprBuilder:
 
     def atom(self, value) -> Var | Literal:
         """The jaxpr atom that stands for `value` in this builder."""
-        if isinstance(value, Literal):
-            return value
         if isinstance(value, Tracer):
             if value.builder is self:
                 return value.variable
             return self._constvar(value, value.aval)
+        if isinstance(value, Literal):
+            return value
         if isinstance(value, (bool, int, float, complex, np.generic)):
             aval = aval_of_value(value)
             if isinstance(value, np.generic):
@@ -238,16 +234,20 @@ class JaxprBuilder:
         return var
 
     def add_eqn(self, primitive: Primitive, args, params: dict):
-        invars = [self.atom(a) for a in args]
+        atom = self.atom
+        invars = [atom(a) for a in args]
         out_avals = primitive.abstract_eval(*[v.aval for v in invars], **params)
-        if not primitive.multiple_results:
-            out_avals = [out_avals]
+        if not primitive.multiple_results:   # (written out: every staged operation comes here)
+            out = Var(out_avals)
+            eqn = JaxprEqn(primitive, invars, [out], params, self.source_info)
+            self.eqns.append(eqn)
+            self._producers[out] = eqn
+            return Tracer(self, out)
         outvars = [Var(aval) for aval in out_avals]
         eqn = JaxprEqn(primitive, invars, outvars, params, self.source_info)
         self.eqns.append(eqn)
         self._producers.update((v, eqn) for v in outvars)
-        tracers = [Tracer(self, v) for v in outvars]
-        return tracers if primitive.multiple_results else tracers[0]
+        return [Tracer(self, v) for v in outvars]
 
     def producer(self, var: Var) -> JaxprEqn | None:
         """The equation that computed `var` (None for inputs and constants)."""
@@ -256,6 +256,22 @@ class JaxprBuilder:
     def build(self, outs) -> ClosedJaxpr:
         outvars = [self.atom(o) for o in outs]
         return ClosedJaxpr(Jaxpr(self.constvars, self.invars, outvars, self.eqns), self.consts)
+
+
+class _At:
+    """`JaxprBuilder.at`: the builder's source_info set while inside."""
+
+    __slots__ = ("builder", "source_info", "saved")
+
+    def __init__(self, builder: JaxprBuilder, source_info: SourceInfo):
+        self.builder = builder
+        self.source_info = source_info
+
+    def __enter__(self):
+        self.saved, self.builder.source_info = self.builder.source_info, self.source_info
+
+    def __exit__(self, *exc):
+        self.builder.source_info = self.saved
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ from s2s_runtime.linalg import lu, solve, triangular_solve
 from s2s_runtime.ops import complex_from_parts, float0, iota, trunc_divide
 from s2s_runtime.sorting import sort_multi, sort_order
 from s2s_runtime.special import betainc, digamma, erf, erfc, lgamma, logistic, polygamma
+from s2s_runtime.special import erfcinv, erfinv
 
 __all__ = [
     "array_from_base64", "betainc", "complex_from_parts", "digamma", "dynamic_slice", "dynamic_update_slice",
@@ -15,3 +16,4 @@ __all__ = [
     "gather", "iota", "lgamma", "load_npz", "logistic", "lu", "pad", "polygamma",
     "scatter_add", "solve", "sort_multi", "sort_order", "triangular_solve", "trunc_divide",
 ]
+__all__ += ["erfcinv", "erfinv"]

@@ -1,4 +1,5 @@
-"""Special functions NumPy lacks (erf, erfc, lgamma, digamma), in NumPy, for emitted code.
+"""Special functions NumPy lacks (erf, erfc, lgamma, digamma, betainc, erfinv, erfcinv), in
+NumPy, for emitted code.
 
 Emitted code may not import SciPy: where a user's code called `scipy.special.erfc`, the
 emitted code calls `rt.erfc`, NumPy only, under SciPy's name.
@@ -210,3 +211,114 @@ def betainc(a, b, x):
             if not np.any(np.abs(delta - 1) > eps):   # nan counts as converged
                 break
         return np.asarray(betainc_finish(a, b, x, swapped, front, h, fns), dtype)[()]
+
+
+# ---------------------------------------------------------------------------------------
+# The inverse error functions erfinv(x) and erfcinv(y) (scipy.special's), written once with
+# the functions `fns` gives, as betainc's steps: NumPy's here, staged ones for the XLA
+# lowering, so both backends run one algorithm. Each result is a starting guess polished by
+# Newton steps, which double its correct digits: near 0 on erf itself, in the tails on
+# log erfc, whose curvature is small where erfc's own is not (erfc(r) falls by e^-2r per
+# unit step), so that erfcinv(1e-300) = 26.209... keeps all its digits.
+
+_SQRT_PI_OVER_2 = math.sqrt(math.pi) / 2
+# erfinv(x) = sqrt(pi)/2 (x + pi/12 x^3 + 7 pi^2/480 x^5 + 127 pi^3/40320 x^7 + 4369 pi^4/5806080 x^9 ...):
+# within |x| <= 1/2 the terms kept are 3e-5 from the root, two Newton steps reach rounding.
+_ERFINV_SERIES = (1.0, math.pi / 12, 7 * math.pi ** 2 / 480, 127 * math.pi ** 3 / 40320,
+                  4369 * math.pi ** 4 / 5806080)
+CENTRAL_NEWTON_STEPS = 3
+TAIL_NEWTON_STEPS = 4
+# log erfc(r) from r = 10 on by its asymptotic series -r^2 - log(r sqrt(pi)) + log(sum_k
+# (-1)^k (2k - 1)!! / (2 r^2)^k), 16 terms: the first omitted is below 1e-20 there. Below,
+# erfc itself (2e-45 at 10), which underflows past r = 26.5.
+_LOG_ERFC_SERIES_FROM = 10.0
+_LOG_ERFC_SERIES = [(-1) ** k * math.prod(range(1, 2 * k, 2)) for k in range(16)]
+
+
+def _erfinv_central(x, fns):
+    """erfinv(x) for |x| <= 1/2: the Maclaurin series, then Newton on erf(r) = x."""
+    square = x * x
+    series = _ERFINV_SERIES[-1]
+    for coefficient in reversed(_ERFINV_SERIES[:-1]):
+        series = coefficient + square * series
+    r = _SQRT_PI_OVER_2 * x * series
+    for _ in range(CENTRAL_NEWTON_STEPS):
+        r = r - (fns.erf(r) - x) * _SQRT_PI_OVER_2 * fns.exp(r * r)
+    return r
+
+
+def _log_erfc(r, fns):
+    """log erfc(r) for r >= 0.47 (the tail's roots), beyond erfc's underflow too."""
+    far = r >= _LOG_ERFC_SERIES_FROM
+    near_r = fns.select(far, 1.0, r)
+    far_r = fns.select(far, r, _LOG_ERFC_SERIES_FROM)
+    inverse = 1 / (2 * far_r * far_r)
+    series = float(_LOG_ERFC_SERIES[-1])
+    for coefficient in reversed(_LOG_ERFC_SERIES[:-1]):
+        series = coefficient + inverse * series
+    asymptotic = -far_r * far_r - fns.log(far_r * math.sqrt(math.pi)) + fns.log(series)
+    return fns.select(far, asymptotic, fns.log(fns.erfc(near_r)))
+
+
+def _erfcinv_tail(s, fns):
+    """erfcinv(s) for 0 < s <= 1/2: Abramowitz and Stegun's 26.2.23 for the normal quantile
+    of s/2 (within 4.5e-4), then Newton on log erfc(r) = log s."""
+    log_s = fns.log(s)
+    t = fns.sqrt(-2 * (log_s - math.log(2)))
+    quantile = t - ((2.515517 + t * (0.802853 + t * 0.010328))
+                    / (1 + t * (1.432788 + t * (0.189269 + t * 0.001308))))
+    r = quantile * math.sqrt(0.5)
+    for _ in range(TAIL_NEWTON_STEPS):
+        log_erfc = _log_erfc(r, fns)
+        # Newton's step (log erfc(r) - log s) / (d/dr log erfc(r)), the slope being
+        # -2 / sqrt(pi) e^(-r^2) / erfc(r); e^(r^2) erfc(r) is formed in logs (no overflow).
+        r = r + (log_erfc - log_s) * _SQRT_PI_OVER_2 * fns.exp(r * r + log_erfc)
+    return r
+
+
+def inverse_erf(x, fns):
+    """erfinv(x): the central branch within |x| <= 1/2, else sign(x) erfcinv(1 - |x|) (the
+    subtraction is exact there); +-inf at +-1, nan outside [-1, 1]."""
+    magnitude = fns.abs(x)
+    central = magnitude <= 0.5
+    inner = _erfinv_central(fns.select(central, x, 0.0), fns)
+    outer = _erfcinv_tail(fns.select(central, 0.5, 1 - magnitude), fns)
+    value = fns.select(central, inner, fns.select(x < 0, -outer, outer))
+    value = fns.select(magnitude == 1, fns.select(x < 0, -math.inf, math.inf), value)
+    return fns.select(magnitude <= 1, value, math.nan)
+
+
+def inverse_erfc(y, fns):
+    """erfcinv(y): the central branch for 1/2 <= y <= 3/2 (as erfinv(1 - y)), the tail below
+    and -erfcinv(2 - y) above (both subtractions exact); inf at 0, -inf at 2, nan outside."""
+    central = fns.abs(1 - y) <= 0.5
+    upper = y > 1.5
+    inner = _erfinv_central(fns.select(central, 1 - y, 0.0), fns)
+    outer = _erfcinv_tail(fns.select(central, 0.5, fns.select(upper, 2 - y, y)), fns)
+    value = fns.select(central, inner, fns.select(upper, -outer, outer))
+    value = fns.select(y == 0, math.inf, fns.select(y == 2, -math.inf, value))
+    return fns.select((y >= 0) & (y <= 2), value, math.nan)
+
+
+class InverseErfNumpyFunctions(NumpyFunctions):
+    """What the inverse error functions need, for NumPy arrays (in float64)."""
+    erf = staticmethod(erf)
+    erfc = staticmethod(erfc)
+    sqrt = staticmethod(np.sqrt)
+
+
+def _inverse(fn, x):
+    x = _floating(x)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        value = fn(x.astype(np.float64), InverseErfNumpyFunctions)
+    return np.asarray(value).astype(x.dtype)[()]
+
+
+def erfinv(x):
+    """The inverse of erf in x's floating dtype, as scipy.special.erfinv."""
+    return _inverse(inverse_erf, x)
+
+
+def erfcinv(y):
+    """The inverse of erfc in y's floating dtype, as scipy.special.erfcinv."""
+    return _inverse(inverse_erfc, y)

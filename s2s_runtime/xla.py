@@ -166,11 +166,13 @@ class Array:
         return self._buffer
 
     def _numpy(self) -> np.ndarray:
-        if self._value is None:   # (donation clears it, so a donated array fails here)
-            value = np.asarray(self._live_buffer())
-            value.flags.writeable = False
+        value = self._value
+        if value is None:   # (donation clears it, so a donated array fails here)
+            value = np.asarray(self._buffer if self._donated_as is None else self._live_buffer())
+            if value.flags.writeable:   # (jaxlib exports its host buffers read-only already)
+                value.flags.writeable = False
             self._value = value
-        return self._value
+        return value
 
     @property
     def shape(self) -> tuple:
@@ -211,7 +213,9 @@ class Array:
         self._value = None
 
     def __array__(self, dtype=None, copy=None):
-        value = self._numpy()
+        value = self._value
+        if value is None:
+            value = self._numpy()
         if dtype is not None and np.dtype(dtype) != value.dtype:
             return value.astype(dtype)
         return value.copy() if copy else value
@@ -224,14 +228,6 @@ class Array:
 
     def __array_function__(self, func, types, args, kwargs):
         return func(*_to_numpy(args), **_to_numpy(kwargs))
-
-    def __getattr__(self, name):
-        # ndarray methods and attributes (sum, reshape, T, astype, tolist, ...), on the NumPy
-        # value. Other names fail without reading it: pytree code probes for `_fields` and
-        # the like, and a probe must not copy the array to the host.
-        if name.startswith("__") or not hasattr(np.ndarray, name):
-            raise AttributeError(f"'Array' object has no attribute {name!r}")
-        return getattr(self._numpy(), name)
 
     def __repr__(self) -> str:
         if self._donated_as is not None:
@@ -264,6 +260,21 @@ class Array:
         return operator.index(self._numpy())
 
     __hash__ = None
+
+
+def _read_through(name: str) -> property:
+    """Array's `name`, read from its NumPy value (ndarray's own attribute or bound method)."""
+    return property(lambda self: getattr(self._numpy(), name), doc=f"ndarray.{name}, on the NumPy value")
+
+
+# ndarray's methods and attributes (sum, reshape, T, astype, tolist, ...) on the NumPy value,
+# as class attributes rather than a `__getattr__`: a name Array lacks then fails in C without
+# running Python, and NumPy probes every argument for `__array_struct__` and
+# `__array_interface__` before it calls `__array__` (two Python-level AttributeErrors a read,
+# with a `__getattr__`). Pytree code probing for `_fields` and the like reads nothing either.
+for _name in dir(np.ndarray):
+    if not _name.startswith("__") and not hasattr(Array, _name):
+        setattr(Array, _name, _read_through(_name))
 
 
 def _to_numpy(value):

@@ -216,3 +216,17 @@ class BlockJax:
             raise ImportError("jax is blocked in this test")
 sys.meta_path.insert(0, BlockJax())
 """
+
+
+def check_hessian_on_every_backend(s2s_fn, jax_fn, *args, argnums, rtol=1e-6, atol=1e-6):
+    """s2s.hessian of `s2s_fn` in `argnums` (eagerly, jitted on XLA, jitted on the Python
+    backend) against jax.hessian of `jax_fn`, block by block."""
+    import jax
+    import s2s
+    want = jax.hessian(jax_fn, argnums=argnums)(*args)
+    hessian = s2s.hessian(s2s_fn, argnums=argnums)
+    for run in (hessian, s2s.jit(hessian), s2s.jit(hessian, backend="python")):
+        got = run(*args)
+        for i in range(len(argnums)):
+            for j in range(len(argnums)):
+                np.testing.assert_allclose(got[i][j], want[i][j], rtol=rtol, atol=atol)

@@ -12,7 +12,7 @@ themselves are in `loops.py`.
 """
 from __future__ import annotations
 
-import gast
+import ast
 import numpy as np
 
 from s2s.errors import ConcretizationError, S2SError, StagingError, UnsupportedSyntaxError
@@ -89,7 +89,7 @@ class ControlFlow:
         into its branches, so each path ends in its own `return` and the `if` is one cond
         of the value returned (`if r < delta: return r * r` then `return delta * r`)."""
         for k, statement in enumerate(statements):
-            if not (isinstance(statement, gast.If) and _has_return(statement)):
+            if not (isinstance(statement, ast.If) and _has_return(statement)):
                 self.stmt(statement)
                 continue
             rest = statements[k + 1:]
@@ -271,11 +271,11 @@ def hints_of(names) -> list[str]:
 
 def _has_return(node) -> bool:
     """Whether `node` holds a `return` of the function it is in (not of a nested one)."""
-    return any(isinstance(n, gast.Return) for n in walk_scope([node]))
+    return any(isinstance(n, ast.Return) for n in walk_scope([node]))
 
 
 def can_return(statements) -> bool:
-    return any(isinstance(n, (gast.Return, gast.Yield)) for n in walk_statements(statements))
+    return any(isinstance(n, (ast.Return, ast.Yield)) for n in walk_statements(statements))
 
 
 def loop_jumps(statements) -> set[str]:
@@ -285,18 +285,18 @@ def loop_jumps(statements) -> set[str]:
     stack = list(statements)
     while stack:
         node = stack.pop()
-        if isinstance(node, gast.Break):
+        if isinstance(node, ast.Break):
             found.add("break")
-        elif isinstance(node, gast.Continue):
+        elif isinstance(node, ast.Continue):
             found.add("continue")
-        elif isinstance(node, (gast.For, gast.AsyncFor, gast.While)):
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             stack.extend(node.orelse)
-        elif not isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)):
-            stack.extend(gast.iter_child_nodes(node))
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
     return found
 
 
 def region_around(statements):
     """A made-up `if` around statements, as the region whose def-use chains say what the
     statements pass on."""
-    return gast.If(test=gast.Constant(value=True, kind=None), body=list(statements), orelse=[])
+    return ast.If(test=ast.Constant(value=True), body=list(statements), orelse=[])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 
-import gast
+import ast
 import numpy as np
 
 from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError,
@@ -23,30 +23,40 @@ from s2s.staging import Tracer, current_builder
 # Python operators on arrays, as the NumPy functions that implement them.
 # Python operators on arrays, as the NumPy functions that implement them.
 BINARY_OPERATORS = {
-    gast.Add: (operator.add, np.add), gast.Sub: (operator.sub, np.subtract),
-    gast.Mult: (operator.mul, np.multiply), gast.Div: (operator.truediv, np.true_divide),
-    gast.FloorDiv: (operator.floordiv, np.floor_divide), gast.Mod: (operator.mod, np.remainder),
-    gast.Pow: (operator.pow, np.power), gast.MatMult: (operator.matmul, np.matmul),
-    gast.BitAnd: (operator.and_, np.bitwise_and), gast.BitOr: (operator.or_, np.bitwise_or),
-    gast.BitXor: (operator.xor, np.bitwise_xor), gast.LShift: (operator.lshift, np.left_shift),
-    gast.RShift: (operator.rshift, np.right_shift),
+    ast.Add: (operator.add, np.add), ast.Sub: (operator.sub, np.subtract),
+    ast.Mult: (operator.mul, np.multiply), ast.Div: (operator.truediv, np.true_divide),
+    ast.FloorDiv: (operator.floordiv, np.floor_divide), ast.Mod: (operator.mod, np.remainder),
+    ast.Pow: (operator.pow, np.power), ast.MatMult: (operator.matmul, np.matmul),
+    ast.BitAnd: (operator.and_, np.bitwise_and), ast.BitOr: (operator.or_, np.bitwise_or),
+    ast.BitXor: (operator.xor, np.bitwise_xor), ast.LShift: (operator.lshift, np.left_shift),
+    ast.RShift: (operator.rshift, np.right_shift),
 }
 UNARY_OPERATORS = {
-    gast.USub: (operator.neg, np.negative), gast.UAdd: (operator.pos, np.positive),
-    gast.Invert: (operator.invert, np.invert),
+    ast.USub: (operator.neg, np.negative), ast.UAdd: (operator.pos, np.positive),
+    ast.Invert: (operator.invert, np.invert),
 }
 COMPARISONS = {
-    gast.Eq: (operator.eq, np.equal), gast.NotEq: (operator.ne, np.not_equal),
-    gast.Lt: (operator.lt, np.less), gast.LtE: (operator.le, np.less_equal),
-    gast.Gt: (operator.gt, np.greater), gast.GtE: (operator.ge, np.greater_equal),
-    gast.Is: (operator.is_, None), gast.IsNot: (operator.is_not, None),
-    gast.In: (lambda a, b: a in b, None), gast.NotIn: (lambda a, b: a not in b, None),
+    ast.Eq: (operator.eq, np.equal), ast.NotEq: (operator.ne, np.not_equal),
+    ast.Lt: (operator.lt, np.less), ast.LtE: (operator.le, np.less_equal),
+    ast.Gt: (operator.gt, np.greater), ast.GtE: (operator.ge, np.greater_equal),
+    ast.Is: (operator.is_, None), ast.IsNot: (operator.is_not, None),
+    ast.In: (lambda a, b: a in b, None), ast.NotIn: (lambda a, b: a not in b, None),
 }
 
 
 def is_array_constant(value) -> bool:
     """An array from outside the function (a global, a closure): staged where it is used."""
     return isinstance(value, np.ndarray) and value.ndim > 0
+
+
+def _unsupported(walker, node):
+    raise UnsupportedSyntaxError(
+        f"`{type(node).__name__}` expressions are not supported in staged functions",
+        "rewrite the expression with supported syntax")
+
+
+# (walker class, node class) -> the walker's method for it (`expr_BinOp`, ...), found once.
+_EXPR_METHODS: dict = {}
 
 
 class Expressions:
@@ -60,12 +70,11 @@ class Expressions:
         if builder is not None:
             builder.source_info = self.source.info(node)
         try:
-            method = getattr(self, "expr_" + type(node).__name__, None)
+            key = (type(self), type(node))
+            method = _EXPR_METHODS.get(key)
             if method is None:
-                raise UnsupportedSyntaxError(
-                    f"`{type(node).__name__}` expressions are not supported in staged functions",
-                    "rewrite the expression with supported syntax")
-            return method(node)
+                method = _EXPR_METHODS[key] = getattr(type(self), "expr_" + type(node).__name__, _unsupported)
+            return method(self, node)
         except S2SError as e:
             raise e.at(self.source.info(node))
         except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError,
@@ -126,7 +135,7 @@ class Expressions:
     def _elements(self, elts):
         out = []
         for e in elts:
-            if isinstance(e, gast.Starred):
+            if isinstance(e, ast.Starred):
                 out.extend(self.expr(e.value))
             else:
                 out.append(self.expr(e))
@@ -144,7 +153,7 @@ class Expressions:
     def expr_JoinedStr(self, node):
         parts = []
         for v in node.values:
-            parts.append(v.value if isinstance(v, gast.Constant) else self.expr(v))
+            parts.append(v.value if isinstance(v, ast.Constant) else self.expr(v))
         return "".join(str(p) for p in parts)
 
     def expr_FormattedValue(self, node):
@@ -162,7 +171,7 @@ class Expressions:
 
     def expr_UnaryOp(self, node):
         operand = self.expr(node.operand)
-        if isinstance(node.op, gast.Not):
+        if isinstance(node.op, ast.Not):
             return not self.truth(operand, node.operand, "`not`")
         python_op, numpy_fn = UNARY_OPERATORS[type(node.op)]
         if self._stages(operand):
@@ -170,14 +179,14 @@ class Expressions:
         return python_op(operand)
 
     def expr_BoolOp(self, node):
-        what = "`and`" if isinstance(node.op, gast.And) else "`or`"
+        what = "`and`" if isinstance(node.op, ast.And) else "`or`"
         value = None
         for operand in node.values:
             value = self.expr(operand)
             truth = self.truth(value, operand, what, logical=True)
-            if isinstance(node.op, gast.And) and not truth:
+            if isinstance(node.op, ast.And) and not truth:
                 return value
-            if isinstance(node.op, gast.Or) and truth:
+            if isinstance(node.op, ast.Or) and truth:
                 return value
         return value
 
@@ -240,8 +249,8 @@ class Expressions:
         try:
             loop(node.generators)
         finally:
-            targets = {n.id for g in node.generators for n in gast.walk(g.target)
-                       if isinstance(n, gast.Name)}
+            targets = {n.id for g in node.generators for n in ast.walk(g.target)
+                       if isinstance(n, ast.Name)}
             for name in targets:
                 if name in saved:
                     self.scope.vars[name] = saved[name]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 
-import gast
+import ast
 import numpy as np
 
 from s2s.errors import StagingError, UnsupportedSyntaxError
@@ -29,14 +29,14 @@ class InPlaceUpdates:
     def stmt_AugAssign(self, node):
         target = node.target
         python_op, numpy_fn = BINARY_OPERATORS[type(node.op)]
-        if isinstance(target, gast.Name):
+        if isinstance(target, ast.Name):
             current = self.scope.lookup(target.id, target)
             new = self.operate(python_op, numpy_fn, current, self.expr(node.value), node)
             if isinstance(current, Tracer):
                 new = self._in_place_result(target.id, current, new)
             self.assign_name(target.id, new)
             return
-        if isinstance(target, gast.Subscript):
+        if isinstance(target, ast.Subscript):
             obj = self.expr(target.value)
             index = self.expr(target.slice)
             updated = self.operate(python_op, numpy_fn, obj[index], self.expr(node.value), node)
@@ -46,7 +46,7 @@ class InPlaceUpdates:
             self._reject_array_store(obj, target)
             obj[index] = updated
             return
-        if isinstance(target, gast.Attribute):
+        if isinstance(target, ast.Attribute):
             obj = self.expr(target.value)
             setattr(obj, target.attr, self.operate(python_op, numpy_fn, getattr(obj, target.attr),
                                                    self.expr(node.value), node))
@@ -88,9 +88,9 @@ class InPlaceUpdates:
         `obj` is rebound to an updated copy, which means what NumPy's in-place write means
         unless something else still refers to the old array: that is refused."""
         holder = target.value
-        shown = gast.unparse(holder) if hasattr(gast, "unparse") else "the array"
+        shown = ast.unparse(holder)
         others = [n for n in self.scope.bound_names_of(obj)
-                  if not (isinstance(holder, gast.Name) and n == holder.id)]
+                  if not (isinstance(holder, ast.Name) and n == holder.id)]
         if others:
             raise UnsupportedSyntaxError(
                 f"`{shown}` is updated in place but the same array is also bound to `{others[0]}`; "
@@ -141,13 +141,13 @@ def mutates_containers(statements, variables: dict) -> bool:
     `obj.attr = v`): a staged body would leak its values into them, so such loops unroll.
     `x[i] = v` on a staged array is not one: it rebinds `x` (see `updated_arrays`)."""
     for node in walk_statements(statements):
-        if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) \
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in MUTATING_METHODS:
             return True
-        if isinstance(node, gast.Subscript) and isinstance(node.ctx, (gast.Store, gast.Del)):
-            if not (isinstance(node.value, gast.Name) and isinstance(variables.get(node.value.id), Tracer)):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            if not (isinstance(node.value, ast.Name) and isinstance(variables.get(node.value.id), Tracer)):
                 return True
-        if isinstance(node, gast.Attribute) and isinstance(node.ctx, (gast.Store, gast.Del)):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
             return True
     return False
 
@@ -157,15 +157,15 @@ def changes_existing_objects(statements, variables: dict) -> bool:
     (made before them), or attributes; not counting nested functions, nor objects made
     by the statements themselves."""
     for node in walk_scope(statements):
-        if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) \
-                and node.func.attr in MUTATING_METHODS and isinstance(node.func.value, gast.Name) \
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in MUTATING_METHODS and isinstance(node.func.value, ast.Name) \
                 and node.func.value.id in variables:
             return True
-        if isinstance(node, gast.Subscript) and isinstance(node.ctx, (gast.Store, gast.Del)) \
-                and isinstance(node.value, gast.Name) and node.value.id in variables \
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                and isinstance(node.value, ast.Name) and node.value.id in variables \
                 and not isinstance(variables[node.value.id], Tracer):
             return True
-        if isinstance(node, gast.Attribute) and isinstance(node.ctx, (gast.Store, gast.Del)):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
             return True
     return False
 
@@ -175,8 +175,8 @@ def updated_arrays(statements, variables: dict) -> list[str]:
     rebound to its updated copy, so a branch or loop passes it on."""
     names = []
     for node in walk_statements(statements):
-        if isinstance(node, gast.Subscript) and isinstance(node.ctx, gast.Store) \
-                and isinstance(node.value, gast.Name) and isinstance(variables.get(node.value.id), Tracer) \
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
+                and isinstance(node.value, ast.Name) and isinstance(variables.get(node.value.id), Tracer) \
                 and node.value.id not in names:
             names.append(node.value.id)
     return names
@@ -185,4 +185,4 @@ def updated_arrays(statements, variables: dict) -> list[str]:
 def walk_statements(statements):
     """Every node of the statements, nested functions included."""
     for statement in statements:
-        yield from gast.walk(statement)
+        yield from ast.walk(statement)

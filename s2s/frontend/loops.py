@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import gast
+import ast
 import numpy as np
 
 from s2s import dtypes
@@ -139,14 +139,19 @@ class Loops:
         elif running:
             self.block(node.orelse)
 
+    def _loop_variable_read_after(self, node) -> bool:
+        """Whether the loop variable is read after the loop or in its `else`."""
+        targets = self.source.stored_names([node.target])
+        read_in_else = any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in targets
+                           for n in walk_statements(node.orelse))
+        return read_in_else or bool(self.source.used_outside(node, targets))
+
     def _bind_loop_variable(self, node, last_item):
         """Python leaves the loop variable at the last item the loop reached: bound when
         something reads it after the loop (or in its `else`)."""
-        targets = self.source.stored_names([node.target])
-        read_in_else = any(isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load) and n.id in targets
-                           for n in walk_statements(node.orelse))
-        if not (read_in_else or self.source.used_outside(node, targets)):
+        if not self._loop_variable_read_after(node):
             return
+        targets = self.source.stored_names([node.target])
         rebound = [t for t in targets if t in self.source.stored_names(node.body)]
         if rebound:
             raise StagingError(
@@ -252,10 +257,8 @@ class Loops:
     def _check_loop_variable_unread(self, node):
         """Python leaves the loop variable at the item a `break` stopped on, which an
         unrolled loop with a `break` on an array does not know while staging."""
-        targets = self.source.stored_names([node.target])
-        read_in_else = any(isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load) and n.id in targets
-                           for n in walk_statements(node.orelse))
-        if read_in_else or self.source.used_outside(node, targets):
+        if self._loop_variable_read_after(node):
+            targets = self.source.stored_names([node.target])
             raise UnsupportedSyntaxError(
                 f"`{targets[0]}`, the variable of a loop unrolled while staging that can `break` on "
                 "an array condition, is read after the loop: which item the loop stopped on is "
@@ -325,9 +328,9 @@ class Loops:
         """For `range(...)`: the range, or (start, stop, step) when a bound is a staged array
         (Python's range needs ints; such a loop is a while_loop). None for anything else,
         which is left unevaluated."""
-        if not (isinstance(expr, gast.Call) and isinstance(expr.func, gast.Name) and expr.func.id == "range"
+        if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "range"
                 and not expr.keywords and 1 <= len(expr.args) <= 3
-                and not any(isinstance(a, gast.Starred) for a in expr.args)
+                and not any(isinstance(a, ast.Starred) for a in expr.args)
                 and self.scope.lookup("range", expr.func) is range):
             return None
         bounds = [self.expr(a) for a in expr.args]

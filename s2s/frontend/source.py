@@ -1,10 +1,15 @@
 """Finding a function's AST and classifying its names.
 
-The whole file a function lives in is parsed once with gast (so line and column numbers
-are the file's own, and lambdas in the middle of a line are found exactly), and analysed
-once with beniget, whose def-use chains say which names each function binds locally.
-Free names are then resolved through the function object itself — its closure cells,
-its `__globals__`, the builtins — never by guessing from the text.
+The file a function lives in is parsed once with `ast` (so line and column numbers are the
+file's own, and lambdas in the middle of a line are found exactly), and staging walks
+that `ast` tree. A function's local names follow Python's rule (`scope_of`, one pass).
+beniget's def-use chains, which say what a loop or branch passes on, are made only when
+control flow first asks for them, and only for the top-level statement that holds the
+function (on a gast copy of it, beniget's input, whose nodes are matched to the `ast`
+ones by position): straight-line code never pays for them, and in a big module staging
+one function costs that function, not the file. Free names are then resolved through the
+function object itself — its closure cells, its `__globals__`, the builtins — never by
+guessing from the text.
 
 The text must be the code that runs. Python runs a function's bytecode; s2s reads its
 file, which may have been edited since the module was imported (with or without
@@ -17,6 +22,8 @@ as that code object lives, so a reloaded module's functions never see an old tex
 """
 from __future__ import annotations
 
+import ast
+import bisect
 import builtins
 import dataclasses
 import linecache
@@ -27,7 +34,7 @@ import types
 import weakref
 
 import beniget
-import gast
+import gast   # beniget's input: the def-use chains are made on a gast copy
 
 from s2s.errors import StagingError, StaleSourceError, UnsupportedSyntaxError
 from s2s.source_info import SourceInfo
@@ -36,11 +43,13 @@ from s2s.source_info import SourceInfo
 @dataclasses.dataclass
 class ParsedFile:
     text: str
-    tree: gast.Module
-    duc: beniget.DefUseChains
+    module: ast.Module
     lines: list[str]
     # (co_qualname, co_firstlineno) -> the code objects `text` compiles to; built on demand.
     compiled: dict | None = dataclasses.field(default=None, repr=False)
+    # index in module.body -> that top-level statement's Statement; made on demand.
+    statements: dict = dataclasses.field(default_factory=dict, repr=False)
+    imports: list | None = dataclasses.field(default=None, repr=False)   # see _module_imports
 
 
 # filename -> the parse of its latest text: a file edited and read again replaces its
@@ -55,33 +64,116 @@ class _QuietDefUseChains(beniget.DefUseChains):
         pass
 
 
+class Statement:
+    """One top-level statement of a file (`ast`), with beniget's def-use chains for it,
+    made when first asked for (straight-line code never asks)."""
+
+    def __init__(self, tree: ast.stmt, filename: str, imports: list):
+        self.tree = tree
+        self.filename = filename
+        self.imports = imports   # the file's module-level imports (see `compiled_functions`)
+        self._users = None
+        self._compiled = None
+
+    def compiled_functions(self) -> dict:
+        """As `_compiled_functions`, for the functions of this statement alone. A
+        function's code depends on its own and enclosing scopes, on the file's `from
+        __future__` imports (how annotations compile), and on which global names an import
+        binds (CPython 3.11 compiles `np.sum(x)` without LOAD_METHOD when `np` is an
+        imported module): compiled after the file's module-level imports, it is the code
+        the whole file gives it."""
+        if self._compiled is None:
+            self._compiled = _functions_compiled_from(
+                ast.Module(body=[*self.imports, self.tree], type_ignores=[]), self.filename)
+        return self._compiled
+
+    def users(self, store: ast.Name) -> list | None:
+        """The nodes of this statement that may read the value `store` (a Name assigned
+        to) binds, by beniget's def-use chains; None when the chains do not know it."""
+        users = self._users
+        if users is None:   # (two threads may both make them: either is right)
+            users = self._users = self._chained_users()
+        return users.get(_position_key(store))
+
+    def _chained_users(self) -> dict:
+        """position key of each stored Name -> the `ast` nodes reading its value."""
+        copy = gast.ast_to_gast(self.tree)
+        chains = _QuietDefUseChains(self.filename)
+        chains.visit(gast.Module(body=[copy], type_ignores=[]))
+        originals = {_position_key(n): n for n in ast.walk(self.tree) if hasattr(n, "lineno")}
+        users = {}
+        for node, chain in chains.chains.items():
+            if type(node).__name__ == "Name" and hasattr(node, "lineno"):
+                users[_position_key(node)] = [originals[key] for u in chain.users()
+                                              if (key := _position_key(u.node)) in originals]
+        return users
+
+
+def _position_key(node) -> tuple:
+    """What tells a node of a statement from its other nodes, in `ast` and in gast alike."""
+    return (type(node).__name__, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+
+
 def _parse_file(filename: str, lines: list[str]) -> ParsedFile:
     text = "".join(lines)
     parsed = _parsed_files.get(filename)
     if parsed is None or parsed.text != text:
-        tree = gast.parse(text)
-        duc = _QuietDefUseChains(filename)
-        duc.visit(tree)
-        parsed = _parsed_files[filename] = ParsedFile(text, tree, duc, lines)
+        parsed = _parsed_files[filename] = ParsedFile(text, ast.parse(text, filename), lines)
     return parsed
+
+
+def _module_imports(parsed: ParsedFile) -> list:
+    """The import statements of the file's module scope (inside a top-level `if` or `try`
+    too), `from __future__` ones first: found once per file."""
+    if parsed.imports is None:
+        found, stack = [], list(reversed(parsed.module.body))
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.append(node)
+            elif not isinstance(node, _SCOPES):   # a block of module scope: if, try, with ...
+                stack.extend(reversed([c for c in ast.iter_child_nodes(node) if isinstance(
+                    c, (ast.stmt, ast.excepthandler, ast.match_case))]))
+        parsed.imports = sorted(found, key=lambda n: not (isinstance(n, ast.ImportFrom)
+                                                          and n.module == "__future__"))
+    return parsed.imports
+
+
+def _statement_at(parsed: ParsedFile, filename: str, line: int) -> Statement | None:
+    """The top-level statement of `parsed` whose lines (decorators included) hold `line`."""
+    body = parsed.module.body
+    starts = [min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", ())]) for s in body]
+    index = bisect.bisect_right(starts, line) - 1
+    if index < 0 or line > body[index].end_lineno:
+        return None
+    statement = parsed.statements.get(index)
+    if statement is None:
+        statement = parsed.statements.setdefault(index, Statement(body[index], filename, _module_imports(parsed)))
+    return statement
 
 
 def _compiled_functions(parsed: ParsedFile, filename: str) -> dict:
     """(qualified name, first line) -> the code objects of every function the text of
     `parsed` defines, at any depth, as Python compiles them."""
     if parsed.compiled is None:
-        index: dict = {}
-        try:
-            stack = [compile(parsed.text, filename, "exec", dont_inherit=True)]
-        except (SyntaxError, ValueError):
-            stack = []
-        while stack:
-            for const in stack.pop().co_consts:
-                if isinstance(const, types.CodeType):
-                    index.setdefault((const.co_qualname, const.co_firstlineno), []).append(const)
-                    stack.append(const)
-        parsed.compiled = index
+        parsed.compiled = _functions_compiled_from(parsed.module, filename)
     return parsed.compiled
+
+
+def _functions_compiled_from(module: ast.Module, filename: str) -> dict:
+    """(qualified name, first line) -> the code objects of every function `module` defines,
+    at any depth, as Python compiles them (empty when it does not compile)."""
+    index: dict = {}
+    try:
+        stack = [compile(module, filename, "exec", dont_inherit=True)]
+    except (SyntaxError, ValueError):
+        stack = []
+    while stack:
+        for const in stack.pop().co_consts:
+            if isinstance(const, types.CodeType):
+                index.setdefault((const.co_qualname, const.co_firstlineno), []).append(const)
+                stack.append(const)
+    return index
 
 
 def _rewritten_by_pytest(code: types.CodeType) -> bool:
@@ -149,11 +241,12 @@ def _stale_source_error(fn, filename: str) -> StaleSourceError:
 @dataclasses.dataclass
 class FunctionSource:
     """A function's AST node, the file it is in, and the names its body binds."""
-    node: gast.FunctionDef | gast.Lambda
+    node: ast.FunctionDef | ast.Lambda
     filename: str
     name: str
     local_names: frozenset[str]   # names bound in the function's own scope (args included)
-    chains: beniget.DefUseChains | None = dataclasses.field(default=None, repr=False)
+    declarations: tuple   # its own `global` and `nonlocal` statements
+    statement: Statement | None = dataclasses.field(default=None, repr=False)   # where `node` is
     # The def that locations are counted from (SourceInfo.function, .def_line): the
     # function itself, or for a lambda nested in a staged function, that function.
     anchor_name: str = ""
@@ -166,7 +259,7 @@ class FunctionSource:
         nested functions, which have scopes of their own."""
         names: list[str] = []
         for node in walk_scope(statements):
-            if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store) and node.id not in names:
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in names:
                 names.append(node.id)
         return names
 
@@ -178,10 +271,9 @@ class FunctionSource:
         reset_before = _resets_before(region)
         passed_on = []
         for node in walk_scope([region]):
-            if not (isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store)) or node.id not in names:
+            if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)) or node.id not in names:
                 continue
-            chain = self.chains.chains.get(node) if self.chains is not None else None
-            users = [u.node for u in chain.users()] if chain is not None else []
+            users = (self.statement.users(node) if self.statement is not None else None) or []
             # A read in the same statement (`h = f(h)`) or an earlier one sees the value
             # of the previous iteration, unless the name is assigned again at the top of the
             # region before that read: then the read is an inner loop's, on its own values.
@@ -197,9 +289,9 @@ class FunctionSource:
         """Whether any name the assignment target `target` binds is ever read (by the
         def-use chains; True when there are none to ask)."""
         for node in walk_scope([target]):
-            if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
-                chain = self.chains.chains.get(node) if self.chains is not None else None
-                if chain is None or chain.users():
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                users = self.statement.users(node) if self.statement is not None else None
+                if users is None or users:
                     return True
         return False
 
@@ -213,9 +305,11 @@ class FunctionSource:
     def _make_info(self, node) -> SourceInfo:
         line = getattr(node, "lineno", None) or self.node.lineno
         col = getattr(node, "col_offset", 0) + 1
-        end_col = None
-        if getattr(node, "end_lineno", None) == line and getattr(node, "end_col_offset", None):
-            end_col = node.end_col_offset + 1
+        end_col = getattr(node, "end_col_offset", None)
+        if end_col is not None and getattr(node, "end_lineno", None) == line:
+            end_col += 1
+        else:
+            end_col = None
         return SourceInfo(self.filename, line, col, self.anchor_name, end_col, self.anchor_line)
 
 
@@ -228,9 +322,9 @@ def last_return_info(fn) -> SourceInfo | None:
         source = function_source(fn)
     except StagingError:
         return None
-    if isinstance(source.node, gast.Lambda):
+    if isinstance(source.node, ast.Lambda):
         return source.info(source.node.body)
-    returns = [node for node in walk_scope(source.node.body) if isinstance(node, gast.Return)]
+    returns = [node for node in walk_scope(source.node.body) if isinstance(node, ast.Return)]
     return source.info(returns[-1]) if returns else None
 
 
@@ -240,9 +334,9 @@ def walk_scope(statements):
     while stack:
         node = stack.pop()
         yield node
-        if isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             continue
-        stack.extend(reversed(list(gast.iter_child_nodes(node))))
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
 def _innermost_statements(region) -> dict[int, object]:
@@ -250,10 +344,10 @@ def _innermost_statements(region) -> dict[int, object]:
     found: dict[int, object] = {}
 
     def visit(node, statement):
-        if isinstance(node, gast.stmt):
+        if isinstance(node, ast.stmt):
             statement = node
         found[id(node)] = statement
-        for child in gast.iter_child_nodes(node):
+        for child in ast.iter_child_nodes(node):
             visit(child, statement)
     visit(region, region)
     return found
@@ -271,12 +365,12 @@ def _resets_before(region) -> dict[int, frozenset[str]]:
             for node in walk_scope([statement]):
                 found[id(node)] = assigned
             targets = []
-            if isinstance(statement, gast.Assign):
+            if isinstance(statement, ast.Assign):
                 targets = statement.targets
-            elif isinstance(statement, gast.AnnAssign) and statement.value is not None:
+            elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
                 targets = [statement.target]
             assigned |= {n.id for n in walk_scope(targets)
-                         if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store)}
+                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     return found
 
 
@@ -290,8 +384,61 @@ _sources: dict = {}
 _sources_lock = threading.Lock()
 
 
-def local_names_of(chains: beniget.DefUseChains, node) -> frozenset[str]:
-    return frozenset(d.name() for d in chains.locals.get(node, ()))
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _arguments(arguments: ast.arguments) -> list[ast.arg]:
+    """Every parameter of a def or lambda."""
+    return arguments.posonlyargs + arguments.args + arguments.kwonlyargs + [
+        a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+
+
+def scope_of(function) -> tuple[frozenset[str], tuple]:
+    """(the names a def or lambda binds in its own scope, its own `global` and `nonlocal`
+    statements), by Python's rule: the arguments and every name the body stores to or
+    deletes, imports, defines (def, class) or matches, a walrus inside a comprehension
+    included, but not a comprehension's own targets nor anything inside nested functions
+    and classes (their decorators, defaults and bases are this scope's); less the names
+    declared `global` or `nonlocal`. One pass over the function, no def-use analysis."""
+    names = {a.arg for a in _arguments(function.args)}
+    declarations = []
+    stack = [function.body] if isinstance(function, ast.Lambda) else list(function.body)
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is ast.Name:
+            if type(node.ctx) is not ast.Load:
+                names.add(node.id)
+        elif isinstance(node, _SCOPES):
+            if kind is not ast.Lambda:
+                names.add(node.name)
+                stack.extend(node.decorator_list)
+            if kind is ast.ClassDef:
+                stack.extend(node.bases + node.keywords)
+            else:
+                stack.extend(node.args.defaults + [d for d in node.args.kw_defaults if d is not None])
+                if kind is not ast.Lambda:   # annotations too are evaluated here
+                    stack.extend(a.annotation for a in _arguments(node.args) if a.annotation is not None)
+                    stack.extend([node.returns] if node.returns is not None else [])
+        elif isinstance(node, _COMPREHENSIONS):   # its targets are its own; a walrus binds here
+            for generator in node.generators:
+                stack.extend([generator.iter, *generator.ifs])
+            stack.extend([node.key, node.value] if kind is ast.DictComp else [node.elt])
+        else:
+            if kind is ast.alias:
+                names.add(node.asname or node.name.split(".")[0])
+            elif kind is ast.Global or kind is ast.Nonlocal:
+                declarations.append(node)
+            elif (kind is ast.MatchAs or kind is ast.MatchStar) and node.name is not None:
+                names.add(node.name)
+            elif kind is ast.MatchMapping and node.rest is not None:
+                names.add(node.rest)
+            elif kind is ast.ExceptHandler and node.name is not None:
+                names.add(node.name)
+            stack.extend(ast.iter_child_nodes(node))
+    declared = {name for node in declarations for name in node.names}
+    return frozenset(names - declared), tuple(sorted(declarations, key=_position))
 
 
 def function_source(fn) -> FunctionSource:
@@ -301,9 +448,9 @@ def function_source(fn) -> FunctionSource:
     cached = _sources.get(id(code))
     if cached is not None and cached[0]() is code:
         return cached[1]
-    parsed, node = _node_in_current_text(fn)
+    statement, node = _node_in_current_text(fn)
     filename = code.co_filename
-    source = FunctionSource(node, filename, fn.__qualname__, local_names_of(parsed.duc, node), parsed.duc,
+    source = FunctionSource(node, filename, fn.__qualname__, *scope_of(node), statement,
                             anchor_name=fn.__qualname__.replace(".<locals>", ""), anchor_line=node.lineno)
     key = id(code)
 
@@ -333,37 +480,51 @@ def _node_in_current_text(fn):
         parsed = _parse_file(filename, lines)
     except SyntaxError:
         raise _stale_source_error(fn, filename) from None
-    candidates = _compiled_functions(parsed, filename).get((code.co_qualname, code.co_firstlineno), [])
+    statement = _statement_at(parsed, filename, code.co_firstlineno)
+    candidates = statement.compiled_functions().get((code.co_qualname, code.co_firstlineno), []) \
+        if statement is not None else []
     if any(_same_code(code, c) for c in candidates):
-        node = _find_node(parsed.tree, code)
+        found = _find_node(parsed, filename, code)
     else:   # moved, perhaps: the same code at one other place in the file is the same function
         moved = [c for (qualname, _), found in _compiled_functions(parsed, filename).items()
                  if qualname == code.co_qualname for c in found if _same_code(code, c)]
-        node = _find_node(parsed.tree, moved[0]) if len(moved) == 1 else None
-    if node is None:
+        found = _find_node(parsed, filename, moved[0]) if len(moved) == 1 else None
+    if found is None:
         raise _stale_source_error(fn, filename)
-    return parsed, node
+    return found
 
 
-def _find_node(tree, code):
+def _find_node(parsed: ParsedFile, filename: str, code) -> tuple[Statement, object] | None:
+    """The top-level statement that holds the def or lambda `code` was compiled from, and
+    its node there, or None."""
     line = code.co_firstlineno
+    statement = _statement_at(parsed, filename, line)
+    if statement is None:
+        return None
+    node = _find_in(statement.tree, code, line)
+    return (statement, node) if node is not None else None
+
+
+def _is_def_at(node, name: str, line: int) -> bool:
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name and \
+        line in (node.lineno, min([node.lineno] + [d.lineno for d in node.decorator_list]))
+
+
+def _find_in(tree, code, line: int):
     if code.co_name == "<lambda>":
-        lambdas = [n for n in gast.walk(tree) if isinstance(n, gast.Lambda) and n.lineno == line]
+        lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and n.lineno == line]
         if len(lambdas) > 1:
             arg_names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
             lambdas = [n for n in lambdas
-                       if tuple(a.id for a in n.args.args + n.args.kwonlyargs) == arg_names] or lambdas
+                       if tuple(a.arg for a in n.args.args + n.args.kwonlyargs) == arg_names] or lambdas
         if len(lambdas) > 1:
             # Several lambdas with the same arguments on one line: match the body's column.
             columns = {pos[2] for pos in code.co_positions() if pos[2] is not None}
             lambdas = [n for n in lambdas if n.body.col_offset in columns] or lambdas
         return lambdas[0] if lambdas else None
-    for n in gast.walk(tree):
-        if isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef)) and n.name == code.co_name:
-            first = min([n.lineno] + [d.lineno for d in n.decorator_list])
-            if line in (first, n.lineno):
-                return n
-    return None
+    if _is_def_at(tree, code.co_name, line):   # a top-level def: no need to look inside
+        return tree
+    return next((n for n in ast.walk(tree) if _is_def_at(n, code.co_name, line)), None)
 
 
 def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
@@ -371,13 +532,13 @@ def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
     source = parent.nested.get(node)
     if source is None:   # read from the parent's own parse, never from a newer text
         name = getattr(node, "name", "<lambda>")
-        if isinstance(node, gast.Lambda):   # one line of its def: counted from the def around it
+        if isinstance(node, ast.Lambda):   # one line of its def: counted from the def around it
             anchor_name, anchor_line = parent.anchor_name, parent.anchor_line
         else:
             anchor_name, anchor_line = f"{parent.anchor_name}.{name}", node.lineno
         source = parent.nested.setdefault(node, FunctionSource(
             node, parent.filename, f"{parent.name}.<locals>.{name}",
-            local_names_of(parent.chains, node), parent.chains,
+            *scope_of(node), parent.statement,
             anchor_name=anchor_name, anchor_line=anchor_line))
     return source
 
@@ -388,19 +549,18 @@ BUILTINS = vars(builtins)
 def classify_names(fn) -> dict[str, str]:
     """Every name `fn`'s own body reads: 'argument', 'local', 'closure', 'global' or 'builtin'.
 
-    Locals and arguments come from beniget's scope analysis of the source; the rest is
+    Locals and arguments come from the source (`scope_of`); the rest is
     resolved through the function object (closure cells, `__globals__`, builtins), the
     same order the staging walk looks names up in. Unresolvable names are 'undefined'.
     """
     source = function_source(fn)
     node = source.node
-    arg_names = {a.id for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
-    arg_names |= {a.id for a in (node.args.vararg, node.args.kwarg) if a is not None}
-    nested = {id(n) for inner in gast.walk(node) if inner is not node and isinstance(
-        inner, (gast.FunctionDef, gast.Lambda)) for n in gast.walk(inner)}
+    arg_names = {a.arg for a in _arguments(node.args)}
+    nested = {id(n) for inner in ast.walk(node) if inner is not node and isinstance(
+        inner, (ast.FunctionDef, ast.Lambda)) for n in ast.walk(inner)}
     kinds: dict[str, str] = {}
-    for n in gast.walk(node):
-        if not (isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load)) or id(n) in nested:
+    for n in ast.walk(node):
+        if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)) or id(n) in nested:
             continue
         name = n.id
         if name in arg_names:
@@ -419,11 +579,12 @@ def classify_names(fn) -> dict[str, str]:
 
 
 def check_supported_scope(source: FunctionSource) -> None:
-    """Rejects `global` and `nonlocal`, which would make staging write outside the function."""
-    for node in gast.walk(source.node):
-        if isinstance(node, (gast.Global, gast.Nonlocal)):
-            kind = "global" if isinstance(node, gast.Global) else "nonlocal"
-            raise UnsupportedSyntaxError(
-                f"`{kind}` statements are not supported in staged functions",
-                "return the new value instead of assigning to an outer variable",
-                source.info(node))
+    """Rejects `global` and `nonlocal`, which would make staging write outside the function
+    (a nested function's are found when it is staged)."""
+    if source.declarations:
+        node = source.declarations[0]
+        kind = "global" if isinstance(node, ast.Global) else "nonlocal"
+        raise UnsupportedSyntaxError(
+            f"`{kind}` statements are not supported in staged functions",
+            "return the new value instead of assigning to an outer variable",
+            source.info(node))

@@ -29,7 +29,7 @@ import threading
 import types
 from typing import Any
 
-import gast
+import ast
 import numpy as np
 
 from s2s.errors import (ConcretizationError, S2SError, StagingError, UnsupportedFunctionError,
@@ -56,15 +56,15 @@ CREATION_FUNCTIONS = {np.zeros, np.ones, np.full, np.empty, np.eye, np.identity,
                       np.empty_like, np.array, np.asarray}
 
 UNSUPPORTED_STATEMENTS = {
-    gast.Try: ("try/except", "s2s stages the function once; errors cannot be caught at run time. "
+    ast.Try: ("try/except", "s2s stages the function once; errors cannot be caught at run time. "
                "Check conditions on static values before calling"),
-    gast.With: ("`with` blocks", "move the context manager outside the staged function"),
-    gast.AsyncWith: ("`async with`", "staged functions are synchronous"),
-    gast.AsyncFor: ("`async for`", "staged functions are synchronous"),
-    gast.AsyncFunctionDef: ("async functions", "staged functions are synchronous"),
-    gast.ClassDef: ("class definitions inside a staged function",
+    ast.With: ("`with` blocks", "move the context manager outside the staged function"),
+    ast.AsyncWith: ("`async with`", "staged functions are synchronous"),
+    ast.AsyncFor: ("`async for`", "staged functions are synchronous"),
+    ast.AsyncFunctionDef: ("async functions", "staged functions are synchronous"),
+    ast.ClassDef: ("class definitions inside a staged function",
                     "define the class at module level"),
-    gast.Match: ("`match` statements", "use if/elif on static values"),
+    ast.Match: ("`match` statements", "use if/elif on static values"),
 }
 
 
@@ -132,7 +132,7 @@ class StagedFunction:
         return f"<staged function {self.source.name}>"
 
 
-def signature_from_ast(args: gast.arguments, defaults: list, kw_defaults: dict) -> inspect.Signature:
+def signature_from_ast(args: ast.arguments, defaults: list, kw_defaults: dict) -> inspect.Signature:
     """The signature of a def or lambda met while staging, read from its AST (there is no
     function object to inspect), with the default values the walker computed."""
     P = inspect.Parameter
@@ -142,13 +142,13 @@ def signature_from_ast(args: gast.arguments, defaults: list, kw_defaults: dict) 
     for i, a in enumerate(positional):
         kind = P.POSITIONAL_ONLY if i < len(args.posonlyargs) else P.POSITIONAL_OR_KEYWORD
         default = defaults[i - first_default] if i >= first_default else P.empty
-        params.append(P(a.id, kind, default=default))
+        params.append(P(a.arg, kind, default=default))
     if args.vararg:
-        params.append(P(args.vararg.id, P.VAR_POSITIONAL))
+        params.append(P(args.vararg.arg, P.VAR_POSITIONAL))
     for a in args.kwonlyargs:
-        params.append(P(a.id, P.KEYWORD_ONLY, default=kw_defaults.get(a.id, P.empty)))
+        params.append(P(a.arg, P.KEYWORD_ONLY, default=kw_defaults.get(a.arg, P.empty)))
     if args.kwarg:
-        params.append(P(args.kwarg.id, P.VAR_KEYWORD))
+        params.append(P(args.kwarg.arg, P.VAR_KEYWORD))
     return inspect.Signature(params)
 
 
@@ -162,7 +162,7 @@ def _bind(signature: inspect.Signature, args, kwargs, name: str) -> dict:
     return dict(bound.arguments)
 
 
-_SUSPENDING = {gast.Yield: "`yield`", gast.YieldFrom: "`yield from`", gast.Await: "`await`"}
+_SUSPENDING = {ast.Yield: "`yield`", ast.YieldFrom: "`yield from`", ast.Await: "`await`"}
 
 
 def _generator_error(source: FunctionSource) -> UnsupportedSyntaxError:
@@ -175,9 +175,9 @@ def _generator_error(source: FunctionSource) -> UnsupportedSyntaxError:
                                       source.info(source.node))
     return UnsupportedSyntaxError(
         f"{_SUSPENDING[type(first)]} makes {source.name} a "
-        f"{'coroutine' if type(first) is gast.Await else 'generator'}, which cannot be staged",
+        f"{'coroutine' if type(first) is ast.Await else 'generator'}, which cannot be staged",
         "return a list or tuple of the values instead of yielding them"
-        if type(first) is not gast.Await else "staged functions are synchronous: use `def`",
+        if type(first) is not ast.Await else "staged functions are synchronous: use `def`",
         source.info(first))
 
 
@@ -260,7 +260,7 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
                 "otherwise write a loop")
         stack.append(key)
         try:
-            if isinstance(node, gast.Lambda):
+            if isinstance(node, ast.Lambda):
                 return self.expr(node.body)
             try:
                 self._tail_block(node.body)
@@ -348,7 +348,7 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
 
     def stmt_Delete(self, node):
         for target in node.targets:
-            if isinstance(target, gast.Name):
+            if isinstance(target, ast.Name):
                 self.scope.vars.pop(target.id, None)
             else:
                 obj = self.expr(target.value)
@@ -358,18 +358,18 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
     # --- assignment --------------------------------------------------------------------
 
     def assign(self, target, value):
-        if isinstance(target, gast.Name):
+        if isinstance(target, ast.Name):
             self.assign_name(target.id, value)
-        elif isinstance(target, (gast.Tuple, gast.List)):
+        elif isinstance(target, (ast.Tuple, ast.List)):
             self._unpack(target, value)
-        elif isinstance(target, gast.Subscript):
+        elif isinstance(target, ast.Subscript):
             obj = self.expr(target.value)
             if isinstance(obj, Tracer):
                 self._store(target, obj, self.expr(target.slice), value)
                 return
             self._reject_array_store(obj, target)
             obj[self.expr(target.slice)] = value
-        elif isinstance(target, gast.Attribute):
+        elif isinstance(target, ast.Attribute):
             obj = self.expr(target.value)
             if isinstance(obj, Tracer):
                 raise UnsupportedSyntaxError(
@@ -377,7 +377,7 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
                     "place there, and a staged array is a value",
                     _ATTRIBUTE_STORE_HELP.get(target.attr, "compute a new array and assign it to the name"))
             setattr(obj, target.attr, value)
-        elif isinstance(target, gast.Starred):
+        elif isinstance(target, ast.Starred):
             raise UnsupportedSyntaxError("a starred target must be inside a tuple or list")
         else:
             raise UnsupportedSyntaxError(f"cannot assign to {type(target).__name__}")
@@ -390,7 +390,7 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
         except TypeError:
             raise StagingError(f"cannot unpack a {type(value).__name__}",
                                "unpack a tuple, list or array") from None
-        starred = [i for i, e in enumerate(target.elts) if isinstance(e, gast.Starred)]
+        starred = [i for i, e in enumerate(target.elts) if isinstance(e, ast.Starred)]
         n = len(target.elts)
         if not starred:
             if len(items) != n:
@@ -423,7 +423,7 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
         source = nested_function_source(self.source, node)
         check_supported_scope(source)
         defaults = [self.expr(d) for d in node.args.defaults]
-        kw_defaults = {a.id: self.expr(d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults)
+        kw_defaults = {a.arg: self.expr(d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults)
                        if d is not None}
         return StagedFunction(source, self.scope, defaults, kw_defaults)
 

@@ -13,4 +13,7 @@ from s2s.numpy_api._base import NUMPY_IMPLS, implements  # noqa: F401
 # SciPy's functions are mapped once the user's code has imported them, never before.
 NUMPY_IMPLS.when_imported("scipy.special", scipy_special.register_scipy_special)
 NUMPY_IMPLS.when_imported("scipy.stats", scipy_stats.register_scipy_stats)
+NUMPY_IMPLS.when_imported("scipy.special", scipy_special.register_inverse_error_functions)
+NUMPY_IMPLS.when_imported("scipy.special", scipy_stats.register_normal_special)
+NUMPY_IMPLS.when_imported("scipy.stats", scipy_stats.register_quantiles_and_more_distributions)
 NUMPY_IMPLS.when_imported("scipy.signal", scipy_signal.register_scipy_signal)

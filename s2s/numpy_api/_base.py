@@ -35,15 +35,16 @@ class DispatchTable(dict):
 
     def __init__(self):
         super().__init__()
-        self.fillers: dict[str, Callable[[], None]] = {}
+        self.fillers: dict[str, list[Callable[[], None]]] = {}
         self.resolvers: list[Callable[[object], Callable | None]] = []
 
     def when_imported(self, package: str, fill: Callable[[], None]) -> None:
-        self.fillers[package] = fill
+        self.fillers.setdefault(package, []).append(fill)
 
     def _fill_imported(self) -> None:
         for package in [p for p in self.fillers if p in sys.modules]:
-            self.fillers.pop(package)()
+            for fill in self.fillers.pop(package):
+                fill()
 
     def _resolve(self, key):
         for resolver in self.resolvers:
@@ -187,7 +188,8 @@ def convert(x, to, weak_type: bool = False):
 
 
 def result_dtype(*xs) -> tuple[np.dtype, bool]:
-    return dtypes.result_type(*[(aval(x).dtype, aval(x).weak_type) for x in xs])
+    avals = [aval(x) for x in xs]
+    return dtypes.result_type(*[(a.dtype, a.weak_type) for a in avals])
 
 
 def cast(x, to: np.dtype, weak: bool):

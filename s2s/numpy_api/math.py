@@ -22,7 +22,7 @@ import math as _pymath
 
 import numpy as np
 
-from s2s import dtypes
+from s2s import config, dtypes
 from s2s.core import Literal
 from s2s.errors import ShapeError, UnsupportedFunctionError, UnsupportedSyntaxError
 from s2s.numpy_api._base import (asarray, aval, cast_all, convert, float_dtype_for, implements,
@@ -62,14 +62,23 @@ def _float_result_dtype(xs) -> np.dtype:
     safely): each strong integer input needs its own float (int8, uint8 → f16; int16 → f32;
     int32 → f64), a weak input first takes the dtype the strong ones give it
     (`int8_array, 2` → int8 → f16, but `bool_array, 2` → int64 → f64)."""
-    avals = [aval(x) for x in xs]
-    strong = [(a.dtype, False) for a in avals if not a.weak_type]
+    key = (tuple((a.dtype, a.weak_type) for a in map(aval, xs)), config.values.enable_x64)
+    dtype = _FLOAT_RESULTS.get(key)
+    if dtype is None:
+        dtype = _FLOAT_RESULTS[key] = _float_result_of(key[0])
+    return dtype
+
+
+_FLOAT_RESULTS: dict = {}   # ((dtype, weak) of each operand, x64) -> the float result dtype
+
+
+def _float_result_of(operands) -> np.dtype:
+    strong = [(dtype, False) for dtype, weak in operands if not weak]
     floats = []
-    for a in avals:
-        dt = a.dtype
-        if a.weak_type and strong:
-            dt, _ = dtypes.result_type((a.dtype, True), *strong)
-        floats.append(float_dtype_for(dt))
+    for dtype, weak in operands:
+        if weak and strong:
+            dtype, _ = dtypes.result_type((dtype, True), *strong)
+        floats.append(float_dtype_for(dtype))
     return dtypes.canonicalize_dtype(np.result_type(*floats))
 
 

@@ -1,5 +1,6 @@
 """scipy.special's functions that model code calls, on staged values: logsumexp, expit,
-logit, gammaln, digamma/psi, erf, erfc, betainc, xlogy, xlog1py, softmax, log_softmax.
+logit, gammaln, digamma/psi, erf, erfc, betainc, xlogy, xlog1py, softmax, log_softmax,
+erfinv, erfcinv, ndtri (ndtr and log_ndtr are scipy_stats's normal cdf and log cdf).
 
 SciPy is optional for s2s. `register_scipy_special()` maps SciPy's own function objects to
 the functions here; `numpy_api` asks the dispatch table to run it the first time the table
@@ -8,8 +9,9 @@ recognized, and neither importing s2s nor jaxlib's own use of scipy.linalg impor
 
 Each is written as NumPy code on s2s's NumPy surface (a composition of primitives), so
 the emitted Python reads as the math and derivatives follow from the primitives' rules.
-Only erfc and betainc needed primitives of their own (`rt.erfc`, `rt.betainc` in emitted
-code, NumPy only, since emitted code never imports SciPy). Results are typed as SciPy types them: its ufuncs
+Only erfc, betainc, erfinv and erfcinv needed primitives of their own (`rt.erfc`,
+`rt.betainc`, `rt.erfinv`, `rt.erfcinv` in emitted code, NumPy only, since emitted code
+never imports SciPy). Results are typed as SciPy types them: its ufuncs
 compute in float32 only when every operand is float32 and in float64 otherwise;
 logsumexp and the softmaxes keep any floating dtype and make integers float64.
 """
@@ -182,3 +184,29 @@ def register_scipy_special() -> None:
                  "logsumexp", "softmax", "log_softmax"):
         implements(getattr(special, name))(globals()[name])
     implements(special.digamma, special.psi)(digamma)
+
+
+# ---------------------------------------------------------------------------------------
+# The inverse error functions, primitives of their own (see primitives/special.py), and
+# ndtri, the standard normal's quantile, through erfcinv: -sqrt(2) erfcinv(2 p) keeps its
+# digits in both tails (2 p and erfcinv's own reflections are exact). scipy.special's ndtr
+# and log_ndtr are the normal's cdf and log cdf, registered by scipy_stats, which has them.
+
+erfinv = _unary("erfinv", special_primitives.erf_inv)
+erfcinv = _unary("erfcinv", special_primitives.erfc_inv)
+_SQRT_2 = 1.4142135623730951
+
+
+def ndtri(p, out=None):
+    """The x with Phi(x) = p (scipy.special.ndtri): -inf at 0, inf at 1, nan outside."""
+    _no_out("ndtri", out)
+    (p,) = _ufunc_operands("ndtri", p)
+    return -_SQRT_2 * special_primitives.erfc_inv.bind(2 * p)
+
+
+def register_inverse_error_functions() -> None:
+    """Maps scipy.special's erfinv, erfcinv and ndtri to the functions here."""
+    import scipy.special as special
+    implements(special.erfinv)(erfinv)
+    implements(special.erfcinv)(erfcinv)
+    implements(special.ndtri)(ndtri)

@@ -1,6 +1,8 @@
 """scipy.stats distributions that model code calls, on staged values: norm (pdf, logpdf,
-cdf, logcdf, sf, logsf), t (pdf, logpdf, cdf) and multivariate_normal (pdf, logpdf), with
-SciPy's parameters (`loc`, `scale`, `df`, `mean`, `cov`) staged or not.
+cdf, logcdf, sf, logsf, ppf, isf), t (pdf, logpdf, cdf, logcdf), beta (pdf, logpdf, cdf),
+dirichlet (pdf, logpdf) and multivariate_normal (pdf, logpdf, entropy; allow_singular),
+with SciPy's parameters (`loc`, `scale`, `df`, `a`, `b`, `alpha`, `mean`, `cov`) staged
+or not.
 
 SciPy computes these in float64 whatever the input dtype, and so do they. A parameter
 outside its domain (scale <= 0, df <= 0) gives nan, as SciPy's; a covariance that is not
@@ -16,8 +18,8 @@ import math
 import numpy as np
 
 from s2s import dtypes
-from s2s.errors import ShapeError, UnsupportedFunctionError
-from s2s.numpy_api import linalg, reductions, scipy_special, shaping
+from s2s.errors import ShapeError
+from s2s.numpy_api import decompositions, linalg, reductions, scipy_special, shaping
 from s2s.numpy_api import math as npm
 from s2s.numpy_api._base import NUMPY_IMPLS, convert, implements, operand, shape
 from s2s.staging import Tracer
@@ -227,12 +229,8 @@ def mvn_logpdf(x, mean=None, cov=1, allow_singular=False):
     Cholesky factor L of cov: log det cov = 2 sum log diag L, and the quadratic form is the
     squared norm of L^-1 (x - mean). `x` is one point (a vector of length dim, or a scalar
     when dim is 1) or points along its leading axes; size-1 axes of the result are
-    squeezed out, as SciPy does."""
-    if allow_singular is not False:
-        raise UnsupportedFunctionError(
-            "multivariate_normal(..., allow_singular=True) is not supported by s2s (its "
-            "pseudo-determinant needs an eigendecomposition)",
-            "pass a positive definite cov, or leave allow_singular out")
+    squeezed out, as SciPy does. With allow_singular, SciPy's pseudo-determinant and
+    pseudo-inverse instead (`mvn_singular_logpdf`)."""
     mean, cov, dim = _mvn_parameters(mean, cov)
     (x,) = _float64(x)
     x_shape = shape(x)
@@ -241,10 +239,12 @@ def mvn_logpdf(x, mean=None, cov=1, allow_singular=False):
     if shape(x)[-1] != dim:
         raise ShapeError(f"multivariate_normal: points of dimension {shape(x)[-1]} do not fit "
                          f"a mean of dimension {dim}")
+    centered = shaping.reshape(x - mean, (-1, dim))
+    if allow_singular:
+        return shaping.squeeze(shaping.reshape(mvn_singular_logpdf(centered, cov), shape(x)[:-1]))
     # SciPy reads one triangle of cov; a function of cov's symmetric part has the symmetric
     # gradient (JAX's too), where the factor of one triangle would give a triangular one.
     factor = linalg.cholesky(0.5 * (cov + shaping.swapaxes(cov, -1, -2)))
-    centered = shaping.reshape(x - mean, (-1, dim))
     whitened = linalg.solve(factor, shaping.transpose(centered))
     quadratic = reductions.sum(whitened * whitened, axis=0)
     log_det = 2 * reductions.sum(npm.log(shaping.diagonal(factor)))
@@ -289,3 +289,202 @@ def register_scipy_stats() -> None:
         implements(getattr(stats.t, method))(globals()[f"t_{method}"])
     implements(stats.multivariate_normal.pdf)(mvn_pdf)
     implements(stats.multivariate_normal.logpdf)(mvn_logpdf)
+
+
+# ---------------------------------------------------------------------------------------
+# Quantiles of the normal (norm.ppf, isf) and scipy.special's normal functions (ndtr,
+# log_ndtr), which are the standard normal's cdf and log cdf above.
+
+
+def _destandardized(z, loc, scale):
+    """loc + scale z in float64, nan where scale <= 0; a static loc of 0 and scale of 1
+    stage nothing."""
+    x = z if _static_number(scale) and scale == 1 else z * _float64(scale)[0]
+    x = x if _static_number(loc) and loc == 0 else x + _float64(loc)[0]
+    valid = True if _static_number(scale) and scale > 0 else _float64(scale)[0] > 0
+    return _where_valid(valid, x)
+
+
+def norm_ppf(q, loc=0, scale=1):
+    """The x with cdf(x) = q: loc + scale ndtri(q); -inf at 0, inf at 1, nan outside."""
+    return _destandardized(scipy_special.ndtri(*_float64(q)), loc, scale)
+
+
+def norm_isf(q, loc=0, scale=1):
+    """The x with sf(x) = q: loc - scale ndtri(q), which keeps its digits for a small q
+    (ppf(1 - q) would round 1 - q)."""
+    return _destandardized(-scipy_special.ndtri(*_float64(q)), loc, scale)
+
+
+def ndtr(x):
+    """scipy.special.ndtr: Phi(x), in float32 for float32 x as SciPy's ufunc."""
+    (x,) = scipy_special._ufunc_operands("ndtr", x)
+    return normal_cdf(x)
+
+
+def log_ndtr(x):
+    """scipy.special.log_ndtr: log Phi(x), accurate in both tails."""
+    (x,) = scipy_special._ufunc_operands("log_ndtr", x)
+    return normal_logcdf(x)
+
+
+# ---------------------------------------------------------------------------------------
+# t.logcdf
+
+
+def t_logcdf(x, df, loc=0, scale=1):
+    """log of t.cdf, each side from its small value: below 0 the log of the cdf (the
+    tail's own digits, down to where t.cdf underflows), above the log1p of minus the
+    survival function cdf(-z), so a cdf near 1 keeps its tiny log; log Phi(z) where df is
+    inf, which never underflows. Differentiable in x, loc and scale, as t.cdf."""
+    z, _, valid = _standardized(x, loc, scale)
+    (df,) = _float64(df)
+    infinite = npm.isinf(df)
+    finite_df = npm.where(infinite, 1.0, df)
+    upper = z > 0
+    lower_tail = npm.log(t_cdf(npm.where(upper, 0.0, z), finite_df))
+    upper_tail = npm.log1p(-t_cdf(-npm.where(upper, z, 0.0), finite_df))
+    student = npm.where(upper, upper_tail, lower_tail)
+    return _where_valid(valid & (df > 0), npm.where(infinite, normal_logcdf(z), student))
+
+
+# ---------------------------------------------------------------------------------------
+# The beta distribution
+
+
+def _log_beta(a, b):
+    """log B(a, b) = lgamma(small) - (lgamma(big + small) - lgamma(big)), the difference by
+    `log_gamma_ratio`, which keeps its digits for a large a or b."""
+    big, small = npm.where(a >= b, a, b), npm.where(a >= b, b, a)
+    return scipy_special.gammaln(small) - log_gamma_ratio(big, small, _STAGED)
+
+
+def beta_logpdf(x, a, b, loc=0, scale=1):
+    """(a - 1) log y + (b - 1) log(1 - y) - log B(a, b) - log scale for y = (x - loc) /
+    scale in [0, 1] (as SciPy, by xlogy: 0 log 0 is 0), -inf outside; nan unless a, b and
+    scale are positive. Differentiable in x, a, b, loc and scale."""
+    y, log_scale, valid = _standardized(x, loc, scale)
+    a, b = _float64(a, b)
+    inside = (y >= 0) & (y <= 1)
+    safe_y = npm.where(inside, y, 0.5)
+    density = (scipy_special.xlogy(a - 1, safe_y) + scipy_special.xlog1py(b - 1, -safe_y)
+               - _log_beta(a, b))
+    return _where_valid(valid & (a > 0) & (b > 0), _less(npm.where(inside, density, -np.inf), log_scale))
+
+
+def beta_pdf(x, a, b, loc=0, scale=1):
+    return npm.exp(beta_logpdf(x, a, b, loc, scale))
+
+
+def beta_cdf(x, a, b, loc=0, scale=1):
+    """I_y(a, b) with y clipped to [0, 1] (0 below, 1 above, as SciPy), by betainc:
+    differentiable in x, loc and scale; in a and b refused, as betainc's."""
+    y, _, valid = _standardized(x, loc, scale)
+    a, b = _float64(a, b)
+    cdf = scipy_special.betainc(a, b, npm.minimum(npm.maximum(y, 0.0), 1.0))
+    return _where_valid(valid & (a > 0) & (b > 0), cdf)
+
+
+# ---------------------------------------------------------------------------------------
+# The Dirichlet distribution
+
+# SciPy refuses points whose components sum to 1 by more than this; here they give nan.
+_SIMPLEX_TOLERANCE = 10e-10
+
+
+def dirichlet_logpdf(x, alpha):
+    """sum((alpha - 1) log x) - log B(alpha), B(alpha) = prod Gamma(alpha_i) / Gamma(sum
+    alpha), over x's first axis (the components, as SciPy: x of shape (K,) or (K, n)
+    points; K - 1 components get the last as 1 - their sum). nan where SciPy raises: a
+    component outside [0, 1], or 0 where its alpha is below 1, a sum off 1, an alpha not
+    positive. Differentiable in x and alpha."""
+    x, alpha = _float64(x, alpha)
+    alpha_shape, x_shape = shape(alpha), shape(x)
+    if len(alpha_shape) != 1 or len(x_shape) not in (1, 2) or x_shape[0] not in (alpha_shape[0], alpha_shape[0] - 1):
+        raise ShapeError(f"dirichlet: alpha of shape {alpha_shape} and x of shape {x_shape} do "
+                         "not fit: pass a 1-D alpha of length K and x of shape (K,) or (K, n) "
+                         "(or K - 1 components in place of K)")
+    if x_shape[0] != alpha_shape[0]:
+        x = shaping.concatenate([x, 1 - reductions.sum(x, axis=0, keepdims=True)], axis=0)
+    exponents = shaping.reshape(alpha - 1, alpha_shape + (1,) * (len(x_shape) - 1))
+    log_beta = (reductions.sum(scipy_special.gammaln(alpha))
+                - scipy_special.gammaln(reductions.sum(alpha)))
+    out = reductions.sum(scipy_special.xlogy(exponents, x), axis=0) - log_beta
+    on_simplex = (reductions.all((x >= 0) & (x <= 1) & ((x > 0) | (exponents >= 0)), axis=0)
+                  & (npm.abs(reductions.sum(x, axis=0) - 1) <= _SIMPLEX_TOLERANCE))
+    return npm.where(on_simplex & reductions.all(alpha > 0), out, np.nan)
+
+
+def dirichlet_pdf(x, alpha):
+    return npm.exp(dirichlet_logpdf(x, alpha))
+
+
+# ---------------------------------------------------------------------------------------
+# The multivariate normal with a singular covariance, and its entropy: SciPy's
+# pseudo-determinant and pseudo-inverse from one eigendecomposition (its `_PSD`), with
+# eigenvalues at most 1e6 eps max|s| counted as 0.
+
+_PSEUDO_CUTOFF = 1e6 * np.finfo(np.float64).eps
+_LOG_2PI = math.log(2 * math.pi)
+
+
+def _pseudo_spectrum(cov):
+    """(eigenvalues, eigenvectors, kept, safe eigenvalues) of cov's symmetric part: kept
+    marks the eigenvalues above the cutoff; safe is 1 where not kept, so logs and inverses
+    of the dropped ones give no inf to the derivative."""
+    values, vectors = decompositions.eigh(0.5 * (cov + shaping.swapaxes(cov, -1, -2)))
+    cutoff = _PSEUDO_CUTOFF * reductions.max(npm.abs(values))
+    kept = values > cutoff
+    return values, vectors, kept, npm.where(kept, values, 1.0)
+
+
+def _rank_and_log_pdet(kept, safe):
+    rank = reductions.sum(npm.where(kept, 1.0, 0.0))
+    return rank, reductions.sum(npm.where(kept, npm.log(safe), 0.0))
+
+
+def mvn_singular_logpdf(centered, cov):
+    """-(rank log 2 pi + log pdet cov + |U^T (x - mean)|^2) / 2 with U the eigenvectors
+    scaled by the pseudo-inverse's square roots, for `centered` points of shape (n, dim);
+    -inf for a point off the support (its part along the dropped eigenvectors at least
+    1e3 times the cutoff, as SciPy). Its derivative in cov goes through the eigenvectors,
+    so it is nan where cov has a repeated eigenvalue (as JAX's eigh); in the points it is
+    exact."""
+    values, vectors, kept, safe = _pseudo_spectrum(cov)
+    rank, log_pdet = _rank_and_log_pdet(kept, safe)
+    scaled = vectors * npm.where(kept, 1 / npm.sqrt(safe), 0.0)
+    whitened = linalg.matmul(centered, scaled)
+    off_support = linalg.matmul(centered, vectors * npm.where(kept, 0.0, 1.0))
+    support_tolerance = 1e3 * _PSEUDO_CUTOFF * reductions.max(npm.abs(values))
+    outside = reductions.sum(off_support * off_support, axis=-1) >= support_tolerance * support_tolerance
+    out = -0.5 * (rank * _LOG_2PI + log_pdet + reductions.sum(whitened * whitened, axis=-1))
+    return npm.where(outside, -np.inf, out)
+
+
+def mvn_entropy(mean=None, cov=1):
+    """(rank (log 2 pi + 1) + log pdet cov) / 2, as SciPy (which allows a singular cov
+    here); differentiable in cov (mean does not enter)."""
+    _, cov, _ = _mvn_parameters(mean, cov)
+    _, _, kept, safe = _pseudo_spectrum(cov)
+    rank, log_pdet = _rank_and_log_pdet(kept, safe)
+    return 0.5 * (rank * (_LOG_2PI + 1) + log_pdet)
+
+
+def register_normal_special() -> None:
+    """Maps scipy.special's ndtr and log_ndtr to the normal's functions here."""
+    import scipy.special as special
+    implements(special.ndtr)(ndtr)
+    implements(special.log_ndtr)(log_ndtr)
+
+
+def register_quantiles_and_more_distributions() -> None:
+    """Maps norm.ppf and isf, t.logcdf, beta, dirichlet and multivariate_normal.entropy."""
+    import scipy.stats as stats
+    implements(stats.norm.ppf)(norm_ppf)
+    implements(stats.norm.isf)(norm_isf)
+    implements(stats.t.logcdf)(t_logcdf)
+    for method in ("pdf", "logpdf", "cdf"):
+        implements(getattr(stats.beta, method))(globals()[f"beta_{method}"])
+    implements(stats.dirichlet.pdf)(dirichlet_pdf)
+    implements(stats.dirichlet.logpdf)(dirichlet_logpdf)
+    implements(stats.multivariate_normal.entropy)(mvn_entropy)

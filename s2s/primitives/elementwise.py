@@ -32,6 +32,9 @@ from s2s.staging import PRIMITIVES, Primitive, Tracer
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
     """NumPy's broadcasting of shapes, raising ShapeError with NumPy's wording."""
+    shaped = [s for s in shapes if len(s)]   # a 0-d operand broadcasts to any shape
+    if not shaped or all(s == shaped[0] for s in shaped):   # the common cases, at once
+        return tuple(shaped[0]) if shaped else ()
     ndim = builtins.max((len(s) for s in shapes), default=0)
     result = []
     for axis in range(ndim):
@@ -58,14 +61,21 @@ _KINDS = {
 }
 
 
+_ACCEPTED: set = set()   # (kind, dtype) pairs that passed: checked once each
+
+
 def _check_operands(name: str, avals, kind: str):
     first = avals[0].dtype
     for a in avals[1:]:
         if a.dtype != first:
             raise ShapeError(f"{name} needs operands of one dtype, got "
                              + ", ".join(x.str_short() for x in avals))
+    if (kind, first) in _ACCEPTED:
+        return
     accepts, what = _KINDS[kind]
-    if not accepts(first):
+    if accepts(first):
+        _ACCEPTED.add((kind, first))
+    else:
         raise ShapeError(f"{name} needs {what} dtype, got {avals[0].str_short()}",
                          _COMPLEX_HELP if dtypes.is_complex(first) else None)
 

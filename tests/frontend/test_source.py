@@ -14,7 +14,7 @@ def make(offset):
     return inner
 
 
-def test_classify_names_with_beniget_and_the_function_object(capsys):
+def test_classify_names_with_the_source_and_the_function_object(capsys):
     kinds = classify_names(make(1.0))
     assert capsys.readouterr().out == ""
     assert kinds == {"np": "global", "x": "argument", "SCALE": "global", "offset": "closure",
@@ -24,10 +24,113 @@ def test_classify_names_with_beniget_and_the_function_object(capsys):
 
 def test_lambdas_on_one_line_are_told_apart():
     first, second = (lambda a: a + 1), (lambda b: b * 2)
-    assert function_source(first).node.args.args[0].id == "a"
-    assert function_source(second).node.args.args[0].id == "b"
+    assert function_source(first).node.args.args[0].arg == "a"
+    assert function_source(second).node.args.args[0].arg == "b"
 
 
 def test_line_numbers_are_the_files_own():
     source = function_source(make)
     assert source.node.lineno == make.__code__.co_firstlineno
+
+
+# Python's own symbol table is the oracle for which names a function binds (`scope_of`).
+TRICKY_SCOPES = '''
+import os.path as osp
+def everything(a, /, b=1, *args, c, d=2, **kwargs):
+    import os.path, json as js
+    from math import sqrt as root, pi
+    e, (f, *g) = 1, (2, 3)
+    h: int
+    i: int = 3
+    j += 1
+    k[0] = l.m = 1
+    with open(a) as (n, o), open(b) as p:
+        pass
+    for q, r in []:
+        del s
+    try:
+        pass
+    except ValueError as t:
+        pass
+    [u for u in args if (v := u)]
+    {w: x for w in args for x in w}
+    (y for y in args)
+    def inner(z=(aa := 1), *, bb=lambda cc: cc) -> (dd := 2):
+        ee = z
+    class Klass(base := object, metaclass=type):
+        ff = 1
+    match a:
+        case [1, *gg] | [2, *gg]:
+            pass
+        case {"k": hh, **ii}:
+            pass
+        case Point(x=jj) as kk:
+            pass
+    lam = lambda ll, *mm, nn=(oo := 3): ll + pp
+    return qq
+def declares():
+    global rr
+    rr = 1
+    def inner():
+        nonlocal ss
+        ss = 2
+    ss = 3
+'''
+
+
+def _symtable_locals(table) -> dict:
+    import symtable
+    found = {}
+    for child in table.get_children():
+        if child.get_type() == "function":
+            found[(child.get_name(), child.get_lineno())] = frozenset(
+                s.get_name() for s in child.get_symbols() if s.is_local() and not s.is_global())
+        found.update(_symtable_locals(child))
+    return found
+
+
+def _scopes_against_symtable(text: str) -> tuple[int, list]:
+    import ast
+    import symtable
+
+    from s2s.frontend.source import scope_of
+    expected = _symtable_locals(symtable.symtable(text, "<scopes>", "exec"))
+    checked, differ = 0, []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            key = (getattr(node, "name", "lambda"), min([node.lineno] + [d.lineno for d in getattr(
+                node, "decorator_list", [])]))
+            if key in expected:
+                checked += 1
+                if scope_of(node)[0] != expected[key]:
+                    differ.append((key, sorted(scope_of(node)[0] ^ expected[key])))
+    return checked, differ
+
+
+def test_scope_of_binds_what_python_binds():
+    checked, differ = _scopes_against_symtable(TRICKY_SCOPES)
+    assert checked == 6 and differ == []
+
+
+def test_scope_of_agrees_with_python_over_the_standard_library():
+    import os
+    library = os.path.dirname(os.__file__)
+    total = 0
+    for name in ("ast.py", "functools.py", "tempfile.py", "dataclasses.py", "argparse.py", "inspect.py"):
+        with open(os.path.join(library, name)) as f:
+            checked, differ = _scopes_against_symtable(f.read())
+        assert differ == [], (name, differ[:5])
+        total += checked
+    assert total > 500
+
+
+def test_global_and_nonlocal_are_found_by_the_same_pass():
+    import ast
+
+    from s2s.frontend.source import scope_of
+    tree = ast.parse(TRICKY_SCOPES)
+    declares = next(n for n in tree.body if getattr(n, "name", "") == "declares")
+    inner = declares.body[2]
+    assert [type(d).__name__ for d in scope_of(declares)[1]] == ["Global"]
+    assert [type(d).__name__ for d in scope_of(inner)[1]] == ["Nonlocal"]
+    assert "rr" not in scope_of(declares)[0] and "ss" not in scope_of(inner)[0]

@@ -289,3 +289,23 @@ def test_nested_tuple_constants_compare_equal_whatever_refers_to_them():
 def test_constants_compare_by_type_and_exact_value(first, second, same):
     """Slices too (Python 3.14 keeps `x[1:3]`'s slice as a constant)."""
     assert (source_module._constant_key(first) == source_module._constant_key(second)) is same
+
+
+def test_a_future_import_of_the_file_is_compiled_with_the_function(package, monkeypatch):
+    """s2s compiles only the statement holding the function to check it runs that text
+    (the whole file only when it is not found there: moved); `from __future__ import
+    annotations` changes how a nested def's annotations compile, and CPython 3.11 compiles
+    `np.sum(...)` apart when `np` is imported (here inside a `try`): both are compiled in."""
+    def whole_file(*args):
+        raise AssertionError("the whole file was compiled: the function's statement did not match")
+    monkeypatch.setattr(source_module, "_compiled_functions", whole_file)
+    tmp_path, module_name = package
+    name = module_name("future")
+    write_module(tmp_path, name, "from __future__ import annotations\n\ntry:\n    import numpy as np\n"
+                                 "except ImportError:\n    np = None\n\n\n"
+                                 "def f(x: np.ndarray, scale: float = 2.0) -> np.ndarray:\n"
+                                 "    def sine(y: np.ndarray) -> np.ndarray:   # compiled into f's code\n"
+                                 "        return np.sin(y)\n"
+                                 "    return np.sum(sine(x) * scale)\n")
+    m = import_fresh(name)
+    np.testing.assert_allclose(s2s.grad(m.f)(X), 2.0 * np.cos(X))

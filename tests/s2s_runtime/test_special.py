@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from scipy import special
 
 import s2s_runtime as rt
 
@@ -366,3 +367,27 @@ def test_iota_counts_along_one_dimension(shape, dtype, data):
 
 def test_iota_accepts_a_list_shape():
     np.testing.assert_array_equal(rt.iota(np.int32, [2, 3], 0), [[0, 0, 0], [1, 1, 1]])
+
+
+def test_inverse_error_functions_keep_every_digit_on_a_dense_grid(no_warnings):
+    """rt.erfinv and rt.erfcinv against SciPy (the oracle in tests only) over their whole
+    domains, across the branch points (|x| = 1/2; y = 1/2, 3/2) and down to 1e-308."""
+    from scipy import special
+    x = np.concatenate([np.linspace(-1, 1, 4001)[1:-1], [1e-300, -1e-20, 0.5, np.nextafter(0.5, 1),
+                                                         1 - 1e-16, -1 + 2 ** -53]])
+    y = np.concatenate([np.linspace(0, 2, 4001)[1:-1], 10.0 ** -np.arange(1, 309), [2 - 1e-15, 1.5, 0.5]])
+    keep = y != 1   # erfcinv(1) is 0: held exactly below
+    np.testing.assert_allclose(rt.erfinv(x), special.erfinv(x), rtol=1e-15)
+    np.testing.assert_allclose(rt.erfcinv(y[keep]), special.erfcinv(y[keep]), rtol=2e-15)
+    assert rt.erfcinv(1.0) == 0 and rt.erfinv(0.0) == 0
+    ends = rt.erfinv(np.array([1.0, -1.0, 1.5, np.nan])), rt.erfcinv(np.array([0.0, 2.0, -0.5, 2.5, np.nan]))
+    np.testing.assert_array_equal(ends[0], [np.inf, -np.inf, np.nan, np.nan])
+    np.testing.assert_array_equal(ends[1], [np.inf, -np.inf, np.nan, np.nan, np.nan])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_inverse_error_functions_keep_the_dtype(dtype):
+    x = np.array([-0.6, 0.2, 0.9], dtype)
+    assert rt.erfinv(x).dtype == dtype and rt.erfcinv(x + 1).dtype == dtype
+    np.testing.assert_allclose(rt.erf(rt.erfinv(x)), x, **_tol(dtype))
+    np.testing.assert_allclose(rt.erfc(rt.erfcinv(x + 1)), x + 1, **_tol(dtype))
