@@ -249,6 +249,24 @@ class JaxprBuilder:
         self._producers.update((v, eqn) for v in outvars)
         return [Tracer(self, v) for v in outvars]
 
+    def restage(self, eqn: JaxprEqn, args) -> list | None:
+        """`eqn` staged again here on `args` (inlining a jaxpr), when every operand has the
+        abstract value `eqn`'s has: a primitive's output avals depend on its operands'
+        avals and its parameters only, so they are `eqn`'s, and the shape rule need not
+        run again. Its outputs keep `eqn`'s names and its line. None when an operand's
+        aval differs (the caller binds the primitive as usual)."""
+        atom = self.atom
+        invars = [atom(a) for a in args]
+        for new, old in zip(invars, eqn.invars):
+            if new.aval is not old.aval and new.aval != old.aval:
+                return None
+        outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
+        restaged = JaxprEqn(eqn.primitive, invars, outvars, eqn.params, eqn.source_info)
+        self.eqns.append(restaged)
+        for v in outvars:
+            self._producers[v] = restaged
+        return [Tracer(self, v) for v in outvars]
+
     def producer(self, var: Var) -> JaxprEqn | None:
         """The equation that computed `var` (None for inputs and constants)."""
         return self._producers.get(var)
@@ -345,6 +363,11 @@ def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params
     env.update(zip(jaxpr.invars, args))
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
+        if map_params is None and eqn.primitive not in expand_calls:
+            outs = builder.restage(eqn, ins)
+            if outs is not None:
+                env.update(zip(eqn.outvars, outs))
+                continue
         with builder.at(eqn.source_info):
             if eqn.primitive in expand_calls:
                 outs = inline_jaxpr(eqn.params["call"], ins, expand_calls, map_params)

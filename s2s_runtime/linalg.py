@@ -1,5 +1,6 @@
-"""Dense linear algebra NumPy lacks: LU with partial pivoting, triangular solves, and a
-solve that gives inf/nan for a singular matrix.
+"""Dense linear algebra NumPy lacks: LU with partial pivoting, triangular solves, a
+solve that gives inf/nan for a singular matrix, and eig / eigvals whose results are
+complex for every matrix.
 
 `np.linalg` factors and solves, but hides the factorization: it has no `lu` and no
 `triangular_solve`, and its `solve` raises on a singular matrix where XLA's returns inf or
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["lu", "solve", "triangular_solve"]
+__all__ = ["eig", "eigvals", "lu", "solve", "triangular_solve"]
 
 
 def _swap_last(x):
@@ -111,3 +112,23 @@ def lu(a):
                                       work[:, j + 1:, j])
         work[:, j + 1:, j + 1:] -= work[:, j + 1:, j, None] * work[:, j, None, j + 1:]
     return (work.reshape(a.shape), pivots.reshape(*batch, k), perm.reshape(*batch, m))
+
+
+def _complex(x, like):
+    """x in the complex dtype of like's precision (complex64 for float32 or complex64)."""
+    return x.astype(np.result_type(like.dtype, np.complex64), copy=False)
+
+
+def eig(a):
+    """np.linalg.eig(a) with complex results always: NumPy's are real for a real matrix
+    whose eigenvalues all are, a dtype that depends on the values where a compiled
+    program's cannot."""
+    a = np.asarray(a)
+    w, v = np.linalg.eig(a)
+    return _complex(w, a), _complex(v, a)
+
+
+def eigvals(a):
+    """np.linalg.eigvals(a), complex always (as eig)."""
+    a = np.asarray(a)
+    return _complex(np.linalg.eigvals(a), a)

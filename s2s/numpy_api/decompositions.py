@@ -1,60 +1,70 @@
-"""np.linalg's decompositions and what NumPy builds on them: eigh, eigvalsh, svd, svdvals,
-qr, pinv, lstsq, matrix_rank, and matrix_power (products and inverses only).
+"""np.linalg's decompositions and what NumPy builds on them: eig, eigvals, eigh, eigvalsh,
+svd, svdvals, qr, pinv, lstsq, matrix_rank, and matrix_power (products and inverses only).
 
 The decompositions are one primitive each (`s2s.primitives.decompositions`), so emitted
-code calls `np.linalg.eigh`, `np.linalg.svd` and `np.linalg.qr` and derivatives are the
-textbook formulas. Dtypes are np.linalg's (integers computed in float64); complex matrices
-are refused for now.
+code calls `np.linalg.eig`, `np.linalg.eigh`, `np.linalg.svd` and `np.linalg.qr` and
+derivatives are the textbook formulas. Dtypes are np.linalg's (integers computed in
+float64); every function takes complex matrices.
 
-Differences from NumPy, by design: `lstsq` of a tall matrix always returns the residuals,
-where NumPy returns an empty array for a rank-deficient one (the shape of a result cannot
-depend on the values), and its `rank` is a 0-d int array; qr's 'raw' mode is refused.
-`hermitian=True` reads the lower triangle, as NumPy's eigh-based paths do.
+Differences from NumPy, by design: `eig` and `eigvals` are complex always (NumPy's are
+real for a real matrix whose eigenvalues all are: a dtype that depends on the values);
+`lstsq` of a tall matrix always returns the residuals, where NumPy returns an empty array
+for a rank-deficient one (the shape of a result cannot depend on the values), and its
+`rank` is a 0-d int array; qr's 'raw' mode is refused. `hermitian=True` reads the lower
+triangle, as NumPy's eigh-based paths do.
 """
 from __future__ import annotations
 
 import operator
 
 import numpy as np
-from numpy.linalg._linalg import EighResult, QRResult, SVDResult  # NumPy's named results
+from numpy.linalg._linalg import EigResult, EighResult, QRResult, SVDResult  # NumPy's named results
 
 from s2s import dtypes
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.numpy_api._base import aval, convert, implements
 from s2s.numpy_api.indexing import take_along_axis
 from s2s.numpy_api.linalg import inv, linalg_matrices, matmul
-from s2s.numpy_api.math import absolute, sign
+from s2s.numpy_api.math import absolute, conjugate
 from s2s.numpy_api.reductions import argsort, sort
 from s2s.numpy_api.shaping import expand_dims, flip, swapaxes
 from s2s.primitives import decompositions as dc
 from s2s.primitives import ops
 
 
-def _real_matrices(name: str, a, square: bool):
-    (a,) = linalg_matrices(name, a, square=square)
-    if aval(a).dtype.kind == "c":
-        raise UnsupportedFunctionError(f"{name} of complex matrices is not supported yet",
-                                       "pass a float32 or float64 array")
+def _hermitian(name: str, a, UPLO: str):
+    if UPLO not in ("L", "U"):
+        raise ShapeError(f"{name}: UPLO must be 'L' or 'U', got {UPLO!r}")
+    (a,) = linalg_matrices(name, a)
     return a
 
 
-def _symmetric(name: str, a, UPLO: str):
-    if UPLO not in ("L", "U"):
-        raise ShapeError(f"{name}: UPLO must be 'L' or 'U', got {UPLO!r}")
-    return _real_matrices(name, a, square=True)
+@implements(np.linalg.eig)
+def eig(a):
+    """(eigenvalues, eigenvectors as columns) of each square matrix, complex, in LAPACK's
+    order, each eigenvector of unit norm with its largest entry real."""
+    (a,) = linalg_matrices("np.linalg.eig", a)
+    return EigResult(*dc.eig.bind(a, vectors=True))
+
+
+@implements(np.linalg.eigvals)
+def eigvals(a):
+    """The eigenvalues of each square matrix, complex, in LAPACK's order."""
+    (a,) = linalg_matrices("np.linalg.eigvals", a)
+    return dc.eig.bind(a, vectors=False)[0]
 
 
 @implements(np.linalg.eigh)
 def eigh(a, UPLO="L"):
-    """(eigenvalues ascending, eigenvectors as columns) of each symmetric matrix, read
-    from its UPLO triangle."""
-    return EighResult(*dc.eigh.bind(_symmetric("np.linalg.eigh", a, UPLO), uplo=UPLO))
+    """(eigenvalues ascending, eigenvectors as columns) of each Hermitian (symmetric)
+    matrix, read from its UPLO triangle (and the real part of its diagonal)."""
+    return EighResult(*dc.eigh.bind(_hermitian("np.linalg.eigh", a, UPLO), uplo=UPLO))
 
 
 @implements(np.linalg.eigvalsh)
 def eigvalsh(a, UPLO="L"):
-    """The eigenvalues of each symmetric matrix, ascending."""
-    return dc.eigh.bind(_symmetric("np.linalg.eigvalsh", a, UPLO), uplo=UPLO)[0]
+    """The eigenvalues of each Hermitian (symmetric) matrix, ascending."""
+    return dc.eigh.bind(_hermitian("np.linalg.eigvalsh", a, UPLO), uplo=UPLO)[0]
 
 
 @implements(np.linalg.svd)
@@ -62,21 +72,26 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """(U, S, Vh) with a = U * S @ Vh and S descending, or S alone without compute_uv."""
     if hermitian:
         return _symmetric_svd(a, compute_uv)
-    a = _real_matrices("np.linalg.svd", a, square=False)
+    (a,) = linalg_matrices("np.linalg.svd", a, square=False)
     out = dc.svd.bind(a, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
     return SVDResult(*out) if compute_uv else out[0]
 
 
 def _symmetric_svd(a, compute_uv):
-    """NumPy's SVD of symmetric matrices (read from the lower triangle), by eigh: S = |w|
-    descending, U the eigenvectors in that order and Vh = (U · sign(w))ᵀ."""
+    """NumPy's SVD of Hermitian matrices (read from the lower triangle), by eigh: S = |w|
+    descending, U the eigenvectors in that order and Vh = (U · ±1)ᴴ, −1 where w < 0
+    (NumPy's copysign(1, w): +1 for w = 0, as for every w but −0.0)."""
     if not compute_uv:
         return flip(sort(absolute(eigvalsh(a))), axis=-1)
     w, u = eigh(a)
     order = flip(argsort(absolute(w)), axis=-1)
     u = take_along_axis(u, expand_dims(order, -2), axis=-1)
-    signs = expand_dims(take_along_axis(sign(w), order, axis=-1), -2)
-    return SVDResult(u, take_along_axis(absolute(w), order, axis=-1), swapaxes(u * signs, -1, -2))
+    one = ops.full((), 1, aval(w).dtype)
+    signs = ops.select(ops.lt(w, ops.full(aval(w).shape, 0, aval(w).dtype)),
+                       ops.full(aval(w).shape, -1, aval(w).dtype), ops.broadcast_to(one, aval(w).shape))
+    signs = expand_dims(take_along_axis(signs, order, axis=-1), -2)
+    return SVDResult(u, take_along_axis(absolute(w), order, axis=-1),
+                     conjugate(swapaxes(u * signs, -1, -2)))
 
 
 @implements(np.linalg.svdvals)
@@ -91,7 +106,7 @@ def qr(a, mode="reduced"):
     if mode not in dc.QR_MODES:
         raise UnsupportedFunctionError(f"np.linalg.qr(mode={mode!r}) is not supported",
                                        "use mode='reduced', 'complete' or 'r'")
-    a = _real_matrices("np.linalg.qr", a, square=False)
+    (a,) = linalg_matrices("np.linalg.qr", a, square=False)
     out = dc.qr.bind(a, mode=mode)
     return out[0] if mode == "r" else QRResult(*out)
 
@@ -112,7 +127,7 @@ def _default_rtol(a) -> float:
 def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     """The pseudo-inverse; singular values up to rcond · the largest count as zero
     (rcond defaults to 1e-15, or max(M, N) · eps when rtol=None, as NumPy)."""
-    a = _real_matrices("np.linalg.pinv", a, square=bool(hermitian))
+    (a,) = linalg_matrices("np.linalg.pinv", a, square=bool(hermitian))
     if rcond is not None and rtol is not np._NoValue:
         raise ShapeError("np.linalg.pinv: `rtol` and `rcond` can't be both set")
     if rcond is None:
@@ -142,8 +157,6 @@ def lstsq(a, b, rcond=None):
     """(x, residuals, rank, s): x minimizes ‖b − a x‖ (the least-norm one), through the
     pseudo-inverse with NumPy's cutoff rcond · max(s) (rcond defaults to max(M, N) · eps)."""
     a, b = linalg_matrices("np.linalg.lstsq", a, b, square=False)
-    if aval(a).dtype.kind == "c":
-        raise UnsupportedFunctionError("np.linalg.lstsq of complex matrices is not supported yet")
     sa, sb = aval(a).shape, aval(b).shape
     if len(sa) != 2 or len(sb) not in (1, 2):
         raise ShapeError(f"np.linalg.lstsq: a must be a matrix and b a vector or a matrix, got "
@@ -159,7 +172,9 @@ def lstsq(a, b, rcond=None):
     rank = _count_above(s, _relative_cutoff(s, rtol), np.int32)   # LAPACK's gelsd's int
     if m > n:
         error = b - matmul(a, x)
-        residuals = ops.reduce_sum(error * error, (0,))
+        squares = error * error if aval(error).dtype.kind != "c" else \
+            ops.real(error * conjugate(error))
+        residuals = ops.reduce_sum(squares, (0,))
         residuals = ops.reshape(residuals, (1,)) if len(sb) == 1 else residuals
     else:
         residuals = ops.full((0,), 0, aval(x).dtype)
@@ -174,7 +189,7 @@ def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
         nonzero = ops.reduce_or(ops.ne(A, ops.full((), 0, aval(A).dtype)),
                                 tuple(range(len(aval(A).shape))))
         return ops.convert(nonzero, dtypes.canonicalize_dtype(np.int64))
-    a = _real_matrices("np.linalg.matrix_rank", A, square=hermitian)
+    (a,) = linalg_matrices("np.linalg.matrix_rank", A, square=hermitian)
     s = absolute(eigvalsh(a)) if hermitian else \
         dc.svd.bind(a, full_matrices=False, compute_uv=False)[0]
     if tol is None:

@@ -728,12 +728,10 @@ def norm(x, ord=None, axis=None, keepdims=False):
         x = convert(x, dtypes.default_float())
     if dtypes.is_complex(dt):
         of_matrices = len(_axis_tuple(axis)) == 2 if axis is not None else _ndim(x) == 2
-        if of_matrices and (ord == "nuc" or _is(ord, 2) or _is(ord, -2)):
-            raise UnsupportedFunctionError(
-                f"np.linalg.norm(ord={ord!r}) of a complex matrix needs its singular values, and "
-                "the SVD of complex matrices is not supported yet",
-                "use ord='fro', 1 or np.inf, or compute it outside the staged function")
-        x = ew.abs.bind(x)   # every other norm is the norm of the moduli (a real array)
+        if not (of_matrices and (ord == "nuc" or _is(ord, 2) or _is(ord, -2))):
+            # Every norm but the singular values' (the complex SVD's, real) is the norm
+            # of the moduli (a real array).
+            x = ew.abs.bind(x)
     dt = _dtype(x)
     nd = _ndim(x)
     if axis is None:

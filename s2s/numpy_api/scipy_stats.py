@@ -22,6 +22,7 @@ from s2s.errors import ShapeError
 from s2s.numpy_api import decompositions, linalg, reductions, scipy_special, shaping
 from s2s.numpy_api import math as npm
 from s2s.numpy_api._base import NUMPY_IMPLS, convert, implements, operand, shape
+from s2s.primitives import elementwise as ew
 from s2s.staging import Tracer
 from s2s_runtime.special import log_gamma_ratio
 
@@ -265,7 +266,7 @@ def _frozen_method_resolver(stats):
     2).pdf`, made anew by each call) is the distribution's own method with the frozen
     parameters, `norm.pdf(x, 0, 2)`. (A frozen distribution holds a copy of `norm`, so the
     method is found by the distribution's name.)"""
-    frozen_type = type(stats.norm())
+    frozen_type = (type(stats.norm()), type(stats.poisson(1.0)))   # continuous, discrete
 
     def resolve(fn):
         owner = getattr(fn, "__self__", None)
@@ -289,6 +290,7 @@ def register_scipy_stats() -> None:
         implements(getattr(stats.t, method))(globals()[f"t_{method}"])
     implements(stats.multivariate_normal.pdf)(mvn_pdf)
     implements(stats.multivariate_normal.logpdf)(mvn_logpdf)
+    register_gamma_family_stats(stats)
 
 
 # ---------------------------------------------------------------------------------------
@@ -488,3 +490,80 @@ def register_quantiles_and_more_distributions() -> None:
     implements(stats.dirichlet.pdf)(dirichlet_pdf)
     implements(stats.dirichlet.logpdf)(dirichlet_logpdf)
     implements(stats.multivariate_normal.entropy)(mvn_entropy)
+
+
+# ---------------------------------------------------------------------------------------
+# The gamma distribution, chi-squared (gamma with shape df/2 and scale 2) and Poisson.
+
+
+def gamma_logpdf(x, a, loc=0, scale=1):
+    """(a - 1) log z - z - log Gamma(a) - log scale on z = (x - loc) / scale >= 0 (-inf
+    below); at z == 0 it is 0 for a == 1 and +inf for a < 1, as SciPy's xlogy gives."""
+    z, log_scale, valid = _standardized(x, loc, scale)
+    (a,) = _float64(a)
+    inside = z >= 0
+    safe_z = npm.where(inside, z, 1.0)
+    density = scipy_special.xlogy(a - 1, safe_z) - safe_z - scipy_special.gammaln(a)
+    return _where_valid(valid & (a > 0), npm.where(inside, _less(density, log_scale), -np.inf))
+
+
+def gamma_pdf(x, a, loc=0, scale=1):
+    return npm.exp(gamma_logpdf(x, a, loc, scale))
+
+
+def gamma_cdf(x, a, loc=0, scale=1):
+    """P(a, z), the regularized lower incomplete gamma function (0 below z = 0);
+    differentiable in x, loc and scale, and once in a."""
+    z, _, valid = _standardized(x, loc, scale)
+    (a,) = _float64(a)
+    return _where_valid(valid & (a > 0), scipy_special.gammainc(a, npm.where(z > 0, z, 0.0)))
+
+
+def _chi2_as_gamma(gamma_method):
+    def method(x, df, loc=0, scale=1):
+        return gamma_method(x, 0.5 * df, loc, 2 * scale)
+    method.__name__ = method.__qualname__ = gamma_method.__name__.replace("gamma", "chi2")
+    method.__doc__ = f"chi2 with df degrees of freedom: {gamma_method.__name__} with a = df / 2, scale 2 scale."
+    return method
+
+
+chi2_pdf, chi2_logpdf, chi2_cdf = (_chi2_as_gamma(m) for m in (gamma_pdf, gamma_logpdf, gamma_cdf))
+
+
+def _poisson_count(k, loc):
+    (k,) = _float64(k)
+    return k if _static_number(loc) and loc == 0 else k - _float64(loc)[0]
+
+
+def poisson_logpmf(k, mu, loc=0):
+    """k log mu - log k! - mu at the non-negative integers k - loc (xlogy: 0 log 0 is 0, so
+    mu == 0 puts all mass on 0); -inf elsewhere; nan for mu < 0, as SciPy."""
+    k = _poisson_count(k, loc)
+    (mu,) = _float64(mu)
+    count = (k >= 0) & (k == npm.floor(k))
+    safe_k = npm.where(count, k, 0.0)
+    mass = scipy_special.xlogy(safe_k, mu) - scipy_special.gammaln(safe_k + 1) - mu
+    return npm.where(mu >= 0, npm.where(count, mass, -np.inf), np.nan)
+
+
+def poisson_pmf(k, mu, loc=0):
+    return npm.exp(poisson_logpmf(k, mu, loc))
+
+
+def poisson_cdf(k, mu, loc=0):
+    """Q(floor(k - loc) + 1, mu), the regularized upper incomplete gamma function, 0 below
+    k = loc; differentiable in mu (k counts: it has no derivative)."""
+    k = ew.stop_gradient.bind(npm.floor(_poisson_count(k, loc)))
+    (mu,) = _float64(mu)
+    below = k < 0
+    cdf = scipy_special.gammaincc(npm.where(below, 0.0, k) + 1, mu)
+    return npm.where(mu >= 0, npm.where(below, 0.0, cdf), np.nan)
+
+
+def register_gamma_family_stats(stats) -> None:
+    """Maps scipy.stats's gamma, chi2 and poisson methods (of the module given) to these."""
+    for name in ("gamma", "chi2"):
+        for method in ("pdf", "logpdf", "cdf"):
+            implements(getattr(getattr(stats, name), method))(globals()[f"{name}_{method}"])
+    for method in ("pmf", "logpmf", "cdf"):
+        implements(getattr(stats.poisson, method))(globals()[f"poisson_{method}"])

@@ -6,3 +6,4 @@ from s2s.primitives import (collectives, complex_parts, cond, custom_derivatives
                             fft, implicit, indexing, linalg, loop_emission, loop_reverse, loops,
                             pmapped, reductions, remat, special, structural)
 from s2s.primitives import decompositions  # noqa: F401  (eigh, svd, qr, pinv; on linalg's helpers)
+from s2s.primitives import bessel  # noqa: F401  (J, Y, I of scipy.special; on loops)

@@ -1,28 +1,41 @@
-"""Decompositions: eigh, svd, qr and pinv, batched over leading dimensions, real dtypes.
+"""Decompositions: eig, eigh, svd, qr and pinv, batched over leading dimensions; all but
+qr of real and complex matrices.
 
 Each is one primitive whose NumPy impl and emitted code are the `np.linalg` call, and whose
 derivative is the textbook formula (the ones JAX uses, so they agree with it where the
 decomposition is not unique: eigenvectors of a repeated eigenvalue and singular vectors of
 a repeated singular value get inf/nan tangents, as in JAX; eigenvalues and singular values
-stay finite). Outputs follow NumPy: `eigh` gives (w, v) with w ascending and reads the
+stay finite; a complex eigenvector's or singular-vector pair's free phase moves as JAX's).
+Outputs follow NumPy: `eigh` gives (w, v) with w ascending and real, and reads the
 triangle `uplo` names ('L' or 'U', LAPACK's own choice, so the eigenvectors' signs are
-NumPy's too); `svd` gives (u, s, vh) with s descending, or (s,) for compute_uv=False;
-`qr` gives (q, r), or (r,) for mode 'r'.
+NumPy's too) and the real part of the diagonal; `svd` gives (u, s, vh) with s descending
+and real, or (s,) for compute_uv=False; `qr` gives (q, r), or (r,) for mode 'r'; `eig`
+gives complex (w, v), or (w,), in geev's order (NumPy's, which makes them real for a
+real matrix whose eigenvalues all are: s2s's are complex always, as JAX's).
 
 Lowering goes through the LAPACK routines jaxlib ships as XLA FFI custom-call targets
 (s2s_runtime.xla registers them). Facts about them, read from jax 0.10.2's lowerings and
-checked by running them here (`s`/`d` prefix for float32/float64):
+checked by running them here (`s`/`d`/`c`/`z` prefix for float32/float64/complex64/complex128):
   - every target takes `num_batch_dims` as a frontend attribute and matrices in
     column-major layout (minor-to-major [nb, nb+1, nb-1, ..., 0]); vectors and the int32
-    `info` per matrix are row-major; result 0 aliases operand 0.
-  - `lapack_?syevd_ffi(a)`, backend_config {mode = 'V' (86), uplo = 'L' (76)}, returns
-    (eigenvectors (.., n, n), eigenvalues ascending (.., n), info (..)).
+    `info` per matrix are row-major; result 0 aliases operand 0 (not geev's).
+  - `lapack_?syevd_ffi(a)` (real) and `lapack_?heevd_ffi(a)` (complex), backend_config
+    {mode = 'V' (86), uplo = 'L' (76)}, return (eigenvectors (.., n, n), eigenvalues
+    ascending (.., n) of the real dtype, info (..)).
   - `lapack_?gesdd_ffi(a)`, mode 'A' (65, full), 'S' (83, reduced) or 'N' (78, values
-    only), returns (overwritten a, s (.., k), u (.., m, m or k), vt (.., n or k, n), info);
-    with mode 'N' u and vt are left unwritten (jax allocates them full size; reduced
-    sizes run as well, checked here on a 20000 × 8 matrix).
+    only), returns (overwritten a, s (.., k) of the real dtype, u (.., m, m or k),
+    vt (.., n or k, n), info); with mode 'N' u and vt are left unwritten (jax allocates
+    them full size; reduced sizes run as well, checked here on a 20000 × 8 matrix).
+  - `lapack_?geev_ffi(a)`, {compute_left, compute_right} each 'V' (86) or 'N' (78),
+    returns for a real matrix (wr, wi (.., n), vl, vr (.., n, n) complex, info) and for a
+    complex one (w, vl, vr, info): jaxlib unpacks a real matrix's conjugate-pair columns
+    into complex eigenvectors itself. The eigenvectors are of unit 2-norm with their
+    largest entry real (positive for a complex matrix; a real matrix's have a free sign,
+    which jaxlib's sgeev and NumPy's chose differently on a float32 matrix here), the
+    values in the order NumPy's geev gives (the same here).
   - `lapack_?geqrf_ffi(a)` returns (r and the Householder vectors packed (.., m, n),
-    taus (.., k)); `lapack_?orgqr_ffi(packed (.., m, c), taus)` returns q (.., m, c) from
+    taus (.., k)); `lapack_?orgqr_ffi` (real) or `lapack_?ungqr_ffi` (complex)
+    (packed (.., m, c), taus) returns q (.., m, c) from
     the packed vectors (c = m for a complete q: the packed matrix padded with zero columns).
   - a nonzero `info` (no convergence) makes the results nan, as jax does; NumPy raises
     LinAlgError there, so the Python backend raises where XLA gives nan.
@@ -32,6 +45,7 @@ constants (empty arrays, identities for a full u, vh or complete q).
 from __future__ import annotations
 
 import numpy as np
+import s2s_runtime as rt
 
 from s2s import dtypes
 from s2s.core import ShapedArray
@@ -40,20 +54,16 @@ from s2s.emit.pyexpr import call, register
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.passes import jvp as _jvp, vmap as _vmap
 from s2s.primitives import ops
-from s2s.primitives.linalg import (_aval, _batch_matrix_function, _check_matrices, _layout,
-                                   _lowered_as, _matmul, _mT, _triangle_mask, _tt, solve,
-                                   triangular_solve)
+from s2s.primitives import complex_parts
+from s2s.primitives.complex_parts import complex_dtype, part_dtype
+from s2s.primitives.linalg import (LAPACK_PREFIXES, _aval, _batch_matrix_function,
+                                   _check_matrices, _layout, _lowered_as, _matmul, _mT,
+                                   _triangle_mask, _tt, solve, triangular_solve)
+from s2s.primitives.reductions import argmax
 from s2s.staging import Primitive
 
 REAL_DTYPES = (dtypes.float32, dtypes.float64)
 QR_MODES = ("reduced", "complete", "r")
-
-
-def _check_real_matrices(name: str, aval, square: bool):
-    _check_matrices(name, aval, square=square)
-    if aval.dtype not in REAL_DTYPES:
-        raise ShapeError(f"{name} supports float32 and float64 matrices, got {aval.str_short()}",
-                         "complex matrices are not supported yet")
 
 
 # ---------------------------------------------------------------------------------------
@@ -63,8 +73,8 @@ def _check_real_matrices(name: str, aval, square: bool):
 def _eigh_abstract(a, *, uplo):
     if uplo not in ("L", "U"):
         raise ShapeError(f"eigh reads the triangle uplo = 'L' or 'U', got {uplo!r}")
-    _check_real_matrices("eigh", a, square=True)
-    return [ShapedArray(a.shape[:-1], a.dtype), a.strip_weak_type()]
+    _check_matrices("eigh", a, square=True)
+    return [ShapedArray(a.shape[:-1], part_dtype(a.dtype)), a.strip_weak_type()]
 
 
 def _svd_shapes(shape, full_matrices: bool, compute_uv: bool):
@@ -78,8 +88,11 @@ def _svd_shapes(shape, full_matrices: bool, compute_uv: bool):
 
 
 def _svd_abstract(a, *, full_matrices, compute_uv):
-    _check_real_matrices("svd", a, square=False)
-    return [ShapedArray(s, a.dtype) for s in _svd_shapes(a.shape, full_matrices, compute_uv)]
+    _check_matrices("svd", a, square=False)
+    shapes = _svd_shapes(a.shape, full_matrices, compute_uv)
+    values = len(shapes) // 2     # s is the middle result, or the only one
+    return [ShapedArray(s, part_dtype(a.dtype) if i == values else a.dtype)
+            for i, s in enumerate(shapes)]
 
 
 def _qr_shapes(shape, mode: str):
@@ -94,12 +107,12 @@ def _qr_shapes(shape, mode: str):
 def _qr_abstract(a, *, mode):
     if mode not in QR_MODES:
         raise ShapeError(f"qr mode must be one of {', '.join(QR_MODES)}, got {mode!r}")
-    _check_real_matrices("qr", a, square=False)
+    _check_matrices("qr", a, square=False)
     return [ShapedArray(s, a.dtype) for s in _qr_shapes(a.shape, mode)]
 
 
 def _pinv_abstract(a, *, rcond, hermitian):
-    _check_real_matrices("pinv", a, square=hermitian)
+    _check_matrices("pinv", a, square=hermitian)
     *batch, m, n = a.shape
     return ShapedArray((*batch, n, m), a.dtype)
 
@@ -123,6 +136,30 @@ qr = Primitive("qr", _qr_abstract,
 pinv = Primitive("pinv", _pinv_abstract, lambda a, *, rcond, hermitian: np.linalg.pinv(
     a, rcond=rcond, hermitian=hermitian))
 
+
+
+def _eig_abstract(a, *, vectors):
+    _check_matrices("eig", a, square=True)
+    dtype = complex_dtype(part_dtype(a.dtype))
+    values = ShapedArray(a.shape[:-1], dtype)
+    return [values, ShapedArray(a.shape, dtype)] if vectors else [values]
+
+
+# (w, v) with a @ v = v * w, complex even for a real matrix, in LAPACK geev's order, each
+# eigenvector of unit 2-norm with its largest entry real; (w,) without `vectors`.
+eig = Primitive("eig", _eig_abstract,
+                lambda a, *, vectors: list(rt.eig(a)) if vectors else [rt.eigvals(a)],
+                multiple_results=True)
+
+
+def _emit_eig(eqn, a):
+    """np.linalg.eig where it is exactly the primitive (a complex matrix); NumPy's results
+    for a real matrix are real where its eigenvalues all are, so rt.eig makes them complex."""
+    runtime = "rt" if eqn.invars[0].aval.dtype in REAL_DTYPES else "np.linalg"
+    return call(f"{runtime}.{'eig' if eqn.params['vectors'] else 'eigvals'}", a)
+
+
+register(eig, _emit_eig)
 register(eigh, lambda eqn, a: call("np.linalg.eigh", a) if eqn.params["uplo"] == "L"
          else call("np.linalg.eigh", a, UPLO=eqn.params["uplo"]))
 register(svd, lambda eqn, a: call("np.linalg.svd", a, full_matrices=eqn.params["full_matrices"])
@@ -132,12 +169,32 @@ register(pinv, lambda eqn, a: call("np.linalg.pinv", a, rcond=eqn.params["rcond"
                                    **({"hermitian": True} if eqn.params["hermitian"] else {})))
 
 # ---------------------------------------------------------------------------------------
-# Derivatives (real matrices; `a_dot` is the input's tangent).
+# Derivatives (`a_dot` is the input's tangent). Complex matrices follow JAX's convention:
+# the rules are JAX's formulas with conjugate transposes (ᴴ), and a transposed rule is
+# never conjugated (README, complex numbers).
+
+
+def _is_complex(x) -> bool:
+    return dtypes.is_complex(_aval(x).dtype)
+
+
+def _mH(x):
+    """The conjugate transpose of each matrix of a batch (the transpose of a real one)."""
+    return ops.conj(_mT(x)) if _is_complex(x) else _mT(x)
+
+
+def _real_part(x):
+    return ops.real(x) if _is_complex(x) else x
+
+
+def _like(x, y):
+    """x (real) in y's dtype, so it multiplies y's complex entries."""
+    return ops.convert(x, _aval(y).dtype) if _aval(x).dtype != _aval(y).dtype else x
 
 
 def _column_dots(x, y):
-    """Σ_k x[.., k, i] y[.., k, i]: diag(xᵀ y) without forming xᵀ y."""
-    return ops.reduce_sum(x * y, (_aval(x).ndim - 2,))
+    """Σ_k conj(x[.., k, i]) y[.., k, i]: diag(xᴴ y) without forming xᴴ y."""
+    return ops.reduce_sum((ops.conj(x) if _is_complex(x) else x) * y, (_aval(x).ndim - 2,))
 
 
 def _row(x):
@@ -159,23 +216,26 @@ def _reciprocal_differences(d):
 
 
 def _eigh_jvp(primals, tangents, *, uplo):
-    """ẇ = diag(vᵀ Ȧ v) and v̇ = v (F ∘ vᵀ Ȧ v) with F[i, j] = 1 / (w_j − w_i), for Ȧ the
-    tangent of the symmetric matrix the value reads: the `uplo` triangle of the tangent,
-    mirrored. (JAX symmetrizes (A + Aᵀ)/2 for the value too; NumPy's value reads one
-    triangle, so for a matrix that is not symmetric the derivative must as well.)"""
+    """ẇ = Re diag(vᴴ Ȧ v) and v̇ = v (F ∘ vᴴ Ȧ v) with F[i, j] = 1 / (w_j − w_i), for Ȧ
+    the tangent of the Hermitian matrix the value reads: the `uplo` triangle of the
+    tangent, mirrored (conjugated), with a real diagonal. (JAX symmetrizes (A + Aᴴ)/2 for
+    the value too; NumPy's value reads one triangle, so for a matrix that is not Hermitian
+    the derivative must as well.) A complex eigenvector's phase is free; v̇ ⟂ v is JAX's
+    choice."""
     (a,), (a_dot,) = primals, tangents
     w, v = eigh.bind(a, uplo=uplo)
-    a_dot = lower_symmetric(a_dot) if uplo == "L" else lower_symmetric(_mT(a_dot))
+    a_dot = lower_hermitian(a_dot) if uplo == "L" else lower_hermitian(_mH(a_dot))
     a_dot_v = _matmul(a_dot, v)
-    vt_a_dot_v = _matmul(_mT(v), a_dot_v)
+    vh_a_dot_v = _matmul(_mH(v), a_dot_v)
     f = _reciprocal_differences(_row(w) - _column(w))
-    return [w, v], [_column_dots(v, a_dot_v), _matmul(v, f * vt_a_dot_v)]
+    return [w, v], [_real_part(_column_dots(v, a_dot_v)), _matmul(v, _like(f, v) * vh_a_dot_v)]
 
 
 def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
-    """With S = Uᵀ Ȧ V: ṡ = diag(S), U̇ = U (F ∘ (S s + (S s)ᵀ)), V̇ = V (F ∘ (s S + (s S)ᵀ))
+    """With S = Uᴴ Ȧ V: ṡ = Re diag(S), U̇ = U (F ∘ (S s + (S s)ᴴ)), V̇ = V (F ∘ (s S + (s S)ᴴ))
     with F[i, j] = 1 / (s_j² − s_i²), plus the parts outside U's (V's) span for a tall
-    (wide) matrix, (I − U Uᵀ) Ȧ V / s (Townsend 2016, as JAX)."""
+    (wide) matrix, (I − U Uᴴ) Ȧ V / s (Townsend 2016, as JAX). A complex pair of singular
+    vectors has a free common phase: U̇ takes i Im(S_jj) / s_j along u_j, JAX's choice."""
     (a,), (a_dot,) = primals, tangents
     m, n = _aval(a).shape[-2:]
     if compute_uv and full_matrices and m != n:
@@ -185,55 +245,74 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
             "pass full_matrices=False")
     # The primal's own call where it has these shapes (LAPACK's signs can depend on it).
     u, s, vh = svd.bind(a, full_matrices=full_matrices and m == n, compute_uv=True)
-    v = _mT(vh)
+    v = _mH(vh)
     a_dot_v = _matmul(a_dot, v)
-    s_dot = _column_dots(u, a_dot_v)
+    s_dot = _real_part(_column_dots(u, a_dot_v))
     if not compute_uv:
         return [s], [s_dot]
     s_row = _row(s)
-    dS = _matmul(_mT(u), a_dot_v)
-    f = _reciprocal_differences((s_row + _mT(s_row)) * (s_row - _mT(s_row)))
+    dS = _matmul(_mH(u), a_dot_v)
+    f = _like(_reciprocal_differences((s_row + _mT(s_row)) * (s_row - _mT(s_row))), dS)
+    s_row = _like(s_row, dS)
     dS_s, s_dS = s_row * dS, _mT(s_row) * dS
-    u_dot = _matmul(u, f * (dS_s + _mT(dS_s)))
-    v_dot = _matmul(v, f * (s_dS + _mT(s_dS)))
+    u_rotation = f * (dS_s + _mH(dS_s))
+    if _is_complex(dS):     # (for a real matrix S_jj is real: the term is zero)
+        u_rotation = u_rotation + _phase_term(dS, s)
+    u_dot = _matmul(u, u_rotation)
+    v_dot = _matmul(v, f * (s_dS + _mH(s_dS)))
     if m > n:
-        u_dot = u_dot + (a_dot_v - _matmul(u, _matmul(_mT(u), a_dot_v))) / s_row
+        u_dot = u_dot + (a_dot_v - _matmul(u, _matmul(_mH(u), a_dot_v))) / s_row
     if n > m:
-        a_dot_t_u = _matmul(_mT(a_dot), u)
-        v_dot = v_dot + (a_dot_t_u - _matmul(v, _matmul(vh, a_dot_t_u))) / s_row
-    return [u, s, vh], [u_dot, s_dot, _mT(v_dot)]
+        a_dot_h_u = _matmul(_mH(a_dot), u)
+        v_dot = v_dot + (a_dot_h_u - _matmul(v, _matmul(vh, a_dot_h_u))) / s_row
+    return [u, s, vh], [u_dot, s_dot, _mH(v_dot)]
+
+
+def _phase_term(dS, s):
+    """(S − Sᴴ) diag(1 / (2 s)): i Im(S_jj) / s_j on the diagonal, 0 where s_j = 0 (JAX's
+    choice of the singular vectors' common phase)."""
+    zero = ops.eq(s, ops.full((), 0, _aval(s).dtype))
+    zeros = ops.full(_aval(s).shape, 0, _aval(s).dtype)
+    twice = s + s
+    half_inverse = ops.select(zero, zeros, 1 / ops.select(zero, zeros + 1, twice))
+    identity = ops.eye(_aval(s).shape[-1], dtype=_aval(s).dtype)
+    return (dS - _mH(dS)) * _like(identity * _row(half_inverse), dS)
 
 
 def _thin_qr_jvp(q, r, a_dot):
-    """For a = q r with m ≥ n: with C = qᵀ Ȧ r⁻¹ and Ω = tril(C, −1) − tril(C, −1)ᵀ,
+    """For a = q r with m ≥ n: with C = qᴴ Ȧ r⁻¹ and Ω = tril(C, −1) − tril(C, −1)ᴴ
+    (+ i Im diag(C) for complex matrices, as JAX: r's diagonal stays real),
     q̇ = q (Ω − C) + Ȧ r⁻¹ and ṙ = (C − Ω) r (Walter and Lehmann; Townsend's note)."""
     a_dot_r_inv = triangular_solve.bind(r, a_dot, left_side=False, lower=False,
                                         transpose_a=False, unit_diagonal=False)
-    c = _matmul(_mT(q), a_dot_r_inv)
+    c = _matmul(_mH(q), a_dot_r_inv)
     below = ops.tril(c, -1)
-    omega = below - _mT(below)
+    omega = below - _mH(below)
+    if _is_complex(c):
+        identity = ops.eye(_aval(c).shape[-1], dtype=part_dtype(_aval(c).dtype))
+        omega = omega + _like(identity, c) * (c - _like(ops.real(c), c))
     return _matmul(q, omega - c) + a_dot_r_inv, _matmul(c - omega, r)
 
 
 def _complete_q_jvp(q, q_dot_mn):
     """The tangent of the last m − n columns of a complete q (m × m) of a tall matrix, from
     that of its first n (Roberts and Roberts, arXiv:2409.13374, eqs. 32-33, as JAX): with
-    Z = q_pn (q_nn − I)⁻¹, q̇_mp = q̇_mn Zᵀ − (q_mn + q_mp Z)(q̇_pn − Z q̇_nn)ᵀ."""
+    Z = q_pn (q_nn − I)⁻¹, q̇_mp = q̇_mn Zᴴ − (q_mn + q_mp Z)(q̇_pn − Z q̇_nn)ᴴ."""
     m, n = _aval(q).shape[-1], _aval(q_dot_mn).shape[-1]
     rows, cols = _aval(q).ndim - 2, _aval(q).ndim - 1
     q_mn, q_mp = ops.slice_in_dim(q, 0, n, cols), ops.slice_in_dim(q, n, m, cols)
     q_nn, q_pn = ops.slice_in_dim(q_mn, 0, n, rows), ops.slice_in_dim(q_mn, n, m, rows)
     q_dot_nn = ops.slice_in_dim(q_dot_mn, 0, n, rows)
     q_dot_pn = ops.slice_in_dim(q_dot_mn, n, m, rows)
-    z_t = solve.bind(_mT(q_nn - ops.eye(n, dtype=_aval(q).dtype)), _mT(q_pn))
-    z = _mT(z_t)
+    z_t = solve.bind(_mH(q_nn - ops.eye(n, dtype=_aval(q).dtype)), _mH(q_pn))
+    z = _mH(z_t)
     return _matmul(q_dot_mn, z_t) - _matmul(q_mn + _matmul(q_mp, z),
-                                             _mT(q_dot_pn - _matmul(z, q_dot_nn)))
+                                             _mH(q_dot_pn - _matmul(z, q_dot_nn)))
 
 
 def _qr_jvp(primals, tangents, *, mode):
     """The thin rule for m ≥ n (extended to a complete q by _complete_q_jvp); a wide
-    a = [a1 a2] is a square QR of a1 and r2 = qᵀ a2, so ṙ2 = q̇ᵀ a2 + qᵀ ȧ2."""
+    a = [a1 a2] is a square QR of a1 and r2 = qᴴ a2, so ṙ2 = q̇ᴴ a2 + qᴴ ȧ2."""
     (a,), (a_dot,) = primals, tangents
     m, n = _aval(a).shape[-2:]
     rows, cols = _aval(a).ndim - 2, _aval(a).ndim - 1
@@ -242,8 +321,8 @@ def _qr_jvp(primals, tangents, *, mode):
     if m < n:
         q_dot, r1_dot = _thin_qr_jvp(q, ops.slice_in_dim(r, 0, m, cols),
                                      ops.slice_in_dim(a_dot, 0, m, cols))
-        r2_dot = _matmul(_mT(q_dot), ops.slice_in_dim(a, m, n, cols)) \
-            + _matmul(_mT(q), ops.slice_in_dim(a_dot, m, n, cols))
+        r2_dot = _matmul(_mH(q_dot), ops.slice_in_dim(a, m, n, cols)) \
+            + _matmul(_mH(q), ops.slice_in_dim(a_dot, m, n, cols))
         r_dot = ops.concatenate([r1_dot, r2_dot], cols)
     elif mode == "complete" and m > n:
         q_dot_mn, r_dot_nn = _thin_qr_jvp(ops.slice_in_dim(q, 0, n, cols),
@@ -258,15 +337,15 @@ def _qr_jvp(primals, tangents, *, mode):
 
 def _pinv_jvp(primals, tangents, *, rcond, hermitian):
     """Golub and Pereyra (1973), as JAX's pinv: with P = a⁺,
-    Ṗ = −P Ȧ P + P Pᵀ Ȧᵀ (I − a P) + (I − P a) Ȧᵀ Pᵀ P, products ordered for the shape.
-    A hermitian pinv is of the symmetric matrix its lower triangle makes, and so is its
+    Ṗ = −P Ȧ P + P Pᴴ Ȧᴴ (I − a P) + (I − P a) Ȧᴴ Pᴴ P, products ordered for the shape.
+    A hermitian pinv is of the Hermitian matrix its lower triangle makes, and so is its
     tangent (as eigh's)."""
     (a,), (a_dot,) = primals, tangents
     p = pinv.bind(a, rcond=rcond, hermitian=hermitian)
     if hermitian:
-        a, a_dot = lower_symmetric(a), lower_symmetric(a_dot)
+        a, a_dot = lower_hermitian(a), lower_hermitian(a_dot)
     m, n = _aval(a).shape[-2:]
-    a_dot_t, p_t = _mT(a_dot), _mT(p)
+    a_dot_t, p_t = _mH(a_dot), _mH(p)
     if m >= n:
         s = _matmul(_matmul(p, p_t), a_dot_t)
         t = _matmul(_matmul(a_dot_t, p_t), p)
@@ -280,6 +359,37 @@ def _pinv_jvp(primals, tangents, *, rcond, hermitian):
     return p, p_dot
 
 
+def _diagonal(x):
+    """The diagonal of each matrix of a batch, (.., n)."""
+    identity = ops.eye(_aval(x).shape[-1], dtype=_aval(x).dtype)
+    return ops.reduce_sum(x * identity, (_aval(x).ndim - 2,))
+
+
+def _eig_jvp(primals, tangents, *, vectors):
+    """For distinct eigenvalues (nondegenerate perturbation theory, as JAX): with
+    P = v⁻¹ Ȧ v, ẇ = diag(P) and v̇ = v (F ∘ P) + v diag(c), F[i, j] = 1 / (w_j − w_i).
+    c fixes the free scale of each eigenvector as LAPACK's geev does (unit 2-norm, its
+    largest entry v_kj real), JAX's choice: c_j = −Re(v_jᴴ u_j) − i Im(u_kj) / v_kj for
+    u = v (F ∘ P). A repeated eigenvalue makes F, and the eigenvectors' tangents, inf."""
+    (a,), (a_dot,) = primals, tangents
+    w, v = eig.bind(a, vectors=True)
+    a_dot = _like(a_dot, v)
+    p = solve.bind(v, _matmul(a_dot, v))
+    w_dot = _diagonal(p)
+    if not vectors:
+        return [w], [w_dot]
+    u = _matmul(v, _reciprocal_differences(_row(w) - _column(w)) * p)
+    rows = _aval(v).ndim - 2
+    largest = argmax.bind(ops.abs_(v), axis=rows, index_dtype=dtypes.int32)
+    at_largest = _like(ops.eq(ops.iota(_aval(v).shape, rows, dtypes.int32),
+                              ops.expand_dims(largest, (rows,))), v)
+    phase = ops.imag(ops.reduce_sum(at_largest * u, (rows,))) \
+        / ops.real(ops.reduce_sum(at_largest * v, (rows,)))
+    c = complex_parts.complex.bind(ops.neg(ops.real(_column_dots(v, u))), ops.neg(phase))
+    return [w, v], [w_dot, u + v * _row(c)]
+
+
+_jvp.register(eig, _eig_jvp)
 _jvp.register(eigh, _eigh_jvp)
 _jvp.register(svd, _svd_jvp)
 _jvp.register(qr, _qr_jvp)
@@ -288,30 +398,32 @@ _jvp.register(pinv, _pinv_jvp)
 # ---------------------------------------------------------------------------------------
 # StableHLO lowering through jaxlib's LAPACK targets (facts in the module docstring).
 
-_MODE_CHARS = {"eigh": "V", "full": "A", "reduced": "S", "values": "N"}
+_MODE_CHARS = {"eigh": "V", "full": "A", "reduced": "S", "values": "N", "vectors": "V"}
 
 
 def _lapack_call(ctx, routine: str, operands, operand_avals, result_avals, config: str,
-                 hint: str) -> list[str]:
-    """One `lapack_<s|d><routine>_ffi` custom call on float32 or float64 matrices, passed
-    column-major (vectors and info row-major). Returns the names of its results."""
+                 hint: str, in_place: bool = True) -> list[str]:
+    """One `lapack_<s|d|c|z><routine>_ffi` custom call on the matrices of operand 0's
+    dtype, passed column-major (vectors and info row-major); result 0 aliases operand 0
+    where `in_place`. Returns the names of its results."""
     nb = len(operand_avals[0].shape) - 2
     row_major = lambda rank: list(range(rank - 1, -1, -1))  # noqa: E731
 
     def layout(aval):
         rank = len(aval.shape)
         return _layout([nb, nb + 1] + row_major(nb) if rank == nb + 2 else row_major(rank))
-    prefix = "s" if np.dtype(operand_avals[0].dtype) == np.float32 else "d"
+    prefix = LAPACK_PREFIXES[np.dtype(operand_avals[0].dtype)]
     in_types = ", ".join(_tt(x.shape, x.dtype) for x in operand_avals)
     out_types = ", ".join(_tt(x.shape, x.dtype) for x in result_avals)
     several = len(result_avals) > 1
+    alias = (f"output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = "
+             f"{'[0]' if several else '[]'}, operand_index = 0, operand_tuple_indices = []>], "
+             if in_place else "")
     name = ctx.op(
         f"stablehlo.custom_call @lapack_{prefix}{routine}_ffi({', '.join(operands)}) "
         f"{{backend_config = \"\", mhlo.backend_config = {{{config}}}, "
         f"mhlo.frontend_attributes = {{num_batch_dims = \"{nb}\"}}, "
-        f"operand_layouts = [{', '.join(layout(x) for x in operand_avals)}], "
-        f"output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = "
-        f"{'[0]' if several else '[]'}, operand_index = 0, operand_tuple_indices = []>], "
+        f"operand_layouts = [{', '.join(layout(x) for x in operand_avals)}], {alias}"
         f"result_layouts = [{', '.join(layout(x) for x in result_avals)}]}} : "
         f"({in_types}) -> {f'({out_types})' if several else out_types}",
         hint, results=len(result_avals))
@@ -361,9 +473,10 @@ def _lower_eigh(ctx, eqn, a):
     aval = eqn.invars[0].aval
     w_aval, v_aval = (v.aval for v in eqn.outvars)
     info = ShapedArray(aval.shape[:-2], dtypes.int32)
-    v, w, status = _lapack_call(ctx, "syevd", [a], [aval], [v_aval, w_aval, info],
+    routine = "heevd" if dtypes.is_complex(aval.dtype) else "syevd"
+    v, w, status = _lapack_call(ctx, routine, [a], [aval], [v_aval, w_aval, info],
                                 f"{_mode_config('eigh')}, uplo = {ord(eqn.params['uplo'])} : ui8",
-                                "syevd")
+                                routine)
     return [_nan_where_failed(ctx, status, w, w_aval, info.shape),
             _nan_where_failed(ctx, status, v, v_aval, info.shape)]
 
@@ -375,7 +488,7 @@ def _lower_svd(ctx, eqn, a):
     full, compute_uv = eqn.params["full_matrices"], eqn.params["compute_uv"]
     # Mode 'N' leaves u and vt unwritten; reduced buffers keep a tall matrix's from m × m.
     u_shape, s_shape, vt_shape = _svd_shapes(aval.shape, full and compute_uv, True)
-    results = [aval, ShapedArray(s_shape, aval.dtype), ShapedArray(u_shape, aval.dtype),
+    results = [aval, ShapedArray(s_shape, part_dtype(aval.dtype)), ShapedArray(u_shape, aval.dtype),
                ShapedArray(vt_shape, aval.dtype), ShapedArray(aval.shape[:-2], dtypes.int32)]
     mode = "values" if not compute_uv else "full" if full else "reduced"
     _, s, u, vt, status = _lapack_call(ctx, "gesdd", [a], [aval], results, _mode_config(mode),
@@ -383,6 +496,32 @@ def _lower_svd(ctx, eqn, a):
     outs = [u, s, vt] if compute_uv else [s]
     return [_nan_where_failed(ctx, status, x, v.aval, aval.shape[:-2])
             for x, v in zip(outs, eqn.outvars)]
+
+
+def _lower_eig(ctx, eqn, a):
+    """geev: a real matrix's eigenvalues come as real and imaginary parts, joined here; its
+    eigenvectors come complex already (jaxlib unpacks LAPACK's conjugate-pair columns)."""
+    if (empty := _results_of_empty_input(ctx, eqn)) is not None:
+        return empty
+    aval = eqn.invars[0].aval
+    w_aval = eqn.outvars[0].aval
+    vectors_aval = ShapedArray(aval.shape, w_aval.dtype)
+    batch = aval.shape[:-2]
+    real = aval.dtype in REAL_DTYPES
+    values = [ShapedArray(w_aval.shape, aval.dtype)] * (2 if real else 1)
+    right = "vectors" if eqn.params["vectors"] else "values"
+    config = f"compute_left = {ord(_MODE_CHARS['values'])} : ui8, " \
+             f"compute_right = {ord(_MODE_CHARS[right])} : ui8"
+    *w, _, v, status = _lapack_call(ctx, "geev", [a], [aval],
+                                    values + [vectors_aval, vectors_aval,
+                                              ShapedArray(batch, dtypes.int32)],
+                                    config, "geev", in_place=False)
+    if real:
+        parts = _tt(w_aval.shape, aval.dtype)
+        w = [ctx.op(f"stablehlo.complex {w[0]}, {w[1]} : ({parts}, {parts}) -> "
+                    f"{_tt(w_aval.shape, w_aval.dtype)}", "eigenvalues")]
+    outs = [w[0], v] if eqn.params["vectors"] else [w[0]]
+    return [_nan_where_failed(ctx, status, x, out.aval, batch) for x, out in zip(outs, eqn.outvars)]
 
 
 def _lower_qr(ctx, eqn, a):
@@ -408,8 +547,9 @@ def _lower_qr(ctx, eqn, a):
                 f"({_tt(aval.shape, dtype)}, {_tt((), dtype)}) -> {_tt(q_aval.shape, dtype)}")
         else:
             reflectors = packed
-        (q,) = _lapack_call(ctx, "orgqr", [reflectors, taus], [q_aval, taus_aval], [q_aval],
-                            "", "orgqr")
+        routine = "ungqr" if dtypes.is_complex(dtype) else "orgqr"
+        (q,) = _lapack_call(ctx, routine, [reflectors, taus], [q_aval, taus_aval], [q_aval],
+                            "", routine)
         outs.insert(0, q)
     return outs
 
@@ -433,19 +573,24 @@ def _upper(ctx, x: str, aval: ShapedArray) -> str:
                   f"{_tt(aval.shape, aval.dtype)}")
 
 
-def lower_symmetric(a):
-    """The symmetric matrices of a's lower triangles: what NumPy's hermitian paths read."""
-    return ops.tril(a) + _mT(ops.tril(a, -1))
+def lower_hermitian(a):
+    """The Hermitian (real: symmetric) matrices of a's lower triangles, the imaginary part
+    of the diagonal dropped: what LAPACK's heevd and syevd, and NumPy's hermitian paths, read."""
+    below = ops.tril(a, -1)
+    if not _is_complex(a):
+        return ops.tril(a) + _mT(below)
+    identity = ops.eye(_aval(a).shape[-1], dtype=part_dtype(_aval(a).dtype))
+    return below + _mH(below) + _like(identity * ops.real(a), a)
 
 
 def pinv_by_svd(a, *, rcond, hermitian):
-    """a⁺ = V diag(1/s) Uᵀ over the singular values above rcond · max(s) (the others
+    """a⁺ = V diag(1/s) Uᴴ over the singular values above rcond · max(s) (the others
     count as zero), as np.linalg.pinv computes it."""
     *batch, m, n = _aval(a).shape
     if 0 in (m, n):     # no singular values: an empty result, as NumPy's
         return ops.full((*batch, n, m), 0, _aval(a).dtype)
     if hermitian:
-        a = lower_symmetric(a)
+        a = lower_hermitian(a)
     u, s, vh = svd.bind(a, full_matrices=False, compute_uv=True)
     nd = _aval(s).ndim
     largest = ops.reduce_max(s, (nd - 1,))
@@ -453,9 +598,10 @@ def pinv_by_svd(a, *, rcond, hermitian):
     kept = ops.lt(cutoff, s)
     zeros = ops.full(_aval(s).shape, 0, _aval(s).dtype)
     s_inv = ops.select(kept, 1 / ops.select(kept, s, zeros + 1), zeros)
-    return _matmul(_mT(vh), _column(s_inv) * _mT(u))
+    return _matmul(_mH(vh), _like(_column(s_inv), u) * _mH(u))
 
 
+_hlo.register(eig, _lower_eig)
 _hlo.register(eigh, _lower_eigh)
 _hlo.register(svd, _lower_svd)
 _hlo.register(qr, _lower_qr)
@@ -464,5 +610,5 @@ _hlo.register(pinv, _lowered_as(pinv_by_svd))
 # ---------------------------------------------------------------------------------------
 # Batching: every decomposition is batched over leading dimensions already.
 
-for _prim in (eigh, svd, qr, pinv):
+for _prim in (eig, eigh, svd, qr, pinv):
     _vmap.register(_prim, _batch_matrix_function(_prim))

@@ -24,7 +24,7 @@ from s2s import dtypes
 from s2s.core import JaxprEqn, Literal, ShapedArray, aval_of_value
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import ATOM, Expr, binop, call, dtype_text, method, register, subscript
-from s2s.errors import ShapeError, UnsupportedFunctionError
+from s2s.errors import ShapeError
 from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpose, vmap as _vmap
 from s2s.passes.tangents import Zero, is_zero, tangent_aval
 from s2s.passes.transpose import LinearInput, is_linear
@@ -196,6 +196,9 @@ register(dot_general, _emit_dot_general, temp_name="dot")
 # Factorizations and solves
 
 LAPACK_DTYPES = (dtypes.float32, dtypes.float64, dtypes.complex64, dtypes.complex128)
+# The letter LAPACK's routine names start with for each dtype (lapack_zgetrf_ffi ...).
+LAPACK_PREFIXES = {np.dtype(dtypes.float32): "s", np.dtype(dtypes.float64): "d",
+                   np.dtype(dtypes.complex64): "c", np.dtype(dtypes.complex128): "z"}
 
 
 def _check_matrices(name: str, aval, square: bool = True):
@@ -740,9 +743,6 @@ def _lower_lu(ctx, eqn, a):
     registered by s2s_runtime.xla); the permutation is built from the pivots by a loop."""
     aval = eqn.invars[0].aval
     dtype, i32 = np.dtype(aval.dtype), dtypes.int32
-    if dtype not in (np.float32, np.float64):
-        raise UnsupportedFunctionError(f"lu of {dtype} cannot be lowered to StableHLO yet",
-                                       "use backend='python' for this function")
     *batch, m, n = aval.shape
     batch, nb, k = tuple(batch), len(aval.shape) - 2, min(m, n)
     piv_shape, perm_shape = batch + (k,), batch + (m,)
@@ -752,7 +752,7 @@ def _lower_lu(ctx, eqn, a):
                 ctx.op(f"stablehlo.iota dim = {nb} : {_tt(perm_shape, i32)}", "perm")]
     t = _tt(aval.shape, dtype)
     row_major = lambda rank: list(range(rank - 1, -1, -1))  # noqa: E731
-    target = f"lapack_{'s' if dtype == np.float32 else 'd'}getrf_ffi"
+    target = f"lapack_{LAPACK_PREFIXES[dtype]}getrf_ffi"
     result_types = f"{t}, {_tt(piv_shape, i32)}, {_tt(batch, i32)}"
     factored = ctx.op(
         f"stablehlo.custom_call @{target}({a}) {{backend_config = \"\", mhlo.backend_config = {{}}, "

@@ -14,17 +14,18 @@ from __future__ import annotations
 import numpy as np
 import s2s_runtime as rt
 from s2s_runtime import special as rt_special
+from s2s_runtime import special_gamma as rt_special_gamma
 
 from s2s import dtypes
-from s2s.core import ShapedArray
+from s2s.core import Literal, ShapedArray, aval_of_value
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import call, register
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.passes import jvp as _jvp, vmap as _vmap
-from s2s.passes.tangents import is_zero
+from s2s.passes.tangents import add_tangents, is_zero
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
-from s2s.staging import JaxprBuilder, Primitive
+from s2s.staging import JaxprBuilder, Primitive, Tracer
 
 
 def _betainc_abstract(a, b, x):
@@ -176,3 +177,155 @@ _HALF_SQRT_PI = 0.886226925452758   # sqrt(pi) / 2
 erf_inv = _inverse_error_function("erf_inv", rt.erfinv, "rt.erfinv", rt_special.inverse_erf, _HALF_SQRT_PI)
 erfc_inv = _inverse_error_function("erfc_inv", rt.erfcinv, "rt.erfcinv", rt_special.inverse_erfc,
                                    -_HALF_SQRT_PI)
+# ---------------------------------------------------------------------------------------
+# gammainc(a, x) and gammaincc(a, x): the regularized incomplete gamma functions P and Q
+# (scipy.special's), and gammainc_grad_a(a, x) = dP/da (jax's igamma_grad_a), computed by
+# s2s_runtime.special_gamma's loop: NumPy there, and on XLA a `stablehlo.while` staged
+# from the same start, step and finish. Their derivative in x is the gamma density
+# x^(a-1) e^-x / Gamma(a) (negated for Q); in a, gammainc_grad_a, whose own derivative in
+# a (a second derivative in a) is refused.
+
+
+def _incomplete_gamma_abstract(name: str):
+    def abstract(a, x):
+        if not (a.dtype == x.dtype and a.dtype.kind == "f"):
+            raise ShapeError(f"{name} needs real floating operands of one dtype, got "
+                             f"{a.str_short()}, {x.str_short()}")
+        return ShapedArray(ew.broadcast_shapes(a.shape, x.shape), a.dtype, a.weak_type and x.weak_type)
+    return abstract
+
+
+def _declare_incomplete_gamma(name: str, impl):
+    prim = Primitive(name, _incomplete_gamma_abstract(name), impl)
+    register(prim, lambda eqn, a, x: call(f"rt.{name}", a, x))
+    _vmap.broadcasting(prim)
+    return prim
+
+
+gammainc = _declare_incomplete_gamma("gammainc", rt.gammainc)
+gammaincc = _declare_incomplete_gamma("gammaincc", rt.gammaincc)
+gammainc_grad_a = _declare_incomplete_gamma("gammainc_grad_a", rt.gammainc_grad_a)
+
+
+class _GammaStagedFunctions(_StagedFunctions):
+    """The staged functions the incomplete gamma loop needs beyond betainc's."""
+    expm1 = staticmethod(ew.expm1.bind)
+    digamma = staticmethod(ew.digamma.bind)
+
+
+def _aval(v) -> ShapedArray:
+    return v.aval if isinstance(v, (Tracer, Literal)) else aval_of_value(np.asarray(v))
+
+
+def _of_shape(v, shape):
+    """`v` (a staged value, a literal or a NumPy constant) broadcast to `shape` as a staged
+    value, which has operators."""
+    if isinstance(v, Tracer):
+        return ops.broadcast_to(v, shape)
+    rank = len(_aval(v).shape)
+    return ops.broadcast_in_dim(v, shape, range(len(shape) - rank, len(shape)))
+
+
+def _staged_operands(a, x):
+    """a and x as staged values of their broadcast shape, and the staged functions."""
+    out = ShapedArray(ew.broadcast_shapes(_aval(a).shape, _aval(x).shape), _aval(a).dtype)
+    return _of_shape(a, out.shape), _of_shape(x, out.shape), _GammaStagedFunctions(out.dtype)
+
+
+def gamma_density(a, x):
+    """x^(a-1) e^-x / Gamma(a), the derivative of P(a, x) in x, by the loop's accurate
+    log front (Stirling's series for large a) less log x (no underflow for tiny x); at
+    x == 0 its limit (1 for a == 1, inf below, 0 above); 0 where P is constant (a == 0,
+    a == inf, x == inf), nan where P is nan."""
+    a, x, fns = _staged_operands(a, x)
+    positive = (x > 0) & (x < np.inf) & (a > 0) & (a < np.inf)
+    safe_a, safe_x = fns.select(positive, a, 1.0), fns.select(positive, x, 1.0)
+    density = fns.exp(rt_special_gamma.log_igamma_front(safe_a, safe_x, fns) - fns.log(safe_x))
+    at_zero = fns.select(a == 1, 1.0, fns.select(a < 1, np.inf, 0.0))
+    density = fns.select(x == 0, at_zero, density)
+    density = fns.select((a == 0) | (a == np.inf) | (x == np.inf), 0.0, density)
+    valid = (a >= 0) & (x >= 0) & ((a > 0) | (x > 0)) & ((a < np.inf) | (x < np.inf))
+    return fns.select(valid, density, np.nan)
+
+
+def _incomplete_gamma_jvp(prim, sign: float):
+    """P's (sign 1) or Q's (sign -1) jvp: density * tx + gammainc_grad_a * ta, signed."""
+    def jvp(primals, tangents):
+        (a, x), (ta, tx) = primals, tangents
+        terms = []
+        if not is_zero(tx):
+            terms.append(tx * gamma_density(a, x))
+        if not is_zero(ta):
+            terms.append(ta * gammainc_grad_a.bind(a, x))
+        tangent = terms[0] if len(terms) == 1 else add_tangents(*terms)
+        return prim.bind(a, x), tangent if sign > 0 else -tangent
+    return jvp
+
+
+def _gammainc_grad_a_jvp(primals, tangents):
+    """d/dx of dP/da is d/da of the density: density * (log x - digamma(a))."""
+    (a, x), (ta, tx) = primals, tangents
+    if not is_zero(ta):
+        raise UnsupportedFunctionError(
+            "the second derivative of gammainc(a, x) / gammaincc(a, x) (and of scipy.stats."
+            "gamma.cdf, chi2.cdf, poisson.cdf) in a (the shape, df or count) is not supported by s2s",
+            "take at most one derivative in a (any in x), or hold a with s2s.stop_gradient")
+    staged_a, staged_x, fns = _staged_operands(a, x)
+    log_derivative = fns.log(staged_x) - fns.digamma(staged_a)
+    return gammainc_grad_a.bind(a, x), tx * (gamma_density(a, x) * log_derivative)
+
+
+_jvp.register(gammainc, _incomplete_gamma_jvp(gammainc, 1.0))
+_jvp.register(gammaincc, _incomplete_gamma_jvp(gammaincc, -1.0))
+_jvp.register(gammainc_grad_a, _gammainc_grad_a_jvp)
+
+
+def _lower_incomplete_gamma(finish, grad_a: bool = False):
+    """The loop in StableHLO (with the derivatives in a when `grad_a`), then
+    `finish(a, x, sanitized_a, sanitized_x, state, fns)`."""
+    names = rt_special_gamma.GRAD_A_STATE_NAMES if grad_a else rt_special_gamma.STATE_NAMES
+
+    def lower(ctx, eqn, a, x):
+        out = eqn.outvars[0].aval.strip_weak_type()
+        dtype = out.dtype
+        fns = _GammaStagedFunctions(dtype)
+        tiny = float(np.finfo(dtype).tiny)
+        tolerance = rt_special_gamma.GAMMAINC_TOLERANCE_EPS * float(np.finfo(dtype).eps)
+        scalar = ShapedArray((), dtype)
+        start = _staged(lambda a, x: rt_special_gamma.gammainc_start(a, x, tiny, fns, grad_a=grad_a),
+                        [out] * 2)
+        sanitized_a, sanitized_x, *state = _hlo.lower_jaxpr(ctx, start, [a, x])
+
+        def condition(carry):
+            m, residual = carry[0], carry[-1]
+            def unconverged(m, residual):
+                running = ew.le.bind(m, ops.literal(rt_special_gamma.GAMMAINC_MAX_STEPS, dtype))
+                moving = ew.gt.bind(residual, ops.literal(tolerance, dtype))
+                return [ew.and_.bind(running, ops.reduce_or(moving, tuple(range(len(out.shape)))))]
+            return _hlo.lower_jaxpr(ctx, _staged(unconverged, [scalar, out]), [m, residual])
+
+        def step(carry):
+            def one_step(m, a, x, *state_and_residual):
+                state, residual = rt_special_gamma.gammainc_step(a, x, m, state_and_residual[:-1], tiny, fns)
+                return [m + 1, a, x, *state, residual]
+            return _hlo.lower_jaxpr(ctx, _staged(one_step, [scalar] + [out] * (len(names) + 3)), carry)
+
+        not_yet = ctx.constant(1, dtype, out.shape)
+        results = _hlo.while_op(ctx, [ctx.constant(1, dtype), sanitized_a, sanitized_x, *state, not_yet],
+                                [scalar] + [out] * (len(names) + 3), ["m", "a", "x", *names, "residual"],
+                                condition, step)
+
+        def finished(a, x, sanitized_a, sanitized_x, *state_and_residual):
+            *state, residual = state_and_residual
+            value = finish(a, x, sanitized_a, sanitized_x, state, fns)
+            return [rt_special_gamma.unconverged_to_nan(value, residual, tolerance, fns)]
+        return _hlo.lower_jaxpr(ctx, _staged(finished, [out] * (len(names) + 5)), [a, x, *results[1:]])
+    return lower
+
+
+_hlo.register(gammainc, _lower_incomplete_gamma(
+    lambda *args: rt_special_gamma.gammainc_finish(*args, upper=False)), broadcasting=True)
+_hlo.register(gammaincc, _lower_incomplete_gamma(
+    lambda *args: rt_special_gamma.gammainc_finish(*args, upper=True)), broadcasting=True)
+_hlo.register(gammainc_grad_a, _lower_incomplete_gamma(rt_special_gamma.gammainc_grad_a_finish, grad_a=True),
+              broadcasting=True)

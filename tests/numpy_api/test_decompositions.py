@@ -362,7 +362,6 @@ def test_gradients_compiled_by_xla_match_the_python_backend(loss, shape):
     (lambda: D.eigh(np.ones((2, 3))), ShapeError, "square"),
     (lambda: D.eigvalsh(np.ones(3)), ShapeError, "two-dimensional"),
     (lambda: D.eigh(np.ones((2, 2)), UPLO="X"), ShapeError, "UPLO"),
-    (lambda: D.eigh(np.ones((2, 2), np.complex128)), UnsupportedFunctionError, "complex"),
     (lambda: D.svd(np.ones((2, 3)), hermitian=True), ShapeError, "square"),
     (lambda: D.svd(np.ones((2, 2), np.float16)), ShapeError, "float16"),
     (lambda: D.qr(np.ones((2, 2)), mode="raw"), UnsupportedFunctionError, "mode"),

@@ -1,4 +1,4 @@
-"""eigh, svd, qr and pinv: shape rules, impls, emission, LAPACK lowering and batching.
+"""eig, eigh, svd, qr and pinv: shape rules, impls, emission, LAPACK lowering and batching.
 
 NumPy is the oracle for values. Eigenvectors and singular vectors are defined up to sign,
 and jaxlib's LAPACK and NumPy's may pick different ones, so vectors compared across
@@ -57,7 +57,7 @@ def symmetric(shape, dtype, seed):
 
 
 def test_every_decomposition_has_an_emission_rule():
-    for name in ("eigh", "svd", "qr", "pinv"):
+    for name in ("eig", "eigh", "svd", "qr", "pinv"):
         assert PRIMITIVES[name] in python_rules
 
 
@@ -178,6 +178,14 @@ def test_shape_rules():
     assert [o.shape for o in dc.qr.abstract_eval(aval, mode="complete")] == [(2, 5, 5), (2, 5, 3)]
     assert [o.shape for o in dc.qr.abstract_eval(aval, mode="r")] == [(2, 3, 3)]
     assert dc.pinv.abstract_eval(aval, rcond=0.0, hermitian=False).shape == (2, 3, 5)
+    square = ShapedArray((2, 3, 3), np.float32)
+    assert [(o.shape, o.dtype) for o in dc.eig.abstract_eval(square, vectors=True)] == \
+        [((2, 3), np.complex64), ((2, 3, 3), np.complex64)]
+    complex_aval = ShapedArray((2, 5, 3), np.complex128)
+    assert [o.dtype for o in dc.svd.abstract_eval(complex_aval, full_matrices=False, compute_uv=True)] \
+        == [np.complex128, np.float64, np.complex128]
+    assert [o.dtype for o in dc.eigh.abstract_eval(ShapedArray((3, 3), np.complex64), uplo="L")] == \
+        [np.float32, np.complex64]
 
 
 @pytest.mark.parametrize("prim, params, aval, message", [
@@ -186,7 +194,8 @@ def test_shape_rules():
     (dc.eigh, dict(uplo="X"), ShapedArray((4, 4), np.float64), "uplo"),
     (dc.svd, dict(full_matrices=True, compute_uv=True), ShapedArray((3, 3), np.int32), "float"),
     (dc.qr, dict(mode="raw"), ShapedArray((3, 3), np.float64), "mode"),
-    (dc.pinv, dict(rcond=0.0, hermitian=False), ShapedArray((3, 3), np.complex128), "complex"),
+    (dc.eig, dict(vectors=True), ShapedArray((3, 4), np.complex128), "square"),
+    (dc.eig, dict(vectors=False), ShapedArray((3, 3), np.float16), "f16"),
     (dc.pinv, dict(rcond=0.0, hermitian=True), ShapedArray((3, 2), np.float64), "square"),
 ])
 def test_bad_operands(prim, params, aval, message):
@@ -207,6 +216,8 @@ def test_empty_matrices_on_both_backends(shape):
     calls.append((lambda a: dc.pinv.bind(a, rcond=1e-15, hermitian=False), np.linalg.pinv))
     if shape[-1] == shape[-2]:
         calls.append((lambda a: dc.eigh.bind(a, uplo="L"), lambda a: list(np.linalg.eigh(a))))
+        calls.append((lambda a: dc.eig.bind(a, vectors=True),
+                      lambda a: [x.astype(np.complex128) for x in np.linalg.eig(a)]))
     for bind, numpy_fn in calls:
         expected = numpy_fn(a)
         check_staged(bind, lambda a: expected, a)
@@ -224,7 +235,11 @@ def test_full_svd_of_a_non_square_matrix_has_no_derivative_as_in_jax():
 
 def decompose(a):
     w = np.linalg.eigvalsh(a @ a.T)
-    return w, np.linalg.svd(a, compute_uv=False), np.linalg.qr(a)[1], np.linalg.pinv(a)
+    z = a[:3] * (1 + 2j)
+    complex_parts = (np.linalg.eigvalsh(z + np.conj(z.T)), np.linalg.svd(z, compute_uv=False),
+                     np.abs(np.linalg.qr(z)[1]), np.linalg.solve(z + 3 * np.eye(3), z[:, 0]))
+    return (w, np.linalg.svd(a, compute_uv=False), np.linalg.qr(a)[1], np.linalg.pinv(a),
+            np.linalg.eigvals(a[:3]), np.linalg.eigvals(z)) + complex_parts
 
 
 NO_JAX_SCRIPT = BLOCK_JAX + textwrap.dedent("""
@@ -241,7 +256,7 @@ NO_JAX_SCRIPT = BLOCK_JAX + textwrap.dedent("""
 
 
 def test_lapack_targets_run_without_jax(tmp_path):
-    """The LAPACK custom calls are registered by s2s itself, not by jax."""
+    """The LAPACK custom calls (real and complex) are registered by s2s itself, not by jax."""
     env = dict(os.environ, S2S_CACHE_DIR=str(tmp_path))
     result = subprocess.run([sys.executable, "-c", NO_JAX_SCRIPT], cwd=ROOT, capture_output=True,
                             text=True, env=env)
