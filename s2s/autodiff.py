@@ -244,13 +244,16 @@ def _check_scalar_output(staged: Staged, has_aux: bool, what: str, fn):
         n_primary = staged.out_tree.children[0].num_leaves
     else:
         n_primary = len(out_avals)
-    if n_primary != 1 or out_avals[0].shape != () or not dtypes.is_inexact(out_avals[0].dtype):
+    # One element of any shape ((1,), (1, 1)) counts as a scalar, as in autograd and plain
+    # NumPy code (`x.T @ A @ x` of a column x): its cotangent is ones of that shape.
+    if n_primary != 1 or out_avals[0].size != 1 or not dtypes.is_inexact(out_avals[0].dtype):
         shown = ", ".join(a.str_short() for a in out_avals[:n_primary])
         raise TransformTypeError(
-            f"{what} needs a function with one scalar floating-point output, but "
+            f"{what} needs a function with one scalar floating-point output (or an array of "
+            f"one element), but "
             f"{staged.description} returns ({shown})",
             "reduce the output to a scalar (e.g. .sum()), or use jacrev / vjp for "
-            "non-scalar outputs")
+            "outputs of more than one element")
     return n_primary
 
 
@@ -289,7 +292,8 @@ def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what)
             args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]
             forward = inline_jaxpr(parts.forward, args)
             outs, residuals = forward[:n_out], forward[n_out:]
-            seed = Literal(1.0, ShapedArray((), out_aval.dtype))
+            seed = ops.full(out_aval.shape, 1.0, out_aval.dtype) if out_aval.shape else \
+                Literal(1.0, ShapedArray((), out_aval.dtype))
             cts = inline_jaxpr(parts.backward, list(residuals) + [seed])
             result = builder.build((list(outs) if with_value else list(outs[1:])) + list(cts))
         fused = tidy(result)

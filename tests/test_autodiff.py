@@ -201,7 +201,7 @@ def test_has_aux_and_value_and_grad():
     np.testing.assert_allclose(g, 3 * x ** 2)
 
 
-@pytest.mark.parametrize("fn", [lambda x: x * 2, lambda x: x[:1], lambda x: (x > 0).sum(),
+@pytest.mark.parametrize("fn", [lambda x: x * 2, lambda x: x[:2], lambda x: (x > 0).sum(),
                                 lambda x: np.allclose(x, x * 3.0 / 3.0), lambda x: (x.sum(), x.sum())])
 def test_grad_of_a_non_scalar_integer_or_boolean_output_is_a_type_error_as_in_jax(fn):
     import jax
@@ -211,6 +211,44 @@ def test_grad_of_a_non_scalar_integer_or_boolean_output_is_a_type_error_as_in_ja
     assert isinstance(caught.value, s2s.StagingError)   # with the location and help of one
     with pytest.raises(TypeError):
         jax.grad(with_numpy(fn, jnp))(jnp.ones(3))
+
+
+def quadratic_form_of_a_column(x):
+    return x.T @ np.array([[2.0, 0.5, 0.0], [0.5, 1.0, 0.3], [0.0, 0.3, 3.0]]) @ np.sin(x)
+
+
+def singleton_sum(x):
+    return np.sum(x * x, axis=0, keepdims=True)
+
+
+@pytest.mark.parametrize("fn, x", [(quadratic_form_of_a_column, np.array([[0.3], [-1.2], [0.8]])),
+                                   (singleton_sum, np.array([[0.5, -1.5, 2.0]]).T)])
+def test_grad_of_a_one_element_output_is_the_gradient_of_that_element(fn, x):
+    """A (1, 1) or (1,) output is a scalar for autograd and NumPy code (`x.T @ A @ x` of a
+    column x); JAX refuses it. s2s seeds the backward pass with ones of its shape, so grad
+    is jax.grad of the element, on both backends and at second order."""
+    import jax
+    import jax.numpy as jnp
+    element = with_numpy(fn, jnp)
+    expected = jax.grad(lambda x: element(x).reshape(()))(x)
+    for run in (s2s.grad(fn), s2s.jit(s2s.grad(fn)), s2s.jit(s2s.grad(fn), backend="python")):
+        np.testing.assert_allclose(run(x), expected, rtol=1e-12)
+    value, gradient = s2s.value_and_grad(fn)(x)
+    np.testing.assert_allclose(value, fn(x))
+    assert value.shape == fn(x).shape
+    np.testing.assert_allclose(gradient, expected, rtol=1e-12)
+    hessian = jax.hessian(lambda x: element(x).reshape(()))(x)
+    np.testing.assert_allclose(s2s.jacfwd(s2s.grad(fn))(x), hessian, rtol=1e-12)
+    np.testing.assert_allclose(s2s.grad(lambda x: np.sum(s2s.grad(fn)(x) ** 2))(x),
+                               jax.grad(lambda x: jnp.sum(jax.grad(lambda x: element(x).reshape(()))(x) ** 2))(x),
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x[:2], lambda x: (x[:1] > 0), lambda x: x[:1].astype(int),
+                                lambda x: x[:1] * 1j])
+def test_grad_refuses_one_element_outputs_only_when_a_scalar_would_be_refused(fn):
+    with pytest.raises(TypeError):
+        s2s.grad(fn)(np.ones(3))
 
 
 def squared(z):

@@ -175,7 +175,7 @@ class Expressions:
             return not self.truth(operand, node.operand, "`not`")
         python_op, numpy_fn = UNARY_OPERATORS[type(node.op)]
         if self._stages(operand):
-            return self._numpy(numpy_fn)(operand)
+            return self._operator(numpy_fn)(operand)
         return python_op(operand)
 
     def expr_BoolOp(self, node):
@@ -293,9 +293,16 @@ class Expressions:
             raise UnsupportedFunctionError(f"the operator for np.{numpy_fn.__name__} is not supported on arrays")
         return impl
 
+    def _operator(self, numpy_fn):
+        """The operator form of a NumPy function: on Python numbers only (weak operands)
+        it gives a Python number, as `y * 2.0` and `-y` of a float y do, not an np.float64
+        that would promote the float32 arrays it meets."""
+        numpy_impl = self._numpy(numpy_fn)
+        return getattr(numpy_impl, "operator", numpy_impl)
+
     def operate(self, python_op, numpy_fn, left, right, node):
         if self._stages(left) or self._stages(right):
-            return self._numpy(numpy_fn)(left, right)
+            return self._operator(numpy_fn)(left, right)
         return python_op(left, right)
 
     def truth(self, value, node, what: str, logical: bool = False) -> bool:

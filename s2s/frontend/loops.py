@@ -139,14 +139,19 @@ class Loops:
         elif running:
             self.block(node.orelse)
 
-    def _bind_loop_variable(self, node, last_item):
-        """Python leaves the loop variable at the last item the loop reached: bound when
-        something reads it after the loop (or in its `else`)."""
+    def _loop_variable_read_after(self, node) -> bool:
+        """Whether the loop variable is read after the loop or in its `else`."""
         targets = self.source.stored_names([node.target])
         read_in_else = any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in targets
                            for n in walk_statements(node.orelse))
-        if not (read_in_else or self.source.used_outside(node, targets)):
+        return read_in_else or bool(self.source.used_outside(node, targets))
+
+    def _bind_loop_variable(self, node, last_item):
+        """Python leaves the loop variable at the last item the loop reached: bound when
+        something reads it after the loop (or in its `else`)."""
+        if not self._loop_variable_read_after(node):
             return
+        targets = self.source.stored_names([node.target])
         rebound = [t for t in targets if t in self.source.stored_names(node.body)]
         if rebound:
             raise StagingError(
@@ -204,11 +209,62 @@ class Loops:
         except TypeError as e:
             raise StagingError(f"cannot loop over this value: {e}",
                                "loop over a list, tuple, range or array") from None
+        if loop_jumps(node.body) and not can_return(node.body):
+            return self._masked_unrolled_for(node, iterator)
         for item in iterator:
             self.assign(node.target, item)
             if not self._loop_body(node.body):
                 return
         self.block(node.orelse)
+
+    def _masked_unrolled_for(self, node, iterator):
+        """An unrolled `for` (its steps are known while staging) that can `break` or
+        `continue`, under array conditions too. Each step runs as a staged loop's body does,
+        its jumps clearing the `running` and `live` flags; once `running` is an array (a
+        `break` under an array condition), every later step runs under `if running:`, so
+        after the break the steps leave every value unchanged: a masked carry."""
+        jumps = loop_jumps(node.body)
+        outer_flags = {flag: self.scope.vars.pop(flag) for flag in FLAG_HINTS if flag in self.scope.vars}
+        in_staged_loop, self.in_staged_loop = self.in_staged_loop, True
+        self.scope.vars[RUNNING] = np.bool_(True)
+        try:
+            for item in iterator:
+                running = self.scope.vars[RUNNING]
+                if not isinstance(running, Tracer) and not running:
+                    break
+                if isinstance(running, Tracer):
+                    self._check_loop_variable_unread(node)
+                self.assign(node.target, item)
+                if "continue" in jumps:
+                    self.scope.vars[LIVE] = np.bool_(True)
+                if isinstance(running, Tracer):
+                    self._stage_branches(region_around(node.body), node.body, [], running, node.body[0],
+                                         guard=True)
+                else:
+                    self._run_block(node.body, "a loop")
+            running = self.scope.vars[RUNNING]
+        finally:
+            for flag in FLAG_HINTS:
+                self.scope.vars.pop(flag, None)
+            self.scope.vars.update(outer_flags)
+            self.in_staged_loop = in_staged_loop
+        if isinstance(running, Tracer):
+            if node.orelse:
+                self._stage_branches(region_around(node.orelse), node.orelse, [], running, node.orelse[0])
+        elif running:
+            self.block(node.orelse)
+
+    def _check_loop_variable_unread(self, node):
+        """Python leaves the loop variable at the item a `break` stopped on, which an
+        unrolled loop with a `break` on an array does not know while staging."""
+        if self._loop_variable_read_after(node):
+            targets = self.source.stored_names([node.target])
+            raise UnsupportedSyntaxError(
+                f"`{targets[0]}`, the variable of a loop unrolled while staging that can `break` on "
+                "an array condition, is read after the loop: which item the loop stopped on is "
+                "only known when the function runs",
+                "assign what you need to another name in the body, before the `break`",
+                self.source.info(node))
 
     def _staged_for(self, node, iterable, checkpoints=None) -> S2SError | None:
         """`for i in range(n)` or `for row in x` as one scan (one bounded while_loop if it

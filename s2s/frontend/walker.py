@@ -40,6 +40,7 @@ from s2s.frontend.guards import (record_builtin, record_cell, record_defaults, r
                                  record_receiver)
 from s2s.frontend.in_place import InPlaceUpdates
 from s2s.frontend.loops import Loops
+from s2s.frontend.python_types import numpy_isinstance
 from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope,
                                  function_source, nested_function_source, walk_scope)
 from s2s.numpy_api import NUMPY_IMPLS
@@ -485,6 +486,8 @@ def call_user(fn, args, kwargs):
         raise UnsupportedSyntaxError(
             "print() of a staged array: its value is only known when the function runs",
             "print shapes and dtypes (x.shape, x.dtype) instead, or print the result outside")
+    if fn is builtins.isinstance and len(args) == 2 and isinstance(args[0], Tracer):
+        return numpy_isinstance(*args)
     if fn in (builtins.min, builtins.max) and _is_staged(args):
         name = fn.__name__
         raise ConcretizationError(

@@ -14,7 +14,7 @@ from s2s import dtypes
 from s2s.errors import UnsupportedFunctionError
 from s2s.numpy_api import math as np_math
 from s2s.numpy_api._base import asarray, dtype, implements, is_python_scalar, shape
-from s2s.numpy_api.creation import zeros
+from s2s.numpy_api.creation import ones, zeros
 from s2s.staging import Tracer
 
 
@@ -43,18 +43,30 @@ def isrealobj(x) -> bool:
     return not _is_complex(x)
 
 
+def _known_for_real(x, answer: bool):
+    """iscomplex / isreal of a real dtype, known from the dtype alone: for a 0-d value
+    NumPy's own np.bool_, so `a if np.iscomplex(x) else b` takes its branch while staging;
+    for an array, a staged constant array."""
+    dims = shape(asarray(x))
+    if not dims:
+        return np.bool_(answer)
+    return (ones if answer else zeros)(dims, bool)
+
+
 @implements(np.iscomplex)
 def iscomplex(x):
     """Elementwise: a nonzero imaginary part (never, for a real array)."""
     if _is_complex(x):
         return np_math.not_equal(np_math.imag(x), 0)
-    return zeros(shape(asarray(x)), bool)
+    return _known_for_real(x, False)
 
 
 @implements(np.isreal)
 def isreal(x):
-    """Elementwise: a zero imaginary part."""
-    return np_math.equal(np_math.imag(x), 0)
+    """Elementwise: a zero imaginary part (always, for a real array)."""
+    if _is_complex(x):
+        return np_math.equal(np_math.imag(x), 0)
+    return _known_for_real(x, True)
 
 
 @implements(np.real_if_close)

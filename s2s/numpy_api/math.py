@@ -9,9 +9,9 @@ boolean inputs of float-only functions become the float NumPy computes in (`int8
 Two flavours of each binary function exist. The NumPy function (`add`, registered for
 `np.add`) always returns a *strong* array, as a NumPy ufunc does even for Python scalar
 arguments (`np.sqrt(2.0)` is an `np.float64`, which promotes `float32` arrays to float64).
-The operator form (`add.operator`, used by `Tracer.__add__`) keeps the result weak when
-every operand is weak: a weak staged value stands for a Python scalar, and Python scalar
-arithmetic gives Python scalars.
+The operator form (`add.operator`, used by `Tracer.__add__` and by the operators of staged
+source) keeps the result weak when every operand is weak: a weak staged value stands for a
+Python scalar, and Python scalar arithmetic gives Python scalars.
 
 NumPy's floor division and modulo are built from the truncating `div`/`rem` primitives
 plus a select that corrects the sign, the way NumPy's own `npy_divmod` does.

@@ -20,7 +20,7 @@ from s2s import dtypes
 from s2s.core import Literal
 from s2s.errors import ShapeError, UnsupportedFunctionError, UnsupportedSyntaxError
 from s2s.numpy_api import creation, indexing, linalg, math
-from s2s.numpy_api._base import NUMPY_IMPLS
+from s2s.numpy_api._base import NUMPY_IMPLS, asarray, operand
 from s2s.primitives import elementwise as ew
 from s2s.staging import Tracer
 
@@ -110,6 +110,21 @@ def _astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
     if self.dtype == dt and not self.weak_type:
         return self
     return ew.convert_element_type.bind(self, new_dtype=dt, weak_type=False)
+
+
+def _scalar_type_cast(scalar_type):
+    def cast(x):
+        """NumPy's scalar type called on a staged array casts it, as `x.astype(...)`
+        (`np.int64(x)` of floats truncates toward zero); of Python numbers it runs as
+        NumPy's own (`call_user` does that before looking here)."""
+        x = asarray(x)
+        return _astype(x if isinstance(x, Tracer) else operand(x), scalar_type)
+    return cast
+
+
+# np.float32, np.int64 ... (longlong and ulonglong, distinct types of int64's size, too).
+for _scalar_type in {np.dtype(code).type for code in "?bhilqBHILQefdFD"}:
+    NUMPY_IMPLS[_scalar_type] = _scalar_type_cast(_scalar_type)
 
 
 def _shape_args(args, what: str):

@@ -599,7 +599,8 @@ def _along(x, ax: int, start: int, stop: int):
 
 
 def _spacings(varargs, n_axes: int) -> list:
-    """np.gradient's sample distances: none (1), one scalar for all axes, or one per axis."""
+    """np.gradient's sample distances: none (1), one scalar for all axes, or one per axis,
+    each a scalar or the coordinates of the samples along it (a 1-d array)."""
     if not varargs:
         return [1.0] * n_axes
     if len(varargs) == 1 and np.ndim(varargs[0]) == 0:
@@ -607,12 +608,61 @@ def _spacings(varargs, n_axes: int) -> list:
     if len(varargs) != n_axes:
         raise ShapeError(f"np.gradient: got {len(varargs)} spacings for {n_axes} axes",
                          "pass one spacing, or one per axis")
-    if builtins.any(np.ndim(h) != 0 for h in varargs):
-        raise UnsupportedFunctionError(
-            "np.gradient with coordinate arrays (non-uniform spacing) is not supported",
-            "pass a scalar spacing per axis; for uneven samples write the differences "
-            "with np.diff")
+    if builtins.any(np.ndim(h) > 1 for h in varargs):
+        raise ShapeError("np.gradient: distances must be either scalars or 1d",
+                         "pass a scalar spacing or the 1-d coordinates of each axis")
     return list(varargs)
+
+
+def _along_axis(coefficients, ax: int, nd: int):
+    """A 1-d array of per-sample weights shaped to broadcast along axis `ax` of nd axes."""
+    return np_shaping.reshape(coefficients, [-1 if k == ax else 1 for k in range(nd)])
+
+
+def _weighted_sum(x, ax: int, terms):
+    """sum of weight * x[start:stop] along `ax`, for (weight, start, stop) in `terms`."""
+    total = None
+    for weight, start, stop in terms:
+        term = np_math.multiply(weight, _along(x, ax, start, stop))
+        total = term if total is None else np_math.add(total, term)
+    return total
+
+
+def _coordinate_gradient(x, ax: int, coordinates, edge_order: int):
+    """np.gradient along `ax` at samples with the given coordinates, NumPy's formulas for
+    uneven spacing: second-order accurate differences inside (weights from each sample's
+    two neighbouring distances), one-sided of first or second order at the ends."""
+    nd, n = len(shape_of(x)), shape_of(x)[ax]
+    coordinates = strong_operand(coordinates)
+    if shape_of(coordinates) != (n,):
+        raise ShapeError(f"np.gradient: when 1d, distances must match the length of the "
+                         f"corresponding dimension ({shape_of(coordinates)} for an axis of {n})",
+                         "pass one coordinate per sample")
+    dx = diff(coordinates)
+    if not dtypes.is_inexact(dtype_of(dx)):
+        dx = converted(dx, dtypes.canonicalize_dtype(np.float64))
+    inner_1, inner_2 = (_along_axis(_along(dx, 0, a, b), ax, nd) for a, b in ((0, -1), (1, None)))
+    add, mul, div, neg = np_math.add, np_math.multiply, np_math.divide, np_math.negative
+    inner_sum = add(inner_1, inner_2)
+    inside = _weighted_sum(x, ax, (
+        (neg(div(inner_2, mul(inner_1, inner_sum))), 0, -2),
+        (div(np_math.subtract(inner_2, inner_1), mul(inner_1, inner_2)), 1, -1),
+        (div(inner_1, mul(inner_2, inner_sum)), 2, None)))
+    if edge_order == 1:
+        first = div(np_math.subtract(_along(x, ax, 1, 2), _along(x, ax, 0, 1)), ops.index_in_dim(dx, 0, 0))
+        last = div(np_math.subtract(_along(x, ax, -1, None), _along(x, ax, -2, -1)),
+                   ops.index_in_dim(dx, n - 2, 0))
+    else:
+        d1, d2, e1, e2 = (ops.index_in_dim(dx, k, 0) for k in (0, 1, n - 3, n - 2))
+        first = _weighted_sum(x, ax, (
+            (neg(div(add(mul(2.0, d1), d2), mul(d1, add(d1, d2)))), 0, 1),
+            (div(add(d1, d2), mul(d1, d2)), 1, 2),
+            (neg(div(d1, mul(d2, add(d1, d2)))), 2, 3)))
+        last = _weighted_sum(x, ax, (
+            (div(e2, mul(e1, add(e1, e2))), -3, -2),
+            (neg(div(add(e2, e1), mul(e1, e2))), -2, -1),
+            (div(add(mul(2.0, e2), e1), mul(e2, add(e1, e2))), -1, None)))
+    return np_shaping.concatenate([first, inside, last], axis=ax)
 
 
 # Finite-difference stencils as (weight, start, stop) of slices along the axis, over h.
@@ -634,8 +684,8 @@ def _stencil(x, ax: int, terms, h):
 
 @implements(np.gradient)
 def gradient(f, *varargs, axis=None, edge_order=1):
-    """np.gradient with uniform (scalar) spacing: central differences inside, one-sided
-    differences of first or second order (`edge_order`) at the ends. One array for one
+    """np.gradient with a scalar spacing or sample coordinates per axis: central differences
+    inside, one-sided differences of first or second order (`edge_order`) at the ends. One array for one
     axis, else a tuple, as NumPy 2; the result keeps f's float dtype."""
     x = _float_operand(f, "gradient")
     nd = len(shape_of(x))
@@ -647,9 +697,12 @@ def gradient(f, *varargs, axis=None, edge_order=1):
         if shape_of(x)[ax] < edge_order + 1:
             raise ShapeError(f"np.gradient: axis {ax} has {shape_of(x)[ax]} samples; "
                              f"edge_order={edge_order} needs at least {edge_order + 1}")
-        first, last = _EDGE_STENCILS[edge_order]
-        parts = [_stencil(x, ax, terms, h) for terms in (first, _CENTRAL, last)]
-        joined = np_shaping.concatenate(parts, axis=ax)
+        if np.ndim(h):
+            joined = _coordinate_gradient(x, ax, h, edge_order)
+        else:
+            first, last = _EDGE_STENCILS[edge_order]
+            parts = [_stencil(x, ax, terms, h) for terms in (first, _CENTRAL, last)]
+            joined = np_shaping.concatenate(parts, axis=ax)
         out.append(converted(joined, dtype_of(x)))
     return out[0] if len(out) == 1 else tuple(out)
 

@@ -3,7 +3,8 @@
 Without data-dependent loops: a search compares each value with every element of the
 sorted array and counts (len(a) * v.size comparisons, fine for the lookup tables and bin
 edges models use), in NumPy's sort order where NaN comes last. interp is jax's formula,
-so its derivatives in x, xp and fp are jax's; histogram counts have no derivative.
+so its derivatives in x, xp and fp are jax's (with a period too); histogram counts have no
+derivative.
 """
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from s2s.numpy_api import shaping as np_shaping
 from s2s.numpy_api._base import cast_all, dtype as dtype_of, implements, shape as shape_of
 from s2s.numpy_api.creation import linspace
 from s2s.numpy_api.indexing import take
-from s2s.numpy_api.reductions import converted, max, min, strong_operand, sum
+from s2s.numpy_api.reductions import argsort, converted, max, min, strong_operand, sum
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.primitives import structural as st
+from s2s.staging import Tracer
 
 
 def _sorts_before(x, y):
@@ -94,12 +96,9 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     """np.interp, piecewise linear through (xp, fp), in float64 as NumPy computes it:
     the segment `i` that searchsorted(xp, x, side='right') picks, fp[i-1] + slope * (x -
     xp[i-1]); fp[0] / fp[-1] (or `left` / `right`) outside. Differentiable in x, xp and fp
-    (at a knot, x's derivative is the right segment's slope, as jax's interp)."""
-    if period is not None:
-        raise UnsupportedFunctionError(
-            "np.interp(..., period=) is not supported",
-            "wrap x into one period yourself (x % period), and repeat the end points of "
-            "xp and fp around it")
+    (at a knot, x's derivative is the right segment's slope, as jax's interp). With
+    `period`, NumPy's periodic form: x and xp taken modulo the period, xp sorted (fp
+    with it) and each end's point repeated one period beyond the other end."""
     xp, fp = _sorted_1d(xp, "interp", "xp"), _sorted_1d(fp, "interp", "fp")
     if dtypes.is_complex(dtype_of(fp)):
         raise UnsupportedFunctionError("np.interp of complex fp is not supported yet",
@@ -112,6 +111,9 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         raise ShapeError("np.interp: array of sample points is empty")
     f64 = dtypes.canonicalize_dtype(np.float64)
     x, xp, fp = (converted(strong_operand(v), f64) for v in (x, xp, fp))
+    if period is not None:
+        x, xp, fp = _periodic_samples(x, xp, fp, period)
+        n, left, right = n + 2, None, None
     lo_fp, hi_fp = ops.index_in_dim(fp, 0, 0), ops.index_in_dim(fp, n - 1, 0)
     if n == 1:
         f = np_shaping.broadcast_to(lo_fp, shape_of(x))
@@ -127,6 +129,21 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     first, last = ops.index_in_dim(xp, 0, 0), ops.index_in_dim(xp, n - 1, 0)
     f = np_math.where(np_math.less(x, first), lo_fp if left is None else left, f)
     return np_math.where(np_math.greater(x, last), hi_fp if right is None else right, f)
+
+
+def _periodic_samples(x, xp, fp, period):
+    """np.interp's periodic normalization: x and xp modulo |period|, the samples in xp's
+    order, and the last and first points repeated a period before and after."""
+    if not isinstance(period, Tracer) and period == 0:
+        raise ShapeError("np.interp: period must be a non-zero value")
+    period = np_math.absolute(period)
+    x, xp = np_math.remainder(x, period), np_math.remainder(xp, period)
+    order = argsort(xp)
+    xp, fp = take(xp, order), take(fp, order)
+    n = shape_of(xp)[0]
+    xp = np_shaping.concatenate([np_math.subtract(xp[n - 1:], period), xp,
+                                 np_math.add(xp[:1], period)])
+    return x, xp, np_shaping.concatenate([fp[n - 1:], fp, fp[:1]])
 
 
 def _uniform_edges(lo, hi, n: int, dt):

@@ -350,14 +350,6 @@ def assigned_in_one_branch(x):
     return y
 
 
-def break_in_unrolled_loop(x, layers):
-    for i in range(len(layers)):   # layers[i] of a list: the loop unrolls
-        x = np.tanh(layers[i] @ x)
-        if x.sum() > 1:
-            break  # ERROR
-    return x
-
-
 def return_in_unrolled_loop(x, weights):
     for w in weights:   # a list: the loop unrolls
         if (w * x).sum() > 0:
@@ -381,8 +373,6 @@ def none_on_one_path(x):
 def test_staged_control_flow_errors_say_what_to_write():
     expect_error(assigned_in_one_branch, StagingError, x3,
                  contains="`y` is assigned in only one branch")
-    expect_error(break_in_unrolled_loop, UnsupportedSyntaxError, x3, [np.eye(3)] * 2,
-                 contains="`break` inside an `if` on an array, in a loop that is unrolled")
     expect_error(none_on_one_path, StagingError, x3, contains="ends without `return` returns None")
     error = expect_error(while_true_on_an_array, UnsupportedSyntaxError, x3, contains="`break` inside")
     assert "for _ in range(n): ... if done: break" in str(error)

@@ -18,6 +18,7 @@ import s2s
 from s2s.errors import S2SError, ShapeError, StagingError
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api import reductions as R
+from s2s.test_util import check_grads
 from s2s_runtime import sorting
 from tests.helpers import assert_same, check_numpy_and_jax, check_staged, stage
 from tests.strategies import small_values
@@ -481,9 +482,37 @@ def test_gradient_and_unwrap(x):
     check_numpy_and_jax(unwrapped, x, rtol=1e-9, atol=1e-9)
 
 
-def test_gradient_with_coordinate_arrays_says_what_to_write():
-    with pytest.raises(S2SError, match="pass a scalar spacing per axis"):
-        s2s.jit(lambda x: np.gradient(x, np.arange(4.0)))(np.arange(4.0))
+def gradient_at_coordinates(f, xs, ys):
+    along_x, along_y = np.gradient(f, xs, ys)   # jax's gradient gives a list: one array out
+    return along_x * 2.0 + along_y
+
+
+def gradient_at_coordinates_second_order_edges(f, xs):
+    return np.gradient(f, xs, 0.5, edge_order=2)
+
+
+@settings(max_examples=5, deadline=None)
+@given(data=st.data(), n=st.integers(3, 6), m=st.integers(3, 5))
+def test_gradient_at_sample_coordinates(data, n, m):
+    """Uneven coordinates per axis (staged, so derivatives reach them too): NumPy's
+    values, jax's derivatives (jax's gradient has first-order edges only: the second-order
+    ones against finite differences)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16), label="seed"))
+    f = rng.standard_normal((n, m))
+    xs, ys = (np.cumsum(rng.uniform(0.2, 1.5, k)) for k in (n, m))
+    check_numpy_and_jax(gradient_at_coordinates, f, xs, ys, rtol=1e-9, atol=1e-9)
+    check_numpy_and_jax(gradient_at_coordinates_second_order_edges, f, xs, rtol=1e-9, atol=1e-9,
+                        derivatives=False)
+    check_grads(gradient_at_coordinates_second_order_edges, (f, xs), order=2)
+    check_numpy_and_jax(lambda f: np.gradient(f, np.arange(n), axis=0), f.astype(np.float32),
+                        derivatives=False)
+
+
+def test_gradient_coordinates_of_the_wrong_shape_are_numpys_errors():
+    with pytest.raises(ShapeError, match="must match the length"):
+        s2s.jit(lambda x: np.gradient(x, np.arange(3.0)))(np.arange(4.0))
+    with pytest.raises(ShapeError, match="either scalars or 1d"):
+        s2s.jit(lambda x: np.gradient(x, np.ones((4, 1))))(np.arange(4.0))
 
 
 def kth_smallest(x, k):

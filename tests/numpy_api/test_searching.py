@@ -82,6 +82,30 @@ def test_interp_at_the_knots_takes_the_right_segment_as_jax():
     check_numpy_and_jax(lambda x, xp, fp: np.interp(x, xp[:1], fp[:1]), x, xp, fp)
 
 
+def interp_periodic(x, xp, fp):
+    return np.interp(x, xp, fp, period=360.0) + np.interp(x, xp, fp, period=-90.0)
+
+
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+def test_interp_with_a_period_is_numpys_and_differentiates_as_jax(data):
+    """Angles in any order and any turn: x and xp wrap into one period, xp is sorted with
+    fp, and the ends join around the circle (NumPy's and jax's normalization)."""
+    n = data.draw(st.integers(2, 6), label="n")
+    angles = st.floats(-700.0, 700.0, allow_subnormal=False)
+    xp = data.draw(hnp.arrays(np.float64, n, elements=angles, unique=True), label="xp")
+    fp = data.draw(hnp.arrays(np.float64, n, elements=FLOAT64S), label="fp")
+    x = data.draw(hnp.arrays(np.float64, hnp.array_shapes(max_dims=2, max_side=4),
+                             elements=angles), label="x")
+    wrapped = [np.mod(v, p) for p in (360.0, 90.0) for v in (x, xp)]
+    # Distinct samples after wrapping, and x away from them, where the derivative jumps.
+    assume(all(len(np.unique(np.round(w, 6))) == n for w in wrapped[1::2]))
+    assume(all(np.min(np.abs(np.mod(wx.reshape(-1, 1) - wxp.reshape(1, -1) + p / 2, p) - p / 2),
+                      initial=1.0) > 1e-3
+               for wx, wxp, p in ((wrapped[0], wrapped[1], 360.0), (wrapped[2], wrapped[3], 90.0))))
+    check_numpy_and_jax(interp_periodic, x, xp, fp, rtol=1e-9, atol=1e-9)
+
+
 def histograms_of_static_edges(x, w):
     return (np.histogram(x, 4, range=(-1.0, 2.0), weights=w),
             np.histogram(x, np.array([-3.0, -0.5, 0.0, 0.5, 3.0])))
@@ -115,7 +139,7 @@ UNSORTED_BINS = np.array([1.0, 0.0, 2.0])
     (lambda x: np.searchsorted(x.reshape(2, 2), x), "must be 1-d"),
     (lambda x: np.digitize(x, UNSORTED_BINS), "monotonically"),
     (lambda x: np.interp(x, x, x[:3]), "not of the same length"),
-    (lambda x: np.interp(x, x, x, period=2.0), "period"),
+    (lambda x: np.interp(x, x, x, period=0.0), "period must be a non-zero value"),
     (lambda x: np.histogram(x, bins="auto"), "no static shape"),
 ])
 def test_errors_say_what_to_write(call, match):
