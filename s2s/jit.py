@@ -257,14 +257,15 @@ class XlaBackend:
             if self._dispatch_config is not config.cache_key() or (self._checked and not self._guards_hold()):
                 self._new_dispatcher()
             jax_x64, ours = jax_x64_setting(), config.values.enable_x64
-            if jax_x64 is None or jax_x64.value == ours:
-                try:
+            outer = getattr(_callers_jax_x64, "value", _NO_CALLER)
+            if jax_x64 is None or (outer is _NO_CALLER and jax_x64.value == ours):
+                try:   # jax's x64 is s2s's already, outside any other s2s call: nothing to swap
                     return self._dispatch(*args, **kwargs)
                 except (ValueError, _RefusedArgument, SystemError) as error:
                     return self._call_refused(error, args, kwargs)
-            # jax is loaded with another x64: type this call by s2s's (see `_CallersJaxX64`).
+            # Type this call by s2s's x64, and remember the caller's (see `_CallersJaxX64`).
             previous = jax_x64.swap_local(ours)
-            outer, _callers_jax_x64.value = getattr(_callers_jax_x64, "value", _NO_CALLER), previous
+            _callers_jax_x64.value = previous
             try:
                 return self._dispatch(*args, **kwargs)
             except (ValueError, _RefusedArgument, SystemError) as error:

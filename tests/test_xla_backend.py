@@ -340,6 +340,20 @@ def test_with_jax_x64_off_s2s_calls_keep_their_types_and_their_speed(monkeypatch
         jax.config.update("jax_enable_x64", before)
 
 
+def test_with_jax_x64_on_s2s_calls_need_no_swap_and_staging_sees_it():
+    """When jax's x64 already is s2s's, a call swaps nothing (its fast path), and user
+    code calling jax while staged sees jax's setting as it is."""
+    import jax
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        JAX_X64_SEEN.clear()
+        result = s2s.jit(calls_jax)(np.ones(2))
+        assert JAX_X64_SEEN == [True] and result.dtype == np.float64
+    finally:
+        jax.config.update("jax_enable_x64", before)
+
+
 JAX_X64_SEEN = []
 
 
