@@ -20,7 +20,7 @@ from s2s.frontend.args import aval_of_arg
 from s2s.frontend.checkpointed import checkpointed
 from s2s.frontend.structured import Direct, StagedBody, param_names, unroll
 from s2s.frontend.walker import call_user, stage_python_function
-from s2s.ode import odeint
+from s2s.ode import lax_odeint as odeint
 from s2s.passes.jvp import jvp_eqns
 from s2s.passes.tangents import Zero, instantiate, tangent_aval
 from s2s.passes.transpose import transpose_jaxpr

@@ -35,8 +35,9 @@ from s2s.numpy_api._base import NUMPY_IMPLS, implements
 from s2s.primitives import ops
 from s2s.primitives.custom_derivatives import custom_vjp_call
 from s2s.staging import inline_jaxpr
+from s2s.tree import tree_flatten
 
-__all__ = ["odeint"]
+__all__ = ["lax_odeint", "odeint"]
 
 # SciPy's odeint defaults: its rtol and atol, and the step limit per time of `t`.
 _DEFAULT_TOLERANCE = 1.49012e-8
@@ -266,28 +267,42 @@ def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None,
                                            "integrates with Dormand-Prince 5(4) and does not support it",
                                            f"leave {name} at its default")
     args = args if isinstance(args, tuple) else (args,)
-    t_aval = aval_of_arg(t)
+    rtol = _DEFAULT_TOLERANCE if rtol is None else rtol
+    atol = _DEFAULT_TOLERANCE if atol is None else atol
+    mxstep = mxstep or _DEFAULT_MXSTEP
+    if tfirst:
+        return _odeint_user(lambda y, t, *args: call_user(func, (t, y, *args), {}), y0, t, args, rtol, atol, mxstep)
+    return _odeint_user(func, y0, t, args, rtol, atol, mxstep)
+
+
+def lax_odeint(func, y0, t, *args, rtol=1.4e-8, atol=1.4e-8, mxstep=np.inf):
+    """`s2s.lax.odeint`, with jax.experimental.ode.odeint's signature (`args` may be pytrees; `mxstep` counts the
+    steps between two times of `t`): the same integration as `scipy.integrate.odeint`."""
+    return _odeint_user(func, y0, t, args, rtol, atol, mxstep)
+
+
+def _odeint_user(func, y0, t, args: tuple, rtol, atol, mxstep):
+    """The user's odeint call: `func(y, t, *args)` staged once with call_user into the
+    dynamics jaxpr, then the differentiable integration."""
+    y0, t = _np(np.asarray)(y0), _np(np.asarray)(t)
+    t_aval, y_aval = aval_of_arg(t), aval_of_arg(y0)
     if t_aval.ndim != 1 or t_aval.shape[0] < 1:
         raise ShapeError(f"odeint needs t as a 1-d array of times, got shape {t_aval.shape}",
                          "pass the times to report y at, e.g. np.linspace(0.0, 1.0, 11)")
-    y_aval = aval_of_arg(y0)
     dtype = np.result_type(y_aval.dtype, t_aval.dtype, np.float16)
     if dtype.kind == "c":
         raise UnsupportedFunctionError("odeint of complex y0 or t is not supported",
                                        "split y into its real and imaginary parts")
     y0, t = _np(np.asarray)(y0, dtype=dtype), _np(np.asarray)(t, dtype=dtype)
-    rtol = _DEFAULT_TOLERANCE if rtol is None else float(rtol)
-    atol = _DEFAULT_TOLERANCE if atol is None else float(atol)
-    mxstep = _DEFAULT_MXSTEP if not mxstep else int(mxstep)
+    leaves, args_tree = tree_flatten(args)
 
     def user_dynamics(y, t, params):
-        call_args = (t, y, *params) if tfirst else (y, t, *params)
-        dy = call_user(func, call_args, {})
+        dy = call_user(func, (y, t, *args_tree.unflatten(params)), {})
         return _np(np.asarray)(dy, dtype=dtype)
 
-    leaves = list(args)
     dynamics, consts = _dynamics_jaxpr(user_dynamics, y0, t[0], leaves, "odeint's func")
-    return _odeint_staged(dynamics, y0, t, consts + leaves, rtol, atol, mxstep)
+    steps = int(min(mxstep, np.iinfo(np.int32).max))     # the step counter is an int32
+    return _odeint_staged(dynamics, y0, t, consts + leaves, float(rtol), float(atol), steps)
 
 
 def register_scipy_integrate() -> None:

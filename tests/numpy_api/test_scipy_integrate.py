@@ -92,6 +92,21 @@ def test_tfirst_calls_func_with_the_time_first():
     check_function(path, np.array([1.0, 2.0]), np.linspace(0.0, 2.0, 5), rtol=1e-6, atol=1e-7)
 
 
+def test_lax_odeint_takes_jax_signature_with_pytree_args():
+    def path(y0, t, params):
+        return s2s.lax.odeint(lambda y, t, p: -p["rate"] * y + p["drive"][0], y0, t, params, rtol=1e-10, atol=1e-10)
+    y0, t = np.array([1.0, 2.0]), np.linspace(0.0, 1.0, 4)
+    params = {"rate": np.float64(0.5), "drive": (np.float64(0.1),)}
+    expected = integrate.odeint(lambda y, t: -0.5 * y + 0.1, y0, t, rtol=1e-10, atol=1e-10)
+    assert_same(s2s.jit(path)(y0, t, params), expected, rtol=1e-7, atol=1e-9)
+    assert_same(path(y0, t, params), expected, rtol=1e-7, atol=1e-9)   # on NumPy values, unstaged
+    got = s2s.grad(lambda p: np.sum(path(y0, t, p)))(params)
+    steady, decay_t = 0.1 / 0.5, np.exp(-0.5 * t)[:, None]   # y = (y0 - d/r) e^(-rt) + d/r
+    d_dr = steady / 0.5 * decay_t - t[:, None] * decay_t * (y0 - steady) - steady / 0.5
+    assert_same(got["rate"], np.sum(d_dr), rtol=1e-6)
+    assert_same(got["drive"][0], np.sum((1 - decay_t) / 0.5 * np.ones(2)), rtol=1e-6)
+
+
 def test_mxstep_exhausted_gives_nan_not_a_wrong_value():
     def stiff(y0, t):
         return integrate.odeint(lambda y, t: -1e6 * (y - np.cos(t)), y0, t, mxstep=5)
