@@ -12,8 +12,9 @@ about the tolerances given.
 
 The integration is one `scan` over the intervals of `t`, each an inner `while_loop` over
 steps. It is staged into a `custom_vjp_call` whose backward rule is the adjoint method
-(as JAX's): the augmented system (y, ȳ, t̄₀, args̄) is integrated backwards in time over
-every interval by the same differentiable odeint, so reverse mode of any order works.
+(as JAX's): a reverse `scan` over the intervals of `t` integrates the augmented system
+(y, ȳ, t̄₀, args̄) backwards over each by the same differentiable odeint, so reverse mode
+of any order works.
 Forward mode (jvp) is refused with a clear error, as JAX refuses it.
 
 This lives in the transforms layer, not in numpy_api: it stages the user's `func` with
@@ -25,7 +26,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.autodiff import vjp_parts
-from s2s.core import ClosedJaxpr, Jaxpr
+from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray
 from s2s.errors import ShapeError, StagingError, UnsupportedFunctionError
 from s2s.frontend import structured
 from s2s.frontend.args import aval_of_arg
@@ -214,23 +215,27 @@ def _adjoint(site: _AdjointSite, y0, t, params: list, ys, g):
         bars = inline_jaxpr(parts.backward, residuals + [y_bar])
         return _np(np.concatenate)([flat(-dy)] + [flat(b) for b in bars])
 
-    z_aval_like = _np(np.zeros)(int(offsets[-1]), dtype)
-    aug, aug_consts = _dynamics_jaxpr(augmented, z_aval_like, t[0], params, "odeint's adjoint system")
+    z_aval = ShapedArray((int(offsets[-1]),), dtype)
+    aug, aug_consts = _dynamics_jaxpr(augmented, z_aval, t[0], params, "odeint's adjoint system")
     rhs = _rhs(site.dynamics, params)
     float_params = [p for p, f in zip(params, floating) if f]
-    y_bar, t0_bar = g[-1], _np(np.zeros)((), dtype)
-    param_bars = [_np(np.zeros_like)(p) for p in float_params]
-    t_bars = []
-    for i in range(int(aval_of_arg(t).shape[0]) - 1, 0, -1):
-        t_bar = _np(np.sum)(rhs(ys[i], t[i]) * g[i])
-        t_bars.append(t_bar)
-        z = _np(np.concatenate)([flat(ys[i]), flat(y_bar), flat(t0_bar - t_bar)] + [flat(b) for b in param_bars])
-        span = _np(np.stack)([-t[i], -t[i - 1]])
+
+    def interval_back(carry, point):
+        """From time t[i] back to t[i - 1]: the adjoint state there and t[i]'s cotangent."""
+        y_bar, t0_bar, param_bars = carry
+        y_i, t_i, t_before, g_i, g_before = point
+        t_bar = _np(np.sum)(rhs(y_i, t_i) * g_i)
+        z = _np(np.concatenate)([flat(y_i), flat(y_bar), flat(t0_bar - t_bar)] + [flat(b) for b in param_bars])
+        span = _np(np.stack)([-t_i, -t_before])
         z = _odeint_staged(aug, z, span, aug_consts + params, site.rtol, site.atol, site.mxstep)[1]
-        y_bar = unflat(z, 1, y0) + g[i - 1]
-        t0_bar = ops.reshape(unflat(z, 2, t0_bar[None]), ())
         param_bars = [unflat(z, 3 + k, p) for k, p in enumerate(float_params)]
-    t_bar = _np(np.stack)([t0_bar] + t_bars[::-1])
+        return (unflat(z, 1, y0) + g_before, ops.reshape(unflat(z, 2, t0_bar[None]), ()), param_bars), t_bar
+
+    init = (g[-1], _np(np.zeros)((), dtype), [_np(np.zeros_like)(p) for p in float_params])
+    points = (ys[1:], t[1:], t[:-1], g[1:], g[:-1])
+    (y_bar, t0_bar, param_bars), t_bars = structured.scan(Direct(interval_back, ["carry", "point"]), init,
+                                                          points, reverse=True)
+    t_bar = _np(np.concatenate)([t0_bar[None], t_bars])
     it = iter(param_bars)
     return y_bar, t_bar, [next(it) if f else None for f in floating]
 
@@ -270,6 +275,13 @@ def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None,
     rtol = _DEFAULT_TOLERANCE if rtol is None else rtol
     atol = _DEFAULT_TOLERANCE if atol is None else atol
     mxstep = mxstep or _DEFAULT_MXSTEP
+    # SciPy integrates in float64, with y a vector (a scalar y0 is one of length 1).
+    float64 = dtypes.canonicalize_dtype(np.float64)
+    y0, t = _np(np.atleast_1d)(_np(np.asarray)(y0, dtype=float64)), _np(np.asarray)(t, dtype=float64)
+    if aval_of_arg(y0).ndim != 1:
+        raise ShapeError(f"scipy.integrate.odeint needs y0 one-dimensional, got shape {aval_of_arg(y0).shape}",
+                         "pass y0.ravel() and reshape it inside func, or call s2s.lax.odeint, "
+                         "which takes y0 of any shape")
     if tfirst:
         return _odeint_user(lambda y, t, *args: call_user(func, (t, y, *args), {}), y0, t, args, rtol, atol, mxstep)
     return _odeint_user(func, y0, t, args, rtol, atol, mxstep)

@@ -107,6 +107,20 @@ def test_lax_odeint_takes_jax_signature_with_pytree_args():
     assert_same(got["drive"][0], np.sum((1 - decay_t) / 0.5 * np.ones(2)), rtol=1e-6)
 
 
+def test_float32_and_scalar_y0_integrate_in_float64_as_scipy():
+    def path(y0, t):
+        return integrate.odeint(lambda y, t: -y, y0, t)
+    check_function(path, np.float32(1.5), np.linspace(0.0, 1.0, 3, dtype=np.float32), rtol=1e-6, atol=1e-7)
+
+
+def test_a_single_time_gives_y0_and_its_gradient():
+    t = np.array([0.3])
+    assert_same(s2s.jit(decay_path)(np.array([2.0]), t), np.array([[2.0]]))
+    got = s2s.grad(lambda y0, t: np.sum(decay_path(y0, t)), argnums=(0, 1))(np.array([2.0]), t)
+    assert_same(got[0], np.array([1.0]))
+    assert_same(got[1], np.array([0.0]))
+
+
 def test_mxstep_exhausted_gives_nan_not_a_wrong_value():
     def stiff(y0, t):
         return integrate.odeint(lambda y, t: -1e6 * (y - np.cos(t)), y0, t, mxstep=5)
@@ -203,6 +217,24 @@ def test_func_returning_the_wrong_shape_is_refused():
 def test_t_not_1d_is_refused():
     with pytest.raises(ShapeError, match="1-d array of times"):
         s2s.jit(decay_path)(np.ones(3), np.ones((2, 2)))
+
+
+def test_y0_of_two_dimensions_is_refused_as_scipy_refuses_it():
+    with pytest.raises(ShapeError, match="y0 one-dimensional"):
+        s2s.jit(decay_path)(np.ones((2, 2)), np.linspace(0.0, 1.0, 3))
+
+
+def test_vmap_over_initial_conditions_and_its_grad():
+    y0s, t = np.array([[1.0, 0.0], [0.5, 0.3], [0.0, -1.0]]), np.linspace(0.0, 2.0, 5)
+    omega = np.float64(1.3)
+    got = s2s.vmap(oscillator_path, in_axes=(0, None, None))(y0s, t, omega)
+    assert_same(got, np.stack([integrate.odeint(oscillator, y0, t, args=(omega,)) for y0 in y0s]), rtol=1e-6)
+    grads = s2s.vmap(s2s.grad(lambda y0, w: np.sum(oscillator_path(y0, t, w)), argnums=1), in_axes=(0, None))(y0s, omega)
+    eps = 1e-6
+    for y0, g in zip(y0s, grads):
+        numeric = (integrate.odeint(oscillator, y0, t, args=(omega + eps,)).sum()
+                   - integrate.odeint(oscillator, y0, t, args=(omega - eps,)).sum()) / (2 * eps)
+        assert_same(g, numeric, rtol=1e-5)
 
 
 def test_lsoda_options_are_refused():
