@@ -307,6 +307,9 @@ def _odeint_user(func, y0, t, args: tuple, rtol, atol, mxstep):
                                        "split y into its real and imaginary parts")
     y0, t = _np(np.asarray)(y0, dtype=dtype), _np(np.asarray)(t, dtype=dtype)
     leaves, args_tree = tree_flatten(args)
+    if any(aval_of_arg(leaf).dtype.kind == "c" for leaf in leaves):
+        raise UnsupportedFunctionError("odeint with complex args is not supported",
+                                       "pass their real and imaginary parts as two real args")
 
     def user_dynamics(y, t, params):
         dy = call_user(func, (y, t, *args_tree.unflatten(params)), {})

@@ -244,6 +244,11 @@ def test_lsoda_options_are_refused():
         s2s.jit(path)(np.ones(3), np.linspace(0.0, 1.0, 3))
 
 
+def test_complex_args_are_refused():
+    with pytest.raises(UnsupportedFunctionError, match="complex args"):
+        s2s.jit(oscillator_path)(np.ones(2), np.linspace(0.0, 1.0, 3), np.complex128(1.0))
+
+
 def test_forward_mode_is_refused_clearly():
     with pytest.raises(S2SError, match="forward-mode differentiation"):
         s2s.jvp(decay_path, (np.ones(2), np.linspace(0.0, 1.0, 3)), (np.ones(2), np.zeros(3)))
