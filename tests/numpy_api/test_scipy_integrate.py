@@ -107,6 +107,19 @@ def test_lax_odeint_takes_jax_signature_with_pytree_args():
     assert_same(got["drive"][0], np.sum((1 - decay_t) / 0.5 * np.ones(2)), rtol=1e-6)
 
 
+def test_lax_odeint_takes_y0_of_any_shape_and_matches_jax():
+    def loss(y0, a):
+        return np.sum(np.tanh(s2s.lax.odeint(lambda y, t, a: a @ y - y ** 3, y0, np.linspace(0.0, 1.0, 3), a)))
+
+    def jax_loss(y0, a):
+        return jnp.sum(jnp.tanh(jax_odeint(lambda y, t, a: a @ y - y ** 3, y0, jnp.linspace(0.0, 1.0, 3), a)))
+    rng = np.random.RandomState(5)
+    y0, a = rng.randn(2, 3), 0.5 * rng.randn(2, 2)
+    assert_same(s2s.jit(loss)(y0, a), np.asarray(jax_loss(y0, a)), rtol=1e-6)
+    for got, expected in zip(s2s.grad(loss, argnums=(0, 1))(y0, a), jax.grad(jax_loss, argnums=(0, 1))(y0, a)):
+        assert_same(got, np.asarray(expected), rtol=1e-5, atol=1e-7)
+
+
 def test_float32_and_scalar_y0_integrate_in_float64_as_scipy():
     def path(y0, t):
         return integrate.odeint(lambda y, t: -y, y0, t)
