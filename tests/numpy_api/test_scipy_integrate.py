@@ -9,13 +9,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.integrate as integrate
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from jax.experimental.ode import odeint as jax_odeint
 
 import s2s
 from s2s.errors import S2SError, ShapeError, UnsupportedFunctionError
 from tests.helpers import assert_same, check_function
+
+# The blow-ups _stays_bounded looks for make SciPy warn.
+pytestmark = pytest.mark.filterwarnings("ignore::scipy.integrate.ODEintWarning")
 
 SETTINGS = settings(max_examples=5, deadline=None)
 # jax compiles its oracle afresh for each example: fewer of them.
@@ -45,7 +48,9 @@ def oscillator_path(y0, t, omega):
 
 
 def nonlinear_path(y0, t, arg1, arg2):
-    return integrate.odeint(nonlinear, y0, t, (arg1, arg2))
+    # Tight tolerances: where this system grows fast, LSODA's global error at its default
+    # ones reaches 1e-5 (s2s's stays nearer the true path), too loose for an oracle.
+    return integrate.odeint(nonlinear, y0, t, (arg1, arg2), rtol=1e-10, atol=1e-10)
 
 
 def nonlinear_loss(y0, t, arg1, arg2):
@@ -55,12 +60,19 @@ def nonlinear_loss(y0, t, arg1, arg2):
 def jax_nonlinear_loss(y0, t, arg1, arg2):
     def func(y, t, arg1, arg2):
         return -jnp.sqrt(t) - y + arg1 - jnp.mean((y + arg2) ** 2)
-    return jnp.sum(jnp.sin(jax_odeint(func, y0, t, arg1, arg2)))
+    return jnp.sum(jnp.sin(jax_odeint(func, y0, t, arg1, arg2, rtol=1e-10, atol=1e-10)))
 
 
 def _nonlinear_args(seed: int):
     rng = np.random.RandomState(seed)
     return rng.randn(3), np.linspace(0.1, 0.2 + rng.rand(), 4), rng.randn(3), rng.randn(3)
+
+
+def _stays_bounded(args) -> bool:
+    """Whether the nonlinear system (whose -mean((y + arg2)**2) can blow up in finite
+    time, where SciPy returns garbage and s2s nan) stays moderate over t."""
+    with np.errstate(all="ignore"):
+        return bool(np.all(np.abs(integrate.odeint(nonlinear, args[0], args[1], args[2:])) < 1e3))
 
 
 # ---------------------------------------------------------------------------------------
@@ -83,6 +95,7 @@ def test_harmonic_oscillator_matches_scipy(omega, velocity):
 @SETTINGS
 @given(st.integers(0, 1000))
 def test_nonlinear_with_args_matches_scipy(seed):
+    assume(_stays_bounded(_nonlinear_args(seed)))
     check_function(nonlinear_path, *_nonlinear_args(seed), rtol=1e-6, atol=1e-6)
 
 
@@ -154,6 +167,7 @@ def test_times_going_back_give_nan_not_a_wrong_value():
 @given(st.integers(0, 1000))
 def test_grad_in_y0_t_and_args_matches_jax(seed):
     args = _nonlinear_args(seed)
+    assume(_stays_bounded(args))
     got = s2s.grad(nonlinear_loss, argnums=(0, 1, 2, 3))(*args)
     expected = jax.grad(jax_nonlinear_loss, argnums=(0, 1, 2, 3))(*args)
     for g, e in zip(got, expected):
