@@ -20,6 +20,7 @@ from s2s.frontend.args import aval_of_arg
 from s2s.frontend.checkpointed import checkpointed
 from s2s.frontend.structured import Direct, StagedBody, param_names, unroll
 from s2s.frontend.walker import call_user, stage_python_function
+from s2s.ode import lax_odeint as odeint
 from s2s.passes.jvp import jvp_eqns
 from s2s.passes.tangents import Zero, instantiate, tangent_aval
 from s2s.passes.transpose import transpose_jaxpr
@@ -28,7 +29,7 @@ from s2s.staging import Tracer, axis_env, inline_jaxpr
 from s2s.tree import tree_flatten, tree_leaves, tree_map
 
 __all__ = ["all_gather", "all_to_all", "axis_index", "cond", "custom_linear_solve", "custom_root", "fori_loop",
-           "map", "pmax", "pmean", "pmin", "ppermute", "psum", "psum_scatter", "scan", "switch", "unroll",
+           "map", "odeint", "pmax", "pmean", "pmin", "ppermute", "psum", "psum_scatter", "scan", "switch", "unroll",
            "while_loop", "checkpointed"]
 
 
