@@ -1,5 +1,5 @@
 """scipy.linalg's functions that model code calls, on staged values: solve, solve_triangular,
-cholesky, cho_factor, cho_solve, solve_banded, solve_sylvester, expm,
+cholesky, cho_factor, cho_solve, lu_factor, lu_solve, solve_banded, solve_sylvester, expm,
 det and inv (sqrtm is refused, see `sqrtm`).
 
 SciPy is optional for s2s: `register_scipy_linalg()` maps SciPy's own function objects to
@@ -26,6 +26,7 @@ from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.numpy_api import linalg as np_linalg
 from s2s.numpy_api import math as npm
 from s2s.numpy_api._base import aval, convert, implements
+from s2s.numpy_api.indexing import take_along_axis
 from s2s.primitives import linalg as la
 from s2s.primitives import ops
 
@@ -200,6 +201,58 @@ def inv(a, overwrite_a=False, check_finite=True):
 
 
 # ---------------------------------------------------------------------------------------
+# LU: lu_factor is the `lu` primitive (LAPACK getrf's packed factor and 0-based pivots, as
+# SciPy's); lu_solve replays the pivots' row swaps into a permutation, then two triangular
+# solves: P a = L U, so a x = b is L U x = P b, and aᵀ x = b is Uᵀ Lᵀ (P x) = b.
+
+
+def lu_factor(a, overwrite_a=False, check_finite=True):
+    """(lu, piv): L below the diagonal (its unit diagonal implied) and U on and above it in
+    lu; row i was swapped with row piv[i]."""
+    (a,) = _real_matrices("lu_factor", a)
+    packed, pivots, _ = la.lu.bind(a)
+    return packed, pivots
+
+
+def _permutation_matrix(pivots, m: int, dtype):
+    """P with P a = a with the pivots' swaps applied in order (row i with row pivots[i])."""
+    shape = _shape(pivots)[:-1] + (m,)
+    rows = ops.iota(shape, len(shape) - 1, dtypes.int32)
+    order = rows
+    for i in range(_shape(pivots)[-1]):
+        target = ops.slice_in_dim(pivots, i, i + 1, len(shape) - 1)
+        at_i = ops.slice_in_dim(order, i, i + 1, len(shape) - 1)
+        at_target = take_along_axis(order, target, axis=-1)
+        order = npm.where(ops.eq(rows, ops.literal(i, dtypes.int32)), at_target,
+                          npm.where(ops.eq(rows, target), at_i, order))
+    columns = ops.iota(shape + (m,), len(shape), dtypes.int32)
+    return ops.convert(ops.eq(ops.expand_dims(order, (len(shape),)), columns), dtype)
+
+
+def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
+    """x with a x = b (aᵀ x = b for trans 1 or 2) from lu_factor's (lu, piv)."""
+    try:
+        packed, pivots = lu_and_piv
+    except (TypeError, ValueError):
+        raise ShapeError("scipy.linalg.lu_solve takes (lu, piv) as lu_factor returns it, then b",
+                         "write lu_solve(lu_factor(a), b)") from None
+    if isinstance(trans, str) or trans not in _TRANS:
+        raise ShapeError(f"scipy.linalg.lu_solve: trans must be 0, 1 or 2, got {trans!r}")
+    packed, b = _real_matrices("lu_solve", packed, b)
+    packed, b, was_vector = _right_hand_side("lu_solve", packed, b)
+    n = _shape(packed)[-1]
+    permutation = _permutation_matrix(pivots, n, aval(packed).dtype)
+    if _TRANS[trans]:
+        z = _triangular(packed, b, lower=False, transpose_a=True)
+        y = _triangular(packed, z, lower=True, transpose_a=True, unit_diagonal=True)
+        x = np_linalg.matmul(_mT(permutation), y)
+    else:
+        y = _triangular(packed, np_linalg.matmul(permutation, b), lower=True, unit_diagonal=True)
+        x = _triangular(packed, y, lower=False)
+    return _as_given(x, was_vector)
+
+
+# ---------------------------------------------------------------------------------------
 # Banded and Sylvester systems
 
 
@@ -313,6 +366,8 @@ def expm(A):
     theta = _PADE[degree][0]
     nd = len(_shape(a))
     norm = ops.reduce_max(ops.reduce_sum(ops.abs_(a), (nd - 2,)), (nd - 2,))
+    # A zero matrix needs no squaring: the norm's floor keeps log2 finite (nan stays nan).
+    norm = npm.maximum(norm, ops.full((), np.finfo(dtype).tiny, dtype))
     log_ratio = npm.log2(norm * (1.0 / theta))
     squarings = npm.maximum(npm.ceil(log_ratio), ops.full((), 0, dtype))
     squarings = ops.select(npm.isfinite(log_ratio), squarings, ops.full(_shape(norm), 0, dtype))
@@ -340,5 +395,5 @@ def register_scipy_linalg() -> None:
     """Maps scipy.linalg's function objects to the functions here (once it is imported)."""
     import scipy.linalg as spla
     for name in ("solve", "solve_triangular", "cholesky", "cho_factor", "cho_solve",
-                 "solve_banded", "solve_sylvester", "expm", "sqrtm", "det", "inv"):
+                 "lu_factor", "lu_solve", "solve_banded", "solve_sylvester", "expm", "sqrtm", "det", "inv"):
         implements(getattr(spla, name))(globals()[name])

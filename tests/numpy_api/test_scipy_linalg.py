@@ -125,6 +125,15 @@ def sylvester_by_kronecker(a, b, q):
     return jnp.linalg.solve(kron, q.reshape(m * n)).reshape(m, n)
 
 
+def lu_solves(a, b):
+    factors = spla.lu_factor(a)
+    return spla.lu_solve(factors, b), spla.lu_solve(factors, b, trans=1), factors[0]
+
+
+def transposed_lu_solve(a, b):
+    return spla.lu_solve(spla.lu_factor(a), b, trans=2)
+
+
 def banded(ab, b):
     return spla.solve_banded((1, 2), ab, b)
 
@@ -198,6 +207,26 @@ def test_det_and_inv_are_batched_and_typed_as_scipy():
     check_against_scipy_and_jax(det_and_inv, well_conditioned((2, 3, 3), 5))
     check_function(det_and_inv, np.array([[2, 1], [1, 3]]))                 # int -> float64
     check_function(det_and_inv, well_conditioned((3, 3), 6).astype(np.float32), rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# LU
+
+
+@SETTINGS
+@given(dims, st.sampled_from([(), (2,)]), seeds)
+def test_lu_factor_and_lu_solve_match_scipy_and_jax(n, columns, seed):
+    """Random matrices pivot: the pivots' row swaps are replayed in lu_solve."""
+    a, b = random((n, n), seed), random((n,) + columns, seed + 1)
+    check_against_scipy_and_jax(lu_solves, a, b)
+
+    def pivots(a):
+        return spla.lu_factor(a)[1]
+    check_function(pivots, a)
+
+
+def test_lu_solve_is_batched_as_scipy():
+    check_function(lu_solves, random((2, 3, 3), 11), random((2, 3, 2), 12), **TOLERANCE)
 
 
 # ---------------------------------------------------------------------------------------
@@ -288,6 +317,7 @@ def test_vmap_of_the_solvers_is_the_solver_of_each():
     a, b = well_conditioned((3, 4, 4), 7), random((3, 4), 8)
     ab = random((3, 4, 4), 9) + np.array([0.0, 0.0, 6.0, 0.0])[:, None]
     for fn, args in [(lower_solve, (a, b)), (cholesky_solve, (a, b)), (banded, (ab, b)),
+                     (transposed_lu_solve, (a, b)),
                      (matrix_exponential, (a,)), (sylvester, (a, a, a))]:
         got = s2s.vmap(fn)(*args)
         want = np.stack([fn(*[x[i] for x in args]) for i in range(3)])
@@ -310,6 +340,10 @@ def test_bad_inputs_get_clear_errors():
     _raises(ShapeError, lower_solve, np.eye(3), np.ones(4), match="do not align")
     _raises(ShapeError, banded, np.ones((3, 5)), np.ones(5), match="l \\+ u \\+ 1 = 4 rows")
     _raises(ShapeError, sylvester, np.eye(2), np.eye(3), np.ones((3, 2)), match="q m × n")
+
+    def factors_forgotten(a, b):
+        return spla.lu_solve(a, b)
+    _raises(ShapeError, factors_forgotten, np.eye(3), np.ones(3), match="lu_factor")
 
     def bad_assumption(a, b):
         return spla.solve(a, b, assume_a="orthogonal")
