@@ -1,6 +1,6 @@
 """scipy.linalg's functions that model code calls, on staged values: solve, solve_triangular,
-cholesky, cho_factor, cho_solve, lu_factor, lu_solve, solve_banded, solve_sylvester, expm,
-det and inv (sqrtm is refused, see `sqrtm`).
+cholesky, cho_factor, cho_solve, lu_factor, lu_solve, lu, eigh, svd, qr, solve_banded,
+solve_sylvester, expm, det and inv (sqrtm is refused, see `sqrtm`).
 
 SciPy is optional for s2s: `register_scipy_linalg()` maps SciPy's own function objects to
 the functions here once the user's code has imported scipy.linalg (see `numpy_api`).
@@ -23,6 +23,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.errors import ShapeError, UnsupportedFunctionError
+from s2s.numpy_api import decompositions as np_decompositions
 from s2s.numpy_api import linalg as np_linalg
 from s2s.numpy_api import math as npm
 from s2s.numpy_api._base import aval, convert, implements
@@ -252,6 +253,28 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     return _as_given(x, was_vector)
 
 
+def lu(a, permute_l=False, overwrite_a=False, check_finite=True, p_indices=False):
+    """(p, l, u) with a = p @ l @ u: p a permutation matrix, l unit lower m × k, u upper
+    k × n (k = min(m, n)); (p @ l, u) with permute_l."""
+    if p_indices:
+        raise UnsupportedFunctionError("scipy.linalg.lu(p_indices=True) is not supported",
+                                       "use the permutation matrix p that lu returns by default")
+    (a,) = np_linalg.linalg_matrices("scipy.linalg.lu", a, square=False)
+    if aval(a).dtype.kind == "c":
+        raise UnsupportedFunctionError("scipy.linalg.lu of complex matrices is not supported",
+                                       "pass float32 or float64 matrices")
+    packed, _, order = la.lu.bind(a)
+    *batch, m, n = _shape(a)
+    k, dtype, nd = min(m, n), aval(a).dtype, len(_shape(a))
+    lower = ops.tril(ops.slice(packed, (0,) * nd, tuple(batch) + (m, k)), -1)
+    lower = lower + ops.eye(m, k, dtype=dtype)
+    upper = ops.triu(ops.slice(packed, (0,) * nd, tuple(batch) + (k, n)))
+    # a[order] = l u, so a = p l u with p[order[i], i] = 1.
+    rows = ops.iota(tuple(batch) + (m, m), nd - 2, dtypes.int32)
+    p = ops.convert(ops.eq(ops.expand_dims(order, (nd - 2,)), rows), dtype)
+    return (np_linalg.matmul(p, lower), upper) if permute_l else (p, lower, upper)
+
+
 # ---------------------------------------------------------------------------------------
 # Banded and Sylvester systems
 
@@ -310,6 +333,46 @@ def solve_sylvester(a, b, q):
     kron = ops.reshape(kron, _shape(kron)[:-4] + (m * n, m * n))
     x = np_linalg.solve(kron, ops.reshape(q, _shape(q)[:-2] + (m * n, 1)))
     return ops.reshape(x, _shape(x)[:-2] + (m, n))
+
+
+# ---------------------------------------------------------------------------------------
+# The decompositions np.linalg has, under SciPy's names and result conventions (plain
+# tuples; qr's mode='r' is a 1-tuple): the primitives are np.linalg's.
+
+
+def eigh(a, b=None, *, lower=True, eigvals_only=False, overwrite_a=False, overwrite_b=False,
+         type=1, check_finite=True, subset_by_index=None, subset_by_value=None, driver=None):
+    """(w, v) of each symmetric matrix, read from its lower (or upper) triangle; w alone
+    with eigvals_only."""
+    if b is not None or subset_by_index is not None or subset_by_value is not None:
+        raise UnsupportedFunctionError("scipy.linalg.eigh of a generalized problem (b=) or a "
+                                       "subset of eigenvalues is not supported",
+                                       "solve the standard problem and index its result")
+    uplo = "L" if lower else "U"
+    if eigvals_only:
+        return np_decompositions.eigvalsh(a, UPLO=uplo)
+    return tuple(np_decompositions.eigh(a, UPLO=uplo))
+
+
+def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True,
+        lapack_driver="gesdd"):
+    """(U, s, Vh) with a = U diag(s) Vh, or s alone without compute_uv."""
+    out = np_decompositions.svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
+    return tuple(out) if compute_uv else out
+
+
+# SciPy's mode='r' is the R of the full decomposition (m × n), NumPy's the reduced one.
+_QR_MODES = {"full": "complete", "economic": "reduced", "r": "complete"}
+
+
+def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True):
+    """(Q, R) with a = Q R (mode 'full' or 'economic'), or (R,) for mode 'r', as SciPy."""
+    if pivoting or mode not in _QR_MODES:
+        raise UnsupportedFunctionError(f"scipy.linalg.qr(mode={mode!r}, pivoting={pivoting!r}) "
+                                       "is not supported",
+                                       "use mode='full', 'economic' or 'r' without pivoting")
+    q, r = np_decompositions.qr(a, mode=_QR_MODES[mode])
+    return (r,) if mode == "r" else (q, r)
 
 
 # ---------------------------------------------------------------------------------------
@@ -395,5 +458,5 @@ def register_scipy_linalg() -> None:
     """Maps scipy.linalg's function objects to the functions here (once it is imported)."""
     import scipy.linalg as spla
     for name in ("solve", "solve_triangular", "cholesky", "cho_factor", "cho_solve",
-                 "lu_factor", "lu_solve", "solve_banded", "solve_sylvester", "expm", "sqrtm", "det", "inv"):
+                 "lu_factor", "lu_solve", "lu", "eigh", "svd", "qr", "solve_banded", "solve_sylvester", "expm", "sqrtm", "det", "inv"):
         implements(getattr(spla, name))(globals()[name])

@@ -229,6 +229,37 @@ def test_lu_solve_is_batched_as_scipy():
     check_function(lu_solves, random((2, 3, 3), 11), random((2, 3, 2), 12), **TOLERANCE)
 
 
+def lu_decomposition(a):
+    p, l, u = spla.lu(a)
+    return p, l, u, spla.lu(a, permute_l=True)
+
+
+def decompositions(a):
+    """What does not depend on the eigen- and singular vectors' signs: values, squares and
+    reconstructions."""
+    w, v = spla.eigh(a + np.swapaxes(a, -1, -2))
+    upper_w = spla.eigh(a + np.swapaxes(a, -1, -2), lower=False, eigvals_only=True)
+    u, s, vh = spla.svd(a, full_matrices=False)
+    q, r = spla.qr(a, mode="economic")
+    return w, v ** 2, upper_w, s, u ** 2, (u * s[..., None, :]) @ vh, q @ r, r ** 2
+
+
+@SETTINGS
+@given(dims, dims, seeds)
+def test_lu_matches_scipy_and_jax(m, n, seed):
+    check_against_scipy_and_jax(lu_decomposition, random((m, n), seed))
+
+
+def test_eigh_svd_and_qr_match_scipy_and_jax():
+    a = random((3, 3), 13)
+    check_against_scipy_and_jax(decompositions, a)
+    check_function(decompositions, random((2, 3, 3), 14), **TOLERANCE)
+
+    def full_and_r(a):
+        return spla.qr(a)[1] ** 2, spla.qr(a, mode="r")[0] ** 2, spla.svd(a, compute_uv=False)
+    check_function(full_and_r, random((4, 3), 15), **TOLERANCE)
+
+
 # ---------------------------------------------------------------------------------------
 # Banded and Sylvester systems
 
@@ -344,6 +375,14 @@ def test_bad_inputs_get_clear_errors():
     def factors_forgotten(a, b):
         return spla.lu_solve(a, b)
     _raises(ShapeError, factors_forgotten, np.eye(3), np.ones(3), match="lu_factor")
+
+    def pivoted(a):
+        return spla.qr(a, pivoting=True)
+    _raises(UnsupportedFunctionError, pivoted, np.eye(2), match="pivoting")
+
+    def generalized(a, b):
+        return spla.eigh(a, b)
+    _raises(UnsupportedFunctionError, generalized, np.eye(2), np.eye(2), match="generalized")
 
     def bad_assumption(a, b):
         return spla.solve(a, b, assume_a="orthogonal")
