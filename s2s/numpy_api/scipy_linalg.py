@@ -39,9 +39,10 @@ def _shape(x) -> tuple[int, ...]:
     return tuple(aval(x).shape)
 
 
-def _real_matrices(name: str, a, *others):
-    """a (square matrices) and `others` in SciPy's computation dtype; complex refused."""
-    xs = np_linalg.linalg_matrices(f"scipy.linalg.{name}", a, *others)
+def _real_matrices(name: str, a, *others, square: bool = True):
+    """a (matrices, square unless `square` is false) and `others` in SciPy's computation
+    dtype; complex refused."""
+    xs = np_linalg.linalg_matrices(f"scipy.linalg.{name}", a, *others, square=square)
     if aval(xs[0]).dtype.kind == "c":
         raise UnsupportedFunctionError(f"scipy.linalg.{name} of complex matrices is not supported",
                                        "pass float32 or float64 matrices")
@@ -259,10 +260,7 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True, p_indices=False
     if p_indices:
         raise UnsupportedFunctionError("scipy.linalg.lu(p_indices=True) is not supported",
                                        "use the permutation matrix p that lu returns by default")
-    (a,) = np_linalg.linalg_matrices("scipy.linalg.lu", a, square=False)
-    if aval(a).dtype.kind == "c":
-        raise UnsupportedFunctionError("scipy.linalg.lu of complex matrices is not supported",
-                                       "pass float32 or float64 matrices")
+    (a,) = _real_matrices("lu", a, square=False)
     packed, _, order = la.lu.bind(a)
     *batch, m, n = _shape(a)
     k, dtype, nd = min(m, n), aval(a).dtype, len(_shape(a))
@@ -305,10 +303,7 @@ def solve_banded(l_and_u, ab, b, overwrite_ab=False, overwrite_b=False, check_fi
     i, j = np.indices((n, n))
     band = (j - i <= u) & (i - j <= l)
     rows = np.where(band, u + i - j, 0).astype(np.int32)
-    (ab,) = np_linalg.linalg_matrices("scipy.linalg.solve_banded", ab, square=False)
-    if aval(ab).dtype.kind == "c":
-        raise UnsupportedFunctionError("scipy.linalg.solve_banded of complex matrices is not "
-                                       "supported", "pass float32 or float64 matrices")
+    (ab,) = _real_matrices("solve_banded", ab, square=False)
     dense = ops.gather(ab, rows, j.astype(np.int32), axes=(0, 1))
     dense = ops.select(band, dense, ops.full((n, n), 0, aval(ab).dtype))
     return solve(dense, b)
