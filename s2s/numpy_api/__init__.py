@@ -7,6 +7,7 @@ from s2s.numpy_api import (complex_numbers, creation, fft, indexing, linalg, log
                            reductions, scipy_signal, scipy_special, scipy_stats, searching,
                            shaping)
 from s2s.numpy_api import decompositions  # noqa: F401  (np.linalg's eigh, svd, qr, ...)
+from s2s.numpy_api import scipy_linalg  # noqa: F401  (scipy.linalg, mapped when imported)
 from s2s.numpy_api import methods  # noqa: F401  (installs operators on Tracer; last)
 from s2s.numpy_api._base import NUMPY_IMPLS, implements  # noqa: F401
 
@@ -17,3 +18,4 @@ NUMPY_IMPLS.when_imported("scipy.special", scipy_special.register_inverse_error_
 NUMPY_IMPLS.when_imported("scipy.special", scipy_stats.register_normal_special)
 NUMPY_IMPLS.when_imported("scipy.stats", scipy_stats.register_quantiles_and_more_distributions)
 NUMPY_IMPLS.when_imported("scipy.signal", scipy_signal.register_scipy_signal)
+NUMPY_IMPLS.when_imported("scipy.linalg", scipy_linalg.register_scipy_linalg)
