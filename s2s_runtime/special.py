@@ -75,8 +75,10 @@ def digamma(x):
         series = np.log(z) - 0.5 / z - inv2 * (1 / 12 - inv2 * (1 / 120 - inv2 * (
             1 / 252 - inv2 * (1 / 240 - inv2 * (1 / 132 - inv2 * (691 / 32760))))))
         psi = series + shift - reflection
-        poles = (x <= 0) & (x == np.floor(x))
-        psi = np.where(poles, np.nan, psi)
+        poles = (x < 0) & (x == np.floor(x))
+        # At a signed zero, SciPy's -1/x: -inf at +0.0, inf at -0.0 (the reflection
+        # cannot tell the two zeros apart).
+        psi = np.where(poles, np.nan, np.where(x == 0, -1.0 / np.where(x == 0, x, 1.0), psi))
     return psi.astype(dtype)[()]
 
 
@@ -113,7 +115,8 @@ def polygamma(n: int, x):
         series = fact(n - 1) / z ** n + fact(n) / (2 * z ** (n + 1))
         for k, b in enumerate(_BERNOULLI, start=1):
             series = series + b * fact(2 * k + n - 1) / (fact(2 * k) * z ** (2 * k + n))
-        result = np.where(valid, sign * series + shift, np.nan)
+        poles = (x <= 0) & (x == np.floor(x))   # SciPy's n! zeta(n+1, x): inf there
+        result = np.where(valid, sign * series + shift, np.where(poles, sign * np.inf, np.nan))
     return result.astype(dtype)[()]
 
 

@@ -684,7 +684,7 @@ _HLO_UNARY = {
     floor: "stablehlo.floor", ceil: "stablehlo.ceil", round: "stablehlo.round_nearest_even",
     not_: "stablehlo.not", asin: "chlo.asin", acos: "chlo.acos", atan: "chlo.atan",
     sinh: "chlo.sinh", cosh: "chlo.cosh", asinh: "chlo.asinh", acosh: "chlo.acosh",
-    atanh: "chlo.atanh", erf: "chlo.erf", lgamma: "chlo.lgamma", digamma: "chlo.digamma",
+    atanh: "chlo.atanh", erf: "chlo.erf", lgamma: "chlo.lgamma",
 }
 _HLO_BINARY = {
     add: "stablehlo.add", add_any: "stablehlo.add", sub: "stablehlo.subtract",
@@ -765,16 +765,40 @@ def _lower_is_finite(ctx, eqn, x):
                    f"{_hlo.out_type(eqn)}", _hlo.hint(eqn))]
 
 
+def _lower_digamma(ctx, eqn, x):
+    """chlo.digamma, except at a signed zero, where it gives nan and SciPy the pole's
+    -1/x: -inf at +0.0, inf at -0.0. XLA:CPU reads subnormals as zeros, so they get the
+    same infinities (their -1/x is at least 4.5e307)."""
+    aval, t = eqn.outvars[0].aval, _hlo.out_type(eqn)
+    psi = ctx.op(f"chlo.digamma {x} : {t} -> {t}", _hlo.hint(eqn))
+    zero, minus_one = ctx.constant(0, aval.dtype, aval.shape), ctx.constant(-1, aval.dtype, aval.shape)
+    at_zero = ctx.op(f"stablehlo.compare EQ, {x}, {zero}, FLOAT : ({t}, {t}) -> {_bool_type(aval)}")
+    pole = ctx.op(f"stablehlo.divide {minus_one}, {x} : {t}")
+    return [ctx.op(f"stablehlo.select {at_zero}, {pole}, {psi} : {_bool_type(aval)}, {t}", _hlo.hint(eqn))]
+
+
+def _bool_type(aval) -> str:
+    return _hlo.tensor_type(ShapedArray(aval.shape, dtypes.bool_))
+
+
 def _lower_polygamma(ctx, eqn, x):
-    aval = eqn.outvars[0].aval
-    order = ctx.constant(eqn.params["n"], aval.dtype, aval.shape)
-    t = _hlo.out_type(eqn)
-    return [ctx.op(f"chlo.polygamma {order}, {x} : {t}, {t} -> {t}", _hlo.hint(eqn))]
+    """chlo.polygamma, and at the poles (0, -1, -2, ...), where it gives nan for an even
+    order, SciPy's (-1)^(n+1) inf: n! zeta(n+1, x) is inf there."""
+    aval, t, n = eqn.outvars[0].aval, _hlo.out_type(eqn), eqn.params["n"]
+    order = ctx.constant(n, aval.dtype, aval.shape)
+    value = ctx.op(f"chlo.polygamma {order}, {x} : {t}, {t} -> {t}", _hlo.hint(eqn))
+    zero = ctx.constant(0, aval.dtype, aval.shape)
+    floor = ctx.op(f"stablehlo.floor {x} : {t}")
+    integer = ctx.op(f"stablehlo.compare EQ, {x}, {floor}, FLOAT : ({t}, {t}) -> {_bool_type(aval)}")
+    not_positive = ctx.op(f"stablehlo.compare LE, {x}, {zero}, FLOAT : ({t}, {t}) -> {_bool_type(aval)}")
+    pole = ctx.op(f"stablehlo.and {integer}, {not_positive} : {_bool_type(aval)}")
+    infinity = ctx.constant(np.inf if n % 2 else -np.inf, aval.dtype, aval.shape)
+    return [ctx.op(f"stablehlo.select {pole}, {infinity}, {value} : {_bool_type(aval)}, {t}", _hlo.hint(eqn))]
 
 
 def _lower_select(ctx, eqn, p, a, b):
-    pred_t = _hlo.tensor_type(ShapedArray(eqn.outvars[0].aval.shape, dtypes.bool_))
-    return [ctx.op(f"stablehlo.select {p}, {a}, {b} : {pred_t}, {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+    return [ctx.op(f"stablehlo.select {p}, {a}, {b} : {_bool_type(eqn.outvars[0].aval)}, {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn))]
 
 
 def _lower_clamp(ctx, eqn, lo, x, hi):
@@ -812,7 +836,7 @@ for _prim, _op in _HLO_BINARY.items():
 for _prim, _direction in _HLO_COMPARE.items():
     _hlo.register(_prim, _lower_compare(_direction), broadcasting=True)
 for _prim, _rule in [(integer_pow, _lower_integer_pow), (is_finite, _lower_is_finite),
-                     (polygamma, _lower_polygamma), (select, _lower_select),
+                     (polygamma, _lower_polygamma), (digamma, _lower_digamma), (select, _lower_select),
                      (clamp, _lower_clamp), (convert_element_type, _lower_convert)]:
     _hlo.register(_prim, _rule, broadcasting=True)
 _hlo.register(iota, _lower_iota)
