@@ -1,7 +1,9 @@
 """SciPy's values where they are hardest to get right, on every backend: digamma and its
 derivative at the signed zeros and the poles (SciPy the oracle, through check_function),
-and t.cdf / t.logcdf in both tails for df from 0.1 to 1e20 (mpmath the oracle, relative
-1e-12; derivatives against SciPy's pdf and jax's)."""
+t.cdf / t.logcdf in both tails for df from 0.1 to 1e20 (mpmath the oracle, relative
+1e-12; derivatives against SciPy's pdf and jax's), and erf / erfc of complex arguments over
+the plane (SciPy the oracle; jax has no complex erf, so derivatives against the formula
++-2/sqrt(pi) e^(-z^2), itself checked by central differences)."""
 from __future__ import annotations
 
 import numpy as np
@@ -133,3 +135,76 @@ def test_t_cdf_derivatives_at_large_df_are_the_pdf(df):
         # Near z = 0 the second derivative (~ -z) is a difference of terms near pdf(0)^2:
         # exact to 1e-16 absolutely there, not relatively.
         np.testing.assert_allclose(second, slope, rtol=1e-9, atol=1e-15)
+
+
+# ---------------------------------------------------------------------------------------
+# erf and erfc of complex arguments, by the Faddeeva function (s2s_runtime.special).
+
+
+def error_functions(z):
+    return sp.erf(z), sp.erfc(z)
+
+
+def assert_error_functions_match_scipy(z, tol=2e-13):
+    """Within tol of SciPy relative to max(|erf|, |erfc|): the scale of erf = 1 - erfc's
+    own rounding, which near their complex zeros no method beats."""
+    want_erf, want_erfc = error_functions(z)
+    size = np.maximum(np.abs(want_erf), np.abs(want_erfc))
+    for backend in ("xla", "python"):
+        got_erf, got_erfc = s2s.jit(error_functions, backend=backend)(z)
+        assert np.asarray(got_erf).dtype == want_erf.dtype, backend
+        for got, want in ((got_erf, want_erf), (got_erfc, want_erfc)):
+            assert np.all(np.abs(np.asarray(got) - want) <= tol * size), (backend, z, got, want)
+
+
+COMPLEX_EDGES = np.array([0j, 1e-300 + 1e-300j, -1e-8j, 0.5j, -0.999 + 0.01j, 1 + 0j, 1.0001j,
+                          1.4506 + 1.8809j, -2.5 + 1.5j, 5 - 3j, 3 + 20j, -26 + 0.5j, 1e3 + 1e3j,
+                          -20 - 1e-9j, 0.1 + 26.5j])
+
+
+def test_complex_erf_and_erfc_match_scipy_at_edges():
+    assert_error_functions_match_scipy(COMPLEX_EDGES)
+    check_function(error_functions, COMPLEX_EDGES[:8], rtol=1e-12, atol=1e-15)
+
+
+@SETTINGS
+@given(hnp.arrays(np.float64, (2, 4), elements=st.floats(-30, 30)),
+       st.sampled_from([1e-3, 0.7, 1.0, 3.0, 10.0]))
+def test_complex_erf_and_erfc_match_scipy_over_the_plane(parts, scale):
+    z = (parts[0] + 1j * parts[1]) * (scale / 30)
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(error_functions(z)[0])
+    assert_error_functions_match_scipy(z[finite])
+
+
+def test_complex64_erf_stays_complex64():
+    z = np.array([0.3 + 0.2j, -2 + 1j], np.complex64)
+    for backend in ("xla", "python"):
+        got_erf, got_erfc = s2s.jit(error_functions, backend=backend)(z)
+        assert np.asarray(got_erf).dtype == np.complex64
+        np.testing.assert_allclose(got_erf, sp.erf(z), rtol=1e-5)
+        np.testing.assert_allclose(got_erfc, sp.erfc(z), rtol=1e-5)
+
+
+def sum_of_error_functions(z):
+    return sp.erf(z) + 2 * sp.erfc(z)
+
+
+def test_complex_erf_derivatives_are_holomorphic():
+    """jvp: f'(z) t with f' = -2/sqrt(pi) e^(-z^2) for erf + 2 erfc; vjp: c f'(z) (JAX's
+    convention for a holomorphic function: no conjugate); the formula checked by central
+    differences of SciPy's values; second order by jvp of jvp: 4 z/sqrt(pi) e^(-z^2)."""
+    z = np.array([0.3 + 0.2j, -1.5 + 2j, 2 - 0.5j, 0.01j])
+    slope = -2 / np.sqrt(np.pi) * np.exp(-z * z)
+    h = 1e-6
+    numeric = (sum_of_error_functions(z + h) - sum_of_error_functions(z - h)) / (2 * h)
+    np.testing.assert_allclose(numeric, slope, rtol=1e-8)
+    tangent = np.array([1 + 0j, 1j, 0.5 - 2j, -1 + 1j])
+    _, t_out = s2s.jvp(sum_of_error_functions, (z,), (tangent,))
+    np.testing.assert_allclose(t_out, slope * tangent, rtol=1e-12)
+    out, pullback = s2s.vjp(sum_of_error_functions, z)
+    np.testing.assert_allclose(out, sum_of_error_functions(z), rtol=1e-13)
+    np.testing.assert_allclose(pullback(tangent)[0], tangent * slope, rtol=1e-12)
+    second = s2s.jit(lambda v: s2s.jvp(lambda u: s2s.jvp(sp.erf, (u,), (np.ones(4, complex),))[1],
+                                       (v,), (np.ones(4, complex),))[1])(z)
+    np.testing.assert_allclose(second, -4 * z / np.sqrt(np.pi) * np.exp(-z * z), rtol=1e-12)
