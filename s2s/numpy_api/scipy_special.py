@@ -81,8 +81,26 @@ def _no_out(name: str, out):
 expit = _unary("expit", ew.logistic)
 gammaln = _unary("gammaln", ew.lgamma)
 digamma = _unary("digamma", ew.digamma)
-erf = _unary("erf", ew.erf)
-erfc = _unary("erfc", ew.erfc)
+
+
+def _error_function(name: str, prim):
+    """scipy.special.erf / erfc: SciPy's real loops (as `_unary`), and its complex ones for
+    a complex x (complex64 stays complex64), holomorphic, derivative +-2/sqrt(pi) e^(-x^2)."""
+    real = _unary(name, prim)
+
+    def fn(x, out=None):
+        x = operand(x)
+        if aval(x).dtype.kind != "c":
+            return real(x, out)
+        _no_out(name, out)
+        return prim.bind(x)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = real.__doc__
+    return fn
+
+
+erf = _error_function("erf", ew.erf)
+erfc = _error_function("erfc", ew.erfc)
 
 
 def betainc(a, b, x, out=None):

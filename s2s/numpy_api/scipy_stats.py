@@ -14,6 +14,7 @@ once the user's code has imported scipy.stats (see `_base.DispatchTable`).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -156,45 +157,120 @@ class _STAGED:
     lgamma = staticmethod(scipy_special.gammaln)
 
 
-# From this df on, t.cdf is the normal's with its 1/df correction, -pdf(z) (z^3 + z) / (4 df),
-# off by about 0.2 / df^2 (2e-15 here), where betainc's argument df / (df + z^2) has lost
-# the digits of z^2 / df (3e-13 off at df = 1e7).
-T_CDF_EXPANSION_FROM = 1e7
 # Below this |z|, t.cdf is 1/2 + z pdf(0) to within z^2 relative: exact in float64, and
 # its derivative (the pdf) has no 0 * inf from the fraction's z^2 underflowing.
 T_CDF_LINEAR_BELOW = 1e-8
 
 
-def t_cdf(x, df, loc=0, scale=1):
-    """Through the regularized incomplete beta function: beyond |z| = 1, the tail
-    I_{df/(df+z^2)}(df/2, 1/2) / 2 from the nearer end (accurate however small); within,
-    where that argument nears 1 and its derivative in x grows without bound, 1/2 + sign(z)
-    I_{z^2/(df+z^2)}(1/2, df/2) / 2 (the sum stays above 0.15: no digits lost). Near z = 0
-    it is 1/2 + z pdf(0) (T_CDF_LINEAR_BELOW); from T_CDF_EXPANSION_FROM on, the normal's
-    with its 1/df term; the normal's where df is inf, as SciPy.
-    Its derivative in x is the pdf; in df it is refused, as JAX has none."""
-    z, _, valid = _standardized(x, loc, scale)
-    (df,) = _float64(df)
-    infinite = npm.isinf(df)
-    expanded = df >= T_CDF_EXPANSION_FROM
-    finite_df = npm.where(infinite | expanded, 1.0, df)
+def _t_cdf_by_betainc(z, df):
+    """t.cdf for a finite df through the regularized incomplete beta function: beyond
+    |z| = 1, the tail I_{df/(df+z^2)}(df/2, 1/2) / 2 from the nearer end (accurate however
+    small); within, where that argument nears 1 and its derivative in x grows without
+    bound, 1/2 + sign(z) I_{z^2/(df+z^2)}(1/2, df/2) / 2 (the sum stays above 0.15: no
+    digits lost); near z = 0, 1/2 + z pdf(0) (T_CDF_LINEAR_BELOW). Rounding df/(df+z^2)
+    costs about df * 1e-16 relative (4e-12 at df = 1e5), so from T_SERIES_FROM_DF on the
+    series below takes over."""
     at_zero = npm.abs(z) < T_CDF_LINEAR_BELOW
     safe_z = npm.where(at_zero, 1.0, z)
     square = safe_z * safe_z
     near = square < 1
     # Each side sees only squares of its own range, so the other's derivative is finite.
     near_square = npm.where(near, square, 0.25)
-    far_square = npm.where(near, finite_df, square)
-    near_half = 0.5 * scipy_special.betainc(0.5, 0.5 * finite_df, near_square / (finite_df + near_square))
-    far_half = 0.5 * scipy_special.betainc(0.5 * finite_df, 0.5, finite_df / (finite_df + far_square))
+    far_square = npm.where(near, df, square)
+    near_half = 0.5 * scipy_special.betainc(0.5, 0.5 * df, near_square / (df + near_square))
+    far_half = 0.5 * scipy_special.betainc(0.5 * df, 0.5, df / (df + far_square))
     center = npm.where(safe_z > 0, 0.5 + near_half, 0.5 - near_half)
     tails = npm.where(safe_z > 0, 1 - far_half, far_half)
     student = npm.where(near, center, tails)
-    density_at_zero = npm.exp(t_logpdf(0.0, finite_df))
-    student = npm.where(at_zero, 0.5 + z * density_at_zero, student)
-    large_df = npm.where(expanded & ~infinite, df, T_CDF_EXPANSION_FROM)
-    near_normal = normal_cdf(z) - npm.exp(normal_logpdf(z)) * (z * z * z + z) / (4 * large_df)
-    cdf = npm.where(infinite, normal_cdf(z), npm.where(expanded, near_normal, student))
+    density_at_zero = npm.exp(t_logpdf(0.0, df))
+    return npm.where(at_zero, 0.5 + z * density_at_zero, student)
+
+
+def _bernoulli_plus(count: int) -> list[Fraction]:
+    """B_0 .. B_{count-1} with B_1 = +1/2: the coefficients of u / (1 - e^-u) = sum B_n u^n / n!."""
+    numbers: list[Fraction] = []
+    for m in range(count):
+        numbers.append(Fraction(1) if m == 0 else
+                       -sum(math.comb(m + 1, k) * numbers[k] for k in range(m)) / (m + 1))
+    return [abs(b) if m == 1 else b for m, b in enumerate(numbers)]
+
+
+def _sqrt_series(coefficients: list[Fraction]) -> list[Fraction]:
+    """The power series h with h^2 = g (g_0 = 1), term by term."""
+    root = [Fraction(1)]
+    for n in range(1, len(coefficients)):
+        root.append((coefficients[n] - sum(root[i] * root[n - i] for i in range(1, n))) / 2)
+    return root
+
+
+# t.cdf for a large df, as a normal integral: with w = sign(t) sqrt(df log(1 + t^2/df)),
+# (1 + t^2/df)^(-(df+1)/2) dt = e^(-w^2/2) h(w^2/df) dw, h(u) = sqrt(u / (1 - e^-u)), so
+# t.cdf(t) = C sum_k h_k M_k(w) / df^k, with M_k(w) the integral of s^2k phi(s) up to w and
+# C = sqrt(2 pi) Gamma((df+1)/2) / (Gamma(df/2) sqrt(df pi)). h's series converges for
+# |u| < 2 pi; T_SERIES_TERMS terms up to u = T_SERIES_UP_TO leave (0.75 / 2 pi)^18 ~ 3e-17.
+# Beyond that u the tail is below e^(-0.375 df): it underflows from df = 2000 on, and below,
+# betainc's df * 1e-16 is at most 2e-13.
+T_SERIES_FROM_DF = 100.0
+T_SERIES_UP_TO = 0.75
+T_SERIES_TERMS = 18
+_T_SERIES = [float(h) for h in _sqrt_series(
+    [b / math.factorial(n) for n, b in enumerate(_bernoulli_plus(T_SERIES_TERMS))])]
+
+
+def _t_log_lower_tail(s, df):
+    """log t.cdf(s) for s <= 0 and a large df, by the normal integral above: log C +
+    log Phi(w) + log sum_k h_k R_k with R_k = M_k(w) / (Phi(w) df^k), which
+    integration by parts gives as R_k = ((2k - 1) R_(k-1) + |w| u^(k-1) phi(w)/Phi(w)) / df
+    (u = w^2/df): positive terms, and no underflow however far the tail."""
+    ratio = s * s / df
+    u = npm.log1p(ratio)
+    tiny = ratio < 1e-10   # log1p(r)/r = 1 - r/2 there, without the 0/0 at s = 0
+    safe_ratio = npm.where(tiny, 1.0, ratio)
+    w = s * npm.where(tiny, 1 - 0.25 * ratio, npm.sqrt(npm.log1p(safe_ratio) / safe_ratio))
+    log_phi_cdf = normal_logcdf(w)
+    mills = npm.exp(normal_logpdf(w) - log_phi_cdf)
+    term, power, total = 1.0, 1.0, _T_SERIES[0]
+    for k, coefficient in enumerate(_T_SERIES[1:], start=1):
+        term = ((2 * k - 1) * term - w * power * mills) / df
+        power = power * u
+        total = total + coefficient * term
+    return _t_log_normalizer(0.5 * df) + log_phi_cdf + npm.log(total)
+
+
+def _t_log_normalizer(half_df):
+    """log C = lgamma(n + 1/2) - lgamma(n) - log(n) / 2 for n = df/2 >= 50, by Stirling's
+    series (its first omitted term below 1e-16 there): n log1p(1/(2n)) - 1/2 - ..., about
+    -1/(8n), with none of the lgammas' digits lost to their difference."""
+    big = half_df + 0.5
+    return (half_df * npm.log1p(0.5 / half_df) - 0.5 - 1 / (24 * half_df * big)
+            - (1 / big ** 3 - 1 / half_df ** 3) / 360 + (1 / big ** 5 - 1 / half_df ** 5) / 1260)
+
+
+def _t_cdf_parts(x, df, loc, scale):
+    """What t.cdf and t.logcdf share: (z, valid, df, infinite, by_series, log_tail,
+    by_betainc) with log_tail = log t.cdf(-|z|) by the series where `by_series`, and
+    by_betainc(z') t.cdf by the incomplete beta function elsewhere. Each way sees
+    only values in its own range, so the other's derivative stays finite."""
+    z, _, valid = _standardized(x, loc, scale)
+    (df,) = _float64(df)
+    infinite = npm.isinf(df)
+    by_series = (df >= T_SERIES_FROM_DF) & ~infinite & (npm.log1p(z * z / df) <= T_SERIES_UP_TO)
+    series_z = npm.where(by_series, z, 0.0)
+    series_df = npm.where(by_series, df, T_SERIES_FROM_DF)
+    log_tail = _t_log_lower_tail(npm.where(series_z > 0, -series_z, series_z), series_df)
+    beta_df = npm.where(infinite | by_series, 1.0, df)
+    return z, valid, df, infinite, by_series, log_tail, lambda at: _t_cdf_by_betainc(at, beta_df)
+
+
+def t_cdf(x, df, loc=0, scale=1):
+    """From T_SERIES_FROM_DF on, by the normal integral (`_t_log_lower_tail`), the upper
+    side as 1 - lower tail of -z; below, by the incomplete beta function
+    (`_t_cdf_by_betainc`); the normal's where df is inf, as SciPy.
+    Its derivative in x is the pdf; in df it is refused, as JAX has none."""
+    z, valid, df, infinite, by_series, log_tail, by_betainc = _t_cdf_parts(x, df, loc, scale)
+    lower_tail = npm.exp(log_tail)   # at most 1/2, so 1 - it loses no digits
+    series = npm.where(z > 0, 1 - lower_tail, lower_tail)
+    cdf = npm.where(infinite, normal_cdf(z), npm.where(by_series, series, by_betainc(z)))
     return _where_valid(valid & (df > 0), cdf)
 
 
@@ -336,17 +412,15 @@ def log_ndtr(x):
 
 def t_logcdf(x, df, loc=0, scale=1):
     """log of t.cdf, each side from its small value: below 0 the log of the cdf (the
-    tail's own digits, down to where t.cdf underflows), above the log1p of minus the
-    survival function cdf(-z), so a cdf near 1 keeps its tiny log; log Phi(z) where df is
-    inf, which never underflows. Differentiable in x, loc and scale, as t.cdf."""
-    z, _, valid = _standardized(x, loc, scale)
-    (df,) = _float64(df)
-    infinite = npm.isinf(df)
-    finite_df = npm.where(infinite, 1.0, df)
+    tail's own digits), above the log1p of minus the survival function cdf(-z), so a cdf
+    near 1 keeps its tiny log; by the series the log of the tail itself, which never
+    underflows; log Phi(z) where df is inf. Differentiable in x, loc and scale, as t.cdf."""
+    z, valid, df, infinite, by_series, log_tail, by_betainc = _t_cdf_parts(x, df, loc, scale)
     upper = z > 0
-    lower_tail = npm.log(t_cdf(npm.where(upper, 0.0, z), finite_df))
-    upper_tail = npm.log1p(-t_cdf(-npm.where(upper, z, 0.0), finite_df))
-    student = npm.where(upper, upper_tail, lower_tail)
+    series = npm.where(upper, npm.log1p(-npm.exp(log_tail)), log_tail)
+    lower_tail = npm.log(by_betainc(npm.where(upper, 0.0, z)))
+    upper_tail = npm.log1p(-by_betainc(-npm.where(upper, z, 0.0)))
+    student = npm.where(by_series, series, npm.where(upper, upper_tail, lower_tail))
     return _where_valid(valid & (df > 0), npm.where(infinite, normal_logcdf(z), student))
 
 

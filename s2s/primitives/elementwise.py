@@ -16,6 +16,7 @@ import re
 
 import numpy as np
 import s2s_runtime as rt
+from s2s_runtime import special as rt_special
 
 from s2s import dtypes
 from s2s.core import JaxprEqn, Literal, ShapedArray, Var
@@ -27,7 +28,7 @@ from s2s.passes import (jvp as _jvp, partial_eval as _pe, simplify as _simplify,
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
-from s2s.staging import PRIMITIVES, Primitive, Tracer
+from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, Tracer
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -140,7 +141,7 @@ atanh = _unary("atanh", np.arctanh, "np.arctanh")
 sqrt = _unary("sqrt", np.sqrt, "np.sqrt")
 cbrt = _unary("cbrt", np.cbrt, "np.cbrt", kind="real_float")
 logistic = _unary("logistic", rt.logistic, "rt.logistic", kind="real_float")
-erf = _unary("erf", rt.erf, "rt.erf", kind="real_float")
+erf = _unary("erf", rt.erf, "rt.erf")
 lgamma = _unary("lgamma", rt.lgamma, "rt.lgamma", kind="real_float")
 digamma = _unary("digamma", rt.digamma, "rt.digamma", kind="real_float")
 floor = _unary("floor", np.floor, "np.floor", kind="real_float")
@@ -684,7 +685,7 @@ _HLO_UNARY = {
     floor: "stablehlo.floor", ceil: "stablehlo.ceil", round: "stablehlo.round_nearest_even",
     not_: "stablehlo.not", asin: "chlo.asin", acos: "chlo.acos", atan: "chlo.atan",
     sinh: "chlo.sinh", cosh: "chlo.cosh", asinh: "chlo.asinh", acosh: "chlo.acosh",
-    atanh: "chlo.atanh", erf: "chlo.erf", lgamma: "chlo.lgamma", digamma: "chlo.digamma",
+    atanh: "chlo.atanh", lgamma: "chlo.lgamma",
 }
 _HLO_BINARY = {
     add: "stablehlo.add", add_any: "stablehlo.add", sub: "stablehlo.subtract",
@@ -765,16 +766,40 @@ def _lower_is_finite(ctx, eqn, x):
                    f"{_hlo.out_type(eqn)}", _hlo.hint(eqn))]
 
 
+def _lower_digamma(ctx, eqn, x):
+    """chlo.digamma, except at a signed zero, where it gives nan and SciPy the pole's
+    -1/x: -inf at +0.0, inf at -0.0. XLA:CPU reads subnormals as zeros, so they get the
+    same infinities (their -1/x is at least 4.5e307)."""
+    aval, t = eqn.outvars[0].aval, _hlo.out_type(eqn)
+    psi = ctx.op(f"chlo.digamma {x} : {t} -> {t}", _hlo.hint(eqn))
+    zero, minus_one = ctx.constant(0, aval.dtype, aval.shape), ctx.constant(-1, aval.dtype, aval.shape)
+    at_zero = ctx.op(f"stablehlo.compare EQ, {x}, {zero}, FLOAT : ({t}, {t}) -> {_bool_type(aval)}")
+    pole = ctx.op(f"stablehlo.divide {minus_one}, {x} : {t}")
+    return [ctx.op(f"stablehlo.select {at_zero}, {pole}, {psi} : {_bool_type(aval)}, {t}", _hlo.hint(eqn))]
+
+
+def _bool_type(aval) -> str:
+    return _hlo.tensor_type(ShapedArray(aval.shape, dtypes.bool_))
+
+
 def _lower_polygamma(ctx, eqn, x):
-    aval = eqn.outvars[0].aval
-    order = ctx.constant(eqn.params["n"], aval.dtype, aval.shape)
-    t = _hlo.out_type(eqn)
-    return [ctx.op(f"chlo.polygamma {order}, {x} : {t}, {t} -> {t}", _hlo.hint(eqn))]
+    """chlo.polygamma, and at the poles (0, -1, -2, ...), where it gives nan for an even
+    order, SciPy's (-1)^(n+1) inf: n! zeta(n+1, x) is inf there."""
+    aval, t, n = eqn.outvars[0].aval, _hlo.out_type(eqn), eqn.params["n"]
+    order = ctx.constant(n, aval.dtype, aval.shape)
+    value = ctx.op(f"chlo.polygamma {order}, {x} : {t}, {t} -> {t}", _hlo.hint(eqn))
+    zero = ctx.constant(0, aval.dtype, aval.shape)
+    floor = ctx.op(f"stablehlo.floor {x} : {t}")
+    integer = ctx.op(f"stablehlo.compare EQ, {x}, {floor}, FLOAT : ({t}, {t}) -> {_bool_type(aval)}")
+    not_positive = ctx.op(f"stablehlo.compare LE, {x}, {zero}, FLOAT : ({t}, {t}) -> {_bool_type(aval)}")
+    pole = ctx.op(f"stablehlo.and {integer}, {not_positive} : {_bool_type(aval)}")
+    infinity = ctx.constant(np.inf if n % 2 else -np.inf, aval.dtype, aval.shape)
+    return [ctx.op(f"stablehlo.select {pole}, {infinity}, {value} : {_bool_type(aval)}, {t}", _hlo.hint(eqn))]
 
 
 def _lower_select(ctx, eqn, p, a, b):
-    pred_t = _hlo.tensor_type(ShapedArray(eqn.outvars[0].aval.shape, dtypes.bool_))
-    return [ctx.op(f"stablehlo.select {p}, {a}, {b} : {pred_t}, {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+    return [ctx.op(f"stablehlo.select {p}, {a}, {b} : {_bool_type(eqn.outvars[0].aval)}, {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn))]
 
 
 def _lower_clamp(ctx, eqn, lo, x, hi):
@@ -812,7 +837,7 @@ for _prim, _op in _HLO_BINARY.items():
 for _prim, _direction in _HLO_COMPARE.items():
     _hlo.register(_prim, _lower_compare(_direction), broadcasting=True)
 for _prim, _rule in [(integer_pow, _lower_integer_pow), (is_finite, _lower_is_finite),
-                     (polygamma, _lower_polygamma), (select, _lower_select),
+                     (polygamma, _lower_polygamma), (digamma, _lower_digamma), (select, _lower_select),
                      (clamp, _lower_clamp), (convert_element_type, _lower_convert)]:
     _hlo.register(_prim, _rule, broadcasting=True)
 _hlo.register(iota, _lower_iota)
@@ -894,5 +919,46 @@ _vmap.unmapped(iota)
 
 erfc = _unary("erfc", rt.erfc, "rt.erfc")
 _jvp.register(erfc, _make_unary_jvp(erfc, lambda x, y, t: t * (-1.1283791670955126 * ops.exp(-(x * x)))))
-_hlo.register(erfc, _lower_unary("chlo.erfc"), broadcasting=True)
 _vmap.vectorized(erfc)
+
+# ---------------------------------------------------------------------------------------
+# erf and erfc lower to CHLO's for real operands; CHLO has none for complex ones, so there
+# the lowering stages s2s_runtime.special's complex_erf / complex_erfc (the algorithm the
+# NumPy impl runs) on the real and imaginary parts, in the parts' dtype.
+
+
+class _StagedRealFunctions:
+    """What the complex error functions need, as staged operations on real `dtype` values."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def select(self, pred, on_true, on_false):
+        def staged(v):
+            return ops.literal(v, self.dtype) if isinstance(v, (int, float)) else v
+        return select.bind(pred, staged(on_true), staged(on_false))
+
+    exp = staticmethod(exp.bind)
+    cos = staticmethod(cos.bind)
+    sin = staticmethod(sin.bind)
+
+
+def _lower_error_function(chlo_op: str, parts_fn):
+    real_rule = _lower_unary(chlo_op)
+
+    def rule(ctx, eqn, x):
+        aval = eqn.invars[0].aval.strip_weak_type()
+        if not dtypes.is_complex(aval.dtype):
+            return real_rule(ctx, eqn, x)
+        with JaxprBuilder() as builder:
+            z = builder.new_arg(aval)
+            parts = parts_fn(ops.real(z), ops.imag(z), _StagedRealFunctions(np.finfo(aval.dtype).dtype))
+            closed = builder.build([ops.complex_from_parts(*parts)])
+        if closed.consts:
+            raise AssertionError(f"the complex {eqn.primitive.name} lowering captured constants")
+        return _hlo.lower_jaxpr(ctx, closed.jaxpr, [x])
+    return rule
+
+
+_hlo.register(erf, _lower_error_function("chlo.erf", rt_special.complex_erf), broadcasting=True)
+_hlo.register(erfc, _lower_error_function("chlo.erfc", rt_special.complex_erfc), broadcasting=True)

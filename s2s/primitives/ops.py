@@ -134,6 +134,7 @@ floor, ceil = _unary("floor"), _unary("ceil")
 log, sign, abs_ = _unary("log"), _unary("sign"), _unary("abs")
 neg = _unary("neg")
 real, imag, conj = _unary("real"), _unary("imag"), _unary("conj")   # of complex operands
+complex_from_parts = _binary("complex")   # real + i imag, exactly
 add, sub, mul, and_ = _binary("add"), _binary("sub"), _binary("mul"), _binary("and")
 eq, ne, lt, le, ge = (_binary(n) for n in ("eq", "ne", "lt", "le", "ge"))
 div, minimum = _binary("div"), _binary("min")     # integers: `div` rounds toward zero

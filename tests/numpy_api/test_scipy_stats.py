@@ -152,7 +152,7 @@ def test_student_t_at_large_df_and_tiny_z_keeps_its_digits():
         for run in (s2s.jit(t_logpdf_and_cdf), s2s.jit(t_logpdf_and_cdf, backend="python")):
             logpdf, cdf = run(x, np.full(6, df))
             np.testing.assert_allclose(logpdf, stats.t.logpdf(x, df), rtol=1e-13)
-            np.testing.assert_allclose(cdf, stats.t.cdf(x, df), rtol=1e-9, atol=1e-14)
+            np.testing.assert_allclose(cdf, stats.t.cdf(x, df), rtol=1e-12, atol=0)
     alone = s2s.jit(t_logpdf_and_cdf)(np.array([-0.5]), np.array([1e10]))[1]
     batched = s2s.jit(t_logpdf_and_cdf)(np.array([-0.5, 3.0]), np.array([1e10, 3.0]))[1]
     assert alone[0] == batched[0]

@@ -186,9 +186,12 @@ def test_digamma_is_the_derivative_of_lgamma(data):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_digamma_poles_are_nan(dtype, no_warnings):
-    poles = np.array([0.0, -0.0, -1.0, -2.0, -5.0, -1e6, -2.0 ** 60, -np.inf], dtype=dtype)
+def test_digamma_poles_match_scipy(dtype, no_warnings):
+    """nan at the negative integers; at the signed zeros the pole's -1/x, as SciPy's."""
+    poles = np.array([-1.0, -2.0, -5.0, -1e6, -2.0 ** 60, -np.inf], dtype=dtype)
     assert np.all(np.isnan(rt.digamma(poles)))
+    np.testing.assert_array_equal(rt.digamma(np.array([0.0, -0.0], dtype)), [-np.inf, np.inf])
+    assert rt.digamma(dtype(-0.0)) == np.inf and rt.digamma(dtype(0.0)) == -np.inf
     assert np.isnan(rt.digamma(dtype(np.nan)))
     assert rt.digamma(dtype(np.inf)) == np.inf
 
@@ -255,10 +258,11 @@ def test_trigamma_is_the_derivative_of_digamma():
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_polygamma_poles_are_nan(dtype, no_warnings):
-    poles = np.array([0.0, -1.0, -7.0], dtype=dtype)
+def test_polygamma_poles_are_scipys_infinities(dtype, no_warnings):
+    """(-1)^(n+1) inf at 0, -0.0 and the negative integers: SciPy's n! zeta(n+1, x)."""
+    poles = np.array([0.0, -0.0, -1.0, -7.0], dtype=dtype)
     for n in (1, 2, 3):
-        assert np.all(np.isnan(rt.polygamma(n, poles)))
+        np.testing.assert_array_equal(rt.polygamma(n, poles), (-1) ** (n + 1) * np.inf)
         assert np.isnan(rt.polygamma(n, dtype(np.nan)))
 
 
