@@ -368,7 +368,7 @@ _UNARY_TANGENTS = {
     exp: lambda x, y, t: t * y,
     log: lambda x, y, t: t / x,
     log1p: lambda x, y, t: t / (1 + x),
-    expm1: lambda x, y, t: t * (y + 1),
+    expm1: lambda x, y, t: t * ops.exp(x),   # not y + 1: that cancels for x << 0
     sin: lambda x, y, t: t * ops.cos(x),
     cos: lambda x, y, t: -(t * ops.sin(x)),
     tan: lambda x, y, t: t * (1 + y * y),
