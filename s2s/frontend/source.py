@@ -96,21 +96,31 @@ class Statement:
         return users.get(_position_key(store))
 
     def _chained_users(self) -> dict:
-        """position key of each stored Name -> the `ast` nodes reading its value."""
+        """position key of each stored Name -> the `ast` nodes reading its value (a read
+        that cannot be placed is `_UNPLACED`, which no region holds: counted as outside)."""
         copy = gast.ast_to_gast(self.tree)
         chains = _QuietDefUseChains(self.filename)
         chains.visit(gast.Module(body=[copy], type_ignores=[]))
-        originals = {_position_key(n): n for n in ast.walk(self.tree) if hasattr(n, "lineno")}
+        originals = {key: n for n in ast.walk(self.tree) if (key := _position_key(n)) is not None}
         users = {}
         for node, chain in chains.chains.items():
             if type(node).__name__ == "Name" and hasattr(node, "lineno"):
-                users[_position_key(node)] = [originals[key] for u in chain.users()
-                                              if (key := _position_key(u.node)) in originals]
+                users[_position_key(node)] = [originals.get(_position_key(u.node), _UNPLACED)
+                                              for u in chain.users()]
         return users
 
 
-def _position_key(node) -> tuple:
-    """What tells a node of a statement from its other nodes, in `ast` and in gast alike."""
+_UNPLACED = object()
+
+
+def _position_key(node) -> tuple | None:
+    """What tells a node of a statement from its other nodes, in `ast` and in gast alike:
+    its class and span; a comprehension (`for t in xs`, which has no position of its own,
+    and which beniget names as a reader of `xs`) by its iterable's."""
+    if type(node).__name__ == "comprehension":
+        return ("comprehension", _position_key(node.iter))
+    if not hasattr(node, "lineno"):
+        return None
     return (type(node).__name__, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
 
 
@@ -139,13 +149,21 @@ def _module_imports(parsed: ParsedFile) -> list:
     return parsed.imports
 
 
-def _statement_at(parsed: ParsedFile, filename: str, line: int) -> Statement | None:
-    """The top-level statement of `parsed` whose lines (decorators included) hold `line`."""
+def _statement_at(parsed: ParsedFile, filename: str, code) -> Statement | None:
+    """The top-level statement of `parsed` that holds the def or lambda `code` was compiled
+    from: whose lines (decorators included) hold its first line, and, where several share
+    that line (`f = lambda x: ...; g = lambda x: ...`), whose columns hold its code's."""
+    line = code.co_firstlineno
     body = parsed.module.body
     starts = [min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", ())]) for s in body]
     index = bisect.bisect_right(starts, line) - 1
     if index < 0 or line > body[index].end_lineno:
         return None
+    if index > 0 and body[index - 1].end_lineno == line:   # statements side by side on the line
+        columns = [p[2] for p in code.co_positions()   # (not RESUME's empty span at column 0)
+                   if p[0] == line and p[2] is not None and p[3] is not None and p[3] > p[2]]
+        while index > 0 and columns and body[index].lineno == line and body[index].col_offset > min(columns):
+            index -= 1
     statement = parsed.statements.get(index)
     if statement is None:
         statement = parsed.statements.setdefault(index, Statement(body[index], filename, _module_imports(parsed)))
@@ -256,10 +274,13 @@ class FunctionSource:
 
     def stored_names(self, statements) -> list[str]:
         """Names the statements assign (in order of first assignment), not looking into
-        nested functions, which have scopes of their own."""
+        nested functions nor at comprehensions' targets, which have scopes of their own."""
+        nodes = list(walk_scope(statements))
+        own = {id(n) for c in nodes if isinstance(c, ast.comprehension) for n in ast.walk(c.target)}
         names: list[str] = []
-        for node in walk_scope(statements):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in names:
+        for node in nodes:
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in names \
+                    and id(node) not in own:
                 names.append(node.id)
         return names
 
@@ -480,11 +501,15 @@ def _node_in_current_text(fn):
         parsed = _parse_file(filename, lines)
     except SyntaxError:
         raise _stale_source_error(fn, filename) from None
-    statement = _statement_at(parsed, filename, code.co_firstlineno)
+    statement = _statement_at(parsed, filename, code)
     candidates = statement.compiled_functions().get((code.co_qualname, code.co_firstlineno), []) \
         if statement is not None else []
-    if any(_same_code(code, c) for c in candidates):
-        found = _find_node(parsed, filename, code)
+    found = _find_node(parsed, filename, code) if candidates else None
+    # The text at `fn`'s own node must compile to `fn`'s code: two lambdas on one line share
+    # a name and a line, and an edit of one must not pass for the other, unchanged.
+    if found is not None and any(_same_code(code, c) for c in candidates
+                                 if _find_in(found[0].tree, c, code.co_firstlineno) is found[1]):
+        pass
     else:   # moved, perhaps: the same code at one other place in the file is the same function
         moved = [c for (qualname, _), found in _compiled_functions(parsed, filename).items()
                  if qualname == code.co_qualname for c in found if _same_code(code, c)]
@@ -497,11 +522,10 @@ def _node_in_current_text(fn):
 def _find_node(parsed: ParsedFile, filename: str, code) -> tuple[Statement, object] | None:
     """The top-level statement that holds the def or lambda `code` was compiled from, and
     its node there, or None."""
-    line = code.co_firstlineno
-    statement = _statement_at(parsed, filename, line)
+    statement = _statement_at(parsed, filename, code)
     if statement is None:
         return None
-    node = _find_in(statement.tree, code, line)
+    node = _find_in(statement.tree, code, code.co_firstlineno)
     return (statement, node) if node is not None else None
 
 

@@ -692,3 +692,38 @@ def test_each_nested_continue_stages_what_it_guards_once(monkeypatch):
         assert_close(s2s.jit(fn)(xs), fn(xs))
         counts[depth] = len(stagings)
     assert counts[6] < 2 * counts[3], counts     # linear in the depth (it doubled per level)
+
+
+def comprehension_then_branch(x):
+    ys = [t for t in x]
+    if np.sum(x) > 0:
+        x = x * 2.0
+    return x + ys[0]
+
+
+def comprehension_in_a_while_loop(x):
+    s = x
+    i = 0
+    while np.sum(s) < 50.0:
+        s = np.stack([t * 2.0 for t in s])
+        i += 1
+    return np.sum(s) + i
+
+
+@pytest.mark.parametrize("fn", [comprehension_then_branch, comprehension_in_a_while_loop])
+@pytest.mark.parametrize("backend", ["xla", "python"])
+def test_comprehensions_beside_staged_control_flow(fn, backend):
+    """A comprehension's target is its own (not a loop carry), and beniget's read of its
+    iterable (the comprehension node, which has no position) is placed by that iterable."""
+    x = np.array([0.3, 0.7])
+    np.testing.assert_allclose(np.asarray(s2s.jit(fn, backend=backend)(x)), fn(x))
+    np.testing.assert_allclose(np.asarray(s2s.grad(total_of, argnums=1)(fn, x)),
+                               _central_difference(lambda x: total_of(fn, x), x), rtol=1e-6)
+
+
+def total_of(fn, x):
+    return np.sum(fn(x))
+
+
+def _central_difference(f, x, eps=1e-6):
+    return np.array([(f(x + eps * e) - f(x - eps * e)) / (2 * eps) for e in np.eye(len(x))])

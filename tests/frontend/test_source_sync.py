@@ -309,3 +309,20 @@ def test_a_future_import_of_the_file_is_compiled_with_the_function(package, monk
                                  "    return np.sum(sine(x) * scale)\n")
     m = import_fresh(name)
     np.testing.assert_allclose(s2s.grad(m.f)(X), 2.0 * np.cos(X))
+
+
+@pytest.mark.parametrize("edit", ["f", "g"])
+def test_two_lambdas_on_one_line_are_checked_each_against_its_own_text(package, edit):
+    """`f = lambda ...; g = lambda ...` are two top-level statements on one line: each
+    function is found in its own (by its code's columns), and an edit of one is never taken
+    for the other's unchanged text (the value staged is always the code that runs)."""
+    tmp_path, module_name = package
+    name = module_name(f"lambdas_{edit}")
+    text = "import numpy as np\nf = lambda x: np.sum(np.sin(x)); g = lambda x: np.sum(np.sin(x))\n"
+    write_module(tmp_path, name, text)
+    m = import_fresh(name)
+    edited = text.replace("np.sin", "np.cos", 1) if edit == "f" else \
+        text.replace("np.sum(np.sin(x))\n", "np.sum(np.cos(x))\n")
+    write_module(tmp_path, name, edited)
+    for fn in (m.f, m.g):
+        np.testing.assert_allclose(np.asarray(s2s.jit(fn)(X)), fn(X))
