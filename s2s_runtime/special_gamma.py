@@ -229,12 +229,25 @@ def run_gammainc_loop(a, x, finish, *, grad_a: bool = False):
     tolerance = GAMMAINC_TOLERANCE_EPS * float(np.finfo(dtype).eps)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         sanitized_a, sanitized_x, *state = gammainc_start(a, x, tiny, fns, grad_a=grad_a)
+        residual = np.ones_like(sanitized_a)
         for m in range(1, GAMMAINC_MAX_STEPS + 1):
-            state, residual = gammainc_step(sanitized_a, sanitized_x, dtype.type(m), state, tiny, fns)
+            state, residual = converged_frozen(
+                state, residual, *gammainc_step(sanitized_a, sanitized_x, dtype.type(m), state, tiny, fns),
+                tolerance, fns)
             if not np.any(residual > tolerance):   # nan counts as converged
                 break
         value = finish(a, x, sanitized_a, sanitized_x, state, fns)
         return np.asarray(unconverged_to_nan(value, residual, tolerance, fns), dtype)[()]
+
+
+def converged_frozen(state, residual, new_state, new_residual, tolerance, fns):
+    """A step's (state, residual), except where the residual already was below the
+    tolerance: such an element keeps the state it converged to. (Lentz's residual drifts
+    back above the tolerance some thousand steps after converging; in a batch that keeps
+    moving, every element would otherwise step on until GAMMAINC_MAX_STEPS and be nan.)"""
+    frozen = residual <= tolerance
+    return ([fns.select(frozen, old, new) for old, new in zip(state, new_state)],
+            fns.select(frozen, residual, new_residual))
 
 
 def unconverged_to_nan(value, residual, tolerance, fns):

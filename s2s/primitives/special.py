@@ -306,7 +306,9 @@ def _lower_incomplete_gamma(finish, grad_a: bool = False):
 
         def step(carry):
             def one_step(m, a, x, *state_and_residual):
-                state, residual = rt_special_gamma.gammainc_step(a, x, m, state_and_residual[:-1], tiny, fns)
+                *state, residual = state_and_residual
+                state, residual = rt_special_gamma.converged_frozen(
+                    state, residual, *rt_special_gamma.gammainc_step(a, x, m, state, tiny, fns), tolerance, fns)
                 return [m + 1, a, x, *state, residual]
             return _hlo.lower_jaxpr(ctx, _staged(one_step, [scalar] + [out] * (len(names) + 3)), carry)
 
