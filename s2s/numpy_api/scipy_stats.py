@@ -441,7 +441,7 @@ def beta_logpdf(x, a, b, loc=0, scale=1):
     scale are positive. Differentiable in x, a, b, loc and scale."""
     y, log_scale, valid = _standardized(x, loc, scale)
     a, b = _float64(a, b)
-    inside = (y >= 0) & (y <= 1)
+    inside = ((y >= 0) & (y <= 1)) | npm.isnan(y)   # (a nan x stays nan, as SciPy's)
     safe_y = npm.where(inside, y, 0.5)
     density = (scipy_special.xlogy(a - 1, safe_y) + scipy_special.xlog1py(b - 1, -safe_y)
                - _log_beta(a, b))
@@ -575,7 +575,7 @@ def gamma_logpdf(x, a, loc=0, scale=1):
     below); at z == 0 it is 0 for a == 1 and +inf for a < 1, as SciPy's xlogy gives."""
     z, log_scale, valid = _standardized(x, loc, scale)
     (a,) = _float64(a)
-    inside = z >= 0
+    inside = (z >= 0) | npm.isnan(z)   # (a nan x stays nan, as SciPy's)
     safe_z = npm.where(inside, z, 1.0)
     density = scipy_special.xlogy(a - 1, safe_z) - safe_z - scipy_special.gammaln(a)
     return _where_valid(valid & (a > 0), npm.where(inside, _less(density, log_scale), -np.inf))
@@ -590,7 +590,7 @@ def gamma_cdf(x, a, loc=0, scale=1):
     differentiable in x, loc and scale, and once in a."""
     z, _, valid = _standardized(x, loc, scale)
     (a,) = _float64(a)
-    return _where_valid(valid & (a > 0), scipy_special.gammainc(a, npm.where(z > 0, z, 0.0)))
+    return _where_valid(valid & (a > 0), scipy_special.gammainc(a, npm.where((z > 0) | npm.isnan(z), z, 0.0)))
 
 
 def _chi2_as_gamma(gamma_method):
@@ -617,7 +617,7 @@ def poisson_logpmf(k, mu, loc=0):
     count = (k >= 0) & (k == npm.floor(k))
     safe_k = npm.where(count, k, 0.0)
     mass = scipy_special.xlogy(safe_k, mu) - scipy_special.gammaln(safe_k + 1) - mu
-    return npm.where(mu >= 0, npm.where(count, mass, -np.inf), np.nan)
+    return npm.where((mu >= 0) & ~npm.isnan(k), npm.where(count, mass, -np.inf), np.nan)
 
 
 def poisson_pmf(k, mu, loc=0):

@@ -352,3 +352,18 @@ def test_a_slow_element_leaves_converged_batch_mates_alone(backend):
     x = np.append(a[:-1] + rng.uniform(0.5, 5.0, 3000), 9757176.285868531)   # element drifts at every step
     got = np.asarray(s2s.jit(lower_incomplete_gamma, backend=backend)(a, x))
     np.testing.assert_allclose(got, sp.gammainc(a, x), rtol=1e-12)
+
+
+def distributions_at(x):
+    return (stats.gamma.pdf(x, 2.0), stats.gamma.logpdf(x, 2.0), stats.gamma.cdf(x, 2.0),
+            stats.chi2.cdf(x, 3.0), stats.beta.pdf(x, 2.0, 3.0), stats.beta.logpdf(x, 2.0, 3.0),
+            stats.poisson.pmf(x, 2.0), stats.poisson.logpmf(x, 2.0))
+
+
+@pytest.mark.parametrize("backend", ["xla", "python"])
+def test_a_nan_point_gives_nan_not_a_value_outside_the_support(backend):
+    """nan compares False with every bound: a support test must not read it as outside
+    (which gave 0 and -inf where SciPy gives nan)."""
+    x = np.array([np.nan, -1.0, 0.5, 3.0])
+    for got, expected in zip(s2s.jit(distributions_at, backend=backend)(x), distributions_at(x)):
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-12, equal_nan=True)
