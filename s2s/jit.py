@@ -2,8 +2,8 @@
 
 One `Jitted` holds what every backend shares: staging (through the staging cache), the
 fast path for calls whose arguments are all arrays, and inlining when called on staged
-values. What differs sits in a backend object with one interface: `__call__` (the entry
-point of a call) and `runner` (how one `Staged` is run):
+values. What differs sits in a backend object with one interface: `call` (the entry point
+of a call) and `runner` (how one `Staged` is run):
 
 - `XlaBackend` lowers the jaxpr to StableHLO, compiles it with jaxlib on a device, and
   puts jaxlib's C++ dispatcher in front, which makes the calls it has seen without Python;
@@ -86,7 +86,10 @@ class Jitted:
         self._backend.jitted = weakref.ref(self)
 
     def __call__(self, *args, **kwargs):
-        return self._backend(*args, **kwargs)
+        try:
+            return self._backend.call(args, kwargs)
+        except S2SError as error:   # the user's to fix: shown without the frames it came through
+            raise error.with_traceback(None)
 
     def _call_in_python(self, args, kwargs):
         """A call made in Python: (the result, what the dispatcher needs to make the next
@@ -250,31 +253,28 @@ class XlaBackend:
         """A copy makes its own dispatcher, for the Jitted it is given to."""
         return {**self.__dict__, "_dispatch": None, "_dispatch_config": None, "_checked": []}
 
-    def __call__(self, *args, **kwargs):
+    def call(self, args, kwargs):
         """A call of the user's function (`Jitted.__call__`), the common case written out,
         since every call pays for what runs here."""
-        try:
-            if self._dispatch_config is not config.cache_key() or (self._checked and not self._guards_hold()):
-                self._new_dispatcher()
-            jax_x64, ours = jax_x64_setting(), config.values.enable_x64
-            outer = getattr(_callers_jax_x64, "value", _NO_CALLER)
-            if jax_x64 is None or (outer is _NO_CALLER and jax_x64.value == ours):
-                try:   # jax's x64 is s2s's already, outside any other s2s call: nothing to swap
-                    return self._dispatch(*args, **kwargs)
-                except (ValueError, _RefusedArgument, SystemError) as error:
-                    return self._call_refused(error, args, kwargs)
-            # Type this call by s2s's x64, and remember the caller's (see `_CallersJaxX64`).
-            previous = jax_x64.swap_local(ours)
-            _callers_jax_x64.value = previous
-            try:
+        if self._dispatch_config is not config.cache_key() or (self._checked and not self._guards_hold()):
+            self._new_dispatcher()
+        jax_x64, ours = jax_x64_setting(), config.values.enable_x64
+        outer = getattr(_callers_jax_x64, "value", _NO_CALLER)
+        if jax_x64 is None or (outer is _NO_CALLER and jax_x64.value == ours):
+            try:   # jax's x64 is s2s's already, outside any other s2s call: nothing to swap
                 return self._dispatch(*args, **kwargs)
             except (ValueError, _RefusedArgument, SystemError) as error:
                 return self._call_refused(error, args, kwargs)
-            finally:
-                jax_x64.set_local(previous)
-                _callers_jax_x64.value = outer
-        except S2SError as error:   # the user's to fix: shown without the frames it came through
-            raise error.with_traceback(None)
+        # Type this call by s2s's x64, and remember the caller's (see `_CallersJaxX64`).
+        previous = jax_x64.swap_local(ours)
+        _callers_jax_x64.value = previous
+        try:
+            return self._dispatch(*args, **kwargs)
+        except (ValueError, _RefusedArgument, SystemError) as error:
+            return self._call_refused(error, args, kwargs)
+        finally:
+            jax_x64.set_local(previous)
+            _callers_jax_x64.value = outer
 
     def _guards_hold(self) -> bool:
         return all(guards.hold(receiver, changing_only=True) for guards, receiver in self._checked)
@@ -367,12 +367,9 @@ class PythonBackend:
                              "runs NumPy on the host")
         self.jitted = weakref.ref(jitted)   # as XlaBackend's: no cycle through the Jitted
 
-    def __call__(self, *args, **kwargs):
+    def call(self, args, kwargs):
         """A call of the user's function (`Jitted.__call__`)."""
-        try:
-            return self.jitted()._call_in_python(args, kwargs)[0]
-        except S2SError as error:   # the user's to fix: shown without the frames it came through
-            raise error.with_traceback(None)
+        return self.jitted()._call_in_python(args, kwargs)[0]
 
     def runner(self, staged: Staged, args) -> Runner:
         """Runs the module `emit_python` shows. Without x64, 64-bit inputs run as the 32-bit
