@@ -37,6 +37,7 @@ import beniget
 import gast   # beniget's input: the def-use chains are made on a gast copy
 
 from s2s.errors import StagingError, StaleSourceError, UnsupportedSyntaxError
+from s2s.frontend.scopes import SCOPES, arguments_of, scope_of
 from s2s.source_info import SourceInfo
 
 
@@ -141,7 +142,7 @@ def _module_imports(parsed: ParsedFile) -> list:
             node = stack.pop()
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 found.append(node)
-            elif not isinstance(node, _SCOPES):   # a block of module scope: if, try, with ...
+            elif not isinstance(node, SCOPES):   # a block of module scope: if, try, with ...
                 stack.extend(reversed([c for c in ast.iter_child_nodes(node) if isinstance(
                     c, (ast.stmt, ast.excepthandler, ast.match_case))]))
         parsed.imports = sorted(found, key=lambda n: not (isinstance(n, ast.ImportFrom)
@@ -405,63 +406,6 @@ _sources: dict = {}
 _sources_lock = threading.Lock()
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-
-
-def _arguments(arguments: ast.arguments) -> list[ast.arg]:
-    """Every parameter of a def or lambda."""
-    return arguments.posonlyargs + arguments.args + arguments.kwonlyargs + [
-        a for a in (arguments.vararg, arguments.kwarg) if a is not None]
-
-
-def scope_of(function) -> tuple[frozenset[str], tuple]:
-    """(the names a def or lambda binds in its own scope, its own `global` and `nonlocal`
-    statements), by Python's rule: the arguments and every name the body stores to or
-    deletes, imports, defines (def, class) or matches, a walrus inside a comprehension
-    included, but not a comprehension's own targets nor anything inside nested functions
-    and classes (their decorators, defaults and bases are this scope's); less the names
-    declared `global` or `nonlocal`. One pass over the function, no def-use analysis."""
-    names = {a.arg for a in _arguments(function.args)}
-    declarations = []
-    stack = [function.body] if isinstance(function, ast.Lambda) else list(function.body)
-    while stack:
-        node = stack.pop()
-        kind = type(node)
-        if kind is ast.Name:
-            if type(node.ctx) is not ast.Load:
-                names.add(node.id)
-        elif isinstance(node, _SCOPES):
-            if kind is not ast.Lambda:
-                names.add(node.name)
-                stack.extend(node.decorator_list)
-            if kind is ast.ClassDef:
-                stack.extend(node.bases + node.keywords)
-            else:
-                stack.extend(node.args.defaults + [d for d in node.args.kw_defaults if d is not None])
-                if kind is not ast.Lambda:   # annotations too are evaluated here
-                    stack.extend(a.annotation for a in _arguments(node.args) if a.annotation is not None)
-                    stack.extend([node.returns] if node.returns is not None else [])
-        elif isinstance(node, _COMPREHENSIONS):   # its targets are its own; a walrus binds here
-            for generator in node.generators:
-                stack.extend([generator.iter, *generator.ifs])
-            stack.extend([node.key, node.value] if kind is ast.DictComp else [node.elt])
-        else:
-            if kind is ast.alias:
-                names.add(node.asname or node.name.split(".")[0])
-            elif kind is ast.Global or kind is ast.Nonlocal:
-                declarations.append(node)
-            elif (kind is ast.MatchAs or kind is ast.MatchStar) and node.name is not None:
-                names.add(node.name)
-            elif kind is ast.MatchMapping and node.rest is not None:
-                names.add(node.rest)
-            elif kind is ast.ExceptHandler and node.name is not None:
-                names.add(node.name)
-            stack.extend(ast.iter_child_nodes(node))
-    declared = {name for node in declarations for name in node.names}
-    return frozenset(names - declared), tuple(sorted(declarations, key=_position))
-
-
 def function_source(fn) -> FunctionSource:
     """The AST of a Python function or lambda, found in its file by line and column, after
     checking that the file's current text compiles to the code `fn` runs."""
@@ -579,7 +523,7 @@ def classify_names(fn) -> dict[str, str]:
     """
     source = function_source(fn)
     node = source.node
-    arg_names = {a.arg for a in _arguments(node.args)}
+    arg_names = {a.arg for a in arguments_of(node.args)}
     nested = {id(n) for inner in ast.walk(node) if inner is not node and isinstance(
         inner, (ast.FunctionDef, ast.Lambda)) for n in ast.walk(inner)}
     kinds: dict[str, str] = {}
