@@ -451,12 +451,11 @@ def _node_in_current_text(fn):
     found = _find_node(parsed, filename, code) if candidates else None
     # The text at `fn`'s own node must compile to `fn`'s code: two lambdas on one line share
     # a name and a line, and an edit of one must not pass for the other, unchanged.
-    if found is not None and any(_same_code(code, c) for c in candidates
-                                 if _find_in(found[0].tree, c, code.co_firstlineno) is found[1]):
-        pass
-    else:   # moved, perhaps: the same code at one other place in the file is the same function
-        moved = [c for (qualname, _), found in _compiled_functions(parsed, filename).items()
-                 if qualname == code.co_qualname for c in found if _same_code(code, c)]
+    if found is None or not any(_same_code(code, c) for c in candidates
+                                if _find_in(found[0].tree, c, code.co_firstlineno) is found[1]):
+        # Moved, perhaps: the same code at one other place in the file is the same function.
+        moved = [c for (qualname, _), codes in _compiled_functions(parsed, filename).items()
+                 if qualname == code.co_qualname for c in codes if _same_code(code, c)]
         found = _find_node(parsed, filename, moved[0]) if len(moved) == 1 else None
     if found is None:
         raise _stale_source_error(fn, filename)

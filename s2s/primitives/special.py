@@ -89,7 +89,7 @@ def _staged(fn, avals):
         outs = fn(*[builder.new_arg(a) for a in avals])
         closed = builder.build(list(outs))
     if closed.consts:
-        raise AssertionError("betainc's lowering captured constants")
+        raise AssertionError(f"a staged lowering ({getattr(fn, '__qualname__', fn)}) captured constants")
     return closed.jaxpr
 
 

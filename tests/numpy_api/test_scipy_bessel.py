@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import s2s
+from tests.numpy_api.test_scipy_special import finite_floats
 from s2s.errors import UnsupportedFunctionError
 from tests.helpers import check_derivatives, check_function
 
@@ -26,11 +27,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 SETTINGS = settings(max_examples=10, deadline=None)
 DERIVATIVE_SETTINGS = settings(max_examples=4, deadline=None)
 SIZE = 6   # one shape: XLA compiles each function once per test session
-
-
-def finite_floats(lo, hi):
-    """No subnormals: XLA on CPU flushes them to 0."""
-    return st.floats(lo, hi, allow_nan=False, allow_infinity=False, allow_subnormal=False)
 
 
 # Arguments from every method's range: tiny (series), moderate (Miller's recurrence), large
