@@ -196,8 +196,14 @@ def _array_signature(args) -> tuple | None:
 # since every call pays for it), and the user's code, which runs while it is staged and
 # may call jax, sees the caller's value again (`_CallersJaxX64`).
 
-_callers_jax_x64 = threading.local()   # `.value`: the caller's, while an XLA call runs
 _NO_CALLER = object()
+
+
+class _CallersJaxX64Value(threading.local):
+    value = _NO_CALLER   # the caller's, while an XLA call runs (read on every call: no miss)
+
+
+_callers_jax_x64 = _CallersJaxX64Value()
 
 
 class _CallersJaxX64:
@@ -205,7 +211,7 @@ class _CallersJaxX64:
 
     def __enter__(self):
         jax_x64 = jax_x64_setting()
-        caller = getattr(_callers_jax_x64, "value", _NO_CALLER)
+        caller = _callers_jax_x64.value
         self.restore = None
         if jax_x64 is not None and caller is not _NO_CALLER:
             self.restore = jax_x64, jax_x64.swap_local(caller)
@@ -259,7 +265,7 @@ class XlaBackend:
         if self._dispatch_config is not config.cache_key() or (self._checked and not self._guards_hold()):
             self._new_dispatcher()
         jax_x64, ours = jax_x64_setting(), config.values.enable_x64
-        outer = getattr(_callers_jax_x64, "value", _NO_CALLER)
+        outer = _callers_jax_x64.value
         if jax_x64 is None or (outer is _NO_CALLER and jax_x64.value == ours):
             try:   # jax's x64 is s2s's already, outside any other s2s call: nothing to swap
                 return self._dispatch(*args, **kwargs)

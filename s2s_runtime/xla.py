@@ -24,6 +24,7 @@ _lock = threading.Lock()
 _client = None
 _x64_default = True     # see set_dispatch_x64
 _x64_setting = None     # the dispatcher's x64 setting, when s2s installed it
+_jax_x64 = None         # jax's x64 setting, once jax is loaded (see jax_x64_setting)
 _num_cpu_devices: int | None = None   # set_num_cpu_devices(); else S2S_NUM_CPU_DEVICES, else 1
 _make_client = None   # how a multi-process run makes the client (see make_client_with)
 
@@ -361,8 +362,11 @@ def jax_x64_setting():
     place of s2s's when imported, and the dispatcher then keys and types arguments by it:
     with it off, a float64 NumPy array would be taken for float32. So an s2s call sets it to
     s2s's value (`set_dispatch_x64`) for its own thread while it runs (`swap_local`, then
-    `set_local`), and jax's own calls are left alone."""
-    return getattr(sys.modules.get("jax._src.config"), "enable_x64", None)
+    `set_local`), and jax's own calls are left alone. Found once: jax's stays in place."""
+    global _jax_x64
+    if _jax_x64 is None:
+        _jax_x64 = getattr(sys.modules.get("jax._src.config"), "enable_x64", None)
+    return _jax_x64
 
 
 def _device_put_fallback(value, sharding, layout):
