@@ -21,13 +21,16 @@ from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 
 
 def _atom_key(v):
+    """A variable is its own key (equal only to itself); a literal is keyed by value."""
     if isinstance(v, Literal):
         value = v.value.item() if hasattr(v.value, "item") else v.value
         return ("literal", repr(value), v.aval)   # repr: tells -0.0 from 0.0
-    return ("var", id(v))
+    return v
 
 
 def _params_key(params: dict):
+    if not params:
+        return ()
     try:
         key = tuple(sorted(params.items()))
         hash(key)
@@ -37,30 +40,32 @@ def _params_key(params: dict):
 
 
 def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """`closed` with each repeated equation replaced by the first one (top level only)."""
+    """`closed` with each repeated equation replaced by the first one (top level only).
+    An equation none of whose operands was renamed is kept as it is (equations are never
+    changed once built)."""
     jaxpr = closed.jaxpr
     rename: dict[Var, Var] = {}
     seen: dict[tuple, list[Var]] = {}
     eqns = []
 
-    def renamed(v):
-        return rename.get(v, v) if isinstance(v, Var) else v
-
     for eqn in jaxpr.eqns:
-        invars = [renamed(v) for v in eqn.invars]
+        invars = eqn.invars
+        if rename and any(v in rename for v in invars if isinstance(v, Var)):
+            invars = [rename.get(v, v) if isinstance(v, Var) else v for v in invars]
+            eqn = JaxprEqn(eqn.primitive, invars, eqn.outvars, eqn.params, eqn.source_info)
         params_key = _params_key(eqn.params)
-        key = None
-        if params_key is not None and any(isinstance(v, Var) for v in invars):
-            key = (eqn.primitive.name, tuple(_atom_key(v) for v in invars), params_key)
-        if key is not None and key in seen:
-            for old, new in zip(eqn.outvars, seen[key]):
-                rename[old] = new
-                if new.hint is None:
-                    new.hint = old.hint
+        if params_key is None or not any(isinstance(v, Var) for v in invars):
+            eqns.append(eqn)
             continue
-        eqns.append(JaxprEqn(eqn.primitive, invars, eqn.outvars, eqn.params, eqn.source_info))
-        if key is not None:
+        key = (eqn.primitive, tuple(map(_atom_key, invars)), params_key)
+        first = seen.get(key)
+        if first is None:
             seen[key] = eqn.outvars
-    outvars = [renamed(v) for v in jaxpr.outvars]
+            eqns.append(eqn)
+            continue
+        for old, new in zip(eqn.outvars, first):
+            rename[old] = new
+            if new.hint is None:
+                new.hint = old.hint
+    outvars = [rename.get(v, v) if isinstance(v, Var) else v for v in jaxpr.outvars]
     return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, eqns), closed.consts)
-

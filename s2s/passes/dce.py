@@ -11,7 +11,7 @@ gradient, say).
 """
 from __future__ import annotations
 
-from s2s.core import ClosedJaxpr, Jaxpr, Var
+from s2s.core import ClosedJaxpr, Jaxpr
 
 dce_rules: dict = {}
 
@@ -22,26 +22,37 @@ def register(primitive, rule) -> None:
 
 def dce_jaxpr(jaxpr: Jaxpr, prune_invars: bool = False) -> Jaxpr:
     """The jaxpr without dead equations (and, if `prune_invars`, without unused inputs)."""
-    live: set[Var] = {v for v in jaxpr.outvars if isinstance(v, Var)}
-    kept = []
-    for eqn in reversed(jaxpr.eqns):
-        used = [v in live for v in eqn.outvars]
-        if any(used):
-            rule = dce_rules.get(eqn.primitive)
-            if rule is not None and not all(used):
-                eqn = rule(eqn, used)
-            kept.append(eqn)
-            live.update(v for v in eqn.invars if isinstance(v, Var))
-    kept.reverse()
+    kept, live = _live_equations(jaxpr)
     invars = [v for v in jaxpr.invars if v in live] if prune_invars else jaxpr.invars
     return Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, kept)
 
 
+def _live_equations(jaxpr: Jaxpr) -> tuple[list, set]:
+    """(the equations something reads, in order; every atom they or the outputs read)."""
+    live = set(jaxpr.outvars)   # (literals too: atoms hash by identity, and are never looked up)
+    kept = []
+    for eqn in reversed(jaxpr.eqns):
+        outvars = eqn.outvars
+        if len(outvars) == 1:   # the common case, written out
+            if outvars[0] not in live:
+                continue
+        else:
+            used = [v in live for v in outvars]
+            if not any(used):
+                continue
+            rule = dce_rules.get(eqn.primitive)
+            if rule is not None and not all(used):
+                eqn = rule(eqn, used)
+        kept.append(eqn)
+        live.update(eqn.invars)
+    kept.reverse()
+    return kept, live
+
+
 def dce(closed: ClosedJaxpr) -> ClosedJaxpr:
     """DCE of a closed jaxpr, also dropping constants nothing reads."""
-    jaxpr = dce_jaxpr(closed.jaxpr)
-    live = {v for e in jaxpr.eqns for v in e.invars if isinstance(v, Var)}
-    live |= {v for v in jaxpr.outvars if isinstance(v, Var)}
+    jaxpr = closed.jaxpr
+    kept, live = _live_equations(jaxpr)
     pairs = [(v, c) for v, c in zip(jaxpr.constvars, closed.consts) if v in live]
     constvars = [v for v, _ in pairs]
-    return ClosedJaxpr(Jaxpr(constvars, jaxpr.invars, jaxpr.outvars, jaxpr.eqns), [c for _, c in pairs])
+    return ClosedJaxpr(Jaxpr(constvars, jaxpr.invars, jaxpr.outvars, kept), [c for _, c in pairs])

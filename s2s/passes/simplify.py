@@ -70,18 +70,24 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
 
     eqns = []
     for eqn in jaxpr.eqns:
-        eqn = JaxprEqn(eqn.primitive, [renamed(v) for v in eqn.invars], eqn.outvars,
-                       {name: _with_simplified_bodies(value) for name, value in eqn.params.items()},
-                       eqn.source_info)
-        result = next((r for rule in simplify_rules.get(eqn.primitive, ())
-                       if (r := rule(eqn, producer)) is not None), None)
-        if isinstance(result, JaxprEqn):
-            if not result.source_info.line:   # it computes what `eqn` did: at its line
-                result.source_info = eqn.source_info
-            eqn, result = result, None
+        params = eqn.params
+        if any(isinstance(p, (ClosedJaxpr, tuple)) for p in params.values()):
+            params = {name: _with_simplified_bodies(value) for name, value in params.items()}
+        if params is not eqn.params or (rename and any(v in rename for v in eqn.invars if isinstance(v, Var))):
+            eqn = JaxprEqn(eqn.primitive, [renamed(v) for v in eqn.invars], eqn.outvars, params,
+                           eqn.source_info)   # (unchanged equations are kept as they are)
+        rules = simplify_rules.get(eqn.primitive)
+        result = None
+        if rules:
+            result = next((r for rule in rules if (r := rule(eqn, producer)) is not None), None)
+            if isinstance(result, JaxprEqn):
+                if not result.source_info.line:   # it computes what `eqn` did: at its line
+                    result.source_info = eqn.source_info
+                eqn, result = result, None
         if result is None:
             eqns.append(eqn)
-            producers.update((v, eqn) for v in eqn.outvars)
+            for v in eqn.outvars:
+                producers[v] = eqn
         else:
             (out,) = eqn.outvars
             rename[out] = result
