@@ -279,9 +279,10 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
         include(hit.guards, receiver)
         return hit
     transformed = getattr(fn, "__s2s_transform__", False)
-    # A clear error now if the source cannot be read.
-    source = None if transformed or is_numpy_function(_defining_function(fn)) else function_source(
-        _defining_function(fn))
+    with paused_gc():   # (reading a big file's source allocates as much as staging it)
+        # A clear error now if the source cannot be read.
+        source = None if transformed or is_numpy_function(_defining_function(fn)) else function_source(
+            _defining_function(fn))
     with paused_gc(), recording(receiver) as reads, JaxprBuilder() as builder:
         staged_leaves = []
         for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths):

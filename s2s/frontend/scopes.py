@@ -8,6 +8,7 @@ import ast
 SCOPES = (   # nodes that open a scope of their own
     ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_TARGET_CONTEXTS = (ast.Store, ast.Del)   # an expression with one of these is a target
 
 
 def arguments_of(arguments: ast.arguments) -> list[ast.arg]:
@@ -16,19 +17,25 @@ def arguments_of(arguments: ast.arguments) -> list[ast.arg]:
         a for a in (arguments.vararg, arguments.kwarg) if a is not None]
 
 
-def scope_of(function) -> tuple[frozenset[str], tuple]:
+def scope_of(function, has_walrus: bool = True) -> tuple[frozenset[str], tuple]:
     """(the names a def or lambda binds in its own scope, its own `global` and `nonlocal`
     statements), by Python's rule: the arguments and every name the body stores to or
     deletes, imports, defines (def, class) or matches, a walrus inside a comprehension
     included, but not a comprehension's own targets nor anything inside nested functions
     and classes (their decorators, defaults and bases are this scope's); less the names
-    declared `global` or `nonlocal`. One pass over the function, no def-use analysis."""
+    declared `global` or `nonlocal`. One pass over the function, no def-use analysis.
+
+    Without a walrus (`has_walrus=False`: its text has no `:=`), an expression binds a name
+    only as an assignment's target, so the pass steps over every expression that is not
+    one (most of a function's nodes: calls, operators, constants, names read)."""
     names = {a.arg for a in arguments_of(function.args)}
     declarations = []
     stack = [function.body] if isinstance(function, ast.Lambda) else list(function.body)
     while stack:
         node = stack.pop()
         kind = type(node)
+        if not has_walrus and isinstance(node, ast.expr) and type(getattr(node, "ctx", None)) not in _TARGET_CONTEXTS:
+            continue
         if kind is ast.Name:
             if type(node.ctx) is not ast.Load:
                 names.add(node.id)

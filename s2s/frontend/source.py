@@ -69,10 +69,11 @@ class Statement:
     """One top-level statement of a file (`ast`), with beniget's def-use chains for it,
     made when first asked for (straight-line code never asks)."""
 
-    def __init__(self, tree: ast.stmt, filename: str, imports: list):
+    def __init__(self, tree: ast.stmt, filename: str, imports: list, has_walrus: bool = True):
         self.tree = tree
         self.filename = filename
         self.imports = imports   # the file's module-level imports (see `compiled_functions`)
+        self.has_walrus = has_walrus   # whether its text has a `:=` (see `scope_of`)
         self._users = None
         self._compiled = None
 
@@ -167,7 +168,9 @@ def _statement_at(parsed: ParsedFile, filename: str, code) -> Statement | None:
             index -= 1
     statement = parsed.statements.get(index)
     if statement is None:
-        statement = parsed.statements.setdefault(index, Statement(body[index], filename, _module_imports(parsed)))
+        tree = body[index]
+        has_walrus = any(":=" in text for text in parsed.lines[tree.lineno - 1:tree.end_lineno])
+        statement = parsed.statements.setdefault(index, Statement(tree, filename, _module_imports(parsed), has_walrus))
     return statement
 
 
@@ -415,7 +418,7 @@ def function_source(fn) -> FunctionSource:
         return cached[1]
     statement, node = _node_in_current_text(fn)
     filename = code.co_filename
-    source = FunctionSource(node, filename, fn.__qualname__, *scope_of(node), statement,
+    source = FunctionSource(node, filename, fn.__qualname__, *scope_of(node, statement.has_walrus), statement,
                             anchor_name=fn.__qualname__.replace(".<locals>", ""), anchor_line=node.lineno)
     key = id(code)
 
@@ -505,7 +508,7 @@ def nested_function_source(parent: FunctionSource, node) -> FunctionSource:
             anchor_name, anchor_line = f"{parent.anchor_name}.{name}", node.lineno
         source = parent.nested.setdefault(node, FunctionSource(
             node, parent.filename, f"{parent.name}.<locals>.{name}",
-            *scope_of(node), parent.statement,
+            *scope_of(node, parent.statement is None or parent.statement.has_walrus), parent.statement,
             anchor_name=anchor_name, anchor_line=anchor_line))
     return source
 
