@@ -78,8 +78,11 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
         ins, in_tangents = zip(*map(read, eqn.invars)) if eqn.invars else ((), ())
         with builder.at(eqn.source_info):
             if all(isinstance(t, Zero) for t in in_tangents):
-                outs = eqn.primitive.bind(*ins, **eqn.params)
-                outs = outs if eqn.primitive.multiple_results else [outs]
+                # Staged again as it was (no shape rule: the primals have their avals).
+                outs = builder.restage(eqn, ins)
+                if outs is None:
+                    outs = eqn.primitive.bind(*ins, **eqn.params)
+                    outs = outs if eqn.primitive.multiple_results else [outs]
                 out_tangents = [Zero(tangent_aval(v.aval)) for v in eqn.outvars]
             else:
                 rule = jvp_rules.get(eqn.primitive)

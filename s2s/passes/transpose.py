@@ -75,11 +75,13 @@ class NonLinearEquationError(AssertionError):
     """A non-linear equation reached transposition: a bug in a jvp rule or partial eval."""
 
 
-def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: list) -> list:
+def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: list,
+                  lines: dict | None = None) -> list:
     """Stages the transpose into the current builder.
 
     `args[i]` is the value of non-linear input i (ignored for linear ones); returns the
-    cotangent of every linear input (a value or `Zero`), in input order.
+    cotangent of every linear input (a value or `Zero`), in input order. `lines` is
+    `source_lines(closed.jaxpr)` when the caller has it already.
     """
     jaxpr = closed.jaxpr
     builder = current_builder()
@@ -95,7 +97,8 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
                 "partial evaluation should have moved it to the forward pass")
 
     cts: dict[Var, object] = {}
-    lines = source_lines(jaxpr)
+    if lines is None:
+        lines = source_lines(jaxpr)
 
     def write(v, ct):
         if ct is None or not isinstance(v, Var) or v not in linear_vars:
@@ -149,8 +152,8 @@ def transpose_jaxpr(closed: ClosedJaxpr, linear: list[bool]) -> ClosedJaxpr:
                 for v, lin in zip(jaxpr.invars, linear)]
         cts_out = [builder.new_arg(v.aval, cotangent_hint(getattr(v, "hint", None)))
                    for v in jaxpr.outvars]
-        cts_in = backward_pass(closed, linear, args, cts_out)
         lines = source_lines(jaxpr)
+        cts_in = backward_pass(closed, linear, args, cts_out, lines)
         outs = []
         for v, ct in zip([v for v, lin in zip(jaxpr.invars, linear) if lin], cts_in):
             with builder.at(lines.get(v, UNKNOWN)):
