@@ -266,21 +266,20 @@ class XlaBackend:
             self._new_dispatcher()
         jax_x64, ours = jax_x64_setting(), config.values.enable_x64
         outer = _callers_jax_x64.value
-        if jax_x64 is None or (outer is _NO_CALLER and jax_x64.value == ours):
-            try:   # jax's x64 is s2s's already, outside any other s2s call: nothing to swap
-                return self._dispatch(*args, **kwargs)
-            except (ValueError, _RefusedArgument, SystemError) as error:
-                return self._call_refused(error, args, kwargs)
-        # Type this call by s2s's x64, and remember the caller's (see `_CallersJaxX64`).
-        previous = jax_x64.swap_local(ours)
-        _callers_jax_x64.value = previous
+        # Type this call by s2s's x64, and remember the caller's (see `_CallersJaxX64`),
+        # unless jax's x64 is s2s's already, outside any other s2s call.
+        swap = jax_x64 is not None and (outer is not _NO_CALLER or jax_x64.value != ours)
+        if swap:
+            previous = jax_x64.swap_local(ours)
+            _callers_jax_x64.value = previous
         try:
             return self._dispatch(*args, **kwargs)
         except (ValueError, _RefusedArgument, SystemError) as error:
             return self._call_refused(error, args, kwargs)
         finally:
-            jax_x64.set_local(previous)
-            _callers_jax_x64.value = outer
+            if swap:
+                jax_x64.set_local(previous)
+                _callers_jax_x64.value = outer
 
     def _guards_hold(self) -> bool:
         return all(guards.hold(receiver, changing_only=True) for guards, receiver in self._checked)
