@@ -25,7 +25,8 @@ from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.passes import jvp as _jvp, vmap as _vmap
 from s2s.passes.tangents import is_zero
 from s2s.primitives import elementwise as ew
-from s2s.primitives import loops, ops, special
+from s2s.primitives import loops, ops
+from s2s.primitives.staged_algorithms import StagedFunctions, staged_jaxpr
 from s2s.staging import Primitive
 
 
@@ -122,10 +123,10 @@ _jvp.register(bessel_iv, _iv_jvp)
 # StableHLO lowering: the runtime's algorithm, staged.
 
 
-class _StagedFunctions(special._StagedFunctions):
-    """What `s2s_runtime.bessel`'s algorithms need, as staged float64 operations: betainc's
-    (Python numbers become literals, strong here, as the loops' carries are), these, and
-    `loop`, a `while_loop` whose carry holds all it reads."""
+class _BesselStagedFunctions(StagedFunctions):
+    """What `s2s_runtime.bessel`'s algorithms need, as staged float64 operations: the shared
+    ones (Python numbers become literals, strong here, as the loops' carries are), these,
+    and `loop`, a `while_loop` whose carry holds all it reads."""
 
     def __init__(self):
         super().__init__(dtypes.canonicalize_dtype(np.float64))
@@ -158,7 +159,7 @@ class _StagedFunctions(special._StagedFunctions):
 
 def _staged(fn, avals) -> ClosedJaxpr:
     """`fn` staged on arguments of `avals`, closed over nothing (as betainc's pieces are)."""
-    return ClosedJaxpr(special._staged(fn, avals), [])
+    return ClosedJaxpr(staged_jaxpr(fn, avals), [])
 
 
 def _lowering(compute):
@@ -166,14 +167,14 @@ def _lowering(compute):
     in float64 and converted to the result's dtype."""
     def lower(ctx, eqn, order, x):
         out = eqn.outvars[0].aval.strip_weak_type()
-        fns = _StagedFunctions()
+        fns = _BesselStagedFunctions()
         wide = out.update(dtype=fns.dtype)
 
         def in_float64(order, x):
             value = compute(ops.convert(order, wide.dtype), ops.convert(x, wide.dtype), fns,
                             **eqn.params)
             return [ops.convert(value, out.dtype)]
-        return _hlo.lower_jaxpr(ctx, special._staged(in_float64, [out, out]), [order, x])
+        return _hlo.lower_jaxpr(ctx, staged_jaxpr(in_float64, [out, out]), [order, x])
     return lower
 
 

@@ -25,7 +25,8 @@ from s2s.passes import jvp as _jvp, vmap as _vmap
 from s2s.passes.tangents import add_tangents, is_zero
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
-from s2s.staging import JaxprBuilder, Primitive, Tracer
+from s2s.primitives.staged_algorithms import StagedFunctions, staged_jaxpr
+from s2s.staging import Primitive, Tracer
 
 
 def _betainc_abstract(a, b, x):
@@ -63,44 +64,14 @@ def _betainc_jvp(primals, tangents):
 _jvp.register(betainc, _betainc_jvp)
 
 
-class _StagedFunctions:
-    """What rt.betainc's steps need, as staged operations in `dtype` (Python numbers, such
-    as the tiny guard value, become literals of it)."""
-
-    def __init__(self, dtype):
-        self.dtype = dtype
-
-    def _operand(self, v):
-        return ops.literal(v, self.dtype) if isinstance(v, (int, float)) else v
-
-    def select(self, pred, on_true, on_false):
-        return ew.select.bind(pred, self._operand(on_true), self._operand(on_false))
-
-    abs = staticmethod(ew.abs.bind)
-    exp = staticmethod(ew.exp.bind)
-    log = staticmethod(ew.log.bind)
-    log1p = staticmethod(ew.log1p.bind)
-    lgamma = staticmethod(ew.lgamma.bind)
-
-
-def _staged(fn, avals):
-    """`fn` staged on arguments of `avals`: a jaxpr to lower inline."""
-    with JaxprBuilder() as builder:
-        outs = fn(*[builder.new_arg(a) for a in avals])
-        closed = builder.build(list(outs))
-    if closed.consts:
-        raise AssertionError(f"a staged lowering ({getattr(fn, '__qualname__', fn)}) captured constants")
-    return closed.jaxpr
-
-
 def _lower_betainc(ctx, eqn, a, b, x):
     out = eqn.outvars[0].aval.strip_weak_type()
     dtype = out.dtype
-    fns = _StagedFunctions(dtype)
+    fns = StagedFunctions(dtype)
     tiny, eps = float(np.finfo(dtype).tiny), float(np.finfo(dtype).eps)
     flag, scalar = out.update(dtype=dtypes.bool_), ShapedArray((), dtype)
 
-    start = _staged(lambda a, b, x: rt_special.betainc_start(a, b, x, tiny, fns), [out] * 3)
+    start = staged_jaxpr(lambda a, b, x: rt_special.betainc_start(a, b, x, tiny, fns), [out] * 3)
     a_, b_, x_, swapped, front, c, d, h = _hlo.lower_jaxpr(ctx, start, [a, b, x])
 
     def condition(carry):
@@ -109,12 +80,12 @@ def _lower_betainc(ctx, eqn, a, b, x):
             running = ew.le.bind(m, ops.literal(rt_special.BETAINC_MAX_STEPS, dtype))
             moving = ew.gt.bind(ew.abs.bind(delta - 1), ops.literal(eps, dtype))
             return [ew.and_.bind(running, ops.reduce_or(moving, tuple(range(len(out.shape)))))]
-        return _hlo.lower_jaxpr(ctx, _staged(unconverged, [scalar, out]), [m, delta])
+        return _hlo.lower_jaxpr(ctx, staged_jaxpr(unconverged, [scalar, out]), [m, delta])
 
     def step(carry):
         def one_step(m, a, b, x, c, d, h, _):
             return [m + 1, a, b, x, *rt_special.betainc_step(a, b, x, m, c, d, h, tiny, fns)]
-        return _hlo.lower_jaxpr(ctx, _staged(one_step, [scalar] + [out] * 7), carry)
+        return _hlo.lower_jaxpr(ctx, staged_jaxpr(one_step, [scalar] + [out] * 7), carry)
 
     not_yet = ctx.constant(2, dtype, out.shape)
     *_, h, _ = _hlo.while_op(ctx, [ctx.constant(1, dtype), a_, b_, x_, c, d, h, not_yet],
@@ -123,7 +94,7 @@ def _lower_betainc(ctx, eqn, a, b, x):
 
     def finish(*operands):
         return [rt_special.betainc_finish(*operands, fns)]
-    return _hlo.lower_jaxpr(ctx, _staged(finish, [out] * 3 + [flag] + [out] * 2),
+    return _hlo.lower_jaxpr(ctx, staged_jaxpr(finish, [out] * 3 + [flag] + [out] * 2),
                             [a, b, x, swapped, front, h])
 
 
@@ -148,7 +119,7 @@ def _real_float_abstract(x):
     return x
 
 
-class _InverseErfStagedFunctions(_StagedFunctions):
+class _InverseErfStagedFunctions(StagedFunctions):
     erf = staticmethod(ew.erf.bind)
     erfc = staticmethod(ew.erfc.bind)
     sqrt = staticmethod(ew.sqrt.bind)
@@ -168,7 +139,7 @@ def _inverse_error_function(name: str, impl, emitted: str, algorithm, slope: flo
     def lower(ctx, eqn, x):
         aval = eqn.outvars[0].aval.strip_weak_type()
         fns = _InverseErfStagedFunctions(aval.dtype)
-        return _hlo.lower_jaxpr(ctx, _staged(lambda v: [algorithm(v, fns)], [aval]), [x])
+        return _hlo.lower_jaxpr(ctx, staged_jaxpr(lambda v: [algorithm(v, fns)], [aval]), [x])
     _hlo.register(prim, lower, broadcasting=True)
     return prim
 
@@ -207,7 +178,7 @@ gammaincc = _declare_incomplete_gamma("gammaincc", rt.gammaincc)
 gammainc_grad_a = _declare_incomplete_gamma("gammainc_grad_a", rt.gammainc_grad_a)
 
 
-class _GammaStagedFunctions(_StagedFunctions):
+class _GammaStagedFunctions(StagedFunctions):
     """The staged functions the incomplete gamma loop needs beyond betainc's."""
     expm1 = staticmethod(ew.expm1.bind)
     digamma = staticmethod(ew.digamma.bind)
@@ -292,7 +263,7 @@ def _lower_incomplete_gamma(finish, grad_a: bool = False):
         tiny = float(np.finfo(dtype).tiny)
         tolerance = rt_special_gamma.GAMMAINC_TOLERANCE_EPS * float(np.finfo(dtype).eps)
         scalar = ShapedArray((), dtype)
-        start = _staged(lambda a, x: rt_special_gamma.gammainc_start(a, x, tiny, fns, grad_a=grad_a),
+        start = staged_jaxpr(lambda a, x: rt_special_gamma.gammainc_start(a, x, tiny, fns, grad_a=grad_a),
                         [out] * 2)
         sanitized_a, sanitized_x, *state = _hlo.lower_jaxpr(ctx, start, [a, x])
 
@@ -302,7 +273,7 @@ def _lower_incomplete_gamma(finish, grad_a: bool = False):
                 running = ew.le.bind(m, ops.literal(rt_special_gamma.GAMMAINC_MAX_STEPS, dtype))
                 moving = ew.gt.bind(residual, ops.literal(tolerance, dtype))
                 return [ew.and_.bind(running, ops.reduce_or(moving, tuple(range(len(out.shape)))))]
-            return _hlo.lower_jaxpr(ctx, _staged(unconverged, [scalar, out]), [m, residual])
+            return _hlo.lower_jaxpr(ctx, staged_jaxpr(unconverged, [scalar, out]), [m, residual])
 
         def step(carry):
             def one_step(m, a, x, *state_and_residual):
@@ -310,7 +281,7 @@ def _lower_incomplete_gamma(finish, grad_a: bool = False):
                 state, residual = rt_special_gamma.converged_frozen(
                     state, residual, *rt_special_gamma.gammainc_step(a, x, m, state, tiny, fns), tolerance, fns)
                 return [m + 1, a, x, *state, residual]
-            return _hlo.lower_jaxpr(ctx, _staged(one_step, [scalar] + [out] * (len(names) + 3)), carry)
+            return _hlo.lower_jaxpr(ctx, staged_jaxpr(one_step, [scalar] + [out] * (len(names) + 3)), carry)
 
         not_yet = ctx.constant(1, dtype, out.shape)
         results = _hlo.while_op(ctx, [ctx.constant(1, dtype), sanitized_a, sanitized_x, *state, not_yet],
@@ -321,7 +292,7 @@ def _lower_incomplete_gamma(finish, grad_a: bool = False):
             *state, residual = state_and_residual
             value = finish(a, x, sanitized_a, sanitized_x, state, fns)
             return [rt_special_gamma.unconverged_to_nan(value, residual, tolerance, fns)]
-        return _hlo.lower_jaxpr(ctx, _staged(finished, [out] * (len(names) + 5)), [a, x, *results[1:]])
+        return _hlo.lower_jaxpr(ctx, staged_jaxpr(finished, [out] * (len(names) + 5)), [a, x, *results[1:]])
     return lower
 
 
