@@ -6,7 +6,8 @@
 (1) dispatch: a cache-hit call of `x * 2.0 + 1.0` on 4 float32 elements, per call, three
     ways: the call alone, waited for with `block_until_ready`, and read with `np.asarray`
     (what a user does with a result: jax's and s2s's calls return before the computation
-    ends, and reading waits for it and copies it to the host);
+    ends, and reading waits for it and copies it to the host); then with jax's x64 on as
+    s2s's is, where an s2s call has no x64 setting to swap (as in a process without jax);
 (2) reading an existing result (an `s2s.Array` against a jax Array, both already
     computed): `np.asarray`, `float` of a 0-d one, `repr`, and indexing one element;
 (3) steady state: jit(grad) of a 784-512-512-10 tanh MLP, batch 128, float32, softmax
@@ -142,6 +143,18 @@ def run(tiny: bool):
                       ("read, np.asarray", np.asarray)):
         rows.append((f"(1) dispatch, x*2+1 on 4 f32, {how}",
                      *medians_per_call(lambda: wait(ours(x4)), lambda: wait(theirs(x4)), calls, repeats)))
+    # s2s's x64 is on by default (NumPy's types) and jax's is off: with jax loaded, each s2s
+    # call sets jax's for its thread (the dispatcher reads jax's). With jax's on as well
+    # (or no jax in the process) the call swaps nothing; both sides still run in float32.
+    jax.config.update("jax_enable_x64", True)
+    try:
+        theirs_x64 = jax.jit(fresh(scale_shift, np=jnp))
+        assert_trees_close(ours(x4), theirs_x64(x4), rtol=1e-6)
+        for how, wait in (("call alone", lambda r: r), ("read, np.asarray", np.asarray)):
+            rows.append((f"(1) jax's x64 on too (no swap), {how}",
+                         *medians_per_call(lambda: wait(ours(x4)), lambda: wait(theirs_x64(x4)), calls, repeats)))
+    finally:
+        jax.config.update("jax_enable_x64", False)
     ours_result, theirs_result = ours(x4), theirs(x4)
     assert float(ours_total) == float(theirs_total) and repr(ours_result).startswith("Array([1., 3., 5., 7.]")
     for how, read in (("np.asarray", np.asarray), ("repr", repr), ("index [1]", lambda r: r[1])):
