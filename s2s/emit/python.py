@@ -28,6 +28,7 @@ import keyword
 import linecache
 import cmath
 import math
+import os
 import re
 import types
 from dataclasses import dataclass, field
@@ -93,7 +94,7 @@ class _Names:
         if base not in self.taken:
             self.taken.add(base)
             return base
-        stem = _NUMBER_SUFFIX.sub("", base)
+        stem = _NUMBER_SUFFIX.sub("", base) if base[-1].isdigit() else base   # (\d is a digit)
         i = self.next_suffix.get(stem, 1)
         while f"{stem}_{i}" in self.taken:
             i += 1
@@ -309,11 +310,21 @@ def _folded(eqn) -> Expr:
     return typed_scalar(literal_expr(Literal(np.asarray(value, aval.dtype)[()], aval), False), aval.dtype)
 
 
-@functools.lru_cache(maxsize=4096)
-def _source_comment(source_info) -> str:
-    """The comment a statement from `source_info` ends with (`  # mlp.py predict+1`).
-    Remembered: every statement asks, and the equations of one source line share one."""
-    return f"  # {escaped(source_info.relative())}" if source_info.line else ""
+def _source_comment(info) -> str:
+    """The comment a statement from `info` ends with: `  # mlp.py predict+1`, its
+    `relative()` location, escaped (none for an unknown line). Every statement asks, so
+    the common case, a known def, writes the def's escaped `mlp.py predict` remembered."""
+    if not info.line:
+        return ""
+    if not info.def_line:
+        return f"  # {escaped(info.relative())}"
+    return f"  # {_def_label(info.file, info.function)}+{info.line - info.def_line}"
+
+
+@functools.lru_cache(maxsize=256)
+def _def_label(file: str, function: str) -> str:
+    """`mlp.py predict`: how `SourceInfo.relative()` names a def, escaped."""
+    return escaped(f"{os.path.basename(file)} {function}")
 
 
 class Block:
