@@ -144,22 +144,24 @@ def literal_expr(lit: Literal, bare_ok: bool) -> Expr:
     if kind == "f":
         v = float(value)
         text = repr(v) if math.isfinite(v) else "np.nan" if v != v else "np.inf" if v > 0 else "-np.inf"
-        default = dtypes.default_float()
     elif kind == "i" or kind == "u":
         text = repr(int(value))
-        default = dtypes.default_int()   # (never an unsigned dtype)
     elif kind == "b":
-        # A bare `True` is a Python int to `~` and `-`: bools are written bare only beside arrays.
         text = repr(bool(value))
-        default = None
     elif dtype == dtypes.float0:   # a scalar float0 zero (the tangent of a 0-d int or bool)
         return Expr(f"np.zeros((), {dtype_text(dtype)})")
     else:   # `(inf+1j)`, complex's repr, is not Python: see _complex_text
         text = _complex_text(value)
-        default = dtypes.complex128
-    if (bare_ok and lit.aval.weak_type) or dtype == default:
-        return Expr(text, UNARY if text.startswith("-") else ATOM)
+    if (bare_ok and lit.aval.weak_type) or dtype == _BARE_DTYPE[kind]():
+        return Expr(text, UNARY if text[0] == "-" else ATOM)
     return Expr(f"{dtype_text(dtype)}({text})")
+
+
+# Kind -> the dtype a bare literal of that kind has in NumPy (under the current x64
+# setting), where it is written bare without an array beside it. A bare `True` is a Python
+# int to `~` and `-`, so bools are written bare only beside arrays; unsigned ints never.
+_BARE_DTYPE = {"f": dtypes.default_float, "i": dtypes.default_int, "u": lambda: None,
+               "b": lambda: None, "c": lambda: dtypes.complex128}
 
 
 def _float_text(v) -> str:
@@ -378,14 +380,11 @@ class Block:
 
     def _note_origins(self, eqn) -> None:
         origins = self.origins
-        origin = None
-        for v in eqn.invars:   # (a literal is never a key)
-            if v in origins:
-                origin = origins[v]
-                break
+        origin = next(filter(None, map(origins.get, eqn.invars)), None)   # (a literal is never a key)
         for v in eqn.outvars:
-            if v.hint or origin:
-                origins[v] = v.hint or origin
+            name = v.hint or origin
+            if name:
+                origins[v] = name
 
     def output_name(self, jaxpr, in_exprs: list[Expr], var, computed: bool) -> str | None:
         """What output `var` of `jaxpr` would be called when written on `in_exprs`, before
@@ -457,6 +456,7 @@ class Block:
         summed_terms = {v for e in jaxpr.eqns if e.outvars and e.outvars[0] in in_place
                         for v in e.invars} if in_place else set()
         last_read = None   # variable -> the index of the last equation reading it, once a loop asks
+        source_comments = self.options.source_comments
         exprs = {} if exprs is None else exprs
         exprs.update(zip(jaxpr.invars, in_exprs))
         for v, e in zip(jaxpr.invars, in_exprs):
@@ -469,11 +469,11 @@ class Block:
                 continue
             self._note_origins(eqn)
             primitive = eqn.primitive
-            operands = [exprs[v] if isinstance(v, Var) else None for v in eqn.invars]
+            operands = list(map(exprs.get, eqn.invars))   # None: a literal (a literal is never a key)
             literals = operands.count(None)
             if literals:
                 bare_ok = literals < len(operands) and primitive in BARE_SCALAR_OK
-                operands = [literal_expr(v, bare_ok) if o is None else o for o, v in zip(operands, eqn.invars)]
+                operands = [literal_expr(v, bare_ok) if isinstance(v, Literal) else exprs[v] for v in eqn.invars]
             rule = python_rules.get(primitive)
             if rule is None:
                 raise NotImplementedError(f"no Python emission rule for {primitive.name}")
@@ -494,7 +494,7 @@ class Block:
                 expr = _folded(eqn)
             else:
                 expr = rule(eqn, *operands)
-            comment = self.comment(eqn)
+            comment = _source_comment(eqn.source_info) if source_comments else ""
             if primitive.multiple_results:
                 names = []
                 for v in eqn.outvars:
