@@ -96,10 +96,11 @@ class _Names:
             return base
         stem = _NUMBER_SUFFIX.sub("", base) if base[-1].isdigit() else base   # (\d is a digit)
         i = self.next_suffix.get(stem, 1)
-        while f"{stem}_{i}" in self.taken:
-            i += 1
-        self.next_suffix[stem] = i + 1
         name = f"{stem}_{i}"
+        while name in self.taken:
+            i += 1
+            name = f"{stem}_{i}"
+        self.next_suffix[stem] = i + 1
         self.taken.add(name)
         return name
 
@@ -259,10 +260,10 @@ def _returned_names(jaxpr, names: "_Names") -> dict[Var, str]:
     out before any other, so that no temporary takes them first: a helper's parameter also
     called `x` has the cotangent `x_bar_1`. (Other returned values keep the order of their
     assignments: `acc`, `acc_1`, ... for a variable assigned again and again.)"""
-    defined = {v for eqn in jaxpr.eqns for v in eqn.outvars}
+    inputs = {*jaxpr.invars, *jaxpr.constvars}   # (every other variable is defined by an equation)
     returned = {}
     for v in jaxpr.outvars:
-        if isinstance(v, Var) and v in defined and (v.hint or "").endswith("_bar") and v not in returned:
+        if isinstance(v, Var) and v not in inputs and (v.hint or "").endswith("_bar") and v not in returned:
             returned[v] = names.fresh(v.hint)
     return returned
 
