@@ -102,7 +102,8 @@ def typed_scalar(expr: Expr, dtype) -> Expr:
 def call(fn: str, *args: Expr, **kwargs) -> Expr:
     """`fn(a, b, key=value)`; keyword values are static Python values or Exprs."""
     parts = [a.text for a in args]
-    parts += [f"{k}={v.text if isinstance(v, Expr) else py_value(v)}" for k, v in kwargs.items()]
+    if kwargs:
+        parts += [f"{k}={v.text if isinstance(v, Expr) else py_value(v)}" for k, v in kwargs.items()]
     return Expr(f"{fn}({', '.join(parts)})")
 
 
@@ -117,7 +118,10 @@ def binop(op: str, lhs: Expr, rhs: Expr) -> Expr:
         return Expr(f"{lhs.wrap(ATOM)} ** {rhs.wrap(UNARY)}", prec)
     if prec == COMPARE:  # comparisons chain in Python: never put one bare inside another
         return Expr(f"{lhs.wrap(COMPARE + 1)} {op} {rhs.wrap(COMPARE + 1)}", prec)
-    return Expr(f"{lhs.wrap(prec)} {op} {rhs.wrap(prec + 1)}", prec)
+    # (`wrap` written out: most equations are binary operators)
+    left = lhs.text if lhs.prec >= prec else f"({lhs.text})"
+    right = rhs.text if rhs.prec > prec else f"({rhs.text})"
+    return Expr(f"{left} {op} {right}", prec)
 
 
 def unop(op: str, operand: Expr) -> Expr:

@@ -23,10 +23,12 @@ that depend on it (derivative files are reviewed as diffs):
 from __future__ import annotations
 
 import base64
+import functools
 import keyword
 import linecache
 import cmath
 import math
+import os
 import re
 import types
 from dataclasses import dataclass, field
@@ -44,6 +46,8 @@ INLINE_MAX_CHARS = 72          # longer expressions get a name of their own
 NAME_MAX_CHARS = 24            # a temporary's name is cut to this length
 LARGE_CONST_ELEMENTS = 1000    # larger constants are never written as literals
 _RESERVED = {"np", "rt"} | set(keyword.kwlist)
+_NUMBER_SUFFIX = re.compile(r"_\d+$")   # `h_2` -> `h`
+_PLAIN_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 @dataclass
@@ -90,17 +94,20 @@ class _Names:
         if base not in self.taken:
             self.taken.add(base)
             return base
-        stem = re.sub(r"_\d+$", "", base)
+        stem = _NUMBER_SUFFIX.sub("", base) if base[-1].isdigit() else base   # (\d is a digit)
         i = self.next_suffix.get(stem, 1)
-        while f"{stem}_{i}" in self.taken:
-            i += 1
-        self.next_suffix[stem] = i + 1
         name = f"{stem}_{i}"
+        while name in self.taken:
+            i += 1
+            name = f"{stem}_{i}"
+        self.next_suffix[stem] = i + 1
         self.taken.add(name)
         return name
 
 
 def _identifier(hint: str) -> str:
+    if hint.isascii() and hint.isidentifier():   # the common case: already a plain name
+        return hint
     name = re.sub(r"\W", "_", hint)
     if not name or name[0].isdigit():
         name = "v_" + name
@@ -128,26 +135,34 @@ def docstring_literal(text: str) -> str:
 
 
 def literal_expr(lit: Literal, bare_ok: bool) -> Expr:
+    """A literal as Python source: bare (`0.5`) where its dtype is the default one or, if
+    weakly typed, where NumPy types it like the array beside it (`bare_ok`); else with its
+    dtype (`np.float32(0.5)`). Every literal of every equation comes through here, so the
+    kinds are tested most common first and the default dtype only of the kind at hand."""
     dtype = lit.aval.dtype
-    if dtype == dtypes.float0:   # a scalar float0 zero (the tangent of a 0-d int or bool)
-        return Expr(f"np.zeros((), {dtype_text(dtype)})")
-    value = lit.value.item() if isinstance(lit.value, np.generic) else lit.value
-    if dtype.kind == "b":
-        text = repr(bool(value))
-    elif dtype.kind in "iu":
-        text = repr(int(value))
-    elif dtype.kind == "f":
+    kind = dtype.kind
+    value = lit.value
+    if kind == "f":
         v = float(value)
-        text = "np.inf" if v == math.inf else "-np.inf" if v == -math.inf else \
-            "np.nan" if math.isnan(v) else repr(v)
+        text = repr(v) if math.isfinite(v) else "np.nan" if v != v else "np.inf" if v > 0 else "-np.inf"
+    elif kind == "i" or kind == "u":
+        text = repr(int(value))
+    elif kind == "b":
+        text = repr(bool(value))
+    elif dtype == dtypes.float0:   # a scalar float0 zero (the tangent of a 0-d int or bool)
+        return Expr(f"np.zeros((), {dtype_text(dtype)})")
     else:   # `(inf+1j)`, complex's repr, is not Python: see _complex_text
         text = _complex_text(value)
-    default = {"b": dtypes.bool_, "i": dtypes.default_int(), "u": None,
-               "f": dtypes.default_float(), "c": dtypes.complex128}[dtype.kind]
-    # A bare `True` is a Python int to `~` and `-`: bools are written bare only beside arrays.
-    if (lit.aval.weak_type and bare_ok) or (dtype == default and dtype.kind != "b"):
-        return Expr(text, UNARY if text.startswith("-") else ATOM)
+    if (bare_ok and lit.aval.weak_type) or dtype == _BARE_DTYPE[kind]():
+        return Expr(text, UNARY if text[0] == "-" else ATOM)
     return Expr(f"{dtype_text(dtype)}({text})")
+
+
+# Kind -> the dtype a bare literal of that kind has in NumPy (under the current x64
+# setting), where it is written bare without an array beside it. A bare `True` is a Python
+# int to `~` and `-`, so bools are written bare only beside arrays; unsigned ints never.
+_BARE_DTYPE = {"f": dtypes.default_float, "i": dtypes.default_int, "u": lambda: None,
+               "b": lambda: None, "c": lambda: dtypes.complex128}
 
 
 def _float_text(v) -> str:
@@ -217,7 +232,7 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
             local = names.fresh(hint or var.hint, "x")
             body.line(f"{local} = {source}")
             in_exprs.append(Expr(local))
-    outs = [e.text for e in body.write(jaxpr, in_exprs, exprs, _returned_names(jaxpr, names))]
+    outs = [e.text for e in body.write(jaxpr, in_exprs, exprs, _returned_names(jaxpr, names), uses=uses)]
     # A return that computes (an output written where it is read) says where, as statements do.
     comment = next((body.inlined_comments[v] for v in jaxpr.outvars if v in body.inlined_comments), "")
     if signature.output_builder is not None:
@@ -245,10 +260,10 @@ def _returned_names(jaxpr, names: "_Names") -> dict[Var, str]:
     out before any other, so that no temporary takes them first: a helper's parameter also
     called `x` has the cotangent `x_bar_1`. (Other returned values keep the order of their
     assignments: `acc`, `acc_1`, ... for a variable assigned again and again.)"""
-    defined = {v for eqn in jaxpr.eqns for v in eqn.outvars}
+    inputs = {*jaxpr.invars, *jaxpr.constvars}   # (every other variable is defined by an equation)
     returned = {}
     for v in jaxpr.outvars:
-        if isinstance(v, Var) and v in defined and (v.hint or "").endswith("_bar") and v not in returned:
+        if isinstance(v, Var) and v not in inputs and (v.hint or "").endswith("_bar") and v not in returned:
             returned[v] = names.fresh(v.hint)
     return returned
 
@@ -260,13 +275,22 @@ def _uses(jaxpr) -> dict[Var, int]:
     for v in jaxpr.outvars:
         if isinstance(v, Var):
             uses[v] = uses.get(v, 0) + 1
+    live = uses.keys()   # (every count is at least 1)
     for eqn in reversed(jaxpr.eqns):
-        if not any(uses.get(v) for v in eqn.outvars):
+        if live.isdisjoint(eqn.outvars):
             continue
         for v in eqn.invars:
             if isinstance(v, Var):
                 uses[v] = uses.get(v, 0) + 1
     return uses
+
+
+def _last_reads(jaxpr) -> dict[Var, int]:
+    """Each variable -> the index of the last equation of `jaxpr` that reads it (past the
+    end for an output): where a loop's buffers may be freed (`Block._drop_buffers`)."""
+    last_read = {v: at for at, e in enumerate(jaxpr.eqns) for v in e.invars if isinstance(v, Var)}
+    last_read.update((v, len(jaxpr.eqns)) for v in jaxpr.outvars if isinstance(v, Var))
+    return last_read
 
 
 def _constant_scalar(eqn, operands) -> bool:
@@ -287,6 +311,23 @@ def _folded(eqn) -> Expr:
         value = eqn.primitive.impl(*map(literal_value, eqn.invars), **eqn.params)
     aval = eqn.outvars[0].aval
     return typed_scalar(literal_expr(Literal(np.asarray(value, aval.dtype)[()], aval), False), aval.dtype)
+
+
+def _source_comment(info) -> str:
+    """The comment a statement from `info` ends with: `  # mlp.py predict+1`, its
+    `relative()` location, escaped (none for an unknown line). Every statement asks, so
+    the common case, a known def, writes the def's escaped `mlp.py predict` remembered."""
+    if not info.line:
+        return ""
+    if not info.def_line:
+        return f"  # {escaped(info.relative())}"
+    return f"  # {_def_label(info.file, info.function)}+{info.line - info.def_line}"
+
+
+@functools.lru_cache(maxsize=256)
+def _def_label(file: str, function: str) -> str:
+    """`mlp.py predict`: how `SourceInfo.relative()` names a def, escaped."""
+    return escaped(f"{os.path.basename(file)} {function}")
 
 
 class Block:
@@ -320,8 +361,7 @@ class Block:
                      self.origins)
 
     def comment(self, eqn) -> str:
-        return f"  # {escaped(eqn.source_info.relative())}" if (
-            self.options.source_comments and eqn.source_info.line) else ""
+        return _source_comment(eqn.source_info) if self.options.source_comments else ""
 
     def temporary_name(self, eqn, var: Var) -> str:
         """A fresh name for `var`, an output of `eqn`: the source name it has (`h`), else
@@ -340,10 +380,12 @@ class Block:
         return base[:NAME_MAX_CHARS].rstrip("_")
 
     def _note_origins(self, eqn) -> None:
-        origin = next((self.origins[v] for v in eqn.invars if isinstance(v, Var) and v in self.origins), None)
+        origins = self.origins
+        origin = next(filter(None, map(origins.get, eqn.invars)), None)   # (a literal is never a key)
         for v in eqn.outvars:
-            if v.hint or origin:
-                self.origins[v] = v.hint or origin
+            name = v.hint or origin
+            if name:
+                origins[v] = name
 
     def output_name(self, jaxpr, in_exprs: list[Expr], var, computed: bool) -> str | None:
         """What output `var` of `jaxpr` would be called when written on `in_exprs`, before
@@ -356,13 +398,13 @@ class Block:
             return var.hint
         if var in jaxpr.invars:
             text = in_exprs[jaxpr.invars.index(var)].text
-            return re.sub(r"_\d+$", "", text) if re.fullmatch(r"[A-Za-z_]\w*", text) else None
+            return _NUMBER_SUFFIX.sub("", text) if _PLAIN_NAME.fullmatch(text) else None
         producers = {v: e for e in jaxpr.eqns for v in e.outvars}
         producer = producers.get(var)
         if not computed or producer is None or not any(isinstance(v, Var) for v in producer.invars):
             return None
         for v, e in zip(jaxpr.invars, in_exprs):    # as `write` notes them
-            if v.hint or re.fullmatch(r"[A-Za-z_]\w*", e.text):
+            if v.hint or _PLAIN_NAME.fullmatch(e.text):
                 self.origins.setdefault(v, v.hint or e.text)
         for eqn in jaxpr.eqns[:jaxpr.eqns.index(producer) + 1]:
             self._note_origins(eqn)
@@ -370,7 +412,7 @@ class Block:
 
     def named(self, expr: Expr, hint: str | None, comment: str = "") -> Expr:
         """`expr` as a plain name (assigning it first unless it already is one)."""
-        if re.fullmatch(r"[A-Za-z_]\w*", expr.text):
+        if _PLAIN_NAME.fullmatch(expr.text):
             return expr
         local = self.names.fresh(hint)
         self.line(f"{local} = {expr.text}{comment}")
@@ -400,54 +442,64 @@ class Block:
             self.buffers = outer
 
     def write(self, jaxpr, in_exprs: list[Expr], exprs: dict | None = None,
-              targets: dict | None = None, in_place: dict | None = None) -> list[Expr]:
+              targets: dict | None = None, in_place: dict | None = None,
+              uses: dict | None = None) -> list[Expr]:
         """Writes `jaxpr`'s live equations on `in_exprs`; returns its outputs' expressions.
         `targets` names the variables to assign to given names (a branch's outputs).
         `in_place` maps the result of an `add` that reads variable `name` to that name:
         the sum is written `name += term`, into the array `name` holds (a loop's
-        accumulator, which the caller owns); a term read only there is written in it."""
-        uses = _uses(jaxpr)
+        accumulator, which the caller owns); a term read only there is written in it.
+        `uses`: `_uses(jaxpr)`, where the caller has it already."""
+        uses = _uses(jaxpr) if uses is None else uses
+        live = uses.keys()   # (every count is at least 1)
         targets = targets or {}
         in_place = in_place or {}
-        summed_terms = {v for e in jaxpr.eqns if e.outvars and e.outvars[0] in in_place for v in e.invars}
-        last_read = {v: at for at, e in enumerate(jaxpr.eqns) for v in e.invars if isinstance(v, Var)}
-        last_read.update((v, len(jaxpr.eqns)) for v in jaxpr.outvars if isinstance(v, Var))
+        summed_terms = {v for e in jaxpr.eqns if e.outvars and e.outvars[0] in in_place
+                        for v in e.invars} if in_place else set()
+        last_read = None   # variable -> the index of the last equation reading it, once a loop asks
+        source_comments = self.options.source_comments
         exprs = {} if exprs is None else exprs
         exprs.update(zip(jaxpr.invars, in_exprs))
         for v, e in zip(jaxpr.invars, in_exprs):
-            if v.hint or re.fullmatch(r"[A-Za-z_]\w*", e.text):
+            if v.hint or _PLAIN_NAME.fullmatch(e.text):
                 self.origins.setdefault(v, v.hint or e.text)
+        # Every live equation of every emitted function passes through this loop: what most
+        # need (no literal, one output, no in-place sum) is tested with the fewest steps.
         for at, eqn in enumerate(jaxpr.eqns):
-            if not any(uses.get(v) for v in eqn.outvars):
+            if live.isdisjoint(eqn.outvars):
                 continue
             self._note_origins(eqn)
-            bare_ok = eqn.primitive in BARE_SCALAR_OK and any(
-                isinstance(v, Var) for v in eqn.invars)
-            operands = [literal_expr(v, bare_ok) if isinstance(v, Literal) else exprs[v]
-                        for v in eqn.invars]
-            rule = python_rules.get(eqn.primitive)
+            primitive = eqn.primitive
+            operands = list(map(exprs.get, eqn.invars))   # None: a literal (a literal is never a key)
+            literals = operands.count(None)
+            if literals:
+                bare_ok = literals < len(operands) and primitive in BARE_SCALAR_OK
+                operands = [literal_expr(v, bare_ok) if isinstance(v, Literal) else exprs[v] for v in eqn.invars]
+            rule = python_rules.get(primitive)
             if rule is None:
-                raise NotImplementedError(f"no Python emission rule for {eqn.primitive.name}")
-            if eqn.primitive in STATEMENT_RULES:
+                raise NotImplementedError(f"no Python emission rule for {primitive.name}")
+            if primitive in STATEMENT_RULES:
                 names = [targets.pop(v, None) for v in eqn.outvars]
                 exprs.update(zip(eqn.outvars, rule(self, eqn, operands, names)))
+                last_read = _last_reads(jaxpr) if last_read is None else last_read
                 self._drop_buffers(eqn, at, exprs, last_read)
                 continue
-            if eqn.outvars[0] in in_place:
+            if in_place and eqn.outvars[0] in in_place:
                 name = in_place[eqn.outvars[0]]
                 (term,) = [o for o in operands if o.text != name]
                 self.line(f"{name} += {term.text}{self.comment(eqn)}")
                 exprs[eqn.outvars[0]] = Expr(name)
                 continue
-            if _constant_scalar(eqn, operands):   # `1.0 * 2.0` would be a Python float: `np.float64(2.0)`
+            # `1.0 * 2.0` would be a Python float: `np.float64(2.0)`
+            if literals == len(operands) and _constant_scalar(eqn, operands):
                 expr = _folded(eqn)
             else:
                 expr = rule(eqn, *operands)
-            comment = self.comment(eqn)
-            if eqn.primitive.multiple_results:
+            comment = _source_comment(eqn.source_info) if source_comments else ""
+            if primitive.multiple_results:
                 names = []
                 for v in eqn.outvars:
-                    if uses.get(v):
+                    if v in live:
                         names.append(targets.pop(v) if v in targets else self.temporary_name(eqn, v))
                         exprs[v] = Expr(names[-1])
                     else:
@@ -456,7 +508,7 @@ class Block:
                 continue
             (out,) = eqn.outvars
             # A nameless value read once is written where it is read (an output: in `return`).
-            if out not in targets and (out.hint is None or out in summed_terms) and uses.get(out) == 1 \
+            if out not in targets and (out.hint is None or out in summed_terms) and uses[out] == 1 \
                     and len(expr.text) <= INLINE_MAX_CHARS:
                 exprs[out] = expr
                 if comment:

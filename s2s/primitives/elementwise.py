@@ -203,8 +203,12 @@ register(integer_pow, lambda eqn, x: binop("**", x, Expr(str(eqn.params["y"]))
 def _binary(name: str, np_fn, emit, kind: str = "numeric", out_dtype=None):
     """`emit` is an operator ("+") or a function name ("np.maximum")."""
     impl = _keep_dtype(np_fn) if out_dtype is None else (lambda x, y: np_fn(x, y))
-    def emit_rule(eqn, x, y):
-        return call(emit, x, y) if emit.startswith(("np.", "rt.")) else binop(emit, x, y)
+    if emit.startswith(("np.", "rt.")):
+        def emit_rule(eqn, x, y):
+            return call(emit, x, y)
+    else:
+        def emit_rule(eqn, x, y):
+            return binop(emit, x, y)
     return _declare(name, kind, impl, emit_rule, out_dtype, bare_scalar_ok=True)
 
 

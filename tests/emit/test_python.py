@@ -6,9 +6,13 @@ import runpy
 import jax
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import s2s
-from s2s.emit.python import load_source
+from s2s.core import Literal, ShapedArray
+from s2s.emit.python import _source_comment, escaped, literal_expr, load_source
+from s2s.source_info import SourceInfo
 
 SOFTMAX_XENT = '''\
 import numpy as np
@@ -157,3 +161,36 @@ def test_constants_with_a_zero_divisor_or_a_non_finite_part_are_valid_python(fn,
         expected = s2s.jit(fn)(arg)
         got = s2s.jit(fn, backend="python")(arg)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+@settings(max_examples=15, deadline=None)
+@given(file=st.text(min_size=1, max_size=12), function=st.text(min_size=1, max_size=12),
+       line=st.integers(0, 10_000), def_line=st.integers(0, 10_000))
+def test_a_statements_comment_is_its_escaped_relative_location(file, function, line, def_line):
+    """The emitter writes comments from the def's label it remembers (every statement has
+    one): the text is still exactly `relative()`, escaped, for any file or function name,
+    also with the def unknown (0) or the line unknown (0: no comment)."""
+    info = SourceInfo(file, line, 1, function, def_line=def_line)
+    expected = f"  # {escaped(info.relative())}" if line else ""
+    assert _source_comment(info) == expected
+
+
+@pytest.mark.parametrize("value, dtype, weak, bare_ok, text", [
+    (0.5, "float64", False, False, "0.5"),            # the default float: bare
+    (0.5, "float32", True, True, "0.5"),              # weak, beside an array: bare
+    (0.5, "float32", True, False, "np.float32(0.5)"),
+    (-0.0, "float64", False, False, "-0.0"),
+    (float("inf"), "float64", False, False, "np.inf"),
+    (-float("inf"), "float32", False, False, "np.float32(-np.inf)"),
+    (float("nan"), "float64", True, True, "np.nan"),
+    (3, "int64", False, False, "3"),
+    (3, "int32", False, False, "np.int32(3)"),
+    (255, "uint8", True, False, "np.uint8(255)"),      # never bare unless weak and beside an array
+    (True, "bool", False, False, "np.bool(True)"),    # a bare True is an int to `~` and `-`
+    (True, "bool", True, True, "True"),
+    (complex(1, 2), "complex128", False, False, "(1+2j)"),
+    (complex(float("inf"), 1), "complex64", False, False, "np.complex64(complex(np.inf, 1.0))"),
+])
+def test_literals_are_written_bare_only_where_numpy_gives_them_their_dtype(value, dtype, weak, bare_ok, text):
+    literal = Literal(np.asarray(value, dtype)[()], ShapedArray((), dtype, weak))
+    assert literal_expr(literal, bare_ok).text == text
