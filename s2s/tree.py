@@ -65,6 +65,13 @@ def _node_kind(value) -> _NodeKind | None:
     return None
 
 
+def node_children(value) -> tuple[str, list] | None:
+    """(the class name, the children) of a container `value` (a registered class, a
+    namedtuple, a dataclass, or one of the built-in containers), or None for a leaf."""
+    kind = _node_kind(value)
+    return None if kind is None else (kind.name, list(kind.flatten(value)[0]))
+
+
 class PyTreeDef:
     """The shape of a pytree without its leaves. Hashable, so it can key caches."""
 

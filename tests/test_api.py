@@ -46,6 +46,14 @@ def test_custom_pytree_argument_is_passed_as_leaves():
     np.testing.assert_allclose(s2s.jit(box_in)(box, np.arange(3.0)), box_in(box, np.arange(3.0)))
 
 
+def test_a_custom_pytree_argument_is_described_by_its_leaves():
+    """Not by its repr, which holds the object's address: the emitted module is the same
+    whichever object it was staged with."""
+    x = np.arange(3.0)
+    sources = [s2s.emit_python(box_in, Box(np.full(3, 2.0), np.ones(3)), x) for _ in range(2)]
+    assert sources[0] == sources[1] and "box: Box(f64[3], f64[3])" in sources[0]
+
+
 def test_shape_dtype_arguments_stage_without_data():
     closed = s2s.make_jaxpr(affine)(s2s.ShapeDtype((128, 784), "float32"), s2s.ShapeDtype((784, 10), "f32"),
                                     s2s.ShapeDtype((10,), np.float32))

@@ -21,6 +21,7 @@ from s2s import dtypes
 from s2s.core import ShapedArray
 from s2s.errors import StagingError
 from s2s.frontend.reraise import reraise_clean
+from s2s.tree import node_children
 from s2s_runtime.xla import Array
 
 
@@ -272,6 +273,11 @@ def describe_arg(value) -> str:
     if is_staged_leaf(value):
         aval = aval_of_arg(value)
         return aval.str_short() + (" (weak)" if aval.weak_type else "")
+    node = None if value is None else node_children(value)
+    if node is not None:   # a namedtuple, dataclass or registered class: its leaves, described
+        # (its repr may show data, or an address that differs from run to run)
+        name, children = node
+        return f"{name}({', '.join(describe_arg(c) for c in children)})"
     return repr(value)
 
 
