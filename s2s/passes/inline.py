@@ -30,9 +30,15 @@ def _bodies(value) -> list[ClosedJaxpr]:
 
 
 def _has_calls(closed: ClosedJaxpr) -> bool:
-    return any(eqn.primitive in call_primitives
-               or any(_has_calls(b) for v in eqn.params.values() for b in _bodies(v))
-               for eqn in closed.jaxpr.eqns)
+    """Whether `closed` or a body in it has a call (asked of every jaxpr emitted: a loop
+    rather than nested generators, and only parameters that can hold jaxprs looked into)."""
+    for eqn in closed.jaxpr.eqns:
+        if eqn.primitive in call_primitives:
+            return True
+        for value in eqn.params.values():
+            if isinstance(value, (ClosedJaxpr, tuple)) and any(_has_calls(b) for b in _bodies(value)):
+                return True
+    return False
 
 
 def _with_bodies_inlined_params(params: dict) -> dict:
