@@ -353,6 +353,10 @@ def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params
     and `map_params` (if given) rewrites every other equation's parameters.
     """
     builder = current_builder()
+    if map_params is None and not expand_calls:
+        copied = _copied_into(builder, closed, args)
+        if copied is not None:
+            return copied
     jaxpr = closed.jaxpr
     env: dict[Var, Any] = {}
 
@@ -381,3 +385,39 @@ def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params
             env[v] = out
     # A literal output is returned as its value (a NumPy scalar), never as an IR atom.
     return [literal_value(v) if isinstance(v, Literal) else env[v] for v in jaxpr.outvars]
+
+
+def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | None:
+    """`inline_jaxpr` without parameter maps or calls to expand, in its common case: no
+    constants, and every argument is one of `builder`'s values (or a literal) with the
+    aval of the input it binds. Then every equation keeps its avals (a primitive's output
+    avals depend on its operands' avals and its parameters only), so each is copied as
+    it is onto new variables named as its own, with no shape rule and no check per
+    operand (`JaxprBuilder.restage` checks each). None otherwise (`inline_jaxpr` re-stages
+    the equations one by one)."""
+    jaxpr = closed.jaxpr
+    if closed.consts:
+        return None
+    env: dict = {}
+    for v, arg in zip(jaxpr.invars, args):
+        if type(arg) is Tracer and arg.builder is builder:
+            atom = arg.variable
+        elif type(arg) is Literal:
+            atom = arg
+        else:
+            return None
+        if atom.aval is not v.aval and atom.aval != v.aval:
+            return None
+        env[v] = atom
+    eqns, producers = builder.eqns, builder._producers
+    for eqn in jaxpr.eqns:
+        outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
+        copy = JaxprEqn(eqn.primitive, [env[v] if type(v) is Var else v for v in eqn.invars], outvars,
+                        eqn.params, eqn.source_info)
+        eqns.append(copy)
+        for old, new in zip(eqn.outvars, outvars):
+            env[old] = new
+            producers[new] = copy
+    given = dict(zip(jaxpr.invars, args))
+    return [literal_value(v) if isinstance(v, Literal) else given[v] if v in given else Tracer(builder, env[v])
+            for v in jaxpr.outvars]
