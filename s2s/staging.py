@@ -45,6 +45,9 @@ class Primitive:
 
     def bind(self, *args, **params):
         """Stages the primitive into the active builder, or runs it on NumPy values."""
+        builders = _state.builders   # (the innermost builder at once: every staged operation comes here)
+        if builders:
+            return builders[-1].add_eqn(self, args, params)
         return bind(self, args, params)
 
     def __repr__(self):
@@ -54,18 +57,21 @@ class Primitive:
 PRIMITIVES: dict[str, Primitive] = {}
 
 
-_state = threading.local()
+class _StagingState(threading.local):
+    """Each thread's staging state: its builders, innermost last, and its named axes (see
+    `axis_env`). A thread sees these initial values the first time it reads one."""
+
+    def __init__(self):
+        self.builders: list[JaxprBuilder] = []
+        self.axis_env: tuple = ()
 
 
-def _builders() -> list["JaxprBuilder"]:
-    if not hasattr(_state, "builders"):
-        _state.builders = []
-    return _state.builders
+_state = _StagingState()
 
 
 def current_builder() -> "JaxprBuilder | None":
-    stack = _builders()
-    return stack[-1] if stack else None
+    builders = _state.builders
+    return builders[-1] if builders else None
 
 
 class Tracer:
@@ -181,11 +187,11 @@ class JaxprBuilder:
         self._producers: dict[Var, JaxprEqn] = {}   # outvar -> the equation computing it
 
     def __enter__(self):
-        _builders().append(self)
+        _state.builders.append(self)
         return self
 
     def __exit__(self, *exc):
-        popped = _builders().pop()
+        popped = _state.builders.pop()
         assert popped is self, "builders must be exited in the order they were entered"
 
     def at(self, source_info: SourceInfo) -> "_At":
@@ -234,8 +240,12 @@ class JaxprBuilder:
         return var
 
     def add_eqn(self, primitive: Primitive, args, params: dict):
-        atom = self.atom
-        invars = [atom(a) for a in args]
+        invars = []
+        for a in args:   # (this builder's own tracers and literals, the common operands, at once)
+            if type(a) is Tracer and a.builder is self:
+                invars.append(a.variable)
+            else:
+                invars.append(a if type(a) is Literal else self.atom(a))
         out_avals = primitive.abstract_eval(*[v.aval for v in invars], **params)
         if not primitive.multiple_results:   # (written out: every staged operation comes here)
             out = Var(out_avals)
@@ -297,7 +307,7 @@ def named_axis(name, size: int):
     """Binds the axis `name` (of `size` examples) while a mapped function is staged
     (`vmap(f, axis_name=name)` stages `f` under it), so collectives in `f` (`psum(x, name)`)
     know it exists and how big it is. Innermost last."""
-    env = axis_env()
+    env = _state.axis_env
     _state.axis_env = env + ((name, size),)
     try:
         yield
@@ -308,7 +318,7 @@ def named_axis(name, size: int):
 def axis_env() -> tuple:
     """The named axes bound where staging is now, as ((name, size), ...), outermost first:
     part of every staging cache key, since collectives stage differently under it."""
-    return getattr(_state, "axis_env", ())
+    return _state.axis_env
 
 
 @contextlib.contextmanager

@@ -91,7 +91,14 @@ def _elementwise_abstract(name: str, kind: str, out_dtype=None):
         _check_operands(name, avals, kind)
         shape = broadcast_shapes(*[a.shape for a in avals])
         weak = all(a.weak_type for a in avals)
-        return ShapedArray(shape, avals[0].dtype if out_dtype is None else out_dtype, weak)
+        if out_dtype is None:
+            # An operand's aval is often the result's (`tanh(x)`, `x * 2.0`): avals are
+            # immutable, so that one serves instead of an equal new one.
+            for a in avals:
+                if a.shape == shape and a.weak_type == weak:
+                    return a
+            return ShapedArray(shape, avals[0].dtype, weak)
+        return ShapedArray(shape, out_dtype, weak)
     return abstract_eval
 
 
