@@ -206,12 +206,12 @@ class JaxprBuilder:
 
     def atom(self, value) -> Var | Literal:
         """The jaxpr atom that stands for `value` in this builder."""
+        if isinstance(value, Literal):
+            return value
         if isinstance(value, Tracer):
             if value.builder is self:
                 return value.variable
             return self._constvar(value, value.aval)
-        if isinstance(value, Literal):
-            return value
         if isinstance(value, (bool, int, float, complex, np.generic)):
             aval = aval_of_value(value)
             if isinstance(value, np.generic):
@@ -223,6 +223,11 @@ class JaxprBuilder:
             value = value.astype(dtypes.canonicalize_dtype(value.dtype), copy=False)
             return self._constvar(value, aval_of_value(value))
         raise TypeError(f"s2s cannot stage a value of type {type(value).__name__}: {value!r}")
+
+    def _atoms(self, args) -> list:
+        """The atoms of `args` (this builder's own tracers, most operands, at once)."""
+        return [a.variable if type(a) is Tracer and a.builder is self else self.atom(a)
+                for a in args]
 
     def name_constant(self, value, name: str) -> None:
         """Remembers the user's name for a constant (a global array), for readable output."""
@@ -240,12 +245,7 @@ class JaxprBuilder:
         return var
 
     def add_eqn(self, primitive: Primitive, args, params: dict):
-        invars = []
-        for a in args:   # (this builder's own tracers and literals, the common operands, at once)
-            if type(a) is Tracer and a.builder is self:
-                invars.append(a.variable)
-            else:
-                invars.append(a if type(a) is Literal else self.atom(a))
+        invars = self._atoms(args)
         out_avals = primitive.abstract_eval(*[v.aval for v in invars], **params)
         if not primitive.multiple_results:   # (written out: every staged operation comes here)
             out = Var(out_avals)
@@ -265,8 +265,7 @@ class JaxprBuilder:
         avals and its parameters only, so they are `eqn`'s, and the shape rule need not
         run again. Its outputs keep `eqn`'s names and its line. None when an operand's
         aval differs (the caller binds the primitive as usual)."""
-        atom = self.atom
-        invars = [atom(a) for a in args]
+        invars = self._atoms(args)
         for new, old in zip(invars, eqn.invars):
             if new.aval is not old.aval and new.aval != old.aval:
                 return None

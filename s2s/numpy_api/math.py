@@ -42,7 +42,7 @@ def _prep(xs, weak_ok: bool, dtype_rule=None):
 
     `dtype_rule(dtype, weak) -> dtype` adjusts the promoted dtype (to a float, say).
     """
-    xs = [asarray(x) for x in xs]
+    xs = [x if type(x) is Tracer else asarray(x) for x in xs]
     types = operand_types(xs)
     dt, all_weak = dtypes.result_type(*types)
     if dtype_rule is _float_rule:
