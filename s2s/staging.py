@@ -365,13 +365,10 @@ def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params
     jaxpr = closed.jaxpr
     env: dict[Var, Any] = {}
 
-    def read(v):
-        return v if isinstance(v, Literal) else env[v]
-
     env.update(zip(jaxpr.constvars, closed.consts))
     env.update(zip(jaxpr.invars, args))
     for eqn in jaxpr.eqns:
-        ins = [read(v) for v in eqn.invars]
+        ins = [v if type(v) is Literal else env[v] for v in eqn.invars]
         if map_params is None and eqn.primitive not in expand_calls:
             outs = builder.restage(eqn, ins)
             if outs is not None:

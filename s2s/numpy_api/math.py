@@ -18,6 +18,7 @@ plus a select that corrects the sign, the way NumPy's own `npy_divmod` does.
 """
 from __future__ import annotations
 
+import functools
 import math as _pymath
 
 import numpy as np
@@ -139,7 +140,7 @@ def _ufunc(np_fns, nin: int, name: str | None = None):
 
         fn.__name__ = fn.__qualname__ = fname
         fn.__doc__ = core.__doc__
-        fn.operator = lambda *xs: core(*xs, weak_ok=True)
+        fn.operator = functools.partial(core, weak_ok=True)   # (a partial: no Python frame of its own)
         fn.core = core
         implements(*np_fns)(fn)
         return fn
