@@ -27,9 +27,9 @@ class ShapedArray:
     __slots__ = ("shape", "dtype", "weak_type")
 
     def __init__(self, shape, dtype, weak_type: bool = False):
-        self.shape = tuple(int(d) for d in shape)
+        self.shape = _int_shape(shape)
         self.dtype = np.dtype(dtype)
-        self.weak_type = bool(weak_type)
+        self.weak_type = True if weak_type else False
 
     @property
     def ndim(self) -> int:
@@ -59,6 +59,24 @@ class ShapedArray:
 
     def __repr__(self):
         return f"ShapedArray({self.str_short()}{', weak_type=True' if self.weak_type else ''})"
+
+
+# A shape tuple as given (Python or NumPy ints) -> the same shape as a tuple of Python ints.
+# Staging makes an aval for nearly every equation, over a few shapes; the tuple's hash and
+# equality are NumPy's own for NumPy ints, so `(np.int64(3),)` finds `(3,)`.
+_INT_SHAPES: dict = {}
+_MAX_REMEMBERED_SHAPES = 4096
+
+
+def _int_shape(shape) -> tuple[int, ...]:
+    try:
+        return _INT_SHAPES[shape]
+    except (KeyError, TypeError):   # (TypeError: a list, or a tuple holding one)
+        pass
+    ints = tuple(int(d) for d in shape)
+    if type(shape) is tuple and len(_INT_SHAPES) < _MAX_REMEMBERED_SHAPES:
+        _INT_SHAPES[shape] = ints
+    return ints
 
 
 def aval_of_value(value) -> ShapedArray:

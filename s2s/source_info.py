@@ -49,4 +49,14 @@ class SourceInfo(NamedTuple):
         return f"    {text}\n    {' ' * (self.col - 1)}{'^' * width}"
 
 
+def source_info(file: str, line: int, col: int, function: str, end_col: int | None,
+                def_line: int) -> SourceInfo:
+    """`SourceInfo(file, line, ...)` with every field given, made by `tuple.__new__` alone:
+    the front end makes one per expression it stages, and a NamedTuple's own constructor
+    is a Python function around that call."""
+    return _new_tuple(SourceInfo, (file, line, col, function, end_col, def_line))
+
+
+_new_tuple = tuple.__new__
+
 UNKNOWN = SourceInfo("<unknown>", 0, 0, "<unknown>")

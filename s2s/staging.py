@@ -45,6 +45,9 @@ class Primitive:
 
     def bind(self, *args, **params):
         """Stages the primitive into the active builder, or runs it on NumPy values."""
+        builders = _state.builders   # (the innermost builder at once: every staged operation comes here)
+        if builders:
+            return builders[-1].add_eqn(self, args, params)
         return bind(self, args, params)
 
     def __repr__(self):
@@ -54,18 +57,21 @@ class Primitive:
 PRIMITIVES: dict[str, Primitive] = {}
 
 
-_state = threading.local()
+class _StagingState(threading.local):
+    """Each thread's staging state: its builders, innermost last, and its named axes (see
+    `axis_env`). A thread sees these initial values the first time it reads one."""
+
+    def __init__(self):
+        self.builders: list[JaxprBuilder] = []
+        self.axis_env: tuple = ()
 
 
-def _builders() -> list["JaxprBuilder"]:
-    if not hasattr(_state, "builders"):
-        _state.builders = []
-    return _state.builders
+_state = _StagingState()
 
 
 def current_builder() -> "JaxprBuilder | None":
-    stack = _builders()
-    return stack[-1] if stack else None
+    builders = _state.builders
+    return builders[-1] if builders else None
 
 
 class Tracer:
@@ -181,11 +187,11 @@ class JaxprBuilder:
         self._producers: dict[Var, JaxprEqn] = {}   # outvar -> the equation computing it
 
     def __enter__(self):
-        _builders().append(self)
+        _state.builders.append(self)
         return self
 
     def __exit__(self, *exc):
-        popped = _builders().pop()
+        popped = _state.builders.pop()
         assert popped is self, "builders must be exited in the order they were entered"
 
     def at(self, source_info: SourceInfo) -> "_At":
@@ -200,12 +206,12 @@ class JaxprBuilder:
 
     def atom(self, value) -> Var | Literal:
         """The jaxpr atom that stands for `value` in this builder."""
+        if isinstance(value, Literal):
+            return value
         if isinstance(value, Tracer):
             if value.builder is self:
                 return value.variable
             return self._constvar(value, value.aval)
-        if isinstance(value, Literal):
-            return value
         if isinstance(value, (bool, int, float, complex, np.generic)):
             aval = aval_of_value(value)
             if isinstance(value, np.generic):
@@ -217,6 +223,11 @@ class JaxprBuilder:
             value = value.astype(dtypes.canonicalize_dtype(value.dtype), copy=False)
             return self._constvar(value, aval_of_value(value))
         raise TypeError(f"s2s cannot stage a value of type {type(value).__name__}: {value!r}")
+
+    def _atoms(self, args) -> list:
+        """The atoms of `args` (this builder's own tracers, most operands, at once)."""
+        return [a.variable if type(a) is Tracer and a.builder is self else self.atom(a)
+                for a in args]
 
     def name_constant(self, value, name: str) -> None:
         """Remembers the user's name for a constant (a global array), for readable output."""
@@ -234,8 +245,7 @@ class JaxprBuilder:
         return var
 
     def add_eqn(self, primitive: Primitive, args, params: dict):
-        atom = self.atom
-        invars = [atom(a) for a in args]
+        invars = self._atoms(args)
         out_avals = primitive.abstract_eval(*[v.aval for v in invars], **params)
         if not primitive.multiple_results:   # (written out: every staged operation comes here)
             out = Var(out_avals)
@@ -255,8 +265,7 @@ class JaxprBuilder:
         avals and its parameters only, so they are `eqn`'s, and the shape rule need not
         run again. Its outputs keep `eqn`'s names and its line. None when an operand's
         aval differs (the caller binds the primitive as usual)."""
-        atom = self.atom
-        invars = [atom(a) for a in args]
+        invars = self._atoms(args)
         for new, old in zip(invars, eqn.invars):
             if new.aval is not old.aval and new.aval != old.aval:
                 return None
@@ -297,7 +306,7 @@ def named_axis(name, size: int):
     """Binds the axis `name` (of `size` examples) while a mapped function is staged
     (`vmap(f, axis_name=name)` stages `f` under it), so collectives in `f` (`psum(x, name)`)
     know it exists and how big it is. Innermost last."""
-    env = axis_env()
+    env = _state.axis_env
     _state.axis_env = env + ((name, size),)
     try:
         yield
@@ -308,7 +317,7 @@ def named_axis(name, size: int):
 def axis_env() -> tuple:
     """The named axes bound where staging is now, as ((name, size), ...), outermost first:
     part of every staging cache key, since collectives stage differently under it."""
-    return getattr(_state, "axis_env", ())
+    return _state.axis_env
 
 
 @contextlib.contextmanager
@@ -390,13 +399,10 @@ def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params
     jaxpr = closed.jaxpr
     env: dict[Var, Any] = {}
 
-    def read(v):
-        return v if isinstance(v, Literal) else env[v]
-
     env.update(zip(jaxpr.constvars, closed.consts))
     env.update(zip(jaxpr.invars, args))
     for eqn in jaxpr.eqns:
-        ins = [read(v) for v in eqn.invars]
+        ins = [v if type(v) is Literal else env[v] for v in eqn.invars]
         if map_params is None and eqn.primitive not in expand_calls:
             outs = builder.restage(eqn, ins)
             if outs is not None:

@@ -21,7 +21,6 @@ from s2s.numpy_api.shaping import index_concatenation
 from s2s.staging import Tracer, current_builder
 
 # Python operators on arrays, as the NumPy functions that implement them.
-# Python operators on arrays, as the NumPy functions that implement them.
 BINARY_OPERATORS = {
     ast.Add: (operator.add, np.add), ast.Sub: (operator.sub, np.subtract),
     ast.Mult: (operator.mul, np.multiply), ast.Div: (operator.truediv, np.true_divide),
@@ -55,6 +54,9 @@ def _unsupported(walker, node):
         "rewrite the expression with supported syntax")
 
 
+# Expression nodes whose value is found without staging an equation (see `expr`).
+_STAGE_NOTHING = frozenset((ast.Name, ast.Constant))
+
 # (walker class, node class) -> the walker's method for it (`expr_BinOp`, ...), found once.
 _EXPR_METHODS: dict = {}
 
@@ -65,9 +67,11 @@ class Expressions:
     functions (lambdas) are made by `self._make_function`, both of the walker's core."""
 
     def expr(self, node):
-        builder = current_builder()
-        saved = builder.source_info if builder is not None else None
+        # Equations staged while `node` is walked come from it; names and constants stage
+        # nothing, so they are not located (they are half of the nodes staging walks).
+        builder = current_builder() if type(node) not in _STAGE_NOTHING else None
         if builder is not None:
+            saved = builder.source_info
             builder.source_info = self.source.info(node)
         try:
             key = (type(self), type(node))

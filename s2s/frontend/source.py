@@ -38,7 +38,7 @@ import gast   # beniget's input: the def-use chains are made on a gast copy
 
 from s2s.errors import StagingError, StaleSourceError, UnsupportedSyntaxError
 from s2s.frontend.scopes import SCOPES, arguments_of, scope_of
-from s2s.source_info import SourceInfo
+from s2s.source_info import SourceInfo, source_info
 
 
 @dataclasses.dataclass
@@ -328,14 +328,14 @@ class FunctionSource:
         return info
 
     def _make_info(self, node) -> SourceInfo:
-        line = getattr(node, "lineno", None) or self.node.lineno
-        col = getattr(node, "col_offset", 0) + 1
-        end_col = getattr(node, "end_col_offset", None)
-        if end_col is not None and getattr(node, "end_lineno", None) == line:
-            end_col += 1
-        else:
-            end_col = None
-        return SourceInfo(self.filename, line, col, self.anchor_name, end_col, self.anchor_line)
+        try:   # (every node the parser made has all four)
+            line, col, end_line, end_col = node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
+        except AttributeError:
+            line, col = getattr(node, "lineno", None), getattr(node, "col_offset", 0)
+            end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        line = line or self.node.lineno
+        end_col = end_col + 1 if end_col is not None and end_line == line else None
+        return source_info(self.filename, line, col + 1, self.anchor_name, end_col, self.anchor_line)
 
 
 def last_return_info(fn) -> SourceInfo | None:

@@ -454,7 +454,9 @@ def call_user(fn, args, kwargs):
     and transforms, builtins and other callables are called as they are."""
     numpy_impl = NUMPY_IMPLS.get(fn) if _hashable(fn) else None
     if numpy_impl is not None:
-        if fn not in CREATION_FUNCTIONS and _is_static_scalar_tree((args, kwargs)):
+        # (A staged positional argument, the common case, makes the call staged at once.)
+        if (fn not in CREATION_FUNCTIONS and not any(type(a) is Tracer for a in args)
+                and _is_static_scalar_tree((args, kwargs))):
             result = fn(*args, **kwargs)   # e.g. np.sqrt(d_k), np.prod(x.shape)
             if not is_array_constant(result):
                 return result

@@ -54,9 +54,12 @@ class DispatchTable(dict):
         return None
 
     def get(self, key, default=None):
+        found = dict.get(self, key)   # (a filler adds SciPy's functions: never a key found here)
+        if found is not None:
+            return found
         if self.fillers:
             self._fill_imported()
-        found = super().get(key)
+            found = dict.get(self, key)
         if found is None and self.resolvers:
             found = self._resolve(key)
         return default if found is None else found
@@ -89,6 +92,9 @@ def implements(*numpy_functions):
 
 
 PY_SCALARS = (bool, int, float, complex)
+# Exactly these types (not np.float64, a float subclass, which is strong): checked first
+# where staging looks at every operand.
+_EXACT_PY_SCALARS = frozenset(PY_SCALARS)
 
 
 def is_python_scalar(x) -> bool:
@@ -96,9 +102,7 @@ def is_python_scalar(x) -> bool:
 
 
 def aval(x) -> ShapedArray:
-    if isinstance(x, Tracer):
-        return x.aval
-    if isinstance(x, Literal):
+    if isinstance(x, (Tracer, Literal)):
         return x.aval
     if isinstance(x, (list, tuple)):
         return aval_of_value(np.asarray(x))
@@ -119,7 +123,8 @@ def ndim(x) -> int:
 
 def asarray(x):
     """Accepts a Tracer, an array, a scalar or a (nested) list of them; returns an operand."""
-    if isinstance(x, (Tracer, np.ndarray, np.generic, Literal)) or is_python_scalar(x):
+    if type(x) in _EXACT_PY_SCALARS or isinstance(x, (Tracer, np.ndarray, np.generic, Literal)) \
+            or is_python_scalar(x):
         return x
     if isinstance(x, (list, tuple)):
         if has_tracer(x):
@@ -187,9 +192,21 @@ def convert(x, to, weak_type: bool = False):
     return ew.convert_element_type.bind(x, new_dtype=to, weak_type=weak_type)
 
 
+def operand_types(xs) -> tuple[tuple[np.dtype, bool], ...]:
+    """The (dtype, weak_type) of each operand: what promotion reads. (Staged values and
+    Python scalars, nearly every operand staging meets, are typed without making an aval.)"""
+    types = []
+    for x in xs:
+        if type(x) in _EXACT_PY_SCALARS:
+            types.append((dtypes.dtype_of_python_scalar(x), True))
+        else:
+            a = x.variable.aval if isinstance(x, Tracer) else aval(x)
+            types.append((a.dtype, a.weak_type))
+    return tuple(types)
+
+
 def result_dtype(*xs) -> tuple[np.dtype, bool]:
-    avals = [aval(x) for x in xs]
-    return dtypes.result_type(*[(a.dtype, a.weak_type) for a in avals])
+    return dtypes.result_type(*operand_types(xs))
 
 
 def cast(x, to: np.dtype, weak: bool):
@@ -205,9 +222,18 @@ def cast(x, to: np.dtype, weak: bool):
     return convert(x, to, weak_type=a.weak_type and weak)
 
 
-def cast_all(xs, to: np.dtype, weak: bool) -> list:
+def cast_all(xs, to: np.dtype, weak: bool, types=None) -> list:
     """Converts operands to `to`. When `weak` is False, makes sure one operand is strong
-    (retagging a literal is free; a weak staged value needs a convert)."""
+    (retagging a literal is free; a weak staged value needs a convert). `types` are the
+    operands' `operand_types` where the caller has them."""
+    if types is None:
+        types = operand_types(xs)
+    if weak or not all(weak_type for _, weak_type in types):
+        # No operand needs to become strong: the common case, where a Python scalar becomes a
+        # weak literal and an operand already of dtype `to` stays as it is, is answered here.
+        return [ops.literal(x, to, True) if type(x) in _EXACT_PY_SCALARS
+                else x if dtype == to and type(x) is not Literal else cast(x, to, weak)
+                for x, (dtype, _) in zip(xs, types)]
     out = [cast(x, to, weak) for x in xs]
     if not weak and out and all(aval(o).weak_type for o in out):
         lits = [i for i, o in enumerate(out) if isinstance(o, Literal)]

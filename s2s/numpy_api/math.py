@@ -18,6 +18,7 @@ plus a select that corrects the sign, the way NumPy's own `npy_divmod` does.
 """
 from __future__ import annotations
 
+import functools
 import math as _pymath
 
 import numpy as np
@@ -26,7 +27,7 @@ from s2s import config, dtypes
 from s2s.core import Literal
 from s2s.errors import ShapeError, UnsupportedFunctionError, UnsupportedSyntaxError
 from s2s.numpy_api._base import (asarray, aval, cast_all, convert, float_dtype_for, implements,
-                                 is_python_scalar, result_dtype)
+                                 is_python_scalar, operand_types, result_dtype)
 from s2s.numpy_api.creation import zeros_like
 from s2s.primitives import complex_parts as cx
 from s2s.primitives import elementwise as ew
@@ -42,14 +43,15 @@ def _prep(xs, weak_ok: bool, dtype_rule=None):
 
     `dtype_rule(dtype, weak) -> dtype` adjusts the promoted dtype (to a float, say).
     """
-    xs = [asarray(x) for x in xs]
-    dt, all_weak = result_dtype(*xs)
+    xs = [x if type(x) is Tracer else asarray(x) for x in xs]
+    types = operand_types(xs)
+    dt, all_weak = dtypes.result_type(*types)
     if dtype_rule is _float_rule:
-        dt = _float_result_dtype(xs)
+        dt = _float_result_dtype(types)
     elif dtype_rule is not None:
         dt = dtypes.canonicalize_dtype(dtype_rule(dt, all_weak))
     weak = weak_ok and all_weak
-    return cast_all(xs, dt, weak), dt, weak
+    return cast_all(xs, dt, weak, types), dt, weak
 
 
 def _float_rule(dt, weak):
@@ -57,12 +59,13 @@ def _float_rule(dt, weak):
     return float_dtype_for(dt)
 
 
-def _float_result_dtype(xs) -> np.dtype:
-    """The float dtype NumPy's float-only ufuncs pick (the loop every input casts to
-    safely): each strong integer input needs its own float (int8, uint8 → f16; int16 → f32;
-    int32 → f64), a weak input first takes the dtype the strong ones give it
-    (`int8_array, 2` → int8 → f16, but `bool_array, 2` → int64 → f64)."""
-    key = (tuple((a.dtype, a.weak_type) for a in map(aval, xs)), config.values.enable_x64)
+def _float_result_dtype(types) -> np.dtype:
+    """The float dtype NumPy's float-only ufuncs pick for operands of `types` ((dtype,
+    weak_type) each; the loop every input casts to safely): each strong integer input needs
+    its own float (int8, uint8 → f16; int16 → f32; int32 → f64), a weak input first takes
+    the dtype the strong ones give it (`int8_array, 2` → int8 → f16, but `bool_array, 2` →
+    int64 → f64)."""
+    key = (types, config.values.enable_x64)
     dtype = _FLOAT_RESULTS.get(key)
     if dtype is None:
         dtype = _FLOAT_RESULTS[key] = _float_result_of(key[0])
@@ -119,7 +122,7 @@ def _ufunc(np_fns, nin: int, name: str | None = None):
             if len(args) != nin:
                 raise TypeError(f"{fname}() takes {nin} positional argument"
                                 f"{'s' if nin > 1 else ''} but {len(args)} were given")
-            unknown = set(kwargs) - _IGNORED_UFUNC_KWARGS
+            unknown = set(kwargs) - _IGNORED_UFUNC_KWARGS if kwargs else None
             if unknown:
                 raise TypeError(f"{fname}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
             if out is not None:
@@ -137,7 +140,7 @@ def _ufunc(np_fns, nin: int, name: str | None = None):
 
         fn.__name__ = fn.__qualname__ = fname
         fn.__doc__ = core.__doc__
-        fn.operator = lambda *xs: core(*xs, weak_ok=True)
+        fn.operator = functools.partial(core, weak_ok=True)   # (a partial: no Python frame of its own)
         fn.core = core
         implements(*np_fns)(fn)
         return fn

@@ -86,12 +86,34 @@ _COMPLEX_HELP = ("complex numbers have no order and no real-only functions here:
                  "np.real(z), np.imag(z) or np.abs(z)")
 
 
+def _broadcast_avals(avals) -> tuple[tuple[int, ...], bool]:
+    """The shape and weak type of an elementwise result on operands `avals` (one or two
+    operands, nearly every equation, without a loop)."""
+    if len(avals) == 1:
+        return avals[0].shape, avals[0].weak_type
+    if len(avals) == 2:
+        a, b = avals
+        weak = a.weak_type and b.weak_type
+        if a.shape == b.shape or not b.shape:
+            return a.shape, weak
+        if not a.shape:
+            return b.shape, weak
+        return broadcast_shapes(a.shape, b.shape), weak
+    return broadcast_shapes(*[a.shape for a in avals]), all(a.weak_type for a in avals)
+
+
 def _elementwise_abstract(name: str, kind: str, out_dtype=None):
     def abstract_eval(*avals, **params):
         _check_operands(name, avals, kind)
-        shape = broadcast_shapes(*[a.shape for a in avals])
-        weak = all(a.weak_type for a in avals)
-        return ShapedArray(shape, avals[0].dtype if out_dtype is None else out_dtype, weak)
+        shape, weak = _broadcast_avals(avals)
+        if out_dtype is None:
+            # An operand's aval is often the result's (`tanh(x)`, `x * 2.0`): avals are
+            # immutable, so that one serves instead of an equal new one.
+            for a in avals:
+                if a.shape == shape and a.weak_type == weak:
+                    return a
+            return ShapedArray(shape, avals[0].dtype, weak)
+        return ShapedArray(shape, out_dtype, weak)
     return abstract_eval
 
 
