@@ -179,16 +179,16 @@ def _away_from_zero(v, tiny, fns):
 
 
 def betainc_start(a, b, x, tiny, fns):
-    """(a, b, x, swapped, front, c, d, h): the side to work on, the factor
-    x^a (1 - x)^b / (a B(a, b)) in front of the fraction, and Lentz's start."""
+    """(a, b, x, swapped, log_front, c, d, h): the side to work on, the log of
+    x^a (1 - x)^b / B(a, b) (the factor in front of the fraction, times a), and Lentz's
+    start."""
     swapped = x > (a + 1) / (a + b + 2)
     a, b, x = fns.select(swapped, b, a), fns.select(swapped, a, b), fns.select(swapped, 1 - x, x)
     big, small = fns.select(a >= b, a, b), fns.select(a >= b, b, a)   # log B(a, b), for any a, b:
     log_front = a * fns.log(x) + b * fns.log1p(-x) - fns.lgamma(small) + log_gamma_ratio(big, small, fns)
-    front = fns.exp(log_front) / a
     d = 1 / _away_from_zero(1 - (a + b) * x / (a + 1), tiny, fns)
     c = 1 + 0 * d    # ones of d's shape and dtype, staged or not
-    return a, b, x, swapped, front, c, d, d
+    return a, b, x, swapped, log_front, c, d, d
 
 
 def betainc_step(a, b, x, m, c, d, h, tiny, fns):
@@ -205,31 +205,40 @@ def betainc_step(a, b, x, m, c, d, h, tiny, fns):
     return c, d, h * delta, delta
 
 
-def betainc_finish(a, b, x, swapped, front, h, fns):
+def betainc_finish(a, b, x, swapped, log_front, h, fns, log=False):
     """I_x(a, b) from the converged fraction h, with SciPy's limits: for a == 0 < b it is 1
     (0 at x == 0), for b == 0 < a it is 0 (1 at x == 1); nan for a or b negative, both 0,
-    or x outside [0, 1]."""
-    value = front * h
-    value = fns.select(swapped, 1 - value, value)
-    value = fns.select(a == 0, fns.select(x > 0, 1.0, 0.0), value)
-    value = fns.select(b == 0, fns.select(x < 1, 0.0, 1.0), value)
+    or x outside [0, 1]. With `log`, log I_x(a, b): on the unswapped side the sum of the
+    logs, so that a tail too small for the dtype keeps its log (XLA's CPU code also flushes
+    values below the dtype's smallest normal, 2e-308, to zero)."""
+    side_a = fns.select(swapped, b, a)
+    other_side = fns.exp(log_front) / side_a * h
+    if log:
+        value = fns.select(swapped, fns.log1p(-other_side), log_front - fns.log(side_a) + fns.log(h))
+        zero, one = -np.inf, 0.0
+    else:
+        value = fns.select(swapped, 1 - other_side, other_side)
+        zero, one = 0.0, 1.0
+    value = fns.select(a == 0, fns.select(x > 0, one, zero), value)
+    value = fns.select(b == 0, fns.select(x < 1, zero, one), value)
     valid = (a >= 0) & (b >= 0) & ((a > 0) | (b > 0)) & (x >= 0) & (x <= 1)
     return fns.select(valid, value, np.nan)
 
 
-def betainc(a, b, x):
-    """I_x(a, b) in a, b, x's dtype, as scipy.special.betainc."""
+def betainc(a, b, x, log=False):
+    """I_x(a, b) in a, b, x's dtype, as scipy.special.betainc; its log with `log` (see
+    `betainc_finish`)."""
     a, b, x = np.broadcast_arrays(_floating(a), _floating(b), _floating(x))
     dtype = np.result_type(a, b, x)
     fns, tiny, eps = NumpyFunctions, float(np.finfo(dtype).tiny), float(np.finfo(dtype).eps)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        a_, b_, x_, swapped, front, c, d, h = betainc_start(a.astype(dtype), b.astype(dtype),
-                                                            x.astype(dtype), tiny, fns)
+        a_, b_, x_, swapped, log_front, c, d, h = betainc_start(a.astype(dtype), b.astype(dtype),
+                                                                x.astype(dtype), tiny, fns)
         for m in range(1, BETAINC_MAX_STEPS + 1):
             c, d, h, delta = betainc_step(a_, b_, x_, dtype.type(m), c, d, h, tiny, fns)
             if not np.any(np.abs(delta - 1) > eps):   # nan counts as converged
                 break
-        return np.asarray(betainc_finish(a, b, x, swapped, front, h, fns), dtype)[()]
+        return np.asarray(betainc_finish(a, b, x, swapped, log_front, h, fns, log), dtype)[()]
 
 
 # ---------------------------------------------------------------------------------------

@@ -110,6 +110,12 @@ def betainc(a, b, x, out=None):
     return special_primitives.betainc.bind(*_ufunc_operands("betainc", a, b, x))
 
 
+def log_betainc(a, b, x):
+    """log I_x(a, b), finite where I_x(a, b) is too small for the dtype (SciPy has no such
+    function: the t distribution's logcdf uses it)."""
+    return special_primitives.betainc.bind(*_ufunc_operands("betainc", a, b, x), log=True)
+
+
 def logit(x, out=None):
     """log(p / (1 - p)), as SciPy computes it: -inf at 0, inf at 1, nan outside [0, 1]."""
     _no_out("logit", out)

@@ -162,14 +162,15 @@ class _STAGED:
 T_CDF_LINEAR_BELOW = 1e-8
 
 
-def _t_cdf_by_betainc(z, df):
+def _t_cdf_by_betainc(z, df, log_lower=False):
     """t.cdf for a finite df through the regularized incomplete beta function: beyond
     |z| = 1, the tail I_{df/(df+z^2)}(df/2, 1/2) / 2 from the nearer end (accurate however
     small); within, where that argument nears 1 and its derivative in x grows without
     bound, 1/2 + sign(z) I_{z^2/(df+z^2)}(1/2, df/2) / 2 (the sum stays above 0.15: no
     digits lost); near z = 0, 1/2 + z pdf(0) (T_CDF_LINEAR_BELOW). Rounding df/(df+z^2)
     costs about df * 1e-16 relative (4e-12 at df = 1e5), so from T_SERIES_FROM_DF on the
-    series below takes over."""
+    series below takes over. With `log_lower`, log t.cdf for z <= 0, its far tail from
+    log I, which stays finite where the tail is too small for float64."""
     at_zero = npm.abs(z) < T_CDF_LINEAR_BELOW
     safe_z = npm.where(at_zero, 1.0, z)
     square = safe_z * safe_z
@@ -178,11 +179,16 @@ def _t_cdf_by_betainc(z, df):
     near_square = npm.where(near, square, 0.25)
     far_square = npm.where(near, df, square)
     near_half = 0.5 * scipy_special.betainc(0.5, 0.5 * df, near_square / (df + near_square))
-    far_half = 0.5 * scipy_special.betainc(0.5 * df, 0.5, df / (df + far_square))
     center = npm.where(safe_z > 0, 0.5 + near_half, 0.5 - near_half)
+    density_at_zero = npm.exp(t_logpdf(0.0, df))
+    far_argument = df / (df + far_square)
+    if log_lower:
+        near_log = npm.log(npm.where(at_zero, 0.5 + z * density_at_zero, center))
+        far_log = math.log(0.5) + scipy_special.log_betainc(0.5 * df, 0.5, far_argument)
+        return npm.where(at_zero | near, near_log, far_log)
+    far_half = 0.5 * scipy_special.betainc(0.5 * df, 0.5, far_argument)
     tails = npm.where(safe_z > 0, 1 - far_half, far_half)
     student = npm.where(near, center, tails)
-    density_at_zero = npm.exp(t_logpdf(0.0, df))
     return npm.where(at_zero, 0.5 + z * density_at_zero, student)
 
 
@@ -249,7 +255,8 @@ def _t_log_normalizer(half_df):
 def _t_cdf_parts(x, df, loc, scale):
     """What t.cdf and t.logcdf share: (z, valid, df, infinite, by_series, log_tail,
     by_betainc) with log_tail = log t.cdf(-|z|) by the series where `by_series`, and
-    by_betainc(z') t.cdf by the incomplete beta function elsewhere. Each way sees
+    by_betainc(z') t.cdf by the incomplete beta function elsewhere (by_betainc(z',
+    log_lower=True) its log, for z' <= 0). Each way sees
     only values in its own range, so the other's derivative stays finite."""
     z, _, valid = _standardized(x, loc, scale)
     (df,) = _float64(df)
@@ -259,7 +266,8 @@ def _t_cdf_parts(x, df, loc, scale):
     series_df = npm.where(by_series, df, T_SERIES_FROM_DF)
     log_tail = _t_log_lower_tail(npm.where(series_z > 0, -series_z, series_z), series_df)
     beta_df = npm.where(infinite | by_series, 1.0, df)
-    return z, valid, df, infinite, by_series, log_tail, lambda at: _t_cdf_by_betainc(at, beta_df)
+    return z, valid, df, infinite, by_series, log_tail, lambda at, log_lower=False: _t_cdf_by_betainc(
+        at, beta_df, log_lower)
 
 
 def t_cdf(x, df, loc=0, scale=1):
@@ -418,7 +426,7 @@ def t_logcdf(x, df, loc=0, scale=1):
     z, valid, df, infinite, by_series, log_tail, by_betainc = _t_cdf_parts(x, df, loc, scale)
     upper = z > 0
     series = npm.where(upper, npm.log1p(-npm.exp(log_tail)), log_tail)
-    lower_tail = npm.log(by_betainc(npm.where(upper, 0.0, z)))
+    lower_tail = by_betainc(npm.where(upper, 0.0, z), log_lower=True)
     upper_tail = npm.log1p(-by_betainc(-npm.where(upper, z, 0.0)))
     student = npm.where(by_series, series, npm.where(upper, upper_tail, lower_tail))
     return _where_valid(valid & (df > 0), npm.where(infinite, normal_logcdf(z), student))

@@ -29,7 +29,7 @@ from s2s.primitives.staged_algorithms import StagedFunctions, staged_jaxpr
 from s2s.staging import Primitive, Tracer
 
 
-def _betainc_abstract(a, b, x):
+def _betainc_abstract(a, b, x, log=False):
     if not (a.dtype == b.dtype == x.dtype and dtypes.is_inexact(a.dtype) and a.dtype.kind == "f"):
         raise ShapeError("betainc needs real floating operands of one dtype, got "
                          + ", ".join(v.str_short() for v in (a, b, x)))
@@ -37,12 +37,13 @@ def _betainc_abstract(a, b, x):
                        a.weak_type and b.weak_type and x.weak_type)
 
 
+# `log=True`: log I_x(a, b), which keeps a tail too small for the dtype (t.logcdf's).
 betainc = Primitive("betainc", _betainc_abstract, rt.betainc)
-register(betainc, lambda eqn, a, b, x: call("rt.betainc", a, b, x))
+register(betainc, lambda eqn, a, b, x: call("rt.betainc", a, b, x, **({"log": True} if eqn.params.get("log") else {})))
 _vmap.broadcasting(betainc)
 
 
-def _betainc_jvp(primals, tangents):
+def _betainc_jvp(primals, tangents, log=False):
     (a, b, x), (ta, tb, tx) = primals, tangents
     if not (is_zero(ta) and is_zero(tb)):
         raise UnsupportedFunctionError(
@@ -50,14 +51,17 @@ def _betainc_jvp(primals, tangents):
             "and b (the degrees of freedom) is not supported (JAX does not have it either)",
             "differentiate with respect to x only: pass a, b (df) as constants, or hold them "
             "with s2s.stop_gradient")
-    out = betainc.bind(a, b, x)
-    # d/dx I_x(a, b) = x^(a-1) (1-x)^(b-1) / B(a, b), the beta density. Primitives on the
-    # primals: a and b are often literals (t.cdf's 1/2), which have no operators.
+    out = betainc.bind(a, b, x, log=log)
+    # d/dx I_x(a, b) = x^(a-1) (1-x)^(b-1) / B(a, b), the beta density (over I_x(a, b) for
+    # its log). Primitives on the primals: a and b are often literals (t.cdf's 1/2), which
+    # have no operators.
     one = ops.literal(1, out.aval.dtype)
     log_beta = ew.sub.bind(ew.add.bind(ew.lgamma.bind(a), ew.lgamma.bind(b)), ew.lgamma.bind(ew.add.bind(a, b)))
     log_density = ew.sub.bind(ew.add.bind(ew.mul.bind(ew.sub.bind(a, one), ew.log.bind(x)),
                                           ew.mul.bind(ew.sub.bind(b, one), ew.log1p.bind(ew.neg.bind(x)))),
                               log_beta)
+    if log:
+        log_density = ew.sub.bind(log_density, out)
     return out, tx * ew.exp.bind(log_density)
 
 
@@ -65,14 +69,14 @@ _jvp.register(betainc, _betainc_jvp)
 
 
 def _lower_betainc(ctx, eqn, a, b, x):
-    out = eqn.outvars[0].aval.strip_weak_type()
+    out, log = eqn.outvars[0].aval.strip_weak_type(), eqn.params.get("log", False)
     dtype = out.dtype
     fns = StagedFunctions(dtype)
     tiny, eps = float(np.finfo(dtype).tiny), float(np.finfo(dtype).eps)
     flag, scalar = out.update(dtype=dtypes.bool_), ShapedArray((), dtype)
 
     start = staged_jaxpr(lambda a, b, x: rt_special.betainc_start(a, b, x, tiny, fns), [out] * 3)
-    a_, b_, x_, swapped, front, c, d, h = _hlo.lower_jaxpr(ctx, start, [a, b, x])
+    a_, b_, x_, swapped, log_front, c, d, h = _hlo.lower_jaxpr(ctx, start, [a, b, x])
 
     def condition(carry):
         m, delta = carry[0], carry[-1]
@@ -93,9 +97,9 @@ def _lower_betainc(ctx, eqn, a, b, x):
                              condition, step)
 
     def finish(*operands):
-        return [rt_special.betainc_finish(*operands, fns)]
+        return [rt_special.betainc_finish(*operands, fns, log)]
     return _hlo.lower_jaxpr(ctx, staged_jaxpr(finish, [out] * 3 + [flag] + [out] * 2),
-                            [a, b, x, swapped, front, h])
+                            [a, b, x, swapped, log_front, h])
 
 
 _hlo.register(betainc, _lower_betainc, broadcasting=True)
