@@ -66,10 +66,11 @@ class VjpParts:
     num_residuals: int
 
 
-def vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool], tidied: bool = True) -> VjpParts:
+def vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool]) -> VjpParts:
     """linearize (jvp + partial eval) and transpose, for the outputs flagged in `diff_out`.
-    `tidied=False` leaves both parts as the passes wrote them, for a caller that inlines them
-    into one jaxpr and tidies that."""
+    Both parts are tidied, even where a caller tidies them again once joined (grad): with
+    the seed a literal, the backward part's first equations read only literals, which cse
+    leaves alone, so tidying only the joined jaxpr wrote some gradients twice as long."""
     n_in, n_out = len(closed.jaxpr.invars), len(closed.jaxpr.outvars)
     jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=diff_out)
     # Keep every primal output and the tangents of the differentiated outputs.
@@ -78,8 +79,6 @@ def vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool], tidie
     pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
                             instantiate=[False] * n_out + [True] * sum(diff_out))
     backward = transpose_jaxpr(pe.unknown, [False] * pe.num_residuals + [True] * sum(diff))
-    if not tidied:
-        return VjpParts(pe.known, backward, pe.num_residuals)
     return VjpParts(tidy(pe.known), tidy(backward), pe.num_residuals)
 
 
@@ -290,7 +289,7 @@ def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what)
         closed = staged.closed
         n_out = len(closed.jaxpr.outvars)
         diff_out = [i == 0 for i in range(n_out)]
-        parts = vjp_parts(closed, diff, diff_out, tidied=False)   # (tidied once, fused)
+        parts = vjp_parts(closed, diff, diff_out)
         out_aval = closed.out_avals[0]
         with JaxprBuilder() as builder:
             args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]

@@ -221,6 +221,26 @@ def singleton_sum(x):
     return np.sum(x * x, axis=0, keepdims=True)
 
 
+def two_means(x):
+    return np.mean(x ** 2) + np.mean(np.abs(x))
+
+
+def cumulative_and_reversed(x):
+    return np.sum(np.cumsum(x)) + np.sum(x[::-1])
+
+
+def test_a_gradient_shares_its_cotangent_seed_work():
+    """Both parts of a gradient are tidied before they are joined: tidied only once joined,
+    the seed's broadcasts (which read literals only, and cse leaves those alone) were
+    written once per use, and x * 1 + 1 * x was not x + x (found by review)."""
+    for fn, x, want in ((singleton_sum, np.ones((3, 1)), "x_bar = x + x"),
+                        (two_means, np.ones((4, 6), np.float32), None),
+                        (cumulative_and_reversed, np.ones(3, np.float32), None)):
+        source = s2s.emit_python(s2s.grad(fn), x)
+        assert want is None or want in source
+        assert source.count("np.broadcast_to(") + source.count("np.full(") <= 1, source
+
+
 @pytest.mark.parametrize("fn, x", [(quadratic_form_of_a_column, np.array([[0.3], [-1.2], [0.8]])),
                                    (singleton_sum, np.array([[0.5, -1.5, 2.0]]).T)])
 def test_grad_of_a_one_element_output_is_the_gradient_of_that_element(fn, x):
