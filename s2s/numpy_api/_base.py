@@ -230,9 +230,11 @@ def cast_all(xs, to: np.dtype, weak: bool, types=None) -> list:
         types = operand_types(xs)
     if weak or not all(weak_type for _, weak_type in types):
         # No operand needs to become strong: the common case, where a Python scalar becomes a
-        # weak literal and an operand already of dtype `to` stays as it is, is answered here.
+        # weak literal and an operand already of dtype `to` stays as it is, is answered here
+        # (a subclass of a Python scalar, an IntEnum say, is made a literal by `cast`).
         return [ops.literal(x, to, True) if type(x) in _EXACT_PY_SCALARS
-                else x if dtype == to and type(x) is not Literal else cast(x, to, weak)
+                else x if dtype == to and type(x) is not Literal and not isinstance(x, PY_SCALARS)
+                else cast(x, to, weak)
                 for x, (dtype, _) in zip(xs, types)]
     out = [cast(x, to, weak) for x in xs]
     if not weak and out and all(aval(o).weak_type for o in out):

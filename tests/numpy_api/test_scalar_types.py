@@ -3,6 +3,8 @@ and np.iscomplex / np.isreal of a real dtype are known while staging: values aga
 NumPy on every backend, derivatives against jax."""
 from __future__ import annotations
 
+import enum
+
 import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import s2s
+from s2s.core import Literal
 from tests.helpers import check_function, check_numpy_and_jax
 
 FLOATS = hnp.arrays(np.float64, hnp.array_shapes(min_dims=0, max_dims=3, max_side=4),
@@ -82,3 +85,22 @@ def test_iscomplex_and_isreal_of_real_arrays_are_numpys_masks(x):
 def test_iscomplex_of_a_complex_value_depends_on_it_and_still_cannot_choose_a_branch():
     with pytest.raises(s2s.ConcretizationError, match="needs a Python bool"):
         s2s.grad(real_or_squared, holomorphic=True)(2.0 + 1.0j)
+
+
+class Factor(enum.IntEnum):
+    TWO = 2
+
+
+def times_enum_and_int(x):
+    return x * Factor.TWO + x * 2
+
+
+def test_an_int_subclass_stages_as_the_int_it_is():
+    """An IntEnum operand of the result's dtype becomes the literal 2, as a plain 2 does
+    (a fast path once kept the enum object itself in the jaxpr; review), so the two
+    products are one computation."""
+    closed = s2s.make_jaxpr(times_enum_and_int)(np.arange(3))
+    literals = [v for e in closed.eqns for v in e.invars if isinstance(v, Literal)]
+    assert literals and all(type(v.value) is not Factor for v in literals)
+    assert str(closed).count("mul a 2:i64[]") == 2
+    check_function(times_enum_and_int, np.arange(3))
