@@ -331,6 +331,8 @@ def paused_gc():
     (`_promote_young_objects`).
     """
     was_enabled = gc.isenabled()
+    if was_enabled:   # the young generations then hold only what is made while paused
+        gc.collect(1)
     gc.disable()
     try:
         yield
@@ -347,12 +349,14 @@ PROMOTION_BUDGET = 2_000_000
 
 
 def _promote_young_objects() -> None:
-    """Moves the objects made while the collector was paused (what staging keeps: jaxprs,
-    cached artifacts) to the oldest generation without traversing them: the collector's
-    next young-generation pass would otherwise walk every one of them at once, and again
-    at the middle generation (a tenth of a 16k-equation grad's first staging). `freeze`
-    then `unfreeze` is that move (each splices lists), as documented for `gc.unfreeze`.
-    Cycles among them wait for a full collection; s2s runs one itself once it has moved
+    """Moves the objects made while the collector was paused (by any thread; what staging
+    keeps: jaxprs, cached artifacts) to the oldest generation without traversing them:
+    the collector's next young-generation pass would otherwise walk every one of them at
+    once, and again at the middle generation (a tenth of a 16k-equation grad's first
+    staging). `freeze` then `unfreeze` is that move (each splices lists), as documented
+    for `gc.unfreeze`. It moves the young generations whole, so `paused_gc` collects them
+    before it pauses: the caller's garbage is never among what is moved. Cycles among the
+    moved objects wait for a full collection; s2s runs one itself once it has moved
     `PROMOTION_BUDGET` objects this way. A program that freezes objects itself (before a
     fork, say) keeps its generations as they are."""
     global _promoted

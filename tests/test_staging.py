@@ -77,3 +77,17 @@ def test_nested_pauses_promote_once_on_the_way_out(collector_enabled, monkeypatc
         assert not gc.isenabled() and staging._promoted == 0   # the inner one leaves it paused
     assert gc.isenabled() and staging._promoted >= 500
     del kept
+
+
+def test_the_callers_garbage_is_collected_before_a_pause_not_moved(collector_enabled, monkeypatch):
+    """Review: the move takes the young generations whole, so a cycle the caller dropped
+    just before staging (an 80 MB one, say) would have waited for a full collection."""
+    monkeypatch.setattr(staging, "_promoted", 0)
+    gc.collect()
+    node = Node()
+    node.self = node
+    dropped = weakref.ref(node)
+    del node
+    with staging.paused_gc():
+        pass
+    assert dropped() is None
