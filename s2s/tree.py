@@ -65,11 +65,15 @@ def _node_kind(value) -> _NodeKind | None:
     return None
 
 
-def node_children(value) -> tuple[str, list] | None:
-    """(the class name, the children) of a container `value` (a registered class, a
-    namedtuple, a dataclass, or one of the built-in containers), or None for a leaf."""
+def node_children(value) -> tuple[str, list, object] | None:
+    """(the class name, the children, the aux data) of a container `value` (a registered
+    class, a namedtuple, a dataclass, or one of the built-in containers), or None for a
+    leaf. A dataclass's aux data is its field names."""
     kind = _node_kind(value)
-    return None if kind is None else (kind.name, list(kind.flatten(value)[0]))
+    if kind is None:
+        return None
+    children, aux = kind.flatten(value)
+    return kind.name, list(children), aux
 
 
 class PyTreeDef:

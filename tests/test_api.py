@@ -1,6 +1,7 @@
 """The public API besides jit (tests/test_jit.py): make_jaxpr, emit_python, stop_gradient,
 and what jit and emit_python share (output trees, custom pytree arguments)."""
 import collections
+import dataclasses
 
 import numpy as np
 
@@ -48,10 +49,34 @@ def test_custom_pytree_argument_is_passed_as_leaves():
 
 def test_a_custom_pytree_argument_is_described_by_its_leaves():
     """Not by its repr, which holds the object's address: the emitted module is the same
-    whichever object it was staged with."""
+    whichever object it was staged with. A namedtuple's and a dataclass's fields are
+    named, and a registered class's aux data (part of what the module is specialized
+    for) is shown."""
     x = np.arange(3.0)
     sources = [s2s.emit_python(box_in, Box(np.full(3, 2.0), np.ones(3)), x) for _ in range(2)]
     assert sources[0] == sources[1] and "box: Box(f64[3], f64[3])" in sources[0]
+    pair = collections.namedtuple("Pair", "w b")(np.ones((3, 2)), np.zeros(2))
+    assert "params: Pair(w=f64[3,2], b=f64[2])" in s2s.emit_python(first_of, pair)
+    assert "params: Held(w=f64[3,2], b=f64[2])" in s2s.emit_python(first_of, Held(np.ones((3, 2)), np.zeros(2)))
+    assert "params: Scaled(f64[3], aux=2)" in s2s.emit_python(first_of, Scaled(np.ones(3), 2))
+
+
+@dataclasses.dataclass
+class Held:
+    w: np.ndarray
+    b: np.ndarray
+
+
+class Scaled:
+    def __init__(self, value, factor):
+        self.value, self.factor = value, factor
+
+
+s2s.register_pytree_node(Scaled, lambda s: ((s.value,), s.factor), lambda factor, ch: Scaled(ch[0], factor))
+
+
+def first_of(params):
+    return s2s.tree_leaves(params)[0] * 2
 
 
 def test_shape_dtype_arguments_stage_without_data():

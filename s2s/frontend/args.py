@@ -13,6 +13,7 @@ something it is not.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -276,8 +277,12 @@ def describe_arg(value) -> str:
     node = None if value is None else node_children(value)
     if node is not None:   # a namedtuple, dataclass or registered class: its leaves, described
         # (its repr may show data, or an address that differs from run to run)
-        name, children = node
-        return f"{name}({', '.join(describe_arg(c) for c in children)})"
+        name, children, aux = node
+        fields = getattr(value, "_fields", None) or (aux if dataclasses.is_dataclass(value) else None)
+        if fields is not None:
+            return f"{name}({', '.join(f'{k}={describe_arg(c)}' for k, c in zip(fields, children))})"
+        shown = [describe_arg(c) for c in children] + ([] if aux is None else [f"aux={aux!r}"])
+        return f"{name}({', '.join(shown)})"
     return repr(value)
 
 
