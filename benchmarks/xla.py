@@ -146,6 +146,7 @@ def run(tiny: bool):
     # s2s's x64 is on by default (NumPy's types) and jax's is off: with jax loaded, each s2s
     # call sets jax's for its thread (the dispatcher reads jax's). With jax's on as well
     # (or no jax in the process) the call swaps nothing; both sides still run in float32.
+    jax_x64 = jax.config.jax_enable_x64   # (put back as it was: the test suite runs this in-process)
     jax.config.update("jax_enable_x64", True)
     try:
         theirs_x64 = jax.jit(fresh(scale_shift, np=jnp))
@@ -154,7 +155,7 @@ def run(tiny: bool):
             rows.append((f"(1) jax's x64 on too (no swap), {how}",
                          *medians_per_call(lambda: wait(ours(x4)), lambda: wait(theirs_x64(x4)), calls, repeats)))
     finally:
-        jax.config.update("jax_enable_x64", False)
+        jax.config.update("jax_enable_x64", jax_x64)
     ours_result, theirs_result = ours(x4), theirs(x4)
     assert float(ours_total) == float(theirs_total) and repr(ours_result).startswith("Array([1., 3., 5., 7.]")
     for how, read in (("np.asarray", np.asarray), ("repr", repr), ("index [1]", lambda r: r[1])):

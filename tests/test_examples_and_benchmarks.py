@@ -7,6 +7,8 @@ import sys
 import numpy as np
 import pytest
 
+import s2s
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -39,5 +41,10 @@ def test_committed_generated_example_is_fresh():
 
 @pytest.mark.parametrize("script", sorted(f for f in os.listdir(os.path.join(ROOT, "benchmarks")) if f.endswith(".py")))
 def test_benchmark_runs_at_tiny_size(script):
+    """In this process: a benchmark must leave the settings it changes as it found them (one
+    that turned jax's x64 off made a later jax while_loop in float32 spin forever)."""
+    import jax
+    before = (jax.config.jax_enable_x64, s2s.config.cache_key())
     module = runpy.run_path(os.path.join(ROOT, "benchmarks", script))
     module["main"](["--tiny"])
+    assert (jax.config.jax_enable_x64, s2s.config.cache_key()) == before
