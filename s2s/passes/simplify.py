@@ -72,7 +72,9 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     for eqn in jaxpr.eqns:
         params = eqn.params
         if any(isinstance(p, (ClosedJaxpr, tuple)) for p in params.values()):
-            params = {name: _with_simplified_bodies(value) for name, value in params.items()}
+            simplified = {name: _with_simplified_bodies(value) for name, value in params.items()}
+            if any(simplified[name] is not value for name, value in params.items()):
+                params = simplified   # (a tuple of axes comes back as it was: no copy for it)
         if params is not eqn.params or (rename and any(v in rename for v in eqn.invars if isinstance(v, Var))):
             eqn = JaxprEqn(eqn.primitive, [renamed(v) for v in eqn.invars], eqn.outvars, params,
                            eqn.source_info)   # (unchanged equations are kept as they are)
