@@ -126,12 +126,14 @@ PARAMETERS = st.one_of(finite_floats(0.2, 30), st.sampled_from([1.0, 0.5, 1e4, 0
 
 
 @SETTINGS
-@given(hnp.arrays(np.float64, (5,), elements=st.one_of(finite_floats(-0.2, 1.2), st.sampled_from([0.0, 1.0]))),
+@given(hnp.arrays(np.float64, (5,), elements=st.one_of(finite_floats(-0.2, 1.2).filter(lambda v: v == 0 or abs(v) > 1e-300),
+                                                      st.sampled_from([0.0, 1.0]))),
        hnp.arrays(np.float64, (5,), elements=PARAMETERS), hnp.arrays(np.float64, (5,), elements=PARAMETERS),
        st.sampled_from([0.0, -0.1]), st.sampled_from([1.0, 1.3, 0.0]))
 def test_beta_matches_scipy(x, a, b, loc, scale):
     """Inside the support and out (0 below, 1 above for the cdf), at its ends (inf where
-    a or b is below 1), and nan for parameters that are not positive."""
+    a or b is below 1), and nan for parameters that are not positive. (x stays off 1e-300
+    and below: x / 1.3 would be subnormal, which XLA on CPU reads as 0, as README says.)"""
     check_function(beta_functions, x, a, b, loc, scale, rtol=1e-9, atol=1e-300)
 
 

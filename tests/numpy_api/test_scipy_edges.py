@@ -53,11 +53,12 @@ def test_digamma_derivative_at_the_poles_is_trigammas_infinity(backend):
 
 @SETTINGS
 @given(hnp.arrays(np.float64, st.sampled_from([(3,), (2, 3)]),
-                  elements=st.one_of(st.floats(-30, 30).filter(lambda v: v > 0 or abs(v - round(v)) > 1e-6),
+                  elements=st.one_of(st.floats(-30, 30, allow_subnormal=False).filter(lambda v: v > 0 or abs(v - round(v)) > 1e-6),
                                      st.sampled_from([0.0, -0.0, -4.0]))))
 def test_digamma_matches_scipy_with_zeros_drawn(x):
     """(Off the poles by 1e-6: within, SciPy's digamma loses digits, 0.6% off at
-    -2 + 3.6e-15, where s2s's is -1/(x + 2) as it should.)"""
+    -2 + 3.6e-15, where s2s's is -1/(x + 2) as it should. No subnormals: XLA on CPU reads
+    them as 0, and digamma(0) is -inf, as README says.)"""
     check_function(digamma_and_trigamma, x, rtol=1e-10, atol=1e-12)
 
 
