@@ -204,6 +204,27 @@ class JaxprBuilder:
         self.invars.append(var)
         return Tracer(self, var)
 
+    def adopt(self, closed: ClosedJaxpr) -> list:
+        """Makes a new builder's jaxpr start as `closed`, with its very inputs, equations and
+        constants: what a `new_arg` per input and `inline_jaxpr(closed, args)` would stage,
+        without copying an equation (the forward part of a 16k-equation grad, say). Returns
+        `closed`'s outputs as this builder's values. `closed` shares its variables with
+        what is built, so the caller builds from it only once."""
+        assert not (self.invars or self.eqns or self.constvars), "adopt starts a new builder"
+        jaxpr = closed.jaxpr
+        self.invars.extend(jaxpr.invars)
+        self.eqns.extend(jaxpr.eqns)
+        for var, value in zip(jaxpr.constvars, closed.consts):
+            self._const_index[id(value)] = var
+            self._const_keepalive.append(value)
+            self.constvars.append(var)
+            self.consts.append(value)
+        producers = self._producers
+        for eqn in jaxpr.eqns:
+            for v in eqn.outvars:
+                producers[v] = eqn
+        return [literal_value(v) if isinstance(v, Literal) else Tracer(self, v) for v in jaxpr.outvars]
+
     def atom(self, value) -> Var | Literal:
         """The jaxpr atom that stands for `value` in this builder."""
         if isinstance(value, Literal):

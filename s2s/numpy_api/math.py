@@ -43,6 +43,10 @@ def _prep(xs, weak_ok: bool, dtype_rule=None):
 
     `dtype_rule(dtype, weak) -> dtype` adjusts the promoted dtype (to a float, say).
     """
+    if dtype_rule is None and len(xs) == 2:
+        prepared = _prep_common_pair(*xs)
+        if prepared is not None:
+            return prepared
     xs = [x if type(x) is Tracer else asarray(x) for x in xs]
     types = operand_types(xs)
     dt, all_weak = dtypes.result_type(*types)
@@ -52,6 +56,32 @@ def _prep(xs, weak_ok: bool, dtype_rule=None):
         dt = dtypes.canonicalize_dtype(dtype_rule(dt, all_weak))
     weak = weak_ok and all_weak
     return cast_all(xs, dt, weak, types), dt, weak
+
+
+def _prep_common_pair(x, y):
+    """`_prep` of two operands in the cases staging meets most (user code and the rules of
+    jvp and transpose alike), answered without promotion tables: two strong staged values
+    of one dtype (nothing to convert), and a strong inexact staged value beside a Python
+    int or float (the scalar becomes a weak literal of the value's dtype, as NumPy 2 has
+    it). None for every other pair: `_prep` then promotes in full."""
+    if type(x) is Tracer:
+        value, scalar, scalar_first = x, y, False
+    elif type(y) is Tracer:
+        value, scalar, scalar_first = y, x, True
+    else:
+        return None
+    a = value.variable.aval
+    if a.weak_type:
+        return None
+    if type(scalar) is Tracer:
+        b = scalar.variable.aval
+        if b.dtype != a.dtype or b.weak_type:
+            return None
+        return [x, y], a.dtype, False
+    if (type(scalar) is float or type(scalar) is int) and a.dtype.kind in "fc":
+        literal = ops.literal(scalar, a.dtype, True)
+        return ([literal, value] if scalar_first else [value, literal]), a.dtype, False
+    return None
 
 
 def _float_rule(dt, weak):

@@ -643,8 +643,10 @@ def _fold_transposed_operand(eqn, producer):
     """dot_general of a transpose reads the untransposed operand with its dimension numbers
     mapped through the permutation, where the result keeps its order (the free dimensions
     stay in order). A backward step that recomputes `X.T` and transposes `X.T @ g` then
-    reads `X @ g_bar`, not `X.T.T @ g_bar`."""
+    reads `X @ g_bar`, not `X.T.T @ g_bar`. Both operands are folded at once (the
+    replacement is final: `simplify` does not look at it again)."""
     (contract, batch) = eqn.params["dimension_numbers"]
+    mapped, invars = [list(contract), list(batch)], list(eqn.invars)
     for side in (0, 1):
         inner = producer(eqn.invars[side])
         if inner is None or inner.primitive is not PRIMITIVES["transpose"]:
@@ -653,14 +655,13 @@ def _fold_transposed_operand(eqn, producer):
         kept = [perm[d] for d in free_dims(len(perm), contract[side], batch[side])]
         if kept != sorted(kept):
             continue
-        mapped = [list(contract), list(batch)]
         mapped[0][side] = tuple(perm[d] for d in contract[side])
         mapped[1][side] = tuple(perm[d] for d in batch[side])
-        invars = list(eqn.invars)
         invars[side] = inner.invars[0]
-        return JaxprEqn(dot_general, invars, eqn.outvars,
-                        {**eqn.params, "dimension_numbers": (tuple(mapped[0]), tuple(mapped[1]))}, eqn.source_info)
-    return None
+    if invars == eqn.invars:
+        return None
+    return JaxprEqn(dot_general, invars, eqn.outvars,
+                    {**eqn.params, "dimension_numbers": (tuple(mapped[0]), tuple(mapped[1]))}, eqn.source_info)
 
 
 _simplify.register(dot_general, _fold_transposed_operand)
