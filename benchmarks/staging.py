@@ -20,6 +20,7 @@ Medians over repeats. Targets (issue 18): at least 50k equations/s for stage+emi
 at least 25k source equations/s for grad.
 """
 import argparse
+import gc
 import importlib.util
 import itertools
 import os
@@ -55,10 +56,11 @@ def load(path: str):
 
 def median_first_seconds(directory: str, n_lines: int, module: str, work, repeats: int) -> float:
     """Median seconds of `work(new module)` over `repeats` modules, each written and
-    imported (not timed) just before."""
+    imported (not timed) just before, with the garbage of the ones before it collected."""
     times = []
     for _ in range(repeats):
         loaded = load(write_chain_module(directory, n_lines, module))
+        gc.collect()   # the last repeat's module is garbage now: not this one's to free
         start = time.perf_counter()
         work(loaded)
         times.append(time.perf_counter() - start)

@@ -130,7 +130,7 @@ class Transformed(DerivedFunction):
         key = ("derived", self.cache_params, len(args))
         derived = staged.artifact(key, lambda: self._derive_clean(staged, args))
         outs = run(staged, key, derived.closed, staged.flat_inputs(args, kwargs))
-        return derived.assemble(outs, args, kwargs)
+        return derived.assemble(staged, outs, args, kwargs)
 
     def _derive_clean(self, staged: Staged, args) -> "Derived":
         try:
@@ -142,7 +142,10 @@ class Transformed(DerivedFunction):
 @dataclasses.dataclass
 class Derived:
     closed: ClosedJaxpr
-    assemble: Callable[[list, tuple, dict], Any]   # flat outputs (+ the call) -> result pytree
+    # (staged, flat outputs, the call's args and kwargs) -> the result pytree. Handed the
+    # staging rather than holding it: a Derived is one of the staging's artifacts, and a
+    # cycle through them outlived a dropped function by a full collection.
+    assemble: Callable[[Staged, list, tuple, dict], Any]
 
 
 def _argnums_tuple(argnums) -> tuple[int, ...]:
@@ -305,7 +308,7 @@ def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what)
         fused = tidy(result)
         n_values = n_out if with_value else n_out - 1
 
-        def assemble(flat, args, kwargs):
+        def assemble(staged, flat, args, kwargs):
             values, cts = flat[:n_values], flat[n_values:]
             grads = _arg_cotangents(staged, args, argnums_t, diff, cts)
             grads = grads[0] if isinstance(argnums, int) else tuple(grads)
@@ -558,7 +561,7 @@ def _jac_derive(argnums, mode: str, holomorphic: bool):
         fused = tidy(result)
         n_in = len(in_avals)
 
-        def assemble(flat, args, kwargs):
+        def assemble(staged, flat, args, kwargs):
             per_out = []
             for o in range(n_out):
                 row = flat[o * n_in:(o + 1) * n_in]

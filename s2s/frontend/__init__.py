@@ -283,7 +283,9 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
         # A clear error now if the source cannot be read.
         source = None if transformed or is_numpy_function(_defining_function(fn)) else function_source(
             _defining_function(fn))
-    with paused_gc(), recording(receiver) as reads, JaxprBuilder() as builder:
+    defining = _defining_function(fn)
+    with paused_gc(), recording(receiver, defining if isinstance(defining, types.FunctionType) else None) as reads, \
+            JaxprBuilder() as builder:
         staged_leaves = []
         for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths):
             if staged:

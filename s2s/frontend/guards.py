@@ -144,8 +144,9 @@ class _Recorder:
     from a global, a cell or a receiver to how to read it again, so its attributes can be
     guarded. `receiver` is the staged method's `self` (None for a function)."""
 
-    def __init__(self, receiver):
+    def __init__(self, receiver, function=None):
         self.receiver = receiver
+        self.function = function   # the Python function staged, or None
         self.reads: list[tuple] = []       # (read, value, describe, stable) of this staging's reads
         self.guards: list[_Guard] = []     # of the nested stagings it used
         self.origins: dict[int, tuple] = {}
@@ -172,14 +173,16 @@ def _stack() -> list:
 
 
 class recording:
-    """`with recording(receiver) as r:` collects the guards of one staging; `r.result()`
-    returns them after the block. Guards of nested stagings are added with `include`."""
+    """`with recording(receiver, function) as r:` collects the guards of one staging of
+    `function` (a Python function, or None); `r.result()` returns them after the block.
+    Guards of nested stagings are added with `include`."""
 
-    def __init__(self, receiver=None):
+    def __init__(self, receiver=None, function=None):
         self.receiver = receiver
+        self.function = function
 
     def __enter__(self):
-        self.recorder = _Recorder(self.receiver)
+        self.recorder = _Recorder(self.receiver, self.function)
         _stack().append(self.recorder)
         return self
 
@@ -220,7 +223,7 @@ def record_global(fn_globals: dict, name: str, value) -> None:
     """A global read: guarded on the value the name is bound to in the module."""
     stack = _stack()
     if stack:
-        stack[-1].add(("global", id(fn_globals), name), lambda: fn_globals.get(name, _MISSING),
+        stack[-1].add(("global", id(fn_globals), name), _global_reader(stack[-1], fn_globals, name),
                       value, f"the global {name!r}")
 
 
@@ -228,8 +231,22 @@ def record_builtin(fn_globals: dict, name: str) -> None:
     """A name resolved to a builtin: guarded on staying absent from the globals."""
     stack = _stack()
     if stack:
-        stack[-1].add(("global", id(fn_globals), name), lambda: fn_globals.get(name, _MISSING),
+        stack[-1].add(("global", id(fn_globals), name), _global_reader(stack[-1], fn_globals, name),
                       _MISSING, f"the builtin {name!r}")
+
+
+def _global_reader(recorder: "_Recorder", fn_globals: dict, name: str):
+    """How a guard reads the global `name` again. Where `fn_globals` are the staged
+    function's own, through a weak reference to that function: its cache entry (which
+    keeps the guard) is weakly keyed by the function, and the globals hold the function,
+    so a guard holding them would keep both, and everything staged from them, alive
+    for good once the module is dropped (a module loaded and let go, the functions of
+    exec'd code). A function that died fails its guard (the read raises)."""
+    function = recorder.function
+    if function is not None and function.__globals__ is fn_globals:
+        function_ref = weakref.ref(function)
+        return lambda: function_ref().__globals__.get(name, _MISSING)
+    return lambda: fn_globals.get(name, _MISSING)
 
 
 def record_cell(cell, name: str, value) -> None:

@@ -48,14 +48,18 @@ class ParsedFile:
     lines: list[str]
     # (co_qualname, co_firstlineno) -> the code objects `text` compiles to; built on demand.
     compiled: dict | None = dataclasses.field(default=None, repr=False)
-    # index in module.body -> that top-level statement's Statement; made on demand.
-    statements: dict = dataclasses.field(default_factory=dict, repr=False)
+    # index in module.body -> that top-level statement's Statement; made on demand, and
+    # kept for as long as a function's source made from it is.
+    statements: "weakref.WeakValueDictionary[int, Statement]" = dataclasses.field(
+        default_factory=weakref.WeakValueDictionary, repr=False)
     imports: list | None = dataclasses.field(default=None, repr=False)   # see _module_imports
 
 
-# filename -> the parse of its latest text: a file edited and read again replaces its
-# entry, so old texts are freed once no FunctionSource made from them is alive.
-_parsed_files: dict[str, ParsedFile] = {}
+# filename -> the parse of its latest text, for as long as a Statement made from it (and so
+# the source of a function staged from it) is alive: each holds its file. A file edited and
+# read again replaces its entry; the parse of a module that was dropped (its functions
+# gone), or of a notebook cell's text, is freed with the last of them.
+_parsed_files: "weakref.WeakValueDictionary[str, ParsedFile]" = weakref.WeakValueDictionary()
 
 
 class _QuietDefUseChains(beniget.DefUseChains):
@@ -69,9 +73,11 @@ class Statement:
     """One top-level statement of a file (`ast`), with beniget's def-use chains for it,
     made when first asked for (straight-line code never asks)."""
 
-    def __init__(self, tree: ast.stmt, filename: str, imports: list, has_walrus: bool = True):
+    def __init__(self, tree: ast.stmt, filename: str, imports: list, has_walrus: bool = True,
+                 file: ParsedFile | None = None):
         self.tree = tree
         self.filename = filename
+        self.file = file   # the parse this statement is from, kept alive with it
         self.imports = imports   # the file's module-level imports (see `compiled_functions`)
         self.has_walrus = has_walrus   # whether its text has a `:=` (see `scope_of`)
         self._users = None
@@ -170,7 +176,8 @@ def _statement_at(parsed: ParsedFile, filename: str, code) -> Statement | None:
     if statement is None:
         tree = body[index]
         has_walrus = any(":=" in text for text in parsed.lines[tree.lineno - 1:tree.end_lineno])
-        statement = parsed.statements.setdefault(index, Statement(tree, filename, _module_imports(parsed), has_walrus))
+        statement = parsed.statements.setdefault(index, Statement(tree, filename, _module_imports(parsed), has_walrus,
+                                                                          file=parsed))
     return statement
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import s2s
-from s2s.frontend import guards, stage
+from s2s.frontend import guards, source, stage
 
 SCALE = 1.0
 SMALL = np.ones(3, np.float32)
@@ -287,3 +287,45 @@ def test_slotted_callables_with_different_attributes_each_get_their_own_result()
         assert float(np.sum(s2s.grad(b)(X))) == 15.0
     b.factor = 2.0
     assert value_of(jitted_b(X)) == 6.0
+
+
+MODULE_SOURCE = """
+import numpy as np
+
+SCALE = 2.0
+
+
+def scaled_sum(x):
+    return np.sum(x * SCALE)
+"""
+
+
+def _load_module(directory, name: str):
+    """A module read from a file and kept by nothing but the caller (not in sys.modules),
+    as a plugin loader or a test runner holds one."""
+    import importlib.util
+    path = directory / f"{name}.py"
+    path.write_text(MODULE_SOURCE)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_a_dropped_module_is_freed_with_its_stagings(entry, tmp_path):
+    """The guard on a global read the module's globals, which hold the function that the
+    staging cache is weakly keyed by: holding them kept every function of a dropped module
+    (and all that was staged and compiled for it) alive for good, and the parse of every
+    file read stayed cached (a notebook's cells, modules generated and loaded)."""
+    module = _load_module(tmp_path, f"dropped_module_{entry}")
+    assert ENTRY_POINTS[entry](module.scaled_sum) == pytest.approx(6.0)
+    module.SCALE = 3.0   # still guarded: the change is seen
+    assert ENTRY_POINTS[entry](module.scaled_sum) == pytest.approx(9.0)
+    function, staging = weakref.ref(module.scaled_sum), weakref.ref(stage(module.scaled_sum, (X,)))
+    filename = module.__file__
+    assert filename in source._parsed_files
+    del module
+    gc.collect()   # (one collection: the module's globals and functions are a cycle, and
+    assert function() is None and staging() is None   # the staging must be in no other)
+    assert filename not in source._parsed_files   # nor its file's parse
