@@ -74,9 +74,11 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
         primal_env[v], tangent_env[v] = value, Zero(tangent_aval(v.aval))
     for v, p, t in zip(jaxpr.invars, primals, tangents):
         primal_env[v], tangent_env[v] = p, t
-    for eqn in jaxpr.eqns:
-        ins, in_tangents = zip(*map(read, eqn.invars)) if eqn.invars else ((), ())
-        with builder.at(eqn.source_info):
+    outer_source_info = builder.source_info
+    try:
+        for eqn in jaxpr.eqns:
+            ins, in_tangents = zip(*map(read, eqn.invars)) if eqn.invars else ((), ())
+            builder.source_info = eqn.source_info   # (what `builder.at` does, once per equation)
             if all(isinstance(t, Zero) for t in in_tangents):
                 # Staged again as it was (no shape rule: the primals have their avals).
                 outs = builder.restage(eqn, ins)
@@ -91,10 +93,12 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
                 outs, out_tangents = rule(list(ins), list(in_tangents), **eqn.params)
                 if not eqn.primitive.multiple_results:
                     outs, out_tangents = [outs], [out_tangents]
-        for v, p, t in zip(eqn.outvars, outs, out_tangents):
-            _name(p, v.hint)
-            _name(t, tangent_hint(v.hint))
-            primal_env[v], tangent_env[v] = p, t
+            for v, p, t in zip(eqn.outvars, outs, out_tangents):
+                _name(p, v.hint)
+                _name(t, tangent_hint(v.hint))
+                primal_env[v], tangent_env[v] = p, t
+    finally:
+        builder.source_info = outer_source_info
     out = [read(v) for v in jaxpr.outvars]
     return [p for p, _ in out], [t for _, t in out]
 

@@ -101,10 +101,14 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
         lines = source_lines(jaxpr)
 
     def write(v, ct):
-        if ct is None or not isinstance(v, Var) or v not in linear_vars:
+        if ct is None or type(v) is not Var or v not in linear_vars:
             return
-        with builder.at(lines.get(v, UNKNOWN)):
-            cts[v] = add_tangents(cts.pop(v, Zero(v.aval)), ct)
+        earlier = cts.get(v)
+        if earlier is None or isinstance(earlier, Zero):
+            cts[v] = ct
+        elif not isinstance(ct, Zero):   # a second contribution: summed at v's line
+            with builder.at(lines.get(v, UNKNOWN)):
+                cts[v] = add_tangents(earlier, ct)
 
     def pop(v):
         """The finished cotangent of `v`, named after it (`h_bar`) unless named already."""
@@ -116,19 +120,24 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
     for v, ct in zip(jaxpr.outvars, cts_out):
         write(v, ct)
 
-    for eqn in reversed(jaxpr.eqns):
-        outs = [pop(v) for v in eqn.outvars]
-        if all(isinstance(c, Zero) for c in outs):
-            continue
-        rule = transpose_rules.get(eqn.primitive)
-        if rule is None:
-            raise NonLinearEquationError(f"{eqn.primitive.name} is not linear (no transpose rule)")
-        ins = [LinearInput(v.aval) if isinstance(v, Var) and v in linear_vars
-               else (v if isinstance(v, Literal) else values[v]) for v in eqn.invars]
-        with builder.at(eqn.source_info):
+    outer_source_info = builder.source_info
+    try:
+        for eqn in reversed(jaxpr.eqns):
+            outs = [pop(v) for v in eqn.outvars]
+            if all(isinstance(c, Zero) for c in outs):
+                continue
+            rule = transpose_rules.get(eqn.primitive)
+            if rule is None:
+                raise NonLinearEquationError(f"{eqn.primitive.name} is not linear (no transpose rule)")
+            ins = [LinearInput(v.aval) if isinstance(v, Var) and v in linear_vars
+                   else (v if isinstance(v, Literal) else values[v]) for v in eqn.invars]
+            builder.source_info = eqn.source_info   # (what `builder.at` does, once per equation)
             in_cts = rule(outs if eqn.primitive.multiple_results else outs[0], *ins, **eqn.params)
-        for v, ct in zip(eqn.invars, in_cts):
-            write(v, ct)
+            builder.source_info = outer_source_info
+            for v, ct in zip(eqn.invars, in_cts):
+                write(v, ct)
+    finally:
+        builder.source_info = outer_source_info
     return [pop(v) for v, lin in zip(jaxpr.invars, linear) if lin]
 
 
