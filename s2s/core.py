@@ -24,12 +24,13 @@ from s2s.source_info import SourceInfo, UNKNOWN
 class ShapedArray:
     """The abstract value of an array: shape, dtype and whether its dtype is weak."""
 
-    __slots__ = ("shape", "dtype", "weak_type")
+    __slots__ = ("shape", "dtype", "weak_type", "_hash")
 
     def __init__(self, shape, dtype, weak_type: bool = False):
         self.shape = _int_shape(shape)
         self.dtype = np.dtype(dtype)
         self.weak_type = True if weak_type else False
+        self._hash = None   # made when first asked: avals key the passes' memos
 
     @property
     def ndim(self) -> int:
@@ -55,7 +56,9 @@ class ShapedArray:
                 and self.dtype == other.dtype and self.weak_type == other.weak_type)
 
     def __hash__(self):
-        return hash((self.shape, self.dtype, self.weak_type))
+        if self._hash is None:
+            self._hash = hash((self.shape, self.dtype, self.weak_type))
+        return self._hash
 
     def __repr__(self):
         return f"ShapedArray({self.str_short()}{', weak_type=True' if self.weak_type else ''})"

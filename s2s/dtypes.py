@@ -92,8 +92,16 @@ def is_float(dtype) -> bool:
     return np.issubdtype(np.dtype(dtype), np.floating)
 
 
+_INEXACT: dict = {}   # dtype -> is_inexact(dtype) (asked for every tangent a pass makes)
+
+
 def is_inexact(dtype) -> bool:
-    return np.issubdtype(np.dtype(dtype), np.inexact)
+    answer = _INEXACT.get(dtype) if type(dtype) is not str else None
+    if answer is None:
+        answer = bool(np.issubdtype(np.dtype(dtype), np.inexact))
+        if isinstance(dtype, np.dtype):
+            _INEXACT[dtype] = answer
+    return answer
 
 
 def is_complex(dtype) -> bool:

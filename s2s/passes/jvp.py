@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 from s2s.core import ClosedJaxpr, Literal
+from s2s.passes.rule_memo import RuleMemo
 from s2s.passes.tangents import Zero, instantiate, tangent_aval
 from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
@@ -59,6 +60,17 @@ def _name(value, hint):
         value.variable.hint = hint
 
 
+def _flat_rule(rule: Callable, eqn) -> Callable[[list], list]:
+    """`eqn`'s jvp rule on one flat list (primals, then tangents) giving one flat list
+    (outputs, then their tangents), as `RuleMemo` applies rules."""
+    n, multiple = len(eqn.invars), eqn.primitive.multiple_results
+
+    def flat(operands):
+        outs, out_tangents = rule(operands[:n], operands[n:], **eqn.params)
+        return [*outs, *out_tangents] if multiple else [outs, out_tangents]
+    return flat
+
+
 def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, list]:
     """Stages the JVP of `closed` into the current builder; returns (primals, tangents) out."""
     builder = current_builder()
@@ -74,6 +86,7 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
         primal_env[v], tangent_env[v] = value, Zero(tangent_aval(v.aval))
     for v, p, t in zip(jaxpr.invars, primals, tangents):
         primal_env[v], tangent_env[v] = p, t
+    memo = RuleMemo(builder)
     outer_source_info = builder.source_info
     try:
         for eqn in jaxpr.eqns:
@@ -90,9 +103,8 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
                 rule = jvp_rules.get(eqn.primitive)
                 if rule is None:
                     raise NotImplementedError(f"no jvp rule for {eqn.primitive.name}")
-                outs, out_tangents = rule(list(ins), list(in_tangents), **eqn.params)
-                if not eqn.primitive.multiple_results:
-                    outs, out_tangents = [outs], [out_tangents]
+                results = memo.apply(eqn, [*ins, *in_tangents], _flat_rule(rule, eqn))
+                outs, out_tangents = results[:len(eqn.outvars)], results[len(eqn.outvars):]
             for v, p, t in zip(eqn.outvars, outs, out_tangents):
                 _name(p, v.hint)
                 _name(t, tangent_hint(v.hint))

@@ -34,6 +34,7 @@ from typing import Callable
 
 from s2s.core import ClosedJaxpr, Literal, Var
 from s2s.source_info import UNKNOWN, SourceInfo
+from s2s.passes.rule_memo import RuleMemo
 from s2s.passes.tangents import AvalMarker, Zero, add_tangents, instantiate, is_zero
 from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
@@ -73,6 +74,15 @@ def cotangent_hint(hint: str | None) -> str | None:
 
 class NonLinearEquationError(AssertionError):
     """A non-linear equation reached transposition: a bug in a jvp rule or partial eval."""
+
+
+def _flat_rule(rule: Callable, eqn) -> Callable[[list], list]:
+    """`eqn`'s transpose rule on one flat list (output cotangents, then operands), as
+    `RuleMemo` applies rules."""
+    n = len(eqn.outvars)
+    if eqn.primitive.multiple_results:
+        return lambda operands: list(rule(operands[:n], *operands[n:], **eqn.params))
+    return lambda operands: list(rule(operands[0], *operands[n:], **eqn.params))
 
 
 def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: list,
@@ -120,6 +130,7 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
     for v, ct in zip(jaxpr.outvars, cts_out):
         write(v, ct)
 
+    memo = RuleMemo(builder)
     outer_source_info = builder.source_info
     try:
         for eqn in reversed(jaxpr.eqns):
@@ -132,7 +143,7 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
             ins = [LinearInput(v.aval) if isinstance(v, Var) and v in linear_vars
                    else (v if isinstance(v, Literal) else values[v]) for v in eqn.invars]
             builder.source_info = eqn.source_info   # (what `builder.at` does, once per equation)
-            in_cts = rule(outs if eqn.primitive.multiple_results else outs[0], *ins, **eqn.params)
+            in_cts = memo.apply(eqn, [*outs, *ins], _flat_rule(rule, eqn))
             builder.source_info = outer_source_info
             for v, ct in zip(eqn.invars, in_cts):
                 write(v, ct)
