@@ -20,12 +20,10 @@ from __future__ import annotations
 from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 
 
-def _atom_key(v):
-    """A variable is its own key (equal only to itself); a literal is keyed by value."""
-    if isinstance(v, Literal):
-        value = v.value.item() if hasattr(v.value, "item") else v.value
-        return ("literal", repr(value), v.aval)   # repr: tells -0.0 from 0.0
-    return v
+def _literal_key(v: Literal) -> tuple:
+    """A literal is keyed by its value (`repr`: tells -0.0 from 0.0) and aval."""
+    value = v.value.item() if hasattr(v.value, "item") else v.value
+    return ("literal", repr(value), v.aval)
 
 
 def _params_key(params: dict):
@@ -47,17 +45,29 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
     rename: dict[Var, Var] = {}
     seen: dict[tuple, list[Var]] = {}
     eqns = []
-
+    literal_keys: dict[Literal, tuple] = {}   # (a literal object is shared by the equations
+    # a rule template wrote, so its key is made once; literals hash by identity)
     for eqn in jaxpr.eqns:
         invars = eqn.invars
-        if rename and any(v in rename for v in invars if isinstance(v, Var)):
-            invars = [rename.get(v, v) if isinstance(v, Var) else v for v in invars]
+        if rename and any(v in rename for v in invars if type(v) is Var):
+            invars = [rename.get(v, v) if type(v) is Var else v for v in invars]
             eqn = JaxprEqn(eqn.primitive, invars, eqn.outvars, eqn.params, eqn.source_info)
         params_key = _params_key(eqn.params)
-        if params_key is None or not any(isinstance(v, Var) for v in invars):
+        reads_a_var = False
+        atoms = []
+        for v in invars:
+            if type(v) is Var:
+                atoms.append(v)
+                reads_a_var = True
+            else:
+                key = literal_keys.get(v)
+                if key is None:
+                    key = literal_keys[v] = _literal_key(v)
+                atoms.append(key)
+        if params_key is None or not reads_a_var:   # (see the module docstring)
             eqns.append(eqn)
             continue
-        key = (eqn.primitive, tuple(map(_atom_key, invars)), params_key)
+        key = (eqn.primitive, tuple(atoms), params_key)
         first = seen.get(key)
         if first is None:
             seen[key] = eqn.outvars

@@ -76,10 +76,14 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
     builder = current_builder()
     jaxpr = closed.jaxpr
     primal_env, tangent_env = {}, {}
+    literal_zeros: dict = {}   # a literal's aval -> the Zero of its tangent
 
     def read(v):
-        if isinstance(v, Literal):
-            return v, Zero(tangent_aval(v.aval))
+        if type(v) is Literal:
+            zero = literal_zeros.get(v.aval)
+            if zero is None:
+                zero = literal_zeros[v.aval] = Zero(tangent_aval(v.aval))
+            return v, zero
         return primal_env[v], tangent_env[v]
 
     for v, value in zip(jaxpr.constvars, closed.consts):
@@ -106,8 +110,9 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
                 results = memo.apply(eqn, [*ins, *in_tangents], _flat_rule(rule, eqn))
                 outs, out_tangents = results[:len(eqn.outvars)], results[len(eqn.outvars):]
             for v, p, t in zip(eqn.outvars, outs, out_tangents):
-                _name(p, v.hint)
-                _name(t, tangent_hint(v.hint))
+                if v.hint is not None:
+                    _name(p, v.hint)
+                    _name(t, tangent_hint(v.hint))
                 primal_env[v], tangent_env[v] = p, t
     finally:
         builder.source_info = outer_source_info

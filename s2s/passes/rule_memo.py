@@ -48,16 +48,25 @@ def _plain(value):
 
 
 class _Template:
-    """The equations a rule wrote for one kind of equation, and where its results come
-    from: ("arg", i) the i-th operand itself, ("var", v) a variable it defined (or an
-    operand's), ("same", x) an object handed back each time (a marker, a literal)."""
+    """The equations a rule wrote for one kind of equation, as steps to copy them.
 
-    __slots__ = ("invars", "eqns", "outs")
+    The copy's variables are numbered in the order they appear: the staged operands first,
+    then each equation's outputs. A step is (primitive, params, operands, outputs): each
+    operand a variable's number or a literal, each output an (aval, hint). A result is
+    ("arg", i) the i-th operand itself, ("var", n) variable n, or ("same", x) an object
+    handed back each time (a marker, a literal)."""
+
+    __slots__ = ("steps", "outs")
 
     def __init__(self, invars: list[Var], eqns: list[JaxprEqn], outs: list[tuple]):
-        self.invars = invars
-        self.eqns = eqns
-        self.outs = outs
+        number = {v: n for n, v in enumerate(invars)}
+        self.steps = []
+        for eqn in eqns:
+            operands = tuple(number[v] if type(v) is Var else v for v in eqn.invars)
+            self.steps.append((eqn.primitive, eqn.params, operands, tuple((v.aval, v.hint) for v in eqn.outvars)))
+            for v in eqn.outvars:
+                number[v] = len(number)
+        self.outs = [("var", number[x]) if kind == "var" else (kind, x) for kind, x in outs]
 
 
 class RuleMemo:
@@ -140,17 +149,16 @@ class RuleMemo:
         """The template's equations on new variables, reading `operands` (whose staged
         variables are `staged`), at the builder's current source line."""
         builder = self.builder
-        env = dict(zip(template.invars, staged))
         source_info = builder.source_info
-        eqns, producers = builder.eqns, builder._producers
-        for eqn in template.eqns:
-            outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
-            copy = JaxprEqn(eqn.primitive, [env[v] if type(v) is Var else v for v in eqn.invars], outvars,
-                            eqn.params, source_info)
-            eqns.append(copy)
-            for old, new in zip(eqn.outvars, outvars):
-                env[old] = new
-                producers[new] = copy
+        append, producers = builder.eqns.append, builder._producers
+        env = staged   # (numbered as the template's variables: `apply`'s own list, extended)
+        for primitive, params, ins, outs in template.steps:
+            outvars = [Var(aval, hint) for aval, hint in outs]
+            copy = JaxprEqn(primitive, [env[i] if type(i) is int else i for i in ins], outvars, params, source_info)
+            append(copy)
+            for v in outvars:
+                producers[v] = copy
+            env.extend(outvars)
         results = []
         for kind, x in template.outs:
             if kind == "arg":

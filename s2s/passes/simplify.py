@@ -71,18 +71,21 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     eqns = []
     for eqn in jaxpr.eqns:
         params = eqn.params
-        if any(isinstance(p, (ClosedJaxpr, tuple)) for p in params.values()):
+        if params and any(isinstance(p, (ClosedJaxpr, tuple)) for p in params.values()):
             simplified = {name: _with_simplified_bodies(value) for name, value in params.items()}
             if any(simplified[name] is not value for name, value in params.items()):
                 params = simplified   # (a tuple of axes comes back as it was: no copy for it)
-        if params is not eqn.params or (rename and any(v in rename for v in eqn.invars if isinstance(v, Var))):
+        if params is not eqn.params or (rename and any(v in rename for v in eqn.invars if type(v) is Var)):
             eqn = JaxprEqn(eqn.primitive, [renamed(v) for v in eqn.invars], eqn.outvars, params,
                            eqn.source_info)   # (unchanged equations are kept as they are)
         rules = simplify_rules.get(eqn.primitive)
         result = None
         if rules:
-            result = next((r for rule in rules if (r := rule(eqn, producer)) is not None), None)
-            if isinstance(result, JaxprEqn):
+            for rule in rules:
+                result = rule(eqn, producer)
+                if result is not None:
+                    break
+            if type(result) is JaxprEqn:
                 if not result.source_info.line:   # it computes what `eqn` did: at its line
                     result.source_info = eqn.source_info
                 eqn, result = result, None

@@ -99,7 +99,7 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
     values: dict[Var, object] = {v: c for v, c in zip(jaxpr.constvars, closed.consts)}
     values.update({v: a for v, a, lin in zip(jaxpr.invars, args, linear) if not lin})
     for eqn in jaxpr.eqns:  # every equation must depend on a linear input
-        if any(isinstance(v, Var) and v in linear_vars for v in eqn.invars):
+        if not linear_vars.isdisjoint(eqn.invars):   # (literals hash by identity: never in it)
             linear_vars.update(eqn.outvars)
         else:
             raise NonLinearEquationError(
@@ -131,6 +131,16 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
         write(v, ct)
 
     memo = RuleMemo(builder)
+    linear_inputs: dict = {}   # aval -> its LinearInput marker (one per aval is enough)
+
+    def operand(v):
+        if v in linear_vars:   # (a literal hashes by identity: never in it)
+            marker = linear_inputs.get(v.aval)
+            if marker is None:
+                marker = linear_inputs[v.aval] = LinearInput(v.aval)
+            return marker
+        return v if type(v) is Literal else values[v]
+
     outer_source_info = builder.source_info
     try:
         for eqn in reversed(jaxpr.eqns):
@@ -140,8 +150,7 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
             rule = transpose_rules.get(eqn.primitive)
             if rule is None:
                 raise NonLinearEquationError(f"{eqn.primitive.name} is not linear (no transpose rule)")
-            ins = [LinearInput(v.aval) if isinstance(v, Var) and v in linear_vars
-                   else (v if isinstance(v, Literal) else values[v]) for v in eqn.invars]
+            ins = list(map(operand, eqn.invars))
             builder.source_info = eqn.source_info   # (what `builder.at` does, once per equation)
             in_cts = memo.apply(eqn, [*outs, *ins], _flat_rule(rule, eqn))
             builder.source_info = outer_source_info

@@ -879,13 +879,19 @@ def _identity_rule(unit, commutative: bool):
     """The rule dropping an equation whose one operand passes through because the other is
     `unit` everywhere (and the result has the operand's shape and dtype: no broadcast or
     promotion is lost)."""
+    orders = ((0, 1), (1, 0)) if commutative else ((0, 1),)
+
     def rule(eqn, producer):
         out = eqn.outvars[0].aval
-        for keep, other in [(0, 1), (1, 0)] if commutative else [(0, 1)]:
+        for keep, other in orders:
             operand = eqn.invars[keep]
+            if type(operand) is not Var:
+                continue
+            aval = operand.aval
+            if aval is not out and (aval.shape != out.shape or aval.dtype != out.dtype):
+                continue   # (the equation broadcasts or promotes it)
             value = _simplify.fill_value(eqn.invars[other], producer)
-            if (value is not None and value == unit and isinstance(operand, Var)
-                    and operand.aval.shape == out.shape and operand.aval.dtype == out.dtype):
+            if value is not None and value == unit:
                 return operand
         return None
     return rule
