@@ -336,13 +336,18 @@ class Block:
     (sub-jaxprs) with `write`; names are shared, so every name in a function is unique."""
 
     def __init__(self, names: "_Names", options: EmitOptions, lines: list[str] | None = None,
-                 indent: str = "", origins: dict | None = None):
+                 indent: str = "", origins: dict | None = None,
+                 literal_texts: tuple | None = None):
         self.names = names
         self.options = options
         self.lines = [] if lines is None else lines
         self.indent = indent
         # The source name each variable derives from (its own, else its first operand's).
         self.origins: dict[Var, str] = {} if origins is None else origins
+        # Literal -> its text, typed and (at index 1, where `bare_ok`) bare: the equations
+        # one rule template wrote (a derivative's) share their literal objects, so each is
+        # written once. (A key is held here, so no other literal takes its id meanwhile.)
+        self.literal_texts: tuple[dict, dict] = ({}, {}) if literal_texts is None else literal_texts
         self.inlined_comments: dict[Var, str] = {}   # a value written where it is read -> its comment
         # Names of the arrays loops of this block fill step by step (reverse mode's saved
         # values): a loop that reads one for the last time is followed by `del`, so what
@@ -358,10 +363,17 @@ class Block:
     def nested(self, apart: bool = False) -> "Block":
         """A block one level in, writing into these lines (or into lines of its own)."""
         return Block(self.names, self.options, [] if apart else self.lines, self.indent + "    ",
-                     self.origins)
+                     self.origins, self.literal_texts)
 
     def comment(self, eqn) -> str:
         return _source_comment(eqn.source_info) if self.options.source_comments else ""
+
+    def _literal(self, lit: Literal, bare_ok: bool) -> Expr:
+        texts = self.literal_texts[bare_ok]
+        expr = texts.get(lit)
+        if expr is None:
+            expr = texts[lit] = literal_expr(lit, bare_ok)
+        return expr
 
     def temporary_name(self, eqn, var: Var) -> str:
         """A fresh name for `var`, an output of `eqn`: the source name it has (`h`), else
@@ -474,7 +486,7 @@ class Block:
             literals = operands.count(None)
             if literals:
                 bare_ok = literals < len(operands) and primitive in BARE_SCALAR_OK
-                operands = [literal_expr(v, bare_ok) if isinstance(v, Literal) else exprs[v] for v in eqn.invars]
+                operands = [self._literal(v, bare_ok) if type(v) is Literal else exprs[v] for v in eqn.invars]
             rule = python_rules.get(primitive)
             if rule is None:
                 raise NotImplementedError(f"no Python emission rule for {primitive.name}")

@@ -90,7 +90,7 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
         primal_env[v], tangent_env[v] = value, Zero(tangent_aval(v.aval))
     for v, p, t in zip(jaxpr.invars, primals, tangents):
         primal_env[v], tangent_env[v] = p, t
-    memo = RuleMemo(builder)
+    memo = RuleMemo(builder, _flat_rule)
     outer_source_info = builder.source_info
     try:
         for eqn in jaxpr.eqns:
@@ -107,7 +107,7 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
                 rule = jvp_rules.get(eqn.primitive)
                 if rule is None:
                     raise NotImplementedError(f"no jvp rule for {eqn.primitive.name}")
-                results = memo.apply(eqn, [*ins, *in_tangents], _flat_rule(rule, eqn))
+                results = memo.apply(rule, eqn, [*ins, *in_tangents])
                 outs, out_tangents = results[:len(eqn.outvars)], results[len(eqn.outvars):]
             for v, p, t in zip(eqn.outvars, outs, out_tangents):
                 if v.hint is not None:

@@ -130,9 +130,15 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
     unknown_vars: set[Var] = {v for v, u in zip(jaxpr.invars, unknowns) if u}
     known_eqns, unknown_eqns = [], []
     for eqn in jaxpr.eqns:
+        if unknown_vars.isdisjoint(eqn.invars):   # (literals hash by identity: never in it)
+            known_eqns.append(eqn)
+            if recompute is not None and recompute(eqn):
+                unknown_eqns.append(eqn)
+                recomputed.update(eqn.outvars)
+            continue
         unknown_ins = [isinstance(v, Var) and v in unknown_vars for v in eqn.invars]
         rule = partial_eval_rules.get(eqn.primitive)
-        if any(unknown_ins) and rule is not None:
+        if rule is not None:
             known_part, unknown_part, unknown_outs = rule(eqn, unknown_ins)
             for part in [*known_part, *unknown_part]:   # both halves compute at eqn's line
                 if not part.source_info.line:
@@ -147,14 +153,9 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
             # What the unknown half defines on the way (a loop's hoisted tangent equations)
             # lives on the unknown side too: it is no residual.
             unknown_vars.update(v for part in unknown_part for v in part.outvars)
-        elif any(unknown_ins):
+        else:
             unknown_eqns.append(eqn)
             unknown_vars.update(eqn.outvars)
-        else:
-            known_eqns.append(eqn)
-            if recompute is not None and recompute(eqn):
-                unknown_eqns.append(eqn)
-                recomputed.update(eqn.outvars)
 
     out_unknowns = [(isinstance(v, Var) and v in unknown_vars) or inst
                     for v, inst in zip(jaxpr.outvars, instantiate)]

@@ -72,20 +72,22 @@ class _Template:
 class RuleMemo:
     """The templates of one pass run (see the module docstring)."""
 
-    def __init__(self, builder: JaxprBuilder):
+    def __init__(self, builder: JaxprBuilder, flat_rule: Callable):
+        """`flat_rule(rule, eqn)`: the pass's `rule` for `eqn` as a function of one flat
+        list of operands giving one flat list of results (made only where a rule runs)."""
         self.builder = builder
+        self.flat_rule = flat_rule
         self.templates: dict = {}
 
-    def apply(self, eqn: JaxprEqn, operands: list, call: Callable[[list], list]) -> list:
-        """`call(operands)`: a rule applied to the flat list `operands` for `eqn`, returning
-        a flat list of results. Copied from a template when one fits."""
+    def apply(self, rule: Callable, eqn: JaxprEqn, operands: list) -> list:
+        """`flat_rule(rule, eqn)(operands)`, copied from a template when one fits."""
         staged: list[Var] = []   # the staged operands' variables, each once, in order
         key = self._key(eqn, operands, staged)
         template = self.templates.get(key) if key is not None else _UNMEMOIZABLE
         if template is None:
-            template = self.templates[key] = self._record(operands, staged, call)
+            template = self.templates[key] = self._record(operands, staged, self.flat_rule(rule, eqn))
         if template is _UNMEMOIZABLE:
-            return call(operands)
+            return self.flat_rule(rule, eqn)(operands)
         return self._copy(template, operands, staged)
 
     def _key(self, eqn: JaxprEqn, operands: list, staged: list):
@@ -112,10 +114,14 @@ class RuleMemo:
                 keys.append((kind, x.aval))
             else:
                 return None
-        try:
-            params = tuple((name, _plain(value)) for name, value in eqn.params.items())
-        except TypeError:
-            return None
+        params = eqn.params
+        if params:
+            try:
+                params = tuple((name, _plain(value)) for name, value in params.items())
+            except TypeError:
+                return None
+        else:
+            params = ()
         return eqn.primitive, params, tuple(keys)
 
     def _record(self, operands: list, staged: list[Var], call: Callable[[list], list]):

@@ -130,7 +130,7 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
     for v, ct in zip(jaxpr.outvars, cts_out):
         write(v, ct)
 
-    memo = RuleMemo(builder)
+    memo = RuleMemo(builder, _flat_rule)
     linear_inputs: dict = {}   # aval -> its LinearInput marker (one per aval is enough)
 
     def operand(v):
@@ -152,7 +152,7 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
                 raise NonLinearEquationError(f"{eqn.primitive.name} is not linear (no transpose rule)")
             ins = list(map(operand, eqn.invars))
             builder.source_info = eqn.source_info   # (what `builder.at` does, once per equation)
-            in_cts = memo.apply(eqn, [*outs, *ins], _flat_rule(rule, eqn))
+            in_cts = memo.apply(rule, eqn, [*outs, *ins])
             builder.source_info = outer_source_info
             for v, ct in zip(eqn.invars, in_cts):
                 write(v, ct)
