@@ -31,7 +31,7 @@ from s2s.core import JaxprEqn, Literal, Var
 from s2s.passes.tangents import AvalMarker
 from s2s.staging import JaxprBuilder, Tracer
 
-_PLAIN = (type(None), int, str, np.dtype)
+_PLAIN = (type(None), int, str)
 _UNMEMOIZABLE = object()   # a key whose rule is applied directly each time
 
 
@@ -44,6 +44,8 @@ def _plain(value):
         return (type(value), repr(value))
     if type(value) is tuple:
         return tuple(_plain(v) for v in value)
+    if isinstance(value, np.dtype):   # (its type is a subclass per dtype: np.dtypes.Float32DType)
+        return (np.dtype, value)
     raise TypeError(type(value).__name__)
 
 

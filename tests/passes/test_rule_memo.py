@@ -105,6 +105,18 @@ def test_equations_with_other_parameters_or_types_are_other_kinds(counted):
     assert s0_f32.dtype == np.float32
 
 
+def test_a_dtype_parameter_is_part_of_the_kind(counted):
+    calls = counted(jvp_pass.jvp_rules, E.convert_element_type)
+    to = lambda x, dtype: E.convert_element_type.bind(x, new_dtype=np.dtype(dtype), weak_type=False)
+    closed = build(lambda x: [to(x, "float32"), to(x, "float16"), to(x, "float32")], arr(3))
+    jvp_closed, _ = jvp_jaxpr(closed, [True])
+    check_jaxpr(jvp_closed.jaxpr)
+    assert calls[E.convert_element_type] == 2   # float32 twice is one kind (memoized), float16 another
+    *_, a_dot, b_dot, c_dot = eval_jaxpr(jvp_closed, np.ones(3), np.array([0.5, 1.0, 2.0]))
+    assert (a_dot.dtype, b_dot.dtype, c_dot.dtype) == (np.float32, np.float16, np.float32)
+    np.testing.assert_array_equal(b_dot, [0.5, 1.0, 2.0])
+
+
 def test_a_constant_operand_is_applied_directly_and_stays_right():
     weights = np.array([2.0, 3.0])
     closed = build(lambda x: [E.mul.bind(x, weights), E.mul.bind(x, weights)], arr(2))
