@@ -51,9 +51,11 @@ def jax_quantiles(q, loc, scale):
 
 
 # Across the branch points (|x| = 1/2, y = 1/2 and 3/2), into the tails, and the ends.
-ERFINV_POINTS = st.one_of(finite_floats(-1, 1), st.sampled_from(
+# Drawn values stay off 1e-300 and below: erfinv(x) ~ 0.89 x and ndtri(y / 2) read a
+# subnormal there, which XLA on CPU reads as 0, as README says.
+ERFINV_POINTS = st.one_of(finite_floats(-1, 1).filter(lambda v: v == 0 or abs(v) > 1e-300), st.sampled_from(
     [0.0, 0.5, -0.5, 0.50000001, 1 - 1e-16, -1 + 2 ** -53, 1e-300, 1.0, -1.0, 1.5, np.nan]))
-ERFCINV_POINTS = st.one_of(finite_floats(0, 2), st.sampled_from(
+ERFCINV_POINTS = st.one_of(finite_floats(0, 2).filter(lambda v: v == 0 or v > 1e-300), st.sampled_from(
     [1e-300, 1e-100, 1e-20, 0.5, 0.49999999, 1.0, 1.5, 2 - 1e-15, 0.0, 2.0, -0.5, 2.5, np.nan]))
 
 
@@ -93,9 +95,12 @@ def test_ndtr_and_log_ndtr_match_scipy(x):
 @given(hnp.arrays(np.float64, (4,), elements=st.one_of(finite_floats(0, 1), st.sampled_from([1e-300, 0.0, 1.0, 1.5]))),
        finite_floats(-3, 3), st.one_of(finite_floats(0.1, 10), st.sampled_from([0.0, -1.0])))
 def test_norm_quantiles_match_scipy(q, loc, scale):
-    """Staged loc and scale (scale <= 0 is nan); q = 1e-300 is where isf keeps its digits."""
-    check_function(quantiles, q, loc, scale, rtol=1e-14, atol=0)
-    check_function(quantiles, q, np.array([[loc], [0.5]]), np.array([scale, 1.0, 2.0, 3.0]), rtol=1e-14, atol=0)
+    """Staged loc and scale (scale <= 0 is nan); q = 1e-300 is where isf keeps its digits.
+    Where loc + scale * z cancels (loc 0.34, result -0.002) the sum is held to a few ulps
+    of loc, not to its own digits: one rounding of loc is already more than 1e-14 of it."""
+    atol = 4e-16 * (abs(loc) + 1)
+    check_function(quantiles, q, loc, scale, rtol=1e-14, atol=atol)
+    check_function(quantiles, q, np.array([[loc], [0.5]]), np.array([scale, 1.0, 2.0, 3.0]), rtol=1e-14, atol=atol)
 
 
 def frozen_quantiles(q):
