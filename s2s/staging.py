@@ -470,12 +470,18 @@ def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | Non
         if atom.aval is not v.aval and atom.aval != v.aval:
             return None
         env[v] = atom
-    eqns, producers = builder.eqns, builder._producers
+    append, producers = builder.eqns.append, builder._producers
     for eqn in jaxpr.eqns:
+        invars = [env[v] if type(v) is Var else v for v in eqn.invars]
+        if len(eqn.outvars) == 1:   # (most equations: written out)
+            old = eqn.outvars[0]
+            new = env[old] = Var(old.aval, old.hint)
+            producers[new] = copy = JaxprEqn(eqn.primitive, invars, [new], eqn.params, eqn.source_info)
+            append(copy)
+            continue
         outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
-        copy = JaxprEqn(eqn.primitive, [env[v] if type(v) is Var else v for v in eqn.invars], outvars,
-                        eqn.params, eqn.source_info)
-        eqns.append(copy)
+        copy = JaxprEqn(eqn.primitive, invars, outvars, eqn.params, eqn.source_info)
+        append(copy)
         for old, new in zip(eqn.outvars, outvars):
             env[old] = new
             producers[new] = copy

@@ -161,8 +161,16 @@ class RuleMemo:
         append, producers = builder.eqns.append, builder._producers
         env = staged   # (numbered as the template's variables: `apply`'s own list, extended)
         for primitive, params, ins, outs in template.steps:
+            invars = [env[i] if type(i) is int else i for i in ins]
+            if len(outs) == 1:   # (most equations: written out)
+                aval, hint = outs[0]
+                new = Var(aval, hint)
+                producers[new] = copy = JaxprEqn(primitive, invars, [new], params, source_info)
+                append(copy)
+                env.append(new)
+                continue
             outvars = [Var(aval, hint) for aval, hint in outs]
-            copy = JaxprEqn(primitive, [env[i] if type(i) is int else i for i in ins], outvars, params, source_info)
+            copy = JaxprEqn(primitive, invars, outvars, params, source_info)
             append(copy)
             for v in outvars:
                 producers[v] = copy
