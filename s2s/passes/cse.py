@@ -38,9 +38,9 @@ def _params_key(params: dict):
 
 
 def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """`closed` with each repeated equation replaced by the first one (top level only).
-    An equation none of whose operands was renamed is kept as it is (equations are never
-    changed once built)."""
+    """`closed` with each repeated equation replaced by the first one (top level only);
+    `closed` itself where none repeats. An equation none of whose operands was renamed is
+    kept as it is (equations are never changed once built)."""
     jaxpr = closed.jaxpr
     rename: dict[Var, Var] = {}
     seen: dict[tuple, list[Var]] = {}
@@ -77,5 +77,7 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
             rename[old] = new
             if new.hint is None:
                 new.hint = old.hint
+    if not rename:   # (no equation merged: every one is kept as it is)
+        return closed
     outvars = [rename.get(v, v) if isinstance(v, Var) else v for v in jaxpr.outvars]
     return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, eqns), closed.consts)

@@ -57,7 +57,7 @@ def fill_value(atom: Atom, producer: Callable):
 
 def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     """`closed` with every equation a rule simplifies replaced, in the bodies of control
-    flow too."""
+    flow too; `closed` itself where no rule applied."""
     jaxpr = closed.jaxpr
     rename: dict[Var, Atom] = {}          # output of a dropped equation -> the atom it equals
     producers: dict[Var, JaxprEqn] = {}   # output -> the kept equation that defines it
@@ -69,6 +69,7 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
         return producers.get(atom) if isinstance(atom, Var) else None
 
     eqns = []
+    changed = False
     for eqn in jaxpr.eqns:
         params = eqn.params
         if params and any(isinstance(p, (ClosedJaxpr, tuple)) for p in params.values()):
@@ -78,6 +79,7 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
         if params is not eqn.params or (rename and any(v in rename for v in eqn.invars if type(v) is Var)):
             eqn = JaxprEqn(eqn.primitive, [renamed(v) for v in eqn.invars], eqn.outvars, params,
                            eqn.source_info)   # (unchanged equations are kept as they are)
+            changed = True
         rules = simplify_rules.get(eqn.primitive)
         result = None
         if rules:
@@ -89,6 +91,7 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
                 if not result.source_info.line:   # it computes what `eqn` did: at its line
                     result.source_info = eqn.source_info
                 eqn, result = result, None
+                changed = True
         if result is None:
             eqns.append(eqn)
             for v in eqn.outvars:
@@ -98,6 +101,8 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
             rename[out] = result
             if isinstance(result, Var) and result.hint is None:   # keep the user's name for it
                 result.hint = out.hint
+    if not changed and not rename:
+        return closed
     outvars = [renamed(v) for v in jaxpr.outvars]
     return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, eqns), closed.consts)
 
@@ -114,4 +119,6 @@ def _with_simplified_bodies(param):
 def tidy(closed: ClosedJaxpr) -> ClosedJaxpr:
     """What every jaxpr a transform writes goes through before it is emitted or compiled
     (a derivative, a batched function): dead code out, rules applied, duplicates merged."""
-    return dce(cse(simplify(dce(closed))))
+    live = dce(closed)
+    merged = cse(simplify(live))
+    return live if merged is live else dce(merged)   # (what neither changed has no dead code)
