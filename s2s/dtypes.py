@@ -96,11 +96,11 @@ _INEXACT: dict = {}   # dtype -> is_inexact(dtype) (asked for every tangent a pa
 
 
 def is_inexact(dtype) -> bool:
-    answer = _INEXACT.get(dtype) if type(dtype) is not str else None
+    if not isinstance(dtype, np.dtype):   # (a type, a name: asked rarely)
+        return bool(np.issubdtype(np.dtype(dtype), np.inexact))
+    answer = _INEXACT.get(dtype)
     if answer is None:
-        answer = bool(np.issubdtype(np.dtype(dtype), np.inexact))
-        if isinstance(dtype, np.dtype):
-            _INEXACT[dtype] = answer
+        answer = _INEXACT[dtype] = bool(np.issubdtype(dtype, np.inexact))
     return answer
 
 

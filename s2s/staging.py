@@ -448,6 +448,22 @@ def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params
     return [literal_value(v) if isinstance(v, Literal) else env[v] for v in jaxpr.outvars]
 
 
+def copy_equations(builder: JaxprBuilder, eqns, env: dict, source_info: SourceInfo | None = None) -> None:
+    """Appends to `builder` a copy of each of `eqns` on new variables named as its own,
+    reading `env[v]` for each variable operand and adding each copied output to `env`,
+    at `source_info` (None: each equation's own line). No shape rule runs: the caller
+    vouches that every operand has the aval of the variable it stands for."""
+    append, producers = builder.eqns.append, builder._producers
+    for eqn in eqns:
+        outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
+        copy = JaxprEqn(eqn.primitive, [env[v] if type(v) is Var else v for v in eqn.invars], outvars,
+                        eqn.params, eqn.source_info if source_info is None else source_info)
+        append(copy)
+        for old, new in zip(eqn.outvars, outvars):
+            env[old] = new
+            producers[new] = copy
+
+
 def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | None:
     """`inline_jaxpr` without parameter maps or calls to expand, in its common case: no
     constants, and every argument is one of `builder`'s values (or a literal) with the
@@ -470,21 +486,7 @@ def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | Non
         if atom.aval is not v.aval and atom.aval != v.aval:
             return None
         env[v] = atom
-    append, producers = builder.eqns.append, builder._producers
-    for eqn in jaxpr.eqns:
-        invars = [env[v] if type(v) is Var else v for v in eqn.invars]
-        if len(eqn.outvars) == 1:   # (most equations: written out)
-            old = eqn.outvars[0]
-            new = env[old] = Var(old.aval, old.hint)
-            producers[new] = copy = JaxprEqn(eqn.primitive, invars, [new], eqn.params, eqn.source_info)
-            append(copy)
-            continue
-        outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
-        copy = JaxprEqn(eqn.primitive, invars, outvars, eqn.params, eqn.source_info)
-        append(copy)
-        for old, new in zip(eqn.outvars, outvars):
-            env[old] = new
-            producers[new] = copy
+    copy_equations(builder, jaxpr.eqns, env)
     given = dict(zip(jaxpr.invars, args))
     return [literal_value(v) if isinstance(v, Literal) else given[v] if v in given else Tracer(builder, env[v])
             for v in jaxpr.outvars]

@@ -55,8 +55,9 @@ def tangent_hint(hint: str | None) -> str | None:
     return None if hint is None else f"{hint}_dot"
 
 
-def _name(value, hint):
-    if isinstance(value, Tracer) and value.variable.hint is None and hint is not None:
+def _name(value, hint: str):
+    """Names `value`'s variable `hint`, unless it has a name already."""
+    if isinstance(value, Tracer) and value.variable.hint is None:
         value.variable.hint = hint
 
 

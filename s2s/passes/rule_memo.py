@@ -29,7 +29,7 @@ import numpy as np
 
 from s2s.core import JaxprEqn, Literal, Var
 from s2s.passes.tangents import AvalMarker
-from s2s.staging import JaxprBuilder, Tracer
+from s2s.staging import JaxprBuilder, Tracer, copy_equations
 
 _PLAIN = (type(None), int, str)
 _UNMEMOIZABLE = object()   # a key whose rule is applied directly each time
@@ -50,25 +50,17 @@ def _plain(value):
 
 
 class _Template:
-    """The equations a rule wrote for one kind of equation, as steps to copy them.
+    """The equations a rule wrote for one kind of equation, on stand-ins `invars` for the
+    staged operands, and where its results come from: ("arg", i) the i-th operand itself,
+    ("var", v) a variable it defined, ("same", x) an object handed back each time (a
+    marker, a literal)."""
 
-    The copy's variables are numbered in the order they appear: the staged operands first,
-    then each equation's outputs. A step is (primitive, params, operands, outputs): each
-    operand a variable's number or a literal, each output an (aval, hint). A result is
-    ("arg", i) the i-th operand itself, ("var", n) variable n, or ("same", x) an object
-    handed back each time (a marker, a literal)."""
-
-    __slots__ = ("steps", "outs")
+    __slots__ = ("invars", "eqns", "outs")
 
     def __init__(self, invars: list[Var], eqns: list[JaxprEqn], outs: list[tuple]):
-        number = {v: n for n, v in enumerate(invars)}
-        self.steps = []
-        for eqn in eqns:
-            operands = tuple(number[v] if type(v) is Var else v for v in eqn.invars)
-            self.steps.append((eqn.primitive, eqn.params, operands, tuple((v.aval, v.hint) for v in eqn.outvars)))
-            for v in eqn.outvars:
-                number[v] = len(number)
-        self.outs = [("var", number[x]) if kind == "var" else (kind, x) for kind, x in outs]
+        self.invars = invars
+        self.eqns = eqns
+        self.outs = outs
 
 
 class RuleMemo:
@@ -157,24 +149,8 @@ class RuleMemo:
         """The template's equations on new variables, reading `operands` (whose staged
         variables are `staged`), at the builder's current source line."""
         builder = self.builder
-        source_info = builder.source_info
-        append, producers = builder.eqns.append, builder._producers
-        env = staged   # (numbered as the template's variables: `apply`'s own list, extended)
-        for primitive, params, ins, outs in template.steps:
-            invars = [env[i] if type(i) is int else i for i in ins]
-            if len(outs) == 1:   # (most equations: written out)
-                aval, hint = outs[0]
-                new = Var(aval, hint)
-                producers[new] = copy = JaxprEqn(primitive, invars, [new], params, source_info)
-                append(copy)
-                env.append(new)
-                continue
-            outvars = [Var(aval, hint) for aval, hint in outs]
-            copy = JaxprEqn(primitive, invars, outvars, params, source_info)
-            append(copy)
-            for v in outvars:
-                producers[v] = copy
-            env.extend(outvars)
+        env = dict(zip(template.invars, staged))
+        copy_equations(builder, template.eqns, env, builder.source_info)
         results = []
         for kind, x in template.outs:
             if kind == "arg":
