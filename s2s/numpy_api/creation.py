@@ -234,7 +234,12 @@ def arange(start=None, stop=None, step=None, dtype=None, *, device=None, like=No
         return np.arange(start, stop, step, dtype=dt)
     if step == 0:
         raise ZeroDivisionError("arange: step must not be zero")
-    length = max(0, _pymath.ceil((stop - start) / step))
+    span = stop - start
+    quotient = span / step
+    if quotient == 0 and span != 0:   # NumPy: an underflowed quotient (5e-324 / 2.0) is one
+        length = 1 if _pymath.copysign(1.0, quotient) > 0 else 0   # element, or none if negative
+    else:
+        length = max(0, _pymath.ceil(quotient))
     # NumPy writes start and start + step into the buffer, then fills start + i * delta.
     first, second = np.array([start, start + step]).astype(dt)
     delta = second - first
