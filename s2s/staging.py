@@ -363,9 +363,11 @@ def paused_gc():
             gc.enable()
 
 
-# Objects moved to the oldest generation untraversed since s2s last ran a full collection,
-# and how many it moves before it runs the next one.
+# Objects moved to the oldest generation untraversed since the last full collection (by
+# s2s, Python or the program: `_full_collections` is gc's count of them when s2s last
+# looked), and how many s2s moves before it runs the next one itself.
 _promoted = 0
+_full_collections = 0
 PROMOTION_BUDGET = 2_000_000
 
 
@@ -378,15 +380,22 @@ def _promote_young_objects() -> None:
     for `gc.unfreeze`. It moves the young generations whole, so `paused_gc` collects them
     before it pauses: the caller's garbage is never among what is moved. Cycles among the
     moved objects wait for a full collection; s2s runs one itself once it has moved
-    `PROMOTION_BUDGET` objects this way. A program that freezes objects itself (before a
+    `PROMOTION_BUDGET` objects this way since the last one, whoever ran it (a full
+    collection traverses every object, and a program's `gc.collect()` has seen all that
+    s2s moved before it: collecting again would find nothing new, at a cost that grows
+    with everything the program holds). A program that freezes objects itself (before a
     fork, say) keeps its generations as they are."""
-    global _promoted
+    global _promoted, _full_collections
     if gc.get_freeze_count():
         return
+    full_collections = gc.get_stats()[2]["collections"]
+    if full_collections != _full_collections:
+        _full_collections, _promoted = full_collections, 0
     _promoted += gc.get_count()[0]
     if _promoted > PROMOTION_BUDGET:
         _promoted = 0
         gc.collect()
+        _full_collections = gc.get_stats()[2]["collections"]
         return
     gc.freeze()
     gc.unfreeze()

@@ -54,6 +54,24 @@ def test_s2s_runs_a_full_collection_once_it_has_moved_its_budget(collector_enabl
     del made
 
 
+def test_a_full_collection_by_the_program_restarts_the_budget(collector_enabled, monkeypatch):
+    """What s2s moved before a program's own `gc.collect()` was traversed by it: s2s does
+    not collect again for those objects (a cost that grows with all the program holds)."""
+    monkeypatch.setattr(staging, "PROMOTION_BUDGET", 1000)
+    monkeypatch.setattr(staging, "_promoted", 0)
+    gc.collect()
+    with staging.paused_gc():
+        kept = [Node() for _ in range(900)]
+    assert 900 <= staging._promoted <= 1000
+    gc.collect()
+    full_collections = gc.get_stats()[2]["collections"]
+    with staging.paused_gc():
+        more = [Node() for _ in range(900)]   # over the budget counted from before gc.collect()
+    assert gc.get_stats()[2]["collections"] == full_collections   # s2s ran none
+    assert 900 <= staging._promoted <= 1000
+    del kept, more
+
+
 def test_a_program_that_freezes_objects_keeps_its_generations(collector_enabled, monkeypatch):
     monkeypatch.setattr(staging, "_promoted", 0)
     gc.collect()
@@ -91,3 +109,4 @@ def test_the_callers_garbage_is_collected_before_a_pause_not_moved(collector_ena
     with staging.paused_gc():
         pass
     assert dropped() is None
+
