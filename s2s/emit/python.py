@@ -330,6 +330,16 @@ def _def_label(file: str, function: str) -> str:
     return escaped(f"{os.path.basename(file)} {function}")
 
 
+@functools.lru_cache(maxsize=4096)
+def _temporary_stem(primitive, origin: str | None) -> str:
+    """`exp_shifted`: a nameless value's operation and the source name it derives from
+    (`Block.value_name`), made once per pair: a derivative names thousands of values
+    from a few such pairs."""
+    operation = TEMP_NAMES.get(primitive, primitive.name.removeprefix("reduce_"))
+    base = f"{operation}_{origin}" if origin else operation
+    return base[:NAME_MAX_CHARS].rstrip("_")
+
+
 class Block:
     """Writes equations as statements into `lines`, indented by `indent`. Control-flow
     rules (`STATEMENT_RULES`) open nested blocks with `nested()` and write their bodies
@@ -386,15 +396,16 @@ class Block:
         stem of a buffer holding it on every loop step, `exp_shifted_per_step`)."""
         if var.hint or eqn is None:
             return var.hint or self.origins.get(var) or "t"
-        operation = TEMP_NAMES.get(eqn.primitive, eqn.primitive.name.removeprefix("reduce_"))
-        origin = self.origins.get(var)
-        base = f"{operation}_{origin}" if origin else operation
-        return base[:NAME_MAX_CHARS].rstrip("_")
+        return _temporary_stem(eqn.primitive, self.origins.get(var))
 
     def _note_origins(self, eqn) -> None:
         origins = self.origins
+        outvars = eqn.outvars
+        if len(outvars) == 1 and outvars[0].hint:   # (most equations: their operands need not be read)
+            origins[outvars[0]] = outvars[0].hint
+            return
         origin = next(filter(None, map(origins.get, eqn.invars)), None)   # (a literal is never a key)
-        for v in eqn.outvars:
+        for v in outvars:
             name = v.hint or origin
             if name:
                 origins[v] = name
@@ -470,6 +481,7 @@ class Block:
                         for v in e.invars} if in_place else set()
         last_read = None   # variable -> the index of the last equation reading it, once a loop asks
         source_comments = self.options.source_comments
+        comments: dict = {}   # SourceInfo -> its comment
         exprs = {} if exprs is None else exprs
         exprs.update(zip(jaxpr.invars, in_exprs))
         for v, e in zip(jaxpr.invars, in_exprs):
@@ -507,7 +519,12 @@ class Block:
                 expr = _folded(eqn)
             else:
                 expr = rule(eqn, *operands)
-            comment = _source_comment(eqn.source_info) if source_comments else ""
+            if source_comments:   # (the equations of a line share its SourceInfo: each is written once)
+                comment = comments.get(eqn.source_info)
+                if comment is None:
+                    comment = comments[eqn.source_info] = _source_comment(eqn.source_info)
+            else:
+                comment = ""
             if primitive.multiple_results:
                 names = []
                 for v in eqn.outvars:
