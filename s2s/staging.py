@@ -185,6 +185,11 @@ class JaxprBuilder:
         self._const_keepalive: list[Any] = []     # keeps the ids above unique while building
         self.source_info: SourceInfo = UNKNOWN
         self._producers: dict[Var, JaxprEqn] = {}   # outvar -> the equation computing it
+        # Whether a jaxpr inlined here may lend it its equations (`_copied_into`): set where
+        # no code runs in this builder that names its values, so that none of the lender's
+        # variables is ever renamed (the staging of an s2s transform called directly, whose
+        # equations are what it inlines: a derivative cached for the function it derives).
+        self.shares_inlined = False
 
     def __enter__(self):
         _state.builders.append(self)
@@ -495,7 +500,30 @@ def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | Non
         if atom.aval is not v.aval and atom.aval != v.aval:
             return None
         env[v] = atom
-    copy_equations(builder, jaxpr.eqns, env)
+    if builder.shares_inlined and _shared_into(builder, jaxpr.eqns, env):
+        env = {}   # (the variables are the jaxpr's own)
+    else:
+        copy_equations(builder, jaxpr.eqns, env)
     given = dict(zip(jaxpr.invars, args))
-    return [literal_value(v) if isinstance(v, Literal) else given[v] if v in given else Tracer(builder, env[v])
+    return [literal_value(v) if isinstance(v, Literal) else given[v] if v in given else Tracer(builder, env.get(v, v))
             for v in jaxpr.outvars]
+
+
+def _shared_into(builder: JaxprBuilder, eqns: list, inputs: dict) -> bool:
+    """Appends `eqns` to `builder` as they are, but for those that read one of `inputs`
+    (variable -> this builder's atom), copied onto that atom with the same outputs: the
+    16k-equation chain's gradient is not copied again (37k equations) when it is all a
+    function stages. False, appending nothing, where one of their variables is defined
+    in the builder already (the same jaxpr inlined twice): every variable is defined once."""
+    producers = builder._producers
+    if producers and any(v in producers for eqn in eqns for v in eqn.outvars):
+        return False
+    append = builder.eqns.append
+    for eqn in eqns:
+        if not inputs.keys().isdisjoint(eqn.invars):
+            eqn = JaxprEqn(eqn.primitive, [inputs.get(v, v) for v in eqn.invars], eqn.outvars, eqn.params,
+                           eqn.source_info)
+        append(eqn)
+        for v in eqn.outvars:
+            producers[v] = eqn
+    return True

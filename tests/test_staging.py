@@ -2,9 +2,15 @@
 import gc
 import weakref
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
+import s2s
 from s2s import staging
+from s2s.core import check_jaxpr
+from s2s.eager import staged_or_error
 
 
 class Node:
@@ -110,3 +116,59 @@ def test_the_callers_garbage_is_collected_before_a_pause_not_moved(collector_ena
         pass
     assert dropped() is None
 
+
+# ---------------------------------------------------------------------------------------
+# Inlining into a builder that shares what it inlines (`JaxprBuilder.shares_inlined`)
+
+
+def _tanh_chain(x):
+    y = np.tanh(x) * 1.5
+    return np.sum(np.tanh(y) + x)
+
+
+def test_a_transform_staged_by_itself_lends_the_derivative_its_equations():
+    x = np.linspace(-1.0, 1.0, 4)
+    direct = s2s.make_jaxpr(s2s.grad(_tanh_chain))(x)
+    derived = next(a for k, a in staged_or_error(_tanh_chain, (x,), {}).artifacts.items()
+                   if k[0] == "derived").closed
+    check_jaxpr(direct)
+    shared = {id(e) for e in derived.jaxpr.eqns} & {id(e) for e in direct.jaxpr.eqns}
+    # All but the equations that read the input, which are copied onto the staging's own.
+    reading_input = [e for e in derived.jaxpr.eqns if derived.jaxpr.invars[0] in e.invars]
+    assert reading_input and len(shared) == len(derived.jaxpr.eqns) - len(reading_input)
+    assert direct.jaxpr.invars[0] is not derived.jaxpr.invars[0]
+    np.testing.assert_allclose(s2s.eval_jaxpr(direct, x)[0], jax.grad(_tanh_chain_jnp)(x), rtol=1e-12)
+
+
+def _tanh_chain_jnp(x):
+    y = jnp.tanh(x) * 1.5
+    return jnp.sum(jnp.tanh(y) + x)
+
+
+def test_a_derivative_lent_to_a_staging_keeps_its_names_when_user_code_names_a_copy():
+    x = np.linspace(-1.0, 1.0, 4)
+    first = s2s.emit_python(s2s.value_and_grad(_tanh_chain), x)
+
+    def named(x):
+        value, g = s2s.value_and_grad(_tanh_chain)(x)   # names the value, nameless in the derivative
+        return value * 2.0, g
+    assert "value = " in s2s.emit_python(named, x)
+    assert s2s.emit_python(s2s.value_and_grad(_tanh_chain), x) == first
+    assert "value = " not in first
+
+
+def test_a_jaxpr_inlined_twice_into_a_sharing_builder_is_copied_the_second_time():
+    x = np.linspace(-1.0, 1.0, 4)
+    closed = s2s.make_jaxpr(_tanh_chain)(x)
+    inner = closed.jaxpr.eqns
+    with staging.JaxprBuilder() as builder:
+        builder.shares_inlined = True
+        arg = builder.new_arg(closed.in_avals[0], "x")
+        (once,) = staging.inline_jaxpr(closed, [arg])
+        (twice,) = staging.inline_jaxpr(closed, [arg])
+        twice = twice + once
+        both = builder.build([twice])
+    check_jaxpr(both)   # every variable defined once
+    reading_input = [e for e in inner if closed.jaxpr.invars[0] in e.invars]
+    assert sum(e in inner for e in both.jaxpr.eqns) == len(inner) - len(reading_input)   # shared once
+    np.testing.assert_allclose(s2s.eval_jaxpr(both, x)[0], 2 * _tanh_chain(x), rtol=1e-12)

@@ -286,6 +286,7 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     defining = _defining_function(fn)
     with paused_gc(), recording(receiver, defining if isinstance(defining, types.FunctionType) else None) as reads, \
             JaxprBuilder() as builder:
+        builder.shares_inlined = transformed   # (a transform's call names nothing it stages)
         staged_leaves = []
         for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths):
             if staged:
