@@ -9,7 +9,7 @@ import jax
 import jax.scipy.stats
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -124,6 +124,12 @@ def test_student_t_matches_scipy(x, df, loc, scale):
        hnp.arrays(np.float64, (5,), elements=st.one_of(_floats(0.1, 200), st.sampled_from([np.inf, 0.0, -1.0, 1.0]))),
        _floats(-2, 2), _floats(0.2, 5))
 def test_student_t_cdf_matches_scipy(x, df, loc, scale):
+    """Off 0 < |z| < 1e-5, where SciPy's t.cdf loses digits (0.4999999933 for the Cauchy
+    cdf's 0.4999999937 at z = -2e-8, a draw of loc = 6e-8): the next test holds s2s to
+    the closed forms there."""
+    with np.errstate(invalid="ignore"):
+        z = np.abs((x - loc) / scale)
+    assume(not np.any((z > 0) & (z < 1e-5)))
     check_function(t_cdf_functions, x, df, loc, scale, rtol=1e-10, atol=1e-300)
 
 
