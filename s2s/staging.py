@@ -218,16 +218,12 @@ class JaxprBuilder:
         assert not (self.invars or self.eqns or self.constvars), "adopt starts a new builder"
         jaxpr = closed.jaxpr
         self.invars.extend(jaxpr.invars)
-        self.eqns.extend(jaxpr.eqns)
+        _shared_into(self, jaxpr.eqns, {})
         for var, value in zip(jaxpr.constvars, closed.consts):
             self._const_index[id(value)] = var
             self._const_keepalive.append(value)
             self.constvars.append(var)
             self.consts.append(value)
-        producers = self._producers
-        for eqn in jaxpr.eqns:
-            for v in eqn.outvars:
-                producers[v] = eqn
         return [literal_value(v) if isinstance(v, Literal) else Tracer(self, v) for v in jaxpr.outvars]
 
     def atom(self, value) -> Var | Literal:
@@ -400,7 +396,6 @@ def _promote_young_objects() -> None:
     if _promoted > PROMOTION_BUDGET:
         _promoted = 0
         gc.collect()
-        _full_collections = gc.get_stats()[2]["collections"]
         return
     gc.freeze()
     gc.unfreeze()
@@ -500,11 +495,10 @@ def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | Non
         if atom.aval is not v.aval and atom.aval != v.aval:
             return None
         env[v] = atom
-    if builder.shares_inlined and _shared_into(builder, jaxpr.eqns, env):
-        env = {}   # (the variables are the jaxpr's own)
-    else:
+    if not (builder.shares_inlined and _shared_into(builder, jaxpr.eqns, env)):
         copy_equations(builder, jaxpr.eqns, env)
     given = dict(zip(jaxpr.invars, args))
+    # (a shared equation's outputs are the jaxpr's own variables: not in `env`)
     return [literal_value(v) if isinstance(v, Literal) else given[v] if v in given else Tracer(builder, env.get(v, v))
             for v in jaxpr.outvars]
 
@@ -513,8 +507,9 @@ def _shared_into(builder: JaxprBuilder, eqns: list, inputs: dict) -> bool:
     """Appends `eqns` to `builder` as they are, but for those that read one of `inputs`
     (variable -> this builder's atom), copied onto that atom with the same outputs: the
     16k-equation chain's gradient is not copied again (37k equations) when it is all a
-    function stages. False, appending nothing, where one of their variables is defined
-    in the builder already (the same jaxpr inlined twice): every variable is defined once."""
+    function stages (and `JaxprBuilder.adopt` appends a jaxpr's equations, with no inputs
+    to replace). False, appending nothing, where one of their variables is defined in the
+    builder already (the same jaxpr inlined twice): every variable is defined once."""
     producers = builder._producers
     if producers and any(v in producers for eqn in eqns for v in eqn.outvars):
         return False
