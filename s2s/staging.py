@@ -464,13 +464,21 @@ def copy_equations(builder: JaxprBuilder, eqns, env: dict, source_info: SourceIn
     vouches that every operand has the aval of the variable it stands for."""
     append, producers = builder.eqns.append, builder._producers
     for eqn in eqns:
-        outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
-        copy = JaxprEqn(eqn.primitive, [env[v] if type(v) is Var else v for v in eqn.invars], outvars,
-                        eqn.params, eqn.source_info if source_info is None else source_info)
-        append(copy)
-        for old, new in zip(eqn.outvars, outvars):
+        invars = [env[v] if type(v) is Var else v for v in eqn.invars]
+        info = eqn.source_info if source_info is None else source_info
+        if len(eqn.outvars) == 1:   # (most equations: written out)
+            (old,) = eqn.outvars
+            new = Var(old.aval, old.hint)
+            copy = JaxprEqn(eqn.primitive, invars, [new], eqn.params, info)
             env[old] = new
             producers[new] = copy
+        else:
+            outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
+            copy = JaxprEqn(eqn.primitive, invars, outvars, eqn.params, info)
+            for old, new in zip(eqn.outvars, outvars):
+                env[old] = new
+                producers[new] = copy
+        append(copy)
 
 
 def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | None:

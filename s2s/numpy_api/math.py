@@ -43,7 +43,13 @@ def _prep(xs, weak_ok: bool, dtype_rule=None):
 
     `dtype_rule(dtype, weak) -> dtype` adjusts the promoted dtype (to a float, say).
     """
-    if dtype_rule is None and len(xs) == 2:
+    if len(xs) == 1 and type(xs[0]) is Tracer and (dtype_rule is None or dtype_rule is _float_rule):
+        # One strong staged operand (np.tanh(x)): nothing to promote or convert where the
+        # result has its dtype (a float-only ufunc of an int array does not).
+        a = xs[0].variable.aval
+        if not a.weak_type and (dtype_rule is None or _float_result_dtype(((a.dtype, False),)) == a.dtype):
+            return xs, a.dtype, False
+    elif dtype_rule is None and len(xs) == 2:
         prepared = _prep_common_pair(*xs)
         if prepared is not None:
             return prepared

@@ -21,7 +21,7 @@ from typing import Callable
 
 from s2s.core import ClosedJaxpr, Literal
 from s2s.passes.rule_memo import RuleMemo
-from s2s.passes.tangents import Zero, instantiate, tangent_aval
+from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
 from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
 jvp_rules: dict[Primitive, Callable] = {}
@@ -95,9 +95,13 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
     outer_source_info = builder.source_info
     try:
         for eqn in jaxpr.eqns:
-            ins, in_tangents = zip(*map(read, eqn.invars)) if eqn.invars else ((), ())
+            ins, in_tangents = [], []
+            for v in eqn.invars:
+                p, t = read(v)
+                ins.append(p)
+                in_tangents.append(t)
             builder.source_info = eqn.source_info   # (what `builder.at` does, once per equation)
-            if all(isinstance(t, Zero) for t in in_tangents):
+            if all(map(is_zero, in_tangents)):
                 # Staged again as it was (no shape rule: the primals have their avals).
                 outs = builder.restage(eqn, ins)
                 if outs is None:

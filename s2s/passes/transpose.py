@@ -122,7 +122,9 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
 
     def pop(v):
         """The finished cotangent of `v`, named after it (`h_bar`) unless named already."""
-        ct = cts.pop(v, Zero(v.aval))
+        ct = cts.pop(v, None)
+        if ct is None:
+            return Zero(v.aval)
         if isinstance(ct, Tracer) and ct.variable.hint is None:
             ct.variable.hint = cotangent_hint(v.hint)
         return ct
@@ -144,8 +146,8 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
     outer_source_info = builder.source_info
     try:
         for eqn in reversed(jaxpr.eqns):
-            outs = [pop(v) for v in eqn.outvars]
-            if all(isinstance(c, Zero) for c in outs):
+            outs = list(map(pop, eqn.outvars))
+            if all(map(is_zero, outs)):
                 continue
             rule = transpose_rules.get(eqn.primitive)
             if rule is None:
