@@ -482,6 +482,7 @@ class Block:
         last_read = None   # variable -> the index of the last equation reading it, once a loop asks
         source_comments = self.options.source_comments
         comments: dict = {}   # SourceInfo -> its comment
+        origins = self.origins
         exprs = {} if exprs is None else exprs
         exprs.update(zip(jaxpr.invars, in_exprs))
         for v, e in zip(jaxpr.invars, in_exprs):
@@ -490,9 +491,13 @@ class Block:
         # Every live equation of every emitted function passes through this loop: what most
         # need (no literal, one output, no in-place sum) is tested with the fewest steps.
         for at, eqn in enumerate(jaxpr.eqns):
-            if live.isdisjoint(eqn.outvars):
+            outvars = eqn.outvars
+            if live.isdisjoint(outvars):
                 continue
-            self._note_origins(eqn)
+            if len(outvars) == 1 and outvars[0].hint:   # (`_note_origins` of most equations)
+                origins[outvars[0]] = outvars[0].hint
+            else:
+                self._note_origins(eqn)
             primitive = eqn.primitive
             operands = list(map(exprs.get, eqn.invars))   # None: a literal (a literal is never a key)
             literals = operands.count(None)

@@ -52,7 +52,7 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
         if rename and any(v in rename for v in invars if type(v) is Var):
             invars = [rename.get(v, v) if type(v) is Var else v for v in invars]
             eqn = JaxprEqn(eqn.primitive, invars, eqn.outvars, eqn.params, eqn.source_info)
-        params_key = _params_key(eqn.params)
+        params_key = _params_key(eqn.params) if eqn.params else ()
         reads_a_var = False
         atoms = []
         for v in invars:

@@ -94,8 +94,10 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
                 changed = True
         if result is None:
             eqns.append(eqn)
-            for v in eqn.outvars:
-                producers[v] = eqn
+            if len(eqn.outvars) == 1:
+                producers[eqn.outvars[0]] = eqn
+            else:
+                producers.update(dict.fromkeys(eqn.outvars, eqn))
         else:
             (out,) = eqn.outvars
             rename[out] = result

@@ -907,6 +907,8 @@ def _pieces_into_concatenation(eqn, producer):
     cotangent of an array read in two consecutive slices (`xs[:36]`, `xs[36:]`, as a
     checkpointed loop splits its steps) is then assembled once, not summed from two
     full-size padded copies."""
+    if type(eqn.invars[0]) is not Var or type(eqn.invars[1]) is not Var:   # (`x + 0.1`: no piece)
+        return None
     pad, concatenate = PRIMITIVES["pad"], PRIMITIVES["concatenate"]    # structural's, looked up when used
     pads = [producer(v) for v in eqn.invars]
     if any(p is None or p.primitive is not pad or _simplify.fill_value(p.invars[1], producer) != 0 for p in pads):
