@@ -12,6 +12,7 @@ builder (constants: constvars whose values travel in the ClosedJaxpr).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import gc
 import threading
 from typing import Any, Callable
@@ -184,7 +185,10 @@ class JaxprBuilder:
         self._const_names: dict[int, str] = {}    # id(const value) -> the user's name for it
         self._const_keepalive: list[Any] = []     # keeps the ids above unique while building
         self.source_info: SourceInfo = UNKNOWN
-        self._producers: dict[Var, JaxprEqn] = {}   # outvar -> the equation computing it
+        # outvar -> the equation computing it, for `eqns[:_indexed]`: made when first asked
+        # (`producer`), so that appending an equation writes nothing else.
+        self._producers: dict[Var, JaxprEqn] = {}
+        self._indexed = 0
         # Whether a jaxpr inlined here may lend it its equations (`_copied_into`): set where
         # no code runs in this builder that names its values, so that none of the lender's
         # variables is ever renamed (the staging of an s2s transform called directly, whose
@@ -271,14 +275,10 @@ class JaxprBuilder:
         out_avals = primitive.abstract_eval(*[v.aval for v in invars], **params)
         if not primitive.multiple_results:   # (written out: every staged operation comes here)
             out = Var(out_avals)
-            eqn = JaxprEqn(primitive, invars, [out], params, self.source_info)
-            self.eqns.append(eqn)
-            self._producers[out] = eqn
+            self.eqns.append(JaxprEqn(primitive, invars, [out], params, self.source_info))
             return Tracer(self, out)
         outvars = [Var(aval) for aval in out_avals]
-        eqn = JaxprEqn(primitive, invars, outvars, params, self.source_info)
-        self.eqns.append(eqn)
-        self._producers.update((v, eqn) for v in outvars)
+        self.eqns.append(JaxprEqn(primitive, invars, outvars, params, self.source_info))
         return [Tracer(self, v) for v in outvars]
 
     def restage(self, eqn: JaxprEqn, args) -> list | None:
@@ -292,15 +292,27 @@ class JaxprBuilder:
             if new.aval is not old.aval and new.aval != old.aval:
                 return None
         outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
-        restaged = JaxprEqn(eqn.primitive, invars, outvars, eqn.params, eqn.source_info)
-        self.eqns.append(restaged)
-        for v in outvars:
-            self._producers[v] = restaged
+        self.eqns.append(JaxprEqn(eqn.primitive, invars, outvars, eqn.params, eqn.source_info))
         return [Tracer(self, v) for v in outvars]
 
     def producer(self, var: Var) -> JaxprEqn | None:
         """The equation that computed `var` (None for inputs and constants)."""
-        return self._producers.get(var)
+        return self._indexed_producers().get(var)
+
+    def _indexed_producers(self) -> dict:
+        """outvar -> its equation, for every equation staged so far (indexing those added
+        since the last call: staging a 16k-equation function asks a handful of times)."""
+        producers, eqns = self._producers, self.eqns
+        for eqn in itertools.islice(eqns, self._indexed, None):
+            for v in eqn.outvars:
+                producers[v] = eqn
+        self._indexed = len(eqns)
+        return producers
+
+    def drop_equations_from(self, mark: int) -> None:
+        """Forgets the equations staged since there were `mark` (an attempt given up)."""
+        del self.eqns[mark:]
+        self._producers, self._indexed = {}, 0
 
     def build(self, outs) -> ClosedJaxpr:
         outvars = [self.atom(o) for o in outs]
@@ -462,23 +474,18 @@ def copy_equations(builder: JaxprBuilder, eqns, env: dict, source_info: SourceIn
     reading `env[v]` for each variable operand and adding each copied output to `env`,
     at `source_info` (None: each equation's own line). No shape rule runs: the caller
     vouches that every operand has the aval of the variable it stands for."""
-    append, producers = builder.eqns.append, builder._producers
+    append = builder.eqns.append
     for eqn in eqns:
         invars = [env[v] if type(v) is Var else v for v in eqn.invars]
         info = eqn.source_info if source_info is None else source_info
         if len(eqn.outvars) == 1:   # (most equations: written out)
             (old,) = eqn.outvars
-            new = Var(old.aval, old.hint)
-            copy = JaxprEqn(eqn.primitive, invars, [new], eqn.params, info)
-            env[old] = new
-            producers[new] = copy
+            new = env[old] = Var(old.aval, old.hint)
+            append(JaxprEqn(eqn.primitive, invars, [new], eqn.params, info))
         else:
             outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
-            copy = JaxprEqn(eqn.primitive, invars, outvars, eqn.params, info)
-            for old, new in zip(eqn.outvars, outvars):
-                env[old] = new
-                producers[new] = copy
-        append(copy)
+            append(JaxprEqn(eqn.primitive, invars, outvars, eqn.params, info))
+            env.update(zip(eqn.outvars, outvars))
 
 
 def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | None:
@@ -518,15 +525,17 @@ def _shared_into(builder: JaxprBuilder, eqns: list, inputs: dict) -> bool:
     function stages (and `JaxprBuilder.adopt` appends a jaxpr's equations, with no inputs
     to replace). False, appending nothing, where one of their variables is defined in the
     builder already (the same jaxpr inlined twice): every variable is defined once."""
-    producers = builder._producers
-    if producers and any(v in producers for eqn in eqns for v in eqn.outvars):
-        return False
+    if builder.eqns:
+        producers = builder._indexed_producers()
+        if any(v in producers for eqn in eqns for v in eqn.outvars):
+            return False
+    if not inputs:
+        builder.eqns.extend(eqns)
+        return True
     append = builder.eqns.append
     for eqn in eqns:
         if not inputs.keys().isdisjoint(eqn.invars):
             eqn = JaxprEqn(eqn.primitive, [inputs.get(v, v) for v in eqn.invars], eqn.outvars, eqn.params,
                            eqn.source_info)
         append(eqn)
-        for v in eqn.outvars:
-            producers[v] = eqn
     return True

@@ -276,12 +276,13 @@ def _uses(jaxpr) -> dict[Var, int]:
         if isinstance(v, Var):
             uses[v] = uses.get(v, 0) + 1
     live = uses.keys()   # (every count is at least 1)
+    get = uses.get
     for eqn in reversed(jaxpr.eqns):
         if live.isdisjoint(eqn.outvars):
             continue
         for v in eqn.invars:
-            if isinstance(v, Var):
-                uses[v] = uses.get(v, 0) + 1
+            if type(v) is Var:
+                uses[v] = get(v, 0) + 1
     return uses
 
 

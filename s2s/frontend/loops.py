@@ -59,7 +59,7 @@ class Loops:
         mark = len(builder.eqns) if builder is not None else 0
         test = self.expr(node.test)
         if isinstance(test, Tracer):
-            del builder.eqns[mark:]   # the loop evaluates its test itself
+            builder.drop_equations_from(mark)   # the loop evaluates its test itself
             return self._staged_while(node)
         while self.truth(test, node.test, "a `while` condition"):
             try:
@@ -298,7 +298,7 @@ class Loops:
                 else:
                     results, last = self._breaking_for(node, carry, init, jumps, iterable, xs, length)
         except S2SError as failure:
-            del builder.eqns[mark:]       # unroll instead; drop what the attempt staged
+            builder.drop_equations_from(mark)   # unroll instead; drop what the attempt staged
             if length >= LONG_LOOP:
                 _warn_unrolled(self.source, node, length, failure)
             return failure

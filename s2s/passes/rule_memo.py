@@ -151,12 +151,5 @@ class RuleMemo:
         builder = self.builder
         env = dict(zip(template.invars, staged))
         copy_equations(builder, template.eqns, env, builder.source_info)
-        results = []
-        for kind, x in template.outs:
-            if kind == "arg":
-                results.append(operands[x])
-            elif kind == "var":
-                results.append(Tracer(builder, env[x]))
-            else:
-                results.append(x)
-        return results
+        return [operands[x] if kind == "arg" else Tracer(builder, env[x]) if kind == "var" else x
+                for kind, x in template.outs]
