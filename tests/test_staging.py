@@ -172,3 +172,35 @@ def test_a_jaxpr_inlined_twice_into_a_sharing_builder_is_copied_the_second_time(
     reading_input = [e for e in inner if closed.jaxpr.invars[0] in e.invars]
     assert sum(e in inner for e in both.jaxpr.eqns) == len(inner) - len(reading_input)   # shared once
     np.testing.assert_allclose(s2s.eval_jaxpr(both, x)[0], 2 * _tanh_chain(x), rtol=1e-12)
+
+
+def test_a_builder_finds_the_equation_of_every_value_it_staged_also_after_dropping_some():
+    aval = s2s.core.ShapedArray((3,), np.float32)
+    tanh, exp, sin = (staging.PRIMITIVES[name] for name in ("tanh", "exp", "sin"))
+    with staging.JaxprBuilder() as builder:
+        x = builder.new_arg(aval, "x")
+        first = tanh.bind(x)
+        assert builder.producer(first.variable).primitive.name == "tanh"
+        assert builder.producer(x.variable) is None
+        mark = len(builder.eqns)
+        dropped = exp.bind(first)
+        assert builder.producer(dropped.variable).primitive.name == "exp"   # indexed up to here
+        builder.drop_equations_from(mark)   # (a loop given up)
+        kept = sin.bind(first)   # appended where the dropped one was
+        assert builder.producer(kept.variable).primitive.name == "sin"
+        assert builder.producer(dropped.variable) is None
+        assert builder.producer(first.variable).primitive.name == "tanh"
+
+
+def test_a_while_loop_on_a_staged_test_keeps_no_equation_of_its_first_test():
+    def f(x):
+        i = 0.0
+        while np.sum(x) > i:   # staged: its test is evaluated by the loop, not before it
+            i = i + 1.0
+            x = x * 0.5
+        return x
+    x = np.array([3.0, 4.0])
+    closed = s2s.make_jaxpr(f)(x)
+    check_jaxpr(closed)
+    assert [e.primitive.name for e in closed.jaxpr.eqns] == ["while_loop"]
+    np.testing.assert_allclose(s2s.eval_jaxpr(closed, x)[0], f(x))
