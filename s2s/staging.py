@@ -12,8 +12,8 @@ builder (constants: constvars whose values travel in the ClosedJaxpr).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import gc
+import itertools
 import threading
 from typing import Any, Callable
 
