@@ -86,12 +86,12 @@ def _flat_rule(rule: Callable, eqn) -> Callable[[list], list]:
 
 
 def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: list,
-                  lines: dict | None = None) -> list:
+                  lines: "CotangentLines | None" = None) -> list:
     """Stages the transpose into the current builder.
 
     `args[i]` is the value of non-linear input i (ignored for linear ones); returns the
-    cotangent of every linear input (a value or `Zero`), in input order. `lines` is
-    `source_lines(closed.jaxpr)` when the caller has it already.
+    cotangent of every linear input (a value or `Zero`), in input order. `lines` is the
+    caller's `CotangentLines(closed.jaxpr)` when it has one.
     """
     jaxpr = closed.jaxpr
     builder = current_builder()
@@ -108,7 +108,7 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
 
     cts: dict[Var, object] = {}
     if lines is None:
-        lines = source_lines(jaxpr)
+        lines = CotangentLines(jaxpr)
 
     def write(v, ct):
         if ct is None or type(v) is not Var or v not in linear_vars:
@@ -163,16 +163,29 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
     return [pop(v) for v, lin in zip(jaxpr.invars, linear) if lin]
 
 
-def source_lines(jaxpr) -> dict[Var, SourceInfo]:
+class CotangentLines:
     """The line each variable's cotangent is accumulated at: that of the equation defining
-    it, or for an input, of the first equation reading it (see the module docstring)."""
-    lines: dict[Var, SourceInfo] = {}
-    for eqn in jaxpr.eqns:
-        for v in eqn.invars:
-            if isinstance(v, Var) and v not in lines:
-                lines[v] = eqn.source_info
-        lines.update((v, eqn.source_info) for v in eqn.outvars)
-    return lines
+    it, or for an input, of the first equation reading it (see the module docstring).
+    Found for every variable at once, the first time one is asked for: most backward
+    passes sum no cotangent (each tangent of a chain is read once), and then only an input
+    whose cotangent is a symbolic zero asks, for the line its zeros are written at."""
+
+    __slots__ = ("jaxpr", "lines")
+
+    def __init__(self, jaxpr):
+        self.jaxpr = jaxpr
+        self.lines: dict[Var, SourceInfo] | None = None
+
+    def get(self, v: Var, default: SourceInfo = UNKNOWN) -> SourceInfo:
+        lines = self.lines
+        if lines is None:
+            lines = self.lines = {}
+            for eqn in self.jaxpr.eqns:
+                for u in eqn.invars:
+                    if isinstance(u, Var) and u not in lines:
+                        lines[u] = eqn.source_info
+                lines.update((u, eqn.source_info) for u in eqn.outvars)
+        return lines.get(v, default)
 
 
 def transpose_jaxpr(closed: ClosedJaxpr, linear: list[bool]) -> ClosedJaxpr:
@@ -183,11 +196,13 @@ def transpose_jaxpr(closed: ClosedJaxpr, linear: list[bool]) -> ClosedJaxpr:
                 for v, lin in zip(jaxpr.invars, linear)]
         cts_out = [builder.new_arg(v.aval, cotangent_hint(getattr(v, "hint", None)))
                    for v in jaxpr.outvars]
-        lines = source_lines(jaxpr)
+        lines = CotangentLines(jaxpr)
         cts_in = backward_pass(closed, linear, args, cts_out, lines)
         outs = []
         for v, ct in zip([v for v, lin in zip(jaxpr.invars, linear) if lin], cts_in):
-            with builder.at(lines.get(v, UNKNOWN)):
-                outs.append(instantiate(ct))
+            if is_zero(ct):   # (its zeros are written at the line that reads `v` first)
+                with builder.at(lines.get(v)):
+                    ct = instantiate(ct)
+            outs.append(ct)
         result = builder.build(outs)
     return result
