@@ -31,7 +31,7 @@ from s2s.passes.vmap import Axis, batch_jaxpr
 from s2s.primitives import ops
 from s2s.passes.dce import dce
 from s2s.passes.jvp import jvp_jaxpr
-from s2s.passes.partial_eval import partial_eval_jaxpr, partial_eval_rules
+from s2s.passes.partial_eval import partial_eval_jaxpr, splits_by_rule
 from s2s.passes.simplify import tidy
 from s2s.passes.transpose import transpose_jaxpr
 from s2s.staging import JaxprBuilder, inline_jaxpr, paused_gc
@@ -78,12 +78,10 @@ def vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool],
     n_in, n_out = len(closed.jaxpr.invars), len(closed.jaxpr.outvars)
     jvp_closed, _ = jvp_jaxpr(closed, diff, instantiate_out=diff_out)
     # Keep every primal output and the tangents of the differentiated outputs (they come
-    # first: an aux output follows the primary ones). Where that is every output, and no
-    # equation is split by a rule (which may refuse a dead loop: `while_loop`), nothing
-    # is dropped first: partial evaluation removes dead code from both of its sides.
+    # first: an aux output follows the primary ones). Where that is every output, dead
+    # code is left to partial evaluation, unless one of its rules would see it.
     n_kept = n_out + sum(diff_out)
-    if len(jvp_closed.jaxpr.outvars) > n_kept or any(
-            eqn.primitive in partial_eval_rules for eqn in closed.jaxpr.eqns):
+    if len(jvp_closed.jaxpr.outvars) > n_kept or splits_by_rule(closed):
         jvp_closed = _select_outputs(jvp_closed, [True] * n_kept)
     pe = partial_eval_jaxpr(jvp_closed, [False] * n_in + [True] * sum(diff),
                             instantiate=[False] * n_out + [True] * sum(diff_out))

@@ -400,13 +400,11 @@ class Block:
         return _temporary_stem(eqn.primitive, self.origins.get(var))
 
     def _note_origins(self, eqn) -> None:
+        """Records what each output of `eqn` derives its name from: its own name, else the
+        first operand's origin. (`write` records a named single output itself.)"""
         origins = self.origins
-        outvars = eqn.outvars
-        if len(outvars) == 1 and outvars[0].hint:   # (most equations: their operands need not be read)
-            origins[outvars[0]] = outvars[0].hint
-            return
         origin = next(filter(None, map(origins.get, eqn.invars)), None)   # (a literal is never a key)
-        for v in outvars:
+        for v in eqn.outvars:
             name = v.hint or origin
             if name:
                 origins[v] = name
@@ -495,7 +493,7 @@ class Block:
             outvars = eqn.outvars
             if live.isdisjoint(outvars):
                 continue
-            if len(outvars) == 1 and outvars[0].hint:   # (`_note_origins` of most equations)
+            if len(outvars) == 1 and outvars[0].hint:   # (most equations: no operand need be read)
                 origins[outvars[0]] = outvars[0].hint
             else:
                 self._note_origins(eqn)

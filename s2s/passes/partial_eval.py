@@ -105,6 +105,14 @@ def body_recompute(eqn):
     return lambda e: is_cheap(e) or policy(e)
 
 
+def splits_by_rule(closed: ClosedJaxpr) -> bool:
+    """Whether a rule of `partial_eval_rules` would split an equation of `closed`. A rule
+    may refuse an equation that is dead (reverse mode of a `while_loop`), so a caller that
+    leaves dead code to `partial_eval_jaxpr` (which drops it from both sides) removes it
+    first where this holds."""
+    return any(eqn.primitive in partial_eval_rules for eqn in closed.jaxpr.eqns)
+
+
 @dataclasses.dataclass
 class PartialEval:
     known: ClosedJaxpr        # known inputs -> known outputs + residuals

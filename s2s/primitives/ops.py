@@ -64,6 +64,9 @@ def _python_scalar(value, dtype: np.dtype):
     return complex(value)
 
 
+_SCALAR_AVALS: dict = {}   # (dtype as given, weak) -> the aval of a literal of that type
+
+
 def literal(value, dtype, weak: bool = True) -> Literal:
     """A scalar literal of `dtype`, written inline in the equation that reads it. Weak by
     default: an internal constant then never decides whether a result is weak, and the
@@ -72,9 +75,6 @@ def literal(value, dtype, weak: bool = True) -> Literal:
     if aval is None:   # (avals are never changed: the literals of one type share theirs)
         aval = _SCALAR_AVALS[(dtype, weak)] = ShapedArray((), dtype, weak)
     return Literal(_python_scalar(value, aval.dtype), aval)
-
-
-_SCALAR_AVALS: dict = {}   # (dtype as given, weak) -> the aval of a literal of that type
 
 
 def scalar(value, dtype):
