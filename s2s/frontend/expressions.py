@@ -69,15 +69,16 @@ class Expressions:
     def expr(self, node):
         # Equations staged while `node` is walked come from it; names and constants stage
         # nothing, so they are not located (they are half of the nodes staging walks).
-        builder = current_builder() if type(node) not in _STAGE_NOTHING else None
+        kind = type(node)
+        builder = current_builder() if kind not in _STAGE_NOTHING else None
         if builder is not None:
             saved = builder.source_info
             builder.source_info = self.source.info(node)
         try:
-            key = (type(self), type(node))
+            key = (type(self), kind)
             method = _EXPR_METHODS.get(key)
             if method is None:
-                method = _EXPR_METHODS[key] = getattr(type(self), "expr_" + type(node).__name__, _unsupported)
+                method = _EXPR_METHODS[key] = getattr(type(self), "expr_" + kind.__name__, _unsupported)
             return method(self, node)
         except S2SError as e:
             raise e.at(self.source.info(node))

@@ -223,8 +223,9 @@ def record_global(fn_globals: dict, name: str, value) -> None:
     """A global read: guarded on the value the name is bound to in the module."""
     stack = _stack()
     if stack:
-        stack[-1].add(("global", id(fn_globals), name), _global_reader(stack[-1], fn_globals, name),
-                      value, f"the global {name!r}")
+        recorder, key = stack[-1], ("global", id(fn_globals), name)
+        if key not in recorder.seen:   # (a name read again, `np` on every line, is guarded once)
+            recorder.add(key, _global_reader(recorder, fn_globals, name), value, f"the global {name!r}")
 
 
 def record_builtin(fn_globals: dict, name: str) -> None:

@@ -36,7 +36,9 @@ def scope_of(function, has_walrus: bool = True) -> tuple[frozenset[str], tuple]:
         kind = type(node)
         if not has_walrus and isinstance(node, ast.expr) and type(getattr(node, "ctx", None)) not in _TARGET_CONTEXTS:
             continue
-        if kind is ast.Name:
+        if kind is ast.Assign and not has_walrus:   # (most statements: their value binds nothing)
+            stack.extend(node.targets)
+        elif kind is ast.Name:
             if type(node.ctx) is not ast.Load:
                 names.add(node.id)
         elif isinstance(node, SCOPES):

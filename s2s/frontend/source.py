@@ -331,18 +331,16 @@ class FunctionSource:
         """Where `node` is, as a SourceInfo (made once per node: staging asks often)."""
         info = self._infos.get(node)
         if info is None:
-            info = self._infos[node] = self._make_info(node)
+            try:   # (every node the parser made has all four)
+                line, col, end_line, end_col = node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
+            except AttributeError:
+                line, col = getattr(node, "lineno", None), getattr(node, "col_offset", 0)
+                end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+            line = line or self.node.lineno
+            end_col = end_col + 1 if end_col is not None and end_line == line else None
+            info = self._infos[node] = source_info(self.filename, line, col + 1, self.anchor_name, end_col,
+                                                   self.anchor_line)
         return info
-
-    def _make_info(self, node) -> SourceInfo:
-        try:   # (every node the parser made has all four)
-            line, col, end_line, end_col = node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
-        except AttributeError:
-            line, col = getattr(node, "lineno", None), getattr(node, "col_offset", 0)
-            end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
-        line = line or self.node.lineno
-        end_col = end_col + 1 if end_col is not None and end_line == line else None
-        return source_info(self.filename, line, col + 1, self.anchor_name, end_col, self.anchor_line)
 
 
 def last_return_info(fn) -> SourceInfo | None:
