@@ -45,8 +45,11 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
     rename: dict[Var, Var] = {}
     seen: dict[tuple, list[Var]] = {}
     eqns = []
-    literal_keys: dict[Literal, tuple] = {}   # (a literal object is shared by the equations
-    # a rule template wrote, so its key is made once; literals hash by identity)
+    # Each literal -> the first literal of its value and type, which stands for it in keys:
+    # literals hash by identity, so a key's hash is all identities (and a literal object
+    # shared by the equations a rule template wrote is looked up once).
+    same_literal: dict[Literal, Literal] = {}
+    first_literal: dict[tuple, Literal] = {}
     for eqn in jaxpr.eqns:
         invars = eqn.invars
         if rename and any(v in rename for v in invars if type(v) is Var):
@@ -60,10 +63,10 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
                 atoms.append(v)
                 reads_a_var = True
             else:
-                key = literal_keys.get(v)
-                if key is None:
-                    key = literal_keys[v] = _literal_key(v)
-                atoms.append(key)
+                stand_in = same_literal.get(v)
+                if stand_in is None:
+                    stand_in = same_literal[v] = first_literal.setdefault(_literal_key(v), v)
+                atoms.append(stand_in)
         if params_key is None or not reads_a_var:   # (see the module docstring)
             eqns.append(eqn)
             continue

@@ -21,7 +21,7 @@ from typing import Callable
 
 from s2s.core import ClosedJaxpr, Literal
 from s2s.passes.rule_memo import RuleMemo
-from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval
+from s2s.passes.tangents import Zero, instantiate, tangent_aval
 from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
 jvp_rules: dict[Primitive, Callable] = {}
@@ -96,12 +96,18 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
     try:
         for eqn in jaxpr.eqns:
             ins, in_tangents = [], []
-            for v in eqn.invars:
-                p, t = read(v)
+            all_zero = True
+            for v in eqn.invars:   # (`read` written out, noting whether every tangent is zero)
+                if type(v) is Literal:
+                    p, t = read(v)
+                else:
+                    p, t = primal_env[v], tangent_env[v]
+                    if all_zero and not isinstance(t, Zero):
+                        all_zero = False
                 ins.append(p)
                 in_tangents.append(t)
             builder.source_info = eqn.source_info   # (what `builder.at` does, once per equation)
-            if all(map(is_zero, in_tangents)):
+            if all_zero:
                 # Staged again as it was (no shape rule: the primals have their avals).
                 outs = builder.restage(eqn, ins)
                 if outs is None:

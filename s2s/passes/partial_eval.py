@@ -144,9 +144,9 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
                 unknown_eqns.append(eqn)
                 recomputed.update(eqn.outvars)
             continue
-        unknown_ins = [isinstance(v, Var) and v in unknown_vars for v in eqn.invars]
         rule = partial_eval_rules.get(eqn.primitive)
         if rule is not None:
+            unknown_ins = [isinstance(v, Var) and v in unknown_vars for v in eqn.invars]
             known_part, unknown_part, unknown_outs = rule(eqn, unknown_ins)
             for part in [*known_part, *unknown_part]:   # both halves compute at eqn's line
                 if not part.source_info.line:
@@ -181,8 +181,9 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: list[bool],
     unknown_jaxpr_outs = [v for v, u in zip(jaxpr.outvars, out_unknowns) if u]
     live_unknown = dce_jaxpr(Jaxpr([], [], unknown_jaxpr_outs, unknown_eqns), prune_invars=False)
     for eqn in live_unknown.eqns:
-        for v in eqn.invars:
-            add_residual(v)
+        for v in eqn.invars:   # (`add_residual` in short, first for what is unknown: most are)
+            if v not in unknown_vars:
+                add_residual(v)
     for v in unknown_jaxpr_outs:
         add_residual(v)
 

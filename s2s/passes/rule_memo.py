@@ -82,7 +82,13 @@ class RuleMemo:
             template = self.templates[key] = self._record(operands, staged, self.flat_rule(rule, eqn))
         if template is _UNMEMOIZABLE:
             return self.flat_rule(rule, eqn)(operands)
-        return self._copy(template, operands, staged)
+        # The template's equations on new variables, reading `operands`, at the builder's
+        # current source line (written out here: every memoized equation comes this way).
+        builder = self.builder
+        env = dict(zip(template.invars, staged))
+        copy_equations(builder, template.eqns, env, builder.source_info)
+        return [operands[x] if kind == "arg" else Tracer(builder, env[x]) if kind == "var" else x
+                for kind, x in template.outs]
 
     def _key(self, eqn: JaxprEqn, operands: list, staged: list):
         """The key of applying the rule of `eqn` to `operands` (None: not memoized);
@@ -144,12 +150,3 @@ class RuleMemo:
             else:
                 return _UNMEMOIZABLE
         return _Template(inner.invars, inner.eqns, outs)
-
-    def _copy(self, template: _Template, operands: list, staged: list[Var]) -> list:
-        """The template's equations on new variables, reading `operands` (whose staged
-        variables are `staged`), at the builder's current source line."""
-        builder = self.builder
-        env = dict(zip(template.invars, staged))
-        copy_equations(builder, template.eqns, env, builder.source_info)
-        return [operands[x] if kind == "arg" else Tracer(builder, env[x]) if kind == "var" else x
-                for kind, x in template.outs]

@@ -146,9 +146,15 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
     outer_source_info = builder.source_info
     try:
         for eqn in reversed(jaxpr.eqns):
-            outs = list(map(pop, eqn.outvars))
-            if all(map(is_zero, outs)):
-                continue
+            outvars = eqn.outvars
+            if len(outvars) == 1:   # (most equations: written out)
+                outs = [pop(outvars[0])]
+                if isinstance(outs[0], Zero):
+                    continue
+            else:
+                outs = list(map(pop, outvars))
+                if all(map(is_zero, outs)):
+                    continue
             rule = transpose_rules.get(eqn.primitive)
             if rule is None:
                 raise NonLinearEquationError(f"{eqn.primitive.name} is not linear (no transpose rule)")
@@ -157,7 +163,8 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
             in_cts = memo.apply(rule, eqn, [*outs, *ins])
             builder.source_info = outer_source_info
             for v, ct in zip(eqn.invars, in_cts):
-                write(v, ct)
+                if ct is not None and v in linear_vars:   # (what `write` keeps: not a residual's)
+                    write(v, ct)
     finally:
         builder.source_info = outer_source_info
     return [pop(v) for v, lin in zip(jaxpr.invars, linear) if lin]

@@ -882,15 +882,17 @@ def _identity_rule(unit, commutative: bool):
     orders = ((0, 1), (1, 0)) if commutative else ((0, 1),)
 
     def rule(eqn, producer):
+        invars = eqn.invars
         out = eqn.outvars[0].aval
         for keep, other in orders:
-            operand = eqn.invars[keep]
+            operand = invars[keep]
             if type(operand) is not Var:
                 continue
             aval = operand.aval
             if aval is not out and (aval.shape != out.shape or aval.dtype != out.dtype):
                 continue   # (the equation broadcasts or promotes it)
-            value = _simplify.fill_value(eqn.invars[other], producer)
+            unit_or_not = invars[other]   # (a literal's value read here: most are, `x * 1.01`)
+            value = unit_or_not.value if type(unit_or_not) is Literal else _simplify.fill_value(unit_or_not, producer)
             if value is not None and value == unit:
                 return operand
         return None
