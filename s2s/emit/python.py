@@ -359,7 +359,7 @@ class Block:
         # one rule template wrote (a derivative's) share their literal objects, so each is
         # written once. (A key is held here, so no other literal takes its id meanwhile.)
         self.literal_texts: tuple[dict, dict] = ({}, {}) if literal_texts is None else literal_texts
-        self.inlined_comments: dict[Var, str] = {}   # a value written where it is read -> its comment
+        self.inlined_comments: dict[Var, str] = {}   # an output written where it is read -> its comment
         # Names of the arrays loops of this block fill step by step (reverse mode's saved
         # values): a loop that reads one for the last time is followed by `del`, so what
         # reverse mode saved is freed once the backward loop has read it, not when the
@@ -401,7 +401,7 @@ class Block:
 
     def _note_origins(self, eqn) -> None:
         """Records what each output of `eqn` derives its name from: its own name, else the
-        first operand's origin. (`write` records a named single output itself.)"""
+        first operand's origin. (`write` records a single output itself.)"""
         origins = self.origins
         origin = next(filter(None, map(origins.get, eqn.invars)), None)   # (a literal is never a key)
         for v in eqn.outvars:
@@ -482,6 +482,9 @@ class Block:
         source_comments = self.options.source_comments
         comments: dict = {}   # SourceInfo -> its comment
         origins = self.origins
+        fresh, lines, indent = self.names.fresh, self.lines, self.indent
+        literal_texts, inlined_comments = self.literal_texts, self.inlined_comments
+        returned = set(jaxpr.outvars)   # (the values whose inlined comment `return` may need)
         exprs = {} if exprs is None else exprs
         exprs.update(zip(jaxpr.invars, in_exprs))
         for v, e in zip(jaxpr.invars, in_exprs):
@@ -493,8 +496,16 @@ class Block:
             outvars = eqn.outvars
             if live.isdisjoint(outvars):
                 continue
-            if len(outvars) == 1 and outvars[0].hint:   # (most equations: no operand need be read)
-                origins[outvars[0]] = outvars[0].hint
+            if len(outvars) == 1:   # (most equations: `_note_origins` written out)
+                out = outvars[0]
+                if out.hint:
+                    origins[out] = out.hint
+                else:
+                    for v in eqn.invars:   # (a literal is never a key)
+                        origin = origins.get(v)
+                        if origin:
+                            origins[out] = origin
+                            break
             else:
                 self._note_origins(eqn)
             primitive = eqn.primitive
@@ -502,7 +513,9 @@ class Block:
             literals = operands.count(None)
             if literals:
                 bare_ok = literals < len(operands) and primitive in BARE_SCALAR_OK
-                operands = [self._literal(v, bare_ok) if type(v) is Literal else exprs[v] for v in eqn.invars]
+                texts = literal_texts[bare_ok]   # (`_literal`'s table, read here first)
+                operands = [exprs[v] if type(v) is not Literal else texts.get(v) or self._literal(v, bare_ok)
+                            for v in eqn.invars]
             rule = python_rules.get(primitive)
             if rule is None:
                 raise NotImplementedError(f"no Python emission rule for {primitive.name}")
@@ -523,15 +536,28 @@ class Block:
                 expr = _folded(eqn)
             else:
                 expr = rule(eqn, *operands)
+            if not primitive.multiple_results:
+                (out,) = outvars
+                # A nameless value read once is written where it is read (an output: in `return`,
+                # whose comment then says where it is computed).
+                if out not in targets and (out.hint is None or out in summed_terms) and uses[out] == 1 \
+                        and len(expr.text) <= INLINE_MAX_CHARS:
+                    exprs[out] = expr
+                    if out in returned:
+                        comment = self.comment(eqn)
+                        if comment:
+                            inlined_comments[out] = comment
+                    continue
             if source_comments:   # (the equations of a line share its SourceInfo: each is written once)
-                comment = comments.get(eqn.source_info)
+                info = eqn.source_info
+                comment = comments.get(info)
                 if comment is None:
-                    comment = comments[eqn.source_info] = _source_comment(eqn.source_info)
+                    comment = comments[info] = _source_comment(info)
             else:
                 comment = ""
             if primitive.multiple_results:
                 names = []
-                for v in eqn.outvars:
+                for v in outvars:
                     if v in live:
                         names.append(targets.pop(v) if v in targets else self.temporary_name(eqn, v))
                         exprs[v] = Expr(names[-1])
@@ -539,16 +565,11 @@ class Block:
                         names.append("_")
                 self.line(f"{', '.join(names)} = {expr.text}{comment}")
                 continue
-            (out,) = eqn.outvars
-            # A nameless value read once is written where it is read (an output: in `return`).
-            if out not in targets and (out.hint is None or out in summed_terms) and uses[out] == 1 \
-                    and len(expr.text) <= INLINE_MAX_CHARS:
-                exprs[out] = expr
-                if comment:
-                    self.inlined_comments[out] = comment
-                continue
-            local = targets.pop(out) if out in targets else self.temporary_name(eqn, out)
-            self.line(f"{local} = {expr.text}{comment}")
+            if out in targets:
+                local = targets.pop(out)
+            else:   # (`temporary_name` written out)
+                local = fresh(out.hint or _temporary_stem(primitive, origins.get(out)))
+            lines.append(f"{indent}{local} = {expr.text}{comment}")   # (`line`)
             exprs[out] = Expr(local)
         return [literal_expr(v, False) if isinstance(v, Literal) else exprs[v] for v in jaxpr.outvars]
 
