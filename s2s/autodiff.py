@@ -306,7 +306,7 @@ def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what)
             outs, residuals = forward[:n_out], forward[n_out:]
             seed = ops.full(out_aval.shape, 1.0, out_aval.dtype) if out_aval.shape else \
                 Literal(1.0, ShapedArray((), out_aval.dtype))
-            cts = inline_jaxpr(parts.backward, list(residuals) + [seed])
+            cts = inline_jaxpr(parts.backward, list(residuals) + [seed], lent=True)   # (`parts` are ours)
             result = builder.build((list(outs) if with_value else list(outs[1:])) + list(cts))
         fused = tidy(result)
         n_values = n_out if with_value else n_out - 1

@@ -429,17 +429,23 @@ def bind(primitive: Primitive, args, params: dict):
 
 
 
-def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params=None) -> list:
+def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params=None,
+                 lent: bool = False) -> list:
     """Stages every equation of `closed` into the current builder, applied to `args`.
 
     Variable names (hints) and source locations carry over, so a jaxpr built by a pass and
     inlined into a user's function still reads with the user's names and lines. Equations
     of the call primitives in `expand_calls` are replaced by their `call` jaxpr's equations,
     and `map_params` (if given) rewrites every other equation's parameters.
+
+    `lent`: the caller vouches that `closed` is its own, made in another builder for this
+    call and read by nothing after it (a gradient's backward part): its equations then join
+    this builder as they are, as in one that `shares_inlined`, and none of its variables is
+    looked for among this builder's.
     """
     builder = current_builder()
     if map_params is None and not expand_calls:
-        copied = _copied_into(builder, closed, args)
+        copied = _copied_into(builder, closed, args, lent)
         if copied is not None:
             return copied
     jaxpr = closed.jaxpr
@@ -488,7 +494,7 @@ def copy_equations(builder: JaxprBuilder, eqns, env: dict, source_info: SourceIn
             env.update(zip(eqn.outvars, outvars))
 
 
-def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | None:
+def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args, lent: bool = False) -> list | None:
     """`inline_jaxpr` without parameter maps or calls to expand, in its common case: no
     constants, and every argument is one of `builder`'s values (or a literal) with the
     aval of the input it binds. Then every equation keeps its avals (a primitive's output
@@ -510,7 +516,8 @@ def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | Non
         if atom.aval is not v.aval and atom.aval != v.aval:
             return None
         env[v] = atom
-    if not (builder.shares_inlined and _shared_into(builder, jaxpr.eqns, env)):
+    if not (lent and _shared_into(builder, jaxpr.eqns, env, made_elsewhere=True)
+            or builder.shares_inlined and _shared_into(builder, jaxpr.eqns, env)):
         copy_equations(builder, jaxpr.eqns, env)
     given = dict(zip(jaxpr.invars, args))
     # (a shared equation's outputs are the jaxpr's own variables: not in `env`)
@@ -518,14 +525,16 @@ def _copied_into(builder: JaxprBuilder, closed: ClosedJaxpr, args) -> list | Non
             for v in jaxpr.outvars]
 
 
-def _shared_into(builder: JaxprBuilder, eqns: list, inputs: dict) -> bool:
+def _shared_into(builder: JaxprBuilder, eqns: list, inputs: dict, made_elsewhere: bool = False) -> bool:
     """Appends `eqns` to `builder` as they are, but for those that read one of `inputs`
     (variable -> this builder's atom), copied onto that atom with the same outputs: the
     16k-equation chain's gradient is not copied again (37k equations) when it is all a
     function stages (and `JaxprBuilder.adopt` appends a jaxpr's equations, with no inputs
     to replace). False, appending nothing, where one of their variables is defined in the
-    builder already (the same jaxpr inlined twice): every variable is defined once."""
-    if builder.eqns:
+    builder already (the same jaxpr inlined twice): every variable is defined once. The
+    builder's equations are not searched where the caller knows they were `made_elsewhere`
+    (in another builder, for this call alone: `inline_jaxpr`'s `lent`)."""
+    if builder.eqns and not made_elsewhere:
         producers = builder._indexed_producers()
         if any(v in producers for eqn in eqns for v in eqn.outvars):
             return False

@@ -174,6 +174,22 @@ def test_a_jaxpr_inlined_twice_into_a_sharing_builder_is_copied_the_second_time(
     np.testing.assert_allclose(s2s.eval_jaxpr(both, x)[0], 2 * _tanh_chain(x), rtol=1e-12)
 
 
+def test_a_lent_jaxpr_joins_a_builder_with_equations_as_they_are_but_its_inputs_replaced():
+    x = np.linspace(-1.0, 1.0, 4)
+    closed = s2s.make_jaxpr(_tanh_chain)(x)
+    inner = closed.jaxpr.eqns
+    with staging.JaxprBuilder() as builder:   # (a builder that does not share what it inlines)
+        arg = builder.new_arg(closed.in_avals[0], "x")
+        scaled = arg * 2.0   # the builder has equations of its own, which are not searched
+        (out,) = staging.inline_jaxpr(closed, [scaled], lent=True)
+        lent = builder.build([out])
+    check_jaxpr(lent)
+    reading_input = [e for e in inner if closed.jaxpr.invars[0] in e.invars]
+    assert reading_input and sum(e in inner for e in lent.jaxpr.eqns) == len(inner) - len(reading_input)
+    assert not any(closed.jaxpr.invars[0] in e.invars for e in lent.jaxpr.eqns)   # read as `scaled`
+    np.testing.assert_allclose(s2s.eval_jaxpr(lent, x)[0], _tanh_chain(2.0 * x), rtol=1e-12)
+
+
 def test_a_builder_finds_the_equation_of_every_value_it_staged_also_after_dropping_some():
     aval = s2s.core.ShapedArray((3,), np.float32)
     tanh, exp, sin = (staging.PRIMITIVES[name] for name in ("tanh", "exp", "sin"))
