@@ -112,16 +112,28 @@ def method(obj: Expr, name: str, *args: Expr, **kwargs) -> Expr:
     return Expr(f"{obj.wrap(ATOM)}.{inner}")
 
 
-def binop(op: str, lhs: Expr, rhs: Expr) -> Expr:
+def binop_rule(op: str) -> Callable:
+    """The emission rule of a primitive written as the binary operator `op`, `rule(eqn, lhs,
+    rhs) -> Expr` (the equation is not read): its precedence is looked up once, here, for
+    the most common equations there are."""
     prec = BINARY_PRECEDENCE[op]
     if op == "**":  # right-associative; its left operand binds tighter than unary minus
-        return Expr(f"{lhs.wrap(ATOM)} ** {rhs.wrap(UNARY)}", prec)
+        return lambda eqn, lhs, rhs: Expr(f"{lhs.wrap(ATOM)} ** {rhs.wrap(UNARY)}", prec)
     if prec == COMPARE:  # comparisons chain in Python: never put one bare inside another
-        return Expr(f"{lhs.wrap(COMPARE + 1)} {op} {rhs.wrap(COMPARE + 1)}", prec)
-    # (`wrap` written out: most equations are binary operators)
-    left = lhs.text if lhs.prec >= prec else f"({lhs.text})"
-    right = rhs.text if rhs.prec > prec else f"({rhs.text})"
-    return Expr(f"{left} {op} {right}", prec)
+        return lambda eqn, lhs, rhs: Expr(f"{lhs.wrap(COMPARE + 1)} {op} {rhs.wrap(COMPARE + 1)}", prec)
+
+    def rule(eqn, lhs: Expr, rhs: Expr) -> Expr:   # (`wrap` written out)
+        left = lhs.text if lhs.prec >= prec else f"({lhs.text})"
+        right = rhs.text if rhs.prec > prec else f"({rhs.text})"
+        return Expr(f"{left} {op} {right}", prec)
+    return rule
+
+
+_BINOP_RULES = {op: binop_rule(op) for op in BINARY_PRECEDENCE}
+
+
+def binop(op: str, lhs: Expr, rhs: Expr) -> Expr:
+    return _BINOP_RULES[op](None, lhs, rhs)
 
 
 def unop(op: str, operand: Expr) -> Expr:

@@ -21,7 +21,7 @@ from s2s_runtime import special as rt_special
 from s2s import dtypes
 from s2s.core import JaxprEqn, Literal, ShapedArray, Var
 from s2s.emit import stablehlo as _hlo
-from s2s.emit.pyexpr import Expr, binop, call, dtype_text, method, register, unop
+from s2s.emit.pyexpr import Expr, binop, binop_rule, call, dtype_text, method, register, unop
 from s2s.errors import ShapeError
 from s2s.passes import (jvp as _jvp, partial_eval as _pe, simplify as _simplify, transpose as _transpose,
                         vmap as _vmap)
@@ -229,8 +229,7 @@ def _binary(name: str, np_fn, emit, kind: str = "numeric", out_dtype=None):
         def emit_rule(eqn, x, y):
             return call(emit, x, y)
     else:
-        def emit_rule(eqn, x, y):
-            return binop(emit, x, y)
+        emit_rule = binop_rule(emit)
     return _declare(name, kind, impl, emit_rule, out_dtype, bare_scalar_ok=True)
 
 
