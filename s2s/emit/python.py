@@ -514,8 +514,9 @@ class Block:
             if literals:
                 bare_ok = literals < len(operands) and primitive in BARE_SCALAR_OK
                 texts = literal_texts[bare_ok]   # (`_literal`'s table, read here first)
-                operands = [exprs[v] if type(v) is not Literal else texts.get(v) or self._literal(v, bare_ok)
-                            for v in eqn.invars]
+                operands = []
+                for v in eqn.invars:
+                    operands.append(exprs[v] if type(v) is not Literal else texts.get(v) or self._literal(v, bare_ok))
             rule = python_rules.get(primitive)
             if rule is None:
                 raise NotImplementedError(f"no Python emission rule for {primitive.name}")

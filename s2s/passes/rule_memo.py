@@ -87,8 +87,10 @@ class RuleMemo:
         builder = self.builder
         env = dict(zip(template.invars, staged))
         copy_equations(builder, template.eqns, env, builder.source_info)
-        return [operands[x] if kind == "arg" else Tracer(builder, env[x]) if kind == "var" else x
-                for kind, x in template.outs]
+        results = []
+        for kind, x in template.outs:
+            results.append(operands[x] if kind == "arg" else Tracer(builder, env[x]) if kind == "var" else x)
+        return results
 
     def _key(self, eqn: JaxprEqn, operands: list, staged: list):
         """The key of applying the rule of `eqn` to `operands` (None: not memoized);
