@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import operator
 import threading
 from typing import Any, Callable
 
@@ -24,6 +25,9 @@ from s2s.core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var, a
                       literal_value)
 from s2s.errors import CONCRETE_HELP, ConcretizationError
 from s2s.source_info import SourceInfo, UNKNOWN
+
+_aval_of = operator.attrgetter("aval")   # (an atom's aval, read in C)
+
 
 class Primitive:
     """An operation of the IR.
@@ -252,8 +256,10 @@ class JaxprBuilder:
 
     def _atoms(self, args) -> list:
         """The atoms of `args` (this builder's own tracers, most operands, at once)."""
-        return [a.variable if type(a) is Tracer and a.builder is self else self.atom(a)
-                for a in args]
+        atoms = []   # (a loop, not a comprehension: every staged operation comes here)
+        for a in args:
+            atoms.append(a.variable if type(a) is Tracer and a.builder is self else self.atom(a))
+        return atoms
 
     def name_constant(self, value, name: str) -> None:
         """Remembers the user's name for a constant (a global array), for readable output."""
@@ -272,7 +278,7 @@ class JaxprBuilder:
 
     def add_eqn(self, primitive: Primitive, args, params: dict):
         invars = self._atoms(args)
-        out_avals = primitive.abstract_eval(*[v.aval for v in invars], **params)
+        out_avals = primitive.abstract_eval(*map(_aval_of, invars), **params)
         if not primitive.multiple_results:   # (written out: every staged operation comes here)
             out = Var(out_avals)
             self.eqns.append(JaxprEqn(primitive, invars, [out], params, self.source_info))
