@@ -135,32 +135,32 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
     memo = RuleMemo(builder, _flat_rule)
     linear_inputs: dict = {}   # aval -> its LinearInput marker (one per aval is enough)
 
-    def operand(v):
-        if v in linear_vars:   # (a literal hashes by identity: never in it)
-            marker = linear_inputs.get(v.aval)
-            if marker is None:
-                marker = linear_inputs[v.aval] = LinearInput(v.aval)
-            return marker
-        return v if type(v) is Literal else values[v]
-
     outer_source_info = builder.source_info
     try:
         for eqn in reversed(jaxpr.eqns):
             outvars = eqn.outvars
+            # The rule's flat operands: the output cotangents, then the equation's operands.
             if len(outvars) == 1:   # (most equations: written out)
-                outs = [pop(outvars[0])]
-                if isinstance(outs[0], Zero):
+                operands = [pop(outvars[0])]
+                if isinstance(operands[0], Zero):
                     continue
             else:
-                outs = list(map(pop, outvars))
-                if all(map(is_zero, outs)):
+                operands = list(map(pop, outvars))
+                if all(map(is_zero, operands)):
                     continue
             rule = transpose_rules.get(eqn.primitive)
             if rule is None:
                 raise NonLinearEquationError(f"{eqn.primitive.name} is not linear (no transpose rule)")
-            ins = list(map(operand, eqn.invars))
+            for v in eqn.invars:
+                if v in linear_vars:   # (a literal hashes by identity: never in it)
+                    marker = linear_inputs.get(v.aval)
+                    if marker is None:
+                        marker = linear_inputs[v.aval] = LinearInput(v.aval)
+                    operands.append(marker)
+                else:
+                    operands.append(v if type(v) is Literal else values[v])
             builder.source_info = eqn.source_info   # (what `builder.at` does, once per equation)
-            in_cts = memo.apply(rule, eqn, [*outs, *ins])
+            in_cts = memo.apply(rule, eqn, operands)
             builder.source_info = outer_source_info
             for v, ct in zip(eqn.invars, in_cts):
                 if ct is not None and v in linear_vars:   # (what `write` keeps: not a residual's)
