@@ -401,10 +401,23 @@ class Block:
 
     def _note_origins(self, eqn) -> None:
         """Records what each output of `eqn` derives its name from: its own name, else the
-        first operand's origin. (`write` records a single output itself.)"""
+        first operand's origin. (Asked of every equation written: one output, the common
+        case, is written out.)"""
         origins = self.origins
-        origin = next(filter(None, map(origins.get, eqn.invars)), None)   # (a literal is never a key)
-        for v in eqn.outvars:
+        outvars = eqn.outvars
+        if len(outvars) == 1:
+            out = outvars[0]
+            if out.hint:
+                origins[out] = out.hint
+                return
+            for v in eqn.invars:   # (a literal is never a key)
+                origin = origins.get(v)
+                if origin:
+                    origins[out] = origin
+                    return
+            return
+        origin = next(filter(None, map(origins.get, eqn.invars)), None)
+        for v in outvars:
             name = v.hint or origin
             if name:
                 origins[v] = name
@@ -481,8 +494,7 @@ class Block:
         last_read = None   # variable -> the index of the last equation reading it, once a loop asks
         source_comments = self.options.source_comments
         comments: dict = {}   # SourceInfo -> its comment
-        origins = self.origins
-        fresh, lines, indent = self.names.fresh, self.lines, self.indent
+        lines, indent = self.lines, self.indent
         literal_texts, inlined_comments = self.literal_texts, self.inlined_comments
         returned = set(jaxpr.outvars)   # (the values whose inlined comment `return` may need)
         exprs = {} if exprs is None else exprs
@@ -496,18 +508,7 @@ class Block:
             outvars = eqn.outvars
             if live.isdisjoint(outvars):
                 continue
-            if len(outvars) == 1:   # (most equations: `_note_origins` written out)
-                out = outvars[0]
-                if out.hint:
-                    origins[out] = out.hint
-                else:
-                    for v in eqn.invars:   # (a literal is never a key)
-                        origin = origins.get(v)
-                        if origin:
-                            origins[out] = origin
-                            break
-            else:
-                self._note_origins(eqn)
+            self._note_origins(eqn)
             primitive = eqn.primitive
             operands = list(map(exprs.get, eqn.invars))   # None: a literal (a literal is never a key)
             literals = operands.count(None)
@@ -566,10 +567,7 @@ class Block:
                         names.append("_")
                 self.line(f"{', '.join(names)} = {expr.text}{comment}")
                 continue
-            if out in targets:
-                local = targets.pop(out)
-            else:   # (`temporary_name` written out)
-                local = fresh(out.hint or _temporary_stem(primitive, origins.get(out)))
+            local = targets.pop(out) if out in targets else self.temporary_name(eqn, out)
             lines.append(f"{indent}{local} = {expr.text}{comment}")   # (`line`)
             exprs[out] = Expr(local)
         return [literal_expr(v, False) if isinstance(v, Literal) else exprs[v] for v in jaxpr.outvars]

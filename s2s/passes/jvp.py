@@ -119,15 +119,10 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
                 if rule is None:
                     raise NotImplementedError(f"no jvp rule for {eqn.primitive.name}")
                 results = memo.apply(rule, eqn, [*ins, *in_tangents])
-                if len(results) == 2:   # (one output and its tangent: most equations)
-                    (v,) = eqn.outvars
-                    p, t = results
-                    if v.hint is not None:
-                        _name(p, v.hint)
-                        _name(t, tangent_hint(v.hint))
-                    primal_env[v], tangent_env[v] = p, t
-                    continue
-                outs, out_tangents = results[:len(eqn.outvars)], results[len(eqn.outvars):]
+                if len(results) == 2:   # (one output and its tangent, most equations: not sliced)
+                    outs, out_tangents = (results[0],), (results[1],)
+                else:
+                    outs, out_tangents = results[:len(eqn.outvars)], results[len(eqn.outvars):]
             for v, p, t in zip(eqn.outvars, outs, out_tangents):
                 if v.hint is not None:
                     _name(p, v.hint)

@@ -111,8 +111,8 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
         lines = CotangentLines(jaxpr)
 
     def write(v, ct):
-        if ct is None or type(v) is not Var or v not in linear_vars:
-            return
+        """Adds `ct` to the cotangent of `v`: the callers write only a real contribution
+        (`ct` not None) to a linear variable (`v in linear_vars`; a literal never is)."""
         earlier = cts.get(v)
         if earlier is None or isinstance(earlier, Zero):
             cts[v] = ct
@@ -130,7 +130,8 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
         return ct
 
     for v, ct in zip(jaxpr.outvars, cts_out):
-        write(v, ct)
+        if ct is not None and v in linear_vars:
+            write(v, ct)
 
     memo = RuleMemo(builder, _flat_rule)
     linear_inputs: dict = {}   # aval -> its LinearInput marker (one per aval is enough)
@@ -163,7 +164,7 @@ def backward_pass(closed: ClosedJaxpr, linear: list[bool], args: list, cts_out: 
             in_cts = memo.apply(rule, eqn, operands)
             builder.source_info = outer_source_info
             for v, ct in zip(eqn.invars, in_cts):
-                if ct is not None and v in linear_vars:   # (what `write` keeps: not a residual's)
+                if ct is not None and v in linear_vars:   # (not a residual's)
                     write(v, ct)
     finally:
         builder.source_info = outer_source_info

@@ -890,8 +890,7 @@ def _identity_rule(unit, commutative: bool):
             aval = operand.aval
             if aval is not out and (aval.shape != out.shape or aval.dtype != out.dtype):
                 continue   # (the equation broadcasts or promotes it)
-            unit_or_not = invars[other]   # (a literal's value read here: most are, `x * 1.01`)
-            value = unit_or_not.value if type(unit_or_not) is Literal else _simplify.fill_value(unit_or_not, producer)
+            value = _simplify.fill_value(invars[other], producer)
             if value is not None and value == unit:
                 return operand
         return None
