@@ -59,6 +59,14 @@ def test_check_jaxpr_rejects_double_binding():
         check_jaxpr(bad)
 
 
+def test_check_jaxpr_rejects_an_equation_not_made_of_lists_and_a_dict():
+    """An equation holds what it is given (no copy): a tuple of operands is a caller's bug."""
+    a, b = (Var(ShapedArray((3,), np.float32)) for _ in range(2))
+    with pytest.raises(JaxprTypeError, match="must be lists and its parameters a dict, not tuple, list and dict"):
+        check_jaxpr(Jaxpr([], [a], [b], [JaxprEqn(ew.sin, (a,), [b], {})]))
+    check_jaxpr(Jaxpr([], [a], [b], [JaxprEqn(ew.sin, [a], [b], {})]))
+
+
 def test_check_jaxpr_rejects_wrong_types():
     a = Var(ShapedArray((3,), np.float32))
     b = Var(ShapedArray((4,), np.float32))
