@@ -7,9 +7,10 @@ a concrete value from a staged one (`truth`), ConcretizationError points at the 
 """
 from __future__ import annotations
 
-import operator
-
 import ast
+import operator
+import types
+
 import numpy as np
 
 from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError,
@@ -54,8 +55,9 @@ def _unsupported(walker, node):
         "rewrite the expression with supported syntax")
 
 
-# Expression nodes whose value is found without staging an equation (see `expr`).
-_STAGE_NOTHING = frozenset((ast.Name, ast.Constant))
+# Expression nodes `expr` does not locate: names and constants stage nothing; an attribute
+# locates itself, unless it is a module's (see `expr_Attribute`).
+_NOT_LOCATED = frozenset((ast.Name, ast.Constant, ast.Attribute))
 
 # (walker class, node class) -> the walker's method for it (`expr_BinOp`, ...), found once.
 _EXPR_METHODS: dict = {}
@@ -70,7 +72,7 @@ class Expressions:
         # Equations staged while `node` is walked come from it; names and constants stage
         # nothing, so they are not located (they are half of the nodes staging walks).
         kind = type(node)
-        builder = current_builder() if kind not in _STAGE_NOTHING else None
+        builder = current_builder() if kind not in _NOT_LOCATED else None
         if builder is not None:
             saved = builder.source_info
             builder.source_info = self.source.info(node)
@@ -105,13 +107,26 @@ class Expressions:
         return value
 
     def expr_Attribute(self, node):
+        """`obj.attr`, located at `node` once `obj` is known (`x.T` stages a transpose).
+        A module's attribute (`np.tanh`, one in most NumPy calls) is read without: reading
+        it stages nothing, and neither is it guarded (`record_attribute`)."""
         obj = self.expr(node.value)
-        if isinstance(obj, Tracer) and not hasattr(obj, node.attr):
+        if type(obj) is types.ModuleType:
+            return getattr(obj, node.attr)
+        builder = current_builder()
+        if builder is None:
+            return self._attribute(obj, node.attr)
+        with builder.at(self.source.info(node)):
+            return self._attribute(obj, node.attr)
+
+    @staticmethod
+    def _attribute(obj, attr: str):
+        if isinstance(obj, Tracer) and not hasattr(obj, attr):
             raise UnsupportedFunctionError(
-                f"the ndarray attribute or method `.{node.attr}` is not supported on staged arrays",
+                f"the ndarray attribute or method `.{attr}` is not supported on staged arrays",
                 "see the README's table of supported NumPy functions and methods")
-        value = getattr(obj, node.attr)
-        record_attribute(obj, node.attr, value)
+        value = getattr(obj, attr)
+        record_attribute(obj, attr, value)
         return value
 
     def expr_Subscript(self, node):

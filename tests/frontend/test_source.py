@@ -31,3 +31,32 @@ def test_lambdas_on_one_line_are_told_apart():
 def test_line_numbers_are_the_files_own():
     source = function_source(make)
     assert source.node.lineno == make.__code__.co_firstlineno
+
+
+def _located(x):
+    return np.sin(x) + x.T * 2.0 + np.linalg.norm(x)
+
+
+def test_equations_are_located_at_the_expression_that_stages_them():
+    """An attribute of a staged array (`x.T`) is located at the attribute; a module's
+    attribute (`np.sin`, `np.linalg`) stages nothing, and the call's equations are the
+    call's."""
+    import linecache
+
+    import s2s
+    closed = s2s.make_jaxpr(_located)(np.ones((3, 3), np.float32))
+    line = _located.__code__.co_firstlineno + 1
+    text = linecache.getline(_located.__code__.co_filename, line)
+
+    def span(expression):
+        start = text.index(expression) + 1
+        return start, start + len(expression)
+    located = {}
+    for eqn in closed.eqns:
+        assert eqn.source_info.line == line
+        located.setdefault(eqn.primitive.name, (eqn.source_info.col, eqn.source_info.end_col))
+    assert located["sin"] == span("np.sin(x)")
+    assert located["transpose"] == span("x.T")
+    assert located["mul"] == span("x.T * 2.0")
+    assert located["sqrt"] == span("np.linalg.norm(x)")
+    assert located["add"] == span("np.sin(x) + x.T * 2.0")
