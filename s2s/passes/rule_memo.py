@@ -85,7 +85,15 @@ class RuleMemo:
         # The template's equations on new variables, reading `operands`, at the builder's
         # current source line (written out here: every memoized equation comes this way).
         builder = self.builder
-        env = dict(zip(template.invars, staged))
+        # (Most templates have one or two stand-ins, a primal and its tangent or a cotangent
+        # and an operand: a dict display costs a third of what dict(zip(...)) does.)
+        invars = template.invars
+        if len(invars) == 2:
+            env = {invars[0]: staged[0], invars[1]: staged[1]}
+        elif len(invars) == 1:
+            env = {invars[0]: staged[0]}
+        else:
+            env = dict(zip(invars, staged))
         copy_equations(builder, template.eqns, env, builder.source_info)
         results = []
         for kind, x in template.outs:
