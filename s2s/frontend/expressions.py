@@ -55,9 +55,9 @@ def _unsupported(walker, node):
         "rewrite the expression with supported syntax")
 
 
-# Expression nodes `expr` does not locate: names and constants stage nothing; an attribute
-# locates itself, unless it is a module's (see `expr_Attribute`).
-_NOT_LOCATED = frozenset((ast.Name, ast.Constant, ast.Attribute))
+# Expression nodes `expr` does not locate: a name stages nothing (nor does a constant, which
+# `expr` reads first); an attribute locates itself, unless it is a module's (`expr_Attribute`).
+_NOT_LOCATED = frozenset((ast.Name, ast.Attribute))
 
 # (walker class, node class) -> the walker's method for it (`expr_BinOp`, ...), found once.
 _EXPR_METHODS: dict = {}
@@ -70,8 +70,11 @@ class Expressions:
 
     def expr(self, node):
         # Equations staged while `node` is walked come from it; names and constants stage
-        # nothing, so they are not located (they are half of the nodes staging walks).
+        # nothing, so they are not located (they are half of the nodes staging walks). A
+        # constant is its value, read here: nothing can fail.
         kind = type(node)
+        if kind is ast.Constant:
+            return node.value
         builder = current_builder() if kind not in _NOT_LOCATED else None
         if builder is not None:
             saved = builder.source_info
@@ -94,9 +97,6 @@ class Expressions:
         finally:
             if builder is not None:
                 builder.source_info = saved
-
-    def expr_Constant(self, node):
-        return node.value
 
     def expr_Name(self, node):
         value = self.scope.lookup(node.id, node)

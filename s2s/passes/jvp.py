@@ -118,7 +118,7 @@ def jvp_eqns(closed: ClosedJaxpr, primals: list, tangents: list) -> tuple[list, 
                 rule = jvp_rules.get(eqn.primitive)
                 if rule is None:
                     raise NotImplementedError(f"no jvp rule for {eqn.primitive.name}")
-                results = memo.apply(rule, eqn, [*ins, *in_tangents])
+                results = memo.apply(rule, eqn, ins + in_tangents)
                 if len(results) == 2:   # (one output and its tangent, most equations: not sliced)
                     outs, out_tangents = (results[0],), (results[1],)
                 else:
