@@ -550,8 +550,9 @@ def _shared_into(builder: JaxprBuilder, eqns: list, inputs: dict, made_elsewhere
         builder.eqns.extend(eqns)
         return True
     append = builder.eqns.append
+    replaced = inputs.keys()
     for eqn in eqns:
-        if not inputs.keys().isdisjoint(eqn.invars):
+        if not replaced.isdisjoint(eqn.invars):
             eqn = JaxprEqn(eqn.primitive, [inputs.get(v, v) for v in eqn.invars], eqn.outvars, eqn.params,
                            eqn.source_info)
         append(eqn)

@@ -35,9 +35,10 @@ def _has_calls(closed: ClosedJaxpr) -> bool:
     for eqn in closed.jaxpr.eqns:
         if eqn.primitive in call_primitives:
             return True
-        for value in eqn.params.values():
-            if isinstance(value, (ClosedJaxpr, tuple)) and any(_has_calls(b) for b in _bodies(value)):
-                return True
+        if eqn.params:   # (most equations have none)
+            for value in eqn.params.values():
+                if isinstance(value, (ClosedJaxpr, tuple)) and any(_has_calls(b) for b in _bodies(value)):
+                    return True
     return False
 
 
