@@ -1,6 +1,9 @@
 """Finding a function's AST in its file and classifying its names."""
+import linecache
+
 import numpy as np
 
+import s2s
 from s2s.frontend.source import classify_names, function_source
 
 SCALE = 3.0
@@ -41,9 +44,6 @@ def test_equations_are_located_at_the_expression_that_stages_them():
     """An attribute of a staged array (`x.T`) is located at the attribute; a module's
     attribute (`np.sin`, `np.linalg`) stages nothing, and the call's equations are the
     call's."""
-    import linecache
-
-    import s2s
     closed = s2s.make_jaxpr(_located)(np.ones((3, 3), np.float32))
     line = _located.__code__.co_firstlineno + 1
     text = linecache.getline(_located.__code__.co_filename, line)
