@@ -108,8 +108,8 @@ class Expressions:
 
     def expr_Attribute(self, node):
         """`obj.attr`, located at `node` once `obj` is known (`x.T` stages a transpose).
-        A module's attribute (`np.tanh`, one in most NumPy calls) is read without: reading
-        it stages nothing, and neither is it guarded (`record_attribute`)."""
+        A module's attribute (`np.tanh`, one in most NumPy calls) is read with no location
+        set: reading it stages nothing, and `record_attribute` does not guard it."""
         obj = self.expr(node.value)
         if type(obj) is types.ModuleType:
             return getattr(obj, node.attr)
