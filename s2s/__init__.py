@@ -20,7 +20,7 @@ from s2s.api import (block_until_ready, device_count, devices, emit_python, eval
                      local_devices, make_jaxpr, process_count, process_index, stop_gradient)
 from s2s import distributed
 from s2s.jit import Jitted, jit
-from s2s_runtime.xla import Array, DonatedBufferError
+from s2s_runtime.array import Array, DonatedBufferError
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, check_jaxpr
 from s2s.errors import (ConcretizationError, S2SError, ShapeError, StagingError, StaleSourceError,
                         UnsupportedFunctionError, UnsupportedSyntaxError)

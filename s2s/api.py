@@ -17,6 +17,7 @@ from s2s.frontend import reraise_clean
 from s2s.pmap import Pmapped
 from s2s.primitives.elementwise import stop_gradient as stop_gradient_p
 from s2s_runtime import distributed, xla
+from s2s_runtime.array import Array
 
 
 def make_jaxpr(fn, static_argnums=(), static_argnames=(), dynamic_argnums=()):
@@ -83,7 +84,7 @@ def block_until_ready(tree):
     """Waits until every `s2s.Array` in `tree` is computed (jit returns before XLA is done,
     like jax); returns `tree`."""
     for leaf in tree_util.tree_leaves(tree):
-        if isinstance(leaf, xla.Array):
+        if isinstance(leaf, Array):
             leaf.block_until_ready()
     return tree
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from s2s_runtime.xla import set_dispatch_x64, set_num_cpu_devices
+from s2s_runtime.xla import set_dispatch_key, set_dispatch_x64, set_num_cpu_devices
 
 
 @dataclasses.dataclass
@@ -44,6 +44,7 @@ def update(name: str, value) -> None:
         set_dispatch_x64(value)      # jaxlib's dispatcher types 64-bit NumPy values alike
     setattr(values, name, value)
     _key = None
+    set_dispatch_key(cache_key())
 
 
 def cache_key() -> tuple:

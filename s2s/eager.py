@@ -23,7 +23,7 @@ from s2s.frontend import Staged, reraise_clean, stage
 from s2s.frontend.args import describe_arg
 from s2s.staging import Tracer, current_builder, inline_jaxpr, paused_gc
 from s2s.tree import leaf_paths, register_array_type, tree_flatten
-from s2s_runtime.xla import Array
+from s2s_runtime.array import Array
 
 # What jit returns is an array, a leaf of every pytree (as NumPy arrays are): results can
 # be passed back to jit, to the transforms, and to the emitted modules they run.

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import threading
 import warnings
 import weakref
 from typing import Callable
@@ -33,8 +32,10 @@ from s2s.errors import S2SError
 from s2s.frontend import Staged, reraise_clean, staging_receiver
 from s2s.pmap import ReplicatedProgram
 from s2s.staging import Tracer, current_builder, inline_jaxpr
-from s2s_runtime.xla import (Array, Executable, devices, dispatched_leaves, dispatcher, hlo_text, is_refused_call,
-                             jax_x64_setting, refuse_in_dispatcher)
+from s2s_runtime.fastcall import Caller, callers_jax_x64
+from s2s_runtime.array import Array
+from s2s_runtime.xla import (Executable, devices, dispatch_x64, dispatched_leaves, dispatcher, hlo_text,
+                             is_refused_call, jax_x64_setting, refuse_in_dispatcher)
 
 
 @dataclasses.dataclass
@@ -51,12 +52,22 @@ class Runner:
     call_with_inputs: Callable | None
 
 
-class Jitted:
+class Jitted(Caller):
     """A function compiled for each kind of arguments it is called with.
 
     backend="xla" lowers the jaxpr to StableHLO and runs it through jaxlib on `device`,
     returning `s2s.Array`s; backend="python" runs the emitted NumPy module.
+
+    A call is its backend's (`Caller`, in C where built: no Python frame of s2s's between
+    the user and jaxlib's dispatcher when the backend lets the dispatcher take calls
+    directly). An S2SError, the user's to fix, is shown without the frames it came through.
     """
+
+    _clean = S2SError
+    # Called on staged values (inside grad, vmap, another jit ...) it is inlined (see
+    # `_inlined`), its body not read as source; the staging cache keys it by `cache_params`
+    # under the user's function, as s2s's other transforms.
+    __s2s_transform__ = True
 
     def __init__(self, fn, static_argnums=(), static_argnames=(), dynamic_argnums=(),
                  donate_argnums=(), device=None, backend: str = "xla"):
@@ -70,7 +81,11 @@ class Jitted:
         self.device = device
         self.backend = backend
         functools.update_wrapper(self, fn, updated=())
+        self.cache_params = ("jit", _as_tuple(static_argnums), _as_tuple(static_argnames),
+                             _as_tuple(dynamic_argnums))
         self._backend = BACKENDS[backend](self)
+        self._target = self._backend.call
+        self._refused = self._backend.refused
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
         # (shapes and dtypes, config) -> (the staging's guards, the receiver they are
         # checked with, Runner.call_with_inputs).
@@ -84,12 +99,16 @@ class Jitted:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._backend.jitted = weakref.ref(self)
+        self._target = self._backend.call
 
-    def __call__(self, *args, **kwargs):
-        try:
-            return self._backend.call(args, kwargs)
-        except S2SError as error:   # the user's to fix: shown without the frames it came through
-            raise error.with_traceback(None)
+    def describe(self) -> str:
+        inner = self.fn.describe() if getattr(self.fn, "__s2s_transform__", False) else \
+            getattr(self.fn, "__qualname__", "f")
+        return f"jit({inner})"
+
+    def _on_refused(self, error: Exception, args, kwargs):
+        """A call whose target raised one of the backend's `refused` errors (`Caller`)."""
+        return self._backend.call_refused(error, args, kwargs)
 
     def _call_in_python(self, args, kwargs):
         """A call made in Python: (the result, what the dispatcher needs to make the next
@@ -111,7 +130,7 @@ class Jitted:
         return runner.call(args, kwargs)
 
     def _staged(self, args, kwargs) -> Staged:
-        """Staged with jax's x64 as the caller had it (see `_callers_jax_x64`)."""
+        """Staged with jax's x64 as the caller had it (see `_CallersJaxX64`)."""
         with _CallersJaxX64():
             return staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
                                    self.dynamic_argnums)
@@ -143,6 +162,10 @@ def jit(fn=None, *, static_argnums=(), static_argnames=(), dynamic_argnums=(), d
                                  dynamic_argnums=dynamic_argnums, donate_argnums=donate_argnums,
                                  device=device, backend=backend)
     return Jitted(fn, static_argnums, static_argnames, dynamic_argnums, donate_argnums, device, backend)
+
+
+def _as_tuple(value) -> tuple:
+    return (value,) if isinstance(value, (int, str)) else tuple(value)
 
 
 def _staging_with(args, kwargs) -> bool:
@@ -192,18 +215,8 @@ def _array_signature(args) -> tuple | None:
 # ---------------------------------------------------------------------------------------
 # jax's x64 setting. Once jax is imported, jaxlib's dispatcher types and keys arguments by
 # jax's x64 setting, not s2s's (see `s2s_runtime.xla.jax_x64_setting`): an XLA call sets
-# it to s2s's value for its thread while it runs (in `XlaBackend.call`, written out there
-# since every call pays for it), and the user's code, which runs while it is staged and
-# may call jax, sees the caller's value again (`_CallersJaxX64`).
-
-_NO_CALLER = object()
-
-
-class _CallersJaxX64Value(threading.local):
-    value = _NO_CALLER   # the caller's, while an XLA call runs (read on every call: no miss)
-
-
-_callers_jax_x64 = _CallersJaxX64Value()
+# it to s2s's value for its thread while it runs (`Caller`), and the user's code, which
+# runs while it is staged and may call jax, sees the caller's value again (`_CallersJaxX64`).
 
 
 class _CallersJaxX64:
@@ -211,9 +224,9 @@ class _CallersJaxX64:
 
     def __enter__(self):
         jax_x64 = jax_x64_setting()
-        caller = _callers_jax_x64.value
+        caller = callers_jax_x64()
         self.restore = None
-        if jax_x64 is not None and caller is not _NO_CALLER:
+        if jax_x64 is not None and caller is not None:
             self.restore = jax_x64, jax_x64.swap_local(caller)
 
     def __exit__(self, *exc):
@@ -247,7 +260,8 @@ class XlaBackend:
         names = jitted.static_argnames
         self.static_argnames = (names,) if isinstance(names, str) else tuple(names)
         self.name = jitted.__name__ if isinstance(getattr(jitted, "__name__", None), str) else "jitted"
-        self._dispatch, self._dispatch_config = None, None
+        self._dispatch = None
+        jax_x64_setting()   # found now if jax is loaded, so that the first call swaps it already
         # (guards, receiver) of the stagings the dispatcher was handed whose guards can
         # change (`Guards.stable`): it runs the calls it has seen without Python, so they
         # are checked before each call, and when one fails the dispatcher is replaced (its
@@ -257,34 +271,27 @@ class XlaBackend:
 
     def __getstate__(self):
         """A copy makes its own dispatcher, for the Jitted it is given to."""
-        return {**self.__dict__, "_dispatch": None, "_dispatch_config": None, "_checked": []}
+        return {**self.__dict__, "_dispatch": None, "_checked": []}
 
-    def call(self, args, kwargs):
-        """A call of the user's function (`Jitted.__call__`), the common case written out,
-        since every call pays for what runs here."""
-        if self._dispatch_config is not config.cache_key() or (self._checked and not self._guards_hold()):
+    # What the dispatcher raises when it refuses a call before running anything (see
+    # `call_refused`); the Jitted hands those calls there.
+    refused = (ValueError, _RefusedArgument, SystemError)
+
+    def call(self, *args, **kwargs):
+        """A call of the user's function that checks first what the dispatcher cannot (the
+        guards of `_checked`), and makes the dispatcher when there is none. The Jitted calls
+        the dispatcher itself, without this, while there is nothing to check (see
+        `_hand_over`)."""
+        if self._dispatch is None or (self._checked and not self._guards_hold()):
             self._new_dispatcher()
-        jax_x64, ours = jax_x64_setting(), config.values.enable_x64
-        outer = _callers_jax_x64.value
-        # Type this call by s2s's x64, and remember the caller's (see `_CallersJaxX64`),
-        # unless jax's x64 is s2s's already, outside any other s2s call.
-        swap = jax_x64 is not None and (outer is not _NO_CALLER or jax_x64.value != ours)
-        if swap:
-            previous = jax_x64.swap_local(ours)
-            _callers_jax_x64.value = previous
-        try:
-            return self._dispatch(*args, **kwargs)
-        except (ValueError, _RefusedArgument, SystemError) as error:
-            return self._call_refused(error, args, kwargs)
-        finally:
-            if swap:
-                jax_x64.set_local(previous)
-                _callers_jax_x64.value = outer
+        elif not self._checked:
+            self.jitted()._target = self._dispatch
+        return self._dispatch(*args, **kwargs)
 
     def _guards_hold(self) -> bool:
         return all(guards.hold(receiver, changing_only=True) for guards, receiver in self._checked)
 
-    def _call_refused(self, error: Exception, args, kwargs):
+    def call_refused(self, error: Exception, args, kwargs):
         """A call the dispatcher refused before running anything (an argument it cannot key,
         one s2s refuses): made in Python, which says what is wrong, if anything."""
         if isinstance(error, ValueError) and not is_refused_call(error):
@@ -303,8 +310,25 @@ class XlaBackend:
             self.name, lambda *args, **kwargs: jitted()._call_in_python(args, kwargs)[0],
             lambda *args, **kwargs: (*jitted()._call_in_python(args, kwargs), False),
             self.static_argnums, self.static_argnames)
-        self._dispatch_config = config.cache_key()
         self._checked = []
+        jitted()._target = self.call
+
+    def _hand_over(self, executable, leaves, flat, consts, result, outs, checked):
+        """The dispatcher's fast path for calls like this one (or None), and how the Jitted
+        makes later calls: straight through the dispatcher while no guards need checking,
+        else through `call`.
+
+        The fast path must match how the dispatcher typed this call (`dispatch_x64`), which
+        is by s2s's x64 when the call swapped it in (see `Caller`). Typed 32-bit where s2s
+        types 64-bit (jax loaded since the swap was set up), a float64 array keys as a
+        float32 one would: the dispatcher gets no such fast path, and the next call swaps."""
+        x64 = dispatch_x64()
+        fast = None if config.values.enable_x64 and not x64 else \
+            executable.fast_path(leaves, flat, consts, result, outs, x64)
+        if fast is not None and checked is not None:
+            self._checked.append(checked)
+        self.jitted()._target = self.call if self._checked else self._dispatch
+        return fast
 
     def runner(self, staged: Staged, args) -> Runner:
         """Runs the executable. The dispatcher gets no fast path for donating calls (it
@@ -346,9 +370,7 @@ class XlaBackend:
             leaves = dispatched_leaves(args, kwargs, static_argnums, static_argnames)
             if leaves is None:
                 return result, None
-            if checked is not None:
-                self._checked.append(checked)
-            return result, executable.fast_path(leaves, flat, consts, result, outs)
+            return result, self._hand_over(executable, leaves, flat, consts, result, outs, checked)
         return Runner(lambda args, kwargs: run(staged.flat_inputs(args, kwargs), args, kwargs), run)
 
 
@@ -372,8 +394,10 @@ class PythonBackend:
                              "runs NumPy on the host")
         self.jitted = weakref.ref(jitted)   # as XlaBackend's: no cycle through the Jitted
 
-    def call(self, args, kwargs):
-        """A call of the user's function (`Jitted.__call__`)."""
+    refused = ()
+
+    def call(self, *args, **kwargs):
+        """A call of the user's function."""
         return self.jitted()._call_in_python(args, kwargs)[0]
 
     def runner(self, staged: Staged, args) -> Runner:

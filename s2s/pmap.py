@@ -55,7 +55,8 @@ from s2s.primitives.pmapped import bind_pmap
 from s2s.staging import JaxprBuilder, Tracer, current_builder, named_axis
 from s2s_runtime.distributed import process_count, replica_count, replica_devices, several_processes
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
-from s2s_runtime.xla import Array, devices as all_devices, hlo_text
+from s2s_runtime.array import Array
+from s2s_runtime.xla import devices as all_devices, hlo_text
 
 __all__ = ["pmap"]
 

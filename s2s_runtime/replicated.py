@@ -20,7 +20,8 @@ import threading
 import numpy as np
 
 from s2s_runtime import disk_cache, distributed, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
-from s2s_runtime.xla import Array, Executable, _Aval, client, devices, disk_cache_key, install_sharding_hooks
+from s2s_runtime.array import Array
+from s2s_runtime.xla import Executable, _Aval, client, devices, disk_cache_key, install_sharding_hooks
 from jaxlib import xla_client
 
 # (text, device ids) -> compiled executable, the most recent last. A pmapped function is

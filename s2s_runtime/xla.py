@@ -7,7 +7,6 @@ few it needs itself, so nothing here depends on jax being importable.
 from __future__ import annotations
 
 import collections
-import operator
 import os
 import sys
 import threading
@@ -16,6 +15,8 @@ import numpy as np
 
 from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
 from s2s_runtime.compile_options import placement
+from s2s_runtime.array import Array
+from s2s_runtime.fastcall import set_jax_x64
 from s2s_runtime.hlo import entry_signature, hlo_text  # noqa: F401  (hlo_text: s2s imports it from here)
 from jaxlib import _jax, version as jaxlib_version, xla_client
 from jaxlib.cpu import _lapack
@@ -27,6 +28,9 @@ _x64_setting = None     # the dispatcher's x64 setting, when s2s installed it
 _jax_x64 = None         # jax's x64 setting, once jax is loaded (see jax_x64_setting)
 _num_cpu_devices: int | None = None   # set_num_cpu_devices(); else S2S_NUM_CPU_DEVICES, else 1
 _make_client = None   # how a multi-process run makes the client (see make_client_with)
+# s2s's configuration as part of the key of every call jaxlib's dispatcher makes: a call
+# after a change of configuration is one it has not seen (see `set_dispatch_key`).
+_dispatch_key = _jax.config.Config("s2s_configuration", None, include_in_jit_key=True)
 
 
 class _Aval:
@@ -134,182 +138,6 @@ def devices() -> list:
     return list(client().local_devices())
 
 
-class DonatedBufferError(RuntimeError):
-    """An Array was donated to a computation and its memory now belongs to the results."""
-
-
-class Array:
-    """A result of an XLA computation, living on a device.
-
-    NumPy reads it (`np.asarray(a)` copies it to the host once and remembers the copy);
-    arithmetic, indexing and every ndarray method fall back to that NumPy value. Passed to
-    a jitted function it is used where it lives, without a round trip through the host.
-    Once donated (`jit(..., donate_argnums=...)`) every use raises DonatedBufferError.
-    """
-
-    __slots__ = ("_buffer", "_shape", "_dtype", "_device", "_value", "_donated_as", "__weakref__")
-    __array_priority__ = 100
-
-    def __init__(self, buffer, shape: tuple, dtype: np.dtype, device):
-        # Shape and dtype are ours to keep: jaxlib's arrays only know them when jax is loaded.
-        self._buffer = buffer
-        self._shape = shape
-        self._dtype = dtype
-        self._device = device
-        self._value = None
-        self._donated_as = None
-
-    def _live_buffer(self):
-        if self._donated_as is not None:
-            raise DonatedBufferError(
-                f"this array was donated as {self._donated_as} and its buffer now belongs to that "
-                "call's results; use the results, or do not donate this argument")
-        return self._buffer
-
-    def _numpy(self) -> np.ndarray:
-        value = self._value
-        if value is None:   # (donation clears it, so a donated array fails here)
-            value = np.asarray(self._buffer if self._donated_as is None else self._live_buffer())
-            if value.flags.writeable:   # (jaxlib exports its host buffers read-only already)
-                value.flags.writeable = False
-            self._value = value
-        return value
-
-    @property
-    def shape(self) -> tuple:
-        self._live_buffer()
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        self._live_buffer()
-        return self._dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def device(self):
-        self._live_buffer()
-        return self._device
-
-    def block_until_ready(self) -> "Array":
-        buffer = self._buffer if self._donated_as is None else self._live_buffer()
-        buffer.block_until_ready()
-        return self
-
-    def is_donated(self) -> bool:
-        return self._donated_as is not None
-
-    def _donate(self, label: str) -> None:
-        """Given to a call as `label`: its memory is the call's now (or was copied there)."""
-        if not self._buffer.is_deleted():   # copied to the device, not consumed
-            self._buffer.delete()
-        self._donated_as = label
-        self._value = None
-
-    def __array__(self, dtype=None, copy=None):
-        value = self._value
-        if value is None:
-            value = self._numpy()
-        if dtype is not None and np.dtype(dtype) != value.dtype:
-            return value.astype(dtype)
-        return value.copy() if copy else value
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        inputs = [np.asarray(x) if isinstance(x, Array) else x for x in inputs]
-        if "out" in kwargs:
-            kwargs["out"] = tuple(np.asarray(x) if isinstance(x, Array) else x for x in kwargs["out"])
-        return getattr(ufunc, method)(*inputs, **kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        return func(*_to_numpy(args), **_to_numpy(kwargs))
-
-    def __repr__(self) -> str:
-        if self._donated_as is not None:
-            return f"Array(<donated as {self._donated_as}>)"
-        return "Array(" + np.array2string(self._numpy(), separator=", ", prefix="Array(") + \
-            f", dtype={self.dtype.name})"
-
-    def __len__(self) -> int:
-        return len(self._numpy())
-
-    def __iter__(self):
-        return iter(self._numpy())
-
-    def __getitem__(self, index):
-        return self._numpy()[index]
-
-    def __bool__(self) -> bool:
-        return bool(self._numpy())
-
-    def __float__(self) -> float:
-        return float(self._numpy())
-
-    def __int__(self) -> int:
-        return int(self._numpy())
-
-    def __complex__(self) -> complex:
-        return complex(self._numpy())
-
-    def __index__(self) -> int:
-        return operator.index(self._numpy())
-
-    __hash__ = None
-
-
-def _read_through(name: str) -> property:
-    """Array's `name`, read from its NumPy value (ndarray's own attribute or bound method)."""
-    return property(lambda self: getattr(self._numpy(), name), doc=f"ndarray.{name}, on the NumPy value")
-
-
-# ndarray's methods and attributes (sum, reshape, T, astype, tolist, ...) on the NumPy value,
-# as class attributes rather than a `__getattr__`: a name Array lacks then fails in C without
-# running Python, and NumPy probes every argument for `__array_struct__` and
-# `__array_interface__` before it calls `__array__` (two Python-level AttributeErrors a read,
-# with a `__getattr__`). Pytree code probing for `_fields` and the like reads nothing either.
-for _name in dir(np.ndarray):
-    if not _name.startswith("__") and not hasattr(Array, _name):
-        setattr(Array, _name, _read_through(_name))
-
-
-def _to_numpy(value):
-    """`value` with every Array in it (through lists, tuples and dicts) read into NumPy."""
-    if isinstance(value, Array):
-        return value._numpy()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_numpy(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _to_numpy(v) for k, v in value.items()}
-    return value
-
-
-def _operator(ufunc, reflected: bool):
-    if reflected:
-        return lambda self, other: ufunc(other, self)
-    return lambda self, other: ufunc(self, other)
-
-
-for _name, _ufunc in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
-                      ("truediv", np.true_divide), ("floordiv", np.floor_divide), ("mod", np.remainder),
-                      ("pow", np.power), ("matmul", np.matmul), ("and", np.bitwise_and),
-                      ("or", np.bitwise_or), ("xor", np.bitwise_xor), ("lshift", np.left_shift),
-                      ("rshift", np.right_shift), ("divmod", np.divmod)]:
-    setattr(Array, f"__{_name}__", _operator(_ufunc, False))
-    setattr(Array, f"__r{_name}__", _operator(_ufunc, True))
-for _name, _ufunc in [("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
-                      ("gt", np.greater), ("ge", np.greater_equal)]:
-    setattr(Array, f"__{_name}__", _operator(_ufunc, False))
-for _name, _ufunc in [("neg", np.negative), ("pos", np.positive), ("abs", np.absolute),
-                      ("invert", np.invert)]:
-    setattr(Array, f"__{_name}__", lambda self, _ufunc=_ufunc: _ufunc(self))
-
-
 # What jaxlib's C++ dispatcher (`jaxlib._jax.pjit`) reads, by name, from what a cache miss
 # returns, so that it runs the executable itself on later calls with the same signature.
 _FastPath = collections.namedtuple("_FastPath", [
@@ -328,7 +156,7 @@ def _dispatch_registry():
     global _registry
     if _registry is None:
         registry = _jax.pytree.PyTreeRegistry()
-        registry.register_node(Array, lambda array: ((array._live_buffer(),), array._device), _result_array)
+        registry.register_node(Array, Array._to_dispatch, Array._from_dispatch)
         _registry = registry
     return _registry
 
@@ -340,13 +168,6 @@ def refuse_in_dispatcher(cls, refuse) -> None:
     _dispatch_registry().register_node(cls, refuse, refuse)
 
 
-def _result_array(device, buffers) -> Array:
-    """An Array around a result buffer the dispatcher made (its aval is one of ours)."""
-    buffer, = buffers
-    aval = buffer.aval
-    return Array(buffer, aval.shape, aval.dtype, device)
-
-
 def set_dispatch_x64(enabled: bool) -> None:
     """Whether the dispatcher keeps 64-bit NumPy values 64-bit (s2s's enable_x64). It is
     the value of the setting s2s installed; once jax has put its own in place, each call
@@ -355,6 +176,20 @@ def set_dispatch_x64(enabled: bool) -> None:
     _x64_default = bool(enabled)
     if _x64_setting is not None:
         _x64_setting.set_global(_x64_default)
+    set_jax_x64(_jax_x64, _x64_default)
+
+
+def set_dispatch_key(key) -> None:
+    """Part of the key by which the dispatcher tells calls apart (s2s's configuration), so
+    that one after a change of it goes through Python, which stages for the new one."""
+    _dispatch_key.set_global(key)
+
+
+def dispatch_x64() -> bool:
+    """The x64 setting by which the dispatcher types this thread's calls now: jax's own once
+    jax is loaded (s2s's while a call swaps it in), else s2s's (`set_dispatch_x64`)."""
+    setting = jax_x64_setting()
+    return _x64_default if setting is None else bool(setting.value)
 
 
 def jax_x64_setting():
@@ -362,10 +197,13 @@ def jax_x64_setting():
     place of s2s's when imported, and the dispatcher then keys and types arguments by it:
     with it off, a float64 NumPy array would be taken for float32. So an s2s call sets it to
     s2s's value (`set_dispatch_x64`) for its own thread while it runs (`swap_local`, then
-    `set_local`), and jax's own calls are left alone. Found once: jax's stays in place."""
+    `set_local`: `s2s_runtime.fastcall.set_jax_x64`), and jax's own calls are left alone.
+    Found once: jax's stays in place."""
     global _jax_x64
     if _jax_x64 is None:
         _jax_x64 = getattr(sys.modules.get("jax._src.config"), "enable_x64", None)
+        if _jax_x64 is not None:
+            set_jax_x64(_jax_x64, _x64_default)
     return _jax_x64
 
 
@@ -478,7 +316,7 @@ class Executable:
             array = value
         elif isinstance(value, Array):
             buffer = value._live_buffer()
-            if value._dtype == dtype and value._device == self.device:
+            if value.dtype == dtype and value._device == self.device:
                 return buffer
             array = np.asarray(value._numpy(), dtype)
         elif getattr(value, "dtype", None) is not None and value.dtype.kind == "V" and value.dtype.itemsize == 0:
@@ -502,7 +340,7 @@ class Executable:
                          [self._sharding] * results, self.out_avals, [True] * results,
                          [True] * params, [None] * params, list(const_buffers))
 
-    def fast_path(self, leaves: list, flat_inputs: list, consts: list, result, outs: list):
+    def fast_path(self, leaves: list, flat_inputs: list, consts: list, result, outs: list, x64: bool):
         """What the C++ dispatcher (see `dispatcher`) needs to run this executable itself on
         later calls like this one, or None when it could not do so faithfully.
 
@@ -511,8 +349,8 @@ class Executable:
         on this device); `result` what the call returned, built from `outs`, this
         executable's results. The dispatcher must find exactly these values in this order
         (not so with defaults filled in or arguments s2s keeps static), every one of its
-        parameter's dtype and shape as typed under s2s's x64 (`set_dispatch_x64`), and
-        `outs` as the leaves of `result`, in order.
+        parameter's dtype and shape as the dispatcher types it under `x64` (see
+        `dispatch_x64`), and `outs` as the leaves of `result`, in order.
         """
         try:
             out_leaves, out_tree = _dispatch_registry().flatten(result)
@@ -527,7 +365,7 @@ class Executable:
             if isinstance(leaf, np.ndarray) and not leaf.dtype.isnative:
                 return None   # byte-swapped: the dispatcher would read the bytes as native
             try:
-                seen = _jax.jax_jit._ArgSignatureOfValue(leaf, _x64_default)
+                seen = _jax.jax_jit._ArgSignatureOfValue(leaf, x64)
             except Exception:   # a kind of value the dispatcher does not take
                 return None
             if seen.dtype != dtype or tuple(seen.shape) != shape:

@@ -95,7 +95,7 @@ def test_a_jitted_calls_results_are_freed_with_their_last_reference(without_gc):
 
 
 def test_array_types_are_leaves_found_first():
-    from s2s_runtime.xla import Array
+    from s2s_runtime.array import Array
     result = s2s.jit(lambda x: x + 1)(np.ones(2))
     assert type(result) is Array
     leaves, treedef = tree_flatten([(result, np.zeros(1)), {"a": result}])

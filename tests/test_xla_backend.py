@@ -5,11 +5,13 @@ import re
 import subprocess
 import sys
 import textwrap
+import traceback
 
 import numpy as np
 import pytest
 
 import s2s
+import s2s_runtime.fastcall
 from tests.helpers import BLOCK_JAX
 from s2s.emit.stablehlo import lower
 
@@ -457,3 +459,112 @@ def test_keyword_calls_run_in_the_dispatcher_with_each_value_in_its_place(monkey
         np.testing.assert_array_equal(f(a, b, scale=3), (a - 2 * b) * 3)
         np.testing.assert_array_equal(f(scale=(2.0), y=b, x=a), (a - 2 * b) * 2)
     assert len(calls) == 7          # each kind of call through Python once (keyword order is no kind)
+
+
+def python_frames_of_s2s(call) -> list[str]:
+    """The Python functions of s2s (and s2s_runtime) that run during `call()`, but for
+    s2s_runtime.fastcall's where its Python versions are in use (they are the C ones)."""
+    frames = []
+    fastcall_file = s2s_runtime.fastcall.__file__
+
+    def profile(frame, event, arg):
+        filename = frame.f_code.co_filename
+        if event == "call" and os.sep + "s2s" in filename and filename != fastcall_file:
+            frames.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return frames
+
+
+def test_a_call_seen_before_runs_no_python_of_s2s():
+    import jax
+    f = s2s.jit(lambda x, y: x * y + 1.0)
+    x = np.arange(4, dtype=np.float32)
+    before = jax.config.jax_enable_x64
+    try:
+        for jax_x64 in (True, False):   # with jax's x64 off, each call sets it to s2s's (in C)
+            jax.config.update("jax_enable_x64", jax_x64)
+            for _ in range(3):
+                f(x, x)
+            assert python_frames_of_s2s(lambda: f(x, x)) == []
+            result = f(x, x)
+            # NumPy reads it through its memory (the buffer protocol, which only C can give)
+            assert python_frames_of_s2s(lambda: np.asarray(result)) == (
+                [] if s2s_runtime.fastcall.COMPILED else ["__array__", "_numpy"])
+            f(result, result)
+            assert python_frames_of_s2s(lambda: f(result, result)) == []    # Arrays passed back
+    finally:
+        jax.config.update("jax_enable_x64", before)
+    if s2s_runtime.fastcall.COMPILED:
+        assert f._target is f._backend._dispatch
+
+
+SCALE = 2.0
+
+
+def test_a_function_reading_a_global_that_can_change_is_checked_on_each_call():
+    global SCALE
+    f = s2s.jit(lambda x: x * SCALE)
+    try:
+        for _ in range(2):
+            np.testing.assert_array_equal(f(np.ones(2)), 2.0)
+        assert f._target == f._backend.call
+        SCALE = 3.0
+        np.testing.assert_array_equal(f(np.ones(2)), 3.0)
+    finally:
+        SCALE = 2.0
+
+
+def test_calls_the_dispatcher_refuses_are_made_in_python_after_it_took_others():
+    f = s2s.jit(lambda d: d["x"] * 2)
+    for _ in range(3):
+        np.testing.assert_array_equal(f({"x": np.ones(2)}), 2.0)
+    np.testing.assert_array_equal(f({1: np.zeros(2), "x": np.ones(2)}), 2.0)   # keys that do not sort
+    with pytest.warns(PendingDeprecationWarning):
+        matrix = np.matrix([[1.0, 2.0]])
+    with pytest.raises(s2s.errors.S2SError, match="np.matrix"):
+        f({"x": matrix})
+    deep = np.ones(2)
+    for _ in range(1000):
+        deep = [deep]
+    with pytest.raises(s2s.errors.S2SError, match="nested too deeply"):
+        f({"x": deep})
+    g = s2s.jit(lambda a, b: a @ b)
+    g(np.ones((2, 3)), np.ones((3, 2)))
+    g(np.ones((2, 3)), np.ones((3, 2)))
+    with pytest.raises(s2s.errors.S2SError) as info:   # a new kind of call, which fails to stage
+        g(np.ones((2, 3)), np.ones((2, 3)))
+    assert not [frame for frame in traceback.extract_tb(info.value.__traceback__)
+                if os.sep + "s2s" + os.sep in frame.filename], "internal frames shown"
+
+
+def test_turning_jax_x64_off_never_runs_a_float64_call_as_float32(monkeypatch):
+    import jax
+    calls = counting_python_calls(monkeypatch)
+    f = s2s.jit(lambda x: x * 3)
+    before = jax.config.jax_enable_x64
+    try:
+        jax.config.update("jax_enable_x64", True)    # as s2s's: calls go straight to the dispatcher
+        for _ in range(2):
+            assert f(np.ones(2, np.float32)).dtype == np.float32
+        jax.config.update("jax_enable_x64", False)   # the dispatcher would now key float64 as float32
+        for x in (np.array([1.0 / 3, 2.0]), np.ones(2, np.float32), np.array([1.0 / 3, 2.0])):
+            result = f(x)
+            assert result.dtype == x.dtype
+            np.testing.assert_array_equal(result, x * 3)
+        assert len(calls) <= 4
+    finally:
+        jax.config.update("jax_enable_x64", before)
+
+
+def test_transforms_of_a_jitted_function_inline_it():
+    def f(x):
+        return np.sum(np.sin(x) * 2.0)
+    x = np.arange(3.0)
+    np.testing.assert_allclose(s2s.grad(s2s.jit(f))(x), 2.0 * np.cos(x), rtol=1e-12)
+    np.testing.assert_allclose(s2s.jit(s2s.grad(s2s.jit(f)))(x), 2.0 * np.cos(x), rtol=1e-12)
+    np.testing.assert_allclose(s2s.vmap(s2s.jit(f))(np.ones((2, 3))), [f(np.ones(3))] * 2, rtol=1e-12)
+    assert s2s.jit(s2s.grad(f)).describe() == f"jit(grad({f.__qualname__}))"

@@ -23,7 +23,7 @@ from s2s.core import ShapedArray
 from s2s.errors import StagingError
 from s2s.frontend.reraise import reraise_clean
 from s2s.tree import node_children
-from s2s_runtime.xla import Array
+from s2s_runtime.array import Array
 
 
 class ShapeDtype:

@@ -1,0 +1,58 @@
+"""s2s_runtime.array: the Array result type, on an executable's results (jaxlib only)."""
+import numpy as np
+import pytest
+
+from s2s_runtime.array import Array, DonatedBufferError
+from s2s_runtime.xla import Executable
+
+
+def test_results_are_arrays_that_numpy_reads(executable):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a, c = executable.execute([x])
+    assert isinstance(a, Array) and a.shape == (2, 3) and a.dtype == np.float32 and a.ndim == 2
+    assert a.size == 6 and a.device == executable.device
+    assert c.shape == () and c.dtype == np.int64 and int(c) == 7 and c.block_until_ready() is c
+    np.testing.assert_array_equal(np.asarray(a), x)
+    assert np.asarray(a, dtype=np.float64).dtype == np.float64
+    assert "Array([[0., 1., 2.]" in repr(a) and "dtype=float32" in repr(a)
+
+
+def test_arithmetic_indexing_and_methods_fall_back_to_numpy(executable):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a, c = executable.execute([x])
+    np.testing.assert_array_equal(a + 1, x + 1)
+    np.testing.assert_array_equal(2 * a, 2 * x)
+    np.testing.assert_array_equal(a @ a.T, x @ x.T)
+    np.testing.assert_array_equal(-a, -x)
+    np.testing.assert_array_equal(a == x, np.ones((2, 3), bool))
+    np.testing.assert_array_equal(np.sin(a), np.sin(x))
+    np.testing.assert_array_equal(np.concatenate([a, x]), np.concatenate([x, x]))
+    assert a[1, 2] == 5 and a.sum() == 15 and a.reshape(3, 2).shape == (3, 2)
+    assert len(a) == 2 and [list(r) for r in a] == x.tolist() and float(c / 2) == 3.5
+
+
+def test_arrays_are_passed_back_without_a_host_round_trip(executable):
+    x = np.ones((2, 3), np.float32)
+    a, _ = executable.execute([x])
+    b, _ = executable.execute([a])
+    assert b._buffer is not None and a._value is None   # `a` was never read into NumPy
+    np.testing.assert_array_equal(b, x)
+
+
+def test_a_donated_array_raises_on_every_use(executable):
+    donating = executable.text.replace("%x: tensor<2x3xf32>", "%x: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}")
+    exe = Executable(donating, [np.float32])
+    a, _ = exe.execute([np.ones((2, 3), np.float32)])
+    b, _ = exe.execute([a], donated={0: "`x` of f"})
+    assert a.is_donated() and not b.is_donated()
+    for use in (np.asarray, lambda v: v + 1, lambda v: v.shape, lambda v: v[0], lambda v: exe.execute([v])):
+        with pytest.raises(DonatedBufferError, match="donated as `x` of f"):
+            use(a)
+    assert "donated" in repr(a)
+    np.testing.assert_array_equal(b, 1.0)
+
+
+def test_probing_for_attributes_does_not_read_the_array(executable):
+    a, _ = executable.execute([np.ones((2, 3), np.float32)])
+    assert not hasattr(a, "_fields") and not hasattr(a, "__dataclass_fields__")
+    assert a._value is None        # pytree code's probes copied nothing to the host
