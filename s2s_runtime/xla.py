@@ -31,6 +31,7 @@ _make_client = None   # how a multi-process run makes the client (see make_clien
 # s2s's configuration as part of the key of every call jaxlib's dispatcher makes: a call
 # after a change of configuration is one it has not seen (see `set_dispatch_key`).
 _dispatch_key = _jax.config.Config("s2s_configuration", None, include_in_jit_key=True)
+_dispatch_key_numbers: dict = {}   # a number per configuration (see `set_dispatch_key`)
 
 
 class _Aval:
@@ -181,8 +182,9 @@ def set_dispatch_x64(enabled: bool) -> None:
 
 def set_dispatch_key(key) -> None:
     """Part of the key by which the dispatcher tells calls apart (s2s's configuration), so
-    that one after a change of it goes through Python, which stages for the new one."""
-    _dispatch_key.set_global(key)
+    that one after a change of it goes through Python, which stages for the new one. Every
+    call hashes and compares it (jax's calls too): each configuration is a small number."""
+    _dispatch_key.set_global(_dispatch_key_numbers.setdefault(key, len(_dispatch_key_numbers)))
 
 
 def dispatch_x64() -> bool:
