@@ -32,8 +32,8 @@ from s2s.errors import S2SError
 from s2s.frontend import Staged, reraise_clean, staging_receiver
 from s2s.pmap import ReplicatedProgram
 from s2s.staging import Tracer, current_builder, inline_jaxpr
-from s2s_runtime.fastcall import Caller, callers_jax_x64
 from s2s_runtime.array import Array
+from s2s_runtime.fastcall import Caller, callers_jax_x64
 from s2s_runtime.xla import (Executable, devices, dispatch_x64, dispatched_leaves, dispatcher, hlo_text,
                              is_refused_call, jax_x64_setting, refuse_in_dispatcher)
 
