@@ -568,3 +568,48 @@ def test_transforms_of_a_jitted_function_inline_it():
     np.testing.assert_allclose(s2s.jit(s2s.grad(s2s.jit(f)))(x), 2.0 * np.cos(x), rtol=1e-12)
     np.testing.assert_allclose(s2s.vmap(s2s.jit(f))(np.ones((2, 3))), [f(np.ones(3))] * 2, rtol=1e-12)
     assert s2s.jit(s2s.grad(f)).describe() == f"jit(grad({f.__qualname__}))"
+
+
+JAX_LOADED_LATER = """
+import numpy as np
+import s2s
+f = s2s.jit(lambda x: x * 3)
+x64, x32 = np.array([1.0 / 3, 2.0]), np.ones(2, np.float32)
+for _ in range(2):
+    assert f(x64).dtype == np.float64 and f(x32).dtype == np.float32
+import jax   # jax's x64 setting (off) replaces s2s's as the one the dispatcher types calls by
+assert not jax.config.jax_enable_x64
+for _ in range(3):
+    assert f(x64).dtype == np.float64 and f(x32).dtype == np.float32
+    np.testing.assert_array_equal(f(x64), x64 * 3)
+assert jax.jit(lambda x: x * 3)(x64).dtype == np.float32
+print("ok")
+"""
+
+
+def test_jax_loaded_after_s2s_calls_changes_no_result(tmp_path):
+    script = tmp_path / "jax_later.py"    # (s2s reads the function's source from a file)
+    script.write_text(JAX_LOADED_LATER)
+    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stdout + result.stderr
+
+
+def test_no_fast_path_is_typed_32_bit_where_s2s_types_64_bit():
+    """A call not swapped (jax loaded, its x64 off, not yet seen by s2s) is typed by jax's
+    x64, under which a float64 array keys as a float32 one: the dispatcher must get no
+    fast path from such a call, or float64 calls would run the float32 executable."""
+    import jax
+    from s2s_runtime import xla
+    f = s2s.jit(lambda x: x * 3)
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    s2s_runtime.fastcall.set_jax_x64(None, True)    # as before s2s finds jax: nothing swapped
+    try:
+        for _ in range(2):
+            assert f(np.ones(2, np.float32)).dtype == np.float32
+        x = np.array([1.0 / 3, 2.0])
+        assert f(x).dtype == np.float64
+        np.testing.assert_array_equal(f(x), x * 3)
+    finally:
+        xla.set_dispatch_x64(xla._x64_default)
+        jax.config.update("jax_enable_x64", before)
