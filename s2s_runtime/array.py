@@ -19,9 +19,11 @@ class DonatedBufferError(RuntimeError):
 class Array(ResultBase):
     """A result of an XLA computation, living on a device.
 
-    NumPy reads it (`np.asarray(a)` copies it to the host once and remembers the copy);
-    arithmetic, indexing and every ndarray method fall back to that NumPy value. Passed to
-    a jitted function it is used where it lives, without a round trip through the host.
+    NumPy reads it through the device buffer's memory (`np.asarray(a)`: read-only; on the
+    CPU, where s2s runs, no copy), or through `__array__` where s2s_runtime.fastcall runs
+    in Python, which copies it to the host once and remembers the copy. Arithmetic,
+    indexing and every ndarray method fall back to that NumPy value. Passed to a jitted
+    function it is used where it lives, without a round trip through the host.
     Once donated (`jit(..., donate_argnums=...)`) every use raises DonatedBufferError.
     """
 
