@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import threading
 import warnings
 import weakref
 from typing import Callable
@@ -93,8 +94,8 @@ class Jitted(Caller):
 
     def __getstate__(self):
         """A copy gets its own backend: the backend reaches back to its Jitted (and an XLA
-        dispatcher is made for one Jitted)."""
-        return {**self.__dict__, "_backend": copy.copy(self._backend)}
+        dispatcher is made for one Jitted), as do the runners of the fast path."""
+        return {**self.__dict__, "_backend": copy.copy(self._backend), "_fast": {}}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -268,16 +269,25 @@ class XlaBackend:
         # fast paths dropped) and the call goes through Python, which stages again.
         # Empty for functions that read only modules, builtins and their arguments.
         self._checked: list[tuple] = []
+        # Held while `_checked` and the Jitted's target change together: a thread must not
+        # send calls straight to the dispatcher while another adds guards to check.
+        self._lock = threading.Lock()
 
     def __getstate__(self):
         """A copy makes its own dispatcher, for the Jitted it is given to."""
-        return {**self.__dict__, "_dispatch": None, "_checked": []}
+        state = {**self.__dict__, "_dispatch": None, "_checked": []}
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     # What the dispatcher raises when it refuses a call before running anything (see
     # `call_refused`); the Jitted hands those calls there.
     refused = (ValueError, _RefusedArgument, SystemError)
 
-    def call(self, *args, **kwargs):
+    def call(self, /, *args, **kwargs):
         """A call of the user's function that checks first what the dispatcher cannot (the
         guards of `_checked`), and makes the dispatcher when there is none. The Jitted calls
         the dispatcher itself, without this, while there is nothing to check (see
@@ -285,7 +295,9 @@ class XlaBackend:
         if self._dispatch is None or (self._checked and not self._guards_hold()):
             self._new_dispatcher()
         elif not self._checked:
-            self.jitted()._target = self._dispatch
+            with self._lock:
+                if not self._checked:
+                    self.jitted()._target = self._dispatch
         return self._dispatch(*args, **kwargs)
 
     def _guards_hold(self) -> bool:
@@ -310,8 +322,9 @@ class XlaBackend:
             self.name, lambda *args, **kwargs: jitted()._call_in_python(args, kwargs)[0],
             lambda *args, **kwargs: (*jitted()._call_in_python(args, kwargs), False),
             self.static_argnums, self.static_argnames)
-        self._checked = []
-        jitted()._target = self.call
+        with self._lock:
+            self._checked = []
+            jitted()._target = self.call
 
     def _hand_over(self, executable, leaves, flat, consts, result, outs, checked):
         """The dispatcher's fast path for calls like this one (or None), and how the Jitted
@@ -325,9 +338,10 @@ class XlaBackend:
         x64 = dispatch_x64()
         fast = None if config.values.enable_x64 and not x64 else \
             executable.fast_path(leaves, flat, consts, result, outs, x64)
-        if fast is not None and checked is not None:
-            self._checked.append(checked)
-        self.jitted()._target = self.call if self._checked else self._dispatch
+        with self._lock:
+            if fast is not None and checked is not None:
+                self._checked.append(checked)
+            self.jitted()._target = self.call if self._checked else self._dispatch
         return fast
 
     def runner(self, staged: Staged, args) -> Runner:
@@ -396,7 +410,7 @@ class PythonBackend:
 
     refused = ()
 
-    def call(self, *args, **kwargs):
+    def call(self, /, *args, **kwargs):
         """A call of the user's function."""
         return self.jitted()._call_in_python(args, kwargs)[0]
 

@@ -275,7 +275,7 @@ static PyObject *result_from_dispatch(PyObject *cls, PyObject *const *args, Py_s
 /* The device buffer (a new reference), or what `_live_buffer` says (a donated one raises). */
 static PyObject *live_buffer(ResultObject *self) {
     PyObject *buffer = self->buffer;
-    if ((self->donated_as != NULL && self->donated_as != Py_None) || buffer == NULL) {
+    if ((self->donated_as != NULL && self->donated_as != Py_None) || buffer == NULL || buffer == Py_None) {
         return PyObject_CallMethod((PyObject *)self, "_live_buffer", NULL);
     }
     return Py_NewRef(buffer);

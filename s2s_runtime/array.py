@@ -9,7 +9,7 @@ import operator
 
 import numpy as np
 
-from s2s_runtime.fastcall import ResultBase
+from s2s_runtime.fastcall import RESULT_FIELDS, ResultBase
 
 
 class DonatedBufferError(RuntimeError):
@@ -38,6 +38,13 @@ class Array(ResultBase):
         self._shape = shape
         self._dtype = dtype
         self._device = device
+
+    def __getstate__(self):
+        """Copied (copy.copy) as its fields: ResultBase's, then a subclass's
+        slots. (The storage written in C has no state to give of its own.)"""
+        slots = [name for cls in type(self).__mro__ for name in cls.__dict__.get("__slots__", ())
+                 if name not in RESULT_FIELDS and name != "__weakref__"]
+        return None, {name: getattr(self, name) for name in (*RESULT_FIELDS, *slots)}
 
     def _live_buffer(self):
         if self._donated_as is not None:

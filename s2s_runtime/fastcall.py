@@ -45,8 +45,8 @@ def _swapping_call(target, args, kwargs):
     if outer is None and setting.value == ours:
         return target(*args, **kwargs)
     previous = setting.swap_local(ours)
-    _callers.value = previous
     try:
+        _callers.value = previous
         return target(*args, **kwargs)
     finally:
         _callers.value = outer
@@ -67,9 +67,12 @@ class PythonCaller:
     def __init__(self):
         self._target = None
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
+        target = self._target
+        if target is None:
+            raise TypeError(f"{type(self).__name__} has nothing to call yet")
         try:
-            return _swapping_call(self._target, args, kwargs)
+            return _swapping_call(target, args, kwargs)
         except BaseException as error:   # what happens next is decided outside the handler
             failure = error
         clean = isinstance(failure, getattr(self, "_clean", ()))
@@ -82,12 +85,16 @@ class PythonCaller:
         raise failure.with_traceback(None) if clean else failure
 
 
+# ResultBase's fields, each None until set.
+RESULT_FIELDS = ("_buffer", "_device", "_value", "_donated_as", "_shape", "_dtype")
+
+
 class PythonResultBase:
     """The storage of `s2s.Array`: its device buffer and device, the NumPy copy once read,
     what it was donated as, and the shape and dtype when given (else the buffer's).
     Unset fields read None."""
 
-    __slots__ = ("_buffer", "_device", "_value", "_donated_as", "_shape", "_dtype", "__weakref__")
+    __slots__ = RESULT_FIELDS + ("__weakref__",)
 
     def __new__(cls, *args, **kwargs):
         self = object.__new__(cls)

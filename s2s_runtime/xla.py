@@ -184,7 +184,8 @@ def set_dispatch_key(key) -> None:
     """Part of the key by which the dispatcher tells calls apart (s2s's configuration), so
     that one after a change of it goes through Python, which stages for the new one. Every
     call hashes and compares it (jax's calls too): each configuration is a small number."""
-    _dispatch_key.set_global(_dispatch_key_numbers.setdefault(key, len(_dispatch_key_numbers)))
+    with _lock:
+        _dispatch_key.set_global(_dispatch_key_numbers.setdefault(key, len(_dispatch_key_numbers)))
 
 
 def dispatch_x64() -> bool:

@@ -383,7 +383,24 @@ def test_a_copied_jitted_function_has_its_own_dispatcher():
     del f
     gc.collect()
     for g in (deep, shallow):
-        np.testing.assert_array_equal(g(np.ones(3)), 2.0)
+        for _ in range(2):   # a kind of call the original saw too, and a new one
+            np.testing.assert_array_equal(g(np.ones(2)), 2.0)
+            np.testing.assert_array_equal(g(np.ones(3)), 2.0)
+
+
+def test_a_parameter_named_self_can_be_passed_by_keyword():
+    f = s2s.jit(lambda self, x: self * x)
+    for _ in range(3):
+        np.testing.assert_array_equal(f(self=np.full(2, 3.0), x=np.ones(2)), 3.0)
+
+
+def test_a_result_is_copied_with_its_fields():
+    import copy
+    result = s2s.jit(lambda x: x + 1)(np.arange(3.0))
+    copied = copy.copy(result)
+    assert type(copied) is s2s.Array and copied.shape == (3,) and copied.dtype == np.float64
+    assert copied._buffer is result._buffer
+    np.testing.assert_array_equal(copied, [1.0, 2.0, 3.0])
 
 
 def test_changing_the_configuration_reaches_the_dispatcher():
