@@ -25,7 +25,7 @@ from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from s2s.eager import run, staged_or_error
 from s2s.errors import S2SError, StagingError, TransformTypeError
-from s2s.frontend import Staged, reraise_clean
+from s2s.frontend import Staged, reraise_clean, transform_description
 from s2s.frontend.source import last_return_info
 from s2s.passes.vmap import Axis, batch_jaxpr
 from s2s.primitives import ops
@@ -109,8 +109,7 @@ class DerivedFunction:
         self.__qualname__ = self.__name__
 
     def describe(self) -> str:
-        inner = self.fn.describe() if isinstance(self.fn, DerivedFunction) else getattr(self.fn, "__qualname__", "f")
-        return f"{self.transform}({inner})"
+        return transform_description(self.transform, self.fn)
 
     def __repr__(self):
         return f"<s2s {self.describe()}>"

@@ -30,7 +30,7 @@ from s2s.eager import (donated_leaves, emitted_call_args, emitted_function, emit
 from s2s.emit.signature import emitted_signature
 from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
 from s2s.errors import S2SError
-from s2s.frontend import Staged, reraise_clean, staging_receiver
+from s2s.frontend import Staged, reraise_clean, staging_receiver, transform_description
 from s2s.pmap import ReplicatedProgram
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s_runtime.array import Array
@@ -78,7 +78,7 @@ class Jitted(Caller):
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
         self.dynamic_argnums = dynamic_argnums
-        self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+        self.donate_argnums = _as_tuple(donate_argnums)
         self.device = device
         self.backend = backend
         functools.update_wrapper(self, fn, updated=())
@@ -86,7 +86,6 @@ class Jitted(Caller):
                              _as_tuple(dynamic_argnums))
         self._backend = BACKENDS[backend](self)
         self._target = self._backend.call
-        self._refused = self._backend.refused
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
         # (shapes and dtypes, config) -> (the staging's guards, the receiver they are
         # checked with, Runner.call_with_inputs).
@@ -103,9 +102,12 @@ class Jitted(Caller):
         self._target = self._backend.call
 
     def describe(self) -> str:
-        inner = self.fn.describe() if getattr(self.fn, "__s2s_transform__", False) else \
-            getattr(self.fn, "__qualname__", "f")
-        return f"jit({inner})"
+        return transform_description("jit", self.fn)
+
+    @property
+    def _refused(self) -> tuple:
+        """The errors by which the backend's target refuses a call (`Caller`)."""
+        return self._backend.refused
 
     def _on_refused(self, error: Exception, args, kwargs):
         """A call whose target raised one of the backend's `refused` errors (`Caller`)."""
@@ -166,6 +168,7 @@ def jit(fn=None, *, static_argnums=(), static_argnames=(), dynamic_argnums=(), d
 
 
 def _as_tuple(value) -> tuple:
+    """Argument numbers or names as a tuple: one alone may be given bare."""
     return (value,) if isinstance(value, (int, str)) else tuple(value)
 
 
@@ -258,8 +261,7 @@ class XlaBackend:
         # The positions the dispatcher keys by value: none when any is counted from the end
         # (the dispatcher takes them as given); s2s still keeps those static.
         self.static_argnums = tuple(sorted(static)) if all(i >= 0 for i in static) else ()
-        names = jitted.static_argnames
-        self.static_argnames = (names,) if isinstance(names, str) else tuple(names)
+        self.static_argnames = _as_tuple(jitted.static_argnames)
         self.name = jitted.__name__ if isinstance(getattr(jitted, "__name__", None), str) else "jitted"
         self._dispatch = None
         jax_x64_setting()   # found now if jax is loaded, so that the first call swaps it already

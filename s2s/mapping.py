@@ -26,7 +26,7 @@ from s2s.core import ClosedJaxpr
 from s2s.eager import run, staged_or_error
 from s2s.emit.signature import leaf_expression
 from s2s.errors import S2SError, StagingError
-from s2s.frontend import Staged, reraise_clean
+from s2s.frontend import Staged, reraise_clean, transform_description
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.simplify import tidy
 from s2s.passes.vmap import Axis, batch_jaxpr, example_aval
@@ -169,8 +169,7 @@ class Vmapped:
         self.__qualname__ = self.__name__
 
     def describe(self) -> str:
-        inner = self.fn.describe() if hasattr(self.fn, "describe") else getattr(self.fn, "__qualname__", "f")
-        return f"vmap({inner})"
+        return transform_description("vmap", self.fn)
 
     def __repr__(self):
         return f"<s2s {self.describe()}>"

@@ -515,8 +515,7 @@ def test_a_call_seen_before_runs_no_python_of_s2s():
             assert python_frames_of_s2s(lambda: f(result, result)) == []    # Arrays passed back
     finally:
         jax.config.update("jax_enable_x64", before)
-    if s2s_runtime.fastcall.COMPILED:
-        assert f._target is f._backend._dispatch
+    assert f._target is f._backend._dispatch   # (the Python Caller's target too)
 
 
 SCALE = 2.0
@@ -585,6 +584,9 @@ def test_transforms_of_a_jitted_function_inline_it():
     np.testing.assert_allclose(s2s.jit(s2s.grad(s2s.jit(f)))(x), 2.0 * np.cos(x), rtol=1e-12)
     np.testing.assert_allclose(s2s.vmap(s2s.jit(f))(np.ones((2, 3))), [f(np.ones(3))] * 2, rtol=1e-12)
     assert s2s.jit(s2s.grad(f)).describe() == f"jit(grad({f.__qualname__}))"
+    # each transform of a chain says its own name, whatever wraps what
+    assert s2s.grad(s2s.jit(f)).describe() == f"grad(jit({f.__qualname__}))"
+    assert s2s.vmap(s2s.jit(s2s.grad(f))).describe() == f"vmap(jit(grad({f.__qualname__})))"
 
 
 JAX_LOADED_LATER = """

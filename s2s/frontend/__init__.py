@@ -321,6 +321,13 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
         return current
 
 
+def transform_description(transform: str, fn) -> str:
+    """How an s2s transform of `fn` is named in messages and generated modules:
+    'grad(loss)', 'jit(vmap(loss))', each transform of the chain by its own `describe()`."""
+    inner = fn.describe() if getattr(fn, "__s2s_transform__", False) else getattr(fn, "__qualname__", "f")
+    return f"{transform}({inner})"
+
+
 def _description_and_location(fn) -> tuple[str, tuple[str, int]]:
     """'grad(loss)' or 'loss', and the file and line where the user's function is defined."""
     description = fn.describe() if getattr(fn, "__s2s_transform__", False) else None
