@@ -15,7 +15,7 @@ import numpy as np
 
 from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError,
                         UnsupportedFunctionError, UnsupportedSyntaxError)
-from s2s.frontend.guards import record_attribute
+from s2s.frontend.guards import record_attribute, record_items, record_module_attribute
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api.indexing import getitem
 from s2s.numpy_api.shaping import index_concatenation
@@ -109,10 +109,12 @@ class Expressions:
     def expr_Attribute(self, node):
         """`obj.attr`, located at `node` once `obj` is known (`x.T` stages a transpose).
         A module's attribute (`np.tanh`, one in most NumPy calls) is read with no location
-        set: reading it stages nothing, and `record_attribute` does not guard it."""
+        set: reading it stages nothing (it is guarded only on the user's own modules)."""
         obj = self.expr(node.value)
         if type(obj) is types.ModuleType:
-            return getattr(obj, node.attr)
+            value = getattr(obj, node.attr)
+            record_module_attribute(obj, node.attr, value)
+            return value
         builder = current_builder()
         if builder is None:
             return self._attribute(obj, node.attr)
@@ -137,7 +139,10 @@ class Expressions:
             return index_concatenation(obj, index)
         if is_array_constant(obj) and current_builder() is not None:
             return getitem(obj, index)
-        return obj[index]
+        item = obj[index]
+        if type(index) is int:
+            record_items(obj, ((index, item),))
+        return item
 
     def expr_Slice(self, node):
         part = lambda n: None if n is None else self.expr(n)

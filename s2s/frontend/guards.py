@@ -12,21 +12,36 @@ no longer hold is staged again.
 What a guard compares (`_fingerprint`):
 - numbers, strings, bytes, None, NumPy scalars: type and exact value (repr), so rebinding a
   name to an equal value does not re-stage;
-- tuples, lists, dicts: their fingerprinted contents (lists and dicts are mutated in place);
-- NumPy arrays of at most `SMALL_ARRAY_BYTES`: identity, shape, dtype and a hash of the
-  bytes, so an in-place change re-stages; larger arrays by identity, shape and dtype only,
-  with a warning at staging that in-place changes are not seen (hashing them on every
-  call would cost more than the call);
+- containers, subclasses included (tuples and named tuples, lists, deques, sets, dicts,
+  OrderedDict, defaultdict and its factory, Counter, ChainMap, a class's `vars()`): their
+  type and fingerprinted contents, since any of them can be changed in place;
+- buffers (bytearray, array.array, memoryview) and NumPy arrays of any ndarray subclass
+  (a masked array's mask too): identity, type, shape and dtype, and up to
+  `SMALL_ARRAY_BYTES` a hash of their bytes, so an in-place change re-stages; larger ones
+  by identity, shape and dtype only, with a warning at staging that in-place changes are
+  not seen (hashing them on every call would cost more than the call);
 - anything else (functions, objects, modules): identity, held by a weak reference where
   the object allows one (a guard must not keep the user's objects alive).
 
-Attributes are guarded on objects reached from a global or a closure cell (not on
-arguments, which are the call's own, nor on modules: their attributes are the functions
-and constants of a library, and guarding each `np.sin` would be checked on every call).
+Attributes are guarded on objects reached from a global, a closure cell or the staged
+method's `self`, however they are read (`obj.attr`, `getattr(obj, name)`, `type(obj).attr`,
+`vars(obj)[name]`), and on objects reached from those by attribute, subscript or an
+unrolled loop over them (`self.layers[0].scale`, `for layer in self.layers`). Not on
+arguments, which are the call's own. On modules, only on the user's own
+(`helpers.SCALE`, read again after `importlib.reload(helpers)`): the attributes of the
+standard library, of installed packages and of NumPy, SciPy and s2s are the functions and
+constants of a library, and guarding each `np.sin` would be checked on every call.
+A call of an `functools.lru_cache` function made while staging is guarded on its result:
+clearing the cache (after the values it read changed) is seen, as plain Python sees it.
 """
 from __future__ import annotations
 
+import array
+import collections
 import hashlib
+import site
+import sys
+import sysconfig
 import threading
 import types
 import warnings
@@ -34,8 +49,9 @@ import weakref
 
 import numpy as np
 
-__all__ = ["Guards", "include", "record_attribute", "record_builtin", "record_cell", "record_defaults",
-           "record_global", "record_receiver", "recording", "SMALL_ARRAY_BYTES"]
+__all__ = ["Guards", "include", "record_attribute", "record_builtin", "record_cached_call", "record_cell",
+           "record_defaults", "record_derived", "record_global", "record_items", "record_module_attribute",
+           "record_receiver", "recording", "SMALL_ARRAY_BYTES"]
 
 # Arrays up to this size are guarded by content, hashed on each check (about 1 us at this
 # size; a 32 KiB global made each jit call 7x slower), larger ones by identity.
@@ -283,6 +299,13 @@ def record_receiver(obj, describe: str) -> None:
 
 def record_attribute(obj, attr: str, value) -> None:
     """`obj.attr` read while staging: guarded when `obj` was reached from a global or cell."""
+    record_derived(obj, "." + attr, lambda o: getattr(o, attr), value)
+
+
+def record_derived(obj, what: str, derive, value) -> None:
+    """A value read from `obj` while staging, by `derive(obj)`: `getattr(obj, name, default)`,
+    `type(obj)` or `vars(obj)` called as builtins (named `what` after `obj`'s own name);
+    guarded when `obj` was reached from a global, a cell or the receiver."""
     stack = _stack()
     if not stack:
         return
@@ -291,8 +314,78 @@ def record_attribute(obj, attr: str, value) -> None:
     if origin is None or isinstance(obj, types.ModuleType):
         return
     read_obj, describe = origin
-    recorder.add(("attribute", id(obj), attr), lambda: getattr(read_obj(), attr),
-                 value, f"{describe}.{attr}")
+    recorder.add(("derived", id(obj), what), lambda: derive(read_obj()), value, describe + what)
+
+
+def record_items(container, items) -> None:
+    """Items of a list or tuple reached from a global, a cell or the receiver, by a
+    subscript or an unrolled loop (`self.layers[0]`, `for layer in self.layers`): their
+    attributes are guarded as those of the container's (the container's own guard compares
+    which objects it holds). `items` are (index, item) pairs."""
+    stack = _stack()
+    if not stack or not isinstance(container, (list, tuple)):
+        return
+    recorder = stack[-1]
+    origin = recorder.origins.get(id(container))
+    if origin is None:
+        return
+    read_container, describe = origin
+    for index, item in items:
+        if id(item) not in recorder.origins and not isinstance(item, (types.ModuleType,) + _SCALARS):
+            recorder.origins[id(item)] = (lambda i=index: read_container()[i], f"{describe}[{index}]")
+            recorder.keep.append(item)
+
+
+def record_module_attribute(module: types.ModuleType, attr: str, value) -> None:
+    """`module.attr` read while staging (or `from module import attr` in a staged function):
+    guarded where the module is the user's own (`is_library_module`)."""
+    stack = _stack()
+    if stack and not is_library_module(module):
+        module_ref = weakref.ref(module)
+        stack[-1].add(("module", id(module), attr), lambda: getattr(module_ref(), attr, _MISSING), value,
+                      f"{module.__name__}.{attr}")
+
+
+def record_cached_call(fn, args, kwargs, result) -> None:
+    """A call of a `functools.lru_cache` function on static arguments, which runs the
+    function outside staging (the values it reads are not recorded) or not at all (a
+    cache hit): guarded by calling it again, a lookup while the cache holds the result,
+    the function's new answer once the cache is cleared."""
+    stack = _stack()
+    if stack:
+        fn_ref = _reference(fn)
+        stack[-1].add(("cached call", id(fn), len(stack[-1].reads)), lambda: fn_ref()(*args, **kwargs), result,
+                      f"the result of {getattr(fn, '__qualname__', 'a cached function')}()")
+
+
+def _library_roots() -> tuple:
+    """The folders of the standard library and of installed packages."""
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.update(site.getsitepackages())
+    roots.add(site.getusersitepackages())
+    return tuple(sorted(root.rstrip("/\\") + "/" for root in roots if root))
+
+
+_LIBRARY_ROOTS = _library_roots()
+_LIBRARY_PACKAGES = frozenset({"numpy", "scipy", "s2s", "s2s_runtime"})
+_library_modules: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def is_library_module(module: types.ModuleType) -> bool:
+    """Whether `module` is a library's, whose attributes staging does not guard: NumPy,
+    SciPy and s2s, built-in modules, and modules loaded from the standard library's or
+    installed packages' folders. The user's files (an editable install too) and modules
+    made by hand are not."""
+    known = _library_modules.get(module)
+    if known is None:
+        spec = getattr(module, "__spec__", None)
+        origin = getattr(module, "__file__", None) or getattr(spec, "origin", None)
+        known = (module.__name__.partition(".")[0] in _LIBRARY_PACKAGES
+                 or origin in ("built-in", "frozen") or module.__name__ in sys.builtin_module_names
+                 or (isinstance(origin, str) and origin.replace("\\", "/").startswith(_LIBRARY_ROOTS)))
+        _library_modules[module] = known
+    return known
 
 
 def _fingerprint(value, refs: list | None, large_arrays: list | None):
@@ -306,23 +399,64 @@ def _fingerprint(value, refs: list | None, large_arrays: list | None):
     if kind is tuple or kind is list:
         return (kind, tuple(_fingerprint(v, refs, large_arrays) for v in value))
     if kind is dict:
-        return (kind, tuple((_fingerprint(k, refs, large_arrays), _fingerprint(v, refs, large_arrays))
-                            for k, v in value.items()))
+        return (kind, _items_fingerprint(value.items(), refs, large_arrays))
+    if kind is types.FunctionType:   # (the most common object read: a helper)
+        return ("identity", _identity(value, refs))
     if isinstance(value, types.MethodType):   # a new bound-method object on each read
         return (kind, _fingerprint(value.__func__, refs, large_arrays),
                 ("identity", _identity(value.__self__, refs)))
     if isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) and \
             not isinstance(value.__self__, types.ModuleType):   # `items.append`: likewise
         return (kind, value.__name__, ("identity", _identity(value.__self__, refs)))
+    if isinstance(value, _MAPPINGS):
+        return _mapping_fingerprint(value, refs, large_arrays)
+    if isinstance(value, _SEQUENCES):
+        return (kind, tuple(_fingerprint(v, refs, large_arrays) for v in value))
+    if isinstance(value, (set, frozenset)):
+        return (kind, frozenset(_fingerprint(v, refs, large_arrays) for v in value))
     _identity(value, refs)
-    if kind is np.ndarray and not value.dtype.hasobject:
-        if value.nbytes <= SMALL_ARRAY_BYTES:
-            digest = hashlib.blake2b(np.ascontiguousarray(value).tobytes(), digest_size=16).digest()
-            return (kind, id(value), value.shape, value.dtype.str, digest)
-        if large_arrays is not None:
-            large_arrays.append((value.shape, value.nbytes))
-        return (kind, id(value), value.shape, value.dtype.str)
+    if isinstance(value, np.ndarray) and not value.dtype.hasobject:
+        mask = np.ma.getmask(value) if isinstance(value, np.ma.MaskedArray) else None
+        return (kind, id(value), value.shape, value.dtype.str) + _bytes_fingerprint(
+            value, value.nbytes, large_arrays, lambda: np.ascontiguousarray(value).tobytes()
+            + (b"" if mask is None or mask is np.ma.nomask else np.ascontiguousarray(mask).tobytes()))
+    if isinstance(value, _BUFFERS):
+        view = memoryview(value)
+        return (kind, id(value), view.format, view.shape) + _bytes_fingerprint(
+            value, view.nbytes, large_arrays, view.tobytes)
     return ("identity", id(value))
+
+
+# Containers guarded by content beyond the exact tuple, list and dict (their subclasses:
+# named tuples, OrderedDict, defaultdict, Counter; a class's `vars()`).
+_SEQUENCES = (tuple, list, collections.deque, collections.UserList)
+_MAPPINGS = (dict, types.MappingProxyType, collections.ChainMap, collections.UserDict)
+_BUFFERS = (bytearray, array.array, memoryview)
+
+
+def _mapping_fingerprint(value, refs, large_arrays):
+    kind = type(value)
+    if isinstance(value, collections.ChainMap):
+        return (kind, tuple(_fingerprint(m, refs, large_arrays) for m in value.maps))
+    if isinstance(value, collections.UserDict):
+        return (kind, _fingerprint(value.data, refs, large_arrays))
+    items = dict.items(value) if isinstance(value, dict) else value.items()
+    factory = getattr(value, "default_factory", None) if isinstance(value, collections.defaultdict) else None
+    return (kind, _fingerprint(factory, refs, large_arrays), _items_fingerprint(items, refs, large_arrays))
+
+
+def _items_fingerprint(items, refs, large_arrays) -> tuple:
+    return tuple((_fingerprint(k, refs, large_arrays), _fingerprint(v, refs, large_arrays)) for k, v in items)
+
+
+def _bytes_fingerprint(value, nbytes: int, large_arrays: list | None, read_bytes) -> tuple:
+    """A hash of the bytes `read_bytes()` returns, for a buffer small enough to hash on
+    every check; nothing for a larger one (noted in `large_arrays` at staging)."""
+    if nbytes <= SMALL_ARRAY_BYTES:
+        return (hashlib.blake2b(read_bytes(), digest_size=16).digest(),)
+    if large_arrays is not None:
+        large_arrays.append((getattr(value, "shape", (len(value),)), nbytes))
+    return ()
 
 
 def _identity(value, refs: list | None) -> int:

@@ -23,6 +23,7 @@ from s2s.frontend import structured
 from s2s.frontend.checkpointed import checkpointed
 from s2s.frontend.control_flow import (FLAG_HINTS, LIVE, RUNNING, Break, Continue, can_return, direct_body,
                                        hints_of, loop_jumps, region_around)
+from s2s.frontend.guards import record_items
 from s2s.frontend.in_place import mutates_containers, updated_arrays, walk_statements
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
@@ -209,6 +210,8 @@ class Loops:
         except TypeError as e:
             raise StagingError(f"cannot loop over this value: {e}",
                                "loop over a list, tuple, range or array") from None
+        if isinstance(iterable, (list, tuple)):   # (`for layer in self.layers`: each layer's attributes)
+            record_items(iterable, enumerate(iterable))
         if loop_jumps(node.body) and not can_return(node.body):
             return self._masked_unrolled_for(node, iterator)
         for item in iterator:

@@ -36,8 +36,8 @@ from s2s.errors import (ConcretizationError, S2SError, StagingError, Unsupported
                         UnsupportedSyntaxError)
 from s2s.frontend.control_flow import FLAG_HINTS, Break, Continue, ControlFlow, Return
 from s2s.frontend.expressions import Expressions, is_array_constant
-from s2s.frontend.guards import (record_builtin, record_cell, record_defaults, record_global,
-                                 record_receiver)
+from s2s.frontend.guards import (record_builtin, record_cached_call, record_cell, record_defaults,
+                                 record_derived, record_global, record_module_attribute, record_receiver)
 from s2s.frontend.in_place import InPlaceUpdates
 from s2s.frontend.loops import Loops
 from s2s.frontend.python_types import numpy_isinstance
@@ -344,7 +344,9 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
             raise UnsupportedSyntaxError("relative imports inside staged functions are not supported",
                                          "import at module level")
         for alias in node.names:
-            self.assign_name(alias.asname or alias.name, getattr(module, alias.name))
+            value = getattr(module, alias.name)
+            record_module_attribute(module, alias.name, value)
+            self.assign_name(alias.asname or alias.name, value)
 
     def stmt_Delete(self, node):
         for target in node.targets:
@@ -490,6 +492,13 @@ def call_user(fn, args, kwargs):
             "print shapes and dtypes (x.shape, x.dtype) instead, or print the result outside")
     if fn is builtins.isinstance and len(args) == 2 and isinstance(args[0], Tracer):
         return numpy_isinstance(*args)
+    if (fn is builtins.getattr or fn is builtins.type or fn is builtins.vars or fn is builtins.hasattr) \
+            and not kwargs:
+        return _read_through_builtin(fn, args)
+    if isinstance(fn, _LRU_CACHE_WRAPPER) and not _is_staged((args, kwargs)):
+        result = fn(*args, **kwargs)
+        record_cached_call(fn, args, kwargs, result)
+        return result
     if fn in (builtins.min, builtins.max) and _is_staged(args):
         name = fn.__name__
         raise ConcretizationError(
@@ -513,6 +522,23 @@ def call_user(fn, args, kwargs):
             f"math.{fn.__name__} needs a Python number, but got a staged array",
             f"use np.{fn.__name__} for arrays")
     return fn(*args, **kwargs)
+
+
+_LRU_CACHE_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
+
+
+def _read_through_builtin(fn, args):
+    """`getattr(obj, name[, default])`, `hasattr(obj, name)`, `type(obj)` or `vars(obj)`:
+    guarded as `obj.name` is (`record_derived`), where `obj` is."""
+    value = fn(*args)
+    if fn is builtins.type or fn is builtins.vars:
+        if len(args) == 1:
+            record_derived(args[0], ".__class__" if fn is builtins.type else ".__dict__", fn, value)
+    elif len(args) >= 2 and isinstance(args[1], str):
+        rest = args[1:]
+        record_derived(args[0], f".{args[1]}" if fn is builtins.getattr else f".{args[1]} (hasattr)",
+                       lambda obj: fn(obj, *rest), value)
+    return value
 
 
 def _hashable(value) -> bool:
