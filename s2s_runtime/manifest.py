@@ -8,10 +8,17 @@ Entries are named by their module's dotted name and the export's stem. Arguments
 the entry's input dtypes and shapes exactly (see `argument`): a float64 array for a float32
 input is a TypeError, never a silent cast.
 
-The executable is deserialized from NAME.exe through jaxlib (no compiler, no s2s, no jax).
-Serialized executables only load into the jaxlib version that wrote them: a mismatch is an
-error that says to recompile. Constants the function closes over come from NAME.consts.npz
-(plain arrays, never pickles).
+The executable is deserialized from the entry's `.exe` file through jaxlib (no compiler, no
+s2s, no jax). Serialized executables only load into the jaxlib version that wrote them: a
+mismatch is an error that says to recompile. Constants the function closes over come from
+its `.consts.npz` file (plain arrays, never pickles).
+
+An entry is loaded only as one build wrote it: every file it names (executable, constants,
+StableHLO, HLO) must have the SHA-256 the manifest records for it (`exe_sha256`,
+`consts_sha256`, ...). An executable run on another build's constants computes numbers of
+neither build, and a file copied in from another build, or left by a compile that was
+killed, is otherwise indistinguishable from the right one; an entry that records no hash
+for a file it names is refused as well, never loaded unverified.
 
 A build folder is code: its executables run as native code in this process. The manifest
 is still checked as untrusted data, so that a damaged or hand-edited one is a clear
@@ -33,6 +40,7 @@ from importlib import metadata
 import numpy as np
 
 from s2s_runtime import quiet_logs, xla  # noqa: F401  (quiet_logs: before jaxlib loads)
+from s2s_runtime.array import Array
 from s2s_runtime.replicated import ReplicatedExecutable, first_devices
 from jaxlib import xla_client
 
@@ -120,6 +128,27 @@ def _read_inside(base: str, where: str, relative) -> bytes:
         return f.read()
 
 
+def _verified_files(base: str, where: str, entry: dict) -> dict[str, bytes]:
+    """The bytes of every file the entry names, by kind, each checked against the hash the
+    entry records for it (`KIND_sha256`)."""
+    files = _field(where, entry, "files", dict, "an object of file names")
+    if "exe" not in files:
+        raise ManifestError(f"{where}: field 'files' names no executable ('exe'); recompile with `s2s compile`")
+    contents = {}
+    for kind, relative in files.items():
+        data = _read_inside(base, f"{where} files.{kind}", relative)
+        recorded = entry.get(f"{kind}_sha256")
+        if not isinstance(recorded, str):
+            raise ManifestError(f"{where}: the entry records no hash of its {kind} file {relative} "
+                                f"(field '{kind}_sha256'), so it cannot be checked: recompile with `s2s compile`")
+        if hashlib.sha256(data).hexdigest() != recorded:
+            raise ManifestError(f"{where}: {relative} does not match the hash its entry records: it "
+                                f"was changed, or comes from another build, after this entry was "
+                                f"written; recompile with `s2s compile`")
+        contents[kind] = data
+    return contents
+
+
 def _consts(where: str, data: bytes, count: int) -> list[np.ndarray]:
     """The `count` arrays c0, c1, ... of a constants file (never a pickle)."""
     try:
@@ -140,13 +169,14 @@ def _type_name(shape: tuple, dtype: np.dtype) -> str:
 def argument(name: str, position: int, value, shape: tuple, dtype: np.dtype) -> np.ndarray:
     """`value` as parameter `position` of entry `name` (`dtype`[`shape`]), or a TypeError.
 
-    Like a jitted call's compiled signature: a NumPy array or scalar must have the dtype and
-    the shape exactly (float64 is never narrowed to float32 behind your back). A Python
+    Like a jitted call's compiled signature: a NumPy array or scalar, or an `s2s.Array` (a
+    jitted function's result, passed on where it lives), must have the dtype and the shape
+    exactly (float64 is never narrowed to float32 behind your back). A Python
     number, or a nested list of them, is taken as the parameter's dtype when it is of the
     same kind (bool; int for an int dtype, when every value fits; float; complex), as jit
     takes Python numbers as weakly typed."""
     wanted = _type_name(shape, dtype)
-    if isinstance(value, (np.ndarray, np.generic)):
+    if isinstance(value, (np.ndarray, np.generic, Array)):
         if value.dtype != dtype or value.shape != shape:
             raise TypeError(f"{name}: argument {position} is {_type_name(value.shape, value.dtype)}, "
                             f"the compiled entry takes {wanted}; convert it yourself "
@@ -201,7 +231,12 @@ def load(manifest_path: str, name: str, device=None):
     """`name`'s compiled executable as `f(*flat_arrays) -> list[np.ndarray]`, on `device`
     (default: the first), or for an exported pmap (an entry with `replicas`) on the first
     that many devices, called with whole arrays as the pmap is."""
-    manifest = read(manifest_path)
+    return load_from(read(manifest_path), manifest_path, name, device)
+
+
+def load_from(manifest: dict, manifest_path: str, name: str, device=None):
+    """`load` of an entry of `manifest`, a manifest as `read` gives it, whose files lie beside
+    `manifest_path`: `s2s compile` checks what it wrote before its manifest names it."""
     entries = _field(manifest_path, manifest, "entries", dict, "an object of entries")
     if name not in entries:
         raise ManifestError(f"{manifest_path} has no entry {name!r}; it has: "
@@ -217,19 +252,18 @@ def load(manifest_path: str, name: str, device=None):
     if built_with != _jaxlib_version():
         raise ManifestError(f"{manifest_path} was built with jaxlib {built_with}, this is "
                             f"jaxlib {_jaxlib_version()}: recompile with `s2s compile`")
-    base = os.path.dirname(os.path.abspath(manifest_path))
-    files = _field(where, entry, "files", dict, "an object of file names")
-    data = _read_inside(base, f"{where} files.exe", files.get("exe"))
-    if hashlib.sha256(data).hexdigest() != entry.get("exe_sha256"):
-        raise ManifestError(f"{files['exe']} does not match its manifest entry: recompile")
+    contents = _verified_files(os.path.dirname(os.path.abspath(manifest_path)), where, entry)
+    files, data = entry["files"], contents["exe"]
     num_consts = _field(where, entry, "num_consts", int, "a number of constants")
     in_dtypes = [_dtype(f"{where} in_dtypes", d)
                  for d in _field(where, entry, "in_dtypes", list, "a list of dtype names")]
     inputs = _avals(where, entry)
     consts = []
     if num_consts:
-        consts = _consts(where, _read_inside(base, f"{where} files.consts", files.get("consts")),
-                         num_consts)
+        if "consts" not in contents:
+            raise ManifestError(f"{where}: it takes {num_consts} constants but field 'files' names "
+                                f"no constants file ('consts'); recompile with `s2s compile`")
+        consts = _consts(where, contents["consts"], num_consts)
     replicas = entry.get("replicas")
     if replicas is None:
         executable = _load(where, files, lambda: xla.Executable.from_serialized(data, in_dtypes, device))

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+import s2s
 from s2s.batch_compile import compile_paths
 from s2s_runtime import manifest
 
@@ -84,3 +85,27 @@ def test_a_refused_python_value_is_named_as_one(twice):
     with pytest.raises(TypeError, match=r"argument 0 is a Python list of int64\[3\], the compiled "
                                         r"entry takes float32\[3\]"):
         twice([1, 2, 3], [1, 2])
+
+
+def on_device(value: np.ndarray) -> s2s.Array:
+    """`value` as the `s2s.Array` a jitted function returns."""
+    return s2s.jit(lambda x: x)(value)
+
+
+def test_loaded_entry_takes_s2s_arrays_of_its_dtype_and_shape(twice):
+    """Regression: an `s2s.Array` (what jit returns) of exactly the input's dtype and shape
+    was refused as if it were a Python value of another kind."""
+    x, k = on_device(np.array([0.5, -1.0, 2.0], np.float32)), on_device(np.array([4, 5], np.int32))
+    assert isinstance(x, s2s.Array) and isinstance(k, s2s.Array)
+    doubled, incremented = twice(x, k)
+    np.testing.assert_array_equal(doubled, np.array([1.0, -2.0, 4.0], np.float32))
+    np.testing.assert_array_equal(incremented, np.array([5, 6], np.int32))
+
+
+@pytest.mark.parametrize("x, message", [
+    (np.zeros(3), r"argument 0 is float64\[3\], the compiled entry takes float32\[3\]"),
+    (np.zeros(4, np.float32), r"argument 0 is float32\[4\], the compiled entry takes float32\[3\]"),
+])
+def test_loaded_entry_refuses_s2s_arrays_of_another_dtype_or_shape(twice, x, message):
+    with pytest.raises(TypeError, match=message):
+        twice(on_device(x), np.zeros(2, np.int32))
