@@ -140,7 +140,7 @@ class Expressions:
         if is_array_constant(obj) and current_builder() is not None:
             return getitem(obj, index)
         item = obj[index]
-        if type(index) is int:
+        if type(index) is int or type(index) is str:
             record_items(obj, ((index, item),))
         return item
 

@@ -318,12 +318,12 @@ def record_derived(obj, what: str, derive, value) -> None:
 
 
 def record_items(container, items) -> None:
-    """Items of a list or tuple reached from a global, a cell or the receiver, by a
-    subscript or an unrolled loop (`self.layers[0]`, `for layer in self.layers`): their
-    attributes are guarded as those of the container's (the container's own guard compares
-    which objects it holds). `items` are (index, item) pairs."""
+    """Items of a list, tuple or dict reached from a global, a cell or the receiver, by a
+    subscript or an unrolled loop (`self.layers[0]`, `self.blocks["enc"]`, `for layer in
+    self.layers`): their attributes are guarded as those of the container's (the
+    container's own guard compares which objects it holds). `items` are (key, item) pairs."""
     stack = _stack()
-    if not stack or not isinstance(container, (list, tuple)):
+    if not stack or not isinstance(container, (list, tuple, dict)):
         return
     recorder = stack[-1]
     origin = recorder.origins.get(id(container))

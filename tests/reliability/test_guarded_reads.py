@@ -58,6 +58,7 @@ class Model:
     def __init__(self):
         self.scale = 1.0
         self.layers = [Layer(1.0), Layer(1.0)]
+        self.blocks = {"encoder": Layer(1.0)}
 
     def by_getattr(self, x):
         return np.sum(x * getattr(self, "scale"))
@@ -79,6 +80,9 @@ class Model:
 
     def by_index(self, x):
         return np.sum(x * self.layers[1].scale)
+
+    def by_key(self, x):
+        return np.sum(x * self.blocks["encoder"].scale)
 
     def by_loop(self, x):
         for layer in self.layers:
@@ -126,6 +130,7 @@ def make_case(name):
         "vars(type(self))[name]": ("by_vars_of_class", lambda m: setattr(type(m), "SCALE", 4.0)),
         "vars(self)[name]": ("by_vars", lambda m: setattr(m, "scale", 4.0)),
         "self.layers[1].attr": ("by_index", lambda m: setattr(m.layers[1], "scale", 4.0)),
+        "self.blocks[key].attr": ("by_key", lambda m: setattr(m.blocks["encoder"], "scale", 4.0)),
         "for layer in self.layers": ("by_loop", lambda m: setattr(m.layers[1], "scale", 4.0)),
     }
     return model_case(*model_cases[name])
@@ -133,7 +138,7 @@ def make_case(name):
 
 CASES = ["OrderedDict", "defaultdict", "ChainMap", "UserDict", "dict subclass", "list subclass", "deque",
          "bytearray", "array.array", "ndarray subclass", "masked array", "getattr", "getattr with a default",
-         "hasattr", "type(self).attr", "vars(type(self))[name]", "vars(self)[name]", "self.layers[1].attr",
+         "hasattr", "type(self).attr", "vars(type(self))[name]", "vars(self)[name]", "self.layers[1].attr", "self.blocks[key].attr",
          "for layer in self.layers"]
 
 
