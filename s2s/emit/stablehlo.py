@@ -22,7 +22,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Literal, ShapedArray, Var
-from s2s.errors import ShapeError, UnsupportedFunctionError
+from s2s.errors import S2SError, ShapeError, UnsupportedFunctionError
 from s2s.passes.inline import inline_calls
 
 stablehlo_rules: dict = {}
@@ -75,8 +75,21 @@ def element_type(dtype) -> str:
     return f"{_ELEMENT[dtype.kind]}{dtype.itemsize * 8}"
 
 
+# The most bytes an array can have: NumPy's limit (np.intp), and where XLA's size
+# arithmetic overflows too. XLA aborts the whole process on such a shape, so none reaches it.
+MAX_ARRAY_BYTES = np.iinfo(np.intp).max
+
+
 def tensor_type(aval) -> str:
-    dims = "".join(f"{d}x" for d in aval.shape)
+    """The MLIR type of `aval`, which must be an array that can exist: every shape handed
+    to XLA is written by this function, so it refuses one too big for memory to address
+    with the error NumPy raises for it (a ValueError), where XLA would abort the process."""
+    shape = aval.shape
+    if math.prod(filter(None, shape)) * max(np.dtype(aval.dtype).itemsize, 1) > MAX_ARRAY_BYTES:
+        raise ShapeError(f"array is too big: shape {tuple(shape)} of {np.dtype(aval.dtype).name} holds more "
+                         "bytes than any memory can address (NumPy raises the same ValueError)",
+                         "check how the shape is computed; an array this size cannot be made")
+    dims = "".join(f"{d}x" for d in shape)
     return f"tensor<{dims}{element_type(aval.dtype)}>"
 
 
@@ -247,12 +260,17 @@ def lower_jaxpr(ctx: LoweringContext, jaxpr, in_names: list[str], env: dict | No
             raise UnsupportedFunctionError(f"{eqn.primitive.name} has no StableHLO lowering yet",
                                            "use backend='python' for this function")
         saved, ctx.location = ctx.location, _location(eqn.source_info, ctx.root)
-        operands = [read(v) for v in eqn.invars]
-        if eqn.primitive in BROADCASTING:
-            shape = eqn.outvars[0].aval.shape
-            operands = [ctx.broadcast(o, v.aval.strip_weak_type(), shape)
-                        for o, v in zip(operands, eqn.invars)]
-        outs = rule(ctx, eqn, *operands)
+        try:
+            operands = [read(v) for v in eqn.invars]
+            if eqn.primitive in BROADCASTING:
+                shape = eqn.outvars[0].aval.shape
+                operands = [ctx.broadcast(o, v.aval.strip_weak_type(), shape)
+                            for o, v in zip(operands, eqn.invars)]
+            outs = rule(ctx, eqn, *operands)
+        except S2SError as error:   # (an array too big to exist, say): told at the user's line
+            if eqn.source_info.line:
+                error.at(eqn.source_info)
+            raise
         for v, out in zip(eqn.outvars, outs):
             env[v] = out
         ctx.location = saved

@@ -1,5 +1,6 @@
 """Bad inputs get an s2s error naming the argument and what to write instead, from every
 entry point, never a raw internal error and never a silently different computation."""
+import inspect
 import traceback
 import warnings
 
@@ -161,3 +162,26 @@ def test_dynamic_int_too_big_for_its_dtype():
         np.testing.assert_array_equal(jitted(np.ones(2), 3), np.full(2, 3.0))
     with pytest.raises(S2SError, match="Python int staged as int64, which cannot hold it"):
         jitted(np.ones(2), 2**70)
+
+
+def ones_times(x, rows, columns):
+    return np.ones((rows, columns)) * x  # the error's line
+
+
+@pytest.mark.parametrize("rows, columns", [(1 << 40, 1 << 40), (1 << 31, 1 << 31), (0, 1 << 62)],
+                         ids=["elements", "bytes", "empty"])
+@pytest.mark.parametrize("backend", ["xla", "python"])
+def test_an_array_too_big_to_exist_is_numpys_value_error(backend, rows, columns):
+    """XLA aborted the process (SIGABRT, "overflow in static extent product") on a shape
+    whose bytes overflow int64, where NumPy, and so the Python backend, raises "array is
+    too big". Both backends raise that ValueError now (NumPy's rule: the product of the
+    nonzero dims, times the item size), s2s's at the line that makes the array."""
+    jitted = s2s.jit(ones_times, static_argnums=(1, 2), backend=backend)
+    with pytest.raises(ValueError, match="array is too big") as info:
+        jitted(2.0, rows, columns)
+    if backend == "xla":
+        line = inspect.getsourcelines(ones_times)[1] + 1
+        assert isinstance(info.value, S2SError) and info.value.where.line == line, str(info.value)
+        with pytest.raises(ValueError, match="array is too big"):
+            s2s.jit(ones_times, static_argnums=(1, 2)).lower(2.0, rows, columns)
+    np.testing.assert_array_equal(jitted(2.0, 2, 3), np.full((2, 3), 2.0))   # the function is fine
