@@ -9,7 +9,24 @@ import operator
 
 import numpy as np
 
-from s2s_runtime.fastcall import RESULT_FIELDS, ResultBase
+from s2s_runtime import quiet_logs  # noqa: F401  (before jaxlib loads)
+from s2s_runtime.fastcall import ResultBase
+from jaxlib import xla_client
+
+
+class _Aval:
+    """The minimal abstract value jaxlib's device_put asks for."""
+
+    __slots__ = ("shape", "dtype", "weak_type", "ndim")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = False
+        self.ndim = len(self.shape)
+
+    def str_short(self) -> str:
+        return f"{self.dtype.name}{list(self.shape)}"
 
 
 class DonatedBufferError(RuntimeError):
@@ -39,12 +56,19 @@ class Array(ResultBase):
         self._dtype = dtype
         self._device = device
 
-    def __getstate__(self):
-        """Copied (copy.copy) as its fields: ResultBase's, then a subclass's
-        slots. (The storage written in C has no state to give of its own.)"""
-        slots = [name for cls in type(self).__mro__ for name in cls.__dict__.get("__slots__", ())
-                 if name not in RESULT_FIELDS and name != "__weakref__"]
-        return None, {name: getattr(self, name) for name in (*RESULT_FIELDS, *slots)}
+    def __copy__(self) -> "Array":
+        """A copy owns its data, as a copy of a jax Array does: donating the original
+        later leaves the copy readable (a copy sharing the buffer would lose it with the
+        donation). A donated Array has nothing to copy, and raises DonatedBufferError."""
+        return Array(device_copy(self._live_buffer(), self._device), self._shape, self._dtype, self._device)
+
+    def __deepcopy__(self, memo) -> "Array":
+        return self.__copy__()
+
+    def __reduce__(self):
+        """Pickled as its NumPy value, and unpickled as that ndarray: a pickle then loads
+        where NumPy alone is installed, needing no device (`copy.deepcopy` gives an Array)."""
+        return self._numpy().__reduce__()
 
     def _live_buffer(self):
         if self._donated_as is not None:
@@ -145,6 +169,16 @@ class Array(ResultBase):
         return operator.index(self._numpy())
 
     __hash__ = None
+
+
+def device_copy(buffer, device):
+    """A new buffer on `device` (where `buffer` is) holding `buffer`'s values in memory of
+    its own: the NumPy copy read from it, which the device keeps without copying it again.
+    (Typed by that copy: a buffer jaxlib split from a pmap's result has no aval unless
+    jax is loaded.)"""
+    value = np.array(buffer)
+    return xla_client.batched_device_put(_Aval(value.shape, value.dtype), buffer._sharding, [value], [device],
+                                         True, enable_x64=True)
 
 
 def _read_through(name: str) -> property:

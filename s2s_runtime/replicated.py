@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from s2s_runtime import disk_cache, distributed, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
-from s2s_runtime.array import Array
+from s2s_runtime.array import Array, device_copy
 from s2s_runtime.xla import Executable, _Aval, client, devices, disk_cache_key, install_sharding_hooks
 from jaxlib import xla_client
 
@@ -209,6 +209,11 @@ class ShardedArray(Array):
             value.flags.writeable = False
             self._value = value
         return self._value
+
+    def __copy__(self) -> "ShardedArray":
+        """A copy owns its data (see Array.__copy__): each part copied on its device."""
+        parts = [device_copy(part, device) for part, device in zip(self._live_parts(), self.devices)]
+        return ShardedArray(parts, self.part_shape, self.dtype, self.axis, self.devices)
 
     def block_until_ready(self) -> "ShardedArray":
         with distributed.peer_failures_raised_clearly():

@@ -15,7 +15,7 @@ import numpy as np
 
 from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
 from s2s_runtime.compile_options import placement
-from s2s_runtime.array import Array
+from s2s_runtime.array import Array, _Aval
 from s2s_runtime.fastcall import set_jax_x64
 from s2s_runtime.hlo import entry_signature, hlo_text  # noqa: F401  (hlo_text: s2s imports it from here)
 from jaxlib import _jax, version as jaxlib_version, xla_client
@@ -32,21 +32,6 @@ _make_client = None   # how a multi-process run makes the client (see make_clien
 # after a change of configuration is one it has not seen (see `set_dispatch_key`).
 _dispatch_key = _jax.config.Config("s2s_configuration", None, include_in_jit_key=True)
 _dispatch_key_numbers: dict = {}   # a number per configuration (see `set_dispatch_key`)
-
-
-class _Aval:
-    """The minimal abstract value jaxlib's device_put asks for."""
-
-    __slots__ = ("shape", "dtype", "weak_type", "ndim")
-
-    def __init__(self, shape, dtype):
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
-        self.weak_type = False
-        self.ndim = len(self.shape)
-
-    def str_short(self) -> str:
-        return f"{self.dtype.name}{list(self.shape)}"
 
 
 def install_sharding_hooks(sharding, hlo_sharding, device_assignment) -> None:

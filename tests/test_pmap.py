@@ -527,6 +527,23 @@ def test_donated_parameters_hold_the_results():
     np.testing.assert_allclose(step(new_w, X), expected - 0.1 * (X * expected).mean(0), rtol=1e-12)
 
 
+@on_devices
+def test_a_copy_of_a_pmap_result_owns_its_parts():
+    """A copy of a pmap's result shared its parts, which a donation of the original used
+    up. Each part of a copy is a buffer of its own on its device; pickled, a result is its
+    NumPy value."""
+    import copy
+    import pickle
+    w = s2s.pmap(lambda v: v * 2.0, "i")(X)
+    copies = copy.copy(w), copy.deepcopy({"w": w})["w"]
+    s2s.pmap(lambda v: v + 1.0, "i", donate_argnums=0)(w)
+    for copied in copies:
+        assert type(copied) is type(w) and copied.shape == X.shape
+        np.testing.assert_array_equal(np.asarray(copied), 2 * X)
+        np.testing.assert_array_equal(s2s.pmap(lambda v: v - 1.0, "i")(copied), 2 * X - 1)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(copies[0])), 2 * X)
+
+
 # ---------------------------------------------------------------------------------------
 # A pmap inside other transforms (jit, grad, vmap, another pmap): one `pmap` equation
 # (s2s/primitives/pmapped.py). The functions below name `pmap`, `vmap`, `np` and `lax`

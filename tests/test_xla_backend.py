@@ -394,13 +394,23 @@ def test_a_parameter_named_self_can_be_passed_by_keyword():
         np.testing.assert_array_equal(f(self=np.full(2, 3.0), x=np.ones(2)), 3.0)
 
 
-def test_a_result_is_copied_with_its_fields():
+def test_a_copied_result_owns_its_data():
+    """A copy shared the result's buffer: once the result was donated, np.asarray(copy)
+    was a 0-d object array holding a jaxlib object. A copy (and a deep copy, as in
+    `copy.deepcopy(params)`) owns its data, as a copy of a jax Array does, on each path
+    that builds results (the first call's, then the dispatcher's)."""
     import copy
-    result = s2s.jit(lambda x: x + 1)(np.arange(3.0))
-    copied = copy.copy(result)
-    assert type(copied) is s2s.Array and copied.shape == (3,) and copied.dtype == np.float64
-    assert copied._buffer is result._buffer
-    np.testing.assert_array_equal(copied, [1.0, 2.0, 3.0])
+    increment, double = s2s.jit(lambda x: x + 1), s2s.jit(lambda x: x * 2, donate_argnums=0)
+    for _ in range(3):
+        result = increment(np.arange(3.0))
+        copies = [copy.copy(result), copy.deepcopy({"w": result})["w"]]
+        double(result)
+        for copied in copies:
+            assert type(copied) is s2s.Array and copied.shape == (3,) and copied.dtype == np.float64
+            np.testing.assert_array_equal(np.asarray(copied), [1.0, 2.0, 3.0])
+            np.testing.assert_array_equal(increment(copied), [2.0, 3.0, 4.0])   # passed where it lives
+        with pytest.raises(s2s.DonatedBufferError):
+            copy.copy(result)
 
 
 def test_changing_the_configuration_reaches_the_dispatcher():

@@ -1,4 +1,7 @@
 """s2s_runtime.array: the Array result type, on an executable's results (jaxlib only)."""
+import copy
+import pickle
+
 import numpy as np
 import pytest
 
@@ -56,3 +59,40 @@ def test_probing_for_attributes_does_not_read_the_array(executable):
     a, _ = executable.execute([np.ones((2, 3), np.float32)])
     assert not hasattr(a, "_fields") and not hasattr(a, "__dataclass_fields__")
     assert a._value is None        # pytree code's probes copied nothing to the host
+
+
+def test_a_result_pickles_as_its_numpy_value(executable):
+    """pickle.dumps of a result failed ("cannot pickle ArrayImpl"). It pickles as its NumPy
+    value and unpickles as that ndarray (writable, as any unpickled one), which loads
+    where s2s is not installed; a donated one has no value to pickle."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a, c = executable.execute([x])
+    for result, value in ((a, x), (c, np.int64(7))):
+        loaded = pickle.loads(pickle.dumps({"w": result}))["w"]
+        assert type(loaded) is np.ndarray and loaded.dtype == value.dtype and loaded.flags.writeable
+        np.testing.assert_array_equal(loaded, value)
+    assert pickle.dumps(a) == pickle.dumps(x)
+    donating = Executable(executable.text.replace("%x: tensor<2x3xf32>", "%x: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}"),
+                          [np.float32])
+    donated, _ = donating.execute([x])
+    donating.execute([donated], donated={0: "`x` of f"})
+    for use in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(DonatedBufferError, match="donated as `x` of f"):
+            use(donated)
+
+
+def test_a_copy_owns_its_data(executable):
+    """A copy (and a deep copy) has a device buffer of its own, on the same device, typed
+    as the original: donating the original leaves it readable and usable as an argument."""
+    donating = Executable(executable.text.replace("%x: tensor<2x3xf32>", "%x: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}"),
+                          [np.float32])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a, _ = donating.execute([x])
+    copies = copy.copy(a), copy.deepcopy([a, a])
+    assert copies[1][0] is copies[1][1]   # deepcopy's memo: one copy of one array
+    donating.execute([a], donated={0: "`x` of f"})
+    for copied in (copies[0], copies[1][0]):
+        assert type(copied) is Array and copied._buffer is not a._buffer and copied.device == donating.device
+        assert copied.shape == (2, 3) and copied.dtype == np.float32
+        np.testing.assert_array_equal(np.asarray(copied), x)
+        np.testing.assert_array_equal(donating.execute([copied])[0], x)
