@@ -18,9 +18,10 @@ A truncated, corrupt, foreign-key or old-format entry is logged, deleted, and co
 a failure to read or write the cache never fails a compile. Writes go to a temporary file in
 the same directory followed by ``os.replace``, so concurrent writers of one key are both
 fine. The directory is kept under a size cap (default 1 GiB) by deleting the least recently
-used entries (by mtime; a hit touches its entry). Each process keeps a running estimate of
-the folder's size and rescans it only at its first store and when the estimate passes the
-cap; a rescan evicts down to 90% of the cap, so a store is O(1) amortized.
+used entries (by mtime; a hit touches its entry); the temporary files of writers at work
+count toward the cap, and those a killed writer left behind are deleted. Each process keeps
+a running estimate of the folder's size and rescans it only at its first store and when the
+estimate passes the cap; a rescan evicts down to 90% of the cap, so a store is O(1) amortized.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import stat
 import struct
 import tempfile
 import threading
+import time
 from typing import Any, Callable
 
 log = logging.getLogger("s2s_runtime.disk_cache")
@@ -40,6 +42,10 @@ MAGIC = b"S2SXC"
 FORMAT_VERSION = 2   # 2: the entry stores its full key; version-1 entries are misses
 _HEADER = struct.Struct(">5sBQQ32s")  # magic, version, key length, payload length, sha256(key + payload)
 SUFFIX = ".s2sx"
+TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".part"   # an entry being written
+# A temporary file untouched this long is a killed writer's (a store writes its entry at
+# once): a rescan removes it. Removing a live one only fails that store, with a warning.
+STALE_TEMP_SECONDS = 3600
 DEFAULT_MAX_BYTES = 1 << 30
 EVICT_TO_FRACTION = 0.9   # a rescan frees this much headroom, so the next is many stores away
 
@@ -201,11 +207,13 @@ def _safe_folder(folder: str) -> bool:
     return True
 
 
-def _remove(path: str) -> None:
+def _remove(path: str) -> bool:
+    """Deletes `path`; whether it did."""
     try:
         os.remove(path)
     except OSError:
-        pass
+        return False
+    return True
 
 
 def _read(path: str) -> bytes | None:
@@ -240,7 +248,7 @@ def _read(path: str) -> bytes | None:
 def _write(path: str, blob: bytes) -> None:
     folder = os.path.dirname(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=folder)   # mode 0600
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=folder)   # mode 0600
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
@@ -253,25 +261,33 @@ def _write(path: str, blob: bytes) -> None:
 
 
 def evict(limit: int | None = None, keep: str | None = None) -> int:
-    """Delete least recently used entries until the directory's entries fit in ``limit``
-    bytes (never ``keep``); returns the number of bytes freed. Records the size left as this
-    process's estimate of the folder's size."""
+    """Delete least recently used entries until the directory's entries and temporary
+    files fit in ``limit`` bytes (never ``keep``), after the temporary files of killed
+    writers (see STALE_TEMP_SECONDS); returns the number of bytes freed. Records the size
+    left as this process's estimate of the folder's size."""
     limit = max_bytes() if limit is None else limit
     folder = directory()
     entries = []
+    total = freed = 0
+    stale = time.time() - STALE_TEMP_SECONDS
     try:
         with os.scandir(folder) as it:
             for e in it:
-                if e.name.endswith(SUFFIX) and e.is_file(follow_symlinks=False):
-                    try:
-                        st = e.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
+                temporary = e.name.startswith(TEMP_PREFIX) and e.name.endswith(TEMP_SUFFIX)
+                if not (temporary or e.name.endswith(SUFFIX)) or not e.is_file(follow_symlinks=False):
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if temporary and st.st_mtime < stale and _remove(e.path):
+                    freed += st.st_size
+                    continue
+                total += st.st_size
+                if not temporary:   # a writer's at work is counted, never evicted
                     entries.append((st.st_mtime_ns, e.path, st.st_size))
     except OSError:
         return 0
-    total = sum(size for _, _, size in entries)
-    freed = 0
     for _, path, size in sorted(entries):
         if total <= limit:
             break

@@ -337,3 +337,24 @@ def test_executable_with_cache_disabled(cache_dir, monkeypatch):
     exe = Executable(MULTIPLY_ADD_MODULE, ["float32"])
     assert exe.cache_hit is False and not cache_dir.exists()
     np.testing.assert_array_equal(exe(np.ones(3, np.float32))[0], np.full(3, 2.0, np.float32))
+
+
+def test_a_killed_writers_temporary_file_is_counted_and_removed(cache_dir):
+    """SIGKILL while storing an entry leaves its temporary file behind (3 kills in 20),
+    which eviction neither counted nor removed, so the folder could outgrow its cap for
+    good. A rescan deletes one long untouched (STALE_TEMP_SECONDS) and counts its bytes as
+    freed; a fresh one (a writer at work) counts toward the cap and is kept."""
+    compile_fn, ser, de, _ = fake_fns()
+    disk_cache.get_or_compile(("k",), compile_fn, ser, de)
+    [entry] = entries(cache_dir)
+    killed, writing = cache_dir / ".tmp-killed.part", cache_dir / ".tmp-writing.part"
+    killed.write_bytes(b"k" * 5000)
+    writing.write_bytes(b"w" * 3000)
+    two_days_ago = time.time() - 2 * 24 * 3600
+    os.utime(killed, (two_days_ago, two_days_ago))
+    assert disk_cache.evict() == 5000
+    assert not killed.exists() and writing.exists() and entry.exists()
+    size = entry.stat().st_size
+    assert disk_cache._size_estimates[str(cache_dir)] == size + 3000
+    assert disk_cache.evict(limit=size + 2999) == size    # the writer's bytes count: the entry goes
+    assert writing.exists() and not entry.exists()
