@@ -197,8 +197,14 @@ def cmd_check(args) -> int:
             print(f"s2s check: missing {path} (run `s2s emit {args.target} --out {args.against}`)")
             problems += 1
             continue
-        with open(path) as f:
-            committed = f.read()
+        try:
+            with open(path, encoding="utf-8") as f:   # as `s2s emit` writes it
+                committed = f.read()
+        except (OSError, UnicodeDecodeError) as error:   # so not what s2s wrote: stale
+            print(f"s2s check: cannot read {path} as the UTF-8 text s2s writes ({error}); "
+                  f"run `s2s emit {args.target} --out {args.against}`")
+            problems += 1
+            continue
         if committed != module.source:
             problems += 1
             sys.stdout.writelines(difflib.unified_diff(
