@@ -5,35 +5,53 @@ Each (function, transform) that the modules under PATH declare with `@s2s.export
 entry named by its module's dotted name and its stem (`pkg.models.dense.grad_loss`; see
 s2s/build_plan.py for how modules are imported and named). Into the output folder go
 
-    NAME.mlir           the StableHLO text (locations relative to the compiled root)
-    NAME.hlo.txt        XLA's (unoptimized) HLO, with its source metadata
-    NAME.exe            the serialized XLA executable (load with `s2s_runtime.manifest.load`)
-    NAME.consts.npz     the constants it closes over, when there are any
+    NAME.HASH.mlir         the StableHLO text (locations relative to the compiled root)
+    NAME.HASH.hlo.txt      XLA's (unoptimized) HLO, with its source metadata
+    NAME.HASH.exe          the serialized XLA executable (load with `s2s_runtime.manifest.load`)
+    NAME.HASH.consts.npz   the constants it closes over, when there are any
 
-and one `manifest.json` describing every entry: where it came from (paths relative to the
-compiled root), its input and output avals and pytrees, its key and file hashes, and its
-status (ok, or failed with the error and its file:line). The manifest holds no timings nor
-absolute paths: the same sources give the same bytes in any checkout.
+(HASH: the first 16 hex digits of the file's SHA-256) and one `manifest.json` describing
+every entry: where it came from (paths relative to the compiled root), its input and output
+avals and pytrees, its key, its files and their hashes, and its status (ok, or failed with
+the error and its file:line). The manifest holds no timings nor absolute paths: the same
+sources give the same bytes in any checkout.
 
 Every run stages and lowers every export; an entry whose key (s2s/build_plan.py: the
 StableHLO text, the constants, versions and flags) matches the manifest's, and whose files
 still have their recorded hashes, is skipped. Otherwise it is compiled (through the disk
-cache), written, then loaded with `s2s_runtime.manifest.load` and run once on zeros of its
-input avals before it is reported ok: it must return plain NumPy arrays of its output avals
-(`--no-verify` skips that run). An exported pmap is compiled as the pmap runs it (its SPMD
-module, one replica per device; see `build_plan.stage_target`), on as many CPU devices as
-this process gives itself (`_provide_devices`). An entry that a compiled module no longer exports, or that
-now fails, has its files removed (each removal is reported); files the manifest did not list
-are never touched. A failing function does not stop the others; the exit status is 1 if
-any failed.
+cache), written, then loaded with `s2s_runtime.manifest.load_from` and run once on zeros of
+its input avals before it is reported ok: it must return plain NumPy arrays of its output
+avals (`--no-verify` skips that run). An exported pmap is compiled as the pmap runs it (its
+SPMD module, one replica per device; see `build_plan.stage_target`), on as many CPU devices
+as this process gives itself (`_provide_devices`). An entry that a compiled module no longer
+exports, or that now fails, has its files removed (each removal is reported); files the
+manifest did not list are never touched, except those a compile of one of its entries
+wrote and no entry came to list (`_sweep`). A failing function does not stop the others;
+the exit status is 1 if any failed.
+
+A build folder never serves an entry that mixes two builds (`s2s_runtime.manifest` checks
+every file's hash, and refuses a mixed entry; this module makes sure there is none):
+
+- Files are named by their content, so a compile never overwrites a file an entry of the
+  current manifest names (but with the same bytes). Each is written under a temporary name,
+  flushed to disk and renamed into place; the manifest that names them is written last, the
+  same way, so a compile killed at any point leaves the old manifest with all its files, or
+  the new one with all of its.
+- One compile at a time writes a folder: from reading the manifest to its last removal, a
+  compile holds the folder's lock (`folder_lock`). Two compiles into one `--out` (two
+  packages, or one package from two checkouts) import and stage at once, then take turns;
+  the second keeps the entries of the first's other modules and replaces those it builds.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import fcntl
+import io
 import json
 import multiprocessing
 import os
+import re
 import sys
 import time
 
@@ -46,19 +64,81 @@ from s2s_runtime.replicated import ReplicatedExecutable, first_devices
 from s2s_runtime.xla import Executable, hlo_text, set_num_cpu_devices
 
 MANIFEST = "manifest.json"
-MANIFEST_LOCK = "manifest.json.lock"   # held while the manifest is read, merged and replaced
+MANIFEST_LOCK = "manifest.json.lock"   # held while a compile reads, writes and sweeps the folder
 MANIFEST_FORMAT = runtime_manifest.MANIFEST_FORMAT
+SUFFIXES = {"mlir": ".mlir", "hlo": ".hlo.txt", "exe": ".exe", "consts": ".consts.npz"}   # by kind
+OUTPUT_SUFFIXES = tuple(SUFFIXES.values())   # of every file an entry lists
 
 
 # ---------------------------------------------------------------------------------------
 # Compiling one target (in a worker process, or in-process with -j 1)
 
 
-def _write(path: str, data: bytes | str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
+def compile_target(target: Target) -> dict:
+    """Compiles one target into the bytes of its files, by kind; never raises for the
+    user's mistakes. Returns its manifest entry (failed, or still to be written), the
+    files' contents and its timings. Writes nothing: files are written by the process that
+    holds the folder's lock (`install`)."""
+    entry = target.entry()
+    start = time.perf_counter()
+    try:
+        replicas = entry.get("replicas")
+        if replicas:
+            data = ReplicatedExecutable(target.text, entry["in_dtypes"], first_devices(replicas["count"])).serialize()
+        else:
+            data = Executable(target.text, entry["in_dtypes"]).serialize()
+        contents = {"mlir": target.text.encode(), "hlo": hlo_text(target.text, metadata=True).encode(),
+                    "exe": data}
+        if target.consts:
+            buffer = io.BytesIO()
+            write_npz(buffer, {f"c{i}": c for i, c in enumerate(target.consts)})
+            contents["consts"] = buffer.getvalue()
+    except Exception as e:
+        entry.update({"status": "failed", "error": error_text(e), "location": None})
+        contents = {}
+    return {"entry": entry, "contents": contents, "timings": {"compile": time.perf_counter() - start}}
+
+
+# ---------------------------------------------------------------------------------------
+# Writing into the build folder (under its lock)
+
+
+@contextlib.contextmanager
+def folder_lock(out_dir: str):
+    """Holds the build folder's lock, saying so when another compile holds it first."""
+    with open(os.path.join(out_dir, MANIFEST_LOCK), "a") as lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"s2s compile: waiting for another s2s compile into {out_dir} to finish",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _write(out_dir: str, name: str, data: bytes | str) -> None:
+    """`name` in `out_dir` holding `data`, atomically: written beside it under a temporary
+    name (`_sweep` knows these) and flushed to disk, then renamed over it. A reader sees the
+    old file or the new one, and so does a compile that follows a crash once `_sync_folder`
+    has made the rename durable."""
+    tmp = os.path.join(out_dir, f".{name}.tmp{os.getpid()}")
     with open(tmp, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(out_dir, name))
+
+
+def _sync_folder(out_dir: str) -> None:
+    """Makes the renames in `out_dir` durable: the files before the manifest naming them."""
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _file_sha256(path: str) -> str | None:
@@ -70,16 +150,12 @@ def _file_sha256(path: str) -> str | None:
 
 
 def verify(out_dir: str, entry: dict) -> None:
-    """Loads `entry` as a user would (`s2s_runtime.manifest.load`, from a manifest holding it
-    alone) and runs it on zeros of its inputs; raises unless it returns plain NumPy arrays of
-    the entry's output avals."""
+    """Loads `entry` as a user would (`s2s_runtime.manifest.load_from`, a manifest holding
+    it alone, not yet written) and runs it on zeros of its inputs; raises unless it returns
+    plain NumPy arrays of the entry's output avals."""
     name = entry["name"]
-    path = os.path.join(out_dir, f".verify-{os.getpid()}-{name}.json")
-    _write(path, json.dumps({"format": MANIFEST_FORMAT, **versions(), "entries": {name: entry}}))
-    try:
-        call = runtime_manifest.load(path, name)
-    finally:
-        os.remove(path)
+    alone = {"format": MANIFEST_FORMAT, **versions(), "entries": {name: entry}}
+    call = runtime_manifest.load_from(alone, os.path.join(out_dir, MANIFEST), name)
     results = call(*[np.zeros(a["shape"], a["dtype"]) for a in entry["inputs"]])
     got = [(type(r).__name__, getattr(r, "dtype", None), getattr(r, "shape", None)) for r in results] \
         if isinstance(results, list) else results
@@ -89,44 +165,30 @@ def verify(out_dir: str, entry: dict) -> None:
                            f"where its manifest entry says {wanted!r}")
 
 
-def compile_target(target: Target, out_dir: str, check: bool = True) -> dict:
-    """Compiles one target, writes its files and (with `check`) verifies them; never raises
-    for the user's mistakes. Returns its manifest entry, and its timings apart."""
-    entry = target.entry()
-    files = {"mlir": f"{target.name}.mlir", "hlo": f"{target.name}.hlo.txt",
-             "exe": f"{target.name}.exe"}
-    if target.consts:
-        files["consts"] = f"{target.name}.consts.npz"
-    start = time.perf_counter()
-    timings = {}
+def install(out_dir: str, result: dict, check: bool) -> dict:
+    """Writes the files of a compiled target (`compile_target`'s result) under names of their
+    content and (with `check`) verifies them; returns its manifest entry, ok or failed, with
+    the verification's time in the result's timings. The files of an entry that fails here
+    are left to `_sweep`."""
+    entry = result["entry"]
+    if entry.get("status") == "failed":
+        return entry
+    contents = result["contents"]
+    files = {kind: f"{entry['name']}.{sha256(data)[:16]}{SUFFIXES[kind]}" for kind, data in contents.items()}
     try:
-        replicas = entry.get("replicas")
-        if replicas:
-            data = ReplicatedExecutable(target.text, entry["in_dtypes"], first_devices(replicas["count"])).serialize()
-        else:
-            data = Executable(target.text, entry["in_dtypes"]).serialize()
-        if target.consts:
-            write_npz(os.path.join(out_dir, files["consts"]),
-                      {f"c{i}": c for i, c in enumerate(target.consts)})
-        _write(os.path.join(out_dir, files["mlir"]), target.text)
-        _write(os.path.join(out_dir, files["hlo"]), hlo_text(target.text, metadata=True))
-        _write(os.path.join(out_dir, files["exe"]), data)
+        for kind, data in contents.items():
+            _write(out_dir, files[kind], data)
         entry.update({"status": "ok", "files": files, "verified": check})
-        entry.update({f"{kind}_sha256": _file_sha256(os.path.join(out_dir, file))
-                      for kind, file in files.items()})
-        timings["compile"] = time.perf_counter() - start
+        entry.update({f"{kind}_sha256": sha256(data) for kind, data in contents.items()})
         if check:
+            start = time.perf_counter()
             verify(out_dir, entry)
-            timings["verify"] = time.perf_counter() - start - timings["compile"]
+            result["timings"]["verify"] = time.perf_counter() - start
     except Exception as e:
-        for file in files.values():   # nothing half-written stays behind a failed entry
-            if os.path.isfile(os.path.join(out_dir, file)):
-                os.remove(os.path.join(out_dir, file))
         for field in ["files", "verified"] + [f"{kind}_sha256" for kind in files]:
             entry.pop(field, None)
         entry.update({"status": "failed", "error": error_text(e), "location": None})
-    timings.setdefault("compile", time.perf_counter() - start)
-    return {"entry": entry, "timings": timings}
+    return entry
 
 
 def up_to_date(entry: dict | None, target: Target, out_dir: str, check: bool) -> bool:
@@ -157,9 +219,6 @@ def read_manifest(out_dir: str) -> dict:
     return manifest
 
 
-OUTPUT_SUFFIXES = (".mlir", ".hlo.txt", ".exe", ".consts.npz")   # what compile_target writes
-
-
 def _listed_files(entry) -> set[str]:
     """The plain file names an entry lists (no folder, no dot file), of the kinds compile
     writes: a damaged manifest can never name the manifest itself or another file."""
@@ -170,41 +229,51 @@ def _listed_files(entry) -> set[str]:
             and not f.startswith(".") and f.endswith(OUTPUT_SUFFIXES)}
 
 
-def merge_into_manifest(out_dir: str, compiled_modules: set[str],
+def _sweep(out_dir: str, names, kept: set[str]) -> None:
+    """Removes the files that compiles of the entries `names` wrote and no entry lists (not
+    in `kept`): those of an entry that failed its verification, and those a compile killed
+    before its manifest left, finished (NAME.HASH.exe ...) or not (their temporary names,
+    and the manifest's)."""
+    stems = "|".join(re.escape(name) for name in names if name) or "(?!)"   # (?!): none at all
+    generated = rf"(?:{stems})\.[0-9a-f]{{16}}(?:{'|'.join(map(re.escape, OUTPUT_SUFFIXES))})"
+    pattern = re.compile(rf"{generated}|\.(?:{generated}|{re.escape(MANIFEST)})\.tmp\d+")
+    for file in os.listdir(out_dir):
+        path = os.path.join(out_dir, file)
+        if file not in kept and pattern.fullmatch(file) and os.path.isfile(path) and not os.path.islink(path):
+            os.remove(path)
+
+
+def merge_into_manifest(out_dir: str, current: dict, compiled_modules: set[str],
                         results: dict) -> dict[str, tuple[str, list]]:
-    """Writes this run's entries into the folder's manifest, keeping the entries of other
-    modules that a concurrent `s2s compile` into the same folder may have written since this
-    run began: the manifest is re-read and replaced under an exclusive lock, atomically.
+    """Writes this run's entries into the folder's manifest (`current`, as read under the
+    lock this run holds), keeping the entries of other modules, and replaces it atomically.
 
     An old entry of a compiled module (or of a name this run rebuilt, or any entry built by
     another s2s or jaxlib version, which is dropped) gives up the files the new manifest no
-    longer lists: they are removed. Returns, per entry name that is gone from
-    the manifest or lost files, its module and the files removed."""
+    longer lists: they are removed, once the new manifest is in place. Returns, per entry
+    name that is gone from the manifest or lost files, its module and the files removed."""
     removed: dict[str, tuple[str, list]] = {}
-    with open(os.path.join(out_dir, MANIFEST_LOCK), "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            current = read_manifest(out_dir)
-            same_versions = all(current.get(k) == v for k, v in versions().items())
-            entries, replaced = {}, {}
-            for name, entry in current.get("entries", {}).items():
-                if isinstance(entry, dict) and (entry.get("module") in compiled_modules or name in results
-                                                or not same_versions):
-                    replaced[name] = entry   # (another version's executables do not load here)
-                elif isinstance(entry, dict):
-                    entries[name] = entry
-            entries.update(results)
-            manifest = {"format": MANIFEST_FORMAT, **versions(), "entries": entries}
-            _write(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=1) + "\n")
-            kept = set().union(*map(_listed_files, entries.values()))
-            for name, entry in replaced.items():
-                for file in sorted(_listed_files(entry) - kept):
-                    path = os.path.join(out_dir, file)
-                    if os.path.isfile(path) and not os.path.islink(path):
-                        os.remove(path)
-                        removed.setdefault(name, (entry.get("module"), []))[1].append(file)
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    same_versions = all(current.get(k) == v for k, v in versions().items())
+    entries, replaced = {}, {}
+    for name, entry in current.get("entries", {}).items():
+        if isinstance(entry, dict) and (entry.get("module") in compiled_modules or name in results
+                                        or not same_versions):
+            replaced[name] = entry   # (another version's executables do not load here)
+        elif isinstance(entry, dict):
+            entries[name] = entry
+    entries.update(results)
+    manifest = {"format": MANIFEST_FORMAT, **versions(), "entries": entries}
+    _sync_folder(out_dir)   # every file it names, before the manifest
+    _write(out_dir, MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    _sync_folder(out_dir)
+    kept = set().union(*map(_listed_files, entries.values()))
+    for name, entry in replaced.items():
+        for file in sorted(_listed_files(entry) - kept):
+            path = os.path.join(out_dir, file)
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.remove(path)
+                removed.setdefault(name, (entry.get("module"), []))[1].append(file)
+    _sweep(out_dir, set(results) | set(replaced), kept)
     return removed
 
 
@@ -230,13 +299,13 @@ def _worker_failure(target: Target, error: BaseException) -> dict:
                       "error": f"worker failed: {type(error).__name__}: {error}"}, "timings": {}}
 
 
-def _compile_all(todo: list[Target], out_dir: str, jobs: int, check: bool):
+def _compile_all(todo: list[Target], jobs: int):
     """Yields (target, compile_target's result) as each finishes."""
     if jobs > 1 and len(todo) > 1:
         context = multiprocessing.get_context("spawn")  # no fork of a process with threads
         with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(todo)),
                                                     mp_context=context) as pool:
-            futures = {pool.submit(compile_target, t, out_dir, check): t for t in todo}
+            futures = {pool.submit(compile_target, t): t for t in todo}
             for future in concurrent.futures.as_completed(futures):
                 target = futures[future]
                 try:
@@ -245,7 +314,7 @@ def _compile_all(todo: list[Target], out_dir: str, jobs: int, check: bool):
                     yield target, _worker_failure(target, e)
     else:
         for target in todo:
-            yield target, compile_target(target, out_dir, check)
+            yield target, compile_target(target)
 
 
 def _provide_devices(count: int) -> None:
@@ -265,9 +334,35 @@ def compile_paths(paths, out_dir: str, jobs: int = 1, force: bool = False,
                   check: bool = True) -> int:
     modules = discover(paths)
     os.makedirs(out_dir, exist_ok=True)
-    old_entries = read_manifest(out_dir).get("entries", {}) if not force else {}
     targets, failures = plan(modules)
     _provide_devices(max([t.fields["replicas"]["count"] for t in targets if "replicas" in t.fields], default=1))
+    with folder_lock(out_dir):
+        results, skipped, removed = _build(out_dir, {m.relative for m in modules}, targets, failures,
+                                           jobs, force, check)
+    unimportable = {e["module"] for e in failures if e["function"] is None}
+    compiled = {m.relative for m in modules}
+    for name, (module, files) in removed.items():
+        why = ("built by another s2s or jaxlib version" if name not in results and module not in compiled
+               else "its module failed to import" if name not in results and module in unimportable
+               else "no longer exported" if name not in results else "now failed"
+               if results[name]["status"] != "ok" else "files no longer needed")
+        print(f"s2s compile: removed {', '.join(files)} ({name}: {why})", file=sys.stderr)
+    failed = [e for e in results.values() if e["status"] != "ok"]
+    for e in failed:
+        print(f"s2s compile: {e['name']} failed at {e.get('location') or '<unknown>'}:\n"
+              f"{e['error']}", file=sys.stderr)
+    print(f"s2s compile: {len(results) - len(failed)} ok ({skipped} skipped), "
+          f"{len(failed)} failed; manifest {os.path.join(out_dir, MANIFEST)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _build(out_dir: str, compiled_modules: set[str], targets: list[Target], failures: list[dict],
+           jobs: int, force: bool, check: bool):
+    """Compiles the targets that are not up to date, writes them and the manifest, under the
+    folder's lock. Returns every entry by name, how many were skipped, and what
+    `merge_into_manifest` removed."""
+    current = read_manifest(out_dir)
+    old_entries = current.get("entries", {}) if not force else {}
     total = len(targets) + len(failures)
     done = 0
     results: dict[str, dict] = {}
@@ -284,27 +379,13 @@ def compile_paths(paths, out_dir: str, jobs: int = 1, force: bool = False,
             _progress(done, total, old)
         else:
             todo.append(target)
-    for target, result in _compile_all(todo, out_dir, jobs, check):
+    for target, result in _compile_all(todo, jobs):
         done += 1
-        results[target.name] = result["entry"]
-        _progress(done, total, result["entry"], result["timings"])
+        results[target.name] = install(out_dir, result, check)
+        _progress(done, total, results[target.name], result["timings"])
     order = [e["name"] for e in failures] + [t.name for t in targets]
-    removed = merge_into_manifest(out_dir, {m.relative for m in modules}, {n: results[n] for n in order})
-    unimportable = {e["module"] for e in failures if e["function"] is None}
-    compiled = {m.relative for m in modules}
-    for name, (module, files) in removed.items():
-        why = ("built by another s2s or jaxlib version" if name not in results and module not in compiled
-               else "its module failed to import" if name not in results and module in unimportable
-               else "no longer exported" if name not in results else "now failed"
-               if results[name]["status"] != "ok" else "files no longer needed")
-        print(f"s2s compile: removed {', '.join(files)} ({name}: {why})", file=sys.stderr)
-    failed = [e for e in results.values() if e["status"] != "ok"]
-    for e in failed:
-        print(f"s2s compile: {e['name']} failed at {e.get('location') or '<unknown>'}:\n"
-              f"{e['error']}", file=sys.stderr)
-    print(f"s2s compile: {len(results) - len(failed)} ok ({len(targets) - len(todo)} skipped), "
-          f"{len(failed)} failed; manifest {os.path.join(out_dir, MANIFEST)}", file=sys.stderr)
-    return 1 if failed else 0
+    removed = merge_into_manifest(out_dir, current, compiled_modules, {n: results[n] for n in order})
+    return results, len(targets) - len(todo), removed
 
 
 def cmd_compile(args) -> int:

@@ -241,7 +241,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("compile", help="compile every @s2s.export of modules or package folders "
                                         "to StableHLO, HLO and XLA executables, with a manifest")
     p.add_argument("paths", nargs="+", help="module files, or folders searched for them")
-    p.add_argument("--out", required=True, help="directory for NAME.mlir/.hlo.txt/.exe and manifest.json")
+    p.add_argument("--out", required=True, help="directory for NAME.HASH.mlir/.hlo.txt/.exe and manifest.json")
     p.add_argument("-j", "--jobs", type=int, default=1, help="parallel worker processes")
     p.add_argument("--force", action="store_true", help="recompile entries that are up to date")
     p.add_argument("--no-verify", action="store_true",

@@ -246,9 +246,10 @@ def vjp_function(fn):
     return _DerivedWithSignature(fn, "vjp", required + [out_bar] + defaulted, call)
 
 
-def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+def write_npz(path: str | io.BytesIO, arrays: dict[str, np.ndarray]) -> None:
     """An .npz whose bytes depend only on the arrays (fixed timestamps, sorted names), so
-    that regenerated files are byte for byte the same."""
+    that regenerated files are byte for byte the same; into a file, or a buffer for a
+    writer that names the file by its content (`s2s compile`)."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
         for name in sorted(arrays):
             buffer = io.BytesIO()

@@ -3,6 +3,7 @@ rebuilds, failures with their location, and loading an entry with s2s_runtime al
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -76,6 +77,18 @@ sys.meta_path.insert(0, Block())
 """
 
 
+def built_file(out, name: str, kind: str):
+    """The path of the file of `kind` ('mlir', 'hlo', 'exe', 'consts') that the manifest in
+    `out` lists for entry `name` (its name holds a hash of its content)."""
+    files = json.loads((out / "manifest.json").read_text())["entries"][name]["files"]
+    return out / files[kind]
+
+
+def built_files(out, name: str) -> list[str]:
+    """The files the manifest in `out` lists for entry `name`, sorted."""
+    return sorted(json.loads((out / "manifest.json").read_text())["entries"][name]["files"].values())
+
+
 def run_compile(*args):
     return subprocess.run([sys.executable, "-m", "s2s", "compile", *args], cwd=ROOT,
                           capture_output=True, text=True)
@@ -87,17 +100,18 @@ def test_compile_package_reports_failures_skips_unchanged_and_loads_without_s2s(
     result = run_compile(str(pkg), "--out", str(out), "-j", "2")
     assert result.returncode == 1, result.stdout + result.stderr
     for name in ("good.loss", "good.grad_loss", "good.combine", "good.project"):
-        for suffix in (".mlir", ".hlo.txt", ".exe"):
-            assert (out / f"{name}{suffix}").is_file(), f"{name}{suffix} missing\n{result.stderr}"
-    assert not (out / "sub.bad.broken.exe").exists()
-    assert "stablehlo" in (out / "good.loss.mlir").read_text()
-    assert "ENTRY" in (out / "good.grad_loss.hlo.txt").read_text()
+        for kind, suffix in (("mlir", ".mlir"), ("hlo", ".hlo.txt"), ("exe", ".exe")):
+            path = built_file(out, name, kind)
+            assert path.is_file() and re.fullmatch(rf"{name}\.[0-9a-f]{{16}}{suffix}", path.name), path
+    assert not [f for f in os.listdir(out) if f.startswith("sub.bad.broken")]
+    assert "stablehlo" in built_file(out, "good.loss", "mlir").read_text()
+    assert "ENTRY" in built_file(out, "good.grad_loss", "hlo").read_text()
 
     manifest = json.loads((out / "manifest.json").read_text())
     entries = manifest["entries"]
     assert set(entries) == {"good.loss", "good.grad_loss", "good.combine", "good.project",
                             "sub.bad.broken"}
-    assert entries["good.project"]["num_consts"] == 1 and (out / "good.project.consts.npz").is_file()
+    assert entries["good.project"]["num_consts"] == 1 and built_file(out, "good.project", "consts").is_file()
     broken = entries["sub.bad.broken"]
     assert broken["status"] == "failed"
     assert broken["location"] == f"sub/bad.py:{BAD_LINE}"   # relative to the folder compiled
@@ -108,20 +122,20 @@ def test_compile_package_reports_failures_skips_unchanged_and_loads_without_s2s(
     assert loss["outputs"] == [{"shape": [], "dtype": "float32"}]
     assert entries["good.grad_loss"]["transform"] == "grad"
     assert loss["module"] == "good.py" and loss["verified"] is True
-    assert loss["mlir_sha256"] == hashlib.sha256((out / "good.loss.mlir").read_bytes()).hexdigest()
-    assert loss["exe_sha256"] == hashlib.sha256((out / "good.loss.exe").read_bytes()).hexdigest()
+    assert loss["mlir_sha256"] == hashlib.sha256(built_file(out, "good.loss", "mlir").read_bytes()).hexdigest()
+    assert loss["exe_sha256"] == hashlib.sha256(built_file(out, "good.loss", "exe").read_bytes()).hexdigest()
     # progress lines, one per target, and the failure's location on stderr
     assert "[" in result.stderr and "/5] good.grad_loss ok" in result.stderr
     assert f"bad.py:{BAD_LINE}" in result.stderr
 
     # Second run: nothing changed, so every good entry is skipped (the failure is retried).
-    mtime = (out / "good.loss.exe").stat().st_mtime_ns
+    mtime = built_file(out, "good.loss", "exe").stat().st_mtime_ns
     before = (out / "manifest.json").read_bytes()
     again = run_compile(str(pkg), "--out", str(out), "-j", "2")
     assert again.returncode == 1
     for name in ("good.loss", "good.grad_loss", "good.combine"):
         assert f"{name} skipped" in again.stderr, again.stderr
-    assert (out / "good.loss.exe").stat().st_mtime_ns == mtime
+    assert built_file(out, "good.loss", "exe").stat().st_mtime_ns == mtime
     assert (out / "manifest.json").read_bytes() == before   # no timings, no run state
 
     # Fixing the broken module recompiles it alone; exit status 0.
@@ -129,7 +143,7 @@ def test_compile_package_reports_failures_skips_unchanged_and_loads_without_s2s(
     fixed = run_compile(str(pkg), "--out", str(out))
     assert fixed.returncode == 0, fixed.stderr
     assert "sub.bad.broken ok" in fixed.stderr and "good.loss skipped" in fixed.stderr
-    assert (out / "sub.bad.broken.exe").is_file()
+    assert built_file(out, "sub.bad.broken", "exe").is_file()
 
     # Load entries with the runtime only: importing s2s or jax is refused.
     script = RUNTIME_ONLY + textwrap.dedent(f"""
@@ -348,17 +362,15 @@ def test_removed_export_files_are_deleted_and_reported_and_unlisted_files_kept(t
     write_files(tmp_path / "src", {"shrinking.py": source})
     out = tmp_path / "build"
     assert run_compile(str(tmp_path / "src"), "--out", str(out)).returncode == 0
-    assert (out / "shrinking.dropped.exe").is_file()
+    dropped = built_files(out, "shrinking.dropped")
     write_files(out, {"notes.txt": "mine", "stray.exe": "not listed"})
     (tmp_path / "src" / "shrinking.py").write_text(FUSED)
     again = run_compile(str(tmp_path / "src"), "--out", str(out))
     assert again.returncode == 0, again.stderr
-    assert ("removed shrinking.dropped.exe, shrinking.dropped.hlo.txt, shrinking.dropped.mlir "
-            "(shrinking.dropped: no longer exported)") in again.stderr
+    assert f"removed {', '.join(dropped)} (shrinking.dropped: no longer exported)" in again.stderr
     assert sorted(os.listdir(out)) == sorted(
         ["manifest.json", "manifest.json.lock", "notes.txt", "stray.exe"]
-        + [f"shrinking.{stem}{suffix}" for stem in ("fused", "grad_fused")
-           for suffix in (".exe", ".hlo.txt", ".mlir")])
+        + built_files(out, "shrinking.fused") + built_files(out, "shrinking.grad_fused"))
     assert sorted(json.loads((out / "manifest.json").read_text())["entries"]) == [
         "shrinking.fused", "shrinking.grad_fused"]
 
@@ -418,20 +430,20 @@ def test_same_package_from_two_checkouts_gives_identical_manifest_and_mlir(tmp_p
     for name in os.listdir(one):
         if name.endswith((".json", ".mlir", ".hlo.txt", ".npz")):
             assert (one / name).read_bytes() == (two / name).read_bytes(), name
-    mlir = (one / "repro_pkg.model.loss.mlir").read_text()
+    mlir = built_file(one, "repro_pkg.model.loss", "mlir").read_text()
     assert 'loc("repro_pkg/model.py":9:' in mlir and str(tmp_path) not in mlir
-    assert 'source_file="repro_pkg/model.py" source_line=9' in (one / "repro_pkg.model.loss.hlo.txt").read_text()
+    assert 'source_file="repro_pkg/model.py" source_line=9' in built_file(one, "repro_pkg.model.loss", "hlo").read_text()
 
 
 def test_module_that_stops_importing_has_its_entries_files_removed_and_says_why(tmp_path):
     write_files(tmp_path / "src", {"breaking.py": FUSED})
     out = tmp_path / "build"
     assert run_compile(str(tmp_path / "src"), "--out", str(out)).returncode == 0
+    fused = built_files(out, "breaking.fused")
     (tmp_path / "src" / "breaking.py").write_text(FUSED + "\nraise RuntimeError('boom')\n")
     broken = run_compile(str(tmp_path / "src"), "--out", str(out))
     assert broken.returncode == 1
-    assert ("removed breaking.fused.exe, breaking.fused.hlo.txt, breaking.fused.mlir "
-            "(breaking.fused: its module failed to import)") in broken.stderr
+    assert f"removed {', '.join(fused)} (breaking.fused: its module failed to import)" in broken.stderr
     entries = json.loads((out / "manifest.json").read_text())["entries"]
     assert list(entries) == ["breaking.<module>"] and "boom" in entries["breaking.<module>"]["error"]
     assert sorted(os.listdir(out)) == ["manifest.json", "manifest.json.lock"]
@@ -481,7 +493,7 @@ def test_an_exported_pmap_compiles_to_its_spmd_module_and_loads_on_as_many_devic
                                                                     "out_axes": [None]}
     assert entry["inputs"] == [{"shape": [3], "dtype": "float64"}, {"shape": [2, 4, 3], "dtype": "float64"}]
     assert entry["outputs"][1] == {"shape": [4, 2, 3], "dtype": "float64"}
-    assert "mhlo.num_replicas = 2" in (out / "parallel.pmap_local_step.mlir").read_text()
+    assert "mhlo.num_replicas = 2" in built_file(out, "parallel.pmap_local_step", "mlir").read_text()
     script = RUNTIME_ONLY + textwrap.dedent(f"""
         import numpy as np
         from s2s_runtime import manifest
