@@ -215,6 +215,19 @@ def reads_axis(eqn) -> bool:
                for jaxpr in _sub_jaxprs(value) for inner in jaxpr.eqns)
 
 
+def axis_readers_in(jaxpr: Jaxpr) -> list[str]:
+    """The primitives of `jaxpr`'s equations that read a named axis (the collectives,
+    axis_index), by name and in order, those in the jaxprs an equation runs at its place:
+    what a mapped function communicates, as messages name it."""
+    names = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive in axis_readers:
+            names.append(eqn.primitive.name)
+        names += [name for value in eqn.params.values() for inner in _sub_jaxprs(value)
+                  for name in axis_readers_in(inner)]
+    return names
+
+
 def batch_eqns(closed: ClosedJaxpr, args: list, dims: list, axis: Axis) -> tuple[list, list]:
     """Stages the batched `closed` into the current builder; returns (outputs, their dims)."""
     builder = current_builder()

@@ -8,9 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from s2s import lax
 from s2s.errors import StagingError
-from s2s.passes.vmap import Axis, batch_jaxpr
+from s2s.passes.vmap import Axis, axis_readers_in, batch_jaxpr
 from s2s.primitives import elementwise as ew
+from s2s.staging import named_axis
 from tests.passes.batching import check_batching
 from tests.passes.handbuilt import arr, build, names
 
@@ -110,3 +112,18 @@ def test_select_and_clamp_with_some_operands_unbatched():
     check_batching(lambda p, x, y: ew.select.bind(p, x, y), [pred, a, b.T], [0, None, 1])
     lo, hi = np.float64(-0.2), rng.uniform(0, 1, size=(5, 3))
     check_batching(lambda l, x, h: ew.clamp.bind(l, x, h), [lo, b, hi], [None, 0, 1])
+
+
+def _body(i, x):
+    return lax.pmax(x, "i") + i
+
+
+def _communicating(x):
+    return lax.all_gather(lax.fori_loop(0, 2, _body, lax.psum(x, "i")), "i")
+
+
+def test_axis_readers_in_lists_the_collectives_in_order_with_those_in_loop_bodies():
+    with named_axis("i", 2):
+        closed = build(_communicating, arr(3))
+    assert names(closed) == ["psum", "scan", "all_gather"]
+    assert axis_readers_in(closed.jaxpr) == ["psum", "pmax", "all_gather"]
