@@ -8,7 +8,8 @@ Every process calls `initialize` before its first jit call or device query, with
 address and process count and its own `process_id` (0 runs the coordinator). Afterwards
 `s2s.devices()` lists every process's devices, `s2s.local_devices()` this one's; a pmap
 maps one slice per local device and its collectives (`psum`, `pmean`, `all_gather` ...)
-span all devices of all processes; every process must make the same pmap calls. The
+span all devices of all processes; every process must make the same pmap calls, which each
+checks before a program first runs (else ProgramMismatchError, naming what differs). The
 runtime is jaxlib's own (coordination service, Gloo collectives over TCP): see
 `s2s_runtime.distributed` for what happens when a process cannot join or goes away.
 """
@@ -16,9 +17,9 @@ from __future__ import annotations
 
 from s2s.errors import S2SError
 from s2s_runtime import distributed as runtime
-from s2s_runtime.distributed import PeerLostError
+from s2s_runtime.distributed import PeerLostError, ProgramMismatchError
 
-__all__ = ["DistributedError", "PeerLostError", "initialize", "shutdown"]
+__all__ = ["DistributedError", "PeerLostError", "ProgramMismatchError", "initialize", "shutdown"]
 
 
 class DistributedError(S2SError, RuntimeError):
@@ -40,6 +41,10 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
     but a process never came, jaxlib ends the process with its own message). A process
     that stops sending heartbeats for `heartbeat_timeout` seconds ends the others (jaxlib
     names it); one that dies during a collective makes it raise PeerLostError at once.
+    Before a pmap's program first runs, every process checks that all the others run the
+    same one (its collectives, the shapes and dtypes of its arguments) and raises
+    ProgramMismatchError naming the difference, or a process that did not come to run it
+    within `timeout` seconds.
     """
     if not isinstance(coordinator_address, str):
         raise DistributedError(f"coordinator_address must be a 'host:port' string, not {coordinator_address!r}",

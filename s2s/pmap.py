@@ -50,10 +50,11 @@ from s2s.errors import S2SError, StagingError
 from s2s.frontend import Staged, reraise_clean
 from s2s.mapping import positional_names, vmap
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
-from s2s.passes.vmap import example_aval
+from s2s.passes.vmap import axis_readers_in, example_aval
 from s2s.primitives.pmapped import bind_pmap
 from s2s.staging import JaxprBuilder, Tracer, current_builder, named_axis
-from s2s_runtime.distributed import process_count, replica_count, replica_devices, several_processes
+from s2s_runtime.distributed import (ProgramMismatchError, process_count, replica_count, replica_devices,
+                                     several_processes)
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.array import Array
 from s2s_runtime.xla import devices as all_devices, hlo_text
@@ -115,8 +116,12 @@ class Pmapped:
 
     # -- splitting a call over devices
 
+    def _static_positions(self, count: int) -> set[int]:
+        """Which of `count` positional arguments static_broadcasted_argnums names."""
+        return {i % count for i in self.static_argnums if -count <= i < count}
+
     def _split(self, args: tuple, devices_needed: bool) -> _Call:
-        static = {i % len(args) for i in self.static_argnums if -len(args) <= i < len(args)}
+        static = self._static_positions(len(args))
         in_axes = self.in_axes
         if isinstance(in_axes, list):
             in_axes = tuple(in_axes)
@@ -286,19 +291,33 @@ class Pmapped:
             flat = staged.flat_inputs(args, kwargs)
             refuse_donating_twice(flat, donated, 0)
             key = ("pmap", self.axis_name, tuple(d.id for d in used), tuple(in_dims), tuple(sorted(donated)))
-            executable = staged.artifact(key, lambda: self._compile(staged, call.size, used, donated))
+            executable = staged.artifact(key, lambda: self._compile(staged, call.size, used, donated, args, kwargs))
             outs = self._run(executable, staged, in_dims, flat, len(executable.devices), self._out_axes(staged))
             for position, label in donated.items():   # its memory is the results' now
                 if isinstance(flat[position], Array):
                     flat[position]._donate(label)
-        except S2SError as e:
+        except (S2SError, ProgramMismatchError) as e:
             reraise_clean(e)
         return staged.out_tree.unflatten(outs)
 
-    def _compile(self, staged: Staged, size: int, used: list, donated: dict[int, str]) -> ReplicatedExecutable:
+    def _compile(self, staged: Staged, size: int, used: list, donated: dict[int, str], args: tuple,
+                 kwargs: dict) -> ReplicatedExecutable:
         jaxpr = staged.closed.jaxpr
         return ReplicatedExecutable(self._text(staged, size, donated),
-                                    [_device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars], used)
+                                    [_device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars], used,
+                                    *self._described(staged, args, kwargs))
+
+    def _described(self, staged: Staged, args: tuple, kwargs: dict) -> tuple[str, dict[str, list[str]]]:
+        """This call in words, for the message when the processes of a run are about to run
+        different programs: where its function is, and what it runs and is passed (this
+        process's arguments, as the user passed them; a static one by its type, as its repr
+        may hold an address, which differs between processes)."""
+        file, line = staged.location
+        static = self._static_positions(len(args))
+        passed = [f"a static {type(a).__name__}" if i in static else describe_arg(a) for i, a in enumerate(args)]
+        passed += [f"{k}={describe_arg(v)}" for k, v in sorted(kwargs.items())]
+        return (f"pmap({staged.description}) at {file}:{line}",
+                {"runs": axis_readers_in(staged.closed.jaxpr) or ["no collective"], "passes": passed})
 
     def _run(self, executable, staged: Staged, in_dims: list, flat: list, size: int, out_axes: list) -> list:
         jaxpr = staged.closed.jaxpr

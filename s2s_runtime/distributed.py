@@ -16,13 +16,21 @@ Failures are bounded, never a hang:
 - a peer that stops answering (or dies between steps) misses its heartbeats; after
   `heartbeat_timeout` seconds the coordination service tells every process, and jaxlib
   terminates each of them with a message naming the unhealthy process (a Python callback
-  for that event cannot be given: jaxlib 0.10.2 fails to pass it the status).
+  for that event cannot be given: jaxlib 0.10.2 fails to pass it the status);
+- processes about to run different programs across processes (a psum against a pmax,
+  other shapes or dtypes) would meet in Gloo anyway, which then mixes unrelated buffers
+  (wrong results), waits forever, or aborts: before a program first runs, every process
+  checks that all run the same one (`agree_on_program`) and raises ProgramMismatchError
+  naming the difference, or the process that did not come within `timeout`.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
 import dataclasses
+import hashlib
+import json
+import re
 import socket
 import threading
 import time
@@ -39,6 +47,12 @@ class PeerLostError(RuntimeError):
     """A computation across processes failed because another process went away."""
 
 
+class ProgramMismatchError(RuntimeError):
+    """The processes of a run were about to run different programs across processes, or
+    one did not come to run this one in time: raised by each process that checked, before
+    any collective of the program ran."""
+
+
 @dataclasses.dataclass
 class _Run:
     address: str
@@ -46,6 +60,12 @@ class _Run:
     process_id: int
     client: object
     service: object | None
+    timeout: float
+    # The fingerprints of the programs every process agreed on, how many this process
+    # checked (the number its next one is compared under), and the lock checks run under.
+    agreed: set = dataclasses.field(default_factory=set)
+    checked: int = 0
+    checking: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
 
 _run: _Run | None = None
@@ -90,7 +110,7 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
         xla.make_client_with(lambda count: xla_client.make_cpu_client(
             distributed_client=distributed_client, node_id=process_id, num_nodes=num_processes,
             collectives=collectives, num_devices=count))
-        _run = _Run(coordinator_address, num_processes, process_id, distributed_client, service)
+        _run = _Run(coordinator_address, num_processes, process_id, distributed_client, service, timeout)
     atexit.register(shutdown)
     xla.client()   # every process's devices, exchanged through the coordinator
 
@@ -163,6 +183,142 @@ def peer_failures_raised_clearly():
             f"process {process_index()} of {process_count()}: a collective across processes failed, "
             f"most likely because another process died or was stopped ({error}). Check the other "
             "processes' output; every process of the run must make the same calls") from None
+
+
+def agree_on_program(program: str | bytes, replicas: list, label: str, aspects: dict[str, list[str]]) -> None:
+    """Returns once every process of the run is about to run this same program on `replicas`;
+    else raises ProgramMismatchError naming what differs, or the process that did not come
+    within the run's `timeout`. Called before a program across processes first runs.
+
+    `program` is its StableHLO text (a deserialized executable's bytes where that is not
+    known); `label` names it for messages (`pmap(loss) at train.py:12`); `aspects` says
+    what it does in words, each a verb and its items (`{"runs": ["psum"], "passes":
+    ["f32[2,4]"]}`), to name a difference. Each process numbers the programs it checks and
+    puts its n-th fingerprint (the program's hash, the aspects, the devices) in the
+    coordination service's key-value store, then compares every other process's n-th. A
+    program all agreed on is not checked again, so processes making the same calls number
+    them alike whatever their caches hold, and later calls cost nothing.
+    """
+    run = _run
+    if run is None or run.num_processes == 1:
+        return
+    fingerprint = json.dumps({"sha256": program_hash(program),
+                              "aspects": {**aspects, "runs on": [f"devices {[d.id for d in replicas]}"]}})
+    with run.checking:
+        if fingerprint in run.agreed:
+            return
+        run.checked += 1
+        number = run.checked
+        mine = {**json.loads(fingerprint), "label": label}
+        theirs, missing = _published_by_all(run, f"s2s/programs/{number}/", mine)
+        problem = _disagreement(run, number, mine, theirs, missing)
+        if problem is not None:
+            raise ProgramMismatchError(f"process {run.process_id} of {run.num_processes}: {problem}")
+        run.agreed.add(fingerprint)
+
+
+def _disagreement(run: _Run, number: int, mine: dict, theirs: dict[int, dict], missing: list[int]) -> str | None:
+    """What is wrong with this process's `number`-th program given the others' fingerprints
+    (`theirs`) and the processes that put none (`missing`), in words; None when all agree."""
+    label = mine["label"]
+    if missing:
+        plural = len(missing) > 1
+        return (f"{_processes(missing)} did not come to run this process's {_ordinal(number)} program across "
+                f"processes, {label} ({_summary(mine['aspects'])}), within {run.timeout:g} s: "
+                f"{'they run' if plural else 'it runs'} another program there (or one run before, or none), "
+                f"or {'are' if plural else 'is'} still busy elsewhere. Nothing ran: every process must make "
+                "the same pmap calls in the same order; a process that needs longer to get there needs a "
+                "larger `timeout` in s2s.distributed.initialize")
+    differences = []
+    for peer, other in theirs.items():
+        difference = _difference(peer, mine, other)
+        if difference:
+            differences.append(f"process {peer}'s is {'the same' if other['label'] == label else other['label']}: "
+                               f"{difference}")
+    if not differences:
+        return None
+    # Every process sees a difference too, and raises: none may end (process 0 taking the
+    # coordinator with it) while another still reads. A barrier that fails means one ended
+    # anyway, which that process's own error explains.
+    with contextlib.suppress(xla_client.XlaRuntimeError):
+        run.client.wait_at_barrier(f"s2s/programs/{number}/compared", int(run.timeout * 1000))
+    return (f"the processes were about to run different programs as their {_ordinal(number)} across processes. "
+            f"This process's is {label}; {'; '.join(differences)}. Nothing ran: every process must make the "
+            "same pmap calls, in the same order, with arguments of the same shapes and dtypes")
+
+
+_LOCATION = re.compile(r'\s*\bloc\((?:[^()"]|"(?:[^"\\]|\\.)*")*\)')
+_VALUE_NAME = re.compile(r"%[\w$.-]+")
+
+
+def program_hash(program: str | bytes) -> str:
+    """The sha256 of a program, the same for the same computation wherever its source lies
+    and whatever its values are called: a text's source locations (`loc(...)`) are left out
+    and its values (`%x`) numbered in the order they appear."""
+    if isinstance(program, str):
+        names: dict[str, str] = {}
+        text = _VALUE_NAME.sub(lambda m: names.setdefault(m.group(), f"%{len(names)}"), _LOCATION.sub("", program))
+        program = text.encode()
+    return hashlib.sha256(program).hexdigest()
+
+
+def _published_by_all(run: _Run, prefix: str, mine: dict) -> tuple[dict[int, dict], list[int]]:
+    """Puts `mine` under `prefix` in the key-value store and reads every other process's:
+    ({process: what it put}, the processes that put nothing within the run's timeout)."""
+    deadline = time.monotonic() + run.timeout
+    others = [p for p in range(run.num_processes) if p != run.process_id]
+    try:
+        run.client.key_value_set(f"{prefix}{run.process_id}", json.dumps(mine))
+        theirs = {}
+        for peer in others:
+            wait_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            theirs[peer] = json.loads(run.client.blocking_key_value_get(f"{prefix}{peer}", wait_ms))
+        return theirs, []
+    except xla_client.XlaRuntimeError as error:
+        if "DEADLINE_EXCEEDED" not in str(error):   # the coordinator, process 0, went away
+            raise PeerLostError(f"process {run.process_id} could not compare the program it is about to run "
+                                f"with the other processes' through the coordinator at {run.address}: {error}"
+                                ) from None
+    arrived = {key.rsplit("/", 1)[1] for key, _ in run.client.key_value_dir_get(prefix)}
+    return {}, [p for p in others if str(p) not in arrived]
+
+
+def _difference(peer: int, mine: dict, theirs: dict) -> str | None:
+    """What process `peer`'s fingerprint says its program does otherwise than this
+    process's, in words; None when they are the same."""
+    if mine["sha256"] == theirs["sha256"] and mine["aspects"] == theirs["aspects"]:
+        return None
+    said = [_contrast(peer, verb, ours, theirs["aspects"].get(verb, []))
+            for verb, ours in mine["aspects"].items() if theirs["aspects"].get(verb, []) != ours]
+    return "; ".join(said) or (f"process {peer} runs the same collectives on the same arguments but computes "
+                               "something else (its StableHLO differs from this process's)")
+
+
+def _contrast(peer: int, verb: str, ours: list[str], theirs: list[str]) -> str:
+    """`process 1 runs pmax where this process runs psum`: of lists as long, the first item
+    that differs and where it is; else both lists."""
+    if len(ours) == len(theirs) > 1:
+        i = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+        return (f"process {peer} {verb} {theirs[i]} where this process {verb} {ours[i]} "
+                f"(the {_ordinal(i + 1)} of {len(ours)})")
+    return f"process {peer} {verb} {_listed(theirs)} where this process {verb} {_listed(ours)}"
+
+
+def _summary(aspects: dict[str, list[str]]) -> str:
+    return "; ".join(f"{verb} {_listed(items)}" for verb, items in aspects.items())
+
+
+def _listed(items: list[str], most: int = 6) -> str:
+    shown = ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+    return shown or "nothing"
+
+
+def _processes(ids: list[int]) -> str:
+    return f"process {ids[0]}" if len(ids) == 1 else f"processes {', '.join(map(str, ids))}"
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 < 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _host_and_port(address: str) -> tuple[str, int]:

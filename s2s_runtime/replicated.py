@@ -6,11 +6,13 @@ device (JAXLIB_NOTES.md, "Several devices"); the results come back one array per
 per output. In a run of several processes (`s2s_runtime.distributed`) the `n` devices are
 every process's, each process compiles the same program and gives the shards of its own
 devices only (the array spans all `n`; jaxlib asks for the addressable shards alone), and
-gets back its own devices' results. jaxlib's per-device arrays are put on a GSPMD sharding
-marked replicated: each device's shard has the shape the program sees, which is what a
-replica's parameter is. Compiled executables are kept in memory by (module text, devices),
-and on disk in the executable cache like jit's, keyed by everything that changes the
-compiled code. Like `s2s_runtime.xla`, nothing here depends on jax being importable.
+gets back its own devices' results; before such a program first runs, the processes
+check that they all run it (`distributed.agree_on_program`). jaxlib's per-device arrays
+are put on a GSPMD sharding marked replicated: each device's shard has the shape the
+program sees, which is what a replica's parameter is. Compiled executables are kept in
+memory by (module text, devices), and on disk in the executable cache like jit's, keyed by
+everything that changes the compiled code. Like `s2s_runtime.xla`, nothing here depends
+on jax being importable.
 """
 from __future__ import annotations
 
@@ -80,20 +82,26 @@ class ReplicatedExecutable:
 
     `execute(shards)` takes, per parameter, one array per device of `devices` (the i-th
     gets `shards[p][i]`) or a ShardedArray, and returns, per result, one device array per
-    device of `devices`.
+    device of `devices`. `label` and `aspects` say what the program is in words, for the
+    message when processes about to run it disagree (see `distributed.agree_on_program`).
     """
 
-    def __init__(self, mlir_text: str, in_dtypes, replicas: list):
+    def __init__(self, mlir_text: str, in_dtypes, replicas: list, label: str = "a replicated program",
+                 aspects: dict[str, list[str]] | None = None):
         device_list, options = replica_options(replicas)
         exe, serialized, cache_hit = _compile(mlir_text, list(replicas), device_list, options)
-        self._setup(exe, serialized, in_dtypes, replicas, device_list, mlir_text, cache_hit)
+        self._setup(exe, serialized, in_dtypes, replicas, device_list, mlir_text, cache_hit, label, aspects)
 
-    def _setup(self, exe, serialized, in_dtypes, replicas, device_list, text, cache_hit: bool) -> None:
+    def _setup(self, exe, serialized, in_dtypes, replicas, device_list, text, cache_hit: bool,
+               label: str = "a replicated program", aspects: dict[str, list[str]] | None = None) -> None:
         _install_sharding_hooks()
         self._exe, self._serialized = exe, serialized
         self.replicas = list(replicas)
         here = client().process_index()
         self.devices = [d for d in self.replicas if d.process_index == here]
+        # Replicas in other processes run it only if those processes agree to (first call).
+        self._unagreed = len(self.devices) < len(self.replicas)
+        self.label, self.aspects = label, aspects or {}
         self.text = text
         self.cache_hit = cache_hit
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]
@@ -142,6 +150,10 @@ class ReplicatedExecutable:
         device (jaxlib's; `np.asarray` reads one)."""
         if len(shards) != len(self.in_dtypes):
             raise ValueError(f"the program takes {len(self.in_dtypes)} parameters, got {len(shards)}")
+        if self._unagreed:   # before any collective: one that other processes run differently breaks them
+            distributed.agree_on_program(self.text if self.text is not None else self._serialized,
+                                         self.replicas, self.label, self.aspects)
+            self._unagreed = False
         arrays = [self._spanning_array(parts, dtype) for parts, dtype in zip(shards, self.in_dtypes)]
         with distributed.peer_failures_raised_clearly():
             results = self._exe.execute_sharded(arrays).disassemble_into_single_device_arrays()

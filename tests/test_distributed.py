@@ -7,8 +7,11 @@ devices (against NumPy) and whose data-parallel training step equals the one-pro
 on the full batch; a process killed (or stopped) mid-run, after which the other ends with
 a clear error within its timeout; a coordinator nobody serves, which fails clearly within
 the timeout, one whose port is taken, and one whose peer never comes (jaxlib ends it); `initialize` after the first device query,
-refused; and the README's two-process example trains as one process does on the full
-batch. Workers block importing jax: the multi-process path must not lean on jax's hooks.
+refused; the README's two-process example trains as one process does on the full batch;
+processes about to run different programs (psum against pmax, other shapes or dtypes,
+all_gather against psum) each raise ProgramMismatchError naming the difference, and one
+whose peer never comes to its program raises within its timeout. Workers block importing
+jax: the multi-process path must not lean on jax's hooks.
 """
 import os
 import pathlib
@@ -33,12 +36,14 @@ if __name__ == "__main__":   # a worker: before s2s and jaxlib load
 
 import s2s  # noqa: E402
 from s2s import lax  # noqa: E402
+from s2s_runtime.distributed import _difference, program_hash  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROCESSES, LOCAL_DEVICES = 2, 2
 PER_DEVICE, WIDTH, CLASSES = 3, 5, 4
 WORKER_TIMEOUT_S = 60
 HEARTBEAT_S = 2
+DIVERGED_TIMEOUT_S = 4
 
 
 # -- the computation every worker runs, and its one-process reference
@@ -125,10 +130,61 @@ def _peer_lost_worker(process_id: int, how: str) -> None:
         time.sleep(0.05)
 
 
+def _psum(v):
+    return lax.psum(v, "i")
+
+
+def _pmax(v):
+    return lax.pmax(v, "i")
+
+
+def _pmin(v):
+    return lax.pmin(v, "i")
+
+
+def _gather(v):
+    return lax.all_gather(v, "i")
+
+
+def _mismatch_worker(process_id: int) -> None:
+    """Each case is a program of its own on each process: both raise at once, saying what
+    differs, and nothing ran, so the run goes on; the last is left to end the process."""
+    x = np.arange(LOCAL_DEVICES * 4.0).reshape(LOCAL_DEVICES, 4)
+    first = process_id == 0
+    cases = {"psum against pmax": (_psum if first else _pmax, x),
+             "shapes": (_psum, x if first else np.ones((LOCAL_DEVICES, 5))),
+             "all_gather against psum": (_gather if first else _psum, x)}
+    for case, (fn, arg) in cases.items():
+        start = time.monotonic()
+        try:
+            s2s.pmap(fn, "i")(arg)
+        except s2s.distributed.ProgramMismatchError as error:
+            print(f"{case} after {time.monotonic() - start:.1f} s: {error}", flush=True)
+        else:
+            raise AssertionError(f"{case}: the processes ran different programs")
+    print("the same program sums", np.asarray(s2s.pmap(_psum, "i")(x)).tolist(), flush=True)
+    s2s.pmap(_pmin, "i")(x.astype(np.float32) if first else x)
+
+
+def _diverged_worker(process_id: int) -> None:
+    """Process 0 runs its first program again (agreed on: it goes straight into the
+    collective), process 1 a new one, for which it waits for process 0 in vain."""
+    x = np.ones((LOCAL_DEVICES, 4))
+    s2s.pmap(_psum, "i")(x).block_until_ready()
+    print("first step done", flush=True)
+    start = time.monotonic()
+    try:
+        s2s.pmap(_psum if process_id == 0 else _pmax, "i")(x).block_until_ready()
+    finally:
+        print(f"second step ended after {time.monotonic() - start:.1f} s", flush=True)
+
+
 def _worker(scenario: str, process_id: int, port: int, out: str) -> None:
     if scenario == "late":   # the client exists before initialize
         s2s.devices()
     timeout = 2.0 if scenario in ("unreachable", "late", "port_in_use", "alone") else 30.0
+    if scenario == "diverged" and process_id == 1:   # how long it waits for process 0 to come
+        timeout = DIVERGED_TIMEOUT_S
     try:
         s2s.distributed.initialize(f"127.0.0.1:{port}", PROCESSES, process_id, local_device_count=LOCAL_DEVICES,
                                    timeout=timeout, heartbeat_timeout=HEARTBEAT_S)
@@ -139,6 +195,10 @@ def _worker(scenario: str, process_id: int, port: int, out: str) -> None:
         _collectives_worker(process_id, port, pathlib.Path(out))
     elif scenario in ("killed", "stopped"):
         _peer_lost_worker(process_id, scenario)
+    elif scenario == "mismatches":
+        _mismatch_worker(process_id)
+    elif scenario == "diverged":
+        _diverged_worker(process_id)
     assert "jax" not in sys.modules
     s2s.distributed.shutdown()
     print("worker done", flush=True)
@@ -217,6 +277,95 @@ def test_a_process_lost_mid_run_ends_the_other_with_a_clear_error(tmp_path, how)
         assert "Terminating process because the JAX distributed service detected fatal errors" in output0
         assert "unhealthy (stopped sending heartbeats)" in output0, output0[-3000:]
         assert waited < 10 + 3 * HEARTBEAT_S, waited
+
+
+def _label(fn) -> str:
+    """How a mismatch names a pmap of `fn`: by name and where it is defined."""
+    return f"pmap({fn.__name__}) at {fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
+
+
+def test_processes_about_to_run_different_programs_both_raise_naming_the_difference(tmp_path):
+    """psum against pmax, (2,4) against (2,5), all_gather against psum, then f32 against
+    f64 uncaught, which ends both with exit code 1. Before the check, the first two printed
+    wrong sums, the third hung and the last aborted both processes in Gloo."""
+    port = _free_port()
+    workers = [_start("mismatches", i, port, tmp_path) for i in range(PROCESSES)]
+    outputs = [_finish(worker) for worker in workers]
+    x = np.arange(LOCAL_DEVICES * 4.0).reshape(LOCAL_DEVICES, 4)
+    for me, (code, output, _) in enumerate(outputs):
+        other = 1 - me
+
+        def contrast(verb: str, by_process: tuple) -> str:
+            return f"process {other} {verb} {by_process[other]} where this process {verb} {by_process[me]}"
+
+        expected = {"psum against pmax": contrast("runs", ("psum", "pmax")),
+                    "shapes": contrast("passes", ("f64[2,4]", "f64[2,5]")),
+                    "all_gather against psum": contrast("runs", ("all_gather", "psum"))}
+        for case, difference in expected.items():
+            line = output.split(f"{case} after ", 1)[1].split("\n", 1)[0]
+            assert float(line.split(" s:", 1)[0]) < 10, line   # at once, not after the check's 30 s
+            assert f": process {me} of 2: the processes were about to run different programs" in line, line
+            assert f"{difference}. Nothing ran: every process must make the same pmap calls" in line, line
+        first = (_psum, _pmax)
+        assert (f"This process's is {_label(first[me])}; process {other}'s is {_label(first[other])}: "
+                f"{expected['psum against pmax']}.") in output, output[-3000:]
+        sums = output.split("the same program sums ", 1)[1].split("\n", 1)[0]
+        np.testing.assert_array_equal(np.array(eval(sums)), np.broadcast_to(PROCESSES * x.sum(0), x.shape))
+        assert code == 1, output[-3000:]
+        traceback = output.split("Traceback", 1)[1].split("ProgramMismatchError: ", 1)
+        assert traceback[1].startswith(
+            f"process {me} of 2: the processes were about to run different programs as their 5th across "
+            f"processes. This process's is {_label(_pmin)}; process {other}'s is the same: "
+            f"{contrast('passes', ('f32[2,4]', 'f64[2,4]'))}. Nothing ran"), output[-3000:]
+        assert "s2s_runtime/" not in traceback[0], traceback[0]   # no frames of the runtime's
+
+
+def test_a_process_whose_peer_never_comes_to_its_program_raises_within_its_timeout(tmp_path):
+    """Process 1's second program is new, process 0's is the first again: agreed on, so
+    process 0 goes into its collective unchecked, and process 1 waits for process 0's
+    fingerprint in vain (before the check, both hung in Gloo)."""
+    port = _free_port()
+    workers = [_start("diverged", i, port, tmp_path) for i in range(PROCESSES)]
+    code1, output1, _ = _finish(workers[1])
+    code0, output0, _ = _finish(workers[0])
+    assert "first step done" in output0 and "first step done" in output1, output0[-2000:] + output1[-2000:]
+    waited = float(output1.split("second step ended after ", 1)[1].split(" s", 1)[0])
+    assert DIVERGED_TIMEOUT_S <= waited < DIVERGED_TIMEOUT_S + 5, output1[-3000:]
+    assert code1 == 1, output1[-3000:]
+    assert (f"ProgramMismatchError: process 1 of 2: process 0 did not come to run this process's 2nd program "
+            f"across processes, {_label(_pmax)} (runs pmax; passes f64[2,4]; runs on devices [") in output1, output1
+    assert f"]), within {DIVERGED_TIMEOUT_S} s: it runs another program there" in output1, output1
+    assert code0 == 1 and "PeerLostError" in output0, output0[-3000:]   # its collective lost process 1
+
+
+def _total(w):
+    return lax.psum(w, "i")
+
+
+def test_a_program_is_fingerprinted_by_what_it_computes_not_by_its_names_or_lines():
+    """Processes whose sources lie elsewhere, or name values otherwise, run the same program."""
+    x = np.ones((LOCAL_DEVICES, 4))
+    text = {fn: s2s.pmap(fn, "i").lower(x).as_text() for fn in (_psum, _total, _pmax)}
+    assert text[_psum] != text[_total]
+    assert program_hash(text[_psum]) == program_hash(text[_total])
+    assert program_hash(text[_psum].replace(str(ROOT), "/elsewhere")) == program_hash(text[_psum])
+    assert program_hash(text[_psum]) != program_hash(text[_pmax])
+    assert program_hash(s2s.pmap(_psum, "i").lower(x.astype(np.float32)).as_text()) != program_hash(text[_psum])
+
+
+def test_a_difference_is_named_by_the_first_item_that_differs():
+    def fingerprint(sha256: str, **aspects) -> dict:
+        return {"sha256": sha256, "aspects": aspects}
+
+    mine = fingerprint("a", runs=["psum", "psum", "pmax"], passes=["f32[2,4]"])
+    assert _difference(1, mine, mine) is None
+    assert (_difference(1, mine, fingerprint("b", runs=["psum", "pmin", "pmax"], passes=["f32[2,4]"]))
+            == "process 1 runs pmin where this process runs psum (the 2nd of 3)")
+    assert (_difference(2, mine, fingerprint("b", runs=["psum"], passes=["f32[2,4]", "i32[]"]))
+            == "process 2 runs psum where this process runs psum, psum, pmax; "
+               "process 2 passes f32[2,4], i32[] where this process passes f32[2,4]")
+    assert (_difference(1, mine, {**mine, "sha256": "b"}) == "process 1 runs the same collectives on the same "
+            "arguments but computes something else (its StableHLO differs from this process's)")
 
 
 def test_the_readme_two_process_example_trains_as_one_process_on_the_full_batch(tmp_path):
