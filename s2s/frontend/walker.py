@@ -252,12 +252,14 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
         self.arguments = {id(v) for v in bound_args.values() if isinstance(v, Tracer)}
         key = (id(node), tuple((k, _static_key(v)) for k, v in bound_args.items()))
         stack = _call_stack()
-        if key in stack or len(stack) >= MAX_STAGING_DEPTH:
+        if key in stack:
             raise UnsupportedSyntaxError(
                 f"{self.source.name} calls itself with the same static arguments: "
                 "recursion on staged values cannot be unrolled",
                 "recursion must end on static values (e.g. a Python int depth); "
                 "otherwise write a loop")
+        if len(stack) >= MAX_STAGING_DEPTH:
+            raise self._too_deep(stack, f"it stages at most {MAX_STAGING_DEPTH} calls inside each other")
         stack.append(key)
         try:
             if isinstance(node, ast.Lambda):
@@ -267,8 +269,24 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
             except Return as r:
                 return r.value
             return None
+        except (RecursionError, StagingError) as error:   # Python's stack ran out: say why
+            if isinstance(getattr(error, "original", error), RecursionError) and \
+                    sum(k[0] == id(node) for k in stack) > 1:
+                raise self._too_deep(stack[:-1], "Python's stack ran out") from None
+            raise
         finally:
             stack.pop()
+
+    def _too_deep(self, stack: list, why: str) -> UnsupportedSyntaxError:
+        """The error for a recursion on static arguments deeper than staging goes (each
+        call is staged inside the one before). Raised without a location, it is given the
+        one of the call that went too deep by its caller's walker."""
+        calls = sum(k[0] == id(self.source.node) for k in stack)
+        return UnsupportedSyntaxError(
+            f"{self.source.name} recurses too deep to stage ({calls + 1} calls deep): s2s unrolls a "
+            f"recursion on static arguments, each call staged inside the one before, and {why}",
+            "write the recursion as a loop: a Python `for` over range(n) unrolls the same steps "
+            "without nesting calls, and lax.fori_loop or lax.scan stages the step once")
 
     # --- statements --------------------------------------------------------------------
 

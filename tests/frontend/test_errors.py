@@ -4,6 +4,7 @@ Each function below marks the line the error must point at with a `# ERROR` comm
 """
 import inspect
 import math
+import sys
 
 import autograd
 import numpy as np
@@ -199,6 +200,42 @@ def sorts_in_place(x):
 ])
 def test_unsupported_syntax(fn, contains):
     expect_error(fn, UnsupportedSyntaxError, x3, contains=contains)
+
+
+def sines(x, n):
+    if n == 0:
+        return x
+    return sines(np.sin(x), n - 1)  # ERROR
+
+
+def sines_200_deep(x):
+    return sines(x, 200)
+
+
+def test_static_recursion_stages_each_call():
+    """A recursion on a static int stages its calls one inside the other: 60 deep is
+    NumPy's value, and its derivative the product of the cosines along the way."""
+    value, derivative = x3, np.ones(3)
+    for _ in range(60):
+        value, derivative = np.sin(value), derivative * np.cos(value)
+    np.testing.assert_allclose(s2s.jit(sines, static_argnums=1)(x3, 60), value, rtol=1e-12)
+    np.testing.assert_allclose(s2s.grad(lambda x: np.sum(sines(x, 60)))(x3), derivative, rtol=1e-12)
+
+
+def test_static_recursion_too_deep_to_stage_is_told_at_the_recursive_call():
+    """200 deep, staging ran out of Python's stack: a StagingError quoting the
+    RecursionError, with help to fix the expression. Past 200 calls (with a raised
+    recursion limit) it said "calls itself with the same static arguments", which these
+    were not. Both say the recursion is too deep, and to write a loop."""
+    error = expect_error(sines_200_deep, UnsupportedSyntaxError, x3, at=sines, contains="recurses too deep to stage")
+    assert "Python's stack ran out" in str(error) and "write the recursion as a loop" in str(error)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)   # (staging's calls nest in Python frames, not the C stack)
+    try:
+        error = expect_error(sines_200_deep, UnsupportedSyntaxError, x3, at=sines, contains="(200 calls deep)")
+    finally:
+        sys.setrecursionlimit(limit)
+    assert "stages at most 200 calls" in str(error) and "same static arguments" not in str(error)
 
 
 @pytest.mark.parametrize("transform", [
