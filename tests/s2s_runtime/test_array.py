@@ -42,9 +42,14 @@ def test_arrays_are_passed_back_without_a_host_round_trip(executable):
     np.testing.assert_array_equal(b, x)
 
 
+def donating_executable(executable) -> Executable:
+    """`executable` with its parameter donated to its first result."""
+    return Executable(executable.text.replace("%x: tensor<2x3xf32>", "%x: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}"),
+                      [np.float32])
+
+
 def test_a_donated_array_raises_on_every_use(executable):
-    donating = executable.text.replace("%x: tensor<2x3xf32>", "%x: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}")
-    exe = Executable(donating, [np.float32])
+    exe = donating_executable(executable)
     a, _ = exe.execute([np.ones((2, 3), np.float32)])
     b, _ = exe.execute([a], donated={0: "`x` of f"})
     assert a.is_donated() and not b.is_donated()
@@ -72,8 +77,7 @@ def test_a_result_pickles_as_its_numpy_value(executable):
         assert type(loaded) is np.ndarray and loaded.dtype == value.dtype and loaded.flags.writeable
         np.testing.assert_array_equal(loaded, value)
     assert pickle.dumps(a) == pickle.dumps(x)
-    donating = Executable(executable.text.replace("%x: tensor<2x3xf32>", "%x: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}"),
-                          [np.float32])
+    donating = donating_executable(executable)
     donated, _ = donating.execute([x])
     donating.execute([donated], donated={0: "`x` of f"})
     for use in (pickle.dumps, copy.copy, copy.deepcopy):
@@ -84,8 +88,7 @@ def test_a_result_pickles_as_its_numpy_value(executable):
 def test_a_copy_owns_its_data(executable):
     """A copy (and a deep copy) has a device buffer of its own, on the same device, typed
     as the original: donating the original leaves it readable and usable as an argument."""
-    donating = Executable(executable.text.replace("%x: tensor<2x3xf32>", "%x: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}"),
-                          [np.float32])
+    donating = donating_executable(executable)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     a, _ = donating.execute([x])
     copies = copy.copy(a), copy.deepcopy([a, a])
