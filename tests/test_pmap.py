@@ -437,6 +437,8 @@ NO_JAX_SCRIPT = BLOCK_JAX + textwrap.dedent("""
     x = np.arange(16.0).reshape(8, 2)
     out = s2s.pmap(lambda v: lax.psum(v, "i") + lax.all_gather(v, "i").sum(0) * lax.axis_index("i"), "i")(x)
     assert np.allclose(out, x.sum(0) * (1 + np.arange(8))[:, None]), out
+    import copy   # a copy's parts typed by s2s: jaxlib's have no aval without jax
+    assert np.array_equal(copy.deepcopy({"out": out})["out"], out)
     nested = s2s.jit(s2s.grad(lambda x: s2s.pmap(s2s.pmap(lambda v: lax.psum(v * v, ("i", "j")), "j"), "i")(
         x.reshape(2, 4, 2)).sum()))(x)
     assert np.allclose(nested, 16.0 * x), nested
