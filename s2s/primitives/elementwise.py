@@ -16,7 +16,6 @@ import re
 
 import numpy as np
 import s2s_runtime as rt
-from s2s_runtime import special as rt_special
 
 from s2s import dtypes
 from s2s.core import JaxprEqn, Literal, ShapedArray, Var
@@ -28,7 +27,7 @@ from s2s.passes import (jvp as _jvp, partial_eval as _pe, simplify as _simplify,
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
-from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, Tracer
+from s2s.staging import PRIMITIVES, Primitive, Tracer
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -949,50 +948,9 @@ _vmap.unmapped(iota)
 # ---------------------------------------------------------------------------------------
 # erfc: 1 - erf(x) as its own primitive, because the difference loses every digit in the
 # right tail (erfc(10) is 2.1e-45; 1 - erf(10) is 0). scipy.special.erfc and the normal
-# distribution's cdf in its tails need it. Every rule of it sits in this block.
+# distribution's cdf in its tails need it. Every rule of it sits in this block, but its
+# lowering: special.py lowers erf and erfc, whose complex values need a staged algorithm.
 
 erfc = _unary("erfc", rt.erfc, "rt.erfc")
 _jvp.register(erfc, _make_unary_jvp(erfc, lambda x, y, t: t * (-1.1283791670955126 * ops.exp(-(x * x)))))
 _vmap.vectorized(erfc)
-
-# ---------------------------------------------------------------------------------------
-# erf and erfc lower to CHLO's for real operands; CHLO has none for complex ones, so there
-# the lowering stages s2s_runtime.special's complex_erf / complex_erfc (the algorithm the
-# NumPy impl runs) on the real and imaginary parts, in the parts' dtype.
-
-
-class _StagedRealFunctions:
-    """What the complex error functions need, as staged operations on real `dtype` values."""
-
-    def __init__(self, dtype):
-        self.dtype = dtype
-
-    def select(self, pred, on_true, on_false):
-        def staged(v):
-            return ops.literal(v, self.dtype) if isinstance(v, (int, float)) else v
-        return select.bind(pred, staged(on_true), staged(on_false))
-
-    exp = staticmethod(exp.bind)
-    cos = staticmethod(cos.bind)
-    sin = staticmethod(sin.bind)
-
-
-def _lower_error_function(chlo_op: str, parts_fn):
-    real_rule = _lower_unary(chlo_op)
-
-    def rule(ctx, eqn, x):
-        aval = eqn.invars[0].aval.strip_weak_type()
-        if not dtypes.is_complex(aval.dtype):
-            return real_rule(ctx, eqn, x)
-        with JaxprBuilder() as builder:
-            z = builder.new_arg(aval)
-            parts = parts_fn(ops.real(z), ops.imag(z), _StagedRealFunctions(np.finfo(aval.dtype).dtype))
-            closed = builder.build([ops.complex_from_parts(*parts)])
-        if closed.consts:
-            raise AssertionError(f"the complex {eqn.primitive.name} lowering captured constants")
-        return _hlo.lower_jaxpr(ctx, closed.jaxpr, [x])
-    return rule
-
-
-_hlo.register(erf, _lower_error_function("chlo.erf", rt_special.complex_erf), broadcasting=True)
-_hlo.register(erfc, _lower_error_function("chlo.erfc", rt_special.complex_erfc), broadcasting=True)

@@ -1,7 +1,8 @@
 """Special functions computed by an algorithm of several steps: betainc(a, b, x), the
 regularized incomplete beta function I_x(a, b) (scipy.special.betainc), which Student's t
 cdf needs, by a loop; erf_inv and erfc_inv (scipy.special.erfinv, erfcinv) by Newton
-steps (their section below).
+steps; and the StableHLO lowering of erf and erfc (elementwise primitives), whose complex
+values XLA has no op for (their sections below).
 
 betainc's NumPy impl and emitted Python are `rt.betainc`; its StableHLO lowering is a
 `stablehlo.while` whose start, step and finish are staged from the very functions
@@ -152,6 +153,36 @@ _HALF_SQRT_PI = 0.886226925452758   # sqrt(pi) / 2
 erf_inv = _inverse_error_function("erf_inv", rt.erfinv, "rt.erfinv", rt_special.inverse_erf, _HALF_SQRT_PI)
 erfc_inv = _inverse_error_function("erfc_inv", rt.erfcinv, "rt.erfcinv", rt_special.inverse_erfc,
                                    -_HALF_SQRT_PI)
+
+# ---------------------------------------------------------------------------------------
+# erf and erfc (elementwise primitives) lower to CHLO's for real operands; CHLO has none
+# for complex ones, so there the lowering stages s2s_runtime.special's complex_erf /
+# complex_erfc (the algorithm the NumPy impl runs) on the real and imaginary parts, in the
+# parts' dtype.
+
+
+class _ComplexErfStagedFunctions(StagedFunctions):
+    cos = staticmethod(ew.cos.bind)
+    sin = staticmethod(ew.sin.bind)
+
+
+def _lower_error_function(chlo_op: str, parts_fn):
+    def rule(ctx, eqn, x):
+        aval = eqn.invars[0].aval.strip_weak_type()
+        if not dtypes.is_complex(aval.dtype):
+            t = _hlo.out_type(eqn)
+            return [ctx.op(f"{chlo_op} {x} : {t} -> {t}", _hlo.hint(eqn))]
+        fns = _ComplexErfStagedFunctions(np.finfo(aval.dtype).dtype)
+
+        def erf_of_parts(z):
+            return [ops.complex_from_parts(*parts_fn(ops.real(z), ops.imag(z), fns))]
+        return _hlo.lower_jaxpr(ctx, staged_jaxpr(erf_of_parts, [aval]), [x])
+    return rule
+
+
+_hlo.register(ew.erf, _lower_error_function("chlo.erf", rt_special.complex_erf), broadcasting=True)
+_hlo.register(ew.erfc, _lower_error_function("chlo.erfc", rt_special.complex_erfc), broadcasting=True)
+
 # ---------------------------------------------------------------------------------------
 # gammainc(a, x) and gammaincc(a, x): the regularized incomplete gamma functions P and Q
 # (scipy.special's), and gammainc_grad_a(a, x) = dP/da (jax's igamma_grad_a), computed by
