@@ -736,11 +736,9 @@ def _lower_unary(op):
 def _unsigned_sign(ctx, eqn, x):
     """sign(x) == (x != 0) for unsigned x (StableHLO's sign takes signless integers only)."""
     aval = eqn.invars[0].aval
-    zero = ctx.constant(0, aval.dtype, aval.shape)
-    nonzero = ctx.op(f"stablehlo.compare NE, {x}, {zero}, UNSIGNED : ({_hlo.tensor_type(aval)}, "
-                     f"{_hlo.tensor_type(aval)}) -> {_hlo.tensor_type(aval.update(dtype=np.dtype(bool)))}")
-    return [ctx.op(f"stablehlo.convert {nonzero} : ({_hlo.tensor_type(aval.update(dtype=np.dtype(bool)))}) -> "
-                   f"{_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+    nonzero = _compare(ctx, "NE", x, ctx.constant(0, aval.dtype, aval.shape), aval)
+    return [ctx.op(f"stablehlo.convert {nonzero} : ({_bool_type(aval)}) -> {_hlo.out_type(eqn)}",
+                   _hlo.hint(eqn))]
 
 
 # StableHLO's abs and sign take signless integers only: unsigned operands are rewritten.
@@ -753,18 +751,45 @@ def _lower_binary(op):
     return rule
 
 
+def _lower_division(op):
+    """div and rem: an integer divided by zero gives 0, NumPy's quotient and remainder
+    (XLA's are -1, all ones unsigned, and the dividend). INT_MIN / -1 needs nothing: both
+    give INT_MIN, remainder 0. A literal divisor that is not zero needs no select."""
+    plain = _lower_binary(op)
+
+    def rule(ctx, eqn, x, y):
+        aval, divisor = eqn.outvars[0].aval, eqn.invars[1]
+        if dtypes.is_inexact(aval.dtype) or (isinstance(divisor, Literal) and _is_nonzero_constant(divisor)):
+            return plain(ctx, eqn, x, y)
+        quotient = ctx.op(f"{op} {x}, {y} : {_hlo.tensor_type(aval)}")
+        zero = ctx.constant(0, aval.dtype, aval.shape)
+        return [_select(ctx, _compare(ctx, "EQ", y, zero, aval), zero, quotient, aval, _hlo.hint(eqn))]
+    return rule
+
+
 def _compare_type(dtype) -> str:
     if dtypes.is_inexact(dtype):
         return "FLOAT"
     return "UNSIGNED" if np.dtype(dtype).kind in "ub" else "SIGNED"
 
 
+def _compare(ctx, direction: str, x, y, aval, hint=None) -> str:
+    """`x <direction> y` of two operands of `aval`: a boolean of its shape."""
+    t = _hlo.tensor_type(aval)
+    return ctx.op(f"stablehlo.compare {direction}, {x}, {y}, {_compare_type(aval.dtype)} : ({t}, {t}) -> "
+                  f"{_bool_type(aval)}", hint)
+
+
+def _select(ctx, pred, on_true, on_false, aval, hint=None) -> str:
+    """`on_true` where `pred`, else `on_false`, all of `aval`'s shape, the values of its dtype."""
+    return ctx.op(f"stablehlo.select {pred}, {on_true}, {on_false} : {_bool_type(aval)}, "
+                  f"{_hlo.tensor_type(aval)}", hint)
+
+
 def _lower_compare(direction):
     def rule(ctx, eqn, x, y):
-        t = _hlo.tensor_type(eqn.invars[0].aval.update(shape=eqn.outvars[0].aval.shape))
-        return [ctx.op(f"stablehlo.compare {direction}, {x}, {y}, "
-                       f"{_compare_type(eqn.invars[0].aval.dtype)} : ({t}, {t}) -> {_hlo.out_type(eqn)}",
-                       _hlo.hint(eqn))]
+        return [_compare(ctx, direction, x, y, eqn.invars[0].aval.update(shape=eqn.outvars[0].aval.shape),
+                         _hlo.hint(eqn))]
     return rule
 
 
@@ -797,9 +822,9 @@ def _lower_digamma(ctx, eqn, x):
     aval, t = eqn.outvars[0].aval, _hlo.out_type(eqn)
     psi = ctx.op(f"chlo.digamma {x} : {t} -> {t}", _hlo.hint(eqn))
     zero, minus_one = ctx.constant(0, aval.dtype, aval.shape), ctx.constant(-1, aval.dtype, aval.shape)
-    at_zero = ctx.op(f"stablehlo.compare EQ, {x}, {zero}, FLOAT : ({t}, {t}) -> {_bool_type(aval)}")
+    at_zero = _compare(ctx, "EQ", x, zero, aval)
     pole = ctx.op(f"stablehlo.divide {minus_one}, {x} : {t}")
-    return [ctx.op(f"stablehlo.select {at_zero}, {pole}, {psi} : {_bool_type(aval)}, {t}", _hlo.hint(eqn))]
+    return [_select(ctx, at_zero, pole, psi, aval, _hlo.hint(eqn))]
 
 
 def _bool_type(aval) -> str:
@@ -813,17 +838,14 @@ def _lower_polygamma(ctx, eqn, x):
     order = ctx.constant(n, aval.dtype, aval.shape)
     value = ctx.op(f"chlo.polygamma {order}, {x} : {t}, {t} -> {t}", _hlo.hint(eqn))
     zero = ctx.constant(0, aval.dtype, aval.shape)
-    floor = ctx.op(f"stablehlo.floor {x} : {t}")
-    integer = ctx.op(f"stablehlo.compare EQ, {x}, {floor}, FLOAT : ({t}, {t}) -> {_bool_type(aval)}")
-    not_positive = ctx.op(f"stablehlo.compare LE, {x}, {zero}, FLOAT : ({t}, {t}) -> {_bool_type(aval)}")
-    pole = ctx.op(f"stablehlo.and {integer}, {not_positive} : {_bool_type(aval)}")
+    integer = _compare(ctx, "EQ", x, ctx.op(f"stablehlo.floor {x} : {t}"), aval)
+    pole = ctx.op(f"stablehlo.and {integer}, {_compare(ctx, 'LE', x, zero, aval)} : {_bool_type(aval)}")
     infinity = ctx.constant(np.inf if n % 2 else -np.inf, aval.dtype, aval.shape)
-    return [ctx.op(f"stablehlo.select {pole}, {infinity}, {value} : {_bool_type(aval)}, {t}", _hlo.hint(eqn))]
+    return [_select(ctx, pole, infinity, value, aval, _hlo.hint(eqn))]
 
 
 def _lower_select(ctx, eqn, p, a, b):
-    return [ctx.op(f"stablehlo.select {p}, {a}, {b} : {_bool_type(eqn.outvars[0].aval)}, {_hlo.out_type(eqn)}",
-                   _hlo.hint(eqn))]
+    return [_select(ctx, p, a, b, eqn.outvars[0].aval, _hlo.hint(eqn))]
 
 
 def _lower_clamp(ctx, eqn, lo, x, hi):
@@ -836,10 +858,8 @@ def _lower_convert(ctx, eqn, x):
     if eqn.invars[0].aval.dtype == np.dtype(new_dtype):
         return [x]
     if np.dtype(new_dtype) == dtypes.bool_:   # NumPy: nonzero is True
-        zero = ctx.constant(0, eqn.invars[0].aval.dtype, eqn.invars[0].aval.shape)
-        t = _hlo.tensor_type(eqn.invars[0].aval.strip_weak_type())
-        return [ctx.op(f"stablehlo.compare NE, {x}, {zero}, {_compare_type(eqn.invars[0].aval.dtype)} : "
-                       f"({t}, {t}) -> {_hlo.out_type(eqn)}", _hlo.hint(eqn))]
+        aval = eqn.invars[0].aval
+        return [_compare(ctx, "NE", x, ctx.constant(0, aval.dtype, aval.shape), aval, _hlo.hint(eqn))]
     if _drops_imaginary_part(eqn.invars[0].aval.dtype, new_dtype):
         part = eqn.invars[0].aval.update(dtype=np.finfo(eqn.invars[0].aval.dtype).dtype)
         x = ctx.op(f"stablehlo.real {x} : ({source}) -> {_hlo.tensor_type(part)}")
@@ -857,7 +877,8 @@ def _lower_iota(ctx, eqn):
 for _prim, _op in _HLO_UNARY.items():
     _hlo.register(_prim, _lower_unary(_op), broadcasting=True)
 for _prim, _op in _HLO_BINARY.items():
-    _hlo.register(_prim, _lower_binary(_op), broadcasting=True)
+    _hlo.register(_prim, (_lower_division if _prim in (div, rem) else _lower_binary)(_op),
+                  broadcasting=True)
 for _prim, _direction in _HLO_COMPARE.items():
     _hlo.register(_prim, _lower_compare(_direction), broadcasting=True)
 for _prim, _rule in [(integer_pow, _lower_integer_pow), (is_finite, _lower_is_finite),

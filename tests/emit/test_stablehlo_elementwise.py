@@ -21,7 +21,7 @@ from tests.emit.strategies import FLOATS, SETTINGS, shapes, tolerance
 from tests.helpers import check_lowered, stage
 from tests.primitives.test_elementwise import (BINARY_CASES, CONVERTIBLE, UNARY_CASES, WIDE_INTS,
                                                away_from_zero, broadcastable, polygamma_oracle,
-                                               span)
+                                               span, trunc_div_oracle)
 
 
 def ties_and_any(dtype):
@@ -154,6 +154,19 @@ def test_abs_and_sign_of_unsigned_integers():
         x = np.array([0, 3, 200], dtype)
         check_lowered(ew.abs.bind, np.abs, x)
         check_lowered(ew.sign.bind, np.sign, x)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                                   np.uint32, np.uint64])
+def test_integer_division_by_zero_and_of_the_minimum_by_minus_one_are_numpys(dtype):
+    """x / 0 and x % 0 are 0 in NumPy (XLA's own divide gives -1, or all ones unsigned, and
+    its remainder x); INT_MIN / -1 is INT_MIN and INT_MIN % -1 is 0 in both."""
+    info = np.iinfo(dtype)
+    x = np.array([7, 0, info.max, info.min, info.min, 5], dtype)
+    y = np.array([0, 0, 0, 0, -1 if info.min else 3, 3], dtype)
+    with np.errstate(divide="ignore", over="ignore"):
+        check_lowered(ew.div.bind, trunc_div_oracle, x, y)
+        check_lowered(ew.rem.bind, np.fmod, x, y)
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])

@@ -75,6 +75,12 @@ def away_from_zero(lo, hi):
     return lambda dtype: st.one_of(_elements(dtype, lo, hi), _elements(dtype, -hi, -lo))
 
 
+def divisors(lo, hi):
+    """|v| in [lo, hi] of either sign, or 0: division by zero has a value everywhere (inf
+    or nan for floats; 0 for integers, as in NumPy)."""
+    return lambda dtype: st.one_of(_elements(dtype, 0, 0), away_from_zero(lo, hi)(dtype))
+
+
 def not_a_pole(lo, hi):
     """[lo, hi] without 0, -1, -2, ... (the poles of Gamma)."""
     return lambda dtype: _elements(dtype, lo, hi).filter(lambda v: v > 0 or v != math.floor(v))
@@ -142,10 +148,17 @@ def logistic_oracle(x):
 
 
 def trunc_div_oracle(x, y):
+    """Division rounding toward zero, in Python's integers: an integer divided by zero is 0
+    (NumPy's x // 0), and INT_MIN / -1 wraps around to INT_MIN (two's complement)."""
     dtype = np.result_type(x, y)
     if dtype.kind == "f":
         return np.true_divide(x, y)
-    return np.trunc(np.asarray(x, np.float64) / np.asarray(y, np.float64)).astype(dtype)[()]
+
+    def quotient(a, b):
+        q = 0 if b == 0 else abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+        return q % 2 ** (8 * dtype.itemsize)
+    exact = np.vectorize(quotient, otypes=[object])(np.asarray(x).astype(object), np.asarray(y).astype(object))
+    return np.asarray(exact).astype(np.uint64).astype(dtype)[()]
 
 
 # name -> (primitive, NumPy reference, domain, dtypes)
@@ -193,9 +206,9 @@ BINARY_CASES = {
     "max": (ew.max, np.maximum, FLOATS + INTS, span(-100, 100), span(-100, 100)),
     "min": (ew.min, np.minimum, FLOATS + INTS, span(-100, 100), span(-100, 100)),
     "atan2": (ew.atan2, np.arctan2, FLOATS, span(-10, 10), span(-10, 10)),
-    "rem": (ew.rem, np.fmod, FLOATS + INTS, span(-100, 100), away_from_zero(1, 10)),
+    "rem": (ew.rem, np.fmod, FLOATS + INTS, span(-100, 100), divisors(1, 10)),
     "pow": (ew.pow, np.power, FLOATS, span(2.0 ** -4, 8), span(-4, 4)),
-    "div": (ew.div, trunc_div_oracle, FLOATS + INTS, span(-100, 100), away_from_zero(1, 10)),
+    "div": (ew.div, trunc_div_oracle, FLOATS + INTS, span(-100, 100), divisors(1, 10)),
     "eq": (ew.eq, np.equal, FLOATS + INTS + [np.bool_], few_values, few_values),
     "ne": (ew.ne, np.not_equal, FLOATS + INTS + [np.bool_], few_values, few_values),
     "lt": (ew.lt, np.less, FLOATS + INTS, few_values, few_values),
