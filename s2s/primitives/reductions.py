@@ -336,10 +336,18 @@ def _one_operand_jvp(prim, tangent_of):
 
 def _extremum_tangent(x, y, t, *, axes):
     """max/min: the tangent at the extremum; ties share it evenly, as in JAX:
-    `sum(t * at_extremum) / count(at_extremum)`."""
+    `sum(t * at_extremum) / count(at_extremum)`.
+
+    A slice whose extremum is NaN (NumPy's max propagates it) has no element equal to it;
+    there `at_extremum` is NaN, so the derivative is NaN like the value, on every backend.
+    Left to 0 / 0, it would not be: the transpose, `ct / count * at_extremum`, is inf * 0 in
+    NumPy but 0 on XLA, which rewrites a product with a converted mask into a select."""
     if not axes:
         return t
-    at_extremum = ops.convert(ops.eq(x, _broadcast_back(y, x.shape, axes)), t.dtype)
+    def against_x(v):   # with the reduced axes as 1s, v broadcasts against x (a scalar as it is)
+        return ops.expand_dims(v, axes) if v.shape else v
+    at_extremum = ops.select(against_x(ops.ne(y, y)), ops.scalar(np.nan, t.dtype),
+                             ops.convert(ops.eq(x, against_x(y)), t.dtype))
     count = reduce_sum.bind(at_extremum, axes=axes)
     return reduce_sum.bind(t * at_extremum, axes=axes) / count
 

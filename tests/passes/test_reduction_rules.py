@@ -132,6 +132,57 @@ def test_max_of_all_equal_values_averages_every_tangent():
     check_derivatives(f, jnp.max, x)
 
 
+# A row holding NaN between rows with ties and distinct values.
+ROWS_WITH_NAN = np.array([[1.0, 3.0, 3.0, -2.0], [1.0, np.nan, 2.0, 5.0], [0.5, -1.0, 4.0, 2.0]])
+ROW_WEIGHTS = np.array([1.0, 2.0, 3.0])
+
+
+def row_max(x):
+    return np.max(x, axis=1)
+
+
+def row_min(x):
+    return x.min(axis=1)
+
+
+def row_ptp(x):
+    return np.ptp(x, axis=1)
+
+
+def weighted(f):
+    def total(x):
+        return np.sum(f(x) * ROW_WEIGHTS)
+    return total
+
+
+def tangent_of(f):
+    def tangent(x, t):
+        return s2s.jvp(f, (x,), (t,))[1]
+    return tangent
+
+
+@pytest.mark.parametrize("f,jax_f", [(row_max, lambda x: jnp.max(x, axis=1)),
+                                     (row_min, lambda x: jnp.min(x, axis=1)),
+                                     (row_ptp, lambda x: jnp.ptp(x, axis=1))],
+                         ids=["max", "min", "ptp"])
+def test_max_min_ptp_of_a_nan_row_have_nan_derivatives_on_every_backend(f, jax_f):
+    """NumPy's max of a row holding NaN is NaN, and so is its derivative: the same eagerly,
+    on XLA and on the Python backend, forward and reverse (XLA gave a gradient of 0,
+    rewriting the rule's inf * 0 into a select). The other rows keep jax's derivatives."""
+    finite = np.where(np.isnan(ROWS_WITH_NAN), 0.0, ROWS_WITH_NAN)
+    t = np.arange(12.0).reshape(3, 4) - 5.0
+    want_grad = np.array(jax.grad(lambda x: jnp.sum(jax_f(x) * ROW_WEIGHTS))(finite))
+    want_tangent = np.array(jax.jvp(jax_f, (finite,), (t,))[1])
+    want_grad[1], want_tangent[1] = np.nan, np.nan
+    grad, forward = s2s.grad(weighted(f)), tangent_of(f)
+    runs = {"eager": (grad, forward), "xla": (s2s.jit(grad), s2s.jit(forward)),
+            "python": (s2s.jit(grad, backend="python"), s2s.jit(forward, backend="python"))}
+    for name, (grad_run, forward_run) in runs.items():
+        np.testing.assert_allclose(np.asarray(grad_run(ROWS_WITH_NAN)), want_grad, rtol=1e-15, err_msg=name)
+        np.testing.assert_allclose(np.asarray(forward_run(ROWS_WITH_NAN, t)), want_tangent, rtol=1e-15,
+                                   err_msg=name)
+
+
 @SETTINGS
 @given(reduction_cases(ZEROS))
 def test_prod_with_zeros(case):

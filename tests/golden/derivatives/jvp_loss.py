@@ -23,9 +23,10 @@ def jvp_loss(params, x, y, params_dot, x_dot, y_dot):
     logits = h @ W2 + b2  # mlp.py predict+2
     logits_dot = h_dot @ W2 + h @ W2_dot + b2_dot  # mlp.py predict+2
     max_logits = logits.max(axis=1)  # mlp.py log_softmax+1
-    cast_logits = (logits == np.broadcast_to(max_logits[:, None], (128, 10))).astype(np.float32)  # mlp.py log_softmax+1
-    expand_logits_dot = ((logits_dot * cast_logits).sum(axis=1) / cast_logits.sum(axis=1))[:, None]  # mlp.py log_softmax+1
-    shifted = logits - max_logits[:, None]  # mlp.py log_softmax+1
+    expand_logits = max_logits[:, None]  # mlp.py log_softmax+1
+    where_logits = np.where((max_logits != max_logits)[:, None], np.float32(np.nan), (logits == expand_logits).astype(np.float32))  # mlp.py log_softmax+1
+    expand_logits_dot = ((logits_dot * where_logits).sum(axis=1) / where_logits.sum(axis=1))[:, None]  # mlp.py log_softmax+1
+    shifted = logits - expand_logits  # mlp.py log_softmax+1
     shifted_dot = logits_dot - expand_logits_dot  # mlp.py log_softmax+1
     exp_shifted = np.exp(shifted)  # mlp.py log_softmax+2
     expand_shifted = exp_shifted.sum(axis=1)[:, None]  # mlp.py log_softmax+2

@@ -17,14 +17,14 @@ def per_example_grad_loss(params, x, y):
     h = np.tanh(x @ W1 + b1)  # mlp.py predict+1
     logits = h @ W2 + b2  # mlp.py predict+2
     max_logits = logits.max(axis=1)  # mlp.py log_softmax+1
-    cast_logits = (logits == np.broadcast_to(max_logits[:, None], (128, 10))).astype(np.float32)  # mlp.py log_softmax+1
+    where_logits = np.where((max_logits != max_logits).reshape(128, 1), np.float32(np.nan), (logits == max_logits.reshape(128, 1)).astype(np.float32))  # mlp.py log_softmax+1
     shifted = logits - max_logits[:, None]  # mlp.py log_softmax+1
     exp_shifted = np.exp(shifted)  # mlp.py log_softmax+2
     logp_bar = y * np.broadcast_to(-np.float32(1.0) / 1.0, (10,))  # mlp.py loss+3
     div_logp_bar = (-logp_bar).sum(axis=1).reshape(128, 1) / exp_shifted.sum(axis=1)[:, None]  # mlp.py log_softmax+2
     shifted_bar = logp_bar + np.broadcast_to(div_logp_bar, (128, 10)) * exp_shifted  # mlp.py log_softmax+1
-    bcast_shifted_bar = np.broadcast_to(((-shifted_bar).sum(axis=1) / cast_logits.sum(axis=1))[:, None], (128, 10))  # mlp.py log_softmax+1
-    logits_bar = shifted_bar + bcast_shifted_bar * cast_logits  # mlp.py predict+2
+    bcast_shifted_bar = np.broadcast_to(((-shifted_bar).sum(axis=1) / where_logits.sum(axis=1))[:, None], (128, 10))  # mlp.py log_softmax+1
+    logits_bar = shifted_bar + bcast_shifted_bar * where_logits  # mlp.py predict+2
     W2_bar = h[..., None] * logits_bar[..., None, :]  # mlp.py predict+2
     h_bar = logits_bar @ W2.T  # mlp.py predict+2
     b1_bar = h_bar * (1.0 - h * h)  # mlp.py predict+1

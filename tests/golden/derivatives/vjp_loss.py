@@ -17,8 +17,9 @@ def vjp_loss(params, x, y, out_bar):
     h = np.tanh(x @ W1 + b1)  # mlp.py predict+1
     logits = h @ W2 + b2  # mlp.py predict+2
     max_logits = logits.max(axis=1)  # mlp.py log_softmax+1
-    cast_logits = (logits == np.broadcast_to(max_logits[:, None], (128, 10))).astype(np.float32)  # mlp.py log_softmax+1
-    shifted = logits - max_logits[:, None]  # mlp.py log_softmax+1
+    expand_logits = max_logits[:, None]  # mlp.py log_softmax+1
+    where_logits = np.where((max_logits != max_logits)[:, None], np.float32(np.nan), (logits == expand_logits).astype(np.float32))  # mlp.py log_softmax+1
+    shifted = logits - expand_logits  # mlp.py log_softmax+1
     exp_shifted = np.exp(shifted)  # mlp.py log_softmax+2
     expand_shifted = exp_shifted.sum(axis=1)[:, None]  # mlp.py log_softmax+2
     logp = shifted - np.log(expand_shifted)  # mlp.py log_softmax+2
@@ -27,8 +28,8 @@ def vjp_loss(params, x, y, out_bar):
     y_bar = bcast_out_bar * logp  # mlp.py loss+3
     bcast_logp_bar = np.broadcast_to((-logp_bar).sum(axis=1).reshape(128, 1) / expand_shifted, (128, 10))  # mlp.py log_softmax+2
     shifted_bar = logp_bar + bcast_logp_bar * exp_shifted  # mlp.py log_softmax+1
-    bcast_shifted_bar = np.broadcast_to(((-shifted_bar).sum(axis=1) / cast_logits.sum(axis=1))[:, None], (128, 10))  # mlp.py log_softmax+1
-    logits_bar = shifted_bar + bcast_shifted_bar * cast_logits  # mlp.py predict+2
+    bcast_shifted_bar = np.broadcast_to(((-shifted_bar).sum(axis=1) / where_logits.sum(axis=1))[:, None], (128, 10))  # mlp.py log_softmax+1
+    logits_bar = shifted_bar + bcast_shifted_bar * where_logits  # mlp.py predict+2
     b2_bar = logits_bar.sum(axis=0)  # mlp.py predict+2
     W2_bar = h.T @ logits_bar  # mlp.py predict+2
     h_bar = logits_bar @ W2.T  # mlp.py predict+2
