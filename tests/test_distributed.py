@@ -67,6 +67,14 @@ def data():
     return params, x, y
 
 
+def with_nans(x):
+    """`x` with NaNs on a device of each process, where NumPy's max and min are NaN: Gloo's
+    all_reduce skipped them (pmax over [1, nan, 2, 0.5] was 1 across two processes)."""
+    x = x.copy()
+    x[1, 0, 2] = x[2, 1, :] = np.nan
+    return x
+
+
 def sgd_step(grad_of_loss, params, x, y):
     grads = grad_of_loss(params, x, y)
     return [(W - 0.5 * gW, b - 0.5 * gb) for (W, b), (gW, gb) in zip(params, grads)]
@@ -92,6 +100,7 @@ def _collectives_worker(process_id: int, port: int, out: pathlib.Path) -> None:
     step = s2s.pmap(_parallel_step, "batch", in_axes=(None, 0, 0), out_axes=None)
     new_params = step(params, x[mine], y[mine])
     again = s2s.pmap(lambda v: lax.psum(v, "i"), "i")(total)   # a result fed back where it lives
+    biggest, smallest = s2s.pmap(lambda v: (lax.pmax(v, "i"), lax.pmin(v, "i")), "i")(with_nans(x)[mine])
     try:
         s2s.distributed.initialize(f"127.0.0.1:{port}", PROCESSES, process_id)
     except s2s.distributed.DistributedError as error:
@@ -110,7 +119,8 @@ def _collectives_worker(process_id: int, port: int, out: pathlib.Path) -> None:
     jitted = s2s.jit(loss)(params, x[0], y[0])   # jit runs on this process's first device
     assert jitted.device == s2s.local_devices()[0] and np.isclose(float(jitted), loss(params, x[0], y[0]))
     np.savez(out / f"process{process_id}.npz", total=np.asarray(total), gathered=np.asarray(gathered),
-             index=np.asarray(index), again=np.asarray(again),
+             index=np.asarray(index), again=np.asarray(again), biggest=np.asarray(biggest),
+             smallest=np.asarray(smallest),
              **{f"param{i}": np.asarray(p) for i, p in enumerate(s2s.tree_leaves(new_params))})
     print("devices", len(s2s.devices()), len(s2s.local_devices()), s2s.local_device_count(),
           "process", s2s.process_index(), s2s.process_count(),
@@ -255,6 +265,8 @@ def test_two_processes_of_two_devices_compute_as_one_run_of_four(tmp_path):
             np.testing.assert_allclose(got["again"], 4 * np.broadcast_to(x.sum(0), mine.shape), rtol=1e-12)
             np.testing.assert_array_equal(got["gathered"], np.broadcast_to(x, (LOCAL_DEVICES, *x.shape)))
             np.testing.assert_array_equal(got["index"], [i * LOCAL_DEVICES, i * LOCAL_DEVICES + 1])
+            for name, reduce in (("biggest", np.max), ("smallest", np.min)):
+                np.testing.assert_array_equal(got[name], np.broadcast_to(reduce(with_nans(x), 0), mine.shape))
             for j, want in enumerate(expected_params):
                 np.testing.assert_allclose(got[f"param{j}"], want, rtol=1e-10, atol=1e-12)
 

@@ -192,6 +192,19 @@ def test_pmax_differentiates_to_the_examples_holding_the_maximum_ties_sharing():
     assert_matches(tangent, np.full(4, 12.0))                  # 2 * (5 + 7) / 2
 
 
+def test_a_nan_example_makes_pmax_and_its_per_example_gradients_nan_on_both_backends():
+    """NumPy's max propagates NaN, and no example then equals the maximum: the derivative
+    is NaN too, on XLA as in NumPy (where 0 / 0 in the rule's transpose was NaN in NumPy
+    but 0 on XLA, which rewrites the product with a converted mask into a select)."""
+    x = np.array([[1.0, 3.0], [np.nan, 1.0], [2.0, 3.0], [0.5, -1.0]])   # the batch on axis 0
+    expected = np.where(x == x.max(0), 4.0, 0.0)                          # 2 ties of 4 * 2 * max
+    expected[:, 0] = np.nan
+    per_example_grads = s2s.vmap(s2s.grad(lambda v: np.sum(largest(v))), axis_name="batch")
+    assert_matches(per_example_grads(x), expected)
+    assert_matches(s2s.jit(per_example_grads)(x), expected)
+    assert_matches(s2s.jit(s2s.vmap(largest, axis_name="batch"))(x), np.broadcast_to(2 * x.max(0), x.shape))
+
+
 WEIGHTS = np.arange(12.0).reshape(3, 4)
 
 

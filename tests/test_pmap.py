@@ -143,6 +143,47 @@ def test_axis_index_groups_against_numpy(groups):
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+X_NAN = X.copy()
+X_NAN[5, 0, :] = np.nan       # on device 5: one row NaN
+X_NAN[2, 3, 1] = np.nan       # on device 2: one element
+
+
+@on_devices
+@pytest.mark.parametrize("collective, reduce", [(lax.pmax, np.max), (lax.pmin, np.min)], ids=["pmax", "pmin"])
+@pytest.mark.parametrize("groups", [None, PMAP_GROUPS[0]], ids=["all", "halves"])
+def test_a_nan_on_one_device_is_the_pmax_and_pmin_on_every_backend_and_so_is_its_derivative(
+        collective, reduce, groups):
+    """NumPy's max propagates NaN, and so do the Python backend and vmap; XLA:CPU's
+    all_reduce skipped it (pmax over [1, nan, 2, 0.5] was 2, its gradient [0, 0, 8, 0]).
+    The value and the derivative are NaN where some device of the group holds a NaN, and
+    NumPy's elsewhere (the derivative: the group's weights summed, at the device holding
+    the extremum), on XLA as on the Python backend and under vmap."""
+    def extremum(v):
+        return collective(v, "i", axis_index_groups=groups)
+
+    def loss(v, w):
+        return np.sum(extremum(v) * w)
+
+    weights = np.arange(1.0, X_NAN.size + 1).reshape(X_NAN.shape)
+    expected, expected_grad = np.empty_like(X_NAN), np.empty_like(X_NAN)
+    for group in groups or [list(range(N))]:
+        expected[group] = reduce(X_NAN[group], axis=0)
+        expected_grad[group] = np.where(X_NAN[group] == expected[group], weights[group].sum(0), 0.0)
+    expected_grad[np.isnan(expected)] = np.nan
+    assert np.isnan(expected).any() and not np.isnan(expected).all()
+    values = {"pmap": s2s.pmap(extremum, "i")(X_NAN),
+              "python": s2s.jit(s2s.pmap(extremum, "i"), backend="python")(X_NAN),
+              "vmap": s2s.vmap(extremum, axis_name="i")(X_NAN)}
+    grads = {"pmap": s2s.pmap(s2s.grad(loss), "i")(X_NAN, weights),
+             "python": s2s.jit(s2s.pmap(s2s.grad(loss), "i"), backend="python")(X_NAN, weights),
+             "vmap": s2s.vmap(s2s.grad(loss), axis_name="i")(X_NAN, weights),
+             "grad of pmap": s2s.jit(s2s.grad(lambda v, w: np.sum(s2s.pmap(loss, "i")(v, w))))(X_NAN, weights)}
+    for backend, value in values.items():
+        np.testing.assert_array_equal(value, expected, err_msg=backend)
+    for backend, grad in grads.items():
+        np.testing.assert_allclose(grad, expected_grad, rtol=1e-12, err_msg=backend)
+
+
 def grouped_gather_loss(x):
     groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
     return np.sum(lax.all_gather(x, "i", axis_index_groups=groups) * W[:2]) + np.sum(

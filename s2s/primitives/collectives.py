@@ -40,13 +40,13 @@ psum's transpose is a psum of the cotangent, all_gather's is this example's slic
 of the cotangent, ppermute's a ppermute by the inverse perm, psum_scatter's an all_gather,
 all_to_all's an all_to_all with its axes swapped. pmax and pmin
 have no derivative in JAX; here their tangent is that of the selected example, ties sharing
-it evenly, as `reduce_max`'s jvp does.
+it evenly, as `reduce_max`'s jvp does (NaN where the extremum is NaN).
 
 Nothing here runs on one example: the NumPy impl and the Python emission of a collective
 whose axis was never batched away raise a StagingError that says where it runs. Lowered to
 StableHLO inside a pmap (`s2s/pmap.py`), whose module runs once per device as XLA replicas,
 a collective over the pmap's axis becomes XLA's cross-replica op: psum/pmax/pmin an
-`all_reduce`, all_gather an `all_gather` (`groups` their `replica_groups`), axis_index the
+`all_reduce` (pmax/pmin of floats a second one, so that a NaN wins as in NumPy), all_gather an `all_gather` (`groups` their `replica_groups`), axis_index the
 `replica_id`, ppermute a `collective_permute`, psum_scatter a `reduce_scatter`, all_to_all an
 `all_to_all`; over any other axis it cannot lower and says so.
 """
@@ -257,14 +257,19 @@ COLLECTIVES = (psum, pmax, pmin, all_gather, axis_index, ppermute, psum_scatter,
 
 def _extremum_jvp(prim: Primitive):
     """pmax/pmin: the tangent of the example holding the extremum; examples that tie share
-    it evenly (`psum(t * at) / psum(at)`), like `reduce_max`'s tangent in JAX."""
+    it evenly (`psum(t * at) / psum(at)`), like `reduce_max`'s tangent in JAX.
+
+    Where the extremum is NaN (some example holds one) no example equals it, and `at` is
+    NaN, so the derivative is NaN like the value on every backend. Left to 0 / 0 it would
+    not be: the transpose, `psum(ct / psum(at)) * at`, is inf * 0 in NumPy but 0 on XLA,
+    which rewrites a product with a converted mask into a select."""
     def rule(primals, tangents, *, axes, groups=None):
         (x,), (t,) = primals, tangents
         y = prim.bind(x, axes=axes, groups=groups)
         if not dtypes.is_differentiable(y.dtype):
             return y, Zero(tangent_aval(y.aval))
         t = instantiate(t)
-        at = ops.convert(ops.eq(x, y), t.dtype)
+        at = ops.select(ops.ne(y, y), ops.scalar(np.nan, t.dtype), ops.convert(ops.eq(x, y), t.dtype))
         return y, psum.bind(t * at, axes=axes, groups=groups) / psum.bind(at, axes=axes, groups=groups)
     return rule
 
@@ -602,11 +607,24 @@ def _reducing_op(ctx, op: str, x, combine: str, attributes: str, aval, typ: str,
     return out
 
 
-def _all_reduce_rule(name: str, combine: str):
+def _all_reduce_rule(name: str, combine: str, nan_wins: bool = False):
+    """psum/pmax/pmin: one all_reduce. With `nan_wins` (pmax, pmin) a float result is NaN
+    wherever a replica of the group holds a NaN, as NumPy's max and vmap's reduce_max give:
+    XLA:CPU's all_reduce skips NaNs (pmax over [1, nan, 2, 0.5] was 2), and refuses a
+    combining region that would propagate them itself ("Unsupported reduction
+    computation"), so a second all_reduce, an `or` of each replica's NaN flags, says where."""
     def rule(ctx, eqn, x):
         groups = _replica_groups(ctx, name, eqn)
-        return [_reducing_op(ctx, "all_reduce", x, combine, groups, eqn.invars[0].aval,
-                             _hlo.out_type(eqn), _hlo.hint(eqn) or name)]
+        aval, typ, hint = eqn.invars[0].aval, _hlo.out_type(eqn), _hlo.hint(eqn) or name
+        if not (nan_wins and dtypes.is_inexact(aval.dtype)):
+            return [_reducing_op(ctx, "all_reduce", x, combine, groups, aval, typ, hint)]
+        extremum = _reducing_op(ctx, "all_reduce", x, combine, groups, aval, typ, f"{name}_skipping_nan")
+        flags = ShapedArray(aval.shape, dtypes.bool_)
+        flag_type = _hlo.tensor_type(flags)
+        is_nan = ctx.op(f"stablehlo.compare NE, {x}, {x}, FLOAT : ({typ}, {typ}) -> {flag_type}", "is_nan")
+        any_nan = _reducing_op(ctx, "all_reduce", is_nan, "or", groups, flags, flag_type, "any_nan")
+        nan = ctx.constant(np.nan, aval.dtype, aval.shape)
+        return [ctx.op(f"stablehlo.select {any_nan}, {nan}, {extremum} : {flag_type}, {typ}", hint)]
     return rule
 
 
@@ -688,8 +706,8 @@ def _all_gather_lowering(ctx, eqn, x, *, axes, dimension, tiled, groups=None):
 
 
 _hlo.register(psum, _all_reduce_rule("psum", "add"))
-_hlo.register(pmax, _all_reduce_rule("pmax", "maximum"))
-_hlo.register(pmin, _all_reduce_rule("pmin", "minimum"))
+_hlo.register(pmax, _all_reduce_rule("pmax", "maximum", nan_wins=True))
+_hlo.register(pmin, _all_reduce_rule("pmin", "minimum", nan_wins=True))
 _hlo.register(all_gather, lambda ctx, eqn, x: _all_gather_lowering(ctx, eqn, x, **eqn.params))
 _hlo.register(axis_index, lambda ctx, eqn: [axis_index_in_replicas(ctx, eqn.params["axes"], _hlo.hint(eqn))])
 _hlo.register(ppermute, lambda ctx, eqn, x: _ppermute_lowering(ctx, eqn, x, **eqn.params))
