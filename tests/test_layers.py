@@ -21,6 +21,7 @@ LAYERS = [
     ("foundation", ["s2s.errors", "s2s.source_info", "s2s.config", "s2s.dtypes", "s2s.tree",
                     "s2s.core"]),
     ("staging", ["s2s.staging"]),
+    ("pass ops", ["s2s.passes.lax_ops"]),
     ("passes", ["s2s.passes"]),
     ("emit", ["s2s.emit"]),
     ("primitives", ["s2s.primitives"]),
@@ -31,6 +32,11 @@ LAYERS = [
     ("user_api", ["s2s.jit", "s2s.api", "s2s.distributed", "s2s.export", "s2s.test_util"]),
     ("tools", ["s2s.cli", "s2s.batch_compile", "s2s.build_plan", "s2s.__main__", "s2s"]),
 ]
+
+# The one module below the families that reads the primitive registry: passes, backends and
+# families reach a primitive they do not declare through its ops (`primitive(ops.pad)`).
+REGISTRY_READER = "s2s.passes.lax_ops"
+NO_REGISTRY_READS = ("s2s.passes", "s2s.emit", "s2s.primitives")
 
 # A primitive family or a NumPy-surface module grows a section per pass; the rest stay short.
 MAX_LINES = 600
@@ -204,3 +210,32 @@ def test_module_size(module):
     lines = len(MODULES[module].read_text().splitlines())
     limit = MAX_LINES_GROWING if module.startswith(GROWING_PACKAGES) else MAX_LINES
     assert lines <= limit, f"{module} has {lines} lines (limit {limit}): split it by concern"
+
+
+def _registry_reads(source: str) -> list[int]:
+    """The lines of `source` that name `PRIMITIVES` (a lookup, an import, an attribute)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Name) and node.id == "PRIMITIVES"
+                or isinstance(node, ast.Attribute) and node.attr == "PRIMITIVES"
+                or isinstance(node, ast.ImportFrom) and any(a.name == "PRIMITIVES" for a in node.names)):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_no_pass_backend_or_family_names_a_primitive_by_string():
+    """A pass looks the equation's primitive up in its table; where it or a family stages or
+    recognizes a primitive it does not declare, it does so with an op, never through
+    `PRIMITIVES["name"]`: a primitive's name is then written in its family and in one op's
+    `@binds`, which tests/primitives/test_ops.py holds to the registry."""
+    found = [f"{MODULES[m].relative_to(ROOT)}:{line}" for m in sorted(MODULES)
+             if m.split(".")[:2] in [p.split(".") for p in NO_REGISTRY_READS] and m != REGISTRY_READER
+             for line in _registry_reads(MODULES[m].read_text())]
+    assert not found, "registry lookups outside passes/lax_ops.py (use its ops):\n" + "\n".join(found)
+
+
+def test_registry_reads_are_seen():
+    """The finder itself, on each way of reaching the registry."""
+    assert _registry_reads('from s2s.staging import PRIMITIVES\nadd = PRIMITIVES["add"]') == [1, 2]
+    assert _registry_reads("import s2s.staging\n\n\nx = s2s.staging.PRIMITIVES") == [4]
+    assert _registry_reads("from s2s.passes import lax_ops\nadd = lax_ops.add_any") == []

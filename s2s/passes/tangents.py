@@ -6,8 +6,8 @@ function that ignores an argument free of any work for it. Integer and boolean v
 have `float0` tangents: `tangent_aval` says which.
 
 Passes sit below the primitive families, so the few equations staged here (the zeros'
-broadcast, `add_any`, unbroadcasting's `reduce_sum` and `reshape`) bind primitives looked
-up by name in the registry when first needed, as `s2s.primitives.ops` does.
+broadcast, `add_any`, unbroadcasting's `reduce_sum` and `reshape`) are written with the
+passes' ops (`passes/lax_ops.py`), which find their primitives in the registry when called.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import Literal, ShapedArray
-from s2s.staging import PRIMITIVES
+from s2s.passes import lax_ops
 
 
 class AvalMarker:
@@ -53,8 +53,7 @@ def zeros(aval: ShapedArray):
     if aval.dtype == dtypes.float0:
         return np.zeros(aval.shape, dtypes.float0)
     zero = Literal(np.zeros((), aval.dtype).item(), ShapedArray((), aval.dtype))
-    return PRIMITIVES["broadcast_in_dim"].bind(zero, shape=tuple(aval.shape),
-                                               broadcast_dimensions=())
+    return lax_ops.broadcast_in_dim(zero, aval.shape, ())
 
 
 def instantiate(t, aval: ShapedArray | None = None):
@@ -70,7 +69,7 @@ def add_tangents(a, b):
         return b
     if isinstance(b, Zero):
         return a
-    return PRIMITIVES["add_any"].bind(a, b)
+    return lax_ops.add_any(a, b)
 
 
 def unbroadcast(ct, shape: tuple[int, ...]):
@@ -87,7 +86,5 @@ def unbroadcast(ct, shape: tuple[int, ...]):
     lead = len(ct_shape) - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
                                       if d == 1 and ct_shape[lead + i] != 1)
-    summed = PRIMITIVES["reduce_sum"].bind(ct, axes=axes) if axes else ct
-    if tuple(summed.shape) == tuple(shape):
-        return summed
-    return PRIMITIVES["reshape"].bind(summed, new_sizes=tuple(shape))
+    summed = lax_ops.reduce_sum(ct, axes) if axes else ct
+    return lax_ops.reshape(summed, shape)

@@ -28,7 +28,8 @@ from typing import Callable, Hashable
 
 from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, aval_of_value
 from s2s.errors import StagingError
-from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
+from s2s.passes import lax_ops
+from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
 batch_rules: dict[Primitive, Callable] = {}
 # Primitives whose rule must run even with unbatched operands: they read the mapped axis.
@@ -85,7 +86,7 @@ def move_axis(x, src: int, dst: int):
         return x
     perm = [d for d in range(ndim(x)) if d != src]
     perm.insert(dst, src)
-    return PRIMITIVES["transpose"].bind(x, permutation=tuple(perm))
+    return lax_ops.transpose(x, perm)
 
 
 def broadcast_batch(x, size: int, dst: int):
@@ -94,7 +95,7 @@ def broadcast_batch(x, size: int, dst: int):
     in_shape = shape(x)
     out_shape = in_shape[:dst] + (size,) + in_shape[dst:]
     dims = tuple(d if d < dst else d + 1 for d in range(len(in_shape)))
-    return PRIMITIVES["broadcast_in_dim"].bind(x, shape=out_shape, broadcast_dimensions=dims)
+    return lax_ops.broadcast_in_dim(x, out_shape, dims)
 
 
 def to_dim(x, dim: int | None, dst: int, size: int):
@@ -154,13 +155,13 @@ def align_for_broadcast(x, dim: int | None, out_dim: int, out_rank: int):
         lead = out_rank - rank       # per-example axes of the result before x's first
         if out_dim <= lead:
             return x
-        return PRIMITIVES["expand_dims"].bind(x, dimensions=(out_dim - lead,))
+        return lax_ops.expand_dims(x, (out_dim - lead,))
     if rank == out_rank:
         return move_axis(x, dim, out_dim)
     # Fewer per-example axes than the result: pad with length-1 axes after the batch.
     x = move_axis(x, dim, 0)
     padded = (shape(x)[0],) + (1,) * (out_rank - rank) + shape(x)[1:]
-    x = PRIMITIVES["reshape"].bind(x, new_sizes=padded)
+    x = lax_ops.reshape(x, padded)
     return move_axis(x, 0, out_dim)
 
 

@@ -24,8 +24,8 @@ from s2s.emit.pyexpr import call, register
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.passes import jvp as _jvp, vmap as _vmap
 from s2s.passes.tangents import is_zero
-from s2s.primitives import elementwise as ew
-from s2s.primitives import loops, ops
+from s2s.primitives import ops
+from s2s.primitives.elementwise import broadcast_shapes
 from s2s.primitives.staged_algorithms import StagedFunctions, staged_jaxpr
 from s2s.staging import Primitive
 
@@ -35,7 +35,7 @@ def _bessel_abstract(name: str):
         if not (order.dtype == x.dtype and x.dtype.kind == "f"):
             raise ShapeError(f"{name} needs a real floating order and argument of one dtype, got "
                              f"{order.str_short()}, {x.str_short()}")
-        return ShapedArray(ew.broadcast_shapes(order.shape, x.shape), x.dtype,
+        return ShapedArray(broadcast_shapes(order.shape, x.shape), x.dtype,
                            order.weak_type and x.weak_type)
     return abstract
 
@@ -69,7 +69,7 @@ def _constant_order(name: str, order_tangent) -> None:
 def _order_step(order, step: int, dtype):
     """order + step, with primitives: the order is often a literal or a NumPy constant,
     which have no operators of ours (x, which has a tangent, is staged and gives the dtype)."""
-    return ew.add.bind(order, ops.literal(step, dtype))
+    return ops.add(order, ops.literal(step, dtype))
 
 
 def _order_recurrence_derivative(prim, order, x, sign: int, **params):
@@ -78,14 +78,14 @@ def _order_recurrence_derivative(prim, order, x, sign: int, **params):
     needs Y or K), whose (v/x) C_v is 0 for v = 0 (C_0' = sign C_1)."""
     dtype = x.aval.dtype
     zero, one, signed = ops.literal(0, dtype), ops.literal(1, dtype), ops.literal(sign, dtype)
-    recurrence = ew.ge.bind(ew.abs.bind(order), one)
+    recurrence = ops.ge(ops.abs_(order), one)
     out = prim.bind(order, x, **params)
     above = prim.bind(_order_step(order, 1, dtype), x, **params)
     # v itself where v - 1 is not used: its nan would reach the gradient through 0 * nan.
-    below = prim.bind(ew.select.bind(recurrence, _order_step(order, -1, dtype), order), x, **params)
-    v_over_x = ew.select.bind(ew.eq.bind(order, zero), zero, ew.div.bind(order, x))
-    derivative = ew.select.bind(recurrence, (below + signed * above) * ops.literal(0.5, dtype),
-                                signed * above + v_over_x * out)
+    below = prim.bind(ops.select(recurrence, _order_step(order, -1, dtype), order), x, **params)
+    v_over_x = ops.select(ops.eq(order, zero), zero, ops.div(order, x))
+    derivative = ops.select(recurrence, (below + signed * above) * ops.literal(0.5, dtype),
+                            signed * above + v_over_x * out)
     return out, derivative
 
 
@@ -111,7 +111,7 @@ def _iv_jvp(primals, tangents, scaled):
     _constant_order("scipy.special.ive" if scaled else "scipy.special.iv", tv)
     out, derivative = _order_recurrence_derivative(bessel_iv, v, x, 1, scaled=scaled)
     if scaled:
-        derivative = derivative - ew.sign.bind(x) * out
+        derivative = derivative - ops.sign(x) * out
     return out, tx * derivative
 
 
@@ -134,12 +134,12 @@ class _BesselStagedFunctions(StagedFunctions):
     def _operand(self, v):
         return ops.literal(v, self.dtype, weak=False) if isinstance(v, (int, float)) else v
 
-    sqrt = staticmethod(ew.sqrt.bind)
-    sin = staticmethod(ew.sin.bind)
-    cos = staticmethod(ew.cos.bind)
-    floor = staticmethod(ew.floor.bind)
-    pow = staticmethod(ew.pow.bind)
-    not_ = staticmethod(ew.not_.bind)
+    sqrt = staticmethod(ops.sqrt)
+    sin = staticmethod(ops.sin)
+    cos = staticmethod(ops.cos)
+    floor = staticmethod(ops.floor)
+    pow = staticmethod(ops.pow_)
+    not_ = staticmethod(ops.not_)
 
     @staticmethod
     def max_all(x):
@@ -153,8 +153,7 @@ class _BesselStagedFunctions(StagedFunctions):
     def loop(keep_going, step, carry):
         avals = [c.aval.strip_weak_type() for c in carry]
         condition, body = _staged(lambda *c: [keep_going(*c)], avals), _staged(step, avals)
-        return loops.while_loop.bind(*carry, cond_jaxpr=condition, body_jaxpr=body,
-                                     cond_nconsts=0, body_nconsts=0, max_iters=None)
+        return ops.while_loop(*carry, cond_jaxpr=condition, body_jaxpr=body)
 
 
 def _staged(fn, avals) -> ClosedJaxpr:

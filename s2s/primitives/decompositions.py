@@ -54,12 +54,10 @@ from s2s.emit.pyexpr import call, register
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.passes import jvp as _jvp, vmap as _vmap
 from s2s.primitives import ops
-from s2s.primitives import complex_parts
 from s2s.primitives.complex_parts import complex_dtype, part_dtype
 from s2s.primitives.linalg import (LAPACK_PREFIXES, _aval, _batch_matrix_function,
                                    _check_matrices, _layout, _lowered_as, _matmul, _mT,
                                    _triangle_mask, _tt, solve, triangular_solve)
-from s2s.primitives.reductions import argmax
 from s2s.staging import Primitive
 
 REAL_DTYPES = (dtypes.float32, dtypes.float64)
@@ -380,12 +378,12 @@ def _eig_jvp(primals, tangents, *, vectors):
         return [w], [w_dot]
     u = _matmul(v, _reciprocal_differences(_row(w) - _column(w)) * p)
     rows = _aval(v).ndim - 2
-    largest = argmax.bind(ops.abs_(v), axis=rows, index_dtype=dtypes.int32)
+    largest = ops.argmax(ops.abs_(v), rows, dtypes.int32)
     at_largest = _like(ops.eq(ops.iota(_aval(v).shape, rows, dtypes.int32),
                               ops.expand_dims(largest, (rows,))), v)
     phase = ops.imag(ops.reduce_sum(at_largest * u, (rows,))) \
         / ops.real(ops.reduce_sum(at_largest * v, (rows,)))
-    c = complex_parts.complex.bind(ops.neg(ops.real(_column_dots(v, u))), ops.neg(phase))
+    c = ops.complex_from_parts(ops.neg(ops.real(_column_dots(v, u))), ops.neg(phase))
     return [w, v], [w_dot, u + v * _row(c)]
 
 

@@ -27,7 +27,7 @@ from s2s.passes import (jvp as _jvp, partial_eval as _pe, simplify as _simplify,
 from s2s.passes.tangents import Zero, instantiate, is_zero, tangent_aval, unbroadcast
 from s2s.passes.transpose import is_linear
 from s2s.primitives import ops
-from s2s.staging import PRIMITIVES, Primitive, Tracer
+from s2s.staging import Primitive, Tracer
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -929,7 +929,7 @@ def _pieces_into_concatenation(eqn, producer):
     full-size padded copies."""
     if type(eqn.invars[0]) is not Var or type(eqn.invars[1]) is not Var:   # (`x + 0.1`: no piece)
         return None
-    pad, concatenate = PRIMITIVES["pad"], PRIMITIVES["concatenate"]    # structural's, looked up when used
+    pad, concatenate = ops.primitive(ops.pad), ops.primitive(ops.concatenate)    # structural's
     pads = [producer(v) for v in eqn.invars]
     if any(p is None or p.primitive is not pad or _simplify.fill_value(p.invars[1], producer) != 0 for p in pads):
         return None

@@ -29,7 +29,7 @@ from s2s.passes import jvp as _jvp, simplify as _simplify, transpose as _transpo
 from s2s.passes.tangents import Zero, is_zero, tangent_aval
 from s2s.passes.transpose import LinearInput, is_linear
 from s2s.primitives import ops
-from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, Tracer
+from s2s.staging import JaxprBuilder, Primitive, Tracer
 
 # ---------------------------------------------------------------------------------------
 # dot_general
@@ -649,7 +649,7 @@ def _fold_transposed_operand(eqn, producer):
     mapped, invars = [list(contract), list(batch)], list(eqn.invars)
     for side in (0, 1):
         inner = producer(eqn.invars[side])
-        if inner is None or inner.primitive is not PRIMITIVES["transpose"]:
+        if inner is None or inner.primitive is not ops.primitive(ops.transpose):
             continue
         perm = inner.params["permutation"]
         kept = [perm[d] for d in free_dims(len(perm), contract[side], batch[side])]

@@ -29,10 +29,10 @@ from s2s import dtypes
 from s2s.core import Jaxpr, JaxprEqn, Literal, Var
 from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, Expr, dtype_text, python_rules, register_statement,
                              typed_scalar)
+from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import write_assignment
 from s2s.primitives.loop_checkpoints import while_reverse
 from s2s.primitives.loops import scan, unrolled_scan, while_loop
-from s2s.staging import PRIMITIVES
 
 PER_STEP = "_per_step"   # the suffix of a buffer holding one value per step
 
@@ -100,7 +100,7 @@ def _counting_carry(eqn) -> tuple[int, int] | None:
         init, var, new = eqn.invars[n_consts + k], body.invars[n_consts + k], body.outvars[k]
         step = producers.get(new)
         if (isinstance(init, Literal) and dtypes.is_integer(var.aval.dtype) and step is not None
-                and step.primitive is PRIMITIVES["add"] and var in step.invars
+                and step.primitive is ops.primitive(ops.add) and var in step.invars
                 and any(isinstance(v, Literal) and v.value == 1 for v in step.invars)):
             return k, int(init.value)
     return None
@@ -125,7 +125,7 @@ def _python_int_values(body: Jaxpr, counter: Var) -> set | None:
     integer, right for an int64 counter only. A method (`t.reshape(...)`) or a nested
     statement needs the NumPy integer. A carry that would become a Python int is converted
     where it is assigned (`last = np.int64(t)`)."""
-    convert = PRIMITIVES["convert_element_type"]
+    convert = ops.primitive(ops.convert)
     bare = {counter}
     for eqn in body.eqns:
         if not any(isinstance(v, Var) and v in bare for v in eqn.invars):
@@ -184,7 +184,7 @@ def _summed_in_place(body: Jaxpr, carry_vars: list[Var], source_info) -> tuple[J
     A carry qualifies where it is an array, the body reads its old value only in
     `old + term` and that sum only as its new value: then no other value can see the
     array change under it."""
-    add = PRIMITIVES["add"]
+    add = ops.primitive(ops.add)
     uses = Counter(v for e in body.eqns for v in e.invars if isinstance(v, Var))
     uses.update(v for v in body.outvars if isinstance(v, Var))
     producers = {v: e for e in body.eqns for v in e.outvars}

@@ -16,7 +16,6 @@ from s2s.passes.partial_eval import partial_eval_jaxpr
 from s2s.passes.tangents import Zero, instantiate, is_zero
 from s2s.passes.transpose import is_linear, transpose_jaxpr
 from s2s.primitives import ops
-from s2s.primitives.cond import cond
 from s2s.primitives.control_flow_bodies import prune_body, recomputed_first
 from s2s.primitives.loop_checkpoints import (checkpointed_partial_eval, checkpointed_transpose, unbounded_while_transpose,
                                               unknown_carries)
@@ -275,7 +274,7 @@ def _while_partial_eval(eqn, unknown_ins):
                  for v, b in zip(eqn.outvars, p["body_jaxpr"].jaxpr.invars[n_body:])]
         (holds,) = inline_jaxpr(p["cond_jaxpr"], args[:n_cond] + carry)
         active = ops.and_(active, holds)
-        stepped = cond.bind(active, *args[n_cond:], *carry, branches=(unchanged, p["body_jaxpr"]))
+        stepped = ops.cond(active, *args[n_cond:], *carry, branches=(unchanged, p["body_jaxpr"]))
         body = builder.build([active] + list(stepped))
     masked = JaxprEqn(scan, list(eqn.invars[:n_cond + n_body]) + [Literal(True, flag)]
                       + list(eqn.invars[n_cond + n_body:]),

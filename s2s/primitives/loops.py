@@ -40,7 +40,7 @@ from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import (batched_carry_dims, closure_convert, constant_free,
                                                 differentiable_mask, nonzero_mask, per_example_mask, prune_body,
                                                 same_types, type_list)
-from s2s.staging import PRIMITIVES, JaxprBuilder, Primitive, inline_jaxpr
+from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 
 # ---------------------------------------------------------------------------------------
@@ -591,17 +591,17 @@ def _at_counter(atom, counters: set, producer: dict) -> bool:
     if atom in counters:
         return True
     eqn = producer.get(atom)
-    if eqn is None or eqn.primitive.name != "select" or eqn.invars[2] not in counters:
+    if eqn is None or eqn.primitive is not ops.primitive(ops.select) or eqn.invars[2] not in counters:
         return False
     test = producer.get(eqn.invars[0])
-    return (test is not None and test.primitive.name == "lt" and test.invars[0] is eqn.invars[2]
+    return (test is not None and test.primitive is ops.primitive(ops.lt) and test.invars[0] is eqn.invars[2]
             and getattr(test.invars[1], "value", None) == 0)
 
 
 def _row_read(eqn, const, counters: set, producer: dict) -> bool:
     """Whether `eqn` is `dynamic_slice(const, counter, ...)` of one whole row of `const`
     (later start indices do not matter: a slice the whole size of an axis starts at 0)."""
-    return (eqn.primitive.name == "dynamic_slice" and eqn.invars[0] is const
+    return (eqn.primitive is ops.primitive(ops.dynamic_slice) and eqn.invars[0] is const
             and eqn.params["slice_sizes"] == (1,) + tuple(const.aval.shape[1:])
             and const not in eqn.invars[1:]
             and _at_counter(eqn.invars[1], counters, producer))
@@ -632,13 +632,14 @@ def scanned_rows(body: ClosedJaxpr, num_consts: int, num_carry: int, length: int
     rename: dict = {}        # a squeeze of such a result -> the row
     eqns = []
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dynamic_slice" and eqn.invars[0] in rows:
+        if eqn.primitive is ops.primitive(ops.dynamic_slice) and eqn.invars[0] in rows:
             (out,) = eqn.outvars
             row_of_read[out] = rows[eqn.invars[0]]
-            eqn = JaxprEqn(PRIMITIVES["broadcast_in_dim"], [row_of_read[out]], [out],
+            eqn = JaxprEqn(ops.primitive(ops.broadcast_in_dim), [row_of_read[out]], [out],
                            dict(shape=out.aval.shape, broadcast_dimensions=tuple(range(1, out.aval.ndim))),
                            eqn.source_info)
-        elif eqn.primitive.name == "squeeze" and eqn.params["dimensions"] == (0,) and eqn.invars[0] in row_of_read:
+        elif (eqn.primitive is ops.primitive(ops.squeeze) and eqn.params["dimensions"] == (0,)
+              and eqn.invars[0] in row_of_read):
             rename[eqn.outvars[0]] = row_of_read[eqn.invars[0]]
             continue
         else:

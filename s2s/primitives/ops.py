@@ -5,8 +5,11 @@ primitives to do so: elementwise's transpose sums (a reduction), structural's tr
 a broadcast sums, reductions broadcast back. Importing the families from each other would
 tie them in a cycle, and writing rules with the NumPy surface (`s2s.numpy_api`) would tie
 the layer below to the one above it. So each op here binds one primitive that it looks up
-by name in the registry (`staging.PRIMITIVES`) when it is called: this module imports no
-family module, and every family (and the NumPy surface above) can import it.
+by name in the registry when it is called, by the one mechanism of `s2s.passes.lax_ops`
+(`@binds("name")`, `bind(op, ...)`, `primitive(op)`), whose ops it offers too: this module
+imports no family module, and every family (and the NumPy surface above) can import it.
+A family reaches another family's primitive only here: `ops.argmax(...)` stages it,
+`ops.primitive(ops.pad)` recognizes or writes an equation of it.
 
 Ops are thin and typed: parameters are explicit (`axes`, `dimension`, `dtype`), nothing is
 promoted, nothing is validated beyond what the primitive's abstract eval checks. A few
@@ -25,16 +28,10 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import Literal, ShapedArray
-from s2s.staging import PRIMITIVES, Tracer
-
-
-def _bind(name: str, *args, **params):
-    return PRIMITIVES[name].bind(*args, **params)
-
-
-def _ints(values) -> tuple[int, ...]:
-    """Static sizes or axes as a tuple of Python ints (as the jaxpr's params print them)."""
-    return tuple(int(v) for v in values)
+from s2s.passes.lax_ops import (add_any, bind, binds, broadcast_in_dim, expand_dims, primitive,  # noqa: F401
+                                reduce_sum, reshape, transpose)
+from s2s.passes.lax_ops import ints as _ints
+from s2s.staging import Tracer
 
 
 def _dtype(x) -> np.dtype:
@@ -89,10 +86,11 @@ def full(shape, value, dtype):
     return broadcast_in_dim(literal(value, dtype, weak=False), shape, ())
 
 
+@binds("iota")
 def iota(shape, dimension: int, dtype=None):
     """Indices along `dimension` in an array of `shape` (the default int unless `dtype`)."""
     dtype = dtypes.default_int() if dtype is None else np.dtype(dtype)
-    return _bind("iota", dtype=dtype, shape=_ints(shape), dimension=dimension)
+    return bind(iota, dtype=dtype, shape=_ints(shape), dimension=dimension)
 
 
 def index_grid(n: int, m: int, k: int = 0):
@@ -118,16 +116,18 @@ def eye(n: int, m: int | None = None, k: int = 0, dtype=float):
 
 
 def _unary(name: str):
+    @binds(name)
     def op(x):
-        return _bind(name, x)
+        return bind(op, x)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"The `{name}` primitive."
     return op
 
 
 def _binary(name: str):
+    @binds(name)
     def op(x, y):
-        return _bind(name, x, y)
+        return bind(op, x, y)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"The `{name}` primitive (operands broadcast as NumPy's do)."
     return op
@@ -137,27 +137,33 @@ exp, sqrt = _unary("exp"), _unary("sqrt")
 sin, cos, sinh, cosh = _unary("sin"), _unary("cos"), _unary("sinh"), _unary("cosh")
 floor, ceil = _unary("floor"), _unary("ceil")
 log, sign, abs_ = _unary("log"), _unary("sign"), _unary("abs")
-neg = _unary("neg")
+neg, not_ = _unary("neg"), _unary("not")
+expm1, log1p, lgamma, digamma = _unary("expm1"), _unary("log1p"), _unary("lgamma"), _unary("digamma")
+erf, erfc = _unary("erf"), _unary("erfc")
 real, imag, conj = _unary("real"), _unary("imag"), _unary("conj")   # of complex operands
 complex_from_parts = _binary("complex")   # real + i imag, exactly
 add, sub, mul, and_ = _binary("add"), _binary("sub"), _binary("mul"), _binary("and")
-eq, ne, lt, le, ge = (_binary(n) for n in ("eq", "ne", "lt", "le", "ge"))
+eq, ne, lt, le, gt, ge = (_binary(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
 div, minimum = _binary("div"), _binary("min")     # integers: `div` rounds toward zero
+pow_ = _binary("pow")
 
 
+@binds("select")
 def select(pred, on_true, on_false):
     """`on_true` where `pred` holds, else `on_false` (np.where without promotion)."""
-    return _bind("select", pred, on_true, on_false)
+    return bind(select, pred, on_true, on_false)
 
 
+@binds("clamp")
 def clamp(lo, x, hi):
     """`x` clipped into [lo, hi] (np.clip with operands of one dtype)."""
-    return _bind("clamp", lo, x, hi)
+    return bind(clamp, lo, x, hi)
 
 
+@binds("convert_element_type")
 def convert(x, dtype, weak_type: bool = False):
     """`x` converted to `dtype` (a strong result unless `weak_type`)."""
-    return _bind("convert_element_type", x, new_dtype=np.dtype(dtype), weak_type=weak_type)
+    return bind(convert, x, new_dtype=np.dtype(dtype), weak_type=weak_type)
 
 
 def trunc(x):
@@ -169,12 +175,6 @@ def trunc(x):
 # Shapes
 
 
-def broadcast_in_dim(x, shape, broadcast_dimensions):
-    """`x` broadcast to `shape`; its axis i becomes axis `broadcast_dimensions[i]`."""
-    return _bind("broadcast_in_dim", x, shape=_ints(shape),
-                 broadcast_dimensions=_ints(broadcast_dimensions))
-
-
 def broadcast_to(x, shape):
     """`x` broadcast to `shape`, right-aligned as NumPy aligns; `x` itself when it already
     has that shape."""
@@ -184,45 +184,30 @@ def broadcast_to(x, shape):
     return broadcast_in_dim(x, shape, range(len(shape) - len(x.shape), len(shape)))
 
 
-def reshape(x, shape):
-    """`x` with the same elements in `shape` (C order); `x` itself when nothing changes."""
-    shape = _ints(shape)
-    return x if tuple(x.shape) == shape else _bind("reshape", x, new_sizes=shape)
-
-
-def transpose(x, permutation):
-    """`x` with its axes permuted; `x` itself for the identity permutation."""
-    permutation = _ints(permutation)
-    if permutation == tuple(range(len(permutation))):
-        return x
-    return _bind("transpose", x, permutation=permutation)
-
-
-def expand_dims(x, dimensions):
-    """`x` with new axes of length 1 at `dimensions` (positions in the result)."""
-    return _bind("expand_dims", x, dimensions=tuple(sorted(dimensions)))
-
-
+@binds("squeeze")
 def squeeze(x, dimensions):
     """`x` without its length-1 axes `dimensions`."""
-    return _bind("squeeze", x, dimensions=tuple(sorted(dimensions)))
+    return bind(squeeze, x, dimensions=tuple(sorted(dimensions)))
 
 
+@binds("concatenate")
 def concatenate(xs, dimension: int):
     """The arrays `xs` (of one dtype) joined along `dimension` (non-negative)."""
-    return _bind("concatenate", *xs, dimension=dimension)
+    return bind(concatenate, *xs, dimension=dimension)
 
 
+@binds("pad")
 def pad(x, padding_value, padding_config):
     """`x` padded by `(low, high, interior)` per axis with the scalar `padding_value`."""
-    return _bind("pad", x, padding_value, padding_config=tuple(padding_config))
+    return bind(pad, x, padding_value, padding_config=tuple(padding_config))
 
 
+@binds("slice")
 def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001  (lax's name)
     """The static slice `x[start:limit:stride, ...]` (unit strides when None)."""
     strides = (1,) * len(x.shape) if strides is None else _ints(strides)
-    return _bind("slice", x, start_indices=_ints(start_indices),
-                 limit_indices=_ints(limit_indices), strides=strides)
+    return bind(slice, x, start_indices=_ints(start_indices),
+                limit_indices=_ints(limit_indices), strides=strides)
 
 
 def slice_in_dim(x, start: int, limit: int, axis: int = 0):
@@ -250,10 +235,22 @@ def dynamic_index(x, index):
     return gather(x, index, axes=(0,))
 
 
+@binds("dynamic_slice")
+def dynamic_slice(x, start_indices, slice_sizes):
+    """The block of `x` of `slice_sizes` from the staged `start_indices` (clamped in)."""
+    return bind(dynamic_slice, x, *start_indices, slice_sizes=_ints(slice_sizes))
+
+
+@binds("dynamic_update_slice")
+def dynamic_update_slice(x, update, start_indices):
+    """`x` with the block at the staged `start_indices` (clamped in) set to `update`."""
+    return bind(dynamic_update_slice, x, update, *start_indices)
+
+
 def dynamic_update_index(x, update, index):
     """`x` with `x[index] = update` along axis 0, for a staged scalar `index` (clamped)."""
     zero = literal(0, _dtype(index))
-    return _bind("dynamic_update_slice", x, expand_dims(update, (0,)), index, *[zero] * (len(x.shape) - 1))
+    return dynamic_update_slice(x, expand_dims(update, (0,)), [index] + [zero] * (len(x.shape) - 1))
 
 
 def triangle(x, k: int, lower: bool):
@@ -281,31 +278,54 @@ def triu(x, k: int = 0):
 # Reductions and indexing
 
 
-def reduce_sum(x, axes):
-    """The sum of `x` over `axes` (dtype preserved)."""
-    return _bind("reduce_sum", x, axes=_ints(axes))
-
-
+@binds("reduce_max")
 def reduce_max(x, axes):
     """The largest element of `x` over `axes`."""
-    return _bind("reduce_max", x, axes=_ints(axes))
+    return bind(reduce_max, x, axes=_ints(axes))
 
 
+@binds("reduce_min")
 def reduce_min(x, axes):
     """The smallest element of `x` over `axes`."""
-    return _bind("reduce_min", x, axes=_ints(axes))
+    return bind(reduce_min, x, axes=_ints(axes))
 
 
+@binds("reduce_or")
 def reduce_or(x, axes):
     """Whether any element of the boolean `x` over `axes` holds."""
-    return _bind("reduce_or", x, axes=_ints(axes))
+    return bind(reduce_or, x, axes=_ints(axes))
 
 
+@binds("reduce_prod")
 def reduce_prod(x, axes):
     """The product of `x` over `axes` (dtype preserved)."""
-    return _bind("reduce_prod", x, axes=_ints(axes))
+    return bind(reduce_prod, x, axes=_ints(axes))
 
 
+@binds("gather")
 def gather(x, *indices, axes):
     """`x[i0, i1, ...]` with integer index arrays of one shape on the distinct `axes`."""
-    return _bind("gather", x, *indices, axes=_ints(axes))
+    return bind(gather, x, *indices, axes=_ints(axes))
+
+
+@binds("argmax")
+def argmax(x, axis: int, index_dtype):
+    """The index of the first largest element of `x` along `axis`, as `index_dtype`."""
+    return bind(argmax, x, axis=axis, index_dtype=np.dtype(index_dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# Control flow (bodies are closed jaxprs, staged by the caller)
+
+
+@binds("cond")
+def cond(index, *operands, branches):
+    """The results of `branches[index]` on `operands` (a boolean `index` picks 0 or 1)."""
+    return bind(cond, index, *operands, branches=tuple(branches))
+
+
+@binds("while_loop")
+def while_loop(*carry, cond_jaxpr, body_jaxpr, max_iters=None):
+    """The carry after `body_jaxpr` ran while `cond_jaxpr` held, bodies reading no constants."""
+    return bind(while_loop, *carry, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
+                cond_nconsts=0, body_nconsts=0, max_iters=max_iters)

@@ -24,8 +24,8 @@ from s2s.emit.pyexpr import call, register
 from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.passes import jvp as _jvp, vmap as _vmap
 from s2s.passes.tangents import add_tangents, is_zero
-from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
+from s2s.primitives.elementwise import broadcast_shapes   # (so erf is declared before its lowering below)
 from s2s.primitives.staged_algorithms import StagedFunctions, staged_jaxpr
 from s2s.staging import Primitive, Tracer
 
@@ -34,7 +34,7 @@ def _betainc_abstract(a, b, x, log=False):
     if not (a.dtype == b.dtype == x.dtype and dtypes.is_inexact(a.dtype) and a.dtype.kind == "f"):
         raise ShapeError("betainc needs real floating operands of one dtype, got "
                          + ", ".join(v.str_short() for v in (a, b, x)))
-    return ShapedArray(ew.broadcast_shapes(a.shape, b.shape, x.shape), a.dtype,
+    return ShapedArray(broadcast_shapes(a.shape, b.shape, x.shape), a.dtype,
                        a.weak_type and b.weak_type and x.weak_type)
 
 
@@ -57,13 +57,13 @@ def _betainc_jvp(primals, tangents, log=False):
     # its log). Primitives on the primals: a and b are often literals (t.cdf's 1/2), which
     # have no operators.
     one = ops.literal(1, out.aval.dtype)
-    log_beta = ew.sub.bind(ew.add.bind(ew.lgamma.bind(a), ew.lgamma.bind(b)), ew.lgamma.bind(ew.add.bind(a, b)))
-    log_density = ew.sub.bind(ew.add.bind(ew.mul.bind(ew.sub.bind(a, one), ew.log.bind(x)),
-                                          ew.mul.bind(ew.sub.bind(b, one), ew.log1p.bind(ew.neg.bind(x)))),
-                              log_beta)
+    log_beta = ops.sub(ops.add(ops.lgamma(a), ops.lgamma(b)), ops.lgamma(ops.add(a, b)))
+    log_density = ops.sub(ops.add(ops.mul(ops.sub(a, one), ops.log(x)),
+                                  ops.mul(ops.sub(b, one), ops.log1p(ops.neg(x)))),
+                          log_beta)
     if log:
-        log_density = ew.sub.bind(log_density, out)
-    return out, tx * ew.exp.bind(log_density)
+        log_density = ops.sub(log_density, out)
+    return out, tx * ops.exp(log_density)
 
 
 _jvp.register(betainc, _betainc_jvp)
@@ -82,9 +82,9 @@ def _lower_betainc(ctx, eqn, a, b, x):
     def condition(carry):
         m, delta = carry[0], carry[-1]
         def unconverged(m, delta):
-            running = ew.le.bind(m, ops.literal(rt_special.BETAINC_MAX_STEPS, dtype))
-            moving = ew.gt.bind(ew.abs.bind(delta - 1), ops.literal(eps, dtype))
-            return [ew.and_.bind(running, ops.reduce_or(moving, tuple(range(len(out.shape)))))]
+            running = ops.le(m, ops.literal(rt_special.BETAINC_MAX_STEPS, dtype))
+            moving = ops.gt(ops.abs_(delta - 1), ops.literal(eps, dtype))
+            return [ops.and_(running, ops.reduce_or(moving, tuple(range(len(out.shape)))))]
         return _hlo.lower_jaxpr(ctx, staged_jaxpr(unconverged, [scalar, out]), [m, delta])
 
     def step(carry):
@@ -125,9 +125,9 @@ def _real_float_abstract(x):
 
 
 class _InverseErfStagedFunctions(StagedFunctions):
-    erf = staticmethod(ew.erf.bind)
-    erfc = staticmethod(ew.erfc.bind)
-    sqrt = staticmethod(ew.sqrt.bind)
+    erf = staticmethod(ops.erf)
+    erfc = staticmethod(ops.erfc)
+    sqrt = staticmethod(ops.sqrt)
 
 
 def _inverse_error_function(name: str, impl, emitted: str, algorithm, slope: float):
@@ -138,7 +138,7 @@ def _inverse_error_function(name: str, impl, emitted: str, algorithm, slope: flo
     def jvp(primals, tangents):
         (x,), (t,) = primals, tangents
         y = prim.bind(x)
-        return y, t * (slope * ew.exp.bind(y * y))
+        return y, t * (slope * ops.exp(y * y))
     _jvp.register(prim, jvp)
 
     def lower(ctx, eqn, x):
@@ -162,8 +162,8 @@ erfc_inv = _inverse_error_function("erfc_inv", rt.erfcinv, "rt.erfcinv", rt_spec
 
 
 class _ComplexErfStagedFunctions(StagedFunctions):
-    cos = staticmethod(ew.cos.bind)
-    sin = staticmethod(ew.sin.bind)
+    cos = staticmethod(ops.cos)
+    sin = staticmethod(ops.sin)
 
 
 def _lower_error_function(chlo_op: str, parts_fn):
@@ -180,8 +180,8 @@ def _lower_error_function(chlo_op: str, parts_fn):
     return rule
 
 
-_hlo.register(ew.erf, _lower_error_function("chlo.erf", rt_special.complex_erf), broadcasting=True)
-_hlo.register(ew.erfc, _lower_error_function("chlo.erfc", rt_special.complex_erfc), broadcasting=True)
+_hlo.register(ops.primitive(ops.erf), _lower_error_function("chlo.erf", rt_special.complex_erf), broadcasting=True)
+_hlo.register(ops.primitive(ops.erfc), _lower_error_function("chlo.erfc", rt_special.complex_erfc), broadcasting=True)
 
 # ---------------------------------------------------------------------------------------
 # gammainc(a, x) and gammaincc(a, x): the regularized incomplete gamma functions P and Q
@@ -197,7 +197,7 @@ def _incomplete_gamma_abstract(name: str):
         if not (a.dtype == x.dtype and a.dtype.kind == "f"):
             raise ShapeError(f"{name} needs real floating operands of one dtype, got "
                              f"{a.str_short()}, {x.str_short()}")
-        return ShapedArray(ew.broadcast_shapes(a.shape, x.shape), a.dtype, a.weak_type and x.weak_type)
+        return ShapedArray(broadcast_shapes(a.shape, x.shape), a.dtype, a.weak_type and x.weak_type)
     return abstract
 
 
@@ -215,8 +215,8 @@ gammainc_grad_a = _declare_incomplete_gamma("gammainc_grad_a", rt.gammainc_grad_
 
 class _GammaStagedFunctions(StagedFunctions):
     """The staged functions the incomplete gamma loop needs beyond betainc's."""
-    expm1 = staticmethod(ew.expm1.bind)
-    digamma = staticmethod(ew.digamma.bind)
+    expm1 = staticmethod(ops.expm1)
+    digamma = staticmethod(ops.digamma)
 
 
 def _aval(v) -> ShapedArray:
@@ -234,7 +234,7 @@ def _of_shape(v, shape):
 
 def _staged_operands(a, x):
     """a and x as staged values of their broadcast shape, and the staged functions."""
-    out = ShapedArray(ew.broadcast_shapes(_aval(a).shape, _aval(x).shape), _aval(a).dtype)
+    out = ShapedArray(broadcast_shapes(_aval(a).shape, _aval(x).shape), _aval(a).dtype)
     return _of_shape(a, out.shape), _of_shape(x, out.shape), _GammaStagedFunctions(out.dtype)
 
 
@@ -305,9 +305,9 @@ def _lower_incomplete_gamma(finish, grad_a: bool = False):
         def condition(carry):
             m, residual = carry[0], carry[-1]
             def unconverged(m, residual):
-                running = ew.le.bind(m, ops.literal(rt_special_gamma.GAMMAINC_MAX_STEPS, dtype))
-                moving = ew.gt.bind(residual, ops.literal(tolerance, dtype))
-                return [ew.and_.bind(running, ops.reduce_or(moving, tuple(range(len(out.shape)))))]
+                running = ops.le(m, ops.literal(rt_special_gamma.GAMMAINC_MAX_STEPS, dtype))
+                moving = ops.gt(residual, ops.literal(tolerance, dtype))
+                return [ops.and_(running, ops.reduce_or(moving, tuple(range(len(out.shape)))))]
             return _hlo.lower_jaxpr(ctx, staged_jaxpr(unconverged, [scalar, out]), [m, residual])
 
         def step(carry):

@@ -7,7 +7,6 @@ what their algorithms need on top of it.
 """
 from __future__ import annotations
 
-from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.staging import JaxprBuilder
 
@@ -24,13 +23,13 @@ class StagedFunctions:
         return ops.literal(v, self.dtype) if isinstance(v, (int, float)) else v
 
     def select(self, pred, on_true, on_false):
-        return ew.select.bind(pred, self._operand(on_true), self._operand(on_false))
+        return ops.select(pred, self._operand(on_true), self._operand(on_false))
 
-    abs = staticmethod(ew.abs.bind)
-    exp = staticmethod(ew.exp.bind)
-    log = staticmethod(ew.log.bind)
-    log1p = staticmethod(ew.log1p.bind)
-    lgamma = staticmethod(ew.lgamma.bind)
+    abs = staticmethod(ops.abs_)
+    exp = staticmethod(ops.exp)
+    log = staticmethod(ops.log)
+    log1p = staticmethod(ops.log1p)
+    lgamma = staticmethod(ops.lgamma)
 
 
 def staged_jaxpr(fn, avals):
