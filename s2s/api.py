@@ -12,8 +12,7 @@ from s2s import tree as tree_util
 from s2s.core import ClosedJaxpr, eval_jaxpr as _eval_jaxpr
 from s2s.eager import emitted_module, staged_or_error
 from s2s.emit.python import EmitOptions
-from s2s.errors import S2SError
-from s2s.frontend import reraise_clean
+from s2s.errors import api_boundary
 from s2s.pmap import Pmapped
 from s2s.primitives.elementwise import stop_gradient as stop_gradient_p
 from s2s_runtime import distributed, xla
@@ -22,6 +21,7 @@ from s2s_runtime.array import Array
 
 def make_jaxpr(fn, static_argnums=(), static_argnames=(), dynamic_argnums=()):
     """`make_jaxpr(f)(*args)` → the ClosedJaxpr s2s stages `f` into for those arguments."""
+    @api_boundary
     @functools.wraps(fn)
     def make(*args, **kwargs) -> ClosedJaxpr:
         return staged_or_error(fn, args, kwargs, static_argnums, static_argnames, dynamic_argnums).closed
@@ -33,6 +33,7 @@ def eval_jaxpr(closed: ClosedJaxpr, *args) -> list:
     return _eval_jaxpr(closed, *args)
 
 
+@api_boundary
 def emit_python(fn, *example_args, static_argnums=(), static_argnames=(), dynamic_argnums=(),
                 name: str | None = None, source_comments: bool = True, **example_kwargs) -> str:
     """The source of a standalone module computing `fn` for arguments like the examples.
@@ -45,10 +46,7 @@ def emit_python(fn, *example_args, static_argnums=(), static_argnames=(), dynami
         name, fn = name or fn.__name__, fn.reference()
     staged = staged_or_error(fn, example_args, example_kwargs, static_argnums, static_argnames,
                              dynamic_argnums)
-    try:
-        return emitted_module(staged, name, EmitOptions(source_comments=source_comments)).source
-    except S2SError as e:
-        reraise_clean(e)
+    return emitted_module(staged, name, EmitOptions(source_comments=source_comments)).source
 
 
 def devices() -> list:
@@ -80,6 +78,7 @@ def process_count() -> int:
     return distributed.process_count()
 
 
+@api_boundary
 def block_until_ready(tree):
     """Waits until every `s2s.Array` in `tree` is computed (jit returns before XLA is done,
     like jax); returns `tree`."""

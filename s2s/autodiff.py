@@ -24,8 +24,8 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from s2s.eager import run, staged_or_error
-from s2s.errors import S2SError, StagingError, TransformTypeError
-from s2s.frontend import Staged, reraise_clean, transform_description
+from s2s.errors import StagingError, TransformTypeError, api_boundary
+from s2s.frontend import Staged, transform_description
 from s2s.frontend.source import last_return_info
 from s2s.passes.vmap import Axis, batch_jaxpr
 from s2s.primitives import ops
@@ -126,20 +126,18 @@ class Transformed(DerivedFunction):
         super().__init__(fn, name, params)
         self._derive = derive
 
+    @api_boundary
     def __call__(self, *args, **kwargs):
         staged = staged_or_error(self.fn, args, kwargs)
         # argnums count positional arguments, so their number is part of the key.
         key = ("derived", self.cache_params, len(args))
-        derived = staged.artifact(key, lambda: self._derive_clean(staged, args))
+        derived = staged.artifact(key, lambda: self._derived(staged, args))
         outs = run(staged, key, derived.closed, staged.flat_inputs(args, kwargs))
         return derived.assemble(staged, outs, args, kwargs)
 
-    def _derive_clean(self, staged: Staged, args) -> "Derived":
-        try:
-            with paused_gc():
-                return self._derive(staged, args)
-        except S2SError as e:
-            reraise_clean(e)
+    def _derived(self, staged: Staged, args) -> "Derived":
+        with paused_gc():
+            return self._derive(staged, args)
 
 @dataclasses.dataclass
 class Derived:
@@ -366,6 +364,7 @@ def _tangent_leaves(staged: Staged, tangents, primals) -> list:
     return [t for t, m in zip(leaves, staged.staged_mask) if m]
 
 
+@api_boundary
 def jvp(fn, primals, tangents):
     """`(fn(*primals), tangent of fn at primals along tangents)`, as pytrees."""
     staged = staged_or_error(fn, tuple(primals), {})
@@ -378,6 +377,7 @@ def jvp(fn, primals, tangents):
     return staged.out_tree.unflatten(outs[:n]), staged.out_tree.unflatten(outs[n:])
 
 
+@api_boundary
 def linearize(fn, *primals):
     """`(fn(*primals), f_jvp)` where `f_jvp(*tangents)` evaluates only the linear part."""
     staged = staged_or_error(fn, primals, {})
@@ -394,6 +394,7 @@ def linearize(fn, *primals):
     forward = run(staged, ("linearize", "known"), known, staged.flat_inputs(primals, {}))
     outs, residuals = forward[:n_out], forward[n_out:]
 
+    @api_boundary
     def f_jvp(*tangents):
         flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
         return staged.out_tree.unflatten(run(staged, ("linearize", "linear"), linear,
@@ -401,6 +402,7 @@ def linearize(fn, *primals):
     return staged.out_tree.unflatten(outs), f_jvp
 
 
+@api_boundary
 def vjp(fn, *primals, has_aux: bool = False):
     """`(fn(*primals), vjp_fn)`; `vjp_fn(cotangent)` returns one cotangent per primal.
 
@@ -419,6 +421,7 @@ def vjp(fn, *primals, has_aux: bool = False):
     outs, residuals = forward[:n_out], forward[n_out:]
     out_tree = staged.out_tree.children[0] if has_aux else staged.out_tree
 
+    @api_boundary
     def vjp_fn(cotangent):
         ct_leaves, ct_tree = tree_flatten(cotangent)
         if ct_tree != out_tree:
@@ -435,6 +438,7 @@ def vjp(fn, *primals, has_aux: bool = False):
     return staged.out_tree.unflatten(outs), vjp_fn
 
 
+@api_boundary
 def linear_transpose(fn, *primals):
     """The transpose of a linear `fn`, evaluated at example `primals` (only their types matter)."""
     staged = staged_or_error(fn, primals, {})
@@ -449,6 +453,7 @@ def linear_transpose(fn, *primals):
     residuals = run(staged, ("linear_transpose", "known"), known, [])
     diff = [True] * n_in
 
+    @api_boundary
     def transposed(cotangent):
         ct_leaves, _ = tree_flatten(cotangent)
         in_cts = run(staged, ("linear_transpose", "backward"), backward, list(residuals) + ct_leaves)

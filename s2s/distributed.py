@@ -15,7 +15,7 @@ runtime is jaxlib's own (coordination service, Gloo collectives over TCP): see
 """
 from __future__ import annotations
 
-from s2s.errors import S2SError
+from s2s.errors import S2SError, api_boundary
 from s2s_runtime import distributed as runtime
 from s2s_runtime.distributed import PeerLostError, ProgramMismatchError
 
@@ -29,6 +29,7 @@ class DistributedError(S2SError, RuntimeError):
                     "and its own process_id, before any jit call or device query")
 
 
+@api_boundary
 def initialize(coordinator_address: str, num_processes: int, process_id: int,
                local_device_count: int | None = None, timeout: float = 60.0,
                heartbeat_timeout: float = 10.0) -> None:
@@ -65,6 +66,7 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
         raise DistributedError(str(error)) from None
 
 
+@api_boundary
 def shutdown() -> None:
     """Leaves the run (waits for the other processes to leave too); also done at exit."""
     try:

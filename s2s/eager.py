@@ -2,10 +2,11 @@
 
 Every user-facing entry point (make_jaxpr, emit_python, jit, the transforms, export, the
 CLI) stages through `staged_or_error`, so a mistake in the user's code surfaces as one
-compiler-style error. `jit(backend="python")` and the transforms called on NumPy values
-(`grad(f)(x)`, `jvp`, `vjp`, ...) run what they staged the same way: the jaxpr is emitted
-as a Python module, executed once, and the function kept in the `Staged`'s artifacts, so
-it lives as long as the user's function and is shared by every caller of the same staging.
+compiler-style error, shown without s2s's frames (`errors.api_boundary`).
+`jit(backend="python")` and the transforms called on NumPy values (`grad(f)(x)`, `jvp`,
+`vjp`, ...) run what they staged the same way: the jaxpr is emitted as a Python module,
+executed once, and the function kept in the `Staged`'s artifacts, so it lives as long as
+the user's function and is shared by every caller of the same staging.
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from s2s import tree as tree_util
 from s2s.core import ClosedJaxpr
 from s2s.emit.python import EmitOptions, EmittedModule, Signature, emit_jaxpr_source, emit_module, load_source
 from s2s.emit.signature import emitted_docstring, emitted_signature, leaf_expression
-from s2s.errors import S2SError, StagingError
-from s2s.frontend import Staged, reraise_clean, stage
+from s2s.errors import StagingError, api_boundary
+from s2s.frontend import Staged, stage
 from s2s.frontend.args import describe_arg
 from s2s.staging import Tracer, current_builder, inline_jaxpr, paused_gc
 from s2s.tree import leaf_paths, register_array_type, tree_flatten
@@ -30,14 +31,14 @@ from s2s_runtime.array import Array
 register_array_type(Array)
 
 
+@api_boundary
 def staged_or_error(fn, args, kwargs, static_argnums=(), static_argnames=(),
                     dynamic_argnums=()) -> Staged:
-    """Stages `fn`; a user mistake is raised as one clean compiler-style error."""
-    try:
-        return stage(fn, args, kwargs, static_argnums=static_argnums,
-                     static_argnames=static_argnames, dynamic_argnums=dynamic_argnums)
-    except S2SError as e:
-        reraise_clean(e)
+    """Stages `fn`; a user mistake is raised as one clean compiler-style error. A boundary
+    itself, for the tools (the CLI, build plans) that stage outside any entry point; inside
+    one (a transform's call) it lets errors through to it."""
+    return stage(fn, args, kwargs, static_argnums=static_argnums,
+                 static_argnames=static_argnames, dynamic_argnums=dynamic_argnums)
 
 
 def function_name(staged: Staged, name: str | None = None) -> str:

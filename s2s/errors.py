@@ -3,10 +3,22 @@
 Each one says where (file:line:col), shows the line with a caret, says what is wrong and
 what to write instead. The staging walk attaches the location of the AST node being
 staged when an error raised deeper down (a shape rule, say) has none yet.
+
+They reach the user through one boundary (`api_boundary`, at every entry point a user
+calls), which shows them without the frames of s2s's they came through: the message says
+where in the user's code the mistake is, and the traceback is the user's.
 """
 from __future__ import annotations
 
+import functools
+import os
+import sys
+import types
+
+import s2s_runtime
 from s2s.source_info import SourceInfo
+from s2s_runtime.array import DonatedBufferError
+from s2s_runtime.distributed import ProgramMismatchError
 
 
 class S2SError(Exception):
@@ -86,3 +98,89 @@ CONCRETE_HELP = (
     "function runs. Use np.where(cond, a, b) to choose between values, keep the decision on "
     "static values (shapes, Python ints), or mark the argument static with static_argnums"
 )
+
+
+# ---------------------------------------------------------------------------------------
+# The error boundary (JAX's `api_boundary`)
+
+# What is the user's to fix: s2s's errors, and those its runtime raises (a donated array
+# used again, processes about to run different programs), which cannot derive from
+# S2SError because s2s_runtime imports nothing of s2s.
+USER_ERRORS = (S2SError, DonatedBufferError, ProgramMismatchError)
+
+# Where s2s's frames come from: its two packages.
+_OWN_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, s2s_runtime.__file__))
+
+
+def api_boundary(fn):
+    """`fn` as an entry point a user calls: an error of USER_ERRORS leaves it without the
+    frames of s2s's it came through (theirs, of code s2s ran as Python, stay), its message
+    and location as they were. Only the outermost boundary of a call does so: one that
+    another boundary called (`grad` staging a function that calls `vmap(g)`) lets the
+    error through as it is, for the outer one to show. A user's own exception, of any
+    other class, passes untouched, with every frame. What is left of s2s's in the
+    traceback is this boundary's own frame (`user_api_boundary`), where the error leaves."""
+    @functools.wraps(fn)
+    def user_api_boundary(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as error:
+            raise shown_to_user(error, sys._getframe(1))
+    return user_api_boundary
+
+
+def shown_to_user(error: BaseException, caller) -> BaseException:
+    """`error` as a boundary called from frame `caller` raises it: outermost, without the
+    frames of s2s's it came through and without the exceptions it was raised while handling
+    (as `raise error from None`); inside another boundary, as it is. What `api_boundary`
+    raises, and where a boundary cannot be a decorator (`marks_boundary`)."""
+    if not _inside_boundary(caller):
+        error.__cause__, error.__suppress_context__ = None, True
+        error.__traceback__ = _without_s2s_frames(error.__traceback__)
+    return error
+
+
+def marks_boundary(fn):
+    """Marks `fn` as a boundary that is not a decorator (the jitted call's Python path,
+    where the `Caller` in front of it cannot run Python without a frame): a boundary that
+    `fn` reaches lets errors through to it, and `fn` raises them through `shown_to_user`
+    itself. Returns `fn` as it is: nothing is added to its calls."""
+    _BOUNDARY_CODES.add(fn.__code__)
+    return fn
+
+
+def errors_shown_clean() -> tuple:
+    """The error classes a boundary that cannot be `api_boundary` (a `Caller`: the jitted
+    call, in C, reads this when a call fails) raises without the frames they came through:
+    USER_ERRORS, unless the call is inside another boundary, which then shows them. The
+    Caller keeps none of those frames (it cannot filter them without a frame of its own),
+    so a frame of the user's code that staging ran as Python goes too; the error's
+    location still names the user's line that called it."""
+    return () if _inside_boundary(sys._getframe(1)) else USER_ERRORS
+
+
+def _without_s2s_frames(traceback: types.TracebackType | None) -> types.TracebackType | None:
+    """`traceback` without the entries of frames of s2s's code."""
+    kept = []
+    while traceback is not None:
+        if not traceback.tb_frame.f_code.co_filename.startswith(_OWN_DIRS):
+            kept.append(traceback)
+        traceback = traceback.tb_next
+    result = None
+    for entry in reversed(kept):
+        result = types.TracebackType(result, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return result
+
+
+def _inside_boundary(frame) -> bool:
+    """Whether `frame` or one that called it is a boundary's (read only when a call failed)."""
+    while frame is not None:
+        if frame.f_code in _BOUNDARY_CODES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+# The code of every api_boundary (one function made by each decoration shares it), and of
+# the functions marked by `marks_boundary`.
+_BOUNDARY_CODES = {api_boundary(len).__code__}

@@ -33,7 +33,7 @@ from s2s import autodiff, mapping
 from s2s.eager import emitted_module, staged_or_error
 from s2s.emit.python import EmitOptions, EmittedModule
 from s2s.emit.signature import TANGENT_PARAMETER
-from s2s.errors import StagingError
+from s2s.errors import StagingError, api_boundary
 from s2s.frontend import stage
 from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf, parse_arg_specs
 from s2s.pmap import Pmapped
@@ -117,22 +117,24 @@ def _refuse_name(name, where: SourceInfo) -> None:
     raise StagingError(f"the export name {name!r} is not a Python identifier", NAME_HELP, where)
 
 
+@api_boundary
 def export(*args, transforms=("primal", "grad"), name: str | None = None, argnums=0):
     """Declares a function for `s2s emit`/`s2s check`. `args`: one spec string
     ('f32[128,784], f32[784]') or example arguments (ShapeDtypes, arrays, static values:
     Python ints stay static, as everywhere). `argnums` is what grad differentiates.
     `name` (default: the function's) must be a Python identifier: it names files."""
     if name is not None and not is_valid_name(name):
-        _refuse_name(name, _caller_location(1))
+        _refuse_name(name, _caller_location(2))   # past the boundary's frame
     if len(args) == 1 and isinstance(args[0], str):
         args = tuple(parse_arg_specs(args[0]))
     unknown = [t for t in transforms if t not in TRANSFORMS]
     if unknown:
         raise ValueError(f"unknown transforms {unknown}; choose from {TRANSFORMS}")
 
+    @api_boundary
     def declare(fn):
         if name is None and not is_valid_name(fn.__name__):
-            _refuse_name(fn.__name__, _caller_location(1))
+            _refuse_name(fn.__name__, _caller_location(2))   # past the boundary's frame
         record = Export(fn, tuple(args), tuple(transforms), name or fn.__name__, argnums)
         exports = fn.__dict__.setdefault("__s2s_exports__", [])
         exports.append(record)

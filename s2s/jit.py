@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import sys
 import threading
 import warnings
 import weakref
@@ -29,8 +30,8 @@ from s2s.eager import (donated_leaves, emitted_call_args, emitted_function, emit
                        host_leaves, refuse_donating_twice, staged_or_error)
 from s2s.emit.signature import emitted_signature
 from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
-from s2s.errors import S2SError
-from s2s.frontend import Staged, reraise_clean, staging_receiver, transform_description
+from s2s.errors import USER_ERRORS, api_boundary, errors_shown_clean, marks_boundary, shown_to_user
+from s2s.frontend import Staged, staging_receiver, transform_description
 from s2s.pmap import ReplicatedProgram
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s_runtime.array import Array
@@ -61,10 +62,10 @@ class Jitted(Caller):
 
     A call is its backend's (`Caller`, in C where built: no Python frame of s2s's between
     the user and jaxlib's dispatcher when the backend lets the dispatcher take calls
-    directly). An S2SError, the user's to fix, is shown without the frames it came through.
+    directly). It is the boundary of a jitted call: an error that is the user's to fix is
+    shown without the frames it came through (`_clean`).
     """
 
-    _clean = S2SError
     # Called on staged values (inside grad, vmap, another jit ...) it is inlined (see
     # `_inlined`), its body not read as source; the staging cache keys it by `cache_params`
     # under the user's function, as s2s's other transforms.
@@ -105,6 +106,12 @@ class Jitted(Caller):
         return transform_description("jit", self.fn)
 
     @property
+    def _clean(self) -> tuple:
+        """The errors a failed call raises without the frames they came through (`Caller`),
+        as `api_boundary` does: the user's, unless a boundary further out shows them."""
+        return errors_shown_clean()
+
+    @property
     def _refused(self) -> tuple:
         """The errors by which the backend's target refuses a call (`Caller`)."""
         return self._backend.refused
@@ -113,24 +120,31 @@ class Jitted(Caller):
         """A call whose target raised one of the backend's `refused` errors (`Caller`)."""
         return self._backend.call_refused(error, args, kwargs)
 
+    @marks_boundary
     def _call_in_python(self, args, kwargs):
         """A call made in Python: (the result, what the dispatcher needs to make the next
-        call like it by itself, or None)."""
-        fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
-        if fast is not None:
-            entry = self._fast.get(fast[0])
-            if entry is not None:
-                guards, receiver, run = entry
-                if guards.hold(receiver, changing_only=True):   # as the dispatcher's calls
-                    return run(fast[1], args, kwargs)
-                self._fast.pop(fast[0], None)   # stale: staged again below
-        if _staging_with(args, kwargs):
-            return self._inlined(args, kwargs), None
-        staged = self._staged(args, kwargs)
-        runner = self._backend.runner(staged, args)
-        if fast is not None and runner.call_with_inputs is not None and len(staged.closed.jaxpr.invars) == len(fast[1]):
-            self._fast[fast[0]] = (staged.guards, staging_receiver(self.fn), runner.call_with_inputs)
-        return runner.call(args, kwargs)
+        call like it by itself, or None). The jitted call's boundary (see `errors`) is here
+        and in the Caller: here an error that is the user's leaves as `api_boundary` makes
+        it leave, without a frame more on the way; the Caller drops the frames between."""
+        try:
+            fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
+            if fast is not None:
+                entry = self._fast.get(fast[0])
+                if entry is not None:
+                    guards, receiver, run = entry
+                    if guards.hold(receiver, changing_only=True):   # as the dispatcher's calls
+                        return run(fast[1], args, kwargs)
+                    self._fast.pop(fast[0], None)   # stale: staged again below
+            if _staging_with(args, kwargs):
+                return self._inlined(args, kwargs), None
+            staged = self._staged(args, kwargs)
+            runner = self._backend.runner(staged, args)
+            if fast is not None and runner.call_with_inputs is not None and \
+                    len(staged.closed.jaxpr.invars) == len(fast[1]):
+                self._fast[fast[0]] = (staged.guards, staging_receiver(self.fn), runner.call_with_inputs)
+            return runner.call(args, kwargs)
+        except USER_ERRORS as error:
+            raise shown_to_user(error, sys._getframe(1))
 
     def _staged(self, args, kwargs) -> Staged:
         """Staged with jax's x64 as the caller had it (see `_CallersJaxX64`)."""
@@ -145,6 +159,7 @@ class Jitted(Caller):
         staged = self._staged(args, kwargs)
         return staged.out_tree.unflatten(inline_jaxpr(staged.closed, staged.flat_inputs(args, kwargs)))
 
+    @api_boundary
     def lower(self, *args, **kwargs) -> "Lowered":
         """The StableHLO this function lowers to for these arguments (JAX's `.lower`)."""
         staged = self._staged(args, kwargs)
@@ -466,10 +481,7 @@ def _lowered_text(staged: Staged, donated: dict[int, str]) -> str:
     if unusable:
         warnings.warn("Some donated buffers were not usable (no output has the same shape and "
                       f"dtype): {', '.join(unusable)}", UserWarning, stacklevel=4)
-    try:
-        return lower(staged.closed, aliases=aliases)
-    except S2SError as e:
-        reraise_clean(e)
+    return lower(staged.closed, aliases=aliases)
 
 
 def _compile_xla(staged: Staged, device, donated: dict[int, str]) -> _XlaCompiled:

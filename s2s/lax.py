@@ -7,14 +7,15 @@ The user-level API over `s2s/frontend/structured.py`, which stages bodies into t
 `while_loop` and `scan` primitives (`s2s/primitives/cond.py`, `loops.py`): here each function
 the user passes is wrapped so that every call stages it with `call_user`, like any user
 function. Values they read from the enclosing function become explicit operands. Outside
-any staging they run too, on NumPy values.
+any staging they run too, on NumPy values. Each is an entry point (`api_boundary`): a
+mistake in what it is given is shown at the user's call.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from s2s.core import ClosedJaxpr
-from s2s.errors import StagingError
+from s2s.errors import StagingError, api_boundary
 from s2s.frontend import structured
 from s2s.frontend.args import aval_of_arg
 from s2s.frontend.checkpointed import checkpointed
@@ -38,11 +39,13 @@ def _staging(fn) -> Direct:
     return Direct(lambda *args: call_user(fn, args, {}), param_names(fn))
 
 
+@api_boundary
 def switch(index, branches, *operands):
     """`branches[index](*operands)`, with `index` clamped into range (jax.lax.switch)."""
     return structured.switch(index, [_staging(b) for b in branches], *operands)
 
 
+@api_boundary
 def cond(pred, true_fun, false_fun, *operands):
     """`true_fun(*operands) if pred else false_fun(*operands)`, staged as one `cond`
     (jax.lax.cond); a static `pred` just calls the branch it picks."""
@@ -54,6 +57,7 @@ def cond(pred, true_fun, false_fun, *operands):
     return switch(pred, [false_fun, true_fun], *operands)
 
 
+@api_boundary
 def while_loop(cond_fun, body_fun, init_val, max_iters=None):
     """`while cond_fun(val): val = body_fun(val)`, staged as one `while_loop`.
 
@@ -66,6 +70,7 @@ def while_loop(cond_fun, body_fun, init_val, max_iters=None):
     return structured.while_loop(_staging(cond_fun), _staging(body_fun), init_val, max_iters)
 
 
+@api_boundary
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1, checkpoints=None):
     """jax.lax.scan: `carry, y = f(carry, x)` over the leading axis of `xs` (a pytree, or
     None with `length`); returns the final carry and the stacked ys.
@@ -86,6 +91,7 @@ def _from_source(helper) -> Direct:
     return Direct(lambda *args: stage_python_function(helper, args, {}), param_names(helper))
 
 
+@api_boundary
 def fori_loop(lower, upper, body_fun, init_val):
     """`for i in range(lower, upper): val = body_fun(i, val)`. With static bounds it is a
     scan (so reverse mode works, as in JAX); with staged bounds a while_loop."""
@@ -111,6 +117,7 @@ def fori_loop(lower, upper, body_fun, init_val):
     return result
 
 
+@api_boundary
 def map(f, xs):
     """`np.stack([f(x) for x in xs])` over the leading axis (of every leaf), as a scan."""
     def step(carry, x):
@@ -124,6 +131,7 @@ def map(f, xs):
 # solvers are staged here, when the primitive is bound, into jaxprs its rules apply.
 
 
+@api_boundary
 def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
     """x with f(x) = 0, found by `solve(f, initial_guess)` (any code: a Newton while loop);
     differentiated by the implicit function theorem with `tangent_solve(g, y)`, which solves
@@ -181,6 +189,7 @@ def _staged_solver(solve, linear_map: ClosedJaxpr, consts: list, b, what: str) -
     return body
 
 
+@api_boundary
 def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False):
     """x = A⁻¹ b for the linear map `matvec`, computed by `solve(matvec, b)` and
     differentiated implicitly: forward mode solves again, reverse mode solves with Aᵀ
@@ -245,6 +254,7 @@ def _groups(what: str, axes, axis_index_groups):
     return groups
 
 
+@api_boundary
 def psum(x, axis_name, *, axis_index_groups=None):
     """The sum of `x` over every example of the named axis (or axes), the same for each
     example (jax.lax.psum); `x` may be a pytree. `axis_index_groups` (lists of example
@@ -254,6 +264,7 @@ def psum(x, axis_name, *, axis_index_groups=None):
     return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes, groups=groups), x)
 
 
+@api_boundary
 def pmean(x, axis_name, *, axis_index_groups=None):
     """The mean of `x` over the named axis (or axes, or each group): a psum divided by their
     size, as in JAX (an integer `x` gives a float mean)."""
@@ -263,6 +274,7 @@ def pmean(x, axis_name, *, axis_index_groups=None):
     return tree_map(lambda leaf: collectives.psum.bind(leaf, axes=axes, groups=groups) / size, x)
 
 
+@api_boundary
 def pmax(x, axis_name, *, axis_index_groups=None):
     """The elementwise maximum of `x` over the named axis (or axes, or each group)
     (jax.lax.pmax)."""
@@ -271,6 +283,7 @@ def pmax(x, axis_name, *, axis_index_groups=None):
     return tree_map(lambda leaf: collectives.pmax.bind(leaf, axes=axes, groups=groups), x)
 
 
+@api_boundary
 def pmin(x, axis_name, *, axis_index_groups=None):
     """The elementwise minimum of `x` over the named axis (or axes, or each group)
     (jax.lax.pmin)."""
@@ -279,6 +292,7 @@ def pmin(x, axis_name, *, axis_index_groups=None):
     return tree_map(lambda leaf: collectives.pmin.bind(leaf, axes=axes, groups=groups), x)
 
 
+@api_boundary
 def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
     """Every example's `x`, stacked along a new axis `axis` (tiled: concatenated along
     `x`'s axis `axis`) in the order of the named axis (jax.lax.all_gather); with
@@ -297,6 +311,7 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
     return tree_map(gather, x)
 
 
+@api_boundary
 def axis_index(axis_name):
     """This example's position along the named axis (int32; over a tuple of names, the
     first is the major one) (jax.lax.axis_index)."""
@@ -312,6 +327,7 @@ def _axis_of(what: str, leaf, axis: int) -> int:
     return axis % rank
 
 
+@api_boundary
 def ppermute(x, axis_name, perm):
     """`x` sent along the named axis by `perm`, (source, destination) pairs: example
     `destination` gets `source`'s `x`, examples no pair sends to get zeros (jax.lax.ppermute)."""
@@ -325,6 +341,7 @@ def ppermute(x, axis_name, perm):
     return tree_map(lambda leaf: collectives.ppermute.bind(leaf, axes=axes, perm=pairs), x)
 
 
+@api_boundary
 def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
     """The sum of `x` over the named axis, split along `scatter_dimension` among the
     examples: example i gets part i (that axis, of the axis's size, dropped; tiled: the
@@ -337,6 +354,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
         groups=groups), x)
 
 
+@api_boundary
 def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
     """`x` split along `split_axis` into one part per example, part j sent to example j,
     the parts received stacked along a new axis `concat_axis` in the examples' order (the

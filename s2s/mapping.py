@@ -25,8 +25,8 @@ import numpy as np
 from s2s.core import ClosedJaxpr
 from s2s.eager import run, staged_or_error
 from s2s.emit.signature import leaf_expression
-from s2s.errors import S2SError, StagingError
-from s2s.frontend import Staged, reraise_clean, transform_description
+from s2s.errors import StagingError, api_boundary
+from s2s.frontend import Staged, transform_description
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.simplify import tidy
 from s2s.passes.vmap import Axis, batch_jaxpr, example_aval
@@ -174,21 +174,16 @@ class Vmapped:
     def __repr__(self):
         return f"<s2s {self.describe()}>"
 
+    @api_boundary
     def __call__(self, *args, **kwargs):
-        try:
-            call = _split_call(self.fn, self.in_axes, self.axis_size, args)
-        except S2SError as e:
-            reraise_clean(e)
+        call = _split_call(self.fn, self.in_axes, self.axis_size, args)
         if self.axis_name is None:   # staged as the plain function is: one staging for every batch size
             staged = staged_or_error(self.fn, call.example_args, kwargs)
         else:
             with named_axis(self.axis_name, call.size):
                 staged = staged_or_error(self.fn, call.example_args, kwargs)
         key = ("vmap", call.in_dims, call.size, self.cache_params)
-        try:
-            batched, out_dims = staged.artifact(key, lambda: self._batch(staged, call))
-        except S2SError as e:   # raised here, so the caller sees no frame of s2s's
-            reraise_clean(e)
+        batched, out_dims = staged.artifact(key, lambda: self._batch(staged, call))
         outs = run(staged, key, batched, staged.flat_inputs(args, kwargs))
         return staged.out_tree.unflatten(outs)
 
@@ -224,6 +219,7 @@ def _check_axis(axis_name, axis_size) -> None:
                            "name the axis with a string, e.g. axis_name='batch'") from None
 
 
+@api_boundary
 def vmap(fn=None, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
     """`fn` mapped over a batch axis of its arguments (jax.vmap); usable as a decorator,
     bare or with arguments."""
@@ -231,10 +227,7 @@ def vmap(fn=None, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
         return lambda f: vmap(f, in_axes, out_axes, axis_name, axis_size)
     if not callable(fn):
         raise TypeError(f"vmap needs a function, got {type(fn).__name__}")
-    try:
-        _spec_tree(in_axes, "in_axes")
-        _spec_tree(out_axes, "out_axes")
-        _check_axis(axis_name, axis_size)
-    except S2SError as e:
-        reraise_clean(e)
+    _spec_tree(in_axes, "in_axes")
+    _spec_tree(out_axes, "out_axes")
+    _check_axis(axis_name, axis_size)
     return Vmapped(fn, in_axes, out_axes, axis_name, axis_size)

@@ -27,7 +27,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.autodiff import vjp_parts
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray
-from s2s.errors import ShapeError, StagingError, UnsupportedFunctionError
+from s2s.errors import ShapeError, StagingError, UnsupportedFunctionError, api_boundary
 from s2s.frontend import structured
 from s2s.frontend.args import aval_of_arg
 from s2s.frontend.structured import Direct, StagedBody
@@ -287,6 +287,7 @@ def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None,
     return _odeint_user(func, y0, t, args, rtol, atol, mxstep)
 
 
+@api_boundary
 def lax_odeint(func, y0, t, *args, rtol=1.4e-8, atol=1.4e-8, mxstep=np.inf):
     """`s2s.lax.odeint`, with jax.experimental.ode.odeint's signature (`args` may be pytrees; `mxstep` counts the
     steps between two times of `t`): the same integration as `scipy.integrate.odeint`."""

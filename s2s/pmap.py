@@ -46,15 +46,14 @@ from s2s import dtypes, tree as tree_util
 from s2s.eager import donated_leaves, refuse_donating_twice, staged_or_error
 from s2s.core import ClosedJaxpr
 from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
-from s2s.errors import S2SError, StagingError
-from s2s.frontend import Staged, reraise_clean
+from s2s.errors import StagingError, api_boundary
+from s2s.frontend import Staged
 from s2s.mapping import positional_names, vmap
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.vmap import axis_readers_in, example_aval
 from s2s.primitives.pmapped import bind_pmap
 from s2s.staging import JaxprBuilder, Tracer, current_builder, named_axis
-from s2s_runtime.distributed import (ProgramMismatchError, process_count, replica_count, replica_devices,
-                                     several_processes)
+from s2s_runtime.distributed import process_count, replica_count, replica_devices, several_processes
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.array import Array
 from s2s_runtime.xla import devices as all_devices, hlo_text
@@ -264,40 +263,35 @@ class Pmapped:
         staged body, its SPMD module, the replica count, each flat input's device axis,
         each flat output's device axis). None when the body calls pmaps itself: its program
         is then not one replica per device, and is built as a whole, as jit builds it."""
-        try:
-            call = self._split(args, devices_needed=False)
-            staged = self._staged(call, {})
-            if replicas_needed(staged.closed.jaxpr) > 1:
-                return None
-            out_axes = [None if axis is None else axis % (a.ndim + 1)
-                        for axis, a in zip(self._out_axes(staged), staged.closed.out_avals)]
-            return (staged, self._text(staged, call.size, root=root), call.size,
-                    self._flat_in_axes(call, staged, {}), out_axes)
-        except S2SError as e:
-            reraise_clean(e)
+        call = self._split(args, devices_needed=False)
+        staged = self._staged(call, {})
+        if replicas_needed(staged.closed.jaxpr) > 1:
+            return None
+        out_axes = [None if axis is None else axis % (a.ndim + 1)
+                    for axis, a in zip(self._out_axes(staged), staged.closed.out_avals)]
+        return (staged, self._text(staged, call.size, root=root), call.size,
+                self._flat_in_axes(call, staged, {}), out_axes)
 
+    @api_boundary
     def __call__(self, *args, **kwargs):
         if current_builder() is not None:   # inside jit, grad, vmap or another pmap
             return self._bind(args, kwargs)
-        try:
-            call = self._split(args, devices_needed=True)
-            used = replica_devices(self.devices, call.size)
-            call = dataclasses.replace(call, size=len(used))   # across processes: every process's devices
-            staged = self._staged(call, kwargs)
-            if replicas_needed(staged.closed.jaxpr) > 1:
-                return self._run_with_inner_pmaps(staged, call, args, kwargs)
-            in_dims = self._flat_in_axes(call, staged, kwargs)
-            donated = donated_leaves(staged, args, self.donate_argnums)
-            flat = staged.flat_inputs(args, kwargs)
-            refuse_donating_twice(flat, donated, 0)
-            key = ("pmap", self.axis_name, tuple(d.id for d in used), tuple(in_dims), tuple(sorted(donated)))
-            executable = staged.artifact(key, lambda: self._compile(staged, call.size, used, donated, args, kwargs))
-            outs = self._run(executable, staged, in_dims, flat, len(executable.devices), self._out_axes(staged))
-            for position, label in donated.items():   # its memory is the results' now
-                if isinstance(flat[position], Array):
-                    flat[position]._donate(label)
-        except (S2SError, ProgramMismatchError) as e:
-            reraise_clean(e)
+        call = self._split(args, devices_needed=True)
+        used = replica_devices(self.devices, call.size)
+        call = dataclasses.replace(call, size=len(used))   # across processes: every process's devices
+        staged = self._staged(call, kwargs)
+        if replicas_needed(staged.closed.jaxpr) > 1:
+            return self._run_with_inner_pmaps(staged, call, args, kwargs)
+        in_dims = self._flat_in_axes(call, staged, kwargs)
+        donated = donated_leaves(staged, args, self.donate_argnums)
+        flat = staged.flat_inputs(args, kwargs)
+        refuse_donating_twice(flat, donated, 0)
+        key = ("pmap", self.axis_name, tuple(d.id for d in used), tuple(in_dims), tuple(sorted(donated)))
+        executable = staged.artifact(key, lambda: self._compile(staged, call.size, used, donated, args, kwargs))
+        outs = self._run(executable, staged, in_dims, flat, len(executable.devices), self._out_axes(staged))
+        for position, label in donated.items():   # its memory is the results' now
+            if isinstance(flat[position], Array):
+                flat[position]._donate(label)
         return staged.out_tree.unflatten(outs)
 
     def _compile(self, staged: Staged, size: int, used: list, donated: dict[int, str], args: tuple,
@@ -342,6 +336,7 @@ class Pmapped:
                                          axis % (v.aval.ndim + 1), executable.devices))
         return outs
 
+    @api_boundary
     def reference(self):
         """What this pmap computes, as one function on the whole batch: `vmap` with the
         same axes and axis name, its collectives reductions over the batch axis. The
@@ -356,18 +351,16 @@ class Pmapped:
             in_axes = tuple(None if i in self.static_argnums else a for i, a in enumerate(in_axes))
         return vmap(self.fn, in_axes=in_axes, out_axes=self.out_axes, axis_name=self.axis_name)
 
+    @api_boundary
     def lower(self, *args, **kwargs) -> "Lowered":
         """The StableHLO module this function runs for these arguments (no devices needed)."""
-        try:
-            call = self._split(args, devices_needed=False)
-            call = dataclasses.replace(call, size=replica_count(self.devices, call.size))
-            staged = self._staged(call, kwargs)
-            self._out_axes(staged)   # an out_axes that does not fit the results is an error here too
-            if replicas_needed(staged.closed.jaxpr) > 1:
-                return Lowered(lower(self._with_inner_pmaps(staged, call, args, kwargs)[0]))
-            return Lowered(self._text(staged, call.size, donated_leaves(staged, args, self.donate_argnums)))
-        except S2SError as e:
-            reraise_clean(e)
+        call = self._split(args, devices_needed=False)
+        call = dataclasses.replace(call, size=replica_count(self.devices, call.size))
+        staged = self._staged(call, kwargs)
+        self._out_axes(staged)   # an out_axes that does not fit the results is an error here too
+        if replicas_needed(staged.closed.jaxpr) > 1:
+            return Lowered(lower(self._with_inner_pmaps(staged, call, args, kwargs)[0]))
+        return Lowered(self._text(staged, call.size, donated_leaves(staged, args, self.donate_argnums)))
 
 
 class ReplicatedProgram:
@@ -423,6 +416,7 @@ class Lowered:
         return hlo_text(self.text)
 
 
+@api_boundary
 def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(), devices=None,
          donate_argnums=()):
     """`fn` run on several devices at once, each on its slice of the mapped arguments
@@ -436,11 +430,10 @@ def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_a
     specs = tree_util.tree_leaves(in_axes, is_leaf=_is_axis)
     if not all(_is_axis(a) for a in specs):
         raise StagingError(f"pmap in_axes must hold ints and None (one per positional argument), got {in_axes!r}",
-                           "write in_axes like 0, None, or (None, 0, 0)").with_traceback(None)
+                           "write in_axes like 0, None, or (None, 0, 0)")
     if not all(_is_axis(a) for a in tree_util.tree_leaves(out_axes, is_leaf=_is_axis)):
         raise StagingError(f"pmap out_axes must hold ints and None (a tree prefix of the results), got "
-                           f"{out_axes!r}", "write out_axes like 0, None, or (0, None) for two results"
-                           ).with_traceback(None)
+                           f"{out_axes!r}", "write out_axes like 0, None, or (0, None) for two results")
     try:
         hash(axis_name)
     except TypeError:

@@ -22,7 +22,7 @@ import types
 from s2s import dtypes
 from s2s.autodiff import DerivedFunction, vjp_parts
 from s2s.eager import staged_or_error
-from s2s.errors import StagingError
+from s2s.errors import StagingError, api_boundary
 from s2s.frontend.structured import Direct, StagedBody, param_names
 from s2s.frontend.walker import call_user
 from s2s.primitives.linalg import dot_general
@@ -133,6 +133,7 @@ class Checkpointed(DerivedFunction):
         return frozenset(i % count for i in self.static_argnums)
 
 
+@api_boundary
 def checkpoint(fn=None, *, policy=None, prevent_cse: bool = True, static_argnums=()):
     """`fn`, made to save for reverse mode only what `policy` saves (and its inputs),
     recomputing the rest in the backward pass (jax.checkpoint). Usable as a decorator,
@@ -151,6 +152,7 @@ def checkpoint(fn=None, *, policy=None, prevent_cse: bool = True, static_argnums
 remat = checkpoint
 
 
+@api_boundary
 def checkpoint_name(x, name: str):
     """`x` (every array of a pytree), tagged `name` for `save_only_these_names` and
     `save_anything_except_these_names` (jax.ad_checkpoint.checkpoint_name)."""
@@ -194,6 +196,7 @@ def saved_residuals(fn, *args) -> list[SavedResidual]:
             for v in residuals]
 
 
+@api_boundary
 def print_saved_residuals(fn, *args) -> list[SavedResidual]:
     """Prints what reverse mode of `fn` at `args` saves: each residual's type, size and
     the line that computed it (or the argument it is), then the total; returns the list

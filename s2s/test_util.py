@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from s2s import autodiff
+from s2s.errors import api_boundary
 from s2s.tree import tree_flatten, tree_map
 
 
@@ -66,6 +67,7 @@ def _numeric_jvp(f, args, tangents, eps):
     return tree_map(lambda p, m: (np.asarray(p) - np.asarray(m)) / (2 * eps), plus, minus)
 
 
+@api_boundary
 def check_jvp(f, args, atol=1e-5, rtol=1e-5, eps=1e-6, seed=0):
     """jvp(f) against central differences of f along a random direction."""
     rng = np.random.default_rng(seed)
@@ -76,6 +78,7 @@ def check_jvp(f, args, atol=1e-5, rtol=1e-5, eps=1e-6, seed=0):
                   "jvp vs central finite differences")
 
 
+@api_boundary
 def check_vjp(f, args, atol=1e-5, rtol=1e-5, eps=1e-6, seed=0):
     """vjp(f) against central differences by the dot-product test (forward mode is not
     used, so a function with only a reverse rule, a custom_vjp, is checked too)."""
@@ -90,6 +93,7 @@ def check_vjp(f, args, atol=1e-5, rtol=1e-5, eps=1e-6, seed=0):
                                err_msg="vjp vs central differences: <vjp(ct), t> != <ct, df(t)>")
 
 
+@api_boundary
 def check_grads(f, args, order: int = 1, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5,
                 eps=1e-6, seed=0):
     """Checks derivatives of `f` at `args` (a sequence of pytrees) up to `order`, in

@@ -35,14 +35,13 @@ from s2s.emit.signature import leaf_expression
 from s2s.errors import StagingError
 from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf, unsupported_argument_error
 from s2s.frontend.guards import Guards, include, recording
-from s2s.frontend.reraise import reraise_clean
 from s2s.frontend.source import function_source
 from s2s.frontend.walker import call_user
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import JaxprBuilder, Tracer, axis_env, paused_gc
 from s2s.tree import PyTreeDef, leaf_paths, tree_flatten, tree_leaves
 
-__all__ = ["ShapeDtype", "Staged", "reraise_clean", "stage", "staging_receiver"]
+__all__ = ["ShapeDtype", "Staged", "stage", "staging_receiver"]
 
 
 @dataclasses.dataclass(eq=False)

@@ -20,8 +20,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ShapedArray
-from s2s.errors import StagingError
-from s2s.frontend.reraise import reraise_clean
+from s2s.errors import StagingError, api_boundary
 from s2s.tree import node_children
 from s2s_runtime.array import Array
 
@@ -31,12 +30,10 @@ class ShapeDtype:
 
     __slots__ = ("shape", "dtype")
 
+    @api_boundary   # the user's call is the place to show
     def __init__(self, shape, dtype):
-        try:
-            self.shape = _checked_shape(shape)
-            self.dtype = _checked_dtype(dtype)
-        except StagingError as error:   # the user's call is the place to show
-            reraise_clean(error)
+        self.shape = _checked_shape(shape)
+        self.dtype = _checked_dtype(dtype)
 
     @property
     def ndim(self) -> int:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray
-from s2s.errors import StagingError
+from s2s.errors import StagingError, api_boundary
 from s2s.frontend.args import aval_of_arg
 from s2s.primitives import loops as primitive_loops, ops
 from s2s.primitives.remat import bind_remat, nothing_saveable
@@ -43,6 +43,7 @@ class checkpointed:
     keeps at most `k` carries (or `"sqrt"`: see `s2s.lax.scan`'s `checkpoints`). Iterating
     it outside staging just iterates the range."""
 
+    @api_boundary
     def __init__(self, iterable, checkpoints):
         if not isinstance(iterable, range):
             raise StagingError(f"s2s.checkpointed takes a range, not {type(iterable).__name__}",

@@ -16,10 +16,9 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
-from s2s.errors import S2SError, StagingError
+from s2s.errors import StagingError
 from s2s.frontend.args import aval_of_arg
 from s2s.frontend.checkpointed import bind_scan, schedule
-from s2s.frontend.reraise import reraise_clean
 from s2s.primitives import loops as primitive_loops
 from s2s.primitives.cond import cond
 from s2s.primitives.control_flow_bodies import closure_convert
@@ -79,10 +78,7 @@ class StagedBody:
         with paused_gc(), JaxprBuilder() as builder:
             hints = _leaf_hints(names, in_tree)
             staged = in_tree.unflatten([builder.new_arg(aval_of_arg(l), h) for l, h in zip(leaves, hints)])
-            try:
-                out = fn(*staged)
-            except S2SError as e:
-                reraise_clean(e)
+            out = fn(*staged)
             out_leaves, self.out_tree = tree_flatten(out)
             for leaf in out_leaves:
                 if not (isinstance(leaf, (Tracer, np.ndarray, np.generic, bool, int, float, complex))):
