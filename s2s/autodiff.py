@@ -26,6 +26,7 @@ from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from s2s.eager import run, staged_or_error
 from s2s.errors import StagingError, TransformTypeError, api_boundary
 from s2s.frontend import Staged, transform_description
+from s2s.frontend.args import normalize_argnums
 from s2s.frontend.source import last_return_info
 from s2s.passes.vmap import Axis, batch_jaxpr
 from s2s.primitives import ops
@@ -148,22 +149,14 @@ class Derived:
     assemble: Callable[[Staged, list, tuple, dict], Any]
 
 
-def _argnums_tuple(argnums) -> tuple[int, ...]:
-    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
-
-
-def _diff_leaves(staged: Staged, args: tuple, argnums: tuple[int, ...], allow_int: bool,
+def _diff_leaves(staged: Staged, args: tuple, argnums, allow_int: bool,
                  what: str) -> tuple[tuple[int, ...], list[bool]]:
     """Which jaxpr inputs are differentiated: the float leaves of positional args `argnums`.
 
     A leaf of those arguments without a gradient (an int, static or staged) is an error
     naming the argument, unless `allow_int` (it then gets float0 zeros).
     """
-    for a in argnums:
-        if not -len(args) <= a < len(args):
-            raise StagingError(f"{what}: argnums {a} is out of range for {len(args)} positional "
-                               "arguments", f"use argnums between 0 and {len(args) - 1}")
-    argnums = tuple(a % len(args) for a in argnums)
+    argnums = normalize_argnums(argnums, len(args))
     ranges = positional_leaf_ranges(args)
     wanted = {i: a for a in argnums for i in ranges[a]}
     in_avals = iter(staged.closed.in_avals)
@@ -288,7 +281,7 @@ def _raise_container_output(staged: Staged, what: str, fn):
 
 def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what):
     def derive(staged: Staged, call_args: tuple) -> Derived:
-        argnums_t, diff = _diff_leaves(staged, call_args, _argnums_tuple(argnums), allow_int, what)
+        argnums_t, diff = _diff_leaves(staged, call_args, argnums, allow_int, what)
         if holomorphic:
             _check_holomorphic_inputs(staged, call_args, argnums_t, diff, what)
         _check_scalar_output(staged, has_aux, what, fn)
@@ -323,6 +316,7 @@ def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what)
     return derive
 
 
+@api_boundary
 def grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False, allow_int: bool = False):
     """The gradient of a scalar function with respect to argument(s) `argnums`.
 
@@ -337,9 +331,10 @@ def grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False, a
         return functools.partial(grad, argnums=argnums, has_aux=has_aux, holomorphic=holomorphic,
                                  allow_int=allow_int)
     return Transformed(fn, "grad", _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, False, "grad"),
-                       (_argnums_tuple(argnums), has_aux, holomorphic, allow_int))
+                       (normalize_argnums(argnums), has_aux, holomorphic, allow_int))
 
 
+@api_boundary
 def value_and_grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False,
                    allow_int: bool = False):
     """`(f(x), grad(f)(x))` in one pass; with `has_aux`, `((value, aux), grads)`."""
@@ -348,7 +343,7 @@ def value_and_grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool 
                                  holomorphic=holomorphic, allow_int=allow_int)
     return Transformed(fn, "value_and_grad",
                        _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, True, "value_and_grad"),
-                       (_argnums_tuple(argnums), has_aux, holomorphic, allow_int))
+                       (normalize_argnums(argnums), has_aux, holomorphic, allow_int))
 
 
 # ---------------------------------------------------------------------------------------
@@ -552,7 +547,7 @@ def _check_jacobian_dtypes(staged: Staged, in_avals, holomorphic: bool, mode: st
 
 def _jac_derive(argnums, mode: str, holomorphic: bool):
     def derive(staged: Staged, call_args: tuple) -> Derived:
-        argnums_t, diff = _diff_leaves(staged, call_args, _argnums_tuple(argnums), False, mode)
+        argnums_t, diff = _diff_leaves(staged, call_args, argnums, False, mode)
         if holomorphic:
             _check_holomorphic_inputs(staged, call_args, argnums_t, diff, mode)
         closed = staged.closed
@@ -579,18 +574,20 @@ def _jac_derive(argnums, mode: str, holomorphic: bool):
     return derive
 
 
+@api_boundary
 def jacrev(fn, argnums=0, holomorphic: bool = False):
     """The Jacobian by reverse mode: one backward pass, batched over the output elements.
     Real outputs, as jax.jacrev, unless `holomorphic=True` (then df/dz of complex z)."""
     return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev", holomorphic),
-                       (_argnums_tuple(argnums), holomorphic))
+                       (normalize_argnums(argnums), holomorphic))
 
 
+@api_boundary
 def jacfwd(fn, argnums=0, holomorphic: bool = False):
     """The Jacobian by forward mode: one tangent pass, batched over the input elements.
     Real inputs, as jax.jacfwd, unless `holomorphic=True` (then df/dz of complex z)."""
     return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd", holomorphic),
-                       (_argnums_tuple(argnums), holomorphic))
+                       (normalize_argnums(argnums), holomorphic))
 
 
 def hessian(fn, argnums=0, holomorphic: bool = False):

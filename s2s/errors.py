@@ -88,6 +88,16 @@ class TransformTypeError(StagingError, TypeError):
     holomorphic=True; holomorphic=True with real inputs or outputs."""
 
 
+class ArgnumsTypeError(StagingError, TypeError):
+    """Argument numbers (`argnums`, `static_argnums`, ...) that are not an int or a sequence
+    of ints: a TypeError, as JAX raises."""
+
+
+class ArgnumsRangeError(StagingError, ValueError):
+    """An argument number outside the arguments a call has: a ValueError, as JAX's jit,
+    pmap and checkpoint raise."""
+
+
 class StaleSourceError(StagingError):
     """The source file no longer holds the code Python runs for a function (it was edited
     and the module not reloaded): s2s refuses to differentiate text that does not run."""

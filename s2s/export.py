@@ -35,7 +35,7 @@ from s2s.emit.python import EmitOptions, EmittedModule
 from s2s.emit.signature import TANGENT_PARAMETER
 from s2s.errors import StagingError, api_boundary
 from s2s.frontend import stage
-from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf, parse_arg_specs
+from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, parse_arg_specs
 from s2s.pmap import Pmapped
 from s2s.source_info import SourceInfo
 from s2s.tree import tree_map
@@ -70,8 +70,7 @@ class Export:
         differentiate, where they are arrays with an axis (a static int, a scalar such as a
         temperature, and the differentiated parameters are shared by every example). The emitted file is the gradient of every example's
         loss at once, for review like any other derivative."""
-        argnums = {self.argnums} if isinstance(self.argnums, int) else set(self.argnums)
-        argnums = {a % len(self.args) for a in argnums}
+        argnums = set(normalize_argnums(self.argnums, len(self.args)))
         in_axes = tuple(None if i in argnums else tree_map(_data_axis, arg) for i, arg in enumerate(self.args))
         return mapping.vmap(autodiff.grad(self.fn, argnums=self.argnums), in_axes=in_axes)
 

@@ -32,6 +32,7 @@ from s2s.emit.signature import emitted_signature
 from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
 from s2s.errors import USER_ERRORS, api_boundary, errors_shown_clean, marks_boundary, shown_to_user
 from s2s.frontend import Staged, staging_receiver, transform_description
+from s2s.frontend.args import normalize_argnums
 from s2s.pmap import ReplicatedProgram
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s_runtime.array import Array
@@ -76,15 +77,14 @@ class Jitted(Caller):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; available: {', '.join(map(repr, BACKENDS))}")
         self.fn = fn
-        self.static_argnums = static_argnums
+        self.static_argnums = normalize_argnums(static_argnums, what="static_argnums")
         self.static_argnames = static_argnames
-        self.dynamic_argnums = dynamic_argnums
-        self.donate_argnums = _as_tuple(donate_argnums)
+        self.dynamic_argnums = normalize_argnums(dynamic_argnums, what="dynamic_argnums")
+        self.donate_argnums = normalize_argnums(donate_argnums, what="donate_argnums")
         self.device = device
         self.backend = backend
         functools.update_wrapper(self, fn, updated=())
-        self.cache_params = ("jit", _as_tuple(static_argnums), _as_tuple(static_argnames),
-                             _as_tuple(dynamic_argnums))
+        self.cache_params = ("jit", self.static_argnums, _argnames(static_argnames), self.dynamic_argnums)
         self._backend = BACKENDS[backend](self)
         self._target = self._backend.call
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
@@ -167,6 +167,7 @@ class Jitted(Caller):
                        staged, self.device)
 
 
+@api_boundary
 def jit(fn=None, *, static_argnums=(), static_argnames=(), dynamic_argnums=(), donate_argnums=(),
         device=None, backend: str = "xla"):
     """`@s2s.jit` or `s2s.jit(f, static_argnums=..., donate_argnums=..., device=...)`.
@@ -182,9 +183,9 @@ def jit(fn=None, *, static_argnums=(), static_argnames=(), dynamic_argnums=(), d
     return Jitted(fn, static_argnums, static_argnames, dynamic_argnums, donate_argnums, device, backend)
 
 
-def _as_tuple(value) -> tuple:
-    """Argument numbers or names as a tuple: one alone may be given bare."""
-    return (value,) if isinstance(value, (int, str)) else tuple(value)
+def _argnames(value) -> tuple:
+    """Argument names as a tuple: one alone may be given bare."""
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def _staging_with(args, kwargs) -> bool:
@@ -263,7 +264,7 @@ class XlaBackend:
     one dispatcher per configuration, made when first called."""
 
     def __init__(self, jitted: Jitted):
-        static = {jitted.static_argnums} if isinstance(jitted.static_argnums, int) else set(jitted.static_argnums)
+        static = set(jitted.static_argnums)
         if static & set(jitted.donate_argnums):
             raise ValueError(f"argument(s) {sorted(static & set(jitted.donate_argnums))} are both static "
                              "and donated; only arrays can be donated")
@@ -276,7 +277,7 @@ class XlaBackend:
         # The positions the dispatcher keys by value: none when any is counted from the end
         # (the dispatcher takes them as given); s2s still keeps those static.
         self.static_argnums = tuple(sorted(static)) if all(i >= 0 for i in static) else ()
-        self.static_argnames = _as_tuple(jitted.static_argnames)
+        self.static_argnames = _argnames(jitted.static_argnames)
         self.name = jitted.__name__ if isinstance(getattr(jitted, "__name__", None), str) else "jitted"
         self._dispatch = None
         jax_x64_setting()   # found now if jax is loaded, so that the first call swaps it already

@@ -49,7 +49,7 @@ from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
 from s2s.errors import StagingError, api_boundary
 from s2s.frontend import Staged
 from s2s.mapping import positional_names, vmap
-from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
+from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf, normalize_argnums
 from s2s.passes.vmap import axis_readers_in, example_aval
 from s2s.primitives.pmapped import bind_pmap
 from s2s.staging import JaxprBuilder, Tracer, current_builder, named_axis
@@ -102,10 +102,9 @@ class Pmapped:
         self.fn = fn
         self.axis_name = axis_name
         self.in_axes, self.out_axes = in_axes, out_axes
-        static = static_broadcasted_argnums
-        self.static_argnums = (static,) if isinstance(static, int) else tuple(static)
+        self.static_argnums = normalize_argnums(static_broadcasted_argnums, what="static_broadcasted_argnums")
         self.devices = None if devices is None else list(devices)
-        self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+        self.donate_argnums = normalize_argnums(donate_argnums, what="donate_argnums")
         inner = getattr(fn, "__name__", "f")
         self.__name__ = f"pmap_{inner}" if isinstance(inner, str) and inner.isidentifier() else "pmap"
         self.__qualname__ = self.__name__
@@ -117,7 +116,7 @@ class Pmapped:
 
     def _static_positions(self, count: int) -> set[int]:
         """Which of `count` positional arguments static_broadcasted_argnums names."""
-        return {i % count for i in self.static_argnums if -count <= i < count}
+        return set(normalize_argnums(self.static_argnums, count, "static_broadcasted_argnums"))
 
     def _split(self, args: tuple, devices_needed: bool) -> _Call:
         static = self._static_positions(len(args))
@@ -348,7 +347,8 @@ class Pmapped:
                 raise StagingError("the reference of a pmap with static_broadcasted_argnums needs in_axes "
                                    "as a tuple (one entry per positional argument)",
                                    "give in_axes as a tuple, with None for the static arguments")
-            in_axes = tuple(None if i in self.static_argnums else a for i, a in enumerate(in_axes))
+            static = self._static_positions(len(in_axes))
+            in_axes = tuple(None if i in static else a for i, a in enumerate(in_axes))
         return vmap(self.fn, in_axes=in_axes, out_axes=self.out_axes, axis_name=self.axis_name)
 
     @api_boundary

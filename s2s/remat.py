@@ -23,6 +23,7 @@ from s2s import dtypes
 from s2s.autodiff import DerivedFunction, vjp_parts
 from s2s.eager import staged_or_error
 from s2s.errors import StagingError, api_boundary
+from s2s.frontend.args import normalize_argnums
 from s2s.frontend.structured import Direct, StagedBody, param_names
 from s2s.frontend.walker import call_user
 from s2s.primitives.linalg import dot_general
@@ -125,12 +126,7 @@ class Checkpointed(DerivedFunction):
         return staged.out_tree.unflatten(outs)
 
     def _static_positions(self, count: int) -> frozenset[int]:
-        for i in self.static_argnums:
-            if not -count <= i < count:
-                raise StagingError(f"checkpoint: static_argnums {i} is out of range for {count} positional "
-                                   f"argument{'s' if count != 1 else ''}",
-                                   f"use positions between 0 and {count - 1}, or pass fewer static_argnums")
-        return frozenset(i % count for i in self.static_argnums)
+        return frozenset(normalize_argnums(self.static_argnums, count, "static_argnums"))
 
 
 @api_boundary
@@ -143,7 +139,7 @@ def checkpoint(fn=None, *, policy=None, prevent_cse: bool = True, static_argnums
     positions of arguments that are not arrays (Python values fixed at staging)."""
     policy = nothing_saveable if policy is None else policy
     _check_policy(policy)
-    static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    static_argnums = normalize_argnums(static_argnums, what="static_argnums")
     if fn is None:
         return functools.partial(checkpoint, policy=policy, prevent_cse=prevent_cse, static_argnums=static_argnums)
     return Checkpointed(fn, policy, bool(prevent_cse), static_argnums)

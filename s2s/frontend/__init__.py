@@ -33,7 +33,7 @@ from s2s import config
 from s2s.core import ClosedJaxpr
 from s2s.emit.signature import leaf_expression
 from s2s.errors import StagingError
-from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf, unsupported_argument_error
+from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, unsupported_argument_error
 from s2s.frontend.guards import Guards, include, recording
 from s2s.frontend.source import function_source
 from s2s.frontend.walker import call_user
@@ -254,8 +254,8 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
     if isinstance(static_argnames, str):   # one name, as jax takes it (not its letters)
         static_argnames = (static_argnames,)
     static_argnames = tuple(static_argnames) + tuple(n for n in names if n not in passed)
-    static_argnums = _normalize_argnums(static_argnums, len(names))
-    dynamic_argnums = _normalize_argnums(dynamic_argnums, len(names))
+    static_argnums = frozenset(normalize_argnums(static_argnums, len(names), "static_argnums"))
+    dynamic_argnums = frozenset(normalize_argnums(dynamic_argnums, len(names), "dynamic_argnums"))
     in_leaves, in_tree = tree_flatten(values)
     paths = leaf_paths(in_tree)
     # Each leaf's path starts with its position in the tuple of parameter values.
@@ -368,12 +368,6 @@ def _split_by_kind(signature: inspect.Signature, call_kwargs: dict, positional_c
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             position += 1
     return args, kwargs
-
-
-def _normalize_argnums(argnums, count: int) -> frozenset[int]:
-    if isinstance(argnums, int):
-        argnums = (argnums,)
-    return frozenset(a % count if count else a for a in argnums)
 
 
 def _hashable_static(value, names, index):

@@ -14,15 +14,56 @@ something it is not.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 
 import numpy as np
 
 from s2s import dtypes
 from s2s.core import ShapedArray
-from s2s.errors import StagingError, api_boundary
+from s2s.errors import ArgnumsRangeError, ArgnumsTypeError, StagingError, api_boundary
 from s2s.tree import node_children
 from s2s_runtime.array import Array
+
+
+def normalize_argnums(argnums, count: int | None = None, what: str = "argnums") -> tuple[int, ...]:
+    """Argument numbers as a tuple of ints, in the order given: one alone may be given bare
+    (`argnums=1`), as every transform takes them. Checked when the transform is made (no
+    `count`), so a mistake shows at the line that makes it; resolved at a call against the
+    `count` arguments it has, a negative number counting from the end, as in JAX.
+
+    Anything but ints (NumPy's included, via `__index__`) is an `ArgnumsTypeError`, a number
+    outside the `count` arguments an `ArgnumsRangeError`: JAX's TypeError and ValueError.
+    """
+    if type(argnums) is tuple and all(type(a) is int for a in argnums):
+        items = argnums   # the common case, on every staging: no exception raised and caught
+    else:
+        single = _index(argnums)
+        try:
+            items = (single,) if single is not None else tuple(_index(a) for a in argnums)
+        except TypeError:   # not iterable
+            items = (None,)
+    if None in items:
+        raise ArgnumsTypeError(f"{what}={argnums!r}: argument numbers must be an int or a sequence of ints",
+                               f"pass {what}=0 or {what}=(0, 1)")
+    if count is None:
+        return items
+    for a in items:
+        if not -count <= a < count:
+            plural = "" if count == 1 else "s"
+            raise ArgnumsRangeError(f"{what} {a} is out of range for {count} positional argument{plural}",
+                                    f"use {what} between {-count} and {count - 1}" if count else
+                                    f"pass the argument {what} names, or drop {what}")
+    return tuple(a % count for a in items)
+
+
+def _index(value) -> int | None:
+    """`value` as an argument number (NumPy's ints and bools too, as JAX takes them through
+    `operator.index`), or None for a float, a string or a sequence."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 class ShapeDtype:

@@ -3,10 +3,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import s2s
 from s2s import dtypes
-from s2s.errors import StagingError
-from s2s.frontend.args import (ShapeDtype, aval_of_arg, parse_arg_specs, unsupported_argument_error,
-                               unsupported_leaf_reason)
+from s2s.errors import ArgnumsRangeError, ArgnumsTypeError, StagingError
+from s2s.frontend.args import (ShapeDtype, aval_of_arg, normalize_argnums, parse_arg_specs,
+                               unsupported_argument_error, unsupported_leaf_reason)
 
 
 @pytest.mark.parametrize("dtype", ["bool", "int8", "uint64", "float16", "float32", "float64", "complex64",
@@ -62,3 +63,70 @@ def test_shape_dtype_accepts_numpy_ints_and_one_int():
 def test_argument_spec_with_unknown_dtype():
     with pytest.raises(StagingError, match=r"argument spec 'f31\[3\]': ShapeDtype dtype 'f31' is not a dtype"):
         parse_arg_specs("f31[3]")
+
+
+def test_argnums_are_ints_or_sequences_of_them_in_the_order_given():
+    assert normalize_argnums(1) == (1,)
+    assert normalize_argnums((2, 0, 2)) == (2, 0, 2)
+    assert normalize_argnums([np.int64(1), True]) == (1, 1)   # NumPy's ints and bools, as jax's operator.index
+    assert normalize_argnums(np.int32(0)) == (0,)
+    assert normalize_argnums(np.array([1, 0])) == (1, 0)
+    assert all(type(a) is int for a in normalize_argnums((np.int64(3), False)))
+    assert normalize_argnums(()) == ()
+
+
+def test_negative_argnums_count_from_the_end_of_the_arguments():
+    assert normalize_argnums((0, -1, -3), 3) == (0, 2, 0)
+    assert normalize_argnums(-1, 1) == (0,)
+    assert normalize_argnums((), 0) == ()
+
+
+@pytest.mark.parametrize("argnums", ["a", "01", 1.0, (0, "a"), (0, 1.5), None, [0, None], object()])
+def test_argnums_of_another_type_are_a_type_error(argnums):
+    with pytest.raises(ArgnumsTypeError, match=r"static_argnums=.*must be an int or a sequence of ints") as info:
+        normalize_argnums(argnums, 3, what="static_argnums")
+    assert isinstance(info.value, TypeError) and isinstance(info.value, StagingError)
+
+
+@pytest.mark.parametrize("argnums, count", [(2, 2), ((0, 5), 2), (-3, 2), (0, 0)])
+def test_argnums_out_of_range_are_a_value_error(argnums, count):
+    with pytest.raises(ArgnumsRangeError, match=f"argnums -?[0-9] is out of range for {count} positional") as info:
+        normalize_argnums(argnums, count)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, StagingError)
+
+
+def _total(x, y):
+    return (x * y).sum()
+
+
+def _raised(call):
+    try:
+        call()
+    except Exception as error:   # the class is what is compared
+        return error
+    raise AssertionError("no error raised")
+
+
+def _transforms(t):
+    """The argnums-taking transforms of s2s (`t` = s2s) or jax, each called on (x, x)."""
+    checkpointed = lambda a: t.grad(lambda x, y: t.checkpoint(_total, static_argnums=a)(x, y))
+    return {"grad": lambda a: t.grad(_total, argnums=a),
+            "jit static_argnums": lambda a: t.jit(_total, static_argnums=a),
+            "checkpoint static_argnums": checkpointed,
+            "pmap static_broadcasted_argnums": lambda a: t.pmap(_total, static_broadcasted_argnums=a)}
+
+
+# jax.grad raises a TypeError for a positive argnums past the arguments and a ValueError for a
+# negative one; its jit, checkpoint and pmap raise a ValueError for both, as s2s does everywhere.
+@pytest.mark.parametrize("transform", list(_transforms(s2s)))
+@pytest.mark.parametrize("argnums", ["a", 1.0, (0, "a"), (0, 1.5), 5, (0, -3)])
+def test_argnums_errors_are_of_jaxs_classes(transform, argnums):
+    jax = pytest.importorskip("jax")
+    if transform == "grad" and argnums == 5:
+        pytest.skip("jax.grad raises a TypeError for it, its other transforms a ValueError")
+    x = np.ones((1, 3))
+    theirs = _raised(lambda: _transforms(jax)[transform](argnums)(x, x))
+    ours = _raised(lambda: _transforms(s2s)[transform](argnums)(x, x))
+    expected = TypeError if isinstance(theirs, TypeError) else ValueError
+    assert isinstance(theirs, expected) and isinstance(ours, expected), (theirs, ours)
+    assert isinstance(ours, (ArgnumsTypeError, ArgnumsRangeError)), ours
