@@ -29,7 +29,7 @@ from s2s import config, dtypes, tree as tree_util
 from s2s.eager import (donated_leaves, emitted_call_args, emitted_function, emitted_module, function_name,
                        host_leaves, refuse_donating_twice, staged_or_error)
 from s2s.emit.signature import emitted_signature
-from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
+from s2s.emit.stablehlo import Lowered, device_dtypes, donation_aliases, lower, replicas_needed
 from s2s.errors import USER_ERRORS, api_boundary, errors_shown_clean, marks_boundary, shown_to_user
 from s2s.frontend import Staged, staging_receiver, transform_description
 from s2s.frontend.args import normalize_argnums
@@ -37,7 +37,7 @@ from s2s.pmap import ReplicatedProgram
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s_runtime.array import Array
 from s2s_runtime.fastcall import Caller, callers_jax_x64
-from s2s_runtime.xla import (Executable, devices, dispatch_x64, dispatched_leaves, dispatcher, hlo_text,
+from s2s_runtime.xla import (Executable, devices, dispatch_x64, dispatched_leaves, dispatcher,
                              is_refused_call, jax_x64_setting, refuse_in_dispatcher)
 
 
@@ -164,7 +164,7 @@ class Jitted(Caller):
         """The StableHLO this function lowers to for these arguments (JAX's `.lower`)."""
         staged = self._staged(args, kwargs)
         return Lowered(_lowered_text(staged, donated_leaves(staged, args, self.donate_argnums)),
-                       staged, self.device)
+                       device_dtypes(staged.closed.jaxpr), self.device)
 
 
 @api_boundary
@@ -488,49 +488,7 @@ def _lowered_text(staged: Staged, donated: dict[int, str]) -> str:
 def _compile_xla(staged: Staged, device, donated: dict[int, str]) -> _XlaCompiled:
     text = _lowered_text(staged, donated)
     jaxpr = staged.closed.jaxpr
-    executable = Executable(text, [_device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars],
-                            device)
+    executable = Executable(text, device_dtypes(jaxpr), device)
     offset = len(jaxpr.constvars)
     consts = [executable.device_array(c, i) for i, c in enumerate(staged.closed.consts)]
     return _XlaCompiled(executable, {offset + i: label for i, label in donated.items()}, consts)
-
-
-def _device_dtype(dtype) -> np.dtype:
-    """What an input of `dtype` is sent to XLA as: float0 (no data) as bool."""
-    return np.dtype(bool) if dtype == dtypes.float0 else dtype
-
-
-class Lowered:
-    """A function lowered to StableHLO: `.as_text()`, `.as_hlo_text()`, `.compile()`."""
-
-    def __init__(self, text: str, staged: Staged, device=None):
-        self.text = text
-        self.staged = staged
-        self.device = device
-
-    def as_text(self) -> str:
-        return self.text
-
-    def as_hlo_text(self) -> str:
-        return hlo_text(self.text)
-
-    def compile(self) -> "Compiled":
-        jaxpr = self.staged.closed.jaxpr
-        return Compiled(Executable(self.text, [v.aval.dtype for v in jaxpr.constvars + jaxpr.invars],
-                                   self.device))
-
-
-class Compiled:
-    """A compiled executable: its optimized HLO and XLA's memory and cost figures."""
-
-    def __init__(self, executable):
-        self.executable = executable
-
-    def as_hlo_text(self) -> str:
-        return self.executable.optimized_hlo_text()
-
-    def memory_analysis(self):
-        return self.executable.memory_analysis()
-
-    def cost_analysis(self):
-        return self.executable.cost_analysis()

@@ -45,7 +45,7 @@ import numpy as np
 from s2s import dtypes, tree as tree_util
 from s2s.eager import donated_leaves, refuse_donating_twice, staged_or_error
 from s2s.core import ClosedJaxpr
-from s2s.emit.stablehlo import donation_aliases, lower, replicas_needed
+from s2s.emit.stablehlo import Lowered, device_dtype, device_dtypes, donation_aliases, lower, replicas_needed
 from s2s.errors import StagingError, api_boundary
 from s2s.frontend import Staged
 from s2s.mapping import positional_names, vmap
@@ -56,7 +56,7 @@ from s2s.staging import JaxprBuilder, Tracer, current_builder, named_axis
 from s2s_runtime.distributed import process_count, replica_count, replica_devices, several_processes
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.array import Array
-from s2s_runtime.xla import devices as all_devices, hlo_text
+from s2s_runtime.xla import devices as all_devices
 
 __all__ = ["pmap"]
 
@@ -297,7 +297,7 @@ class Pmapped:
                  kwargs: dict) -> ReplicatedExecutable:
         jaxpr = staged.closed.jaxpr
         return ReplicatedExecutable(self._text(staged, size, donated),
-                                    [_device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars], used,
+                                    device_dtypes(jaxpr), used,
                                     *self._described(staged, args, kwargs))
 
     def _described(self, staged: Staged, args: tuple, kwargs: dict) -> tuple[str, dict[str, list[str]]]:
@@ -316,7 +316,7 @@ class Pmapped:
         jaxpr = staged.closed.jaxpr
         shards = [[np.asarray(c)] * size for c in staged.closed.consts]
         for value, d, v in zip(flat, in_dims, jaxpr.invars):
-            dtype = _device_dtype(v.aval.dtype)
+            dtype = device_dtype(v.aval.dtype)
             if isinstance(value, ShardedArray) and d is not None and value.axis == d and value.dtype == dtype:
                 shards.append(value)      # its parts are where they are needed (or moved there)
                 continue
@@ -378,15 +378,13 @@ class ReplicatedProgram:
                                "S2S_NUM_CPU_DEVICES or s2s.config num_cpu_devices for more CPU devices)")
         self.closed = closed
         jaxpr = closed.jaxpr
-        self.executable = ReplicatedExecutable(lower(closed), [_device_dtype(v.aval.dtype)
-                                                               for v in jaxpr.constvars + jaxpr.invars],
-                                               devices[:replicas])
+        self.executable = ReplicatedExecutable(lower(closed), device_dtypes(jaxpr), devices[:replicas])
 
     def __call__(self, flat: list) -> list:
         replicas = len(self.executable.devices)
         jaxpr = self.closed.jaxpr
         inputs = [*self.closed.consts, *flat]
-        results = self.executable.execute([[np.asarray(x, _device_dtype(v.aval.dtype))] * replicas
+        results = self.executable.execute([[np.asarray(x, device_dtype(v.aval.dtype))] * replicas
                                            for x, v in zip(inputs, jaxpr.constvars + jaxpr.invars)])
         return [np.zeros(v.aval.shape, dtypes.float0) if v.aval.dtype == dtypes.float0 else
                 Array(per_replica[0], tuple(v.aval.shape), np.dtype(v.aval.dtype), self.executable.devices[0])
@@ -396,24 +394,6 @@ class ReplicatedProgram:
 def _with_axis(shape: tuple, axis: int, size: int) -> tuple:
     axis %= len(shape) + 1
     return tuple(shape[:axis]) + (size,) + tuple(shape[axis:])
-
-
-def _device_dtype(dtype) -> np.dtype:
-    """What an input of `dtype` is sent to XLA as: float0 (no data) as bool."""
-    return np.dtype(bool) if dtype == dtypes.float0 else np.dtype(dtype)
-
-
-class Lowered:
-    """A pmapped function lowered to StableHLO: `.as_text()`, `.as_hlo_text()`."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def as_text(self) -> str:
-        return self.text
-
-    def as_hlo_text(self) -> str:
-        return hlo_text(self.text)
 
 
 @api_boundary

@@ -79,6 +79,13 @@ def test_lowered_text_is_one_spmd_module_and_needs_no_devices():
     assert "stablehlo.replica_id" in s2s.pmap(lambda v: v * lax.axis_index("i"), "i").lower(x).as_text()
 
 
+def test_a_pmaps_lowering_is_jits_lowered_and_refuses_compile_clearly():
+    lowered = s2s.pmap(total, "i").lower(np.ones((N, 3)))
+    assert type(lowered) is type(s2s.jit(np.sin).lower(np.ones(3)))
+    with pytest.raises(s2s.S2SError, match="compile\\(\\) of a pmap's lowering is not supported"):
+        lowered.compile()
+
+
 def test_a_collective_over_a_name_no_pmap_binds_is_an_error():
     with pytest.raises(StagingError, match="'j'"):
         s2s.pmap(lambda v: lax.psum(v, "j"), "i").lower(np.ones((N, 2)))

@@ -24,6 +24,7 @@ from s2s import dtypes
 from s2s.core import ClosedJaxpr, Literal, ShapedArray, Var
 from s2s.errors import S2SError, ShapeError, UnsupportedFunctionError
 from s2s.passes.inline import inline_calls
+from s2s_runtime.xla import Executable, hlo_text
 
 stablehlo_rules: dict = {}
 BROADCASTING: set = set()   # primitives whose operands broadcast NumPy-style
@@ -322,3 +323,55 @@ def out_type(eqn, i: int = 0) -> str:
 
 def hint(eqn, i: int = 0) -> str | None:
     return eqn.outvars[i].hint
+
+
+# ---------------------------------------------------------------------------------------
+# What jit's and pmap's `.lower()` return
+
+
+def device_dtype(dtype) -> np.dtype:
+    """What an input of `dtype` is sent to XLA as: float0 (no data) as bool."""
+    return np.dtype(bool) if dtype == dtypes.float0 else np.dtype(dtype)
+
+
+def device_dtypes(jaxpr) -> list[np.dtype]:
+    """What the inputs of `jaxpr`'s lowering (its consts, then its arguments) are sent as."""
+    return [device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars]
+
+
+class Lowered:
+    """A function lowered to StableHLO (jit's and pmap's `.lower()`): `.as_text()`,
+    `.as_hlo_text()`, and for jit's, whose inputs' dtypes and device it knows, `.compile()`."""
+
+    def __init__(self, text: str, in_dtypes: list[np.dtype] | None = None, device=None):
+        self.text = text
+        self.in_dtypes = in_dtypes
+        self.device = device
+
+    def as_text(self) -> str:
+        return self.text
+
+    def as_hlo_text(self) -> str:
+        return hlo_text(self.text)
+
+    def compile(self) -> "Compiled":
+        if self.in_dtypes is None:
+            raise S2SError("compile() of a pmap's lowering is not supported: it runs over several devices",
+                           "call the pmapped function, which compiles it")
+        return Compiled(Executable(self.text, self.in_dtypes, self.device))
+
+
+class Compiled:
+    """A compiled executable: its optimized HLO and XLA's memory and cost figures."""
+
+    def __init__(self, executable):
+        self.executable = executable
+
+    def as_hlo_text(self) -> str:
+        return self.executable.optimized_hlo_text()
+
+    def memory_analysis(self):
+        return self.executable.memory_analysis()
+
+    def cost_analysis(self):
+        return self.executable.cost_analysis()
