@@ -38,28 +38,30 @@ __all__ = ["vmap"]
 _AXIS_HELP = "give in_axes as an int, None, or a tuple with one entry per positional argument"
 
 
-def _is_axis_leaf(spec) -> bool:
+def is_axis(spec) -> bool:
+    """An entry of in_axes or out_axes (vmap's and pmap's): an int (not a bool) or None."""
     return spec is None or (isinstance(spec, (int, np.integer)) and not isinstance(spec, bool))
 
 
-def _spec_tree(spec, what: str) -> tuple[list, PyTreeDef]:
+def axis_spec_tree(spec, what: str, transform: str = "vmap") -> tuple[list, PyTreeDef]:
     """The axes of `spec` (ints and Nones) and the tree they sit in; a refused entry (a
     string, a float, True) is an error naming it."""
-    leaves, treedef = tree_flatten(spec, is_leaf=_is_axis_leaf)
+    leaves, treedef = tree_flatten(spec, is_leaf=is_axis)
     for leaf in leaves:
-        if not _is_axis_leaf(leaf):
-            raise StagingError(f"vmap {what} must hold ints and None, got {leaf!r}",
+        if not is_axis(leaf):
+            raise StagingError(f"{transform} {what} must hold ints and None, got {leaf!r}",
                                f"write {what} like 0, None, or (0, None, {{'W': None, 'b': 0}})")
     return [None if a is None else int(a) for a in leaves], treedef
 
 
-def _axes_per_leaf(spec, tree, what: str, where: str) -> list:
-    """`spec` (a tree prefix of `tree`) broadcast to one axis per leaf of `tree`."""
-    axes, spec_def = _spec_tree(spec, what)
+def axes_per_leaf(spec, tree, what: str, where: str, transform: str = "vmap") -> list:
+    """`spec` (one int or None, or a tree prefix of `tree` holding them) broadcast to one
+    axis per leaf of `tree`: how vmap and pmap read their in_axes and out_axes."""
+    axes, spec_def = axis_spec_tree(spec, what, transform)
     try:
         subtrees = flatten_up_to(spec_def, tree)
     except ValueError as e:
-        raise StagingError(f"vmap {what} {spec!r} is not a tree prefix of {where}: {e}",
+        raise StagingError(f"{transform} {what} {spec!r} is not a tree prefix of {where}: {e}",
                            f"give {what} the containers of {where} down to where one axis "
                            "applies to a whole subtree, or one int/None for all of it") from None
     return [a for a, sub in zip(axes, subtrees) for _ in range(len(tree_flatten(sub)[0]))]
@@ -104,7 +106,7 @@ def _split_call(fn, in_axes, axis_size, args: tuple) -> _Call:
         raise StagingError(f"vmap in_axes has {len(in_axes)} entries but {getattr(fn, '__name__', 'f')} was called with "
                            f"{len(args)} positional arguments", _AXIS_HELP)
     leaves, treedef = tree_flatten(args)
-    axes = _axes_per_leaf(in_axes, args, "in_axes", "the positional arguments")
+    axes = axes_per_leaf(in_axes, args, "in_axes", "the positional arguments")
     names = positional_names(fn, len(args))
     paths = leaf_paths(treedef)
     in_dims, sizes, example = [], [], []
@@ -146,7 +148,7 @@ def _split_call(fn, in_axes, axis_size, args: tuple) -> _Call:
 
 
 def _hashable_spec(spec):
-    axes, treedef = _spec_tree(spec, "axes")
+    axes, treedef = axis_spec_tree(spec, "axes")
     return tuple(axes), treedef
 
 
@@ -191,7 +193,7 @@ class Vmapped:
         """The batched jaxpr of `staged`, outputs moved to `out_axes`."""
         in_dims = _staged_dims(staged, call)
         outs = staged.out_tree.unflatten(range(staged.out_tree.num_leaves))
-        axes = _axes_per_leaf(self.out_axes, outs, "out_axes", "the results")
+        axes = axes_per_leaf(self.out_axes, outs, "out_axes", "the results")
         out_dims = [None if a is None else _normalize(a, v.aval.ndim + 1, f"out_axes {a}")
                     for a, v in zip(axes, staged.closed.jaxpr.outvars)]
         with paused_gc():
@@ -227,7 +229,7 @@ def vmap(fn=None, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
         return lambda f: vmap(f, in_axes, out_axes, axis_name, axis_size)
     if not callable(fn):
         raise TypeError(f"vmap needs a function, got {type(fn).__name__}")
-    _spec_tree(in_axes, "in_axes")
-    _spec_tree(out_axes, "out_axes")
+    axis_spec_tree(in_axes, "in_axes")
+    axis_spec_tree(out_axes, "out_axes")
     _check_axis(axis_name, axis_size)
     return Vmapped(fn, in_axes, out_axes, axis_name, axis_size)

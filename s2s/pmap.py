@@ -48,7 +48,7 @@ from s2s.core import ClosedJaxpr
 from s2s.emit.stablehlo import Lowered, device_dtype, device_dtypes, donation_aliases, lower, replicas_needed
 from s2s.errors import StagingError, api_boundary
 from s2s.frontend import Staged
-from s2s.mapping import positional_names, vmap
+from s2s.mapping import axes_per_leaf, is_axis, positional_names, vmap
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf, normalize_argnums
 from s2s.passes.vmap import axis_readers_in, example_aval
 from s2s.primitives.pmapped import bind_pmap
@@ -59,10 +59,6 @@ from s2s_runtime.array import Array
 from s2s_runtime.xla import devices as all_devices
 
 __all__ = ["pmap"]
-
-
-def _is_axis(spec) -> bool:
-    return spec is None or (isinstance(spec, (int, np.integer)) and not isinstance(spec, bool))
 
 
 class _Dim:
@@ -78,20 +74,6 @@ class _Call:
     example_args: tuple   # positional arguments with mapped leaves as one device's avals
     dim_args: tuple       # the same tree, each non-static leaf a _Dim
     size: int
-
-
-def _axes_per_leaf(spec, arg, name: str, what: str = "in_axes") -> list:
-    """`spec` (an int, None, or a tree prefix of `arg` holding them) as one axis per leaf."""
-    if _is_axis(spec):
-        return [spec] * len(tree_util.tree_leaves(arg))
-    axes, spec_def = tree_util.tree_flatten(spec, is_leaf=_is_axis)
-    try:
-        subtrees = tree_util.flatten_up_to(spec_def, arg)
-    except ValueError as e:
-        raise StagingError(f"pmap {what} {spec!r} for {name} is not a tree prefix of it: {e}",
-                           "give its containers down to where one axis applies to a whole "
-                           "subtree, or one int/None for all of it") from None
-    return [a for a, sub in zip(axes, subtrees) for _ in range(len(tree_util.tree_leaves(sub)))]
 
 
 class Pmapped:
@@ -141,7 +123,7 @@ class Pmapped:
                 continue
             leaves, treedef = tree_util.tree_flatten(arg)
             leaf_examples, leaf_dims = [], []
-            for leaf, axis in zip(leaves, _axes_per_leaf(axis, arg, f"`{names[i]}`")):
+            for leaf, axis in zip(leaves, axes_per_leaf(axis, arg, "in_axes", f"`{names[i]}`", "pmap")):
                 if axis is None:
                     leaf_examples.append(leaf)
                     leaf_dims.append(_Dim(None))
@@ -192,7 +174,7 @@ class Pmapped:
         """The out_axes entry of each result: out_axes is an int, None, or a tree prefix of
         the results holding them."""
         results = staged.out_tree.unflatten(list(range(staged.out_tree.num_leaves)))
-        axes = _axes_per_leaf(self.out_axes, results, f"the results of {self.__name__}", "out_axes")
+        axes = axes_per_leaf(self.out_axes, results, "out_axes", f"the results of {self.__name__}", "pmap")
         for axis, aval in zip(axes, staged.closed.out_avals):
             if axis is not None and not -(aval.ndim + 1) <= axis <= aval.ndim:
                 raise StagingError(f"pmap out_axes {axis} is out of range for a result of rank {aval.ndim} "
@@ -407,11 +389,11 @@ def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_a
                               donate_argnums=donate_argnums)
     if not callable(fn):
         raise TypeError(f"pmap needs a function, got {type(fn).__name__}")
-    specs = tree_util.tree_leaves(in_axes, is_leaf=_is_axis)
-    if not all(_is_axis(a) for a in specs):
+    specs = tree_util.tree_leaves(in_axes, is_leaf=is_axis)
+    if not all(is_axis(a) for a in specs):
         raise StagingError(f"pmap in_axes must hold ints and None (one per positional argument), got {in_axes!r}",
                            "write in_axes like 0, None, or (None, 0, 0)")
-    if not all(_is_axis(a) for a in tree_util.tree_leaves(out_axes, is_leaf=_is_axis)):
+    if not all(is_axis(a) for a in tree_util.tree_leaves(out_axes, is_leaf=is_axis)):
         raise StagingError(f"pmap out_axes must hold ints and None (a tree prefix of the results), got "
                            f"{out_axes!r}", "write out_axes like 0, None, or (0, None) for two results")
     try:

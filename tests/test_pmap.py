@@ -317,7 +317,7 @@ def test_in_axes_none_and_1_and_out_axes():
     tree = {"w": w, "x": xt}
     out = s2s.pmap(lambda t: t["x"] @ t["w"], in_axes=({"w": None, "x": 1},))(tree)
     np.testing.assert_allclose(out, X @ w)
-    with pytest.raises(StagingError, match="not a tree prefix of it"):
+    with pytest.raises(StagingError, match="is not a tree prefix of `t`"):
         s2s.pmap(lambda t: t["x"], in_axes=([None, 1],))(tree)
     replicated = s2s.pmap(total, "i", out_axes=None)(X)
     np.testing.assert_allclose(replicated, X.sum(0))
@@ -699,7 +699,7 @@ def test_grad_and_vmap_of_a_pmap_without_devices_compute_its_vmapped_reference()
 
 def test_out_axes_tree_prefix_errors_name_it():
     pair = lambda v: {"a": v, "b": (v, v)}   # noqa: E731
-    with pytest.raises(StagingError, match=r"out_axes \{'a': 0\} for the results of pmap is not"):
+    with pytest.raises(StagingError, match=r"out_axes \{'a': 0\} is not a tree prefix of the results of pmap"):
         pmap(pair, "i", out_axes={"a": 0}).lower(X)
     with pytest.raises(StagingError, match="out_axes must hold ints and None"):
         pmap(pair, "i", out_axes={"a": "first"})
