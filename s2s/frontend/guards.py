@@ -39,6 +39,7 @@ from __future__ import annotations
 import array
 import collections
 import hashlib
+import os
 import site
 import sys
 import sysconfig
@@ -364,7 +365,13 @@ def _library_roots() -> tuple:
     roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     roots.update(site.getsitepackages())
     roots.add(site.getusersitepackages())
-    return tuple(sorted(root.rstrip("/\\") + "/" for root in roots if root))
+    return tuple(sorted(_folder(root) for root in roots if root))
+
+
+def _folder(path: str) -> str:
+    """`path` as a folder prefix, spelled as `_folder` spells every other path (on Windows
+    too, where the case and the separators of a module's file may differ from sysconfig's)."""
+    return os.path.join(os.path.normcase(os.path.normpath(path)), "")
 
 
 _LIBRARY_ROOTS = _library_roots()
@@ -383,7 +390,7 @@ def is_library_module(module: types.ModuleType) -> bool:
         origin = getattr(module, "__file__", None) or getattr(spec, "origin", None)
         known = (module.__name__.partition(".")[0] in _LIBRARY_PACKAGES
                  or origin in ("built-in", "frozen") or module.__name__ in sys.builtin_module_names
-                 or (isinstance(origin, str) and origin.replace("\\", "/").startswith(_LIBRARY_ROOTS)))
+                 or (isinstance(origin, str) and _folder(origin).startswith(_LIBRARY_ROOTS)))
         _library_modules[module] = known
     return known
 
