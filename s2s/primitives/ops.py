@@ -325,7 +325,8 @@ def cond(index, *operands, branches):
 
 
 @binds("while_loop")
-def while_loop(*carry, cond_jaxpr, body_jaxpr, max_iters=None):
-    """The carry after `body_jaxpr` ran while `cond_jaxpr` held, bodies reading no constants."""
+def while_loop(*carry, cond_jaxpr, body_jaxpr):
+    """The carry after `body_jaxpr` ran while `cond_jaxpr` held (no bound on the steps),
+    bodies reading no constants."""
     return bind(while_loop, *carry, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                cond_nconsts=0, body_nconsts=0, max_iters=max_iters)
+                cond_nconsts=0, body_nconsts=0, max_iters=None)
