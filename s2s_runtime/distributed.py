@@ -279,8 +279,10 @@ def _published_by_all(run: _Run, prefix: str, mine: dict) -> tuple[dict[int, dic
             raise PeerLostError(f"process {run.process_id} could not compare the program it is about to run "
                                 f"with the other processes' through the coordinator at {run.address}: {error}"
                                 ) from None
-    arrived = {key.rsplit("/", 1)[1] for key, _ in run.client.key_value_dir_get(prefix)}
-    return {}, [p for p in others if str(p) not in arrived]
+    # A peer may publish between the timeout and this listing: what it put is compared
+    # too, never left out as if it had agreed.
+    published = {int(key.rsplit("/", 1)[1]): json.loads(value) for key, value in run.client.key_value_dir_get(prefix)}
+    return {p: published[p] for p in others if p in published}, [p for p in others if p not in published]
 
 
 def _difference(peer: int, mine: dict, theirs: dict) -> str | None:
