@@ -174,12 +174,13 @@ def install(out_dir: str, result: dict, check: bool) -> dict:
     if entry.get("status") == "failed":
         return entry
     contents = result["contents"]
-    files = {kind: f"{entry['name']}.{sha256(data)[:16]}{SUFFIXES[kind]}" for kind, data in contents.items()}
+    hashes = {kind: sha256(data) for kind, data in contents.items()}
+    files = {kind: f"{entry['name']}.{hashes[kind][:16]}{SUFFIXES[kind]}" for kind in contents}
     try:
         for kind, data in contents.items():
             _write(out_dir, files[kind], data)
         entry.update({"status": "ok", "files": files, "verified": check})
-        entry.update({f"{kind}_sha256": sha256(data) for kind, data in contents.items()})
+        entry.update({f"{kind}_sha256": digest for kind, digest in hashes.items()})
         if check:
             start = time.perf_counter()
             verify(out_dir, entry)
@@ -336,11 +337,10 @@ def compile_paths(paths, out_dir: str, jobs: int = 1, force: bool = False,
     os.makedirs(out_dir, exist_ok=True)
     targets, failures = plan(modules)
     _provide_devices(max([t.fields["replicas"]["count"] for t in targets if "replicas" in t.fields], default=1))
-    with folder_lock(out_dir):
-        results, skipped, removed = _build(out_dir, {m.relative for m in modules}, targets, failures,
-                                           jobs, force, check)
-    unimportable = {e["module"] for e in failures if e["function"] is None}
     compiled = {m.relative for m in modules}
+    with folder_lock(out_dir):
+        results, skipped, removed = _build(out_dir, compiled, targets, failures, jobs, force, check)
+    unimportable = {e["module"] for e in failures if e["function"] is None}
     for name, (module, files) in removed.items():
         why = ("built by another s2s or jaxlib version" if name not in results and module not in compiled
                else "its module failed to import" if name not in results and module in unimportable
