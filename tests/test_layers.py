@@ -27,8 +27,8 @@ LAYERS = [
     ("primitives", ["s2s.primitives"]),
     ("numpy_api", ["s2s.numpy_api"]),
     ("frontend", ["s2s.frontend"]),
-    ("transforms", ["s2s.lax", "s2s.autodiff", "s2s.mapping", "s2s.pmap", "s2s.custom_derivatives", "s2s.eager",
-                    "s2s.remat", "s2s.ode"]),
+    ("transforms", ["s2s.transformed", "s2s.lax", "s2s.autodiff", "s2s.mapping", "s2s.vmapped", "s2s.pmap",
+                    "s2s.custom_derivatives", "s2s.eager", "s2s.donation", "s2s.remat", "s2s.ode"]),
     ("user_api", ["s2s.jit", "s2s.api", "s2s.distributed", "s2s.export", "s2s.test_util"]),
     ("tools", ["s2s.cli", "s2s.batch_compile", "s2s.build_plan", "s2s.__main__", "s2s"]),
 ]
