@@ -339,7 +339,7 @@ class Loops:
         bounds = [self.expr(a) for a in expr.args]
         staged = [b for b in bounds if isinstance(b, Tracer)]
         if not staged:
-            return self.call(range, bounds, {})
+            return range(*bounds)
         for bound in bounds:
             if isinstance(bound, Tracer) and (bound.shape != () or np.dtype(bound.dtype).kind not in "iu"):
                 raise StagingError(f"range() needs integer scalars, got an array of type {bound.aval.str_short()}",
