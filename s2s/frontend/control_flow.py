@@ -12,6 +12,8 @@ themselves are in `loops.py`.
 """
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import ast
 import numpy as np
 
@@ -19,7 +21,7 @@ from s2s.errors import ConcretizationError, S2SError, StagingError, UnsupportedS
 from s2s.frontend import structured
 from s2s.frontend.in_place import (changes_existing_objects, mutates_containers, updated_arrays,
                                    walk_statements)
-from s2s.frontend.source import walk_scope
+from s2s.frontend.source import FunctionSource, walk_scope
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
 from s2s.tree import tree_leaves, tree_map
@@ -67,10 +69,30 @@ def direct_body(run, names):
     return structured.Direct(run, unique)
 
 
+class ControlFlowNeeds(Protocol):
+    """What ControlFlow calls on the walker's core (the rule is in FunctionWalker's
+    docstring)."""
+
+    scope: Any                  # the activation (walker.Scope): saved and restored around a staged body
+    source: FunctionSource      # locates errors; its def-use chains say what a branch passes on
+    in_staged_loop: bool        # whether `break` and `continue` set their loop's flags
+
+    def assign_name(self, name: str, value: Any) -> None:
+        """Binds a cond's results, and a staged body's parameters, to their names."""
+
+    def block(self, statements: list[ast.stmt]) -> None:
+        """Runs a branch's statements: statement dispatch is the core's."""
+
+    def stmt(self, node: ast.stmt) -> None:
+        """Runs one statement where what follows depends on it: the rest of a function
+        after an `if` that can return, of a staged loop's body after a jump."""
+
+
 class ControlFlow:
-    """The walker's branches and jumps (a mixin of FunctionWalker): `if` on Python values and
-    on arrays, `return` (also from inside an `if` on an array), `break` and `continue`,
-    and running a block as the body of a staged branch or loop (`_body`, `_run_block`)."""
+    """The walker's branches and jumps (a mixin of FunctionWalker, needing
+    `ControlFlowNeeds` of it): `if` on Python values and on arrays, `return` (also from
+    inside an `if` on an array), `break` and `continue`, and running a block as the body of
+    a staged branch or loop (`_body`, `_run_block`)."""
 
     def stmt_Return(self, node):
         raise Return(None if node.value is None else self.expr(node.value), node)

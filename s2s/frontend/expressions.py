@@ -10,12 +10,14 @@ from __future__ import annotations
 import ast
 import operator
 import types
+from typing import Any, Protocol
 
 import numpy as np
 
 from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError,
                         UnsupportedFunctionError, UnsupportedSyntaxError)
 from s2s.frontend.guards import record_attribute, record_items, record_module_attribute
+from s2s.frontend.source import FunctionSource
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api.indexing import getitem
 from s2s.numpy_api.shaping import index_concatenation
@@ -63,10 +65,28 @@ _NOT_LOCATED = frozenset((ast.Name, ast.Attribute))
 _EXPR_METHODS: dict = {}
 
 
+class ExpressionsNeeds(Protocol):
+    """What Expressions, the lowest room, calls on the walker's core (the rule is in
+    FunctionWalker's docstring)."""
+
+    scope: Any                  # the activation (walker.Scope): names resolve in it
+    source: FunctionSource      # locates equations and errors
+
+    def assign(self, target: ast.expr, value: Any) -> None:
+        """Binds a comprehension's targets and a walrus's: any target, a store into an
+        array too, which the core hands to InPlaceUpdates, a room above this one."""
+
+    def call(self, fn: Any, args: list, kwargs: dict) -> Any:
+        """A call in the source: `call_user`, which stages a user function with a walker
+        of its own, so it lives beside the walker."""
+
+    def _make_function(self, node: ast.Lambda) -> Any:
+        """A lambda, as a StagedFunction: calling it walks its body with a new walker."""
+
+
 class Expressions:
-    """The walker's expressions (a mixin of FunctionWalker): `expr(node)` returns the
-    node's value. Names resolve in `self.scope`; calls go through `self.call` and new
-    functions (lambdas) are made by `self._make_function`, both of the walker's core."""
+    """The walker's expressions (a mixin of FunctionWalker, needing `ExpressionsNeeds` of
+    it): `expr(node)` returns the node's value."""
 
     def expr(self, node):
         # Equations staged while `node` is walked come from it; names and constants stage

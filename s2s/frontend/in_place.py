@@ -10,21 +10,38 @@ cannot be, which the control-flow code checks with `mutates_containers`.
 from __future__ import annotations
 
 import warnings
+from typing import Any, Protocol
 
 import ast
 import numpy as np
 
 from s2s.errors import StagingError, UnsupportedSyntaxError
 from s2s.frontend.expressions import BINARY_OPERATORS
-from s2s.frontend.source import walk_scope
+from s2s.frontend.source import FunctionSource, walk_scope
 from s2s.numpy_api.indexing import setitem
 from s2s.primitives.structural import NUMPY_VIEWS
 from s2s.staging import CopiedTracer, Tracer
 
 
+class InPlaceUpdatesNeeds(Protocol):
+    """What InPlaceUpdates calls on the walker's core (the rule is in FunctionWalker's
+    docstring)."""
+
+    scope: Any                  # the activation (walker.Scope): which names hold an updated array
+    source: FunctionSource      # locates errors and the warning on an argument updated in place
+    arguments: set[int]         # ids of the staged arguments, whose update in place is warned of
+
+    def assign(self, target: ast.expr, value: Any) -> None:
+        """Rebinds what held an updated array (`x`, `d["k"]`, `obj.a`) to the updated copy."""
+
+    def assign_name(self, name: str, value: Any) -> None:
+        """Rebinds `x` of `x += v` to its new value (naming its variable, as any binding)."""
+
+
 class InPlaceUpdates:
-    """The walker's in-place updates (a mixin of FunctionWalker): augmented assignment and
-    stores into staged arrays, for the core's `assign` and `stmt_Delete`."""
+    """The walker's in-place updates (a mixin of FunctionWalker, needing
+    `InPlaceUpdatesNeeds` of it): augmented assignment and stores into staged arrays, for
+    the core's `assign` and `stmt_Delete`."""
 
     def stmt_AugAssign(self, node):
         target = node.target

@@ -12,7 +12,7 @@ the loop's carry.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Protocol
 
 import ast
 import numpy as np
@@ -25,6 +25,7 @@ from s2s.frontend.control_flow import (FLAG_HINTS, LIVE, RUNNING, Break, Continu
                                        hints_of, loop_jumps, region_around)
 from s2s.frontend.guards import record_items
 from s2s.frontend.in_place import mutates_containers, updated_arrays, walk_statements
+from s2s.frontend.source import FunctionSource
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
 
@@ -38,9 +39,28 @@ _PYTHON_WHILE_JUMP_HELP = {
 }
 
 
+class LoopsNeeds(Protocol):
+    """What Loops calls on the walker's core (the rule is in FunctionWalker's docstring)."""
+
+    scope: Any                  # the activation (walker.Scope): saved and restored around each staged step
+    source: FunctionSource      # locates errors; its def-use chains say what a loop carries
+    in_staged_loop: bool        # set while a staged loop's body is staged, cleared in a static loop's
+
+    def assign(self, target: ast.expr, value: Any) -> None:
+        """Binds the loop's target (any target: `for i, row in ...`) to each item, and to
+        the last one after a staged loop."""
+
+    def assign_name(self, name: str, value: Any) -> None:
+        """Binds a staged loop's carried values and results to their names."""
+
+    def block(self, statements: list[ast.stmt]) -> None:
+        """Runs a static loop's body and a loop's `else`: statement dispatch is the core's."""
+
+
 class Loops:
-    """The walker's loops (a mixin of FunctionWalker, using ControlFlow's staged blocks):
-    `while` and `for`, each unrolled or staged as one loop."""
+    """The walker's loops (a mixin of FunctionWalker, needing `LoopsNeeds` of it, and
+    using ControlFlow's staged blocks): `while` and `for`, each unrolled or staged as one
+    loop."""
 
     def _loop_body(self, body) -> bool:
         """Runs one iteration of a static loop; False when it ends with `break`."""

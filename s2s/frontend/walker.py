@@ -235,7 +235,12 @@ def _is_static_scalar_tree(value) -> bool:
 
 
 class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
-    """Walks one function body. Statements are executed; expressions return values."""
+    """Walks one function body. Statements are executed; expressions return values.
+
+    This class is the core (state, statement dispatch, assignment, calls) over the rooms
+    it lists, lowest first. A room calls through `self` its own methods and those of the
+    rooms below it; above it, only what its `<room>Needs` protocol lists of the core, never
+    another room (tests/frontend/test_walker_contract.py)."""
 
     def __init__(self, scope: Scope):
         self.scope = scope
