@@ -7,7 +7,7 @@ reference interpreter (`eval_jaxpr`), and write it back out as a readable Python
 from s2s import config, dtypes, tree as tree_util
 from s2s import primitives as _primitives  # noqa: F401  (declares every primitive)
 from s2s import numpy_api as _numpy_api  # noqa: F401  (fills the NumPy dispatch table)
-from s2s.mapping import vmap
+from s2s.vmapped import vmap
 from s2s.pmap import pmap
 from s2s.autodiff import (grad, hessian, jacfwd, jacrev, jvp, linear_transpose, linearize,
                           value_and_grad, vjp)

@@ -10,7 +10,8 @@ import functools
 
 from s2s import tree as tree_util
 from s2s.core import ClosedJaxpr, eval_jaxpr as _eval_jaxpr
-from s2s.eager import emitted_module, staged_or_error
+from s2s.eager import emitted_module
+from s2s.transformed import staged_or_error
 from s2s.emit.python import EmitOptions
 from s2s.errors import api_boundary
 from s2s.pmap import Pmapped

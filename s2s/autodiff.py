@@ -11,7 +11,10 @@ module reads as a forward pass with the user's names followed by a backward pass
 Derived functions are `Transformed` objects. Called on NumPy values they run (the
 derivative jaxpr emitted as Python once per kind of arguments, see `s2s.eager`); called on staged values
 — inside make_jaxpr, emit_python, jit, or another transform — they stage the derivative's
-equations in place. So transforms compose: `grad(grad(f))`, `jacfwd(jacrev(f))`.
+equations in place. So transforms compose: `grad(grad(f))`, `jacfwd(jacrev(f))`. A call's
+arguments are bound and flattened once (`frontend.BoundCall`): what a derivative needs of
+their structure (which leaves argnums names, the trees its gradients take) is read off
+that once per staging, and kept with the derived jaxpr.
 """
 from __future__ import annotations
 
@@ -23,9 +26,9 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
-from s2s.eager import run, staged_or_error
+from s2s.eager import run
 from s2s.errors import StagingError, TransformTypeError, api_boundary
-from s2s.frontend import Staged, transform_description
+from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call
 from s2s.frontend.args import normalize_argnums
 from s2s.frontend.source import last_return_info
 from s2s.passes.vmap import Axis, batch_jaxpr
@@ -36,7 +39,8 @@ from s2s.passes.partial_eval import partial_eval_jaxpr, splits_by_rule
 from s2s.passes.simplify import tidy
 from s2s.passes.transpose import transpose_jaxpr
 from s2s.staging import JaxprBuilder, inline_jaxpr, paused_gc
-from s2s.tree import positional_leaf_ranges, tree_flatten, tree_leaves
+from s2s.transformed import TransformedFunction
+from s2s.tree import PyTreeDef, tree_flatten
 
 __all__ = ["grad", "hessian", "jacfwd", "jacrev", "jvp", "linear_transpose", "linearize",
            "value_and_grad", "vjp"]
@@ -48,10 +52,6 @@ __all__ = ["grad", "hessian", "jacfwd", "jacrev", "jvp", "linear_transpose", "li
 
 def _float_mask(avals) -> list[bool]:
     return [dtypes.is_differentiable(a.dtype) for a in avals]
-
-
-def _zeros_like_leaf(leaf):
-    return np.zeros(np.shape(leaf), dtypes.float0)
 
 
 def _select_outputs(closed: ClosedJaxpr, keep: list[bool]) -> ClosedJaxpr:
@@ -94,74 +94,51 @@ def vjp_parts(closed: ClosedJaxpr, diff: list[bool], diff_out: list[bool],
 # Transformed functions
 
 
-class DerivedFunction:
-    """A function derived from `fn` by an s2s transform: called on staged values it is run
-    directly (its body is not read as source), and the staging cache keys it by
-    `cache_params` under the innermost user function (see `s2s.frontend`)."""
-
-    __s2s_transform__ = True
-
-    def __init__(self, fn, transform: str, params: tuple = ()):
-        self.fn = fn
-        self.transform = transform
-        self.cache_params = (transform, *params)
-        inner = getattr(fn, "__name__", "f")
-        self.__name__ = f"{transform}_{inner}" if inner.isidentifier() else transform
-        self.__qualname__ = self.__name__
-
-    def describe(self) -> str:
-        return transform_description(self.transform, self.fn)
-
-    def __repr__(self):
-        return f"<s2s {self.describe()}>"
-
-
-class Transformed(DerivedFunction):
+class Transformed(TransformedFunction):
     """A function derived by an s2s transform (see the module docstring); `params` are the
-    transform's parameters, which with the transform's name key its caches."""
+    transform's parameters, which with the transform's name key its caches. `derive`
+    builds the derivative of one staging for one kind of call."""
 
-    def __init__(self, fn, name: str, derive: Callable[[Staged, tuple], "Derived"], params: tuple = ()):
-        # updated=(): copying fn's __dict__ would overwrite these attributes when fn is
-        # itself Transformed (grad(grad(f))).
-        functools.update_wrapper(self, fn, updated=())
+    def __init__(self, fn, name: str, derive: Callable[[Staged, BoundCall], "Derived"], params: tuple = ()):
         super().__init__(fn, name, params)
         self._derive = derive
 
     @api_boundary
     def __call__(self, *args, **kwargs):
-        staged = staged_or_error(self.fn, args, kwargs)
+        call = bind_function_call(self.fn, args, kwargs)
+        staged = stage_call(self.fn, call)
         # argnums count positional arguments, so their number is part of the key.
-        key = ("derived", self.cache_params, len(args))
-        derived = staged.artifact(key, lambda: self._derived(staged, args))
-        outs = run(staged, key, derived.closed, staged.flat_inputs(args, kwargs))
-        return derived.assemble(staged, outs, args, kwargs)
+        key = ("derived", self.cache_params, call.n_args)
+        derived = staged.artifact(key, lambda: self._derived(staged, call))
+        outs = run(staged, key, derived.closed, staged.inputs(call))
+        return derived.assemble(staged, outs)
 
-    def _derived(self, staged: Staged, args) -> "Derived":
+    def _derived(self, staged: Staged, call: BoundCall) -> "Derived":
         with paused_gc():
-            return self._derive(staged, args)
+            return self._derive(staged, call)
 
 @dataclasses.dataclass
 class Derived:
     closed: ClosedJaxpr
-    # (staged, flat outputs, the call's args and kwargs) -> the result pytree. Handed the
-    # staging rather than holding it: a Derived is one of the staging's artifacts, and a
-    # cycle through them outlived a dropped function by a full collection.
-    assemble: Callable[[Staged, list, tuple, dict], Any]
+    # (staged, flat outputs) -> the result pytree. Handed the staging rather than holding
+    # it: a Derived is one of the staging's artifacts, and a cycle through them outlived a
+    # dropped function by a full collection.
+    assemble: Callable[[Staged, list], Any]
 
 
-def _diff_leaves(staged: Staged, args: tuple, argnums, allow_int: bool,
+def _diff_leaves(staged: Staged, call: BoundCall, argnums, allow_int: bool,
                  what: str) -> tuple[tuple[int, ...], list[bool]]:
     """Which jaxpr inputs are differentiated: the float leaves of positional args `argnums`.
 
     A leaf of those arguments without a gradient (an int, static or staged) is an error
     naming the argument, unless `allow_int` (it then gets float0 zeros).
     """
-    argnums = normalize_argnums(argnums, len(args))
-    ranges = positional_leaf_ranges(args)
+    argnums = normalize_argnums(argnums, call.n_args)
+    ranges = call.positional_leaf_ranges
     wanted = {i: a for a in argnums for i in ranges[a]}
     in_avals = iter(staged.closed.in_avals)
     diff = []
-    for index, (leaf, staged_leaf) in enumerate(zip(tree_leaves(staged.example_args), staged.staged_mask)):
+    for index, staged_leaf in enumerate(staged.staged_mask):
         aval = next(in_avals) if staged_leaf else None
         differentiable = aval is not None and dtypes.is_differentiable(aval.dtype)
         if index in wanted and not differentiable and not allow_int:
@@ -177,27 +154,36 @@ def _diff_leaves(staged: Staged, args: tuple, argnums, allow_int: bool,
     return argnums, diff
 
 
-def _arg_cotangents(staged: Staged, args: tuple, argnums, diff, cts: list) -> list:
-    """One cotangent tree per argument in `argnums` (float0 zeros where no gradient)."""
-    leaves = tree_leaves(args)
-    ranges = positional_leaf_ranges(args)
-    by_leaf, ct_iter, staged_index = {}, iter(cts), 0
-    for index, staged_leaf in enumerate(staged.staged_mask):
-        if staged_leaf:
-            if diff[staged_index]:
-                by_leaf[index] = next(ct_iter)
-            staged_index += 1
-    out = []
-    for a in argnums:
-        _, treedef = tree_flatten(args[a])
-        out.append(treedef.unflatten([by_leaf[i] if i in by_leaf else _zeros_like_leaf(leaves[i])
-                                      for i in ranges[a]]))
-    return out
+@dataclasses.dataclass(frozen=True)
+class _ArgCotangents:
+    """How the cotangents of the differentiated inputs become one tree per argument of
+    `argnums` (float0 zeros where a leaf has no gradient): the trees and shapes of one
+    kind of call, read once, when its derivative is built."""
+    trees: tuple[PyTreeDef, ...]                     # per argument of argnums
+    sources: tuple[tuple[int | tuple, ...], ...]     # per leaf: its cotangent's position, or the zeros' shape
+
+    @classmethod
+    def of(cls, staged: Staged, call: BoundCall, argnums, diff) -> "_ArgCotangents":
+        position_of_leaf, position, staged_index = {}, 0, 0
+        for index, staged_leaf in enumerate(staged.staged_mask):
+            if staged_leaf:
+                if diff[staged_index]:
+                    position_of_leaf[index] = position
+                    position += 1
+                staged_index += 1
+        ranges = call.positional_leaf_ranges
+        sources = tuple(tuple(position_of_leaf.get(i, np.shape(call.leaves[i])) for i in ranges[a])
+                        for a in argnums)
+        return cls(tuple(call.positional_trees[a] for a in argnums), sources)
+
+    def __call__(self, cts: list) -> list:
+        return [tree.unflatten([cts[s] if isinstance(s, int) else np.zeros(s, dtypes.float0) for s in sources])
+                for tree, sources in zip(self.trees, self.sources)]
 
 
-def _check_holomorphic_inputs(staged: Staged, args: tuple, argnums: tuple[int, ...], diff, what: str):
+def _check_holomorphic_inputs(staged: Staged, call: BoundCall, argnums: tuple[int, ...], diff, what: str):
     """holomorphic=True promises complex inputs: each differentiated leaf must be one."""
-    ranges = positional_leaf_ranges(args)
+    ranges = call.positional_leaf_ranges
     in_avals = iter(staged.closed.in_avals)
     flags = iter(diff)
     for index, staged_leaf in enumerate(staged.staged_mask):
@@ -280,10 +266,10 @@ def _raise_container_output(staged: Staged, what: str, fn):
 
 
 def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what):
-    def derive(staged: Staged, call_args: tuple) -> Derived:
-        argnums_t, diff = _diff_leaves(staged, call_args, argnums, allow_int, what)
+    def derive(staged: Staged, call: BoundCall) -> Derived:
+        argnums_t, diff = _diff_leaves(staged, call, argnums, allow_int, what)
         if holomorphic:
-            _check_holomorphic_inputs(staged, call_args, argnums_t, diff, what)
+            _check_holomorphic_inputs(staged, call, argnums_t, diff, what)
         _check_scalar_output(staged, has_aux, what, fn)
         _check_output_dtype(staged, holomorphic, what, fn)
         closed = staged.closed
@@ -300,10 +286,11 @@ def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what)
             result = builder.build((list(outs) if with_value else list(outs[1:])) + list(cts))
         fused = tidy(result)
         n_values = n_out if with_value else n_out - 1
+        arg_cotangents = _ArgCotangents.of(staged, call, argnums_t, diff)
 
-        def assemble(staged, flat, args, kwargs):
+        def assemble(staged, flat):
             values, cts = flat[:n_values], flat[n_values:]
-            grads = _arg_cotangents(staged, args, argnums_t, diff, cts)
+            grads = arg_cotangents(cts)
             grads = grads[0] if isinstance(argnums, int) else tuple(grads)
             if with_value:
                 out = staged.out_tree.unflatten(values)
@@ -350,10 +337,16 @@ def value_and_grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool 
 # jvp, linearize, vjp, linear_transpose
 
 
-def _tangent_leaves(staged: Staged, tangents, primals) -> list:
+def _staged_primals(fn, primals) -> tuple[Staged, BoundCall]:
+    """`fn` staged for a call on `primals` (positional), and that call bound once."""
+    call = bind_function_call(fn, tuple(primals), {})
+    return stage_call(fn, call), call
+
+
+def _tangent_leaves(staged: Staged, call: BoundCall, tangents) -> list:
     leaves, treedef = tree_flatten(tuple(tangents))
-    _, primal_tree = tree_flatten(tuple(primals))
-    if treedef != primal_tree:
+    if list(treedef.children) != call.positional_trees:
+        primal_tree = PyTreeDef(tuple, None, tuple(call.positional_trees))
         raise StagingError(f"tangents have structure {treedef} but primals have {primal_tree}",
                            "pass one tangent per primal leaf, in the same structure")
     return [t for t, m in zip(leaves, staged.staged_mask) if m]
@@ -362,12 +355,12 @@ def _tangent_leaves(staged: Staged, tangents, primals) -> list:
 @api_boundary
 def jvp(fn, primals, tangents):
     """`(fn(*primals), tangent of fn at primals along tangents)`, as pytrees."""
-    staged = staged_or_error(fn, tuple(primals), {})
+    staged, call = _staged_primals(fn, primals)
     closed = staged.closed
     diff = _float_mask(closed.in_avals)
     jvp_closed = staged.artifact("jvp", lambda: tidy(jvp_jaxpr(closed, diff, instantiate_out=True)[0]))
-    flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
-    outs = run(staged, "jvp", jvp_closed, staged.flat_inputs(tuple(primals), {}) + flat_t)
+    flat_t = [t for t, d in zip(_tangent_leaves(staged, call, tangents), diff) if d]
+    outs = run(staged, "jvp", jvp_closed, staged.inputs(call) + flat_t)
     n = len(closed.jaxpr.outvars)
     return staged.out_tree.unflatten(outs[:n]), staged.out_tree.unflatten(outs[n:])
 
@@ -375,7 +368,7 @@ def jvp(fn, primals, tangents):
 @api_boundary
 def linearize(fn, *primals):
     """`(fn(*primals), f_jvp)` where `f_jvp(*tangents)` evaluates only the linear part."""
-    staged = staged_or_error(fn, primals, {})
+    staged, call = _staged_primals(fn, primals)
     closed = staged.closed
     diff = _float_mask(closed.in_avals)
     n_in, n_out = len(closed.jaxpr.invars), len(closed.jaxpr.outvars)
@@ -386,12 +379,12 @@ def linearize(fn, *primals):
                                 instantiate=[False] * n_out + [True] * n_out)
         return tidy(pe.known), tidy(pe.unknown)
     known, linear = staged.artifact("linearize", split)
-    forward = run(staged, ("linearize", "known"), known, staged.flat_inputs(primals, {}))
+    forward = run(staged, ("linearize", "known"), known, staged.inputs(call))
     outs, residuals = forward[:n_out], forward[n_out:]
 
     @api_boundary
     def f_jvp(*tangents):
-        flat_t = [t for t, d in zip(_tangent_leaves(staged, tangents, primals), diff) if d]
+        flat_t = [t for t, d in zip(_tangent_leaves(staged, call, tangents), diff) if d]
         return staged.out_tree.unflatten(run(staged, ("linearize", "linear"), linear,
                                              list(residuals) + flat_t))
     return staged.out_tree.unflatten(outs), f_jvp
@@ -403,7 +396,7 @@ def vjp(fn, *primals, has_aux: bool = False):
 
     With `has_aux`, fn returns `(out, aux)` and vjp returns `(out, vjp_fn, aux)`.
     """
-    staged = staged_or_error(fn, primals, {})
+    staged, call = _staged_primals(fn, primals)
     closed = staged.closed
     n_out = len(closed.jaxpr.outvars)
     diff = _float_mask(closed.in_avals)
@@ -412,9 +405,10 @@ def vjp(fn, *primals, has_aux: bool = False):
                 for i, a in enumerate(closed.out_avals)]
     key = ("vjp", has_aux)
     parts = staged.artifact(key, lambda: vjp_parts(closed, diff, diff_out))
-    forward = run(staged, (key, "forward"), parts.forward, staged.flat_inputs(primals, {}))
+    forward = run(staged, (key, "forward"), parts.forward, staged.inputs(call))
     outs, residuals = forward[:n_out], forward[n_out:]
     out_tree = staged.out_tree.children[0] if has_aux else staged.out_tree
+    arg_cotangents = _ArgCotangents.of(staged, call, range(len(primals)), diff)
 
     @api_boundary
     def vjp_fn(cotangent):
@@ -425,7 +419,7 @@ def vjp(fn, *primals, has_aux: bool = False):
                                "pass a cotangent with the output's structure")
         cts = [c for c, d in zip(ct_leaves, diff_out) if d]
         in_cts = run(staged, (key, "backward"), parts.backward, list(residuals) + cts)
-        return tuple(_arg_cotangents(staged, primals, range(len(primals)), diff, in_cts))
+        return tuple(arg_cotangents(in_cts))
 
     if has_aux:
         out = staged.out_tree.unflatten(outs)
@@ -436,7 +430,7 @@ def vjp(fn, *primals, has_aux: bool = False):
 @api_boundary
 def linear_transpose(fn, *primals):
     """The transpose of a linear `fn`, evaluated at example `primals` (only their types matter)."""
-    staged = staged_or_error(fn, primals, {})
+    staged, call = _staged_primals(fn, primals)
     closed = staged.closed
     n_in = len(closed.jaxpr.invars)
 
@@ -446,13 +440,13 @@ def linear_transpose(fn, *primals):
         return pe.known, transpose_jaxpr(pe.unknown, [False] * pe.num_residuals + [True] * n_in)
     known, backward = staged.artifact("linear_transpose", split)
     residuals = run(staged, ("linear_transpose", "known"), known, [])
-    diff = [True] * n_in
+    arg_cotangents = _ArgCotangents.of(staged, call, range(len(primals)), [True] * n_in)
 
     @api_boundary
     def transposed(cotangent):
         ct_leaves, _ = tree_flatten(cotangent)
         in_cts = run(staged, ("linear_transpose", "backward"), backward, list(residuals) + ct_leaves)
-        return tuple(_arg_cotangents(staged, primals, range(len(primals)), diff, in_cts))
+        return tuple(arg_cotangents(in_cts))
     return transposed
 
 
@@ -546,10 +540,10 @@ def _check_jacobian_dtypes(staged: Staged, in_avals, holomorphic: bool, mode: st
 
 
 def _jac_derive(argnums, mode: str, holomorphic: bool):
-    def derive(staged: Staged, call_args: tuple) -> Derived:
-        argnums_t, diff = _diff_leaves(staged, call_args, argnums, False, mode)
+    def derive(staged: Staged, call: BoundCall) -> Derived:
+        argnums_t, diff = _diff_leaves(staged, call, argnums, False, mode)
         if holomorphic:
-            _check_holomorphic_inputs(staged, call_args, argnums_t, diff, mode)
+            _check_holomorphic_inputs(staged, call, argnums_t, diff, mode)
         closed = staged.closed
         n_out = len(closed.jaxpr.outvars)
         in_avals = [a for a, d in zip(closed.in_avals, diff) if d]
@@ -562,12 +556,12 @@ def _jac_derive(argnums, mode: str, holomorphic: bool):
             result = builder.build([b for row in blocks for b in row])
         fused = tidy(result)
         n_in = len(in_avals)
+        arg_cotangents = _ArgCotangents.of(staged, call, argnums_t, diff)
 
-        def assemble(staged, flat, args, kwargs):
+        def assemble(staged, flat):
             per_out = []
             for o in range(n_out):
-                row = flat[o * n_in:(o + 1) * n_in]
-                trees = _arg_cotangents(staged, args, argnums_t, diff, row)
+                trees = arg_cotangents(flat[o * n_in:(o + 1) * n_in])
                 per_out.append(trees[0] if isinstance(argnums, int) else tuple(trees))
             return staged.out_tree.unflatten(per_out)
         return Derived(fused, assemble)

@@ -38,7 +38,7 @@ import numpy as np
 
 import s2s
 from s2s import tree as tree_util
-from s2s.eager import staged_or_error
+from s2s.transformed import staged_or_error
 from s2s.emit.stablehlo import lower, path_inside, replicas_needed
 from s2s.errors import S2SError
 from s2s.export import exports_of

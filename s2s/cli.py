@@ -22,7 +22,8 @@ import sys
 from s2s.api import make_jaxpr
 from s2s.batch_compile import cmd_compile
 from s2s.build_plan import forget_imported
-from s2s.eager import emitted_module, staged_or_error
+from s2s.eager import emitted_module
+from s2s.transformed import staged_or_error
 from s2s.emit.python import EmitOptions
 from s2s.emit.signature import generated_from, is_generated_source, source_label
 from s2s.errors import S2SError

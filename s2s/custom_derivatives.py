@@ -16,9 +16,8 @@ whose derivative is the user's rule, itself staged from source when differentiat
 """
 from __future__ import annotations
 
-import functools
 
-from s2s.eager import staged_or_error
+from s2s.transformed import TransformedFunction, staged_or_error
 from s2s.errors import StagingError
 from s2s.frontend import Staged
 from s2s.frontend.walker import call_user
@@ -118,13 +117,28 @@ class _CallSite:
         return [c for c, staged in zip(per_leaf, self.staged.staged_mask) if staged]
 
 
-class _CustomBase:
+class _CustomBase(TransformedFunction):
+    """A function with custom derivative rules: called on NumPy values it runs, called on
+    staged values it binds one call primitive whose rule (`_CallSite`) applies the user's
+    rules. It keeps the function's name, as JAX's does; its rules, given after it is made
+    (`defjvp`, `defvjp`), are part of its cache parameters."""
+
     primitive = None
+    keeps_name = True
+    rule_names: tuple[str, ...] = ()   # the attributes holding the user's rules
 
     def __init__(self, fun, nondiff_argnums=()):
-        functools.update_wrapper(self, fun, updated=())
-        self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
+        super().__init__(fun, type(self).__name__)
+
+    @property
+    def fun(self):
+        """The function itself (JAX's name for it)."""
+        return self.fn
+
+    @property
+    def cache_params(self) -> tuple:
+        return (self.transform, self.nondiff_argnums, *(getattr(self, name) for name in self.rule_names))
 
     @property
     def name(self) -> str:
@@ -145,6 +159,7 @@ class custom_jvp(_CustomBase):
     """A function with a user-defined forward-mode derivative (JAX's custom_jvp)."""
 
     primitive = custom_jvp_call
+    rule_names = ("jvp", "jvps")
     jvp = None      # the rule, until defjvp or defjvps gives one
     jvps = None
 
@@ -167,6 +182,7 @@ class custom_vjp(_CustomBase):
     """A function with a user-defined reverse-mode derivative (JAX's custom_vjp)."""
 
     primitive = custom_vjp_call
+    rule_names = ("fwd", "bwd")
     fwd = None      # the rules, until defvjp gives them
     bwd = None
 

@@ -1,12 +1,10 @@
-"""Staging a user's function for the user-level API, and running it eagerly as emitted Python.
+"""Running what a transform staged on NumPy values, by its emitted Python module.
 
-Every user-facing entry point (make_jaxpr, emit_python, jit, the transforms, export, the
-CLI) stages through `staged_or_error`, so a mistake in the user's code surfaces as one
-compiler-style error, shown without s2s's frames (`errors.api_boundary`).
 `jit(backend="python")` and the transforms called on NumPy values (`grad(f)(x)`, `jvp`,
 `vjp`, ...) run what they staged the same way: the jaxpr is emitted as a Python module,
 executed once, and the function kept in the `Staged`'s artifacts, so it lives as long as
-the user's function and is shared by every caller of the same staging.
+the user's function and is shared by every caller of the same staging. Called on staged
+values (inside another transform) the jaxpr is inlined instead (`run`).
 """
 from __future__ import annotations
 
@@ -15,30 +13,18 @@ from typing import Callable
 
 import numpy as np
 
-from s2s import tree as tree_util
 from s2s.core import ClosedJaxpr
 from s2s.emit.python import EmitOptions, EmittedModule, Signature, emit_jaxpr_source, emit_module, load_source
-from s2s.emit.signature import emitted_docstring, emitted_signature, leaf_expression
-from s2s.errors import StagingError, api_boundary
-from s2s.frontend import Staged, stage
+from s2s.emit.signature import emitted_docstring, emitted_signature
+from s2s.frontend import BoundCall, Staged
 from s2s.frontend.args import describe_arg
 from s2s.staging import Tracer, current_builder, inline_jaxpr, paused_gc
-from s2s.tree import leaf_paths, register_array_type, tree_flatten
+from s2s.tree import leaf_paths, register_array_type
 from s2s_runtime.array import Array
 
 # What jit returns is an array, a leaf of every pytree (as NumPy arrays are): results can
 # be passed back to jit, to the transforms, and to the emitted modules they run.
 register_array_type(Array)
-
-
-@api_boundary
-def staged_or_error(fn, args, kwargs, static_argnums=(), static_argnames=(),
-                    dynamic_argnums=()) -> Staged:
-    """Stages `fn`; a user mistake is raised as one clean compiler-style error. A boundary
-    itself, for the tools (the CLI, build plans) that stage outside any entry point; inside
-    one (a transform's call) it lets errors through to it."""
-    return stage(fn, args, kwargs, static_argnums=static_argnums,
-                 static_argnames=static_argnames, dynamic_argnums=dynamic_argnums)
 
 
 def function_name(staged: Staged, name: str | None = None) -> str:
@@ -108,7 +94,7 @@ def host_leaves(leaves, staged_dtypes, canonicalize: bool = False) -> list:
     return out
 
 
-def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
+def emitted_call_args(staged: Staged, signature: Signature, call: BoundCall,
                       canonicalize: bool = False) -> tuple[list, dict]:
     """The emitted function's positional and keyword arguments for a call of the user's
     function, each parameter passed as its kind says (`signature.kinds`).
@@ -116,9 +102,8 @@ def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
     With `canonicalize`, each staged array leaf is converted to the dtype it was staged
     as (what `enable_x64=False` needs: float64 inputs run as float32).
     """
-    names, values = staged.param_names, staged.bind(args, kwargs)
-    leaves, treedef = tree_flatten(values)
-    leaves = [host_value(leaf) for leaf in leaves]
+    names, treedef = list(call.names), call.tree
+    leaves = [host_value(leaf) for leaf in call.leaves]
     staged_leaves = iter(host_leaves([leaf for leaf, m in zip(leaves, staged.staged_mask) if m],
                                      [v.aval.dtype for v in staged.closed.jaxpr.invars],
                                      canonicalize))
@@ -130,7 +115,7 @@ def emitted_call_args(staged: Staged, signature: Signature, args, kwargs,
             value = by_name[param]
         else:   # `<name>_leaves`: the staged leaves of an argument that holds a custom pytree node.
             index = names.index(param[: -len("_leaves")])
-            value = [leaf for leaf, path, staged_leaf in zip(leaves, leaf_paths(treedef), staged.staged_mask)
+            value = [leaf for leaf, path, staged_leaf in zip(leaves, call.paths, staged.staged_mask)
                      if staged_leaf and path[0][1] == index]
         kind = signature.kinds.get(param, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         if kind is inspect.Parameter.VAR_POSITIONAL:
@@ -150,36 +135,3 @@ def run(staged: Staged, key, closed: ClosedJaxpr, flat_args: list) -> list:
     if current_builder() is not None or any(isinstance(a, Tracer) for a in flat_args):
         return inline_jaxpr(closed, flat_args)
     return run_emitted_jaxpr(staged, key, closed, flat_args)
-
-
-def donated_leaves(staged: Staged, args, donate_argnums) -> dict[int, str]:
-    """{jaxpr input index: "`params['W']` of update"} for the leaves of donated positional
-    args (jit's and pmap's `donate_argnums`)."""
-    if not donate_argnums:
-        return {}
-    ranges = tree_util.positional_leaf_ranges(args)
-    wanted = {i for a in donate_argnums if -len(args) <= a < len(args) for i in ranges[a]}
-    donated, invar = {}, 0
-    for leaf_index, (path, staged_leaf) in enumerate(zip(leaf_paths(staged.in_tree), staged.staged_mask)):
-        if not staged_leaf:
-            continue
-        if leaf_index in wanted:
-            name = staged.param_names[path[0][1]]
-            shown = leaf_expression(name, path[1:]) or name
-            donated[invar] = f"`{shown}` of {staged.name}"
-        invar += 1
-    return donated
-
-
-def refuse_donating_twice(flat: list, donated: dict[int, str], offset: int) -> None:
-    """XLA cannot give one buffer to two donated parameters: name both instead of its error."""
-    first_label: dict[int, str] = {}
-    for position, label in donated.items():
-        value = flat[position - offset]
-        if not isinstance(value, Array):
-            continue
-        if id(value) in first_label:
-            raise StagingError(f"the same s2s.Array is donated twice: as {first_label[id(value)]} and as {label}",
-                               "donate it once, or pass a copy to the other argument "
-                               "(np.array(x), or s2s.jit(lambda v: v + 0)(x) to keep it on the device)")
-        first_label[id(value)] = label

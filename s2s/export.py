@@ -29,8 +29,9 @@ import zipfile
 
 import numpy as np
 
-from s2s import autodiff, mapping
-from s2s.eager import emitted_module, staged_or_error
+from s2s import autodiff, vmapped
+from s2s.eager import emitted_module
+from s2s.transformed import TransformedFunction, staged_or_error
 from s2s.emit.python import EmitOptions, EmittedModule
 from s2s.emit.signature import TANGENT_PARAMETER
 from s2s.errors import StagingError, api_boundary
@@ -72,7 +73,7 @@ class Export:
         loss at once, for review like any other derivative."""
         argnums = set(normalize_argnums(self.argnums, len(self.args)))
         in_axes = tuple(None if i in argnums else tree_map(_data_axis, arg) for i, arg in enumerate(self.args))
-        return mapping.vmap(autodiff.grad(self.fn, argnums=self.argnums), in_axes=in_axes)
+        return vmapped.vmap(autodiff.grad(self.fn, argnums=self.argnums), in_axes=in_axes)
 
     def example_args(self, transform: str) -> tuple:
         """The emit-time arguments: jvp takes tangents too, vjp the output cotangent."""
@@ -178,7 +179,7 @@ def exports_of(module) -> list[Export]:
     return found
 
 
-class _DerivedWithSignature(autodiff.DerivedFunction):
+class _DerivedWithSignature(TransformedFunction):
     """jvp/vjp of `fn` as one function with an explicit signature, for emission.
 
     `call(args, defaults)` gets the positional arguments and the values of `fn`'s

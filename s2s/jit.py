@@ -26,15 +26,16 @@ from typing import Callable
 import numpy as np
 
 from s2s import config, dtypes, tree as tree_util
-from s2s.eager import (donated_leaves, emitted_call_args, emitted_function, emitted_module, function_name,
-                       host_leaves, refuse_donating_twice, staged_or_error)
+from s2s.donation import donated_leaves, refuse_donating_twice
+from s2s.eager import emitted_call_args, emitted_function, emitted_module, function_name, host_leaves
 from s2s.emit.signature import emitted_signature
 from s2s.emit.stablehlo import Lowered, device_dtypes, donation_aliases, lower, replicas_needed
 from s2s.errors import USER_ERRORS, api_boundary, errors_shown_clean, marks_boundary, shown_to_user
-from s2s.frontend import Staged, staging_receiver, transform_description
+from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call, staging_receiver
 from s2s.frontend.args import normalize_argnums
 from s2s.pmap import ReplicatedProgram
 from s2s.staging import Tracer, current_builder, inline_jaxpr
+from s2s.transformed import TransformedFunction
 from s2s_runtime.array import Array
 from s2s_runtime.fastcall import Caller, callers_jax_x64
 from s2s_runtime.xla import (Executable, devices, dispatch_x64, dispatched_leaves, dispatcher,
@@ -46,16 +47,17 @@ class Runner:
     """How a backend runs one `Staged`. Both functions return (the result, the C++
     dispatcher's fast path for calls like this one, or None).
 
-    `call(args, kwargs)` runs any call of the user's function. `call_with_inputs(flat,
+    `call(bound, args, kwargs)` runs any call of the user's function (`bound`, its
+    `BoundCall`, as the user passed them: `args` and `kwargs`). `call_with_inputs(flat,
     args, kwargs)` runs a call whose positional arguments are the jaxpr's inputs one to one
-    (`flat`), without binding them again; it is None where the backend cannot take such
-    calls so, and they go through `call`.
+    (`flat`), without binding them; it is None where the backend cannot take such calls
+    so, and they go through `call`.
     """
     call: Callable
     call_with_inputs: Callable | None
 
 
-class Jitted(Caller):
+class Jitted(Caller, TransformedFunction):
     """A function compiled for each kind of arguments it is called with.
 
     backend="xla" lowers the jaxpr to StableHLO and runs it through jaxlib on `device`,
@@ -65,26 +67,25 @@ class Jitted(Caller):
     the user and jaxlib's dispatcher when the backend lets the dispatcher take calls
     directly). It is the boundary of a jitted call: an error that is the user's to fix is
     shown without the frames it came through (`_clean`).
+
+    Called on staged values (inside grad, vmap, another jit ...) it is inlined (see
+    `_inlined`). It keeps the function's name, as jax.jit does.
     """
 
-    # Called on staged values (inside grad, vmap, another jit ...) it is inlined (see
-    # `_inlined`), its body not read as source; the staging cache keys it by `cache_params`
-    # under the user's function, as s2s's other transforms.
-    __s2s_transform__ = True
+    keeps_name = True
 
     def __init__(self, fn, static_argnums=(), static_argnames=(), dynamic_argnums=(),
                  donate_argnums=(), device=None, backend: str = "xla"):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; available: {', '.join(map(repr, BACKENDS))}")
-        self.fn = fn
         self.static_argnums = normalize_argnums(static_argnums, what="static_argnums")
         self.static_argnames = static_argnames
         self.dynamic_argnums = normalize_argnums(dynamic_argnums, what="dynamic_argnums")
         self.donate_argnums = normalize_argnums(donate_argnums, what="donate_argnums")
         self.device = device
         self.backend = backend
-        functools.update_wrapper(self, fn, updated=())
-        self.cache_params = ("jit", self.static_argnums, _argnames(static_argnames), self.dynamic_argnums)
+        TransformedFunction.__init__(self, fn, "jit", (self.static_argnums, _argnames(static_argnames),
+                                                       self.dynamic_argnums))
         self._backend = BACKENDS[backend](self)
         self._target = self._backend.call
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
@@ -101,9 +102,6 @@ class Jitted(Caller):
         self.__dict__.update(state)
         self._backend.jitted = weakref.ref(self)
         self._target = self._backend.call
-
-    def describe(self) -> str:
-        return transform_description("jit", self.fn)
 
     @property
     def _clean(self) -> tuple:
@@ -127,7 +125,12 @@ class Jitted(Caller):
         and in the Caller: here an error that is the user's leaves as `api_boundary` makes
         it leave, without a frame more on the way; the Caller drops the frames between."""
         try:
-            fast = None if (kwargs or self.static_argnums or self.static_argnames) else _array_signature(args)
+            by_position = not (kwargs or self.static_argnums or self.static_argnames)
+            fast, call = _arrays_signature(args) if by_position else None, None
+            if fast is None:
+                call = bind_function_call(self.fn, args, kwargs)
+                if by_position:
+                    fast = _bound_arrays_signature(call)
             if fast is not None:
                 entry = self._fast.get(fast[0])
                 if entry is not None:
@@ -135,35 +138,37 @@ class Jitted(Caller):
                     if guards.hold(receiver, changing_only=True):   # as the dispatcher's calls
                         return run(fast[1], args, kwargs)
                     self._fast.pop(fast[0], None)   # stale: staged again below
-            if _staging_with(args, kwargs):
-                return self._inlined(args, kwargs), None
-            staged = self._staged(args, kwargs)
-            runner = self._backend.runner(staged, args)
+            call = call or bind_function_call(self.fn, args, kwargs)
+            if current_builder() is not None and any(isinstance(leaf, Tracer) for leaf in call.leaves):
+                return self._inlined(call), None
+            staged = self._staged(call)
+            runner = self._backend.runner(staged, call)
             if fast is not None and runner.call_with_inputs is not None and \
                     len(staged.closed.jaxpr.invars) == len(fast[1]):
                 self._fast[fast[0]] = (staged.guards, staging_receiver(self.fn), runner.call_with_inputs)
-            return runner.call(args, kwargs)
+            return runner.call(call, args, kwargs)
         except USER_ERRORS as error:
             raise shown_to_user(error, sys._getframe(1))
 
-    def _staged(self, args, kwargs) -> Staged:
+    def _staged(self, call: BoundCall) -> Staged:
         """Staged with jax's x64 as the caller had it (see `_CallersJaxX64`)."""
         with _CallersJaxX64():
-            return staged_or_error(self.fn, args, kwargs, self.static_argnums, self.static_argnames,
-                                   self.dynamic_argnums)
+            return stage_call(self.fn, call, static_argnums=self.static_argnums,
+                              static_argnames=self.static_argnames, dynamic_argnums=self.dynamic_argnums)
 
-    def _inlined(self, args, kwargs):
+    def _inlined(self, call: BoundCall):
         """Called on staged values, inside a function being staged (`jit(f)` called in
         another jitted or differentiated function): its equations join that function's, as
         jax inlines a nested jit; the backend, device and donation are the outer call's."""
-        staged = self._staged(args, kwargs)
-        return staged.out_tree.unflatten(inline_jaxpr(staged.closed, staged.flat_inputs(args, kwargs)))
+        staged = self._staged(call)
+        return staged.out_tree.unflatten(inline_jaxpr(staged.closed, staged.inputs(call)))
 
     @api_boundary
     def lower(self, *args, **kwargs) -> "Lowered":
         """The StableHLO this function lowers to for these arguments (JAX's `.lower`)."""
-        staged = self._staged(args, kwargs)
-        return Lowered(_lowered_text(staged, donated_leaves(staged, args, self.donate_argnums)),
+        call = bind_function_call(self.fn, args, kwargs)
+        staged = self._staged(call)
+        return Lowered(_lowered_text(staged, donated_leaves(staged, call, self.donate_argnums)),
                        device_dtypes(staged.closed.jaxpr), self.device)
 
 
@@ -188,12 +193,6 @@ def _argnames(value) -> tuple:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-def _staging_with(args, kwargs) -> bool:
-    """Whether a call's arguments hold values staged by a function being staged now."""
-    return current_builder() is not None and any(
-        isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves((args, kwargs)))
-
-
 class _RefusedArgument(Exception):
     """Raised while jaxlib's dispatcher flattens an argument s2s refuses: the call goes to
     the Python path, which says what is wrong."""
@@ -210,26 +209,31 @@ for _refused_class in (np.matrix, np.ma.MaskedArray):
     refuse_in_dispatcher(_refused_class, _refuse_in_dispatcher)
 
 
-def _array_signature(args) -> tuple | None:
-    """((tree, (shape, dtype) per leaf, config), leaves) when every leaf of `args` is an
-    array (NumPy or s2s), else None: the key of the jit fast path, which skips the
-    staging-cache lookup (binding, per-leaf avals) for such calls."""
+def _arrays_signature(args) -> tuple | None:
+    """((None, (shape, dtype) per argument, config), args) when every positional argument
+    is an array (NumPy or s2s), the common case, found without binding or flattening: the
+    key of the jit fast path, which skips the staging-cache lookup for such calls."""
     signature = []
-    for a in args:   # the common case, every argument one array, without flattening
+    for a in args:
         kind = type(a)
         if kind is not np.ndarray and kind is not Array:
-            break
+            return None
         signature.append((a.shape, a.dtype))
-    else:
-        return (None, tuple(signature), config.cache_key()), args
-    leaves, treedef = tree_util.tree_flatten(args)
+    return (None, tuple(signature), config.cache_key()), args
+
+
+def _bound_arrays_signature(call: BoundCall) -> tuple | None:
+    """The fast path's key for a call by position whose arguments hold arrays in
+    containers: ((the bound tree, (shape, dtype) per leaf, config), the positional
+    arguments' leaves) when each of them is an array, else None."""
+    leaves = call.leaves[:sum(len(r) for r in call.positional_leaf_ranges)]
     signature = []
     for a in leaves:
         kind = type(a)
         if kind is not np.ndarray and kind is not Array:
             return None
         signature.append((a.shape, a.dtype))
-    return (treedef, tuple(signature), config.cache_key()), leaves
+    return (call.tree, tuple(signature), config.cache_key()), leaves
 
 
 # ---------------------------------------------------------------------------------------
@@ -362,7 +366,7 @@ class XlaBackend:
             self.jitted()._target = self.call if self._checked else self._dispatch
         return fast
 
-    def runner(self, staged: Staged, args) -> Runner:
+    def runner(self, staged: Staged, call: BoundCall) -> Runner:
         """Runs the executable. The dispatcher gets no fast path for donating calls (it
         would not mark the donated Arrays) nor for outputs without data (float0 tangents of
         ints, made here as zeros), nor for calls with a static tuple: it keys static
@@ -370,11 +374,11 @@ class XlaBackend:
         (1, 2) from (1.0, 2.0)."""
         jitted = self.jitted()
         if replicas_needed(staged.closed.jaxpr) > 1:
-            if donated_leaves(staged, args, jitted.donate_argnums):
+            if donated_leaves(staged, call, jitted.donate_argnums):
                 warnings.warn("Some donated buffers were not usable: a function that calls a pmap gives "
                               "every replica a copy of each input, so none is donated", UserWarning, stacklevel=5)
             return _replicated_runner(staged)
-        donated = donated_leaves(staged, args, jitted.donate_argnums)
+        donated = donated_leaves(staged, call, jitted.donate_argnums)
         device = jitted.device or devices()[0]
         compiled = staged.artifact(("xla", device.id, tuple(donated)),
                                    lambda: _compile_xla(staged, device, donated))
@@ -403,7 +407,7 @@ class XlaBackend:
             if leaves is None:
                 return result, None
             return result, self._hand_over(executable, leaves, flat, consts, result, outs, checked)
-        return Runner(lambda args, kwargs: run(staged.flat_inputs(args, kwargs), args, kwargs), run)
+        return Runner(lambda bound, args, kwargs: run(staged.inputs(bound), args, kwargs), run)
 
 
 def _replicated_runner(staged: Staged) -> Runner:
@@ -414,7 +418,7 @@ def _replicated_runner(staged: Staged) -> Runner:
 
     def run(flat, args, kwargs):
         return staged.out_tree.unflatten(program(flat)), None
-    return Runner(lambda args, kwargs: run(staged.flat_inputs(args, kwargs), args, kwargs), run)
+    return Runner(lambda bound, args, kwargs: run(staged.inputs(bound), args, kwargs), run)
 
 
 class PythonBackend:
@@ -432,26 +436,26 @@ class PythonBackend:
         """A call of the user's function."""
         return self.jitted()._call_in_python(args, kwargs)[0]
 
-    def runner(self, staged: Staged, args) -> Runner:
+    def runner(self, staged: Staged, call: BoundCall) -> Runner:
         """Runs the module `emit_python` shows. Without x64, 64-bit inputs run as the 32-bit
         types they were staged as, so only calls with x64 on take arrays as they come."""
         run = emitted_function(staged, "module", function_name(staged),
                                lambda name: emitted_module(staged, name).source)
-        signature = emitted_signature(staged)
+        signature = staged.artifact("emitted signature", lambda: emitted_signature(staged))
         if signature.output_builder is None:   # the module returns the flat leaves
             run = _rebuilding_output_tree(run, staged.out_tree)
         canonicalize = not config.values.enable_x64
 
-        def call(args, kwargs):
-            positional, keyword = emitted_call_args(staged, signature, args, kwargs, canonicalize)
+        def run_call(bound, args, kwargs):
+            positional, keyword = emitted_call_args(staged, signature, bound, canonicalize)
             return run(*positional, **keyword), None
 
         in_dtypes = [v.aval.dtype for v in staged.closed.jaxpr.invars]
 
         def call_with_inputs(flat, args, kwargs):
             return run(*host_leaves(flat, in_dtypes)), None
-        one_to_one = len(signature.params) == len(args) == len(staged.closed.jaxpr.invars)
-        return Runner(call, call_with_inputs if one_to_one and not canonicalize else None)
+        one_to_one = len(signature.params) == call.n_args == len(staged.closed.jaxpr.invars)
+        return Runner(run_call, call_with_inputs if one_to_one and not canonicalize else None)
 
 
 def _rebuilding_output_tree(run: Callable, out_tree) -> Callable:

@@ -37,22 +37,20 @@ s2s.Array cannot be used again. `s2s.emit_python` of a pmapped function writes i
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
-
 import numpy as np
 
-from s2s import dtypes, tree as tree_util
-from s2s.eager import donated_leaves, refuse_donating_twice, staged_or_error
+from s2s import dtypes
 from s2s.core import ClosedJaxpr
+from s2s.donation import donated_leaves, refuse_donating_twice
 from s2s.emit.stablehlo import Lowered, device_dtype, device_dtypes, donation_aliases, lower, replicas_needed
 from s2s.errors import StagingError, api_boundary
-from s2s.frontend import Staged
-from s2s.mapping import axes_per_leaf, is_axis, positional_names, vmap
+from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf, normalize_argnums
-from s2s.passes.vmap import axis_readers_in, example_aval
+from s2s.passes.vmap import axis_readers_in
 from s2s.primitives.pmapped import bind_pmap
-from s2s.staging import JaxprBuilder, Tracer, current_builder, named_axis
+from s2s.staging import JaxprBuilder, current_builder, named_axis
+from s2s.transformed import TransformedFunction
+from s2s.vmapped import MappedCall, axis_spec_tree, axes_per_leaf, hashable_axes, split_call, vmap
 from s2s_runtime.distributed import process_count, replica_count, replica_devices, several_processes
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.array import Array
@@ -61,120 +59,58 @@ from s2s_runtime.xla import devices as all_devices
 __all__ = ["pmap"]
 
 
-class _Dim:
-    """Stands for a leaf in a copy of the call's arguments: its mapped axis (or None)."""
-    __slots__ = ("dim",)
-
-    def __init__(self, dim):
-        self.dim = dim
-
-
-@dataclasses.dataclass(frozen=True)
-class _Call:
-    example_args: tuple   # positional arguments with mapped leaves as one device's avals
-    dim_args: tuple       # the same tree, each non-static leaf a _Dim
-    size: int
-
-
-class Pmapped:
+class Pmapped(TransformedFunction):
     """`pmap(fn, ...)`: called like `fn` on a batch split over devices."""
 
     def __init__(self, fn, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices, donate_argnums=()):
-        functools.update_wrapper(self, fn, updated=())
-        self.fn = fn
+        static_argnums = normalize_argnums(static_broadcasted_argnums, what="static_broadcasted_argnums")
+        donate_argnums = normalize_argnums(donate_argnums, what="donate_argnums")
+        devices = None if devices is None else list(devices)
+        super().__init__(fn, "pmap", (axis_name, hashable_axes(in_axes), hashable_axes(out_axes), static_argnums,
+                                      None if devices is None else tuple(d.id for d in devices), donate_argnums))
         self.axis_name = axis_name
         self.in_axes, self.out_axes = in_axes, out_axes
-        self.static_argnums = normalize_argnums(static_broadcasted_argnums, what="static_broadcasted_argnums")
-        self.devices = None if devices is None else list(devices)
-        self.donate_argnums = normalize_argnums(donate_argnums, what="donate_argnums")
-        inner = getattr(fn, "__name__", "f")
-        self.__name__ = f"pmap_{inner}" if isinstance(inner, str) and inner.isidentifier() else "pmap"
-        self.__qualname__ = self.__name__
-
-    def __repr__(self):
-        return f"<s2s pmap({getattr(self.fn, '__qualname__', 'f')})>"
+        self.static_argnums, self.devices, self.donate_argnums = static_argnums, devices, donate_argnums
 
     # -- splitting a call over devices
 
-    def _static_positions(self, count: int) -> set[int]:
+    def _static_positions(self, count: int) -> frozenset[int]:
         """Which of `count` positional arguments static_broadcasted_argnums names."""
-        return set(normalize_argnums(self.static_argnums, count, "static_broadcasted_argnums"))
+        return frozenset(normalize_argnums(self.static_argnums, count, "static_broadcasted_argnums"))
 
-    def _split(self, args: tuple, devices_needed: bool) -> _Call:
-        static = self._static_positions(len(args))
-        in_axes = self.in_axes
-        if isinstance(in_axes, list):
-            in_axes = tuple(in_axes)
-        if isinstance(in_axes, tuple):
-            if len(in_axes) != len(args):
-                raise StagingError(f"pmap in_axes has {len(in_axes)} entries but {self.__name__} was "
-                                   f"called with {len(args)} positional arguments",
-                                   "give in_axes as an int, None, or a tuple with one entry per "
-                                   "positional argument")
-            per_arg = list(in_axes)
-        else:
-            per_arg = [in_axes] * len(args)
-        names = positional_names(self.fn, len(args))
-        example, dims, sizes = [], [], []
-        for i, (arg, axis) in enumerate(zip(args, per_arg)):
-            if i in static:
-                example.append(arg)
-                dims.append(arg)
-                continue
-            leaves, treedef = tree_util.tree_flatten(arg)
-            leaf_examples, leaf_dims = [], []
-            for leaf, axis in zip(leaves, axes_per_leaf(axis, arg, "in_axes", f"`{names[i]}`", "pmap")):
-                if axis is None:
-                    leaf_examples.append(leaf)
-                    leaf_dims.append(_Dim(None))
-                    continue
-                if not (isinstance(leaf, (int, float, Tracer)) or is_staged_leaf(leaf)):
-                    raise StagingError(f"pmap cannot map `{names[i]}`: {describe_arg(leaf)} is not an array",
-                                       "pass arrays for mapped arguments, or None in in_axes")
-                aval = aval_of_arg(leaf)
-                if not -aval.ndim <= axis < aval.ndim:
-                    raise StagingError(f"pmap in_axes {axis} for `{names[i]}` is out of range for an "
-                                       f"array of rank {aval.ndim}",
-                                       "map an axis the argument has, or pass None to replicate it")
-                d = axis % aval.ndim
-                sizes.append((names[i], aval.shape[d]))
-                leaf_examples.append(example_aval(aval, d))
-                leaf_dims.append(_Dim(d))
-            example.append(treedef.unflatten(leaf_examples))
-            dims.append(treedef.unflatten(leaf_dims))
-        if not sizes:
+    def _split(self, call: BoundCall, devices_needed: bool) -> tuple[MappedCall, int]:
+        """The call split along in_axes, and the size of its device axis."""
+        mapped = split_call("pmap", self.fn, self.in_axes, call, self._static_positions(call.n_args))
+        size = mapped.size("pmap", "every mapped argument needs one slice per device along its in_axes axis")
+        if size is None:
             raise StagingError("pmap maps no argument (in_axes is None for all of them), so it "
                                "cannot tell how many devices to use",
                                "map at least one argument along its device axis")
-        size = sizes[0][1]
-        for name, n in sizes:
-            if n != size:
-                listed = ", ".join(f"`{a}` has size {b}" for a, b in sizes)
-                raise StagingError(f"pmap got mapped axes of different sizes: {listed}",
-                                   "every mapped argument needs one slice per device along its in_axes axis")
         if devices_needed:
             available = self.devices if self.devices is not None else all_devices()
             exactly = self.devices is not None or process_count() > 1   # across processes: all local devices
             if (exactly and size != len(available)) or size > len(available):
-                name = sizes[0][0]
-                raise StagingError(f"pmap's mapped axis of `{name}` has size {size}, but "
+                name = mapped.sizes[0][0]
+                raise StagingError(f"pmap's mapped axis of {name} has size {size}, but "
                                    f"{len(available)} device(s) are "
                                    f"{'given' if self.devices is not None else 'available'}",
                                    "the mapped axis needs one slice per device: give it that size "
                                    "(set S2S_NUM_CPU_DEVICES or s2s.config num_cpu_devices for more CPU devices)")
-        return _Call(tuple(example), tuple(dims), size)
+        return mapped, size
 
-    def _staged(self, call: _Call, kwargs) -> Staged:
+    def _staged(self, mapped: MappedCall, size: int) -> Staged:
         if self.axis_name is None:
-            return staged_or_error(self.fn, call.example_args, kwargs, self.static_argnums)
-        with named_axis(self.axis_name, call.size):
-            return staged_or_error(self.fn, call.example_args, kwargs, self.static_argnums)
+            return stage_call(self.fn, mapped.example, static_argnums=self.static_argnums)
+        with named_axis(self.axis_name, size):
+            return stage_call(self.fn, mapped.example, static_argnums=self.static_argnums)
 
     def _out_axes(self, staged: Staged) -> list:
         """The out_axes entry of each result: out_axes is an int, None, or a tree prefix of
-        the results holding them."""
-        results = staged.out_tree.unflatten(list(range(staged.out_tree.num_leaves)))
-        axes = axes_per_leaf(self.out_axes, results, "out_axes", f"the results of {self.__name__}", "pmap")
+        the results holding them (read once per staging)."""
+        return staged.artifact(("pmap out_axes", self.cache_params), lambda: self._read_out_axes(staged))
+
+    def _read_out_axes(self, staged: Staged) -> list:
+        axes = axes_per_leaf(self.out_axes, staged.out_tree, "out_axes", f"the results of {self.__name__}", "pmap")
         for axis, aval in zip(axes, staged.closed.out_avals):
             if axis is not None and not -(aval.ndim + 1) <= axis <= aval.ndim:
                 raise StagingError(f"pmap out_axes {axis} is out of range for a result of rank {aval.ndim} "
@@ -183,7 +119,7 @@ class Pmapped:
                                    "result that is the same on every device")
         return axes
 
-    def _bind(self, args, kwargs):
+    def _bind(self, call: BoundCall):
         """Called inside a function being staged (by jit, grad, vmap or another pmap): one
         `pmap` equation of the body staged for one device's shapes."""
         if several_processes():   # run on this process's devices (or values) alone: a partial psum
@@ -192,33 +128,33 @@ class Pmapped:
                                "collectives would leave the other processes' values out",
                                "call the pmap at the top level (its collectives span every process), "
                                "and put jit or grad inside it")
-        call = self._split(args, devices_needed=False)
-        staged = self._staged(call, kwargs)
-        outs = bind_pmap(staged.closed, staged.flat_inputs(args, kwargs), axis_name=self.axis_name,
-                         axis_size=call.size, in_axes=self._flat_in_axes(call, staged, kwargs),
+        mapped, size = self._split(call, devices_needed=False)
+        staged = self._staged(mapped, size)
+        outs = bind_pmap(staged.closed, staged.inputs(call), axis_name=self.axis_name,
+                         axis_size=size, in_axes=mapped.staged_dims(staged),
                          out_axes=self._out_axes(staged))
         return staged.out_tree.unflatten(outs)
 
-    def _with_inner_pmaps(self, staged: Staged, call: _Call, args, kwargs) -> tuple[ClosedJaxpr, list, tuple]:
+    def _with_inner_pmaps(self, staged: Staged, mapped: MappedCall, size: int,
+                          flat: list) -> tuple[ClosedJaxpr, tuple]:
         """A body with pmaps inside runs on more replicas than this axis has, as jit runs a
-        program that calls pmaps: (the jaxpr of one `pmap` equation on the whole arguments,
-        its inputs, the key it is kept under in the staging's artifacts)."""
-        flat = staged.flat_inputs(args, kwargs)
+        program that calls pmaps: (the jaxpr of one `pmap` equation on the whole arguments
+        `flat`, the key it is kept under in the staging's artifacts)."""
         avals = [aval_of_arg(x) for x in flat]
-        in_dims, out_axes = self._flat_in_axes(call, staged, kwargs), self._out_axes(staged)
+        in_dims, out_axes = mapped.staged_dims(staged), self._out_axes(staged)
         key = ("pmap with pmaps inside", self.axis_name, tuple(in_dims), tuple(out_axes), tuple(avals))
 
         def build():
             with JaxprBuilder() as builder:
                 ins = [builder.new_arg(aval) for aval in avals]
-                return builder.build(bind_pmap(staged.closed, ins, axis_name=self.axis_name, axis_size=call.size,
+                return builder.build(bind_pmap(staged.closed, ins, axis_name=self.axis_name, axis_size=size,
                                                in_axes=in_dims, out_axes=out_axes))
-        return staged.artifact(key, build), flat, key
+        return staged.artifact(key, build), key
 
-    def _run_with_inner_pmaps(self, staged: Staged, call: _Call, args, kwargs):
+    def _run_with_inner_pmaps(self, staged: Staged, mapped: MappedCall, size: int, flat: list):
         """On every replica the pmaps need together, the results device 0's (the stacked
         arrays, not ShardedArrays)."""
-        closed, flat, key = self._with_inner_pmaps(staged, call, args, kwargs)
+        closed, key = self._with_inner_pmaps(staged, mapped, size, flat)
         devices = self.devices if self.devices is not None else all_devices()
         program = staged.artifact(key + (tuple(d.id for d in devices),), lambda: ReplicatedProgram(closed, devices))
         return staged.out_tree.unflatten(program(flat))
@@ -234,63 +170,64 @@ class Pmapped:
         aliases = donation_aliases(staged.closed, [i in (donated or {}) for i in range(len(invars))])
         return lower(staged.closed, aliases=aliases, root=root, replica_axes=self._replica_axes(size))
 
-    def _flat_in_axes(self, call: _Call, staged: Staged, kwargs) -> list:
-        """Each flat input's device axis (None: every device gets all of it)."""
-        return [d.dim if isinstance(d, _Dim) else None
-                for d in staged.flat_inputs(call.dim_args, tree_util.tree_map(lambda _: _Dim(None), kwargs))]
-
     def spmd_module(self, args: tuple, root: str | None = None):
         """What `s2s compile` builds for an exported pmap, as the pmap itself runs it: (the
         staged body, its SPMD module, the replica count, each flat input's device axis,
         each flat output's device axis). None when the body calls pmaps itself: its program
         is then not one replica per device, and is built as a whole, as jit builds it."""
-        call = self._split(args, devices_needed=False)
-        staged = self._staged(call, {})
+        mapped, size = self._split(bind_function_call(self.fn, args, {}), devices_needed=False)
+        staged = self._staged(mapped, size)
         if replicas_needed(staged.closed.jaxpr) > 1:
             return None
         out_axes = [None if axis is None else axis % (a.ndim + 1)
                     for axis, a in zip(self._out_axes(staged), staged.closed.out_avals)]
-        return (staged, self._text(staged, call.size, root=root), call.size,
-                self._flat_in_axes(call, staged, {}), out_axes)
+        return staged, self._text(staged, size, root=root), size, mapped.staged_dims(staged), out_axes
 
     @api_boundary
     def __call__(self, *args, **kwargs):
+        call = bind_function_call(self.fn, args, kwargs)
         if current_builder() is not None:   # inside jit, grad, vmap or another pmap
-            return self._bind(args, kwargs)
-        call = self._split(args, devices_needed=True)
-        used = replica_devices(self.devices, call.size)
-        call = dataclasses.replace(call, size=len(used))   # across processes: every process's devices
-        staged = self._staged(call, kwargs)
+            return self._bind(call)
+        mapped, size = self._split(call, devices_needed=True)
+        used = replica_devices(self.devices, size)
+        size = len(used)   # across processes: every process's devices
+        staged = self._staged(mapped, size)
+        flat = staged.inputs(call)
         if replicas_needed(staged.closed.jaxpr) > 1:
-            return self._run_with_inner_pmaps(staged, call, args, kwargs)
-        in_dims = self._flat_in_axes(call, staged, kwargs)
-        donated = donated_leaves(staged, args, self.donate_argnums)
-        flat = staged.flat_inputs(args, kwargs)
+            return self._run_with_inner_pmaps(staged, mapped, size, flat)
+        in_dims = mapped.staged_dims(staged)
+        donated = donated_leaves(staged, call, self.donate_argnums)
         refuse_donating_twice(flat, donated, 0)
         key = ("pmap", self.axis_name, tuple(d.id for d in used), tuple(in_dims), tuple(sorted(donated)))
-        executable = staged.artifact(key, lambda: self._compile(staged, call.size, used, donated, args, kwargs))
+        executable = staged.artifact(key, lambda: self._compile(staged, size, used, donated, call))
         outs = self._run(executable, staged, in_dims, flat, len(executable.devices), self._out_axes(staged))
         for position, label in donated.items():   # its memory is the results' now
             if isinstance(flat[position], Array):
                 flat[position]._donate(label)
         return staged.out_tree.unflatten(outs)
 
-    def _compile(self, staged: Staged, size: int, used: list, donated: dict[int, str], args: tuple,
-                 kwargs: dict) -> ReplicatedExecutable:
+    def _compile(self, staged: Staged, size: int, used: list, donated: dict[int, str],
+                 call: BoundCall) -> ReplicatedExecutable:
         jaxpr = staged.closed.jaxpr
         return ReplicatedExecutable(self._text(staged, size, donated),
                                     device_dtypes(jaxpr), used,
-                                    *self._described(staged, args, kwargs))
+                                    *self._described(staged, call))
 
-    def _described(self, staged: Staged, args: tuple, kwargs: dict) -> tuple[str, dict[str, list[str]]]:
+    def _described(self, staged: Staged, call: BoundCall) -> tuple[str, dict[str, list[str]]]:
         """This call in words, for the message when the processes of a run are about to run
         different programs: where its function is, and what it runs and is passed (this
-        process's arguments, as the user passed them; a static one by its type, as its repr
-        may hold an address, which differs between processes)."""
+        process's arguments, as the user passed them, each array by its type; a static one
+        by its type alone, as its repr may hold an address, which differs between processes)."""
         file, line = staged.location
-        static = self._static_positions(len(args))
-        passed = [f"a static {type(a).__name__}" if i in static else describe_arg(a) for i, a in enumerate(args)]
-        passed += [f"{k}={describe_arg(v)}" for k, v in sorted(kwargs.items())]
+        static = self._static_positions(call.n_args)
+        as_types = [aval_of_arg(leaf) if is_staged_leaf(leaf) else leaf for leaf in call.leaves]
+        passed = []
+        for i, (tree, leaves) in enumerate(zip(call.positional_trees, call.positional_leaf_ranges)):
+            shown = tree.unflatten([as_types[j] for j in leaves])
+            passed.append(f"a static {type(shown).__name__}" if i in static else describe_arg(shown))
+        values = call.tree.unflatten(as_types)
+        by_keyword = dict(zip(call.names[call.positional_params:], values[call.positional_params:]))
+        passed += [f"{k}={describe_arg(v)}" for k, v in sorted(by_keyword.items()) if k in call.passed]
         return (f"pmap({staged.description}) at {file}:{line}",
                 {"runs": axis_readers_in(staged.closed.jaxpr) or ["no collective"], "passes": passed})
 
@@ -336,13 +273,14 @@ class Pmapped:
     @api_boundary
     def lower(self, *args, **kwargs) -> "Lowered":
         """The StableHLO module this function runs for these arguments (no devices needed)."""
-        call = self._split(args, devices_needed=False)
-        call = dataclasses.replace(call, size=replica_count(self.devices, call.size))
-        staged = self._staged(call, kwargs)
+        call = bind_function_call(self.fn, args, kwargs)
+        mapped, size = self._split(call, devices_needed=False)
+        size = replica_count(self.devices, size)
+        staged = self._staged(mapped, size)
         self._out_axes(staged)   # an out_axes that does not fit the results is an error here too
         if replicas_needed(staged.closed.jaxpr) > 1:
-            return Lowered(lower(self._with_inner_pmaps(staged, call, args, kwargs)[0]))
-        return Lowered(self._text(staged, call.size, donated_leaves(staged, args, self.donate_argnums)))
+            return Lowered(lower(self._with_inner_pmaps(staged, mapped, size, staged.inputs(call))[0]))
+        return Lowered(self._text(staged, size, donated_leaves(staged, call, self.donate_argnums)))
 
 
 class ReplicatedProgram:
@@ -389,13 +327,8 @@ def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_a
                               donate_argnums=donate_argnums)
     if not callable(fn):
         raise TypeError(f"pmap needs a function, got {type(fn).__name__}")
-    specs = tree_util.tree_leaves(in_axes, is_leaf=is_axis)
-    if not all(is_axis(a) for a in specs):
-        raise StagingError(f"pmap in_axes must hold ints and None (one per positional argument), got {in_axes!r}",
-                           "write in_axes like 0, None, or (None, 0, 0)")
-    if not all(is_axis(a) for a in tree_util.tree_leaves(out_axes, is_leaf=is_axis)):
-        raise StagingError(f"pmap out_axes must hold ints and None (a tree prefix of the results), got "
-                           f"{out_axes!r}", "write out_axes like 0, None, or (0, None) for two results")
+    axis_spec_tree(in_axes, "in_axes", "pmap")
+    axis_spec_tree(out_axes, "out_axes", "pmap")
     try:
         hash(axis_name)
     except TypeError:

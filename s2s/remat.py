@@ -20,8 +20,8 @@ import functools
 import types
 
 from s2s import dtypes
-from s2s.autodiff import DerivedFunction, vjp_parts
-from s2s.eager import staged_or_error
+from s2s.autodiff import vjp_parts
+from s2s.transformed import TransformedFunction, staged_or_error
 from s2s.errors import StagingError, api_boundary
 from s2s.frontend.args import normalize_argnums
 from s2s.frontend.structured import Direct, StagedBody, param_names
@@ -97,12 +97,11 @@ def _check_policy(policy) -> None:
 # checkpoint
 
 
-class Checkpointed(DerivedFunction):
+class Checkpointed(TransformedFunction):
     """`checkpoint(fn, ...)`: called like `fn`. Staged, it binds one `remat` around `fn`'s
     body; on NumPy values it runs `fn`."""
 
     def __init__(self, fn, policy, prevent_cse: bool, static_argnums: tuple[int, ...]):
-        functools.update_wrapper(self, fn, updated=())
         super().__init__(fn, "checkpoint", (policy, prevent_cse, static_argnums))
         self.policy, self.prevent_cse, self.static_argnums = policy, prevent_cse, static_argnums
 

@@ -206,20 +206,6 @@ def tree_structure(tree, is_leaf=None) -> PyTreeDef:
     return tree_flatten(tree, is_leaf)[1]
 
 
-def positional_leaf_ranges(args: tuple) -> list[range]:
-    """For each positional argument, the indices of its leaves among the call's leaves.
-
-    Positional arguments' leaves come first when the bound arguments are flattened (the
-    parameters they fill come first, *args included), so they are consecutive ranges.
-    """
-    ranges, start = [], 0
-    for a in args:
-        n = len(tree_leaves(a))
-        ranges.append(range(start, start + n))
-        start += n
-    return ranges
-
-
 def tree_map(fn: Callable, tree, *rest, is_leaf=None):
     leaves, treedef = tree_flatten(tree, is_leaf)
     others = [_flatten_like(treedef, r) for r in rest]
@@ -233,21 +219,21 @@ def _flatten_like(treedef: PyTreeDef, other) -> list:
     return leaves
 
 
-def flatten_up_to(prefix: PyTreeDef, tree) -> list:
-    """The subtrees of `tree` at the leaves of `prefix`, a tree prefix of it (how vmap's
-    `in_axes=(0, {'W': None, 'b': 0})` is matched with the arguments: each axis applies to
-    a whole subtree). ValueError when `tree` does not have `prefix`'s containers."""
-    out: list = []
+def prefix_leaf_counts(prefix: PyTreeDef, tree: PyTreeDef) -> list[int]:
+    """For each leaf of `prefix`, a tree prefix of `tree`, how many leaves of `tree` lie
+    under it (how vmap's `in_axes=(0, {'W': None, 'b': 0})` is matched with the arguments:
+    each axis applies to a whole subtree). Read off the two structures, never the values.
+    ValueError when `tree` does not have `prefix`'s containers."""
+    out: list[int] = []
 
-    def walk(node: PyTreeDef, value):
+    def walk(node: PyTreeDef, sub: PyTreeDef):
         if node.is_leaf:
-            out.append(value)
+            out.append(sub.num_leaves)
             return
-        kind = None if type(value) is not node.node_type else _node_kind(value)
-        children, aux = kind.flatten(value) if kind is not None else (None, None)
-        if children is None or len(children) != len(node.children) or aux != node.aux:
-            raise ValueError(f"expected {node._describe()}, got {tree_structure(value)._describe()}")
-        for child_node, child in zip(node.children, children):
+        if (sub.node_type is not node.node_type or len(sub.children) != len(node.children)
+                or sub.aux != node.aux):
+            raise ValueError(f"expected {node._describe()}, got {sub._describe()}")
+        for child_node, child in zip(node.children, sub.children):
             walk(child_node, child)
 
     walk(prefix, tree)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import s2s
-from s2s.eager import emitted_call_args, staged_or_error
+from s2s.eager import emitted_call_args
+from s2s.transformed import staged_or_error
 from s2s.emit.signature import emitted_signature
 from s2s.test_util import check_grads
 from tests.frontend import test_realistic as realistic
@@ -76,7 +77,7 @@ def test_emitted_gradient_module_matches_autograd(name, fn, args):
     namespace = {}
     exec(compile(source, f"<{name}>", "exec"), namespace)
     staged = staged_or_error(grad_fn, args, {})
-    positional, keyword = emitted_call_args(staged, emitted_signature(staged), args, {})
+    positional, keyword = emitted_call_args(staged, emitted_signature(staged), staged.bind_call(args, {}))
     emitted = namespace[grad_fn.__name__](*positional, **keyword)
     theirs = oracle_grad(name, fn, argnums)(*args)
     for o, t in zip(s2s.tree_leaves(emitted), s2s.tree_leaves(theirs)):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import s2s
-from s2s.eager import staged_or_error
+from s2s.transformed import staged_or_error
 from tests.concurrency import run_together
 
 JIT_MODULE = importlib.import_module("s2s.jit")   # `s2s.jit` is the function

@@ -1,5 +1,6 @@
 """The architecture, checked: imports go down the layers of ARCHITECTURE.md, form no cycle,
-and sit at the top of their module; modules stay small enough to read.
+and sit at the top of their module; a module grown long enough to hold more than one
+concern is warned of.
 
 Every module of `s2s/` and `s2s_runtime/` is parsed (never imported), and every import
 statement is read, also those inside functions and classes, so a lazy import cannot hide
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import warnings
 
 import pytest
 
@@ -27,7 +29,7 @@ LAYERS = [
     ("primitives", ["s2s.primitives"]),
     ("numpy_api", ["s2s.numpy_api"]),
     ("frontend", ["s2s.frontend"]),
-    ("transforms", ["s2s.transformed", "s2s.lax", "s2s.autodiff", "s2s.mapping", "s2s.vmapped", "s2s.pmap",
+    ("transforms", ["s2s.transformed", "s2s.lax", "s2s.autodiff", "s2s.vmapped", "s2s.pmap",
                     "s2s.custom_derivatives", "s2s.eager", "s2s.donation", "s2s.remat", "s2s.ode"]),
     ("user_api", ["s2s.jit", "s2s.api", "s2s.distributed", "s2s.export", "s2s.test_util"]),
     ("tools", ["s2s.cli", "s2s.batch_compile", "s2s.build_plan", "s2s.__main__", "s2s"]),
@@ -38,10 +40,9 @@ LAYERS = [
 REGISTRY_READER = "s2s.passes.lax_ops"
 NO_REGISTRY_READS = ("s2s.passes", "s2s.emit", "s2s.primitives")
 
-# A primitive family or a NumPy-surface module grows a section per pass; the rest stay short.
-MAX_LINES = 600
-MAX_LINES_GROWING = 1000
-GROWING_PACKAGES = ("s2s.primitives.", "s2s.numpy_api.")
+# Past this many lines a module is warned of, never failed: a module is split where its
+# concerns part, not where a count falls.
+LONG_MODULE_LINES = 800
 
 
 def _module_files() -> dict[str, pathlib.Path]:
@@ -207,9 +208,13 @@ def test_cycle_finder_sees_a_cycle(monkeypatch):
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_module_size(module):
+    """A long module passes with a warning naming it: a family that outgrows one file
+    becomes a package (`s2s/primitives/loops/`), and any module that holds more than one
+    concern is split where they part."""
     lines = len(MODULES[module].read_text().splitlines())
-    limit = MAX_LINES_GROWING if module.startswith(GROWING_PACKAGES) else MAX_LINES
-    assert lines <= limit, f"{module} has {lines} lines (limit {limit}): split it by concern"
+    if lines > LONG_MODULE_LINES:
+        warnings.warn(f"{module} has {lines} lines (over {LONG_MODULE_LINES}): a family that outgrows one "
+                      f"file becomes a package; split a module where its concerns part", UserWarning)
 
 
 def _registry_reads(source: str) -> list[int]:

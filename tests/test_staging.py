@@ -10,7 +10,7 @@ import pytest
 import s2s
 from s2s import staging
 from s2s.core import check_jaxpr
-from s2s.eager import staged_or_error
+from s2s.transformed import staged_or_error
 
 
 class Node:

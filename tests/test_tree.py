@@ -115,3 +115,13 @@ def test_self_containing_list_is_a_clear_error():
     loop.append(loop)
     with pytest.raises(s2s.errors.StagingError, match="is a container inside itself"):
         tree_flatten(loop)
+
+
+def test_prefix_leaf_counts_reads_the_structures_alone():
+    tree = s2s.tree.tree_structure(({"W": np.ones(2), "b": np.ones(2)}, [1.0, 2.0, 3.0]))
+    prefix = s2s.tree.tree_structure((0, None), is_leaf=lambda v: v is None)
+    assert s2s.tree.prefix_leaf_counts(prefix, tree) == [2, 3]
+    per_key = s2s.tree.tree_structure(({"W": 0, "b": 1}, 0))
+    assert s2s.tree.prefix_leaf_counts(per_key, tree) == [1, 1, 3]
+    with pytest.raises(ValueError, match="expected"):
+        s2s.tree.prefix_leaf_counts(s2s.tree.tree_structure(({"W": 0}, 0)), tree)

@@ -39,7 +39,7 @@ from s2s.frontend.source import function_source
 from s2s.frontend.walker import call_user
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import JaxprBuilder, Tracer, axis_env, paused_gc
-from s2s.tree import PyTreeDef, leaf_paths, tree_flatten, tree_leaves
+from s2s.tree import PyTreeDef, leaf_paths, tree_flatten
 
 __all__ = ["ShapeDtype", "Staged", "stage", "staging_receiver"]
 
@@ -66,13 +66,18 @@ class Staged:
     artifacts: dict = dataclasses.field(default_factory=dict)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
-    def bind(self, args, kwargs) -> tuple:
-        """The bound parameter values of a call (defaults applied), in signature order."""
-        return _bind(self.signature, self.name, args, kwargs)[1]
+    def bind_call(self, args, kwargs) -> "BoundCall":
+        """A call of the staged function, bound and flattened (it needs only the signature)."""
+        return bind_call(self.signature, self.name, args, kwargs)
+
+    def inputs(self, call: "BoundCall") -> list:
+        """The values of a call's staged leaves: the jaxpr's inputs, in order."""
+        return [leaf for leaf, m in zip(call.leaves, self.staged_mask) if m]
 
     def flat_inputs(self, args, kwargs) -> list:
-        """The values of a call's staged leaves: the jaxpr's inputs, in order."""
-        return [leaf for leaf, m in zip(tree_leaves(self.bind(args, kwargs)), self.staged_mask) if m]
+        """The jaxpr's inputs for a call not bound yet (a tool's, a custom rule's); the
+        transforms bind each call once (`BoundCall`) and use `inputs`."""
+        return self.inputs(self.bind_call(args, kwargs))
 
     def artifact(self, key, build):
         """`artifacts[key]`, built once (under the lock: concurrent callers build it once)."""
@@ -198,6 +203,80 @@ def signature_of(fn) -> inspect.Signature:
     return signature
 
 
+@dataclasses.dataclass(frozen=True)
+class BoundCall:
+    """One call of a user's function, bound to its signature and flattened once: what
+    staging, the staging-cache lookup and a transform's run of the call all read, so no
+    step binds or flattens the user's arguments again (a pytree node's flatten is user
+    code, and a big tree's flatten is most of a call's cost).
+
+    `leaves` and `tree` are those of the bound parameter values (defaults applied), in
+    signature order; the leaves of the positional arguments come first (the parameters
+    they fill come first, `*args` included), then those of the parameters passed by
+    keyword or left to their defaults.
+    """
+    names: tuple[str, ...]        # the bound parameters, in signature order
+    passed: frozenset[str]        # those the caller passed (the rest are defaults: static)
+    n_args: int                   # how many arguments were passed by position
+    leaves: list
+    tree: PyTreeDef
+    def with_leaves(self, leaves: list) -> "BoundCall":
+        """The same call with other leaves (a vmap's per-example avals for mapped ones)."""
+        return dataclasses.replace(self, leaves=leaves)
+
+    @functools.cached_property
+    def paths(self) -> list[tuple]:
+        """Each leaf's path (`leaf_paths`): it starts with the leaf's parameter index."""
+        return leaf_paths(self.tree)
+
+    @functools.cached_property
+    def param_of_leaf(self) -> list[int]:
+        """The index of the parameter each leaf belongs to."""
+        return [path[0][1] for path in self.paths]
+
+    @functools.cached_property
+    def positional_params(self) -> int:
+        """How many leading parameters the positional arguments fill (`*args` is one)."""
+        if self.var_positional is None or self.n_args <= self.names.index(self.var_positional):
+            return self.n_args
+        return self.names.index(self.var_positional) + 1
+
+    @functools.cached_property
+    def positional_trees(self) -> list[PyTreeDef]:
+        """The tree of each positional argument, read off `tree` (those past the named
+        parameters are the children of the `*args` tuple)."""
+        trees = []
+        for name, param_tree in zip(self.names[:self.positional_params], self.tree.children):
+            trees.extend(param_tree.children if name == self.var_positional else [param_tree])
+        return trees
+
+    @functools.cached_property
+    def positional_leaf_ranges(self) -> list[range]:
+        """For each positional argument, the indices of its leaves (consecutive ranges)."""
+        ranges, start = [], 0
+        for arg_tree in self.positional_trees:
+            ranges.append(range(start, start + arg_tree.num_leaves))
+            start += arg_tree.num_leaves
+        return ranges
+
+    var_positional: str | None = None   # the name of the `*args` parameter, if any
+
+
+def bind_call(signature: inspect.Signature, name: str, args, kwargs) -> BoundCall:
+    """`args` and `kwargs` bound to `signature` (of the function called `name`) and
+    flattened: the one binding and flattening of a call (see `BoundCall`)."""
+    passed: set[str] = set()
+    names, values = _bind(signature, name, args, kwargs, passed)
+    leaves, tree = tree_flatten(values)
+    var_positional = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_POSITIONAL), None)
+    return BoundCall(tuple(names), frozenset(passed), len(args), leaves, tree, var_positional)
+
+
+def bind_function_call(fn, args, kwargs) -> BoundCall:
+    """A call of `fn` (a user's function, a method, a transform of one) bound and flattened."""
+    return bind_call(signature_of(fn), getattr(fn, "__qualname__", type(fn).__qualname__), args, kwargs)
+
+
 def bind_arguments(fn, args, kwargs, explicit: set | None = None) -> tuple[list[str], tuple]:
     """Binds call arguments to `fn`'s signature; returns parameter names and values.
 
@@ -247,19 +326,24 @@ def _leaf_hint(param: str, path: tuple) -> str:
 
 def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
           dynamic_argnums=()) -> Staged:
-    kwargs = kwargs or {}
-    passed: set[str] = set()
-    names, values = bind_arguments(fn, args, kwargs, passed)
+    """`fn` staged for a call with `args` and `kwargs` (see `stage_call`)."""
+    return stage_call(fn, bind_function_call(fn, args, kwargs or {}), static_argnums=static_argnums,
+                      static_argnames=static_argnames, dynamic_argnums=dynamic_argnums)
+
+
+def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
+               dynamic_argnums=()) -> Staged:
+    """`fn` staged for a bound call (from the staging cache when staged for this kind of
+    call before and what it read still holds)."""
+    names, passed = list(call.names), call.passed
     # Defaults the caller did not pass are part of the function, not inputs: static.
     if isinstance(static_argnames, str):   # one name, as jax takes it (not its letters)
         static_argnames = (static_argnames,)
     static_argnames = tuple(static_argnames) + tuple(n for n in names if n not in passed)
     static_argnums = frozenset(normalize_argnums(static_argnums, len(names), "static_argnums"))
     dynamic_argnums = frozenset(normalize_argnums(dynamic_argnums, len(names), "dynamic_argnums"))
-    in_leaves, in_tree = tree_flatten(values)
-    paths = leaf_paths(in_tree)
-    # Each leaf's path starts with its position in the tuple of parameter values.
-    param_of_leaf = [path[0][1] for path in paths]
+    in_leaves, in_tree, paths = call.leaves, call.tree, call.paths
+    param_of_leaf = call.param_of_leaf
     mask = [_leaf_mode(i, names[i], leaf, static_argnums, static_argnames, dynamic_argnums)
             for i, leaf in zip(param_of_leaf, in_leaves)]
     refused = unsupported_argument_error(
@@ -294,7 +378,7 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
                 staged_leaves.append(leaf)
         staged_values = in_tree.unflatten(staged_leaves)
         call_args, call_kwargs = _split_by_kind(signature_of(fn), dict(zip(names, staged_values)),
-                                                len(args))
+                                                call.n_args)
         out = call_user(fn, call_args, call_kwargs)
         out_leaves, out_tree = tree_flatten(out)
         for leaf in out_leaves:

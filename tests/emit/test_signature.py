@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import s2s
-from s2s.eager import staged_or_error
+from s2s.transformed import staged_or_error
 from s2s.emit.python import load_source
 from s2s.emit.signature import (emitted_docstring, emitted_signature, generated_from, leaf_expression,
                                 source_label)

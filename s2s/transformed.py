@@ -1,0 +1,69 @@
+"""The transform layer's base: what every user-level transform of a function shares.
+
+`grad(f)`, `vmap(f)`, `jit(f)`, `pmap(f)`, `checkpoint(f)` and the custom-derivative
+wrappers are `TransformedFunction`s: each is named after the transform and the function
+(`grad_loss`, its `describe()` 'grad(loss)' in messages and generated modules), is keyed in
+the staging cache by its `cache_params` under the innermost user function (so rebuilding
+`jit(grad(f))` in a loop finds what was staged), and is called directly when staged through
+(`frontend.call_user`), never read as source.
+
+A call is bound to the function's signature and flattened once (`frontend.BoundCall`):
+the transform stages it with `frontend.stage_call` and reads the jaxpr's inputs from it
+with `Staged.inputs`, so no step of a call flattens the user's arguments again.
+"""
+from __future__ import annotations
+
+import functools
+
+from s2s.errors import api_boundary
+from s2s.frontend import Staged, stage, transform_description
+
+__all__ = ["TransformedFunction", "staged_or_error"]
+
+
+class TransformedFunction:
+    """A function derived from `fn` by the transform `transform`, whose parameters
+    `params` key its caches together with the transform's name.
+
+    It is named `<transform>_<fn's name>` (what the emitted module's function is called);
+    a transform that keeps the function's own name, as `jax.jit` does, sets
+    `keeps_name`. `fn`'s docstring, module and `__wrapped__` are copied, not its
+    `__dict__`: copying that would overwrite these attributes when `fn` is itself
+    transformed (`grad(grad(f))`).
+    """
+
+    __s2s_transform__ = True
+    keeps_name = False
+
+    def __init__(self, fn, transform: str, params: tuple = ()):
+        functools.update_wrapper(self, fn, updated=())
+        self.fn = fn
+        self.transform = transform
+        self._params = params
+        if not self.keeps_name:
+            inner = getattr(fn, "__name__", "f")
+            self.__name__ = f"{transform}_{inner}" if isinstance(inner, str) and inner.isidentifier() \
+                else transform
+            self.__qualname__ = self.__name__
+
+    @property
+    def cache_params(self) -> tuple:
+        """The transform's name and parameters: what keys its stagings under the function."""
+        return (self.transform, *self._params)
+
+    def describe(self) -> str:
+        """'grad(loss)', 'jit(vmap(loss))': the chain of transforms around the function."""
+        return transform_description(self.transform, self.fn)
+
+    def __repr__(self):
+        return f"<s2s {self.describe()}>"
+
+
+@api_boundary
+def staged_or_error(fn, args, kwargs, static_argnums=(), static_argnames=(),
+                    dynamic_argnums=()) -> Staged:
+    """Stages `fn`; a user mistake is raised as one clean compiler-style error. A boundary
+    itself, for the tools (the CLI, build plans) that stage outside any entry point; inside
+    one (a transform's call) it lets errors through to it."""
+    return stage(fn, args, kwargs, static_argnums=static_argnums,
+                 static_argnames=static_argnames, dynamic_argnums=dynamic_argnums)
