@@ -31,7 +31,7 @@ import types
 import numpy as np
 
 import s2s
-from s2s.primitives.loop_reverse import saved_by_loops
+from s2s.primitives.loops.reverse import saved_by_loops
 
 _xla = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "xla.py")))
 

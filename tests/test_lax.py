@@ -212,7 +212,7 @@ def test_grad_matches_jax_on_numpy_and_xla(name):
 
 def test_a_while_loop_differentiates_in_both_modes():
     """d sqrt(a) / da through the Newton iterations: reverse mode recomputes the iterates from
-    slots (tests/primitives/test_loop_checkpoints.py), forward mode carries tangents."""
+    slots (tests/primitives/loops/test_checkpoints.py), forward mode carries tangents."""
     grad = s2s.grad(lambda a: newton_sqrt(a)[0])
     for derivative in (grad, s2s.jit(grad), s2s.jacfwd(lambda a: newton_sqrt(a)[0])):
         np.testing.assert_allclose(derivative(np.float64(2.0)), 0.5 / np.sqrt(2.0), rtol=1e-12)

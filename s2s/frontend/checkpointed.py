@@ -7,7 +7,7 @@ of steps. Two schedules bound it:
 - `checkpoints=k` (an int): one scan with the `checkpoints` parameter. Its forward pass
   saves nothing per step; its backward pass keeps at most k carries and recomputes the
   others from the nearest one below with a binomial schedule (revolve; the rules are in
-  `primitives/loop_checkpoints.py`):
+  `primitives/loops/checkpoints.py`):
 
       kept        k carries, and one step's residuals
       recomputed  each step at most r times, r the least with C(k + r, r) >= n

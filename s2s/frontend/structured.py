@@ -1,5 +1,5 @@
 """Staging function bodies into the structured control-flow primitives: the bodies of
-`cond`, `while_loop` and `scan` (`s2s/primitives/cond.py`, `s2s/primitives/loops.py`).
+`cond`, `while_loop` and `scan` (`s2s/primitives/cond.py`, `s2s/primitives/loops/`).
 
 Both the walker (an `if`, `while` or `for` on arrays) and `s2s.lax` (the user's own
 `cond`, `scan` ...) build their loops and branches here. The functions handed in are

@@ -8,8 +8,8 @@ are here, as for every family: abstract eval, NumPy impl, jvp, Python emission (
 `if`/`elif`/`else`, see `s2s/emit/python.py`), StableHLO lowering (`stablehlo.case`),
 partial evaluation and transposition (branch by branch), dead-code elimination into
 the branches, and batching (a cond of batched branches, or a select of every branch's
-results where the index itself is batched). The loops (`loops.py`) are the other half of structured control flow; what
-both use on their bodies is in `control_flow_bodies.py`.
+results where the index itself is batched). The loops (`loops/`) are the other half of
+structured control flow; what both use on their bodies is in `control_flow_bodies.py`.
 """
 from __future__ import annotations
 

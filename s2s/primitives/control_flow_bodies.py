@@ -1,13 +1,12 @@
-"""What `cond.py` and `loops.py` share: helpers on the jaxprs that structured control flow
-carries as bodies, and on writing a body's results.
+"""What structured control flow shares: helpers on the jaxprs that `cond.py`, the loops
+(`loops/`), `remat.py` and `pmapped.py` carry as bodies, and on writing a body's results.
 
 Body jaxprs are closed with no constants: whatever a body reads from outside is an explicit
 operand (`closure_convert`, which the front end also uses when it stages a body). Here too:
 checking that bodies agree on types, which tangents are nonzero, which inputs a body pruned
 to some of its outputs still reads (dead-code elimination into bodies), which loop carries
 a batch makes vary per example, and the one simultaneous assignment that Python emission
-writes a body's results with. No primitive is
-declared here.
+writes a body's results with. No primitive is declared here.
 """
 from __future__ import annotations
 

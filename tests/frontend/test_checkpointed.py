@@ -2,7 +2,7 @@
 `for t in s2s.checkpointed(range(n), k):` compute what the plain loop computes, in value
 and in gradient on both backends (against jax's plain scan), while reverse mode keeps at
 most k carries instead of every step's residuals (the schedule itself is tested in
-tests/primitives/test_loop_checkpoints.py)."""
+tests/primitives/loops/test_checkpoints.py)."""
 import jax
 import numpy as np
 import pytest

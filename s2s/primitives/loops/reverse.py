@@ -1,6 +1,6 @@
 """Reverse mode of `scan` and `while_loop`: partial evaluation (what the forward loop saves
-for the backward one) and transposition, moved out of `loops.py` (the family's other
-rules) for room.
+for the backward one) and transposition. A scan with `checkpoints` and a while loop
+without a bound are reversed on checkpoint slots instead (`checkpoints.py`).
 
 A loop keeps per step only what depends on its carry or its scanned inputs: the known
 body's loop-invariant equations are moved out (computed once, saved once), and the
@@ -17,9 +17,10 @@ from s2s.passes.tangents import Zero, instantiate, is_zero
 from s2s.passes.transpose import is_linear, transpose_jaxpr
 from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import prune_body, recomputed_first
-from s2s.primitives.loop_checkpoints import (checkpointed_partial_eval, checkpointed_transpose, unbounded_while_transpose,
-                                              unknown_carries)
-from s2s.primitives.loops import scan_split, _while_computing, permute, scan, while_loop
+from s2s.primitives.loops.checkpoints import (checkpointed_partial_eval, checkpointed_transpose,
+                                              unbounded_while_transpose, unknown_carries)
+from s2s.primitives.loops.dce import while_computing
+from s2s.primitives.loops.definitions import permute, scan, scan_split, while_loop
 from s2s.staging import JaxprBuilder, inline_jaxpr
 
 
@@ -305,13 +306,13 @@ def _unbounded_while_partial_eval(eqn, unknown_ins):
     known = [not u for u in carry_uk]
     unknown_eqn = JaxprEqn(while_loop, list(eqn.invars),
                            [Var(v.aval) if k else v for v, k in zip(eqn.outvars, known)], p, eqn.source_info)
-    return [_while_computing(eqn, known)], [unknown_eqn], carry_uk
+    return [while_computing(eqn, known)], [unknown_eqn], carry_uk
 
 
 def _while_transpose(cts, *args, **params):
     """A while loop's number of steps is only known when it runs: the loop is run again to
     count them, and the backward loop recomputes carries from a fixed number of slots
-    (`loop_checkpoints.unbounded_while_transpose`)."""
+    (`checkpoints.unbounded_while_transpose`)."""
     in_cts = unbounded_while_transpose(list(cts), list(args), params)
     if in_cts is not None:
         return in_cts

@@ -13,7 +13,7 @@ import numpy as np
 import s2s
 from s2s.core import ClosedJaxpr, eval_jaxpr
 from s2s.passes.partial_eval import partial_eval_jaxpr
-from s2s.primitives.loop_reverse import saved_by_loops
+from s2s.primitives.loops.reverse import saved_by_loops
 from s2s.primitives.loops import scan
 from tests.helpers import with_numpy
 

@@ -1,6 +1,5 @@
-"""Python emission of `while_loop` and `scan` (declared with their other rules in
-`loops.py`): real `while` / `for` statements around the bodies' equations, written the way
-the source was.
+"""Python emission of `while_loop`, `scan` and `while_reverse`: real `while` / `for`
+statements around the bodies' equations, written the way the source was.
 
 - A loop over a step counter is `for step in range(50):`, with the user's name for the
   counter, else `i` (a bounded `while_loop` counts in `step`). The counter is whatever the
@@ -31,8 +30,9 @@ from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, Expr, dtype_
                              typed_scalar)
 from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import write_assignment
-from s2s.primitives.loop_checkpoints import while_reverse
-from s2s.primitives.loops import scan, unrolled_scan, while_loop
+from s2s.primitives.loops.checkpoints import while_reverse
+from s2s.primitives.loops.definitions import scan, while_loop
+from s2s.primitives.loops.unrolling import unrolled_scan
 
 PER_STEP = "_per_step"   # the suffix of a buffer holding one value per step
 
@@ -298,7 +298,7 @@ def _emit_scan(block, eqn, operands, names):
 
 def _emit_while_reverse(block, eqn, operands, names):
     """The backward pass of a while loop with no bound, written with a tape (XLA runs the
-    slots' schedule instead; see `loop_checkpoints.while_reverse`): the loop again, each
+    slots' schedule instead; see `checkpoints.while_reverse`): the loop again, each
     step's residuals appended to a list, then the steps last to first."""
     p = eqn.params
     comment = block.comment(eqn)

@@ -59,7 +59,7 @@ from s2s.passes.transpose import is_linear
 from s2s.passes.vmap import batch_jaxpr
 from s2s.primitives import ops
 from s2s.primitives.control_flow_bodies import closure_convert, nonzero_mask, prune_body, transposed_body
-from s2s.primitives.loops import scan_split, permute, scan, while_loop
+from s2s.primitives.loops.definitions import permute, scan, scan_split, while_loop
 from s2s.staging import JaxprBuilder, Primitive, inline_jaxpr
 
 _INDEX = np.dtype(dtypes.int64)     # steps, slots and schedule counts

@@ -1,4 +1,4 @@
-"""Reverse mode of checkpointed scans (`primitives/loop_checkpoints.py`): the forward pass
+"""Reverse mode of checkpointed scans (`primitives/loops/checkpoints.py`): the forward pass
 saves nothing per step, the backward pass keeps at most k carries and advances each step
 at most r times (r the least with C(k + r, r) >= n), and the gradients are jax's for
 carries of every kind, scanned ys, reversed scans, nesting, vmap and forward-over-reverse."""
@@ -14,8 +14,7 @@ import s2s
 from s2s import lax
 from s2s.core import eval_jaxpr
 from s2s.primitives import elementwise
-from s2s.primitives.loop_checkpoints import while_reverse
-from s2s.primitives.loops import scan, while_loop
+from s2s.primitives.loops import scan, while_loop, while_reverse
 from tests.frontend.test_control_flow import newton_sqrt
 from tests.helpers import with_numpy
 

@@ -15,7 +15,7 @@ import s2s
 from s2s import lax
 from s2s.emit.python import load_source
 from tests.helpers import with_numpy
-from tests.primitives.test_loop_residuals import classification_data, training_until_converged
+from tests.primitives.loops.test_reverse import classification_data, training_until_converged
 
 FOR_HEADER = re.compile(r"^\s*for (\w+) in (.*):", re.M)
 
