@@ -1,7 +1,7 @@
 """np.linalg's decompositions and what NumPy builds on them: eig, eigvals, eigh, eigvalsh,
 svd, svdvals, qr, pinv, lstsq, matrix_rank, and matrix_power (products and inverses only).
 
-The decompositions are one primitive each (`s2s.primitives.decompositions`), so emitted
+The decompositions are one primitive each (`s2s.primitives.linalg.decompositions`), so emitted
 code calls `np.linalg.eig`, `np.linalg.eigh`, `np.linalg.svd` and `np.linalg.qr` and
 derivatives are the textbook formulas. Dtypes are np.linalg's (integers computed in
 float64); every function takes complex matrices.
@@ -28,7 +28,7 @@ from s2s.numpy_api.linalg import inv, linalg_matrices, matmul
 from s2s.numpy_api.math import absolute, conjugate
 from s2s.numpy_api.reductions import argsort, sort
 from s2s.numpy_api.shaping import expand_dims, flip, swapaxes
-from s2s.primitives import decompositions as dc
+from s2s.primitives.linalg import decompositions as dc
 from s2s.primitives import ops
 
 

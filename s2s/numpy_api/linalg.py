@@ -32,7 +32,6 @@ from s2s.numpy_api import math as np_math
 from s2s.numpy_api import reductions as np_reductions
 from s2s.numpy_api.creation import zeros_like
 from s2s.numpy_api.shaping import diagonal, moveaxis, stack
-from s2s.primitives import decompositions
 from s2s.primitives import indexing as ix
 from s2s.primitives import linalg as la
 from s2s.primitives import ops
@@ -797,8 +796,8 @@ def _matrix_norm(x, ord, axes):
     if ord == "nuc" or _is(ord, 2) or _is(ord, -2):
         # The sum, largest or smallest of the singular values of each matrix.
         last_two = [d for d in range(_ndim(x)) if d not in axes] + [row, col]
-        (singular_values,) = decompositions.svd.bind(ops.transpose(x, last_two),
-                                                     full_matrices=False, compute_uv=False)
+        (singular_values,) = la.svd.bind(ops.transpose(x, last_two),
+                                         full_matrices=False, compute_uv=False)
         kind = "sum" if ord == "nuc" else "max" if ord == 2 else "min"
         return _reduce(kind, singular_values, (_ndim(singular_values) - 1,))
     if _is(ord, 1) or _is(ord, -1):

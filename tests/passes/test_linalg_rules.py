@@ -18,7 +18,7 @@ import s2s
 from s2s.passes.transpose import NonLinearEquationError, transpose_jaxpr
 from s2s.primitives import linalg as la
 from tests.helpers import check_derivatives
-from tests.primitives.test_linalg import dot_problems
+from tests.primitives.linalg.test_contraction import dot_problems
 
 SETTINGS = settings(max_examples=10, deadline=None)
 

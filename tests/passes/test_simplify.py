@@ -19,7 +19,7 @@ from s2s.passes.simplify import fill_value, simplify, simplify_rules
 from s2s.primitives import elementwise as E, linalg as LA, reductions as R, structural as S
 from s2s.primitives.cond import cond
 from tests.passes.handbuilt import arr, assert_equivalent, build, names
-from tests.primitives.test_linalg import dot_problems
+from tests.primitives.linalg.test_contraction import dot_problems
 
 X3 = np.array([1.5, -2.0, 3.25])
 

@@ -14,7 +14,7 @@ from s2s.passes.vmap import Axis, batch_jaxpr
 from s2s.primitives import linalg as la
 from tests.passes.batching import check_batching
 from tests.passes.handbuilt import arr, build, names
-from tests.primitives.test_linalg import dot_problems
+from tests.primitives.linalg.test_contraction import dot_problems
 
 SETTINGS = settings(max_examples=20, deadline=None)
 BATCH = 3

@@ -139,15 +139,19 @@ def test_ops_imports_no_primitive_family():
     assert not [m for m in imported if m and m.startswith("s2s.primitives")], imported
 
 
-# Modules of one family share its primitives directly: the loop family split by pass, and
-# the decompositions written on linalg's helpers. Any other module reaches them through ops.
-FAMILY_OF = {"loop_checkpoints": "loops", "loop_reverse": "loops", "loop_emission": "loops",
-             "decompositions": "linalg"}
+# A family is a module of s2s/primitives or a package of them (`loops/`, `linalg/`), whose
+# modules share its primitives directly. Any other module reaches them through ops.
+PRIMITIVES_DIR = pathlib.Path(ops.__file__).parent
+
+
+def _family(module: str) -> str:
+    """The family of a module named below s2s.primitives (`loops.reverse` -> `loops`)."""
+    return module.split(".")[0]
 
 
 def _primitives_reached_directly(module: str, source: str) -> list[str]:
-    """The other families' primitives `module` (of s2s.primitives) imports: by name
-    (`from s2s.primitives.cond import cond`) or read off an imported module (`ew.exp`)."""
+    """The other families' primitives `module` (named below s2s.primitives) imports: by
+    name (`from s2s.primitives.cond import cond`) or read off an imported module (`ew.exp`)."""
     tree = ast.parse(source)
     reached = []
     for node in ast.walk(tree):
@@ -159,8 +163,8 @@ def _primitives_reached_directly(module: str, source: str) -> list[str]:
                 names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
                          and isinstance(n.value, ast.Name) and n.value.id == local}
             else:
-                other, names = node.module.rpartition(".")[2], {alias.name}
-            if other == "ops" or FAMILY_OF.get(other, other) == FAMILY_OF.get(module, module):
+                other, names = node.module.removeprefix("s2s.primitives."), {alias.name}
+            if other == "ops" or _family(other) == _family(module):
                 continue
             imported = importlib.import_module(f"s2s.primitives.{other}")
             reached += [f"{module} -> {other}.{n}" for n in sorted(names)
@@ -168,18 +172,27 @@ def _primitives_reached_directly(module: str, source: str) -> list[str]:
     return reached
 
 
+def _module_name(path: pathlib.Path) -> str:
+    """`loops.reverse` for s2s/primitives/loops/reverse.py, `loops` for its __init__.py."""
+    parts = path.relative_to(PRIMITIVES_DIR).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def test_families_reach_each_other_only_through_ops():
     """Helpers may be imported across families; a primitive is staged (`ops.argmax(...)`)
     or recognized (`ops.primitive(ops.pad)`) through ops, the one way in."""
-    package = pathlib.Path(ops.__file__).parent
-    reached = [r for path in sorted(package.glob("*.py")) if path.stem not in ("__init__", "ops")
-               for r in _primitives_reached_directly(path.stem, path.read_text())]
+    modules = {_module_name(path): path for path in sorted(PRIMITIVES_DIR.rglob("*.py"))}
+    reached = [r for module, path in modules.items() if module not in ("", "ops")
+               for r in _primitives_reached_directly(module, path.read_text())]
     assert not reached, "primitives of another family imported directly (use ops):\n" + "\n".join(reached)
 
 
 def test_direct_reaches_are_seen():
-    """The finder itself: a primitive by name, one read off a module, a helper, and the same family."""
+    """The finder itself: a primitive by name, one read off a module, one of a family's
+    package, a helper, and the same family."""
     source = ("from s2s.primitives import elementwise as ew\nfrom s2s.primitives.cond import cond\n"
               "from s2s.primitives.elementwise import broadcast_shapes\ny = ew.exp.bind(x)")
     assert _primitives_reached_directly("special", source) == ["special -> elementwise.exp", "special -> cond.cond"]
-    assert _primitives_reached_directly("loop_reverse", "from s2s.primitives.loops import scan") == []
+    assert _primitives_reached_directly("bessel", "from s2s.primitives.loops.definitions import scan") == [
+        "bessel -> loops.definitions.scan"]
+    assert _primitives_reached_directly("loops.reverse", "from s2s.primitives.loops.definitions import scan") == []

@@ -55,9 +55,11 @@ from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.passes import jvp as _jvp, vmap as _vmap
 from s2s.primitives import ops
 from s2s.primitives.complex_parts import complex_dtype, part_dtype
-from s2s.primitives.linalg import (LAPACK_PREFIXES, _aval, _batch_matrix_function,
-                                   _check_matrices, _layout, _lowered_as, _matmul, _mT,
-                                   _triangle_mask, _tt, solve, triangular_solve)
+from s2s.primitives.linalg.contraction import matmul
+from s2s.primitives.linalg.factorizations import triangular_solve
+from s2s.primitives.linalg.matrices import (LAPACK_PREFIXES, aval_of, batch_matrix_function, check_matrices,
+                                            layout_attribute, lowered_as, mT, tensor_type, triangle_mask)
+from s2s.primitives.linalg.solves import solve
 from s2s.staging import Primitive
 
 REAL_DTYPES = (dtypes.float32, dtypes.float64)
@@ -71,7 +73,7 @@ QR_MODES = ("reduced", "complete", "r")
 def _eigh_abstract(a, *, uplo):
     if uplo not in ("L", "U"):
         raise ShapeError(f"eigh reads the triangle uplo = 'L' or 'U', got {uplo!r}")
-    _check_matrices("eigh", a, square=True)
+    check_matrices("eigh", a, square=True)
     return [ShapedArray(a.shape[:-1], part_dtype(a.dtype)), a.strip_weak_type()]
 
 
@@ -86,7 +88,7 @@ def _svd_shapes(shape, full_matrices: bool, compute_uv: bool):
 
 
 def _svd_abstract(a, *, full_matrices, compute_uv):
-    _check_matrices("svd", a, square=False)
+    check_matrices("svd", a, square=False)
     shapes = _svd_shapes(a.shape, full_matrices, compute_uv)
     values = len(shapes) // 2     # s is the middle result, or the only one
     return [ShapedArray(s, part_dtype(a.dtype) if i == values else a.dtype)
@@ -105,12 +107,12 @@ def _qr_shapes(shape, mode: str):
 def _qr_abstract(a, *, mode):
     if mode not in QR_MODES:
         raise ShapeError(f"qr mode must be one of {', '.join(QR_MODES)}, got {mode!r}")
-    _check_matrices("qr", a, square=False)
+    check_matrices("qr", a, square=False)
     return [ShapedArray(s, a.dtype) for s in _qr_shapes(a.shape, mode)]
 
 
 def _pinv_abstract(a, *, rcond, hermitian):
-    _check_matrices("pinv", a, square=hermitian)
+    check_matrices("pinv", a, square=hermitian)
     *batch, m, n = a.shape
     return ShapedArray((*batch, n, m), a.dtype)
 
@@ -137,7 +139,7 @@ pinv = Primitive("pinv", _pinv_abstract, lambda a, *, rcond, hermitian: np.linal
 
 
 def _eig_abstract(a, *, vectors):
-    _check_matrices("eig", a, square=True)
+    check_matrices("eig", a, square=True)
     dtype = complex_dtype(part_dtype(a.dtype))
     values = ShapedArray(a.shape[:-1], dtype)
     return [values, ShapedArray(a.shape, dtype)] if vectors else [values]
@@ -173,12 +175,12 @@ register(pinv, lambda eqn, a: call("np.linalg.pinv", a, rcond=eqn.params["rcond"
 
 
 def _is_complex(x) -> bool:
-    return dtypes.is_complex(_aval(x).dtype)
+    return dtypes.is_complex(aval_of(x).dtype)
 
 
 def _mH(x):
     """The conjugate transpose of each matrix of a batch (the transpose of a real one)."""
-    return ops.conj(_mT(x)) if _is_complex(x) else _mT(x)
+    return ops.conj(mT(x)) if _is_complex(x) else mT(x)
 
 
 def _real_part(x):
@@ -187,29 +189,29 @@ def _real_part(x):
 
 def _like(x, y):
     """x (real) in y's dtype, so it multiplies y's complex entries."""
-    return ops.convert(x, _aval(y).dtype) if _aval(x).dtype != _aval(y).dtype else x
+    return ops.convert(x, aval_of(y).dtype) if aval_of(x).dtype != aval_of(y).dtype else x
 
 
 def _column_dots(x, y):
     """Σ_k conj(x[.., k, i]) y[.., k, i]: diag(xᴴ y) without forming xᴴ y."""
-    return ops.reduce_sum((ops.conj(x) if _is_complex(x) else x) * y, (_aval(x).ndim - 2,))
+    return ops.reduce_sum((ops.conj(x) if _is_complex(x) else x) * y, (aval_of(x).ndim - 2,))
 
 
 def _row(x):
     """A vector of a batch as a row, x[.., None, :], to broadcast against matrices."""
-    return ops.expand_dims(x, (_aval(x).ndim - 1,))
+    return ops.expand_dims(x, (aval_of(x).ndim - 1,))
 
 
 def _column(x):
     """A vector of a batch as a column, x[.., :, None]."""
-    return ops.expand_dims(x, (_aval(x).ndim,))
+    return ops.expand_dims(x, (aval_of(x).ndim,))
 
 
 def _reciprocal_differences(d):
     """F[i, j] = 1 / d[i, j] off the diagonal and 0 on it, from a matrix d of differences
     zero on the diagonal (1 / (d + I) − I, as JAX writes it: a tie off the diagonal
     gives inf)."""
-    identity = ops.eye(_aval(d).shape[-1], dtype=_aval(d).dtype)
+    identity = ops.eye(aval_of(d).shape[-1], dtype=aval_of(d).dtype)
     return 1 / (d + identity) - identity
 
 
@@ -223,10 +225,10 @@ def _eigh_jvp(primals, tangents, *, uplo):
     (a,), (a_dot,) = primals, tangents
     w, v = eigh.bind(a, uplo=uplo)
     a_dot = lower_hermitian(a_dot) if uplo == "L" else lower_hermitian(_mH(a_dot))
-    a_dot_v = _matmul(a_dot, v)
-    vh_a_dot_v = _matmul(_mH(v), a_dot_v)
+    a_dot_v = matmul(a_dot, v)
+    vh_a_dot_v = matmul(_mH(v), a_dot_v)
     f = _reciprocal_differences(_row(w) - _column(w))
-    return [w, v], [_real_part(_column_dots(v, a_dot_v)), _matmul(v, _like(f, v) * vh_a_dot_v)]
+    return [w, v], [_real_part(_column_dots(v, a_dot_v)), matmul(v, _like(f, v) * vh_a_dot_v)]
 
 
 def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
@@ -235,7 +237,7 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
     (wide) matrix, (I − U Uᴴ) Ȧ V / s (Townsend 2016, as JAX). A complex pair of singular
     vectors has a free common phase: U̇ takes i Im(S_jj) / s_j along u_j, JAX's choice."""
     (a,), (a_dot,) = primals, tangents
-    m, n = _aval(a).shape[-2:]
+    m, n = aval_of(a).shape[-2:]
     if compute_uv and full_matrices and m != n:
         raise UnsupportedFunctionError(
             "the derivative of np.linalg.svd(a, full_matrices=True) of a non-square matrix "
@@ -244,36 +246,36 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
     # The primal's own call where it has these shapes (LAPACK's signs can depend on it).
     u, s, vh = svd.bind(a, full_matrices=full_matrices and m == n, compute_uv=True)
     v = _mH(vh)
-    a_dot_v = _matmul(a_dot, v)
+    a_dot_v = matmul(a_dot, v)
     s_dot = _real_part(_column_dots(u, a_dot_v))
     if not compute_uv:
         return [s], [s_dot]
     s_row = _row(s)
-    dS = _matmul(_mH(u), a_dot_v)
-    f = _like(_reciprocal_differences((s_row + _mT(s_row)) * (s_row - _mT(s_row))), dS)
+    dS = matmul(_mH(u), a_dot_v)
+    f = _like(_reciprocal_differences((s_row + mT(s_row)) * (s_row - mT(s_row))), dS)
     s_row = _like(s_row, dS)
-    dS_s, s_dS = s_row * dS, _mT(s_row) * dS
+    dS_s, s_dS = s_row * dS, mT(s_row) * dS
     u_rotation = f * (dS_s + _mH(dS_s))
     if _is_complex(dS):     # (for a real matrix S_jj is real: the term is zero)
         u_rotation = u_rotation + _phase_term(dS, s)
-    u_dot = _matmul(u, u_rotation)
-    v_dot = _matmul(v, f * (s_dS + _mH(s_dS)))
+    u_dot = matmul(u, u_rotation)
+    v_dot = matmul(v, f * (s_dS + _mH(s_dS)))
     if m > n:
-        u_dot = u_dot + (a_dot_v - _matmul(u, _matmul(_mH(u), a_dot_v))) / s_row
+        u_dot = u_dot + (a_dot_v - matmul(u, matmul(_mH(u), a_dot_v))) / s_row
     if n > m:
-        a_dot_h_u = _matmul(_mH(a_dot), u)
-        v_dot = v_dot + (a_dot_h_u - _matmul(v, _matmul(vh, a_dot_h_u))) / s_row
+        a_dot_h_u = matmul(_mH(a_dot), u)
+        v_dot = v_dot + (a_dot_h_u - matmul(v, matmul(vh, a_dot_h_u))) / s_row
     return [u, s, vh], [u_dot, s_dot, _mH(v_dot)]
 
 
 def _phase_term(dS, s):
     """(S − Sᴴ) diag(1 / (2 s)): i Im(S_jj) / s_j on the diagonal, 0 where s_j = 0 (JAX's
     choice of the singular vectors' common phase)."""
-    zero = ops.eq(s, ops.full((), 0, _aval(s).dtype))
-    zeros = ops.full(_aval(s).shape, 0, _aval(s).dtype)
+    zero = ops.eq(s, ops.full((), 0, aval_of(s).dtype))
+    zeros = ops.full(aval_of(s).shape, 0, aval_of(s).dtype)
     twice = s + s
     half_inverse = ops.select(zero, zeros, 1 / ops.select(zero, zeros + 1, twice))
-    identity = ops.eye(_aval(s).shape[-1], dtype=_aval(s).dtype)
+    identity = ops.eye(aval_of(s).shape[-1], dtype=aval_of(s).dtype)
     return (dS - _mH(dS)) * _like(identity * _row(half_inverse), dS)
 
 
@@ -283,50 +285,50 @@ def _thin_qr_jvp(q, r, a_dot):
     q̇ = q (Ω − C) + Ȧ r⁻¹ and ṙ = (C − Ω) r (Walter and Lehmann; Townsend's note)."""
     a_dot_r_inv = triangular_solve.bind(r, a_dot, left_side=False, lower=False,
                                         transpose_a=False, unit_diagonal=False)
-    c = _matmul(_mH(q), a_dot_r_inv)
+    c = matmul(_mH(q), a_dot_r_inv)
     below = ops.tril(c, -1)
     omega = below - _mH(below)
     if _is_complex(c):
-        identity = ops.eye(_aval(c).shape[-1], dtype=part_dtype(_aval(c).dtype))
+        identity = ops.eye(aval_of(c).shape[-1], dtype=part_dtype(aval_of(c).dtype))
         omega = omega + _like(identity, c) * (c - _like(ops.real(c), c))
-    return _matmul(q, omega - c) + a_dot_r_inv, _matmul(c - omega, r)
+    return matmul(q, omega - c) + a_dot_r_inv, matmul(c - omega, r)
 
 
 def _complete_q_jvp(q, q_dot_mn):
     """The tangent of the last m − n columns of a complete q (m × m) of a tall matrix, from
     that of its first n (Roberts and Roberts, arXiv:2409.13374, eqs. 32-33, as JAX): with
     Z = q_pn (q_nn − I)⁻¹, q̇_mp = q̇_mn Zᴴ − (q_mn + q_mp Z)(q̇_pn − Z q̇_nn)ᴴ."""
-    m, n = _aval(q).shape[-1], _aval(q_dot_mn).shape[-1]
-    rows, cols = _aval(q).ndim - 2, _aval(q).ndim - 1
+    m, n = aval_of(q).shape[-1], aval_of(q_dot_mn).shape[-1]
+    rows, cols = aval_of(q).ndim - 2, aval_of(q).ndim - 1
     q_mn, q_mp = ops.slice_in_dim(q, 0, n, cols), ops.slice_in_dim(q, n, m, cols)
     q_nn, q_pn = ops.slice_in_dim(q_mn, 0, n, rows), ops.slice_in_dim(q_mn, n, m, rows)
     q_dot_nn = ops.slice_in_dim(q_dot_mn, 0, n, rows)
     q_dot_pn = ops.slice_in_dim(q_dot_mn, n, m, rows)
-    z_t = solve.bind(_mH(q_nn - ops.eye(n, dtype=_aval(q).dtype)), _mH(q_pn))
+    z_t = solve.bind(_mH(q_nn - ops.eye(n, dtype=aval_of(q).dtype)), _mH(q_pn))
     z = _mH(z_t)
-    return _matmul(q_dot_mn, z_t) - _matmul(q_mn + _matmul(q_mp, z),
-                                             _mH(q_dot_pn - _matmul(z, q_dot_nn)))
+    return matmul(q_dot_mn, z_t) - matmul(q_mn + matmul(q_mp, z),
+                                             _mH(q_dot_pn - matmul(z, q_dot_nn)))
 
 
 def _qr_jvp(primals, tangents, *, mode):
     """The thin rule for m ≥ n (extended to a complete q by _complete_q_jvp); a wide
     a = [a1 a2] is a square QR of a1 and r2 = qᴴ a2, so ṙ2 = q̇ᴴ a2 + qᴴ ȧ2."""
     (a,), (a_dot,) = primals, tangents
-    m, n = _aval(a).shape[-2:]
-    rows, cols = _aval(a).ndim - 2, _aval(a).ndim - 1
+    m, n = aval_of(a).shape[-2:]
+    rows, cols = aval_of(a).ndim - 2, aval_of(a).ndim - 1
     outs = qr.bind(a, mode="reduced" if mode == "r" else mode)
     q, r = outs
     if m < n:
         q_dot, r1_dot = _thin_qr_jvp(q, ops.slice_in_dim(r, 0, m, cols),
                                      ops.slice_in_dim(a_dot, 0, m, cols))
-        r2_dot = _matmul(_mH(q_dot), ops.slice_in_dim(a, m, n, cols)) \
-            + _matmul(_mH(q), ops.slice_in_dim(a_dot, m, n, cols))
+        r2_dot = matmul(_mH(q_dot), ops.slice_in_dim(a, m, n, cols)) \
+            + matmul(_mH(q), ops.slice_in_dim(a_dot, m, n, cols))
         r_dot = ops.concatenate([r1_dot, r2_dot], cols)
     elif mode == "complete" and m > n:
         q_dot_mn, r_dot_nn = _thin_qr_jvp(ops.slice_in_dim(q, 0, n, cols),
                                           ops.slice_in_dim(r, 0, n, rows), a_dot)
         q_dot = ops.concatenate([q_dot_mn, _complete_q_jvp(q, q_dot_mn)], cols)
-        zeros = ops.full(_aval(r).shape[:-2] + (m - n, n), 0, _aval(r).dtype)
+        zeros = ops.full(aval_of(r).shape[:-2] + (m - n, n), 0, aval_of(r).dtype)
         r_dot = ops.concatenate([r_dot_nn, zeros], rows)
     else:
         q_dot, r_dot = _thin_qr_jvp(q, r, a_dot)
@@ -342,25 +344,25 @@ def _pinv_jvp(primals, tangents, *, rcond, hermitian):
     p = pinv.bind(a, rcond=rcond, hermitian=hermitian)
     if hermitian:
         a, a_dot = lower_hermitian(a), lower_hermitian(a_dot)
-    m, n = _aval(a).shape[-2:]
+    m, n = aval_of(a).shape[-2:]
     a_dot_t, p_t = _mH(a_dot), _mH(p)
     if m >= n:
-        s = _matmul(_matmul(p, p_t), a_dot_t)
-        t = _matmul(_matmul(a_dot_t, p_t), p)
-        p_dot = -_matmul(_matmul(p, a_dot), p) + s - _matmul(_matmul(s, a), p) + t \
-            - _matmul(_matmul(p, a), t)
+        s = matmul(matmul(p, p_t), a_dot_t)
+        t = matmul(matmul(a_dot_t, p_t), p)
+        p_dot = -matmul(matmul(p, a_dot), p) + s - matmul(matmul(s, a), p) + t \
+            - matmul(matmul(p, a), t)
     else:
-        s = _matmul(p, _matmul(p_t, a_dot_t))
-        t = _matmul(a_dot_t, _matmul(p_t, p))
-        p_dot = -_matmul(p, _matmul(a_dot, p)) + s - _matmul(s, _matmul(a, p)) + t \
-            - _matmul(p, _matmul(a, t))
+        s = matmul(p, matmul(p_t, a_dot_t))
+        t = matmul(a_dot_t, matmul(p_t, p))
+        p_dot = -matmul(p, matmul(a_dot, p)) + s - matmul(s, matmul(a, p)) + t \
+            - matmul(p, matmul(a, t))
     return p, p_dot
 
 
 def _diagonal(x):
     """The diagonal of each matrix of a batch, (.., n)."""
-    identity = ops.eye(_aval(x).shape[-1], dtype=_aval(x).dtype)
-    return ops.reduce_sum(x * identity, (_aval(x).ndim - 2,))
+    identity = ops.eye(aval_of(x).shape[-1], dtype=aval_of(x).dtype)
+    return ops.reduce_sum(x * identity, (aval_of(x).ndim - 2,))
 
 
 def _eig_jvp(primals, tangents, *, vectors):
@@ -372,14 +374,14 @@ def _eig_jvp(primals, tangents, *, vectors):
     (a,), (a_dot,) = primals, tangents
     w, v = eig.bind(a, vectors=True)
     a_dot = _like(a_dot, v)
-    p = solve.bind(v, _matmul(a_dot, v))
+    p = solve.bind(v, matmul(a_dot, v))
     w_dot = _diagonal(p)
     if not vectors:
         return [w], [w_dot]
-    u = _matmul(v, _reciprocal_differences(_row(w) - _column(w)) * p)
-    rows = _aval(v).ndim - 2
+    u = matmul(v, _reciprocal_differences(_row(w) - _column(w)) * p)
+    rows = aval_of(v).ndim - 2
     largest = ops.argmax(ops.abs_(v), rows, dtypes.int32)
-    at_largest = _like(ops.eq(ops.iota(_aval(v).shape, rows, dtypes.int32),
+    at_largest = _like(ops.eq(ops.iota(aval_of(v).shape, rows, dtypes.int32),
                               ops.expand_dims(largest, (rows,))), v)
     phase = ops.imag(ops.reduce_sum(at_largest * u, (rows,))) \
         / ops.real(ops.reduce_sum(at_largest * v, (rows,)))
@@ -409,10 +411,10 @@ def _lapack_call(ctx, routine: str, operands, operand_avals, result_avals, confi
 
     def layout(aval):
         rank = len(aval.shape)
-        return _layout([nb, nb + 1] + row_major(nb) if rank == nb + 2 else row_major(rank))
+        return layout_attribute([nb, nb + 1] + row_major(nb) if rank == nb + 2 else row_major(rank))
     prefix = LAPACK_PREFIXES[np.dtype(operand_avals[0].dtype)]
-    in_types = ", ".join(_tt(x.shape, x.dtype) for x in operand_avals)
-    out_types = ", ".join(_tt(x.shape, x.dtype) for x in result_avals)
+    in_types = ", ".join(tensor_type(x.shape, x.dtype) for x in operand_avals)
+    out_types = ", ".join(tensor_type(x.shape, x.dtype) for x in result_avals)
     several = len(result_avals) > 1
     alias = (f"output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = "
              f"{'[0]' if several else '[]'}, operand_index = 0, operand_tuple_indices = []>], "
@@ -434,13 +436,13 @@ def _mode_config(mode: str) -> str:
 
 def _nan_where_failed(ctx, info: str, value: str, aval: ShapedArray, batch: tuple) -> str:
     """`value` where LAPACK's info is 0, nan for every matrix of the batch it failed on."""
-    i32, bool_t = dtypes.int32, _tt(aval.shape, dtypes.bool_)
+    i32, bool_t = dtypes.int32, tensor_type(aval.shape, dtypes.bool_)
     ok = ctx.op(f"stablehlo.compare EQ, {info}, {ctx.constant(0, i32, batch)}, SIGNED : "
-                f"({_tt(batch, i32)}, {_tt(batch, i32)}) -> {_tt(batch, dtypes.bool_)}")
+                f"({tensor_type(batch, i32)}, {tensor_type(batch, i32)}) -> {tensor_type(batch, dtypes.bool_)}")
     ok = ctx.op(f"stablehlo.broadcast_in_dim {ok}, dims = [{', '.join(map(str, range(len(batch))))}] : "
-                f"({_tt(batch, dtypes.bool_)}) -> {bool_t}")
+                f"({tensor_type(batch, dtypes.bool_)}) -> {bool_t}")
     nan = ctx.constant(float("nan"), aval.dtype, aval.shape)
-    return ctx.op(f"stablehlo.select {ok}, {value}, {nan} : {bool_t}, {_tt(aval.shape, aval.dtype)}",
+    return ctx.op(f"stablehlo.select {ok}, {value}, {nan} : {bool_t}, {tensor_type(aval.shape, aval.dtype)}",
                   "checked")
 
 
@@ -454,14 +456,14 @@ def _results_of_empty_input(ctx, eqn) -> list[str] | None:
     for out in eqn.outvars:
         shape, dtype = out.aval.shape, out.aval.dtype
         if 0 in shape:
-            outs.append(ctx.op(f"stablehlo.constant dense<> : {_tt(shape, dtype)}"))
+            outs.append(ctx.op(f"stablehlo.constant dense<> : {tensor_type(shape, dtype)}"))
             continue
-        ints, bools = _tt(shape, dtypes.int32), _tt(shape, dtypes.bool_)
+        ints, bools = tensor_type(shape, dtypes.int32), tensor_type(shape, dtypes.bool_)
         rows = ctx.op(f"stablehlo.iota dim = {len(shape) - 2} : {ints}")
         cols = ctx.op(f"stablehlo.iota dim = {len(shape) - 1} : {ints}")
         diagonal = ctx.op(f"stablehlo.compare EQ, {rows}, {cols}, SIGNED : ({ints}, {ints}) -> {bools}")
         outs.append(ctx.op(f"stablehlo.select {diagonal}, {ctx.constant(1, dtype, shape)}, "
-                           f"{ctx.constant(0, dtype, shape)} : {bools}, {_tt(shape, dtype)}", "identity"))
+                           f"{ctx.constant(0, dtype, shape)} : {bools}, {tensor_type(shape, dtype)}", "identity"))
     return outs
 
 
@@ -515,9 +517,9 @@ def _lower_eig(ctx, eqn, a):
                                               ShapedArray(batch, dtypes.int32)],
                                     config, "geev", in_place=False)
     if real:
-        parts = _tt(w_aval.shape, aval.dtype)
+        parts = tensor_type(w_aval.shape, aval.dtype)
         w = [ctx.op(f"stablehlo.complex {w[0]}, {w[1]} : ({parts}, {parts}) -> "
-                    f"{_tt(w_aval.shape, w_aval.dtype)}", "eigenvalues")]
+                    f"{tensor_type(w_aval.shape, w_aval.dtype)}", "eigenvalues")]
     outs = [w[0], v] if eqn.params["vectors"] else [w[0]]
     return [_nan_where_failed(ctx, status, x, out.aval, batch) for x, out in zip(outs, eqn.outvars)]
 
@@ -542,7 +544,7 @@ def _lower_qr(ctx, eqn, a):
             reflectors = ctx.op(
                 f"stablehlo.pad {packed}, {ctx.constant(0, dtype)}, low = [{zeros}], "
                 f"high = [{', '.join(['0'] * (len(batch) + 1) + [str(m - n)])}], interior = [{zeros}] : "
-                f"({_tt(aval.shape, dtype)}, {_tt((), dtype)}) -> {_tt(q_aval.shape, dtype)}")
+                f"({tensor_type(aval.shape, dtype)}, {tensor_type((), dtype)}) -> {tensor_type(q_aval.shape, dtype)}")
         else:
             reflectors = packed
         routine = "ungqr" if dtypes.is_complex(dtype) else "orgqr"
@@ -559,16 +561,16 @@ def _leading_block(ctx, x: str, aval, rows: int | None = None, cols: int | None 
     if limits == shape:
         return x
     ranges = ", ".join(f"0:{d}" for d in limits)
-    return ctx.op(f"stablehlo.slice {x} [{ranges}] : ({_tt(shape, aval.dtype)}) -> "
-                  f"{_tt(limits, aval.dtype)}")
+    return ctx.op(f"stablehlo.slice {x} [{ranges}] : ({tensor_type(shape, aval.dtype)}) -> "
+                  f"{tensor_type(limits, aval.dtype)}")
 
 
 def _upper(ctx, x: str, aval: ShapedArray) -> str:
     """The upper triangle of each matrix of x, zeros below (geqrf leaves reflectors there)."""
-    keep = _triangle_mask(ctx, aval.shape, lower=False)
+    keep = triangle_mask(ctx, aval.shape, lower=False)
     zero = ctx.constant(0, aval.dtype, aval.shape)
-    return ctx.op(f"stablehlo.select {keep}, {x}, {zero} : {_tt(aval.shape, dtypes.bool_)}, "
-                  f"{_tt(aval.shape, aval.dtype)}")
+    return ctx.op(f"stablehlo.select {keep}, {x}, {zero} : {tensor_type(aval.shape, dtypes.bool_)}, "
+                  f"{tensor_type(aval.shape, aval.dtype)}")
 
 
 def lower_hermitian(a):
@@ -576,37 +578,37 @@ def lower_hermitian(a):
     of the diagonal dropped: what LAPACK's heevd and syevd, and NumPy's hermitian paths, read."""
     below = ops.tril(a, -1)
     if not _is_complex(a):
-        return ops.tril(a) + _mT(below)
-    identity = ops.eye(_aval(a).shape[-1], dtype=part_dtype(_aval(a).dtype))
+        return ops.tril(a) + mT(below)
+    identity = ops.eye(aval_of(a).shape[-1], dtype=part_dtype(aval_of(a).dtype))
     return below + _mH(below) + _like(identity * ops.real(a), a)
 
 
 def pinv_by_svd(a, *, rcond, hermitian):
     """a⁺ = V diag(1/s) Uᴴ over the singular values above rcond · max(s) (the others
     count as zero), as np.linalg.pinv computes it."""
-    *batch, m, n = _aval(a).shape
+    *batch, m, n = aval_of(a).shape
     if 0 in (m, n):     # no singular values: an empty result, as NumPy's
-        return ops.full((*batch, n, m), 0, _aval(a).dtype)
+        return ops.full((*batch, n, m), 0, aval_of(a).dtype)
     if hermitian:
         a = lower_hermitian(a)
     u, s, vh = svd.bind(a, full_matrices=False, compute_uv=True)
-    nd = _aval(s).ndim
+    nd = aval_of(s).ndim
     largest = ops.reduce_max(s, (nd - 1,))
-    cutoff = ops.expand_dims(largest, (nd - 1,)) * ops.full((), rcond, _aval(s).dtype)
+    cutoff = ops.expand_dims(largest, (nd - 1,)) * ops.full((), rcond, aval_of(s).dtype)
     kept = ops.lt(cutoff, s)
-    zeros = ops.full(_aval(s).shape, 0, _aval(s).dtype)
+    zeros = ops.full(aval_of(s).shape, 0, aval_of(s).dtype)
     s_inv = ops.select(kept, 1 / ops.select(kept, s, zeros + 1), zeros)
-    return _matmul(_mH(vh), _like(_column(s_inv), u) * _mH(u))
+    return matmul(_mH(vh), _like(_column(s_inv), u) * _mH(u))
 
 
 _hlo.register(eig, _lower_eig)
 _hlo.register(eigh, _lower_eigh)
 _hlo.register(svd, _lower_svd)
 _hlo.register(qr, _lower_qr)
-_hlo.register(pinv, _lowered_as(pinv_by_svd))
+_hlo.register(pinv, lowered_as(pinv_by_svd))
 
 # ---------------------------------------------------------------------------------------
 # Batching: every decomposition is batched over leading dimensions already.
 
 for _prim in (eig, eigh, svd, qr, pinv):
-    _vmap.register(_prim, _batch_matrix_function(_prim))
+    _vmap.register(_prim, batch_matrix_function(_prim))

@@ -22,7 +22,7 @@ from s2s.core import ShapedArray
 from s2s.emit.pyexpr import python_rules
 from s2s.emit.stablehlo import lower
 from s2s.errors import S2SError, ShapeError
-from s2s.primitives import decompositions as dc
+from s2s.primitives.linalg import decompositions as dc
 from s2s.staging import PRIMITIVES
 from s2s_runtime.xla import Executable
 from tests.helpers import BLOCK_JAX, ROOT, assert_same, check_staged, stage
@@ -245,7 +245,7 @@ def decompose(a):
 NO_JAX_SCRIPT = BLOCK_JAX + textwrap.dedent("""
     import numpy as np
     import s2s
-    from tests.primitives.test_decompositions import decompose
+    from tests.primitives.linalg.test_decompositions import decompose
 
     a = np.arange(12.0).reshape(4, 3) ** 0.5
     for got, want in zip(s2s.jit(decompose)(a), decompose(a)):
