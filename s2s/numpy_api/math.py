@@ -43,12 +43,16 @@ def _prep(xs, weak_ok: bool, dtype_rule=None):
 
     `dtype_rule(dtype, weak) -> dtype` adjusts the promoted dtype (to a float, say).
     """
-    if len(xs) == 1 and type(xs[0]) is Tracer and not xs[0].variable.aval.weak_type:
-        dt = xs[0].variable.aval.dtype   # one strong staged operand (np.tanh(x)) stays as it is,
-        if dtype_rule is None or (dtype_rule is _float_rule and _float_result_dtype(((dt, False),)) == dt):
-            return xs, dt, False   # unless a float-only ufunc makes a float of it (of ints)
-    elif dtype_rule is None and len(xs) == 2 and (prepared := _prep_common_pair(*xs)) is not None:
-        return prepared
+    if len(xs) == 1 and type(xs[0]) is Tracer and (dtype_rule is None or dtype_rule is _float_rule):
+        # One strong staged operand (np.tanh(x)): nothing to promote or convert where the
+        # result has its dtype (a float-only ufunc of an int array does not).
+        a = xs[0].variable.aval
+        if not a.weak_type and (dtype_rule is None or _float_result_dtype(((a.dtype, False),)) == a.dtype):
+            return xs, a.dtype, False
+    elif dtype_rule is None and len(xs) == 2:
+        prepared = _prep_common_pair(*xs)
+        if prepared is not None:
+            return prepared
     xs = [x if type(x) is Tracer else asarray(x) for x in xs]
     types = operand_types(xs)
     dt, all_weak = dtypes.result_type(*types)
