@@ -4,7 +4,7 @@
 `pmax`, `pmin`, `all_gather`, `axis_index`, `ppermute`, `psum_scatter` and `all_to_all`.
 
 The user-level API over `s2s/frontend/structured.py`, which stages bodies into the `cond`,
-`while_loop` and `scan` primitives (`s2s/primitives/cond.py`, `loops.py`): here each function
+`while_loop` and `scan` primitives (`s2s/primitives/cond.py`, `loops/`): here each function
 the user passes is wrapped so that every call stages it with `call_user`, like any user
 function. Values they read from the enclosing function become explicit operands. Outside
 any staging they run too, on NumPy values. Each is an entry point (`api_boundary`): a
