@@ -213,13 +213,8 @@ def _arrays_signature(args) -> tuple | None:
     """((None, (shape, dtype) per argument, config), args) when every positional argument
     is an array (NumPy or s2s), the common case, found without binding or flattening: the
     key of the jit fast path, which skips the staging-cache lookup for such calls."""
-    signature = []
-    for a in args:
-        kind = type(a)
-        if kind is not np.ndarray and kind is not Array:
-            return None
-        signature.append((a.shape, a.dtype))
-    return (None, tuple(signature), config.cache_key()), args
+    signature = _shapes_and_dtypes(args)
+    return None if signature is None else ((None, signature, config.cache_key()), args)
 
 
 def _bound_arrays_signature(call: BoundCall) -> tuple | None:
@@ -227,13 +222,20 @@ def _bound_arrays_signature(call: BoundCall) -> tuple | None:
     containers: ((the bound tree, (shape, dtype) per leaf, config), the positional
     arguments' leaves) when each of them is an array, else None."""
     leaves = call.leaves[:sum(len(r) for r in call.positional_leaf_ranges)]
+    signature = _shapes_and_dtypes(leaves)
+    return None if signature is None else ((call.tree, signature, config.cache_key()), leaves)
+
+
+def _shapes_and_dtypes(values) -> tuple | None:
+    """(shape, dtype) of each value when each is a NumPy array or an s2s.Array (exactly:
+    a subclass may mean something else), else None."""
     signature = []
-    for a in leaves:
+    for a in values:
         kind = type(a)
         if kind is not np.ndarray and kind is not Array:
             return None
         signature.append((a.shape, a.dtype))
-    return (call.tree, tuple(signature), config.cache_key()), leaves
+    return tuple(signature)
 
 
 # ---------------------------------------------------------------------------------------
