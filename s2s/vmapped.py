@@ -9,10 +9,10 @@ vectorized NumPy with no loop over the batch. `in_axes` and `out_axes` are as in
 (negative counts from the end), None (not mapped: shared by every example) or tree
 prefixes of the positional arguments and of the results; `axis_size` gives the batch size
 when no argument is mapped; `axis_name` names the mapped axis for the collectives in
-`s2s.lax` (`psum`, `pmean`, ...) called inside `fn`. Keyword arguments are shared by every
-example, never mapped (jax.vmap maps them along axis 0): a keyword is how a caller passes
-a setting (`scale=0.5`, a weight), and mapping it would need an `in_axes` entry it cannot
-have.
+`s2s.lax` (`psum`, `pmean`, ...) called inside `fn`. As in JAX, arguments passed by
+keyword are mapped along their axis 0 (`in_axes` covers the positional ones), and every
+mapped axis must have the same size; a setting shared by every example is passed by
+position with None in `in_axes`, or bound beforehand (`functools.partial`, a default).
 """
 from __future__ import annotations
 
@@ -102,9 +102,10 @@ class MappedCall:
 def split_call(transform: str, fn, in_axes, call: BoundCall, static: frozenset = frozenset()) -> MappedCall:
     """`call` split along `in_axes` (an int or None for every positional argument, or a
     tuple with one entry, itself a tree prefix, per positional argument): vmap's and pmap's
-    one reading of their arguments. Positional arguments in `static` (pmap's
-    static_broadcasted_argnums) and keyword arguments are shared by every example. A
-    mapped leaf must be an array of rank 1 or more; sizes are for the caller to check."""
+    one reading of their arguments. Arguments passed by keyword are mapped along axis 0,
+    as JAX maps them; positional arguments in `static` (pmap's static_broadcasted_argnums)
+    and parameters left to their defaults are shared by every example. A mapped leaf must
+    be an array of rank 1 or more; sizes are for the caller to check."""
     if isinstance(in_axes, list):   # JAX reads a list as the tuple of positional axes
         in_axes = tuple(in_axes)
     name = getattr(fn, "__name__", "f")
@@ -122,6 +123,7 @@ def split_call(transform: str, fn, in_axes, call: BoundCall, static: frozenset =
         if index in static:
             for i in leaves:
                 axes[i] = None
+    axes += [0 if call.names[param] in call.passed else None for param in call.param_of_leaf[len(axes):]]
     in_dims, sizes, example = [None] * len(call.leaves), [], list(call.leaves)
     for i, axis in enumerate(axes):
         if axis is None:
@@ -146,14 +148,18 @@ def split_call(transform: str, fn, in_axes, call: BoundCall, static: frozenset =
 
 
 def _described_leaf(call: BoundCall, names: list[str], index: int) -> str:
-    """A positional argument's leaf as the function reads it: `x`, `params['W1']` (an
-    `*args` entry by its position)."""
+    """A mapped leaf as the function reads it: `x`, `params['W1']` (an `*args` entry by its
+    position, a `**kwargs` entry by its keyword)."""
     path = call.paths[index]
-    if call.names[path[0][1]] != call.var_positional:
-        name, rest = names[path[0][1]], path[1:]
-    else:
+    param = call.names[path[0][1]]
+    if param == call.var_positional:
         position = next(a for a, leaves in enumerate(call.positional_leaf_ranges) if index in leaves)
         name, rest = names[position], path[2:]
+    elif param == call.var_keyword:
+        name, rest = path[1][1], path[2:]
+    else:
+        name = names[path[0][1]] if path[0][1] < len(names) else param
+        rest = path[1:]
     return f"`{leaf_expression(name, rest) or name}`"
 
 

@@ -328,9 +328,12 @@ def test_pytrees_keywords_and_static_arguments():
     def step(params, x, scale, *, shift):
         return {"y": (x @ params["W"] + params["b"]) * scale + shift, "n": lax.psum(x.shape[0] * 1.0, "i")}
     params = {"W": np.ones((3, 2)), "b": np.arange(2.0)}
-    out = s2s.pmap(step, "i", in_axes=(None, 0, None), static_broadcasted_argnums=2)(params, X, 3, shift=1.0)
-    np.testing.assert_allclose(out["y"], (X @ params["W"] + params["b"]) * 3 + 1.0)
+    shift = np.arange(N * 1.0)   # by keyword: mapped along axis 0, as jax.pmap maps it
+    out = s2s.pmap(step, "i", in_axes=(None, 0, None), static_broadcasted_argnums=2)(params, X, 3, shift=shift)
+    np.testing.assert_allclose(out["y"], (X @ params["W"] + params["b"]) * 3 + shift[:, None, None])
     np.testing.assert_allclose(out["n"], np.full(N, 5.0 * N))
+    with pytest.raises(StagingError, match="`shift` has size 4"):
+        s2s.pmap(step, "i", in_axes=(None, 0, None), static_broadcasted_argnums=2)(params, X, 3, shift=shift[:4])
 
 
 @on_devices

@@ -480,17 +480,40 @@ def scaled_by_default(a, s=1.0):
     return a * s
 
 
-def test_keyword_and_default_arguments_are_shared_wherever_vmap_is_called():
-    """Staged inside jit, another vmap or grad, a call passes every parameter: one passed
-    by keyword, or left to its default, is still shared by every example, never mapped."""
+def test_keyword_arguments_are_mapped_along_axis_0_wherever_vmap_is_called():
+    """As jax.vmap: an argument passed by keyword is mapped along its axis 0 (in_axes is
+    for the positional ones), staged inside jit, another vmap or grad too; a parameter
+    left to its default is part of the function, shared by every example."""
     x, s = np.arange(9.0).reshape(3, 3), np.array([1.0, 10.0, 100.0])
     mapped = s2s.vmap(scaled_by_default)
-    np.testing.assert_allclose(mapped(x, s=s), x * s)
-    np.testing.assert_allclose(np.asarray(s2s.jit(mapped)(x, s=s)), x * s)
+    np.testing.assert_allclose(mapped(x, s=s), x * s[:, None])
+    np.testing.assert_allclose(np.asarray(s2s.jit(mapped)(x, s=s)), x * s[:, None])
     np.testing.assert_allclose(np.asarray(s2s.jit(mapped)(x)), x)
     np.testing.assert_allclose(s2s.vmap(mapped)(x[:, None, :]), x[:, None, :])
     total = s2s.grad(lambda a: mapped(a, s=s).sum())(x)
-    np.testing.assert_allclose(total, np.broadcast_to(s, (3, 3)))
+    np.testing.assert_allclose(total, np.broadcast_to(s[:, None], (3, 3)))
+    shared = s2s.vmap(scaled_by_default, in_axes=(0, None))
+    np.testing.assert_allclose(shared(x, s), x * s)   # shared: by position, with None
+
+
+def add(x, y):
+    return x + y
+
+
+def test_a_keyword_argument_is_mapped_as_jax_maps_it():
+    np.testing.assert_allclose(s2s.vmap(add)(np.arange(3.0), y=np.arange(3.0) * 10), [0.0, 11.0, 22.0])
+    both = s2s.vmap(add, in_axes=(None,))(np.ones(2), y=np.arange(3.0)[:, None])
+    np.testing.assert_allclose(both, np.arange(3.0)[:, None] + np.ones((3, 2)))
+    tree = s2s.vmap(lambda x, **kw: x * kw["scale"]["w"])(np.ones((2, 3)), scale={"w": np.array([2.0, 3.0])})
+    np.testing.assert_allclose(tree, [[2.0] * 3, [3.0] * 3])
+
+
+def test_keyword_arguments_of_another_batch_size_are_refused_naming_each():
+    _raises_clean(lambda: s2s.vmap(add)(np.ones(1), y=np.ones(2)), "different sizes", "`x` has size 1",
+                  "`y` has size 2")
+    _raises_clean(lambda: s2s.vmap(add)(np.ones(3), y=2.0), "`y`", "scalar")
+    _raises_clean(lambda: s2s.vmap(lambda x, **kw: x + kw["y"])(np.ones(3), y=np.ones(4)),
+                  "`y` has size 4")
 
 
 def test_an_out_of_range_in_axes_gives_the_arguments_own_rank():

@@ -260,6 +260,7 @@ class BoundCall:
         return ranges
 
     var_positional: str | None = None   # the name of the `*args` parameter, if any
+    var_keyword: str | None = None      # the name of the `**kwargs` parameter, if any
 
 
 def bind_call(signature: inspect.Signature, name: str, args, kwargs) -> BoundCall:
@@ -268,8 +269,9 @@ def bind_call(signature: inspect.Signature, name: str, args, kwargs) -> BoundCal
     passed: set[str] = set()
     names, values = _bind(signature, name, args, kwargs, passed)
     leaves, tree = tree_flatten(values)
-    var_positional = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_POSITIONAL), None)
-    return BoundCall(tuple(names), frozenset(passed), len(args), leaves, tree, var_positional)
+    kinds = {p.kind: p.name for p in signature.parameters.values()}
+    return BoundCall(tuple(names), frozenset(passed), len(args), leaves, tree,
+                     kinds.get(inspect.Parameter.VAR_POSITIONAL), kinds.get(inspect.Parameter.VAR_KEYWORD))
 
 
 def bind_function_call(fn, args, kwargs) -> BoundCall:
@@ -378,7 +380,7 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
                 staged_leaves.append(leaf)
         staged_values = in_tree.unflatten(staged_leaves)
         call_args, call_kwargs = _split_by_kind(signature_of(fn), dict(zip(names, staged_values)),
-                                                call.n_args)
+                                                call.n_args, passed)
         out = call_user(fn, call_args, call_kwargs)
         out_leaves, out_tree = tree_flatten(out)
         for leaf in out_leaves:
@@ -427,17 +429,18 @@ def _qualname(fn) -> str:
     return getattr(py_fn, "__qualname__", None) or _defining_function(fn).__qualname__
 
 
-def _split_by_kind(signature: inspect.Signature, call_kwargs: dict, positional_count: int
-                   ) -> tuple[list, dict]:
+def _split_by_kind(signature: inspect.Signature, call_kwargs: dict, positional_count: int,
+                   passed: frozenset) -> tuple[list, dict]:
     """Positional and keyword arguments for parameters given by name (respecting
     positional-only parameters and *args/**kwargs): the first `positional_count`, which the
-    caller passed by position, by position; the rest by name, as the caller passed them or
-    left them to their defaults. That matters to s2s transforms called while staging:
-    `vmap` maps positional arguments only, `grad`'s argnums count them."""
+    caller passed by position, by position; the rest by name, as the caller passed them.
+    Those it left to their defaults are not passed, so the function takes its own. That
+    matters to s2s transforms called while staging: `vmap` maps positional arguments by
+    `in_axes` and those passed by keyword along axis 0, `grad`'s argnums count positions."""
     args, kwargs = [], {}
     position = 0
     for p in signature.parameters.values():
-        if p.name not in call_kwargs:
+        if p.name not in call_kwargs or p.name not in passed:
             continue
         value = call_kwargs[p.name]
         if p.kind is p.VAR_POSITIONAL:
