@@ -17,12 +17,13 @@ whose derivative is the user's rule, itself staged from source when differentiat
 from __future__ import annotations
 
 
-from s2s.transformed import TransformedFunction, staged_or_error
 from s2s.errors import StagingError
 from s2s.frontend import Staged
+from s2s.frontend.args import normalize_argnums
 from s2s.frontend.walker import call_user
 from s2s.primitives.custom_derivatives import custom_jvp_call, custom_vjp_call
 from s2s.staging import Tracer, current_builder
+from s2s.transformed import TransformedFunction, staged_or_error
 from s2s.tree import tree_flatten, tree_leaves
 
 __all__ = ["custom_jvp", "custom_vjp"]
@@ -128,7 +129,7 @@ class _CustomBase(TransformedFunction):
     rule_names: tuple[str, ...] = ()   # the attributes holding the user's rules
 
     def __init__(self, fun, nondiff_argnums=()):
-        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.nondiff_argnums = normalize_argnums(nondiff_argnums, what="nondiff_argnums")
         super().__init__(fun, type(self).__name__)
 
     @property

@@ -125,3 +125,14 @@ def test_the_gradient_of_a_node_is_a_node_of_gradients():
     pre = params.w * x + params.b
     np.testing.assert_allclose(grads.w, x * (1 - np.tanh(pre) ** 2))
     np.testing.assert_allclose(grads.b, 1 - np.tanh(pre) ** 2)
+
+
+def test_custom_rules_read_nondiff_argnums_as_every_transform_reads_argnums():
+    def scaled(k, x):
+        return k * x
+    custom = s2s.custom_jvp(scaled, nondiff_argnums=0)   # one alone may be bare
+    custom.defjvp(lambda k, primals, tangents: (k * primals[0], k * tangents[0]))
+    assert custom.nondiff_argnums == (0,)
+    np.testing.assert_allclose(s2s.grad(lambda x: custom(3.0, x))(2.0), 3.0)
+    with pytest.raises(TypeError):
+        s2s.custom_jvp(scaled, nondiff_argnums="k")
