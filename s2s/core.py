@@ -145,6 +145,66 @@ class JaxprEqn:
         return f"JaxprEqn({self.primitive.name}, {self.invars} -> {self.outvars})"
 
 
+class HostObject:
+    """An object of the host's Python that an equation uses when it runs: the NumPy random
+    generator staged code draws from. A static parameter, equal only to a HostObject of the
+    same object (the generator's state changes with every draw; its identity does not).
+
+    Emitted code reaches it through `expression` where Python can write it (NumPy's global
+    state: `np.random`), else through a keyword-only parameter of the emitted function
+    named after `name`; s2s's own runs pass the object itself there."""
+
+    __slots__ = ("value", "name", "expression")
+
+    def __init__(self, value, name: str, expression: str | None = None):
+        self.value, self.name, self.expression = value, name, expression
+
+    def __eq__(self, other):
+        return isinstance(other, HostObject) and other.value is self.value
+
+    def __hash__(self):
+        return id(self.value)
+
+    def __repr__(self):
+        return self.expression or self.name
+
+
+def sub_jaxprs(value):
+    """The jaxprs inside an equation parameter (a loop body, a tuple of cond branches)."""
+    if isinstance(value, ClosedJaxpr):
+        yield value.jaxpr
+    elif isinstance(value, Jaxpr):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from sub_jaxprs(item)
+
+
+def has_effects(eqn: JaxprEqn) -> bool:
+    """Whether running `eqn` changes something besides its results (a draw advances its
+    generator), itself or in a jaxpr it runs: such an equation is never dropped as dead,
+    merged with another or run twice, so a program draws what the Python it was staged
+    from draws, in the same order."""
+    return getattr(eqn.primitive, "effectful", False) or any(
+        has_effects(inner) for value in eqn.params.values() for jaxpr in sub_jaxprs(value) for inner in jaxpr.eqns)
+
+
+def host_objects(jaxpr: "Jaxpr") -> list[HostObject]:
+    """The host objects `jaxpr`'s equations use (those of the jaxprs they run too), in the
+    order of their first use."""
+    found: dict[HostObject, None] = {}
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            for value in eqn.params.values():
+                if isinstance(value, HostObject):
+                    found.setdefault(value)
+                for inner in sub_jaxprs(value):
+                    walk(inner)
+    walk(jaxpr)
+    return list(found)
+
+
 class Jaxpr:
     __slots__ = ("constvars", "invars", "outvars", "eqns")
 

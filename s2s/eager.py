@@ -8,13 +8,14 @@ values (inside another transform) the jaxpr is inlined instead (`run`).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Callable
 
 import numpy as np
 
 from s2s.core import ClosedJaxpr
-from s2s.emit.python import EmitOptions, EmittedModule, Signature, emit_jaxpr_source, emit_module, load_source
+from s2s.emit.python import EmitOptions, EmittedModule, Signature, emit_jaxpr_module, emit_module, load_source
 from s2s.emit.signature import emitted_docstring, emitted_signature
 from s2s.frontend import BoundCall, Staged
 from s2s.frontend.args import describe_arg
@@ -55,10 +56,15 @@ def _param_descriptions(staged: Staged, signature: Signature) -> list[str | None
             for name, value, staged_leaf in zip(staged.param_names, staged.example_args, has_staged_leaf)]
 
 
-def emitted_function(staged: Staged, key, name: str, write_source: Callable[[str], str]) -> Callable:
-    """The function `name` of the module `write_source(name)` returns, emitted and executed
-    once per (`staged`, `key`) and kept in the staged function's artifacts."""
-    return staged.artifact(("python", key), lambda: getattr(load_source(write_source(name), name), name))
+def emitted_function(staged: Staged, key, name: str, write_module: Callable[[str], EmittedModule]) -> Callable:
+    """The function `name` of the module `write_module(name)` returns, emitted and executed
+    once per (`staged`, `key`) and kept in the staged function's artifacts. The host
+    objects it takes (the generators it draws from) are bound to it: this process's own."""
+    def load():
+        module = write_module(name)
+        function = getattr(load_source(module.source, name), name)
+        return functools.partial(function, **module.host_parameters) if module.host_parameters else function
+    return staged.artifact(("python", key), load)
 
 
 def run_emitted_jaxpr(staged: Staged, key, closed: ClosedJaxpr, flat_args: list) -> list:
@@ -67,7 +73,7 @@ def run_emitted_jaxpr(staged: Staged, key, closed: ClosedJaxpr, flat_args: list)
     `closed` is derived from `staged` (a derivative, say) and always the same for `key`:
     its module is emitted once, under that key.
     """
-    run = emitted_function(staged, key, "f", lambda name: emit_jaxpr_source(closed, name))
+    run = emitted_function(staged, key, "f", lambda name: emit_jaxpr_module(closed, name))
     out = run(*host_leaves(flat_args, [v.aval.dtype for v in closed.jaxpr.invars]))
     return list(out) if len(closed.jaxpr.outvars) != 1 else [out]
 

@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from s2s import config, dtypes, tree as tree_util
+from s2s.core import host_objects
 from s2s.donation import donated_leaves, refuse_donating_twice
 from s2s.eager import emitted_call_args, emitted_function, emitted_module, function_name, host_leaves
 from s2s.emit.signature import emitted_signature
@@ -37,6 +38,7 @@ from s2s.pmap import ReplicatedProgram
 from s2s.staging import Tracer, current_builder, inline_jaxpr
 from s2s.transformed import TransformedFunction
 from s2s_runtime.array import Array
+from s2s_runtime.ops import generator_seed
 from s2s_runtime.fastcall import Caller, callers_jax_x64
 from s2s_runtime.xla import (Executable, devices, dispatch_x64, dispatched_leaves, dispatcher,
                              is_refused_call, jax_x64_setting, refuse_in_dispatcher)
@@ -386,7 +388,9 @@ class XlaBackend:
                                    lambda: _compile_xla(staged, device, donated))
         executable, consts, out_tree = compiled.executable, compiled.consts, staged.out_tree
         float0_outputs = [i for i, v in enumerate(staged.closed.jaxpr.outvars) if v.aval.dtype == dtypes.float0]
-        dispatchable = not compiled.donated and not float0_outputs
+        # A program that draws takes a fresh seed from each generator on every call: in Python.
+        generators = [obj.value for obj in host_objects(staged.closed.jaxpr)]
+        dispatchable = not compiled.donated and not float0_outputs and not generators
         # The dispatcher checks no guards: `call` checks those it may need to (see `_checked`).
         checked = None if staged.guards.stable else (staged.guards, staging_receiver(jitted.fn))
         static_argnums, static_argnames = self.static_argnums, self.static_argnames
@@ -394,7 +398,7 @@ class XlaBackend:
         def run(flat, args, kwargs):
             if len(compiled.donated) > 1:
                 refuse_donating_twice(flat, compiled.donated, len(consts))
-            outs = executable.execute([*consts, *flat], compiled.donated)
+            outs = executable.execute([*consts, *flat, *map(generator_seed, generators)], compiled.donated)
             result = list(outs)
             for i in float0_outputs:
                 result[i] = np.zeros(outs[i].shape, dtypes.float0)
@@ -441,8 +445,7 @@ class PythonBackend:
     def runner(self, staged: Staged, call: BoundCall) -> Runner:
         """Runs the module `emit_python` shows. Without x64, 64-bit inputs run as the 32-bit
         types they were staged as, so only calls with x64 on take arrays as they come."""
-        run = emitted_function(staged, "module", function_name(staged),
-                               lambda name: emitted_module(staged, name).source)
+        run = emitted_function(staged, "module", function_name(staged), lambda name: emitted_module(staged, name))
         signature = staged.artifact("emitted signature", lambda: emitted_signature(staged))
         if signature.output_builder is None:   # the module returns the flat leaves
             run = _rebuilding_output_tree(run, staged.out_tree)

@@ -39,13 +39,16 @@ class Primitive:
     """
 
     def __init__(self, name: str, abstract_eval: Callable, impl: Callable,
-                 multiple_results: bool = False):
+                 multiple_results: bool = False, effectful: bool = False):
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} declared twice")
         self.name = name
         self.abstract_eval = abstract_eval
         self.impl = impl
         self.multiple_results = multiple_results
+        # Running it changes something besides its results (a draw advances a generator):
+        # see `core.has_effects`.
+        self.effectful = effectful
         PRIMITIVES[name] = self
 
     def bind(self, *args, **params):

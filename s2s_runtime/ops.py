@@ -32,3 +32,20 @@ def complex_from_parts(real, imag):
     out = np.empty(np.broadcast_shapes(real.shape, imag.shape), np.result_type(real, imag, np.complex64))
     out.real, out.imag = real, imag
     return out[()]
+
+
+def permutations(generator, n: int, batch: tuple = ()):
+    """`generator.permutation(n)` drawn once per index of `batch`, one after the other, as
+    a loop over a batch of examples would draw them (vmap of a draw of a permutation)."""
+    if not batch:
+        return generator.permutation(n)
+    count = int(np.prod(batch))
+    return np.stack([generator.permutation(n) for _ in range(count)]).reshape(*batch, n)
+
+
+def generator_seed(generator) -> np.ndarray:
+    """A fresh state for a compiled program's draws (two 64-bit words), taken from the NumPy
+    generator (RandomState or Generator) its code draws from: each call advances it, so
+    successive calls draw differently and a seeded program is reproducible."""
+    draw = generator.integers if isinstance(generator, np.random.Generator) else generator.randint
+    return draw(0, 2**64, size=2, dtype=np.uint64)

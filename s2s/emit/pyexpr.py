@@ -11,6 +11,8 @@ in `s2s/emit/python.py` looks them up. Emitted code may use `np` (numpy) and `rt
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Callable
 
 import numpy as np
@@ -97,6 +99,27 @@ def typed_scalar(expr: Expr, dtype) -> Expr:
     """A scalar written with its dtype, `np.float32(0.5)`, unless it already is."""
     wrapper = dtype_text(dtype)
     return expr if expr.text.startswith(wrapper + "(") else Expr(f"{wrapper}({expr.text})")
+
+
+_host_names = threading.local()
+
+
+@contextlib.contextmanager
+def naming_host_objects(names: dict):
+    """While a module is written: the name its function gives each host object it takes
+    as a parameter (`host_expression`)."""
+    outer = getattr(_host_names, "current", None)
+    _host_names.current = names
+    try:
+        yield
+    finally:
+        _host_names.current = outer
+
+
+def host_expression(obj) -> str:
+    """How emitted code reaches a host object (`core.HostObject`): what writes it, else the
+    parameter the function takes it as."""
+    return obj.expression or _host_names.current[obj]
 
 
 def call(fn: str, *args: Expr, **kwargs) -> Expr:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import inspect
 import keyword
 import linecache
 import cmath
@@ -37,9 +38,9 @@ from typing import Callable
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import ClosedJaxpr, Literal, Var, literal_value
+from s2s.core import ClosedJaxpr, Literal, Var, has_effects, host_objects, literal_value
 from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, TEMP_NAMES, UNARY, Expr, dtype_text,
-                             python_rules, typed_scalar)
+                             naming_host_objects, python_rules, typed_scalar)
 from s2s.passes.inline import inline_calls
 
 INLINE_MAX_CHARS = 72          # longer expressions get a name of their own
@@ -80,6 +81,9 @@ class Signature:
 class EmittedModule:
     source: str
     sidecar: dict[str, np.ndarray] = field(default_factory=dict)
+    # The host objects (NumPy generators) the function takes as keyword-only parameters, by
+    # parameter name: what a caller in this process passes.
+    host_parameters: dict[str, object] = field(default_factory=dict)
 
 
 class _Names:
@@ -206,6 +210,7 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
     closed = inline_calls(closed)
     jaxpr = closed.jaxpr
     names = _Names(taken=[name] + signature.params)
+    hosts = {obj: names.fresh(obj.name, "rng") for obj in host_objects(jaxpr) if obj.expression is None}
     module_names = _Names(taken=[name] + ["_consts"])
     exprs: dict[Var, Expr] = {}
     sidecar: dict[str, np.ndarray] = {}
@@ -232,7 +237,8 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
             local = names.fresh(hint or var.hint, "x")
             body.line(f"{local} = {source}")
             in_exprs.append(Expr(local))
-    outs = [e.text for e in body.write(jaxpr, in_exprs, exprs, _returned_names(jaxpr, names), uses=uses)]
+    with naming_host_objects(hosts):
+        outs = [e.text for e in body.write(jaxpr, in_exprs, exprs, _returned_names(jaxpr, names), uses=uses)]
     # A return that computes (an output written where it is read) says where, as statements do.
     comment = next((body.inlined_comments[v] for v in jaxpr.outvars if v in body.inlined_comments), "")
     if signature.output_builder is not None:
@@ -249,10 +255,25 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
     if const_lines:
         lines += const_lines + [""]
     declaration = ", ".join(signature.params) if signature.declaration is None else signature.declaration
+    declaration = _with_keyword_only(declaration, signature.kinds, list(hosts.values()))
     lines += ["", f"def {name}({declaration}):"]
     lines += [f"    {line}" for line in body.lines]
     source = "\n".join(lines) + "\n"
-    return EmittedModule(source, sidecar)
+    return EmittedModule(source, sidecar, {param: obj.value for obj, param in hosts.items()})
+
+
+def _with_keyword_only(declaration: str, kinds: dict, names: list[str]) -> str:
+    """A def's parameter list with keyword-only parameters `names` added (after a `*` or
+    `*args` it has, before its `**kwargs`)."""
+    if not names:
+        return declaration
+    star = any(kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.KEYWORD_ONLY) for kind in kinds.values())
+    added = ("" if star else "*, ") + ", ".join(names)
+    var_keyword = next((p for p, kind in kinds.items() if kind is inspect.Parameter.VAR_KEYWORD), None)
+    if var_keyword is None:
+        return f"{declaration}, {added}" if declaration else added
+    at = declaration.rindex(f"**{var_keyword}")
+    return f"{declaration[:at]}{added}, {declaration[at:]}"
 
 
 def _returned_names(jaxpr, names: "_Names") -> dict[Var, str]:
@@ -270,16 +291,21 @@ def _returned_names(jaxpr, names: "_Names") -> dict[Var, str]:
 
 def _uses(jaxpr) -> dict[Var, int]:
     """How often each variable is read by the equations that matter (those whose outputs
-    are used, transitively, by the outputs): dead equations are never written."""
+    are used, transitively, by the outputs, and those with effects: a draw): dead equations
+    are never written. The results of an equation with effects are counted from 0: one
+    nothing reads is written as a statement of its own (the draw still advances its
+    generator)."""
     uses: dict[Var, int] = {}
     for v in jaxpr.outvars:
         if isinstance(v, Var):
             uses[v] = uses.get(v, 0) + 1
-    live = uses.keys()   # (every count is at least 1)
+    live = uses.keys()
     get = uses.get
     for eqn in reversed(jaxpr.eqns):
         if live.isdisjoint(eqn.outvars):
-            continue
+            if not has_effects(eqn):
+                continue
+            uses.update((v, 0) for v in eqn.outvars)
         for v in eqn.invars:
             if type(v) is Var:
                 uses[v] = get(v, 0) + 1
@@ -486,7 +512,7 @@ class Block:
         accumulator, which the caller owns); a term read only there is written in it.
         `uses`: `_uses(jaxpr)`, where the caller has it already."""
         uses = _uses(jaxpr) if uses is None else uses
-        live = uses.keys()   # (every count is at least 1)
+        live = uses.keys()
         targets = targets or {}
         in_place = in_place or {}
         summed_terms = {v for e in jaxpr.eqns if e.outvars and e.outvars[0] in in_place
@@ -541,9 +567,10 @@ class Block:
             if not primitive.multiple_results:
                 (out,) = outvars
                 # A nameless value read once is written where it is read (an output: in `return`,
-                # whose comment then says where it is computed).
+                # whose comment then says where it is computed); a draw where it is made, so
+                # draws stay in the program's order.
                 if out not in targets and (out.hint is None or out in summed_terms) and uses[out] == 1 \
-                        and len(expr.text) <= INLINE_MAX_CHARS:
+                        and len(expr.text) <= INLINE_MAX_CHARS and not primitive.effectful:
                     exprs[out] = expr
                     if out in returned:
                         comment = self.comment(eqn)
@@ -567,6 +594,9 @@ class Block:
                         names.append("_")
                 self.line(f"{', '.join(names)} = {expr.text}{comment}")
                 continue
+            if not uses[out]:   # a draw nothing reads
+                lines.append(f"{indent}{expr.text}{comment}")
+                continue
             local = targets.pop(out) if out in targets else self.temporary_name(eqn, out)
             lines.append(f"{indent}{local} = {expr.text}{comment}")   # (`line`)
             exprs[out] = Expr(local)
@@ -581,11 +611,17 @@ def flat_signature(closed: ClosedJaxpr, arg_names=None) -> Signature:
     return Signature(params, params, list(params))
 
 
+def emit_jaxpr_module(closed: ClosedJaxpr, name: str = "f", arg_names=None,
+                      options: EmitOptions | None = None) -> EmittedModule:
+    """The module for a jaxpr taken as a function of its flat inputs."""
+    header = f"Generated by s2s from a jaxpr with inputs ({', '.join(a.str_short() for a in closed.in_avals)})."
+    return emit_module(closed, name, flat_signature(closed, arg_names), header, options)
+
+
 def emit_jaxpr_source(closed: ClosedJaxpr, name: str = "f", arg_names=None,
                       options: EmitOptions | None = None) -> str:
-    """The module for a jaxpr taken as a function of its flat inputs (for tests and tools)."""
-    header = f"Generated by s2s from a jaxpr with inputs ({', '.join(a.str_short() for a in closed.in_avals)})."
-    return emit_module(closed, name, flat_signature(closed, arg_names), header, options).source
+    """The source of `emit_jaxpr_module` (for tests and tools)."""
+    return emit_jaxpr_module(closed, name, arg_names, options).source
 
 
 def load_source(source: str, name: str, filename: str | None = None) -> types.ModuleType:

@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import ClosedJaxpr, Literal, ShapedArray, Var
+from s2s.core import ClosedJaxpr, Literal, ShapedArray, Var, host_objects
 from s2s.errors import S2SError, ShapeError, UnsupportedFunctionError
 from s2s.passes.inline import inline_calls
 from s2s_runtime.xla import Executable, hlo_text
@@ -149,6 +149,12 @@ class LoweringContext:
         self._taken: set[str] = set()
         self._next: dict[str, int] = {}
         self.location = ""
+        # The generator state of each host object draws read (`core.HostObject`): an
+        # argument of @main (`RNG_STATE`), replaced by each draw's new state. Regions
+        # (loop bodies, branches) are lowered at depth > 0, where a state cannot be
+        # threaded through yet.
+        self.host_states: dict = {}
+        self.region_depth = 0
 
     def fresh(self, hint: str | None = None) -> str:
         base = re.sub(r"\W", "_", hint) if hint else "v"
@@ -234,6 +240,9 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
         attribute = f" {{tf.aliasing_output = {alias} : i32}}" if alias is not None else ""
         params.append(f"{env[v]}: {tensor_type(v.aval)}{attribute}")
 
+    for obj in host_objects(jaxpr):   # (after the jaxpr's own inputs: `device_dtypes`)
+        ctx.host_states[obj] = ctx.fresh(f"{obj.name}_state")
+        params.append(f"{ctx.host_states[obj]}: {RNG_STATE_TYPE}")
     results = lower_jaxpr(ctx, jaxpr, [env[v] for v in jaxpr.invars], env)
     out_types = [tensor_type(v.aval) for v in jaxpr.outvars]
     body = "\n".join(f"    {line}" for line in ctx.lines)
@@ -282,7 +291,11 @@ def _region_lines(ctx: LoweringContext, build, out_types: list[str]) -> list[str
     """The lines of one region: the ops `build()` appends, then `stablehlo.return` of the
     names it returns."""
     outer, ctx.lines = ctx.lines, []
-    outs = build()
+    ctx.region_depth += 1
+    try:
+        outs = build()
+    finally:
+        ctx.region_depth -= 1
     ctx.lines.append(f"stablehlo.return {', '.join(outs)} : {', '.join(out_types)}" if outs
                      else "stablehlo.return")
     lines, ctx.lines = ctx.lines, outer
@@ -335,8 +348,16 @@ def device_dtype(dtype) -> np.dtype:
 
 
 def device_dtypes(jaxpr) -> list[np.dtype]:
-    """What the inputs of `jaxpr`'s lowering (its consts, then its arguments) are sent as."""
-    return [device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars]
+    """What the inputs of `jaxpr`'s lowering (its consts, its arguments, then the state of
+    each generator it draws from) are sent as."""
+    return ([device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars]
+            + [RNG_STATE_DTYPE] * len(host_objects(jaxpr)))
+
+
+# The state `stablehlo.rng_bit_generator` takes (THREE_FRY: a 128-bit key and counter), one
+# input of a lowered module per generator its code draws from, seeded on each call.
+RNG_STATE_DTYPE = np.dtype(np.uint64)
+RNG_STATE_TYPE = "tensor<2xui64>"
 
 
 class Lowered:

@@ -44,6 +44,7 @@ from s2s.frontend.python_types import numpy_isinstance
 from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope,
                                  function_source, nested_function_source, walk_scope)
 from s2s.numpy_api import NUMPY_IMPLS
+from s2s.numpy_api.random import GENERATOR_CLASSES, random_call
 from s2s.staging import Tracer
 
 _STDLIB = sysconfig.get_paths()["stdlib"]
@@ -489,11 +490,14 @@ def call_user(fn, args, kwargs):
     if getattr(fn, "__s2s_transform__", False):   # of a NumPy function too, whose __module__ it has
         return fn(*args, **kwargs)
     module = getattr(fn, "__module__", None) or ""
+    if isinstance(getattr(fn, "__self__", None), GENERATOR_CLASSES):   # np.random.randn, rng.normal
+        return random_call(fn.__self__, fn.__name__, args, kwargs)
     if module == "numpy.random" or module.startswith("numpy.random."):
         raise UnsupportedFunctionError(
-            f"np.random.{getattr(fn, '__name__', '?')} inside a staged function would be "
-            "frozen at staging time",
-            "draw random numbers outside and pass them in as an argument")
+            f"np.random.{getattr(fn, '__name__', '?')} inside a staged function would make or seed a "
+            "generator once, when the function is staged, not on every call",
+            "make the generator outside the function (rng = np.random.default_rng(0)) and draw from "
+            "it inside (rng.normal(size=3))")
     if (module == "numpy" or module.startswith("numpy.")) and not isinstance(fn, type):
         if _is_static_scalar_tree((args, kwargs)):
             return fn(*args, **kwargs)

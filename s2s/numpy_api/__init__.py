@@ -4,7 +4,7 @@ Importing this package fills the dispatch table (`NUMPY_IMPLS`) and installs ope
 methods on staged values; SciPy's functions join the table when SciPy is imported.
 """
 from s2s.numpy_api import (complex_numbers, creation, fft, indexing, linalg, logic, math,  # noqa: F401
-                           reductions, scipy_signal, scipy_special, scipy_stats, searching,
+                           random, reductions, scipy_signal, scipy_special, scipy_stats, searching,
                            shaping)
 from s2s.numpy_api import decompositions  # noqa: F401  (np.linalg's eigh, svd, qr, ...)
 from s2s.numpy_api import scipy_linalg  # noqa: F401  (scipy.linalg, mapped when imported)

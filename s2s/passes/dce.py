@@ -11,7 +11,7 @@ gradient, say).
 """
 from __future__ import annotations
 
-from s2s.core import ClosedJaxpr, Jaxpr
+from s2s.core import ClosedJaxpr, Jaxpr, has_effects
 
 dce_rules: dict = {}
 
@@ -34,11 +34,11 @@ def _live_equations(jaxpr: Jaxpr) -> tuple[list, set]:
     for eqn in reversed(jaxpr.eqns):
         outvars = eqn.outvars
         if len(outvars) == 1:   # the common case, written out
-            if outvars[0] not in live:
+            if outvars[0] not in live and not has_effects(eqn):
                 continue
         else:
             used = [v in live for v in outvars]
-            if not any(used):
+            if not any(used) and not has_effects(eqn):
                 continue
             rule = dce_rules.get(eqn.primitive)
             if rule is not None and not all(used):

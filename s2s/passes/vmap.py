@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Hashable
 
-from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, aval_of_value
+from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, aval_of_value, sub_jaxprs
 from s2s.errors import StagingError
 from s2s.passes import lax_ops
 from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
@@ -195,17 +195,6 @@ def _name(value, hint):
         value.variable.hint = hint
 
 
-def _sub_jaxprs(value):
-    """The jaxprs inside an equation parameter (a loop body, a tuple of cond branches)."""
-    if isinstance(value, ClosedJaxpr):
-        yield value.jaxpr
-    elif isinstance(value, Jaxpr):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _sub_jaxprs(item)
-
-
 def reads_axis(eqn) -> bool:
     """Whether `eqn` reads the mapped axis even with every operand unbatched: its primitive
     is registered so (axis_index, psum), or a jaxpr it runs (a scan body, a cond branch)
@@ -213,7 +202,7 @@ def reads_axis(eqn) -> bool:
     if eqn.primitive in axis_readers:
         return True
     return any(reads_axis(inner) for value in eqn.params.values()
-               for jaxpr in _sub_jaxprs(value) for inner in jaxpr.eqns)
+               for jaxpr in sub_jaxprs(value) for inner in jaxpr.eqns)
 
 
 def axis_readers_in(jaxpr: Jaxpr) -> list[str]:
@@ -224,7 +213,7 @@ def axis_readers_in(jaxpr: Jaxpr) -> list[str]:
     for eqn in jaxpr.eqns:
         if eqn.primitive in axis_readers:
             names.append(eqn.primitive.name)
-        names += [name for value in eqn.params.values() for inner in _sub_jaxprs(value)
+        names += [name for value in eqn.params.values() for inner in sub_jaxprs(value)
                   for name in axis_readers_in(inner)]
     return names
 

@@ -36,7 +36,7 @@ Batching is a remat of the batched body; dead-code elimination prunes the body.
 """
 from __future__ import annotations
 
-from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, eval_jaxpr, literal_value
+from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, eval_jaxpr, has_effects, literal_value
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import register as _register_python, register_statement
 from s2s.errors import ShapeError
@@ -133,8 +133,10 @@ nothing_saveable = Policy(lambda primitive, *avals, **params: False, "nothing_sa
 
 
 def policy_saves(policy, eqn) -> bool:
-    """Whether `policy` saves the results of `eqn` (see the module docstring)."""
-    return bool(policy(eqn.primitive, *[v.aval for v in eqn.invars], **eqn.params))
+    """Whether `policy` saves the results of `eqn` (see the module docstring). The results
+    of an equation with effects (a draw) are always saved: recomputed, a dropout mask
+    would be another mask."""
+    return has_effects(eqn) or bool(policy(eqn.primitive, *[v.aval for v in eqn.invars], **eqn.params))
 
 
 def policy_name(policy) -> str:

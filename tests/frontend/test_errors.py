@@ -305,8 +305,8 @@ def sets_shape(x):
     return x
 
 
-def random_inside(x):
-    return x + np.random.normal(size=3)  # ERROR
+def generator_made_inside(x):
+    return x + np.random.default_rng(0).normal(size=3)  # ERROR
 
 
 def helper_with_bug(h):
@@ -347,7 +347,7 @@ def returns_string(x):  # ERROR
     (bad_reshape, ShapeError, (x3,), None),
     (bad_axis, ShapeError, (x3,), "axis"),
     (unsupported_numpy, UnsupportedFunctionError, (x3,), "np.unique"),
-    (random_inside, UnsupportedFunctionError, (x3,), "argument"),
+    (generator_made_inside, UnsupportedFunctionError, (x3,), "make the generator outside the function"),
     (sets_real_part, UnsupportedSyntaxError, (x3,), "np.imag(z)"),
     (sets_shape, UnsupportedSyntaxError, (x3,), "reshape"),
     (wrong_arity, StagingError, (x3,), "two_args"),

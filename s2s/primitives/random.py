@@ -1,0 +1,178 @@
+"""Random draws: `random_draw`, one call of a NumPy generator's sampling method, with every
+rule.
+
+Staged code that calls `np.random.randn(...)`, or a method of an `np.random.RandomState` or
+`np.random.Generator` it reads, binds `random_draw` (the NumPy surface,
+`numpy_api/random.py`, writes the other distributions from these draws the way NumPy
+computes them). Its parameters say which generator (`source`, a `core.HostObject`), which
+method (`standard_normal`, `random_sample`/`random`, `randint`/`integers`, `permutation`),
+its static arguments, and the result's shape and dtype. It takes no operand.
+
+- **A draw is made when the code runs**, never at staging: the NumPy implementation and the
+  emitted module call the very generator the code names, so they draw the same numbers, in
+  the same order, as the function run without s2s. The primitive is `effectful`: passes
+  never drop, merge or duplicate a draw (`core.has_effects`), and remat saves its result
+  rather than drawing again (`primitives/remat.py`).
+- **Derivatives**: a sample is a constant (zero tangent); `mean + std * eps` differentiates
+  in `mean` and `std` through the arithmetic the surface stages around the draw.
+- **Batching** draws one sample per example (the batch axis first, as a loop over the
+  examples would draw them, one after the other): the primitive reads the mapped axis.
+- **XLA** draws from a state the lowered module takes as an input per generator
+  (`RNG_STATE_TYPE`), which the caller seeds from that generator on each call:
+  `stablehlo.rng_bit_generator` (THREE_FRY) makes the bits, turned into uniform [0, 1)
+  floats by their top mantissa bits, normal ones by Box-Muller, integers by remainder. The
+  numbers differ from NumPy's stream; their distributions do not.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import s2s_runtime as rt
+
+from s2s import dtypes
+from s2s.core import ShapedArray
+from s2s.emit import stablehlo as _hlo
+from s2s.emit.pyexpr import Expr, host_expression, py_value, register
+from s2s.errors import UnsupportedFunctionError
+from s2s.passes import jvp as _jvp, vmap as _vmap
+from s2s.staging import Primitive
+
+# What each method returns, when the generator is not told a dtype.
+FLOAT_METHODS = ("standard_normal", "random_sample", "random")
+INTEGER_METHODS = ("randint", "integers")
+
+
+def _abstract(*, source, method, args, shape, dtype, batch):
+    return ShapedArray(tuple(batch) + tuple(shape), np.dtype(dtype))
+
+
+def _takes_dtype(source, method) -> bool:
+    """Whether the generator's method is told the dtype (else it draws float64)."""
+    return method in INTEGER_METHODS or isinstance(source.value, np.random.Generator)
+
+
+def _impl(*, source, method, args, shape, dtype, batch):
+    generator = source.value
+    if method == "permutation":
+        return rt.permutations(generator, args[0], tuple(batch))
+    kwargs = {"dtype": np.dtype(dtype)} if _takes_dtype(source, method) else {}
+    return np.asarray(getattr(generator, method)(*args, size=tuple(batch) + tuple(shape), **kwargs), dtype)
+
+
+random_draw = Primitive("random_draw", _abstract, _impl, effectful=True)
+
+
+def draw(source, method: str, shape=(), dtype=np.float64, args=()):
+    """Stages one draw of `source`'s (a `core.HostObject`) `method`."""
+    return random_draw.bind(source=source, method=method, args=tuple(args), shape=tuple(shape),
+                            dtype=np.dtype(dtype), batch=())
+
+
+# ---------------------------------------------------------------------------------------
+# Python emission: the generator's own call, so the emitted module draws what NumPy would.
+
+
+def _emit(eqn):
+    p = eqn.params
+    generator = host_expression(p["source"])
+    if p["method"] == "permutation":
+        if p["batch"]:
+            return Expr(f"rt.permutations({generator}, {p['args'][0]}, {py_value(tuple(p['batch']))})")
+        return Expr(f"{generator}.permutation({p['args'][0]})")
+    parts = [py_value(a) for a in p["args"]] + [f"size={py_value(tuple(p['batch']) + tuple(p['shape']))}"]
+    if _takes_dtype(p["source"], p["method"]):
+        parts.append(f"dtype={py_value(np.dtype(p['dtype']))}")
+    text = f"{generator}.{p['method']}({', '.join(parts)})"
+    if not _takes_dtype(p["source"], p["method"]) and np.dtype(p["dtype"]) != dtypes.float64:
+        text += f".astype({py_value(np.dtype(p['dtype']))})"   # (staged as float32: x64 off)
+    return Expr(text)
+
+
+register(random_draw, _emit, temp_name="noise")
+
+# ---------------------------------------------------------------------------------------
+# Derivatives and batching
+
+_jvp.defzero(random_draw)
+
+
+def _batch(axis, ins, dims, **params):
+    return random_draw.bind(**{**params, "batch": (axis.size, *params["batch"])}), 0
+
+
+_vmap.register(random_draw, _batch, reads_axis=True)
+
+# ---------------------------------------------------------------------------------------
+# StableHLO lowering
+
+
+def _bits(ctx, source, shape: tuple, uint) -> str:
+    """`shape` random bits of the unsigned dtype `uint`, advancing `source`'s state."""
+    state = ctx.host_states[source]
+    bits_type = _hlo.tensor_type(ShapedArray(shape, uint))
+    name = ctx.op(f'"stablehlo.rng_bit_generator"({state}) {{rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>}}'
+                  f" : ({_hlo.RNG_STATE_TYPE}) -> ({_hlo.RNG_STATE_TYPE}, {bits_type})", "rng", results=2)
+    ctx.host_states[source] = f"{name}#0"
+    return f"{name}#1"
+
+
+def _uniform(ctx, source, shape: tuple, dtype) -> str:
+    """Uniform floats in [0, 1): the top mantissa bits of random words under the exponent
+    of 1.0 make a float in [1, 2), less 1."""
+    wide = np.dtype(dtype) == dtypes.float64
+    uint, mantissa = (np.dtype(np.uint64), 52) if wide else (np.dtype(np.uint32), 23)
+    one = 0x3FF0000000000000 if wide else 0x3F800000
+    word = _hlo.tensor_type(ShapedArray(shape, uint))
+    real = _hlo.tensor_type(ShapedArray(shape, dtype))
+    bits = _bits(ctx, source, shape, uint)
+    shift = ctx.constant(uint.itemsize * 8 - mantissa, uint, shape)
+    top = ctx.op(f"stablehlo.shift_right_logical {bits}, {shift} : {word}")
+    with_exponent = ctx.op(f"stablehlo.or {top}, {ctx.constant(one, uint, shape)} : {word}")
+    one_to_two = ctx.op(f"stablehlo.bitcast_convert {with_exponent} : ({word}) -> {real}")
+    return ctx.op(f"stablehlo.subtract {one_to_two}, {ctx.constant(1.0, dtype, shape)} : {real}")
+
+
+def _normal(ctx, source, shape: tuple, dtype) -> str:
+    """Standard normal floats by Box-Muller: sqrt(-2 log(1 - u1)) cos(2 pi u2)."""
+    real = _hlo.tensor_type(ShapedArray(shape, dtype))
+    u1, u2 = _uniform(ctx, source, shape, dtype), _uniform(ctx, source, shape, dtype)
+    positive = ctx.op(f"stablehlo.subtract {ctx.constant(1.0, dtype, shape)}, {u1} : {real}")
+    log = ctx.op(f"stablehlo.log {positive} : {real}")
+    radius = ctx.op(f"stablehlo.sqrt {ctx.op(f'stablehlo.multiply {log}, {ctx.constant(-2.0, dtype, shape)} : {real}')}"
+                    f" : {real}")
+    angle = ctx.op(f"stablehlo.multiply {u2}, {ctx.constant(2 * math.pi, dtype, shape)} : {real}")
+    return ctx.op(f"stablehlo.multiply {radius}, {ctx.op(f'stablehlo.cosine {angle} : {real}')} : {real}")
+
+
+def _integers(ctx, source, shape: tuple, dtype, low: int, high: int) -> str:
+    """Integers in [low, high): random 64-bit words modulo the range (a bias below
+    range / 2**64), plus `low`."""
+    uint = np.dtype(np.uint64)
+    word = _hlo.tensor_type(ShapedArray(shape, uint))
+    bits = _bits(ctx, source, shape, uint)
+    offset = ctx.op(f"stablehlo.remainder {bits}, {ctx.constant(high - low, uint, shape)} : {word}")
+    out = _hlo.tensor_type(ShapedArray(shape, dtype))
+    converted = ctx.op(f"stablehlo.convert {offset} : ({word}) -> {out}")
+    return ctx.op(f"stablehlo.add {converted}, {ctx.constant(low, dtype, shape)} : {out}")
+
+
+def _lower(ctx, eqn):
+    p = eqn.params
+    if ctx.region_depth or p["source"] not in ctx.host_states:
+        raise UnsupportedFunctionError(
+            f"a draw from {p['source']!r} inside a staged loop or branch does not lower to XLA yet",
+            "jit it with backend='python' (it draws from NumPy's generator), or draw outside the loop")
+    aval = eqn.outvars[0].aval
+    if p["method"] in ("random_sample", "random"):
+        return [_uniform(ctx, p["source"], aval.shape, aval.dtype)]
+    if p["method"] == "standard_normal":
+        return [_normal(ctx, p["source"], aval.shape, aval.dtype)]
+    if p["method"] in INTEGER_METHODS:
+        low, high = p["args"]
+        return [_integers(ctx, p["source"], aval.shape, aval.dtype, low, high)]
+    raise UnsupportedFunctionError(f"{p['source']!r}.{p['method']} does not lower to XLA yet",
+                                   "jit it with backend='python', which draws from NumPy's generator")
+
+
+_hlo.register(random_draw, _lower)
