@@ -159,3 +159,42 @@ def test_xla_draws_fresh_samples_from_numpys_distributions_seeded_by_the_generat
     integers = np.asarray(s2s.jit(lambda v: v + rs.randint(0, 10, size=v.shape))(x))
     counts = np.bincount(integers.astype(int), minlength=10)
     assert integers.min() == 0 and integers.max() == 9 and stats.chisquare(counts).pvalue > 1e-3
+
+
+def _noisy_scan(theta, checkpoints=None):
+    def step(c, _):
+        return c * theta + rs.standard_normal(2), None
+    return np.sum(s2s.lax.scan(step, np.ones(2), None, length=4, checkpoints=checkpoints)[0] ** 2)
+
+
+def test_a_staged_loop_draws_on_every_step_and_its_gradient_sees_the_forward_draws():
+    """A draw inside a scan's body is never moved out of the loop (it is not loop-invariant
+    code: each step draws anew), and reverse mode saves each step's draw."""
+    import autograd
+    import autograd.numpy as anp
+
+    def python_loop(theta):
+        c = anp.ones(2)
+        for _ in range(4):
+            c = c * theta + rs.standard_normal(2)
+        return anp.sum(c ** 2)
+    _reseed()
+    expected = autograd.grad(python_loop)(0.7)
+    for grad in (s2s.grad(_noisy_scan), s2s.jit(s2s.grad(_noisy_scan), backend="python")):
+        _reseed()
+        np.testing.assert_allclose(grad(0.7), expected, rtol=1e-13)
+
+
+def test_a_loop_reversed_by_running_its_steps_again_refuses_to_draw_again():
+    with pytest.raises(StagingError, match="drawn again") as info:
+        s2s.grad(lambda t: _noisy_scan(t, checkpoints=2))(0.7)
+    assert "xs=noise" in str(info.value)
+
+    def unbounded(theta):
+        x, n = theta, 0.0
+        while x < 3.0:   # no bound on its steps: reverse mode would run it again
+            x = x * 2.0 + rs.random_sample()
+            n = n + 1.0
+        return x * n
+    with pytest.raises(StagingError, match="drawn again"):
+        s2s.grad(unbounded)(1.0)

@@ -9,7 +9,7 @@ cheap ones (`partial_eval.defcheap`) are recomputed in the backward step instead
 from __future__ import annotations
 
 from s2s import dtypes
-from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var
+from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Var, has_effects
 from s2s.errors import StagingError
 from s2s.passes import partial_eval as _pe, transpose as _transpose
 from s2s.passes.partial_eval import partial_eval_jaxpr
@@ -48,9 +48,9 @@ def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], Clo
     inputs given an outer value in `outer` (None for an input that changes per step), and
     equations computed from those, are moved out. Returns the moved equations, written on
     the outer values; `body` without them, taking the moved values it still reads as new
-    leading inputs; and those values outside, in the same order. Every primitive is pure,
-    so an equation moved out computes what each step computed; a loop of no steps computes
-    it once for nothing.
+    leading inputs; and those values outside, in the same order. An equation without
+    effects is pure, so moved out it computes what each step computed; a loop of no steps
+    computes it once for nothing. One with effects (a draw) stays: each step draws anew.
 
     This is what keeps reverse mode from stacking a value per step that is the same at
     every step (the keys `X @ Wk` of attention over a fixed context): once moved out, it is
@@ -64,7 +64,7 @@ def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], Clo
     outside = {v: o for v, o in zip(jaxpr.invars, outer) if o is not None}
     hoisted, kept, computed = [], [], []
     for eqn in jaxpr.eqns:
-        if all(isinstance(v, Literal) or v in outside for v in eqn.invars):
+        if all(isinstance(v, Literal) or v in outside for v in eqn.invars) and not has_effects(eqn):
             outvars = [Var(v.aval, v.hint) for v in eqn.outvars]
             hoisted.append(JaxprEqn(eqn.primitive, [outside.get(v, v) for v in eqn.invars], outvars,
                                     eqn.params, eqn.source_info))
@@ -83,8 +83,20 @@ def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], Clo
     return hoisted, ClosedJaxpr(rest, body.consts), [outside[v] for v in moved]
 
 
+def _refuse_drawing_again(eqn, body: ClosedJaxpr, how: str, fix: str) -> None:
+    """A loop reversed by running its steps again (`how`) must not draw random numbers:
+    they would be drawn a second time, other numbers, and the gradient would not be the
+    gradient of what ran forward."""
+    if any(has_effects(e) for e in body.jaxpr.eqns):
+        raise StagingError(f"reverse mode of this loop {how}, and its body draws random numbers: they would "
+                           "be drawn again, different from those the forward pass used", fix, eqn.source_info)
+
+
 def _scan_partial_eval(eqn, unknown_ins):
     if eqn.params["checkpoints"] is not None:
+        _refuse_drawing_again(eqn, eqn.params["jaxpr"], "recomputes its steps from checkpoints",
+                              "draw the noise before the loop and scan over it (lax.scan(step, init, xs=noise)), "
+                              "or drop checkpoints= to save every step")
         split = checkpointed_partial_eval(eqn, unknown_ins)
         if split is not None:
             return split
@@ -292,6 +304,9 @@ def _unbounded_while_partial_eval(eqn, unknown_ins):
     values (a jvp's primal values, a `break` flag) are computed by a known loop of their
     own, so what branches on them stays known; the unknown side reruns the whole loop."""
     p = eqn.params
+    _refuse_drawing_again(eqn, p["body_jaxpr"], "runs the whole loop again (it has no bound on its steps)",
+                          "bound the loop (`for _ in range(max_steps): ... if done: break`), so each step's "
+                          "draws are saved")
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
     consts_uk, carry_uk = list(unknown_ins[n_cond:n_cond + n_body]), list(unknown_ins[n_cond + n_body:])
     while True:   # a carry is unknown if it starts unknown or the body makes it so
