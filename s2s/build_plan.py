@@ -39,7 +39,8 @@ import numpy as np
 import s2s
 from s2s import tree as tree_util
 from s2s.transformed import staged_or_error
-from s2s.emit.stablehlo import lower, path_inside, replicas_needed
+from s2s.core import host_objects
+from s2s.emit.stablehlo import RNG_STATE_DTYPE, lower, path_inside, replicas_needed
 from s2s.errors import S2SError
 from s2s.export import exports_of
 from s2s.frontend.args import ShapeDtype
@@ -291,6 +292,7 @@ def stage_target(name: str, module: Module, record, transform: str, fn) -> Targe
                                             "out_axes": [None] * len(staged.closed.jaxpr.outvars)}
     jaxpr = staged.closed.jaxpr
     consts = [np.asarray(c) for c in staged.closed.consts]
+    generators = host_objects(jaxpr)   # each a state input after the arguments (see manifest.load)
     whole = replicas or {"count": 1, "in_axes": [None] * len(jaxpr.invars),
                          "out_axes": [None] * len(jaxpr.outvars)}
     fields = {"spec": export_spec(record, transform), "params": list(staged.param_names),
@@ -298,8 +300,11 @@ def stage_target(name: str, module: Module, record, transform: str, fn) -> Targe
               "out_tree": repr(staged.out_tree),
               "inputs": [_aval(v.aval, axis, whole["count"]) for v, axis in zip(jaxpr.invars, whole["in_axes"])],
               "outputs": [_aval(a, axis, whole["count"]) for a, axis in zip(staged.closed.out_avals, whole["out_axes"])],
-              "in_dtypes": [np.dtype(v.aval.dtype).name for v in jaxpr.constvars + jaxpr.invars],
+              "in_dtypes": [np.dtype(v.aval.dtype).name for v in jaxpr.constvars + jaxpr.invars]
+                           + [RNG_STATE_DTYPE.name] * len(generators),
               "num_consts": len(consts)}
+    if generators:
+        fields["generators"] = [g.expression or g.name for g in generators]
     if replicas:
         fields["replicas"] = replicas
     return Target(name, module, record.fn.__qualname__, transform, text, consts, fields)

@@ -8,6 +8,14 @@ Entries are named by their module's dotted name and the export's stem. Arguments
 the entry's input dtypes and shapes exactly (see `argument`): a float64 array for a float32
 input is a TypeError, never a silent cast.
 
+A function that draws random numbers (an entry with `generators`, the names its code gives
+the NumPy generators it draws from) takes them as `generators=`: one NumPy `RandomState` or
+`Generator` per name, in order, each seeding that call's draws (advancing it, so calls
+differ and a seeded program is reproducible), or the seed itself, two uint64 words:
+
+    sample = manifest.load("build/manifest.json", "pkg.vae.grad_elbo")
+    grads = sample(*params, x, generators=[np.random.default_rng(0)])
+
 The executable is deserialized from the entry's `.exe` file through jaxlib (no compiler, no
 s2s, no jax). Serialized executables only load into the jaxlib version that wrote them: a
 mismatch is an error that says to recompile. Constants the function closes over come from
@@ -41,6 +49,7 @@ import numpy as np
 
 from s2s_runtime import quiet_logs, xla  # noqa: F401  (quiet_logs: before jaxlib loads)
 from s2s_runtime.array import Array
+from s2s_runtime.ops import generator_seed
 from s2s_runtime.replicated import ReplicatedExecutable, first_devices
 from jaxlib import xla_client
 
@@ -227,6 +236,29 @@ def _replicas(where: str, replicas, inputs: list, outputs) -> tuple[int, list, l
     return count, in_axes, out_axes
 
 
+def _seeds(name: str, expected: list, generators) -> list[np.ndarray]:
+    """The state of each generator `name`'s code draws from, for one call: a NumPy
+    generator is asked for a fresh seed, a seed (two uint64 words) is used as it is."""
+    if not expected:
+        if generators:
+            raise TypeError(f"{name} draws no random numbers: pass no generators=")
+        return []
+    if generators is None or len(generators) != len(expected):
+        raise TypeError(f"{name} draws random numbers: pass generators=[...], one NumPy RandomState or "
+                        f"Generator (or a seed of two uint64 words) for each of {expected}")
+    seeds = []
+    for label, given in zip(expected, generators):
+        if isinstance(given, (np.random.RandomState, np.random.Generator)):
+            seeds.append(generator_seed(given))
+        else:
+            seed = np.asarray(given)
+            if seed.shape != (2,) or seed.dtype != np.uint64:
+                raise TypeError(f"{name}: the seed for {label} must be a NumPy generator or two uint64 "
+                                f"words, got {seed.dtype}{list(seed.shape)}")
+            seeds.append(seed)
+    return seeds
+
+
 def load(manifest_path: str, name: str, device=None):
     """`name`'s compiled executable as `f(*flat_arrays) -> list[np.ndarray]`, on `device`
     (default: the first), or for an exported pmap (an entry with `replicas`) on the first
@@ -279,18 +311,21 @@ def load_from(manifest: dict, manifest_path: str, name: str, device=None):
         run = lambda *arrays: executable.run_split(list(arrays), [None] * num_consts + in_axes, out_axes)
         parameters_wanted = [(shape[:a] + shape[a + 1:] if a is not None else shape, dtype)
                              for (shape, dtype), a in zip(inputs, in_axes)]   # one replica's
-    declared = [(c.shape, c.dtype) for c in consts] + parameters_wanted
+    generators = _field(where, entry, "generators", list, "a list of generator names") if "generators" in entry else []
+    declared = [(c.shape, c.dtype) for c in consts] + parameters_wanted + [((2,), np.dtype(np.uint64))] * len(generators)
     parameters = executable.parameter_types()
     if parameters != declared or [d for _, d in declared] != in_dtypes:
         raise ManifestError(f"{where}: its constants, 'inputs' and 'in_dtypes' do not match the "
                             f"executable's parameters {parameters}; recompile with `s2s compile`")
 
-    def call(*args) -> list[np.ndarray]:
+    def call(*args, generators=None) -> list[np.ndarray]:
         if len(args) != len(inputs):
             raise TypeError(f"{name} takes {len(inputs)} arrays, got {len(args)}")
         return run(*consts, *[argument(name, i, value, shape, dtype)
-                              for i, (value, (shape, dtype)) in enumerate(zip(args, inputs))])
+                              for i, (value, (shape, dtype)) in enumerate(zip(args, inputs))],
+                   *_seeds(name, names_drawn_from, generators))
 
+    names_drawn_from = generators
     call.__name__ = name
     call.entry = entry
     call.executable = executable

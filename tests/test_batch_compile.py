@@ -539,3 +539,40 @@ def test_a_damaged_replicas_field_is_a_manifest_error(tmp_path):
         path.write_text(json.dumps(manifest_data))
         with pytest.raises(manifest.ManifestError, match="replicas"):
             manifest.load(str(path), "parallel.pmap_local_step")
+
+
+DRAWING = '''
+import numpy as np
+import s2s
+
+rng = np.random.default_rng(0)
+
+
+@s2s.export("f64[3]", transforms=("primal", "grad"))
+def noisy_loss(w):
+    eps = rng.standard_normal(3)
+    return np.sum((w + eps) ** 2)
+'''
+
+
+def test_an_exported_function_that_draws_takes_its_generators_as_documented_input(tmp_path):
+    (tmp_path / "drawing_module.py").write_text(DRAWING)
+    assert compile_paths([str(tmp_path / "drawing_module.py")], str(tmp_path / "build")) == 0
+    path = str(tmp_path / "build" / "manifest.json")
+    grad = manifest.load(path, "drawing_module.grad_noisy_loss")
+    assert grad.entry["generators"] == ["rng"]
+    w = np.array([0.5, -1.0, 2.0])
+    with pytest.raises(TypeError, match="generators="):
+        grad(w)
+    first = grad(w, generators=[np.random.default_rng(5)])
+    again = grad(w, generators=[np.random.default_rng(5)])
+    other = grad(w, generators=[np.random.default_rng(6)])
+    np.testing.assert_array_equal(first[0], again[0])          # reproducible from the generator's state
+    assert not np.array_equal(first[0], other[0])
+    seeded = grad(w, generators=[np.array([1, 2], np.uint64)])   # or the seed itself
+    np.testing.assert_array_equal(seeded[0], grad(w, generators=[np.array([1, 2], np.uint64)])[0])
+    # d/dw sum((w + eps)^2) = 2 (w + eps): the primal drawn from the same seed gives eps
+    value = manifest.load(path, "drawing_module.noisy_loss")
+    total = value(w, generators=[np.array([1, 2], np.uint64)])[0]
+    eps = seeded[0] / 2 - w
+    np.testing.assert_allclose(total, np.sum((w + eps) ** 2))
