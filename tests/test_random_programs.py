@@ -20,6 +20,7 @@ import numpy.random as npr
 import pytest
 
 import s2s
+from s2s.errors import StagingError
 from tests.fixtures import random_programs as programs
 
 autograd = pytest.importorskip("autograd")
@@ -335,7 +336,7 @@ def test_sgd_along_the_natural_gradient_reduces_the_objective():
 
 
 # ---------------------------------------------------------------------------------------
-# The dropout MLP under vmap and checkpoint.
+# The dropout MLP under vmap and checkpoint, and noise drawn in each step of a scan.
 
 DROPOUT_PARAMS = PROGRAMS["dropout MLP"].args[0]
 
@@ -375,3 +376,113 @@ def test_a_checkpointed_dropout_block_recomputes_with_the_same_mask(backend):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     another_mask = transform(checkpointed_dropout_loss)(DROPOUT_PARAMS, *MLP_DATA)   # drawn anew
     assert not np.array_equal(np.asarray(another_mask[0]), np.asarray(with_checkpoint[0]))
+
+
+rnn_rs = npr.RandomState(0)
+RNN_ARGS = (0.5 * npr.RandomState(10).randn(4, 4), np.zeros(4), npr.RandomState(11).randn(6, 4))
+
+
+def rnn_loss_by(loop):
+    """`programs.noisy_rnn`'s loss with its steps run by `loop(step, h, xs)`, which returns
+    the sum of the steps' losses."""
+    def loss(W, h, xs):
+        return loop(programs.noisy_rnn_step(W, 0.1, rnn_rs), h, xs)
+    return loss
+
+
+def while_loop(bounded: bool):
+    """The steps run by a `lax.while_loop` on a counter, told `max_iters` if `bounded`."""
+    def loop(step, h, xs):
+        def body(carry):
+            t, h, total = carry
+            h, step_loss = step(h, xs[t])
+            return t + 1, h, total + step_loss
+        bound = {"max_iters": xs.shape[0]} if bounded else {}
+        return s2s.lax.while_loop(lambda carry: carry[0] < xs.shape[0], body, (0, h, 0.0), **bound)[2]
+    return loop
+
+
+def checkpointed_python_loop(step, h, xs):
+    total = 0.0
+    for t in s2s.checkpointed(range(xs.shape[0]), 2):
+        h, step_loss = step(h, xs[t])
+        total = total + step_loss
+    return total
+
+
+NOISY_LOOPS = {
+    "lax.scan": rnn_loss_by(lambda step, h, xs: np.sum(s2s.lax.scan(step, h, xs)[1])),
+    "lax.scan unroll=2": rnn_loss_by(lambda step, h, xs: np.sum(s2s.lax.scan(step, h, xs, unroll=2)[1])),
+    "lax.scan checkpoints=2": rnn_loss_by(lambda step, h, xs: np.sum(s2s.lax.scan(step, h, xs, checkpoints=2)[1])),
+    "lax.scan checkpoints=sqrt": rnn_loss_by(
+        lambda step, h, xs: np.sum(s2s.lax.scan(step, h, xs, checkpoints="sqrt")[1])),
+    "lax.while_loop max_iters": rnn_loss_by(while_loop(bounded=True)),
+    "lax.while_loop": rnn_loss_by(while_loop(bounded=False)),
+    "s2s.checkpointed loop": rnn_loss_by(checkpointed_python_loop),
+    "python for loop": programs.noisy_rnn(0.1, rnn_rs),
+}
+BACKENDS = {
+    "numpy": lambda fn, args: fn,
+    "jit python": lambda fn, args: s2s.jit(fn, backend="python"),
+    "emitted module": lambda fn, args: with_generator(emitted(fn, *args), rnn_rs),
+}
+
+
+@pytest.mark.parametrize("loop, backend", [
+    (loop, backend) for loop in sorted(NOISY_LOOPS) for backend in sorted(BACKENDS)
+    if (loop, backend) != ("python for loop", "numpy")])   # (that one is plain NumPy)
+def test_a_loop_draws_anew_in_each_step_as_a_python_loop_does(loop, backend):
+    """The loss run by s2s (on NumPy values a staged loop runs eagerly) is the plain NumPy
+    loop's, drawn from the same state."""
+    ours = BACKENDS[backend](NOISY_LOOPS[loop], RNN_ARGS)
+    assert_same_draws_and_results(ours, programs.noisy_rnn(0.1, rnn_rs), rnn_rs, RNN_ARGS)
+
+
+HOISTED = ("reverse mode moves the draw out of the loop body as loop-invariant code (hoist_invariant in "
+           "s2s/primitives/loops/reverse.py moves every equation reading no per-step value, and random_draw "
+           "reads none): one draw serves every step")
+REDRAWN = ("the backward pass recomputes the steps from saved carries and draws again "
+           "(s2s/primitives/loops/checkpoints.py): other samples than the forward pass's, the generator advanced twice")
+GRADIENT_OF_LOOP_FAILS = {
+    "lax.scan": HOISTED, "lax.scan unroll=2": HOISTED, "lax.scan checkpoints=sqrt": HOISTED,
+    "python for loop": HOISTED, "lax.scan checkpoints=2": REDRAWN, "s2s.checkpointed loop": REDRAWN,
+    "lax.while_loop": REDRAWN.replace("from saved carries", "by running the loop again"),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("loop", [
+    pytest.param(name, marks=pytest.mark.xfail(name in GRADIENT_OF_LOOP_FAILS, strict=True, raises=AssertionError,
+                                               reason=GRADIENT_OF_LOOP_FAILS.get(name, "")))
+    for name in sorted(NOISY_LOOPS)])
+def test_the_gradient_of_a_loop_drawing_in_each_step_is_autograds(loop, backend):
+    ours = BACKENDS[backend](s2s.grad(NOISY_LOOPS[loop], argnums=(0, 1)), RNN_ARGS)
+    theirs = autograd.grad(autograd_programs.noisy_rnn(0.1, rnn_rs), argnum=(0, 1))
+    assert_same_draws_and_results(ours, theirs, rnn_rs, RNN_ARGS)
+
+
+# ---------------------------------------------------------------------------------------
+# Found while writing these programs: not built yet.
+
+
+@pytest.mark.xfail(strict=True, raises=StagingError,
+                   reason="emit_python and jit(backend='python') take a generator passed as an argument "
+                   "for a static value they must write as a literal (s2s/emit/signature.py, _static_check) "
+                   "and refuse it; the NumPy backend and XLA draw from it")
+def test_a_generator_passed_as_an_argument_is_a_parameter_of_the_emitted_module():
+    params, images = PROGRAMS["VAE"].args
+    rng = np.random.default_rng(0)
+
+    def objective(params, images, rng):
+        return -programs.vae_lower_bound(params, images, rng)
+    theirs = autograd.grad(lambda p, i, r: -autograd_programs.vae_lower_bound(p, i, r))
+    assert_same_draws_and_results(emitted(s2s.grad(objective), params, images, rng), theirs, rng, (params, images, rng))
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the emitted module's docstring says what it was "
+                   "specialized for but not that it takes the generator the code draws from (issue 41 asks it to)")
+def test_the_emitted_module_says_in_its_docstring_which_generator_it_takes():
+    program = PROGRAMS["black-box SVI"]
+    source = s2s.emit_python(s2s.grad(program.objective(programs, npr.RandomState(0))), *program.args)
+    docstring = source.split('"""')[1]
+    assert "random_state" in docstring
