@@ -31,6 +31,7 @@ import cmath
 import math
 import os
 import re
+import textwrap
 import types
 from dataclasses import dataclass, field
 from typing import Callable
@@ -75,6 +76,9 @@ class Signature:
     declaration: str | None = None   # the def's parameter list, defaults included (None: `params`)
     prologue: list[str] = field(default_factory=list)   # statements the body opens with (checks)
     kinds: dict = field(default_factory=dict)   # param -> its inspect.Parameter kind, if not positional
+    # id of a NumPy generator the caller passes -> the expression over the parameters that
+    # reads it (its draws are made from what the caller passes, as the source's are).
+    host_expressions: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -210,7 +214,14 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
     closed = inline_calls(closed)
     jaxpr = closed.jaxpr
     names = _Names(taken=[name] + signature.params)
-    hosts = {obj: names.fresh(obj.name, "rng") for obj in host_objects(jaxpr) if obj.expression is None}
+    hosts, taken_as_parameters = {}, {}   # generators read from parameters; the others' keyword-only names
+    for obj in host_objects(jaxpr):
+        if id(obj.value) in signature.host_expressions:
+            hosts[obj] = signature.host_expressions[id(obj.value)]
+        elif obj.expression is None:
+            hosts[obj] = taken_as_parameters[obj] = names.fresh(obj.name, "rng")
+    if taken_as_parameters:
+        header += "\n\n" + _generator_parameters_text(taken_as_parameters)
     module_names = _Names(taken=[name] + ["_consts"])
     exprs: dict[Var, Expr] = {}
     sidecar: dict[str, np.ndarray] = {}
@@ -255,11 +266,20 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
     if const_lines:
         lines += const_lines + [""]
     declaration = ", ".join(signature.params) if signature.declaration is None else signature.declaration
-    declaration = _with_keyword_only(declaration, signature.kinds, list(hosts.values()))
+    declaration = _with_keyword_only(declaration, signature.kinds, list(taken_as_parameters.values()))
     lines += ["", f"def {name}({declaration}):"]
     lines += [f"    {line}" for line in body.lines]
     source = "\n".join(lines) + "\n"
-    return EmittedModule(source, sidecar, {param: obj.value for obj, param in hosts.items()})
+    return EmittedModule(source, sidecar, {param: obj.value for obj, param in taken_as_parameters.items()})
+
+
+def _generator_parameters_text(parameters: dict) -> str:
+    """The docstring's word on the generators the function takes: the source draws from a
+    generator a module cannot name, so its caller passes it."""
+    described = [f"`{param}`, the np.random.{type(obj.value).__name__}" for obj, param in parameters.items()]
+    return textwrap.fill(f"It draws random numbers from {', and '.join(described)} the source draws from: "
+                         f"pass {'it' if len(described) == 1 else 'each'} by keyword (the same generator "
+                         "state draws the same numbers as the source).", width=88)
 
 
 def _with_keyword_only(declaration: str, kinds: dict, names: list[str]) -> str:

@@ -15,6 +15,8 @@ import inspect
 import os
 import re
 
+import numpy as np
+
 from s2s.emit.python import Signature, escaped
 from s2s.errors import StagingError
 from s2s.source_info import SourceInfo
@@ -98,6 +100,7 @@ def emitted_signature(staged) -> Signature:
     leaf_values = tree_leaves(staged.example_args)   # static leaves as their values
     declared = staged.signature.parameters
     params, input_exprs, hints, checks, declared_params = [], [], [], [], []
+    host_expressions: dict[int, str] = {}   # id of a generator passed in -> how the function reads it
     for param_index, name in enumerate(staged.param_names):
         leaf_indices = leaves_of[param_index]
         staged_indices = [i for i in leaf_indices if staged.staged_mask[i]]
@@ -108,8 +111,12 @@ def emitted_signature(staged) -> Signature:
             continue
         if not staged_indices:   # static: the parameter is checked against its value
             value = staged.example_args[param_index]
-            checks.append(_static_check(staged, name, value))
             params.append(name)
+            if _is_generator(value):   # drawn from where the code draws: the parameter itself
+                host_expressions[id(value)] = name
+                declared_params.append((name, _STAGED, kind))
+                continue
+            checks.append(_static_check(staged, name, value))
             declared_params.append((name, value, kind))
             continue
         exprs = [leaf_expression(name, paths[i][1:]) for i in staged_indices]
@@ -119,14 +126,24 @@ def emitted_signature(staged) -> Signature:
             name = f"{name}_leaves"
             exprs = [f"{name}[{k}]" for k in range(len(staged_indices))]
         else:
-            checks.extend(_static_check(staged, e, leaf_values[i]) for e, i in zip(static_exprs, static_indices))
+            for e, i in zip(static_exprs, static_indices):
+                if _is_generator(leaf_values[i]):
+                    host_expressions[id(leaf_values[i])] = e
+                else:
+                    checks.append(_static_check(staged, e, leaf_values[i]))
         params.append(name)
         declared_params.append((name, _STAGED, kind))
         input_exprs.extend(exprs)
         hints.extend(v.hint for v in staged.closed.jaxpr.invars[len(hints):len(hints) + len(exprs)])
     return Signature(params, input_exprs, hints, output_builder(staged.out_tree),
                      declaration=_declaration(declared_params), prologue=[line for c in checks for line in c],
-                     kinds={name: kind for name, _, kind in declared_params})
+                     kinds={name: kind for name, _, kind in declared_params}, host_expressions=host_expressions)
+
+
+def _is_generator(value) -> bool:
+    """A NumPy generator passed as an argument: the emitted function draws from the one its
+    caller passes, as the source does, so it is neither checked nor written as a value."""
+    return isinstance(value, (np.random.RandomState, np.random.Generator))
 
 
 _STAGED = object()   # marks a parameter that holds staged leaves (it has no default)
