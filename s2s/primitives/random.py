@@ -15,8 +15,10 @@ its static arguments, and the result's shape and dtype. It takes no operand.
   rather than drawing again (`primitives/remat.py`).
 - **Derivatives**: a sample is a constant (zero tangent); `mean + std * eps` differentiates
   in `mean` and `std` through the arithmetic the surface stages around the draw.
-- **Batching** draws one sample per example (the batch axis first, as a loop over the
-  examples would draw them, one after the other): the primitive reads the mapped axis.
+- **Batching** draws one sample per example (the batch axis first): the primitive reads
+  the mapped axis. A function that draws once gets the numbers a loop over the examples
+  draws; with several draws, each draw's samples for every example come together, so the
+  numbers differ from a loop's, each an independent sample all the same.
 - **XLA** draws from a state the lowered module takes as an input per generator
   (`RNG_STATE_TYPE`), which the caller seeds from that generator on each call:
   `stablehlo.rng_bit_generator` (THREE_FRY) makes the bits, turned into uniform [0, 1)
