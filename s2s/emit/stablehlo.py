@@ -64,6 +64,13 @@ def replicas_needed(jaxpr) -> int:
     return max(counts)
 
 
+# The state `stablehlo.rng_bit_generator` takes (THREE_FRY: a 64-bit key, then a 64-bit
+# counter of the words drawn), one input of a lowered module per generator its code draws
+# from, seeded on each call.
+RNG_STATE_DTYPE = np.dtype(np.uint64)
+RNG_STATE_AVAL = ShapedArray((2,), RNG_STATE_DTYPE)
+RNG_STATE_TYPE = "tensor<2xui64>"
+
 _ELEMENT = {"b": None, "f": "f", "i": "i", "u": "ui", "c": "complex"}
 
 
@@ -149,12 +156,12 @@ class LoweringContext:
         self._taken: set[str] = set()
         self._next: dict[str, int] = {}
         self.location = ""
-        # The generator state of each host object draws read (`core.HostObject`): an
-        # argument of @main (`RNG_STATE`), replaced by each draw's new state. Regions
-        # (loop bodies, branches) are lowered at depth > 0, where a state cannot be
-        # threaded through yet.
+        # The generator state of each host object draws read (`core.HostObject`), as the
+        # ops being lowered see it: an argument of @main (`RNG_STATE_TYPE`), or in a
+        # region the state it is given (a loop's carry, a state a branch captures); each
+        # draw replaces it with the state after it (`random_bits`). A region sees only the
+        # states it threads (`drawn_in`), so a draw never reuses numbers an outer op drew.
         self.host_states: dict = {}
-        self.region_depth = 0
 
     def fresh(self, hint: str | None = None) -> str:
         base = re.sub(r"\W", "_", hint) if hint else "v"
@@ -240,7 +247,8 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
         attribute = f" {{tf.aliasing_output = {alias} : i32}}" if alias is not None else ""
         params.append(f"{env[v]}: {tensor_type(v.aval)}{attribute}")
 
-    for obj in host_objects(jaxpr):   # (after the jaxpr's own inputs: `device_dtypes`)
+    drawn = host_objects(jaxpr)
+    for obj in drawn:   # (after the jaxpr's own inputs: `device_dtypes`)
         ctx.host_states[obj] = ctx.fresh(f"{obj.name}_state")
         params.append(f"{ctx.host_states[obj]}: {RNG_STATE_TYPE}")
     results = lower_jaxpr(ctx, jaxpr, [env[v] for v in jaxpr.invars], env)
@@ -287,42 +295,90 @@ def lower_jaxpr(ctx: LoweringContext, jaxpr, in_names: list[str], env: dict | No
     return [read(v) for v in jaxpr.outvars]
 
 
-def _region_lines(ctx: LoweringContext, build, out_types: list[str]) -> list[str]:
+def _region_lines(ctx: LoweringContext, build, out_types: list[str], states: dict | None = None) -> list[str]:
     """The lines of one region: the ops `build()` appends, then `stablehlo.return` of the
-    names it returns."""
+    names it returns. `states` ({generator: its state's name}): the generator states its
+    draws start from, the only ones it sees (`LoweringContext.host_states`); `build`
+    returns those it ends with among its names where the region passes them on."""
     outer, ctx.lines = ctx.lines, []
-    ctx.region_depth += 1
+    outer_states, ctx.host_states = ctx.host_states, dict(states or {})
     try:
         outs = build()
     finally:
-        ctx.region_depth -= 1
+        ctx.host_states = outer_states
     ctx.lines.append(f"stablehlo.return {', '.join(outs)} : {', '.join(out_types)}" if outs
                      else "stablehlo.return")
     lines, ctx.lines = ctx.lines, outer
     return ["  " + line for line in lines]
 
 
-def region(ctx: LoweringContext, jaxpr, in_names: list[str]) -> list[str]:
-    """The lines of one region: `jaxpr`'s ops on `in_names`, then `stablehlo.return`."""
-    return _region_lines(ctx, lambda: lower_jaxpr(ctx, jaxpr, in_names),
-                         [tensor_type(v.aval) for v in jaxpr.outvars])
+def region(ctx: LoweringContext, jaxpr, in_names: list[str], drawn: list = ()) -> list[str]:
+    """The lines of one region: `jaxpr`'s ops on `in_names`, then `stablehlo.return` of
+    its outputs and, after them, the states of the generators in `drawn` (`drawn_in`),
+    which it reads from the enclosing code as it stands now (one branch of a case)."""
+    states = {obj: ctx.host_states[obj] for obj in drawn}
+    return _region_lines(ctx, lambda: lower_jaxpr(ctx, jaxpr, in_names) + [ctx.host_states[obj] for obj in drawn],
+                         [tensor_type(v.aval) for v in jaxpr.outvars] + [RNG_STATE_TYPE] * len(drawn), states)
 
 
-def while_op(ctx: LoweringContext, init: list[str], avals, hints, condition, body) -> list[str]:
+def drawn_in(*jaxprs) -> list:
+    """The generators (`core.HostObject`) the equations of `jaxprs` draw from, those of
+    the jaxprs they run too, in the order of their first use: a region lowered from them
+    is given these generators' states and passes on the states it ends with, so each run
+    of it draws anew and the ops after it draw past its numbers."""
+    return list(dict.fromkeys(obj for jaxpr in jaxprs for obj in host_objects(jaxpr)))
+
+
+def while_op(ctx: LoweringContext, init: list[str], avals, hints, condition, body, drawn: list = ()) -> list[str]:
     """A `stablehlo.while` over carries `init` (of `avals`): `condition(carry_names)` and
     `body(carry_names)` append their region's ops and return the names they produce.
-    Returns the names of the loop's results."""
-    carry = [ctx.fresh(h or "carry") for h in hints]
-    types = [tensor_type(a) for a in avals]
-    test = _region_lines(ctx, lambda: condition(carry), ["tensor<i1>"])
-    step = _region_lines(ctx, lambda: body(carry), types)
+    Returns the names of the loop's results.
+
+    `drawn` (`drawn_in` of the condition and body): the generators they draw from, whose
+    states the loop carries after its own carries, so each step draws anew; the states
+    it ends with replace them in `ctx.host_states`. A condition's region cannot pass a
+    state on, so a condition that draws is lowered again at the start of each step and
+    after the loop, on the same state (drawing the same numbers), only to carry the state
+    past its draws."""
+    own = len(init)
+    carry = [ctx.fresh(h or "carry") for h in hints] + [ctx.fresh(f"{obj.name}_state") for obj in drawn]
+    carried = dict(zip(drawn, carry[own:]))
+    types = [tensor_type(a) for a in avals] + [RNG_STATE_TYPE] * len(drawn)
+    condition_draws = []
+
+    def test():
+        outs = condition(carry[:own])
+        condition_draws.append(ctx.host_states != carried)
+        return outs
+
+    def step():
+        if condition_draws[0]:
+            condition(carry[:own])
+        return body(carry[:own]) + [ctx.host_states[obj] for obj in drawn]
+    test_lines = _region_lines(ctx, test, ["tensor<i1>"], carried)
+    step_lines = _region_lines(ctx, step, types, carried)
     name = ctx.fresh("while")
-    count = len(init)
-    bindings = ", ".join(f"{c} = {i}" for c, i in zip(carry, init))
+    count = len(carry)
+    bindings = ", ".join(f"{c} = {i}" for c, i in zip(carry, [*init, *(ctx.host_states[obj] for obj in drawn)]))
     ctx.lines.append(f"{name}{f':{count}' if count > 1 else ''} = stablehlo.while({bindings}) : "
                      f"{', '.join(types)}")
-    ctx.lines += [" cond {", *test, " } do {", *step, f" }}{ctx.location}"]
-    return results_of(name, count)
+    ctx.lines += [" cond {", *test_lines, " } do {", *step_lines, f" }}{ctx.location}"]
+    results = results_of(name, count)
+    ctx.host_states.update(zip(drawn, results[own:]))
+    if condition_draws[0]:
+        condition(results[:own])
+    return results[:own]
+
+
+def random_bits(ctx: LoweringContext, source, shape: tuple, uint) -> str:
+    """`shape` random bits of the unsigned dtype `uint` drawn from `source`'s (a
+    `core.HostObject`) state, which the state after them replaces."""
+    state = ctx.host_states[source]
+    bits_type = tensor_type(ShapedArray(shape, uint))
+    name = ctx.op(f'"stablehlo.rng_bit_generator"({state}) {{rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>}}'
+                  f" : ({RNG_STATE_TYPE}) -> ({RNG_STATE_TYPE}, {bits_type})", "rng", results=2)
+    ctx.host_states[source] = f"{name}#0"
+    return f"{name}#1"
 
 
 def results_of(name: str, count: int) -> list[str]:
@@ -352,12 +408,6 @@ def device_dtypes(jaxpr) -> list[np.dtype]:
     each generator it draws from) are sent as."""
     return ([device_dtype(v.aval.dtype) for v in jaxpr.constvars + jaxpr.invars]
             + [RNG_STATE_DTYPE] * len(host_objects(jaxpr)))
-
-
-# The state `stablehlo.rng_bit_generator` takes (THREE_FRY: a 128-bit key and counter), one
-# input of a lowered module per generator its code draws from, seeded on each call.
-RNG_STATE_DTYPE = np.dtype(np.uint64)
-RNG_STATE_TYPE = "tensor<2xui64>"
 
 
 class Lowered:

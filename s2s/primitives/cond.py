@@ -138,7 +138,8 @@ register_statement(cond, _emit_cond)
 
 # ---------------------------------------------------------------------------------------
 # StableHLO: `stablehlo.case`; branches read outer values directly (regions may capture
-# them).
+# them). Branches that draw random numbers read the generators' states so too and return
+# the states they end with after their results (`_hlo.drawn_in`).
 
 
 def _result_types(avals) -> str:
@@ -156,16 +157,20 @@ def _lower_cond(ctx, eqn, index, *operands):
         index = ctx.op(f"stablehlo.convert {index} : ({_hlo.tensor_type(index_aval)}) -> tensor<i32>")
     low, high = ctx.constant(0, dtypes.int32), ctx.constant(len(branches) - 1, dtypes.int32)
     index = ctx.op(f"stablehlo.clamp {low}, {index}, {high} : tensor<i32>")
-    regions = [_hlo.region(ctx, b.jaxpr, list(operands)) for b in branches]
+    drawn = _hlo.drawn_in(*(b.jaxpr for b in branches))
+    regions = [_hlo.region(ctx, b.jaxpr, list(operands), drawn) for b in branches]
     name = ctx.fresh(eqn.outvars[0].hint if eqn.outvars else "case")
-    count = len(eqn.outvars)
+    avals = [v.aval for v in eqn.outvars] + [_hlo.RNG_STATE_AVAL] * len(drawn)
+    count = len(avals)
     ctx.lines.append(f"{name}{f':{count}' if count > 1 else ''} = \"stablehlo.case\"({index}) ({{")
     for k, lines in enumerate(regions):
         ctx.lines.extend(lines)
         ctx.lines.append("}, {" if k < len(regions) - 1 else
-                         f"}}) : ({_hlo.tensor_type(i32)}) -> {_result_types([v.aval for v in eqn.outvars])}"
+                         f"}}) : ({_hlo.tensor_type(i32)}) -> {_result_types(avals)}"
                          f"{ctx.location}")
-    return _hlo.results_of(name, count)
+    results = _hlo.results_of(name, count)
+    ctx.host_states.update(zip(drawn, results[len(eqn.outvars):]))
+    return results[:len(eqn.outvars)]
 
 
 _hlo.register(cond, _lower_cond)

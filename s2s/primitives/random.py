@@ -22,8 +22,11 @@ its static arguments, and the result's shape and dtype. It takes no operand.
 - **XLA** draws from a state the lowered module takes as an input per generator
   (`RNG_STATE_TYPE`), which the caller seeds from that generator on each call:
   `stablehlo.rng_bit_generator` (THREE_FRY) makes the bits, turned into uniform [0, 1)
-  floats by their top mantissa bits, normal ones by Box-Muller, integers by remainder. The
-  numbers differ from NumPy's stream; their distributions do not.
+  floats by their top mantissa bits, normal ones by Box-Muller, integers by remainder,
+  permutations by sorting the indices by random keys. The numbers differ from NumPy's
+  stream; their distributions do not. Loops and branches that draw pass the states
+  through (`emit/stablehlo.py`'s `drawn_in`: a loop carries them, so every step draws
+  anew).
 """
 from __future__ import annotations
 
@@ -109,16 +112,6 @@ _vmap.register(random_draw, _batch, reads_axis=True)
 # StableHLO lowering
 
 
-def _bits(ctx, source, shape: tuple, uint) -> str:
-    """`shape` random bits of the unsigned dtype `uint`, advancing `source`'s state."""
-    state = ctx.host_states[source]
-    bits_type = _hlo.tensor_type(ShapedArray(shape, uint))
-    name = ctx.op(f'"stablehlo.rng_bit_generator"({state}) {{rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>}}'
-                  f" : ({_hlo.RNG_STATE_TYPE}) -> ({_hlo.RNG_STATE_TYPE}, {bits_type})", "rng", results=2)
-    ctx.host_states[source] = f"{name}#0"
-    return f"{name}#1"
-
-
 def _uniform(ctx, source, shape: tuple, dtype) -> str:
     """Uniform floats in [0, 1): the top mantissa bits of random words under the exponent
     of 1.0 make a float in [1, 2), less 1."""
@@ -127,7 +120,7 @@ def _uniform(ctx, source, shape: tuple, dtype) -> str:
     one = 0x3FF0000000000000 if wide else 0x3F800000
     word = _hlo.tensor_type(ShapedArray(shape, uint))
     real = _hlo.tensor_type(ShapedArray(shape, dtype))
-    bits = _bits(ctx, source, shape, uint)
+    bits = _hlo.random_bits(ctx, source, shape, uint)
     shift = ctx.constant(uint.itemsize * 8 - mantissa, uint, shape)
     top = ctx.op(f"stablehlo.shift_right_logical {bits}, {shift} : {word}")
     with_exponent = ctx.op(f"stablehlo.or {top}, {ctx.constant(one, uint, shape)} : {word}")
@@ -152,19 +145,41 @@ def _integers(ctx, source, shape: tuple, dtype, low: int, high: int) -> str:
     range / 2**64), plus `low`."""
     uint = np.dtype(np.uint64)
     word = _hlo.tensor_type(ShapedArray(shape, uint))
-    bits = _bits(ctx, source, shape, uint)
+    bits = _hlo.random_bits(ctx, source, shape, uint)
     offset = ctx.op(f"stablehlo.remainder {bits}, {ctx.constant(high - low, uint, shape)} : {word}")
     out = _hlo.tensor_type(ShapedArray(shape, dtype))
     converted = ctx.op(f"stablehlo.convert {offset} : ({word}) -> {out}")
     return ctx.op(f"stablehlo.add {converted}, {ctx.constant(low, dtype, shape)} : {out}")
 
 
+def _permutations(ctx, source, shape: tuple, dtype) -> str:
+    """Permutations of range(n) along the last axis of `shape` (batch + (n,)): the
+    indices sorted by random 64-bit keys (an argsort; two keys alike, the one way a
+    permutation could be less than uniform, have a chance below n**2 / 2**65)."""
+    uint = np.dtype(np.uint64)
+    keys_type = _hlo.tensor_type(ShapedArray(shape, uint))
+    out = _hlo.tensor_type(ShapedArray(shape, dtype))
+    keys = _hlo.random_bits(ctx, source, shape, uint)
+    dimension = len(shape) - 1
+    indices = ctx.op(f"stablehlo.iota dim = {dimension} : {out}")
+    key, other, index, other_index = (ctx.fresh(h) for h in ("key", "other", "index", "other_index"))
+    element, less = _hlo.tensor_type(ShapedArray((), dtype)), ctx.fresh("less")
+    name = ctx.fresh("permutation")
+    ctx.lines += [
+        f'{name}:2 = "stablehlo.sort"({keys}, {indices}) <{{dimension = {dimension} : i64, is_stable = true}}> ({{',
+        f"^bb0({key}: tensor<ui64>, {other}: tensor<ui64>, {index}: {element}, {other_index}: {element}):",
+        f"  {less} = stablehlo.compare LT, {key}, {other}, UNSIGNED : (tensor<ui64>, tensor<ui64>) -> tensor<i1>",
+        f"  stablehlo.return {less} : tensor<i1>",
+        f"}}) : ({keys_type}, {out}) -> ({keys_type}, {out}){ctx.location}"]
+    return f"{name}#1"
+
+
 def _lower(ctx, eqn):
     p = eqn.params
-    if ctx.region_depth or p["source"] not in ctx.host_states:
+    if p["source"] not in ctx.host_states:   # (each op whose regions draw gives them the states: `_hlo.drawn_in`)
         raise UnsupportedFunctionError(
-            f"a draw from {p['source']!r} inside a staged loop or branch does not lower to XLA yet",
-            "jit it with backend='python' (it draws from NumPy's generator), or draw outside the loop")
+            f"a draw from {p['source']!r} sits in a region its generator's state is not passed into",
+            "jit it with backend='python', which draws from NumPy's generator")
     aval = eqn.outvars[0].aval
     if p["method"] in ("random_sample", "random"):
         return [_uniform(ctx, p["source"], aval.shape, aval.dtype)]
@@ -173,8 +188,7 @@ def _lower(ctx, eqn):
     if p["method"] in INTEGER_METHODS:
         low, high = p["args"]
         return [_integers(ctx, p["source"], aval.shape, aval.dtype, low, high)]
-    raise UnsupportedFunctionError(f"{p['source']!r}.{p['method']} does not lower to XLA yet",
-                                   "jit it with backend='python', which draws from NumPy's generator")
+    return [_permutations(ctx, p["source"], aval.shape, aval.dtype)]
 
 
 _hlo.register(random_draw, _lower)

@@ -1,7 +1,9 @@
 """StableHLO lowering of `while_loop` and `scan`: `stablehlo.while`; bodies read outer
 values directly (regions may capture them), and a scan is a while loop over a counter that
 slices the xs and writes the ys with dynamic (update) slices. A scan with `unroll` > 1 is
-lowered as its unrolled equivalent (`unrolling.py`)."""
+lowered as its unrolled equivalent (`unrolling.py`). A loop whose condition or body draws
+random numbers carries the generators' states too (`_hlo.drawn_in`), so each step draws
+anew."""
 from __future__ import annotations
 
 from s2s import dtypes
@@ -24,8 +26,9 @@ def _lower_while(ctx, eqn, *operands):
 
     def step(carry):
         return _hlo.lower_jaxpr(ctx, p["body_jaxpr"].jaxpr, body_consts + carry)
+    drawn = _hlo.drawn_in(p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr)
     if p["max_iters"] is None:
-        return _hlo.while_op(ctx, init, avals, hints, condition, step)
+        return _hlo.while_op(ctx, init, avals, hints, condition, step, drawn)
     # A bounded loop also carries its step count: it runs while `i < max_iters and cond`
     # (counting in 64 bits when the bound needs them: `for _ in range(10**10): ... break`).
     count = dtypes.int32 if p["max_iters"] < 2 ** 31 else dtypes.int64
@@ -43,7 +46,7 @@ def _lower_while(ctx, eqn, *operands):
         following = ctx.op(f"stablehlo.add {carry[0]}, {ctx.constant(1, count)} : {counter_type}")
         return [following] + step(carry[1:])
     return _hlo.while_op(ctx, [ctx.constant(0, count)] + init, [counter] + avals, ["step"] + hints,
-                         bounded_condition, counted_step)[1:]
+                         bounded_condition, counted_step, drawn)[1:]
 
 
 def _lower_scan(ctx, eqn, *operands):
@@ -97,7 +100,8 @@ def _lower_scan(ctx, eqn, *operands):
 
     hints = ["i"] + [v.hint for v in body.invars[n_consts:n_consts + n_carry]] + [v.hint or "ys" for v in eqn.outvars[n_carry:]]
     results = _hlo.while_op(ctx, [start] + list(init) + ys_init,
-                        [ShapedArray((), i32)] + carry_avals + ys_avals, hints, condition, step)
+                        [ShapedArray((), i32)] + carry_avals + ys_avals, hints, condition, step,
+                        _hlo.drawn_in(body))
     return results[1:]
 
 
