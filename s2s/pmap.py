@@ -33,14 +33,17 @@ holding pmaps (a jitted function calling one, a pmap whose body calls one) runs 
 multiply to. `donate_argnums`, as jit's: a donated argument's memory may hold the
 results (XLA aliases each donated input with a result of its type), and a donated
 s2s.Array cannot be used again. `s2s.emit_python` of a pmapped function writes its
-`reference()`, the same computation as one vmapped function on NumPy.
+`reference()`, the same computation as one vmapped function on NumPy. A body that draws
+random numbers (`np.random`, a generator it reads) is given one fresh seed per generator
+on each call, the same on every device, and each device folds its index into it
+(`stablehlo.states_per_replica`): the devices draw independent samples.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from s2s import dtypes
-from s2s.core import ClosedJaxpr
+from s2s.core import ClosedJaxpr, host_objects
 from s2s.donation import donated_leaves, refuse_donating_twice
 from s2s.emit.stablehlo import Lowered, device_dtype, device_dtypes, donation_aliases, lower, replicas_needed
 from s2s.errors import StagingError, api_boundary
@@ -54,6 +57,7 @@ from s2s.vmapped import MappedCall, axis_spec_tree, axes_per_leaf, hashable_axes
 from s2s_runtime.distributed import process_count, replica_count, replica_devices, several_processes
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.array import Array
+from s2s_runtime.ops import generator_seed
 from s2s_runtime.xla import devices as all_devices
 
 __all__ = ["pmap"]
@@ -241,7 +245,7 @@ class Pmapped(TransformedFunction):
                 continue
             array = np.asarray(value, dtype)
             shards.append(device_shards(array, d, size))
-        results = executable.execute(shards)
+        results = executable.execute(shards + _seeds_for_replicas(jaxpr, size))
         outs = []
         for per_device, v, axis in zip(results, jaxpr.outvars, out_axes):
             if v.aval.dtype == dtypes.float0:
@@ -305,10 +309,18 @@ class ReplicatedProgram:
         jaxpr = self.closed.jaxpr
         inputs = [*self.closed.consts, *flat]
         results = self.executable.execute([[np.asarray(x, device_dtype(v.aval.dtype))] * replicas
-                                           for x, v in zip(inputs, jaxpr.constvars + jaxpr.invars)])
+                                           for x, v in zip(inputs, jaxpr.constvars + jaxpr.invars)]
+                                          + _seeds_for_replicas(jaxpr, replicas))
         return [np.zeros(v.aval.shape, dtypes.float0) if v.aval.dtype == dtypes.float0 else
                 Array(per_replica[0], tuple(v.aval.shape), np.dtype(v.aval.dtype), self.executable.devices[0])
                 for per_replica, v in zip(results, jaxpr.outvars)]
+
+
+def _seeds_for_replicas(jaxpr, replicas: int) -> list[list[np.ndarray]]:
+    """The inputs after the arguments of a module `jaxpr` lowers to: per generator its code
+    draws from, a fresh seed from it (advancing it, as jit's calls do), the same for every
+    replica (the module makes each device's numbers its own: `states_per_replica`)."""
+    return [[generator_seed(obj.value)] * replicas for obj in host_objects(jaxpr)]
 
 
 def _with_axis(shape: tuple, axis: int, size: int) -> tuple:

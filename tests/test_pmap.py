@@ -872,3 +872,93 @@ def test_jit_and_vmap_of_pmap_equal_the_reference_for_any_axes(x_axis, w_axis, o
     ours, expected = s2s.jit(pmapped)(x, w), reference(x, w)
     for key in ("scaled", "total"):
         np.testing.assert_allclose(ours[key], expected[key], rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# Random draws: every device draws its own numbers from the seeds it is given on each call
+# (the same for every device), the replica's index folded into the generator's state.
+
+noise = np.random.RandomState(0)
+
+
+def _independent(a, b) -> bool:
+    """Two samples of one length look uncorrelated: |r| within 5 standard errors."""
+    return abs(np.corrcoef(np.ravel(a), np.ravel(b))[0, 1]) < 5 / np.sqrt(np.size(a))
+
+
+def noisy(v):
+    return v + noise.standard_normal(v.shape)
+
+
+def noisy_and_summed(v):
+    eps = noise.standard_normal(v.shape)
+    return eps, lax.psum(eps, "i")
+
+
+def test_a_pmap_that_draws_takes_the_seeds_and_folds_in_the_replica():
+    text = pmap(noisy, "i").lower(X).as_text()
+    assert "func.func public @main(%v: tensor<5x3xf64>, %random_state_state: tensor<2xui64>)" in text
+    assert "stablehlo.replica_id" in text and "stablehlo.xor" in text
+    inside_jit = s2s.jit(lambda x: (pmap(noisy, "i")(x), noise.standard_normal(3))).lower(X).as_text()
+    assert "%random_state_state: tensor<2xui64>" in inside_jit and "stablehlo.xor" in inside_jit
+    assert "stablehlo.xor" not in pmap(total, "i").lower(X).as_text()
+
+
+def _check_devices_draw_apart(per_device):
+    """Rows (one per device) pairwise independent, and all standard normal (KS at 0.1%)."""
+    from scipy import stats
+    rows = np.asarray(per_device).reshape(N, -1)
+    assert len({row.tobytes() for row in rows}) == N
+    assert all(_independent(a, b) for a, b in zip(rows[:-1], rows[1:]))
+    assert stats.kstest(rows.ravel(), "norm").pvalue > 1e-3
+
+
+@on_devices
+def test_each_device_draws_its_own_samples_on_every_call():
+    global noise
+    zeros = np.zeros((N, 2000))
+    noise = np.random.RandomState(5)
+    first, second = np.asarray(pmap(noisy, "i")(zeros)), np.asarray(pmap(noisy, "i")(zeros))
+    _check_devices_draw_apart(first)
+    assert not np.array_equal(first, second)   # a fresh seed on every call
+    noise = np.random.RandomState(5)
+    np.testing.assert_array_equal(np.asarray(pmap(noisy, "i")(zeros)), first)   # reproducible from the generator
+
+
+@on_devices
+def test_a_pmap_that_draws_and_psums_is_right_in_distribution():
+    """The psum of the devices' draws is their sum on every device (the draws each device
+    returns are the ones it summed), and a sum of 8 independent standard normals: N(0, 8)."""
+    from scipy import stats
+    eps, summed = (np.asarray(v) for v in pmap(noisy_and_summed, "i")(np.zeros((N, 4000))))
+    _check_devices_draw_apart(eps)
+    np.testing.assert_allclose(summed, np.broadcast_to(eps.sum(0), summed.shape), rtol=1e-12, atol=1e-12)
+    assert stats.kstest(summed[0] / np.sqrt(N), "norm").pvalue > 1e-3
+
+
+@on_devices
+def test_pmaps_inside_jit_and_nested_draw_apart_and_apart_from_the_code_around_them():
+    """Inside jit, the code around the pmaps draws the same numbers on every replica: a
+    draw after a pmap that draws, split over the devices by a second pmap, comes back whole."""
+    def around(x):
+        inside = pmap(noisy, "i")(x)
+        outside = noise.standard_normal(x.shape)
+        return inside, outside, pmap(lambda v: v * 1.0, "i")(outside), pmap(noisy, "i")(x)
+    first, outside, shared, later = (np.asarray(v) for v in s2s.jit(around)(np.zeros((N, 2000))))
+    np.testing.assert_array_equal(shared, outside)
+    _check_devices_draw_apart(first)
+    _check_devices_draw_apart(later)
+    assert all(_independent(a, b) for a, b in zip(first, outside))
+    assert all(_independent(a, b) for a, b in zip(first, later))
+    nested = np.asarray(pmap(pmap(noisy, "j"), "i")(np.zeros((2, 4, 2000))))
+    _check_devices_draw_apart(nested.reshape(N, -1))
+
+
+@on_devices
+def test_a_scan_that_draws_inside_a_pmap():
+    def steps(v):
+        return lax.scan(lambda c, _: (c, noise.standard_normal(v.shape)), 0.0, None, length=3)[1]
+    draws = np.asarray(pmap(steps, "i")(np.zeros((N, 1000))))   # (device, step, sample)
+    _check_devices_draw_apart(draws)
+    rows = draws.reshape(N * 3, -1)
+    assert len({row.tobytes() for row in rows}) == N * 3

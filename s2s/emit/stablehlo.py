@@ -251,6 +251,8 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
     for obj in drawn:   # (after the jaxpr's own inputs: `device_dtypes`)
         ctx.host_states[obj] = ctx.fresh(f"{obj.name}_state")
         params.append(f"{ctx.host_states[obj]}: {RNG_STATE_TYPE}")
+    if replica_axes and drawn:   # every device of a pmap is given the same seeds: it draws its own numbers
+        states_per_replica(ctx, drawn, ctx.op("stablehlo.replica_id : tensor<ui32>", "replica"), "tensor<ui32>")
     results = lower_jaxpr(ctx, jaxpr, [env[v] for v in jaxpr.invars], env)
     out_types = [tensor_type(v.aval) for v in jaxpr.outvars]
     body = "\n".join(f"    {line}" for line in ctx.lines)
@@ -379,6 +381,27 @@ def random_bits(ctx: LoweringContext, source, shape: tuple, uint) -> str:
                   f" : ({RNG_STATE_TYPE}) -> ({RNG_STATE_TYPE}, {bits_type})", "rng", results=2)
     ctx.host_states[source] = f"{name}#0"
     return f"{name}#1"
+
+
+def states_per_replica(ctx: LoweringContext, drawn: list, index: str, index_type: str) -> dict:
+    """Gives each generator in `drawn` a state of its own on each replica, so that every
+    replica (a pmap's device) draws its own numbers from the seeds they all get: a new
+    THREE_FRY key and counter drawn from its state, the key (the state's first word; the
+    second counts the words drawn) xor this replica's `index` (a scalar of `index_type`).
+    Returns the states the code around the replicas continues from, past that draw: the
+    same on every replica, and apart from what the replicas draw."""
+    if not drawn:
+        return {}
+    wide = ctx.op(f"stablehlo.convert {index} : ({index_type}) -> tensor<ui64>")
+    lane = ctx.op(f"stablehlo.reshape {wide} : (tensor<ui64>) -> tensor<1xui64>")
+    in_key = ctx.op(f"stablehlo.concatenate {lane}, {ctx.constant(0, RNG_STATE_DTYPE, (1,))}, dim = 0 : "
+                    f"(tensor<1xui64>, tensor<1xui64>) -> {RNG_STATE_TYPE}")
+    continuing = {}
+    for obj in drawn:
+        fresh = random_bits(ctx, obj, RNG_STATE_AVAL.shape, RNG_STATE_DTYPE)
+        continuing[obj] = ctx.host_states[obj]
+        ctx.host_states[obj] = ctx.op(f"stablehlo.xor {fresh}, {in_key} : {RNG_STATE_TYPE}", f"{obj.name}_state")
+    return continuing
 
 
 def results_of(name: str, count: int) -> list[str]:

@@ -273,7 +273,10 @@ def _lower_pmap(ctx, eqn, *operands):
         index = axis_index_in_replicas(ctx, axes, "device")
         shares = [x if a is None else _share(ctx, x, v.aval, a, index, body_v.hint)
                   for x, v, a, body_v in zip(operands, eqn.invars, params["in_axes"], params["jaxpr"].jaxpr.invars)]
+        # Each device draws its own numbers; the code after the pmap, the same on every replica.
+        continuing = _hlo.states_per_replica(ctx, _hlo.drawn_in(params["jaxpr"].jaxpr), index, "tensor<i32>")
         outs = _hlo.lower_jaxpr(ctx, params["jaxpr"].jaxpr, shares)
+        ctx.host_states.update(continuing)
         return [x if o is None else gather_across_replicas(ctx, x, v.aval, axes, o, hint=out.hint)
                 for x, v, o, out in zip(outs, params["jaxpr"].jaxpr.outvars, params["out_axes"], eqn.outvars)]
     finally:

@@ -26,7 +26,7 @@ its static arguments, and the result's shape and dtype. It takes no operand.
   permutations by sorting the indices by random keys. The numbers differ from NumPy's
   stream; their distributions do not. Loops and branches that draw pass the states
   through (`emit/stablehlo.py`'s `drawn_in`: a loop carries them, so every step draws
-  anew).
+  anew), and a pmap's devices each draw their own numbers (`states_per_replica`).
 """
 from __future__ import annotations
 
