@@ -297,6 +297,7 @@ def load_from(manifest: dict, manifest_path: str, name: str, device=None):
                                 f"no constants file ('consts'); recompile with `s2s compile`")
         consts = _consts(where, contents["consts"], num_consts)
     replicas = entry.get("replicas")
+    generators = _field(where, entry, "generators", list, "a list of generator names") if "generators" in entry else []
     if replicas is None:
         executable = _load(where, files, lambda: xla.Executable.from_serialized(data, in_dtypes, device))
         run = executable
@@ -308,10 +309,11 @@ def load_from(manifest: dict, manifest_path: str, name: str, device=None):
         except RuntimeError as e:
             raise ManifestError(f"{where}: {e}") from None
         executable = _load(where, files, lambda: ReplicatedExecutable.from_serialized(data, in_dtypes, chosen))
-        run = lambda *arrays: executable.run_split(list(arrays), [None] * num_consts + in_axes, out_axes)
+        # (each replica is given the whole seed: the module folds in its replica index)
+        run = lambda *arrays: executable.run_split(list(arrays), [None] * num_consts + in_axes + [None] * len(generators),
+                                                   out_axes)
         parameters_wanted = [(shape[:a] + shape[a + 1:] if a is not None else shape, dtype)
                              for (shape, dtype), a in zip(inputs, in_axes)]   # one replica's
-    generators = _field(where, entry, "generators", list, "a list of generator names") if "generators" in entry else []
     declared = [(c.shape, c.dtype) for c in consts] + parameters_wanted + [((2,), np.dtype(np.uint64))] * len(generators)
     parameters = executable.parameter_types()
     if parameters != declared or [d for _, d in declared] != in_dtypes:
