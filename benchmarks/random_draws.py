@@ -158,14 +158,15 @@ def projected(gradient, direction) -> float:
     return sum(float(np.vdot(np.asarray(g), d)) for g, d in zip(s2s.tree_leaves(gradient), s2s.tree_leaves(direction)))
 
 
-def assert_same_mean(ours: list, theirs: list, what: str, standard_errors: float = 4.5):
+def assert_same_mean(ours: list, theirs: list, what: str, standard_errors: float = 4.5) -> str:
     """A two-sample z-test: the means of two independent samples differ by at most
-    `standard_errors` standard errors of their difference."""
+    `standard_errors` standard errors of their difference. Returns what it found, to print."""
     error = np.sqrt(np.var(ours, ddof=1) / len(ours) + np.var(theirs, ddof=1) / len(theirs))
     difference = np.mean(ours) - np.mean(theirs)
-    assert abs(difference) <= standard_errors * error, \
-        f"{what}: s2s's mean {np.mean(ours):.6g} and jax's {np.mean(theirs):.6g} differ by {difference:.3g}, " \
-        f"more than {standard_errors} standard errors ({error:.3g})"
+    found = (f"{what} over {len(ours)} steps: s2s's mean {np.mean(ours):.6g}, jax's {np.mean(theirs):.6g}, "
+             f"{abs(difference) / error:.2f} standard errors ({error:.3g}) apart")
+    assert abs(difference) <= standard_errors * error, f"{found}: more than {standard_errors}"
+    return found
 
 
 def assert_trees_equal(ours, theirs, rtol: float):
@@ -211,9 +212,9 @@ def check_jit_step_statistically(step, params, x, jax, jax_model, steps: int):
     theirs_value_and_grad = with_new_keys(jax, jax.jit(jax.value_and_grad(jax_model["vae_loss_jax"])), seed=1)
     ours = [value_and_grad(params, x) for _ in range(steps)]
     theirs = [theirs_value_and_grad(params, x) for _ in range(steps)]
-    assert_same_mean([float(loss) for loss, _ in ours], [float(loss) for loss, _ in theirs], "the loss")
-    assert_same_mean([projected(g, direction) for _, g in ours], [projected(g, direction) for _, g in theirs],
-                     "the gradient projected on a random direction")
+    print(assert_same_mean([float(loss) for loss, _ in ours], [float(loss) for loss, _ in theirs], "loss"))
+    print(assert_same_mean([projected(g, direction) for _, g in ours], [projected(g, direction) for _, g in theirs],
+                           "gradient . random direction"))
 
 
 def run(tiny: bool):
