@@ -60,7 +60,7 @@ from s2s_runtime import generator_seed
 _xla = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "xla.py"))
 fresh, as_numpy, disk_cache_off = _xla["fresh"], _xla["as_numpy"], _xla["disk_cache_off"]
 medians_per_call, seconds_to_first_result = _xla["medians_per_call"], _xla["seconds_to_first_result"]
-interleaved_medians, command_line, _fmt = _xla["interleaved_medians"], _xla["command_line"], _xla["_fmt"]
+command_line, _fmt = _xla["command_line"], _xla["_fmt"]
 
 # The generator the loss draws from, read as a global (the form autograd's examples take).
 rs = np.random.RandomState(0)
