@@ -79,11 +79,14 @@ def save_from_both_policies(first, second) -> Policy:
                    f"save_from_both_policies({first!r}, {second!r})")
 
 
+# JAX's names, its older aliases included (`checkpoint_dots`, `save_any_names_but_these`), so
+# code written for jax.checkpoint_policies runs as written.
 checkpoint_policies = types.SimpleNamespace(
     everything_saveable=everything_saveable, nothing_saveable=nothing_saveable, dots_saveable=dots_saveable,
-    dots_with_no_batch_dims_saveable=dots_with_no_batch_dims_saveable, save_only_these_names=save_only_these_names,
+    checkpoint_dots=dots_saveable, dots_with_no_batch_dims_saveable=dots_with_no_batch_dims_saveable,
+    checkpoint_dots_with_no_batch_dims=dots_with_no_batch_dims_saveable, save_only_these_names=save_only_these_names,
     save_anything_except_these_names=save_anything_except_these_names,
-    save_from_both_policies=save_from_both_policies)
+    save_any_names_but_these=save_anything_except_these_names, save_from_both_policies=save_from_both_policies)
 
 
 def _check_policy(policy) -> None:
@@ -108,7 +111,8 @@ class Checkpointed(TransformedFunction):
     def __call__(self, *args, **kwargs):
         if current_builder() is None and not any(isinstance(l, Tracer) for l in tree_leaves((args, kwargs))):
             return self.fn(*args, **kwargs)
-        static = self._static_positions(len(args))
+        # Python ints and bools are static, as grad, jit and vmap take them (`range(degree + 1)`).
+        static = self._static_positions(len(args)) | {i for i, a in enumerate(args) if type(a) in (int, bool)}
         dynamic = [i for i in range(len(args)) if i not in static]
 
         def body(*dynamic_args):

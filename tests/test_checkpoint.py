@@ -409,3 +409,29 @@ def test_checkpoint_name_needs_a_string():
         return s2s.checkpoint_name(x, 3).sum()
     with pytest.raises(s2s.StagingError, match="checkpoint_name needs a string name"):
         s2s.grad(loss)(np.ones(3, np.float32))
+
+
+def test_python_ints_and_bools_are_static_as_grad_takes_them():
+    """`checkpoint(poly)(w, x, 3)`: the degree is a Python int, read by `range`, as it is
+    under grad, jit and vmap (it was staged, and `range` of it a ConcretizationError)."""
+    def poly(w, x, degree, odd_only):
+        return sum(w[k] * x ** k for k in range(degree + 1) if not odd_only or k % 2)
+
+    def loss(w, x):
+        return np.sum(s2s.checkpoint(poly)(w, x, 3, False))
+    w, x = np.array([0.5, -1.0, 2.0, 0.25]), np.linspace(-1.0, 1.0, 5)
+    expected = np.stack([np.sum(x ** k) for k in range(4)])
+    np.testing.assert_allclose(s2s.grad(loss)(w, x), expected)
+    np.testing.assert_allclose(np.asarray(s2s.jit(s2s.grad(loss))(w, x)), expected)
+
+
+def test_the_policies_have_jaxs_names_and_aliases():
+    import jax
+    policies = s2s.checkpoint_policies
+    for name in ("everything_saveable", "nothing_saveable", "dots_saveable", "checkpoint_dots",
+                 "dots_with_no_batch_dims_saveable", "checkpoint_dots_with_no_batch_dims",
+                 "save_only_these_names", "save_anything_except_these_names", "save_any_names_but_these",
+                 "save_from_both_policies"):
+        assert hasattr(jax.checkpoint_policies, name) and hasattr(policies, name), name
+    assert policies.checkpoint_dots is policies.dots_saveable
+    assert policies.save_any_names_but_these is policies.save_anything_except_these_names
