@@ -509,12 +509,11 @@ def _jacfwd_blocks(closed: ClosedJaxpr, diff: list[bool], args: list, in_avals, 
             for col, out_aval in zip(columns, out_avals)]
 
 
-def _check_jacobian_dtypes(staged: Staged, in_avals, holomorphic: bool, mode: str):
+def _check_jacobian_dtypes(staged: Staged, in_avals, out_avals, holomorphic: bool, mode: str):
     """JAX's rules: jacfwd needs real inputs and jacrev real outputs (each column of
     jacfwd is a jvp, each row of jacrev a vjp, which are one complex number per element
     only for a holomorphic function), unless holomorphic=True promises complex inputs and
     outputs of a holomorphic function."""
-    out_avals = staged.closed.out_avals
     for a in out_avals:
         if not dtypes.is_inexact(a.dtype):
             raise StagingError(f"{mode} needs floating-point outputs, got {a.str_short()}",
@@ -539,51 +538,66 @@ def _check_jacobian_dtypes(staged: Staged, in_avals, holomorphic: bool, mode: st
             f"or s2s.vjp")
 
 
-def _jac_derive(argnums, mode: str, holomorphic: bool):
+def _jac_derive(argnums, mode: str, holomorphic: bool, has_aux: bool):
     def derive(staged: Staged, call: BoundCall) -> Derived:
         argnums_t, diff = _diff_leaves(staged, call, argnums, False, mode)
         if holomorphic:
             _check_holomorphic_inputs(staged, call, argnums_t, diff, mode)
-        closed = staged.closed
-        n_out = len(closed.jaxpr.outvars)
-        in_avals = [a for a, d in zip(closed.in_avals, diff) if d]
-        out_avals = closed.out_avals
-        _check_jacobian_dtypes(staged, in_avals, holomorphic, mode)
+        n_out = len(staged.closed.jaxpr.outvars)
+        out_tree = staged.out_tree
+        if has_aux:   # (out, aux): the Jacobian of `out`, and `aux` as it is, as JAX's
+            if not (out_tree.node_type in (tuple, list) and len(out_tree.children) == 2):
+                raise StagingError(f"{mode}(has_aux=True) needs the function to return a pair (output, aux)",
+                                   "return `value, aux`")
+            out_tree = out_tree.children[0]
+        n_primary = out_tree.num_leaves
+        primary = _select_outputs(staged.closed, [i < n_primary for i in range(n_out)])
+        in_avals = [a for a, d in zip(staged.closed.in_avals, diff) if d]
+        out_avals = primary.out_avals
+        _check_jacobian_dtypes(staged, in_avals, out_avals, holomorphic, mode)
         blocks_of = _jacrev_blocks if mode == "jacrev" else _jacfwd_blocks
         with JaxprBuilder() as builder:
-            args = [builder.new_arg(v.aval, v.hint) for v in closed.jaxpr.invars]
-            blocks = blocks_of(closed, diff, args, in_avals, out_avals)
-            result = builder.build([b for row in blocks for b in row])
+            args = [builder.new_arg(v.aval, v.hint) for v in staged.closed.jaxpr.invars]
+            blocks = blocks_of(primary, diff, args, in_avals, out_avals)
+            aux = inline_jaxpr(staged.closed, args)[n_primary:] if has_aux else []
+            result = builder.build([b for row in blocks for b in row] + list(aux))
         fused = tidy(result)
         n_in = len(in_avals)
         arg_cotangents = _ArgCotangents.of(staged, call, argnums_t, diff)
 
         def assemble(staged, flat):
             per_out = []
-            for o in range(n_out):
+            for o in range(n_primary):
                 trees = arg_cotangents(flat[o * n_in:(o + 1) * n_in])
                 per_out.append(trees[0] if isinstance(argnums, int) else tuple(trees))
-            return staged.out_tree.unflatten(per_out)
+            jacobian = out_tree.unflatten(per_out)
+            if has_aux:
+                return jacobian, staged.out_tree.children[1].unflatten(flat[n_primary * n_in:])
+            return jacobian
         return Derived(fused, assemble)
     return derive
 
 
 @api_boundary
-def jacrev(fn, argnums=0, holomorphic: bool = False):
+def jacrev(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
     """The Jacobian by reverse mode: one backward pass, batched over the output elements.
-    Real outputs, as jax.jacrev, unless `holomorphic=True` (then df/dz of complex z)."""
-    return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev", holomorphic),
-                       (normalize_argnums(argnums), holomorphic))
+    Real outputs, as jax.jacrev, unless `holomorphic=True` (then df/dz of complex z). With
+    `has_aux`, fn returns `(out, aux)` and the result is `(jacobian of out, aux)`."""
+    return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev", holomorphic, has_aux),
+                       (normalize_argnums(argnums), holomorphic, has_aux))
 
 
 @api_boundary
-def jacfwd(fn, argnums=0, holomorphic: bool = False):
+def jacfwd(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
     """The Jacobian by forward mode: one tangent pass, batched over the input elements.
-    Real inputs, as jax.jacfwd, unless `holomorphic=True` (then df/dz of complex z)."""
-    return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd", holomorphic),
-                       (normalize_argnums(argnums), holomorphic))
+    Real inputs, as jax.jacfwd, unless `holomorphic=True` (then df/dz of complex z). With
+    `has_aux`, fn returns `(out, aux)` and the result is `(jacobian of out, aux)`."""
+    return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd", holomorphic, has_aux),
+                       (normalize_argnums(argnums), holomorphic, has_aux))
 
 
-def hessian(fn, argnums=0, holomorphic: bool = False):
-    """The Hessian: forward over reverse, `jacfwd(jacrev(fn))`."""
-    return jacfwd(jacrev(fn, argnums, holomorphic), argnums, holomorphic)
+def hessian(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
+    """The Hessian: forward over reverse, `jacfwd(jacrev(fn))`; with `has_aux`, fn returns
+    `(out, aux)` and the result is `(hessian of out, aux)`, as jax.hessian's."""
+    return jacfwd(jacrev(fn, argnums, has_aux=has_aux, holomorphic=holomorphic), argnums, has_aux=has_aux,
+                  holomorphic=holomorphic)

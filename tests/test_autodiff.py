@@ -627,3 +627,39 @@ def test_a_dead_loop_that_reverse_mode_refuses_does_not_stop_grad():
     # is dropped before partial evaluation's rule for loops sees it.
     x = np.array([0.5, 1.0])
     np.testing.assert_allclose(s2s.grad(_reads_x_after_a_dead_long_loop)(x), np.cos(x), rtol=1e-12)
+
+
+def _with_aux(x, y):
+    out = np.sin(x) * y
+    return out, {"norm": np.sum(out ** 2), "count": 3}
+
+
+@pytest.mark.parametrize("name", ["jacrev", "jacfwd", "hessian"])
+def test_jacobians_and_the_hessian_take_has_aux_as_jax_does(name):
+    import jax
+    import jax.numpy as jnp
+    x, y = np.array([0.3, -1.2, 2.0]), np.array([1.5, 0.5, -2.0])
+    ours = getattr(s2s, name)(_with_aux, argnums=(0, 1), has_aux=True)
+
+    def theirs_fn(x, y):
+        out = jnp.sin(x) * y
+        return out, {"norm": jnp.sum(out ** 2), "count": 3}
+    if name == "hessian":   # of a scalar function
+        ours = s2s.hessian(lambda x, y: (lambda o, a: (np.sum(o ** 3), a))(*_with_aux(x, y)), argnums=(0, 1),
+                           has_aux=True)
+        theirs = jax.hessian(lambda x, y: (lambda o, a: (jnp.sum(o ** 3), a))(*theirs_fn(x, y)), argnums=(0, 1),
+                             has_aux=True)
+    else:
+        theirs = getattr(jax, name)(theirs_fn, argnums=(0, 1), has_aux=True)
+    expected_jac, expected_aux = theirs(x, y)   # (the suite runs jax with x64: conftest)
+    for run in (ours, s2s.jit(ours)):
+        jac, aux = run(x, y)
+        for got, want in zip(s2s.tree_leaves(jac), jax.tree_util.tree_leaves(expected_jac)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(np.asarray(aux["norm"]), float(expected_aux["norm"]), rtol=1e-12)
+        assert int(np.asarray(aux["count"])) == 3
+
+
+def test_has_aux_needs_a_pair():
+    with pytest.raises(s2s.StagingError, match=r"jacrev\(has_aux=True\) needs the function to return a pair"):
+        s2s.jacrev(np.sin, has_aux=True)(np.ones(2))
