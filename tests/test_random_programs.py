@@ -438,23 +438,41 @@ def test_a_loop_draws_anew_in_each_step_as_a_python_loop_does(loop, backend):
     assert_same_draws_and_results(ours, programs.noisy_rnn(0.1, rnn_rs), rnn_rs, RNN_ARGS)
 
 
-# Reverse mode of these loops runs their steps again (from checkpointed carries, or the
-# whole loop): it refuses at the loop, since its draws would be other numbers. Running them
-# again from a saved generator state, the forward's draws, is not built yet.
-REFUSED_TO_DRAW_AGAIN = ("lax.scan checkpoints=2", "s2s.checkpointed loop", "lax.while_loop")
-
-
+# Reverse mode of "lax.scan checkpoints=2", "s2s.checkpointed loop" and "lax.while_loop"
+# (no bound) runs their steps again, from checkpointed carries or the whole loop: they carry
+# the generator's state, so the steps run again draw the forward's numbers.
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("loop", sorted(NOISY_LOOPS))
 def test_the_gradient_of_a_loop_drawing_in_each_step_is_autograds(loop, backend):
     theirs = autograd.grad(autograd_programs.noisy_rnn(0.1, rnn_rs), argnum=(0, 1))
-    if loop in REFUSED_TO_DRAW_AGAIN:
-        with pytest.raises(StagingError, match="drawn again"):
-            ours = BACKENDS[backend](s2s.grad(NOISY_LOOPS[loop], argnums=(0, 1)), RNN_ARGS)
-            assert_same_draws_and_results(ours, theirs, rnn_rs, RNN_ARGS)
-        return
     ours = BACKENDS[backend](s2s.grad(NOISY_LOOPS[loop], argnums=(0, 1)), RNN_ARGS)
     assert_same_draws_and_results(ours, theirs, rnn_rs, RNN_ARGS)
+
+
+@pytest.mark.parametrize("loop", ["lax.scan checkpoints=2", "s2s.checkpointed loop", "lax.while_loop"])
+def test_on_xla_a_loop_run_again_draws_the_forwards_numbers(loop):
+    """XLA draws other numbers than NumPy, but the same ones for the same seed: the
+    gradient of a loop whose reverse mode runs its steps again equals that of the loop
+    saving every step (`lax.scan`), from the same generator state."""
+    args = (np.asarray(RNN_ARGS[0]), RNN_ARGS[1], RNN_ARGS[2])
+    rnn_rs.seed(4)
+    saved = s2s.jit(s2s.grad(NOISY_LOOPS["lax.scan"], argnums=(0, 1)))(*args)
+    after_saved = rnn_rs.get_state()[1]
+    rnn_rs.seed(4)
+    run_again = s2s.jit(s2s.grad(NOISY_LOOPS[loop], argnums=(0, 1)))(*args)
+    np.testing.assert_allclose(np.asarray(run_again[0]), np.asarray(saved[0]), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(run_again[1]), np.asarray(saved[1]), rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(rnn_rs.get_state()[1], after_saved)
+
+
+@pytest.mark.parametrize("loop", ["lax.scan checkpoints=2", "s2s.checkpointed loop", "lax.while_loop"])
+def test_per_example_gradients_of_a_loop_run_again_are_those_of_the_loop_saving_every_step(loop):
+    """vmap of the gradient: every example's steps, run again, draw that example's numbers."""
+    W, h, xs = RNN_ARGS
+    hs = np.stack([h, h + 0.5, h - 0.5])
+    saved = s2s.vmap(s2s.grad(NOISY_LOOPS["lax.scan"], argnums=(0, 1)), (None, 0, None))
+    run_again = s2s.vmap(s2s.grad(NOISY_LOOPS[loop], argnums=(0, 1)), (None, 0, None))
+    assert_same_draws_and_results(run_again, saved, rnn_rs, (W, hs, xs))
 
 
 # ---------------------------------------------------------------------------------------

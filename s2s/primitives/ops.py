@@ -148,6 +148,20 @@ div, minimum = _binary("div"), _binary("min")     # integers: `div` rounds towar
 pow_ = _binary("pow")
 
 
+@binds("generator_state")
+def generator_state(source, words: int):
+    """The state of the NumPy generator `source` (a `core.HostObject`), as `words` 64-bit
+    words (`random.state_words`)."""
+    return bind(generator_state, source=source, words=words)
+
+
+@binds("generator_swap")
+def generator_swap(state, source, words: int):
+    """Gives the generator `source` the state `state` (of `generator_state`); returns the
+    state it had."""
+    return bind(generator_swap, state, source=source, words=words)
+
+
 @binds("select")
 def select(pred, on_true, on_false):
     """`on_true` where `pred` holds, else `on_false` (np.where without promotion)."""

@@ -27,6 +27,10 @@ its static arguments, and the result's shape and dtype. It takes no operand.
   stream; their distributions do not. Loops and branches that draw pass the states
   through (`emit/stablehlo.py`'s `drawn_in`: a loop carries them, so every step draws
   anew), and a pmap's devices each draw their own numbers (`states_per_replica`).
+
+A loop whose reverse mode runs its steps again (checkpoints, no bound on its steps)
+carries its generators' states as values (`generator_state`, `generator_swap`; see
+`loops/replay.py`), so that a step run again draws what it drew the first time.
 """
 from __future__ import annotations
 
@@ -109,6 +113,49 @@ def _batch(axis, ins, dims, **params):
 _vmap.register(random_draw, _batch, reads_axis=True)
 
 # ---------------------------------------------------------------------------------------
+# A generator's state as a value: `generator_state[source]()` reads it, as 64-bit words
+# (`s2s_runtime.generator_state`: the NumPy state's own fields, 629 words for a RandomState,
+# 8 for a PCG64 Generator); `generator_swap[source](words)` gives the generator the state
+# `words` and returns the one it had. Both are effectful: they are ordered among the draws.
+# XLA's state (two words, `RNG_STATE_TYPE`) is the first two of as many words, the rest
+# zeros, so one program reads the same on every backend.
+
+
+def state_words(source) -> int:
+    """How many 64-bit words hold `source`'s (a `core.HostObject`) state."""
+    return len(rt.generator_state(source.value))
+
+
+def _state_abstract(*operands, source, words):
+    return ShapedArray((words,), _hlo.RNG_STATE_DTYPE)
+
+
+generator_state = Primitive("generator_state", _state_abstract,
+                            lambda *, source, words: rt.generator_state(source.value), effectful=True)
+generator_swap = Primitive("generator_swap", _state_abstract,
+                           lambda state, *, source, words: rt.swap_generator_state(source.value, state),
+                           effectful=True)
+
+register(generator_state, lambda eqn: Expr(f"rt.generator_state({host_expression(eqn.params['source'])})"),
+         temp_name="state")
+register(generator_swap, lambda eqn, state: Expr(
+    f"rt.swap_generator_state({host_expression(eqn.params['source'])}, {state.text})"), temp_name="state")
+_jvp.defzero(generator_state)
+_jvp.defzero(generator_swap)
+
+
+def _state_batch(axis, ins, dims, **params):
+    """The generator is one for every example: its state is never batched."""
+    if any(d is not None for d in dims):
+        raise UnsupportedFunctionError("a generator's state taken per example",
+                                       "draw from the generator itself; vmap gives each example its own numbers")
+    return (generator_swap if ins else generator_state).bind(*ins, **params), None
+
+
+_vmap.register(generator_state, _state_batch)
+_vmap.register(generator_swap, _state_batch)
+
+# ---------------------------------------------------------------------------------------
 # StableHLO lowering
 
 
@@ -174,12 +221,16 @@ def _permutations(ctx, source, shape: tuple, dtype) -> str:
     return f"{name}#1"
 
 
+def _check_passed_in(ctx, source) -> None:
+    if source not in ctx.host_states:   # (each op whose regions draw gives them the states: `_hlo.drawn_in`)
+        raise UnsupportedFunctionError(
+            f"a draw from {source!r} sits in a region its generator's state is not passed into",
+            "jit it with backend='python', which draws from NumPy's generator")
+
+
 def _lower(ctx, eqn):
     p = eqn.params
-    if p["source"] not in ctx.host_states:   # (each op whose regions draw gives them the states: `_hlo.drawn_in`)
-        raise UnsupportedFunctionError(
-            f"a draw from {p['source']!r} sits in a region its generator's state is not passed into",
-            "jit it with backend='python', which draws from NumPy's generator")
+    _check_passed_in(ctx, p["source"])
     aval = eqn.outvars[0].aval
     if p["method"] in ("random_sample", "random"):
         return [_uniform(ctx, p["source"], aval.shape, aval.dtype)]
@@ -192,3 +243,27 @@ def _lower(ctx, eqn):
 
 
 _hlo.register(random_draw, _lower)
+
+_XLA_WORDS = _hlo.RNG_STATE_AVAL.shape[0]
+
+
+def _lower_generator_state(ctx, eqn):
+    """XLA's state of the generator, padded with zeros to the words NumPy's takes."""
+    source, words = eqn.params["source"], eqn.params["words"]
+    _check_passed_in(ctx, source)
+    padding = ShapedArray((words - _XLA_WORDS,), _hlo.RNG_STATE_DTYPE)
+    out = _hlo.tensor_type(eqn.outvars[0].aval)
+    return [ctx.op(f"stablehlo.concatenate {ctx.host_states[source]}, {ctx.constant(0, padding.dtype, padding.shape)},"
+                   f" dim = 0 : ({_hlo.RNG_STATE_TYPE}, {_hlo.tensor_type(padding)}) -> {out}", f"{source.name}_state")]
+
+
+def _lower_generator_swap(ctx, eqn, state):
+    previous = _lower_generator_state(ctx, eqn)
+    source = eqn.params["source"]
+    ctx.host_states[source] = ctx.op(f"stablehlo.slice {state} [0:{_XLA_WORDS}] : ({_hlo.tensor_type(eqn.outvars[0].aval)})"
+                                     f" -> {_hlo.RNG_STATE_TYPE}", f"{source.name}_state")
+    return previous
+
+
+_hlo.register(generator_state, _lower_generator_state)
+_hlo.register(generator_swap, _lower_generator_swap)

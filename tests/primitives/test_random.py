@@ -193,3 +193,52 @@ def test_reverse_mode_through_a_scan_that_draws_reads_the_forward_samples():
     (_, again), _ = jitted(theta)
     assert not np.array_equal(np.asarray(again), eps)   # a fresh seed on the next call
     assert len({row.tobytes() for row in eps}) == 30   # reverse mode leaves the draw in the loop
+
+
+# ---------------------------------------------------------------------------------------
+# generator_state and generator_swap: a loop run again in reverse mode carries its
+# generators' states (loops/replay.py).
+
+
+def _checkpointed_noise(theta):
+    def step(c, _):
+        return np.sin(c * theta) + 0.1 * rs.standard_normal(3), None
+    return np.sum(lax.scan(step, np.ones(3), None, length=6, checkpoints=2)[0])
+
+
+def test_the_gradient_of_a_checkpointed_loop_carries_the_generators_state_in_words():
+    """The state carry holds a RandomState's 629 words; the emitted module swaps them in
+    and out around each step and puts the generator where the steps left it."""
+    jaxpr = s2s.make_jaxpr(s2s.grad(_checkpointed_noise))(0.5)
+    text = str(jaxpr)
+    assert "generator_state" in text and "u64[629]" in text
+    source = s2s.emit_python(s2s.grad(_checkpointed_noise), 0.5)
+    assert source.count("rt.swap_generator_state(random_state, ") >= 3
+    assert "random_state_state = rt.generator_state(random_state)" in source
+
+
+def test_on_xla_the_state_words_are_its_two_words_and_zeros():
+    """The padded XLA state goes through the slots and back: the gradient equals that of
+    the loop without checkpoints from the same seed (the same numbers), and successive
+    calls draw anew."""
+    def saved(theta):
+        def step(c, _):
+            return np.sin(c * theta) + 0.1 * rs.standard_normal(3), None
+        return np.sum(lax.scan(step, np.ones(3), None, length=6)[0])
+    rs.seed(1)
+    first = np.asarray(s2s.jit(s2s.grad(_checkpointed_noise))(0.5))
+    second = np.asarray(s2s.jit(s2s.grad(_checkpointed_noise))(0.5))
+    rs.seed(1)
+    np.testing.assert_allclose(first, np.asarray(s2s.jit(s2s.grad(saved))(0.5)), rtol=1e-13)
+    assert first != second
+
+
+def test_a_generators_state_is_never_batched():
+    from s2s.errors import UnsupportedFunctionError
+    from s2s.passes import vmap as _vmap
+    from s2s.primitives import ops
+    from s2s.core import HostObject
+    swap = ops.primitive(ops.generator_swap)
+    source = HostObject(rs, "rs")
+    with pytest.raises(UnsupportedFunctionError, match="state taken per example"):
+        _vmap.batch_rules[swap](_vmap.Axis(2), [np.zeros((2, 629), np.uint64)], [0], source=source, words=629)

@@ -20,6 +20,7 @@ from s2s.primitives.control_flow_bodies import prune_body, recomputed_first
 from s2s.primitives.loops.checkpoints import (checkpointed_partial_eval, checkpointed_transpose,
                                               unbounded_while_transpose, unknown_carries)
 from s2s.primitives.loops.dce import while_computing
+from s2s.primitives.loops.replay import draws_in, replaying_partial_eval
 from s2s.primitives.loops.definitions import permute, scan, scan_split, while_loop
 from s2s.staging import JaxprBuilder, inline_jaxpr
 
@@ -83,20 +84,14 @@ def hoist_invariant(body: ClosedJaxpr, outer: list) -> tuple[list[JaxprEqn], Clo
     return hoisted, ClosedJaxpr(rest, body.consts), [outside[v] for v in moved]
 
 
-def _refuse_drawing_again(eqn, body: ClosedJaxpr, how: str, fix: str) -> None:
-    """A loop reversed by running its steps again (`how`) must not draw random numbers:
-    they would be drawn a second time, other numbers, and the gradient would not be the
-    gradient of what ran forward."""
-    if any(has_effects(e) for e in body.jaxpr.eqns):
-        raise StagingError(f"reverse mode of this loop {how}, and its body draws random numbers: they would "
-                           "be drawn again, different from those the forward pass used", fix, eqn.source_info)
-
-
 def _scan_partial_eval(eqn, unknown_ins):
+    if eqn.params["checkpoints"] is not None and draws_in(eqn.params["jaxpr"]):
+        return replaying_partial_eval(eqn, unknown_ins, _split_scan)
+    return _split_scan(eqn, unknown_ins)
+
+
+def _split_scan(eqn, unknown_ins):
     if eqn.params["checkpoints"] is not None:
-        _refuse_drawing_again(eqn, eqn.params["jaxpr"], "recomputes its steps from checkpoints",
-                              "draw the noise before the loop and scan over it (lax.scan(step, init, xs=noise)), "
-                              "or drop checkpoints= to save every step")
         split = checkpointed_partial_eval(eqn, unknown_ins)
         if split is not None:
             return split
@@ -303,10 +298,13 @@ def _unbounded_while_partial_eval(eqn, unknown_ins):
     """A while loop without residuals to save: the carries that depend only on known
     values (a jvp's primal values, a `break` flag) are computed by a known loop of their
     own, so what branches on them stays known; the unknown side reruns the whole loop."""
+    if draws_in(eqn.params["body_jaxpr"], eqn.params["cond_jaxpr"]):
+        return replaying_partial_eval(eqn, unknown_ins, _split_unbounded_while)
+    return _split_unbounded_while(eqn, unknown_ins)
+
+
+def _split_unbounded_while(eqn, unknown_ins):
     p = eqn.params
-    _refuse_drawing_again(eqn, p["body_jaxpr"], "runs the whole loop again (it has no bound on its steps)",
-                          "bound the loop (`for _ in range(max_steps): ... if done: break`), so each step's "
-                          "draws are saved")
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
     consts_uk, carry_uk = list(unknown_ins[n_cond:n_cond + n_body]), list(unknown_ins[n_cond + n_body:])
     while True:   # a carry is unknown if it starts unknown or the body makes it so
