@@ -24,7 +24,7 @@ import math as _pymath
 import numpy as np
 
 from s2s import config, dtypes
-from s2s.core import Literal
+from s2s.core import Literal, literal_value
 from s2s.errors import ShapeError, UnsupportedFunctionError, UnsupportedSyntaxError
 from s2s.numpy_api._base import (asarray, aval, cast_all, convert, float_dtype_for, implements,
                                  is_python_scalar, operand_types, result_dtype)
@@ -573,12 +573,25 @@ def _logaddexp_core(x1, x2, weak_ok, softplus_of_gap):
     (a, b), dt, _ = _prep([x1, x2], weak_ok, _float_rule)
     big, _, a_is_larger = _larger_first(a, b)
     delta = ew.sub.bind(a, b)
+    if _finite_constant(a) or _finite_constant(b):
+        # (`logaddexp(0, logits)`: no equal infinities, and a nan operand makes the gap,
+        # and so the result, nan already; the guards would only cost the derivative.)
+        gap = ew.select.bind(a_is_larger, ew.neg.bind(delta), delta)
+        return ew.add.bind(big, softplus_of_gap(gap, dt))
     undefined = ew.ne.bind(delta, delta)
     equal_infinities = ew.and_.bind(ew.eq.bind(a, b), undefined)
     delta = ew.select.bind(equal_infinities, ops.literal(0, dt), delta)
     gap = ew.select.bind(a_is_larger, ew.neg.bind(delta), delta)   # -|x1 - x2|
     soft = ew.add.bind(big, softplus_of_gap(gap, dt))
     return ew.select.bind(undefined, ew.add.bind(a, b), soft)
+
+
+def _finite_constant(x) -> bool:
+    """Whether operand `x` is a constant (a literal or a NumPy value, not staged) with no
+    infinity or nan."""
+    if isinstance(x, Tracer):
+        return False
+    return bool(np.all(np.isfinite(literal_value(x) if isinstance(x, Literal) else np.asarray(x))))
 
 
 @_ufunc(_np("logaddexp"), 2)

@@ -405,6 +405,22 @@ def test_hypot_and_logaddexp_extremes():
     expect_like_numpy(m.logaddexp, np.logaddexp, c, c)
 
 
+def test_logaddexp_beside_a_finite_constant_is_numpys_and_differentiates_as_jax():
+    """`logaddexp(0.0, logits)` (a softplus, as a Bernoulli likelihood writes it) is staged
+    without the guards for equal infinities, which a finite constant cannot meet: values
+    stay NumPy's at infinities, nan and the tie, derivatives jax's."""
+    x = np.array([-np.inf, np.inf, np.nan, 0.0, 800.0, -800.0, 3.0, -1e-300, 2.0])
+    for constant in (0.0, 2.0, np.float64(-1.5)):
+        expect_like_numpy(lambda v: m.logaddexp(constant, v), lambda v: np.logaddexp(constant, v), x)
+        expect_like_numpy(lambda v: m.logaddexp(v, constant), lambda v: np.logaddexp(v, constant), x)
+        finite = x[np.isfinite(x)]
+        got = s2s.grad(lambda v: np.sum(np.logaddexp(constant, v) * np.arange(1.0, 7.0)))(finite)
+        want = jax.grad(lambda v: jnp.sum(jnp.logaddexp(constant, v) * jnp.arange(1.0, 7.0)))(finite)
+        np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-300)
+    staged = str(s2s.make_jaxpr(lambda v: np.logaddexp(0.0, v))(x))
+    assert " ne " not in staged and " and " not in staged
+
+
 def test_heaviside_and_sinc_specials():
     x = np.array([np.nan, -1.0, 0.0, -0.0, 2.0, np.inf])
     expect_like_numpy(m.heaviside, np.heaviside, x, 0.5)
