@@ -33,7 +33,8 @@ from s2s import config
 from s2s.core import ClosedJaxpr
 from s2s.emit.signature import leaf_expression
 from s2s.errors import StagingError
-from s2s.frontend.args import ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, unsupported_argument_error
+from s2s.frontend.args import (ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, unsupported_argument_error,
+                               unsupported_leaf_reason)
 from s2s.frontend.guards import Guards, include, recording
 from s2s.frontend.source import function_source
 from s2s.frontend.walker import call_user
@@ -231,8 +232,9 @@ class BoundCall:
 
     @functools.cached_property
     def param_of_leaf(self) -> list[int]:
-        """The index of the parameter each leaf belongs to."""
-        return [path[0][1] for path in self.paths]
+        """The index of the parameter each leaf belongs to (the tree's root has a child per
+        parameter)."""
+        return [i for i, parameter in enumerate(self.tree.children) for _ in range(parameter.num_leaves)]
 
     @functools.cached_property
     def positional_params(self) -> int:
@@ -344,15 +346,14 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
     static_argnames = tuple(static_argnames) + tuple(n for n in names if n not in passed)
     static_argnums = frozenset(normalize_argnums(static_argnums, len(names), "static_argnums"))
     dynamic_argnums = frozenset(normalize_argnums(dynamic_argnums, len(names), "dynamic_argnums"))
-    in_leaves, in_tree, paths = call.leaves, call.tree, call.paths
+    in_leaves, in_tree = call.leaves, call.tree
     param_of_leaf = call.param_of_leaf
     mask = [_leaf_mode(i, names[i], leaf, static_argnums, static_argnames, dynamic_argnums)
             for i, leaf in zip(param_of_leaf, in_leaves)]
-    refused = unsupported_argument_error(
-        (leaf, f"`{leaf_expression(names[i], path[1:]) or names[i]}`")
-        for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths) if staged)
-    if refused is not None:   # named as the function reads it: params['W1']
-        raise refused
+    for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, range(len(in_leaves))):
+        if staged and unsupported_leaf_reason(leaf) is not None:   # named as the function reads it: params['W1']
+            path = call.paths[path]   # (the leaves' paths, only worked out for a message or a staging)
+            raise unsupported_argument_error([(leaf, f"`{leaf_expression(names[i], path[1:]) or names[i]}`")])
     owner, fn_key, receiver = _cache_owner_and_key(fn)
     key = (fn_key, in_tree,
            tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))
@@ -373,7 +374,7 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
             JaxprBuilder() as builder:
         builder.shares_inlined = transformed   # (a transform's call names nothing it stages)
         staged_leaves = []
-        for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, paths):
+        for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, call.paths):
             if staged:
                 staged_leaves.append(builder.new_arg(aval_of_arg(leaf), _leaf_hint(names[i], path[1:])))
             else:

@@ -179,6 +179,8 @@ def is_staged_leaf(leaf) -> bool:
 
 def aval_of_arg(leaf) -> ShapedArray:
     """The abstract value a staged argument leaf gets (Python floats stay weak, as in NumPy)."""
+    if type(leaf) is np.ndarray and dtypes.is_supported(leaf.dtype):   # (the common case, first: every call asks)
+        return ShapedArray(leaf.shape, dtypes.canonicalize_dtype(leaf.dtype))
     if isinstance(leaf, ShapedArray):
         return leaf
     if isinstance(leaf, (ShapeDtype, Array)):
