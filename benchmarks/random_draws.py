@@ -28,7 +28,9 @@ shows the sizes where a step's time is mostly the cost of calling it.
 Two diagnostic rows say where (1)'s time goes: s2s's drawing step against the same step
 given its noise as an argument (a program that draws nothing, which jaxlib's C++ dispatcher
 calls without s2s's Python), and each step's new randomness: the seed a drawing call takes
-from `rs` in Python against jax's split of the key.
+from `rs` in Python against jax's split of the key. A third says how far (2) could go: the
+gradient's matrix products alone (`gradient_matrix_products`), the floor of any NumPy
+gradient of the model, against autograd's whole gradient.
 
 Checked before anything is timed: (2)'s gradients equal autograd's to rtol 1e-8 from the
 same `rs` state, and leave `rs` where autograd leaves it (the same draws, in the same
@@ -269,9 +271,30 @@ def numpy_gradient_rows(label, params, x, autograd_grad, calls: int, repeats: in
     autograd's, after checking they are equal."""
     numpy_grad, emitted = s2s.grad(vae_loss), emitted_gradient(params, x)
     check_numpy_gradients_equal_autograd([numpy_grad, emitted], params, x, autograd_grad)
-    return [(f"(2) grad on NumPy {label}, {how}", "autograd", 0.2,
+    rows = [(f"(2) grad on NumPy {label}, {how}", "autograd", 0.2,
              *medians_per_call(lambda: ours(params, x), lambda: autograd_grad(params, x), calls, repeats))
             for how, ours in (("s2s.grad", numpy_grad), ("emitted module", emitted))]
+    products = gradient_matrix_products(params, x)
+    return rows + [("    its matrix products alone (a floor for any)", "autograd", None,
+                    *medians_per_call(products, lambda: autograd_grad(params, x), calls, repeats))]
+
+
+def gradient_matrix_products(params, x):
+    """The matrix products every reverse-mode gradient of the model computes, and nothing
+    else: each layer's forward product, its weights' cotangent and (past the first layer)
+    its input's. No gradient of the model can take less time than these (at 784-200-2
+    they cost about half of autograd's whole gradient, so there s2s can be about 2x faster
+    than autograd, not 5x: the diagnostic row says how close to this floor it is)."""
+    layers = [layer for part in params for layer in part]
+    inputs = [x] + [np.ones((x.shape[0], W.shape[0])) for W, _ in layers[1:]]
+    cotangents = [np.ones((x.shape[0], W.shape[1])) for W, _ in layers]
+
+    def products():
+        for k, ((W, _), a, g) in enumerate(zip(layers, inputs, cotangents)):
+            a @ W, a.T @ g
+            if k:
+                g @ W.T
+    return products
 
 
 def first_results(params, x, jax, jax_model, repeats: int) -> tuple[float, float]:
