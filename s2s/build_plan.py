@@ -279,6 +279,7 @@ def stage_target(name: str, module: Module, record, transform: str, fn) -> Targe
     and its avals are the whole arrays a caller passes and gets. Any other program that
     calls pmaps (the grad of an exported pmap, nested pmaps) runs as jit runs it: on the
     replicas its pmaps need, each given every input whole, the results replica 0's."""
+    record.check_transform(transform)
     args = record.example_args(transform)
     spmd = fn.spmd_module(args, module.root) if isinstance(fn, Pmapped) else None
     if spmd is not None:

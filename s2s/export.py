@@ -51,6 +51,7 @@ class Export:
     transforms: tuple[str, ...]
     name: str
     argnums: int | tuple[int, ...]
+    where: SourceInfo | None = None   # the decorator's line, for errors about the declaration
 
     def targets(self):
         """(file stem, function to emit) for each transform, in a fixed order."""
@@ -74,6 +75,21 @@ class Export:
         argnums = set(normalize_argnums(self.argnums, len(self.args)))
         in_axes = tuple(None if i in argnums else tree_map(_data_axis, arg) for i, arg in enumerate(self.args))
         return vmapped.vmap(autodiff.grad(self.fn, argnums=self.argnums), in_axes=in_axes)
+
+    def check_transform(self, transform: str) -> None:
+        """Refuses, at the decorator's line, a gradient of a function whose output is not one
+        scalar: the default transforms include grad, which a function returning an array
+        (a layer, a prediction) cannot have."""
+        if transform not in ("grad", "value_and_grad"):
+            return
+        out_avals = stage(self.fn, self.args).closed.out_avals
+        if len(out_avals) != 1 or out_avals[0].size != 1:
+            returned = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in out_avals)
+            raise StagingError(
+                f"{self.fn.__qualname__} is exported with the transform {transform!r}, but it returns {returned}: "
+                "a gradient needs one scalar output",
+                "export only the function itself: @s2s.export(..., transforms=(\"primal\",)) (the default "
+                "transforms are (\"primal\", \"grad\")); or return a scalar loss", self.where)
 
     def example_args(self, transform: str) -> tuple:
         """The emit-time arguments: jvp takes tangents too, vjp the output cotangent."""
@@ -105,11 +121,12 @@ def is_valid_name(name) -> bool:
             and unicodedata.normalize("NFKC", name) == name)
 
 
-def _caller_location(depth: int) -> SourceInfo:
-    """Where the user called us from (`depth` frames up), for an error with a caret."""
+def _caller_location(depth: int, keyword: str) -> SourceInfo:
+    """Where the user called us from (`depth` frames up), for an error with a caret: at
+    `keyword` where the line has it, else at the line's first character."""
     frame = sys._getframe(depth + 1)
     text = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-    column = text.find("name=") + 1 or len(text) - len(text.lstrip()) + 1
+    column = text.find(keyword) + 1 or len(text) - len(text.lstrip()) + 1
     return SourceInfo(frame.f_code.co_filename, frame.f_lineno, column, frame.f_code.co_name)
 
 
@@ -117,25 +134,36 @@ def _refuse_name(name, where: SourceInfo) -> None:
     raise StagingError(f"the export name {name!r} is not a Python identifier", NAME_HELP, where)
 
 
+DEFAULT_TRANSFORMS = ("primal", "grad")
+
+
 @api_boundary
-def export(*args, transforms=("primal", "grad"), name: str | None = None, argnums=0):
-    """Declares a function for `s2s emit`/`s2s check`. `args`: one spec string
-    ('f32[128,784], f32[784]') or example arguments (ShapeDtypes, arrays, static values:
-    Python ints stay static, as everywhere). `argnums` is what grad differentiates.
-    `name` (default: the function's) must be a Python identifier: it names files."""
+def export(*args, transforms=DEFAULT_TRANSFORMS, name: str | None = None, argnums=0):
+    """Declares a function for `s2s emit`, `s2s check` and `s2s compile`. `args`: one spec
+    string ('f32[128,784], f32[784]') or example arguments (ShapeDtypes, arrays, static
+    values: Python ints stay static, as everywhere). `transforms`: a tuple of the names in
+    `TRANSFORMS`, by default ("primal", "grad"): the function itself and its gradient,
+    which needs one scalar output (a function returning an array exports
+    transforms=("primal",)). `argnums` is what grad differentiates. `name` (default: the
+    function's) must be a Python identifier: it names files."""
+    where = _caller_location(2, "transforms=")   # past the boundary's frame
     if name is not None and not is_valid_name(name):
-        _refuse_name(name, _caller_location(2))   # past the boundary's frame
+        _refuse_name(name, _caller_location(2, "name="))
     if len(args) == 1 and isinstance(args[0], str):
         args = tuple(parse_arg_specs(args[0]))
+    if isinstance(transforms, str):
+        raise StagingError(f"transforms={transforms!r} is a string, and s2s.export takes a tuple of transform names",
+                           f"write transforms=({transforms!r},): a tuple of one name needs its comma", where)
     unknown = [t for t in transforms if t not in TRANSFORMS]
     if unknown:
-        raise ValueError(f"unknown transforms {unknown}; choose from {TRANSFORMS}")
+        raise StagingError(f"unknown transforms {unknown}",
+                           f"choose from {', '.join(map(repr, TRANSFORMS))}", where)
 
     @api_boundary
     def declare(fn):
         if name is None and not is_valid_name(fn.__name__):
-            _refuse_name(fn.__name__, _caller_location(2))   # past the boundary's frame
-        record = Export(fn, tuple(args), tuple(transforms), name or fn.__name__, argnums)
+            _refuse_name(fn.__name__, _caller_location(2, "name="))
+        record = Export(fn, tuple(args), tuple(transforms), name or fn.__name__, argnums, where)
         exports = fn.__dict__.setdefault("__s2s_exports__", [])
         exports.append(record)
         return fn
@@ -154,6 +182,7 @@ def emit_exports(module, source_comments: bool = True) -> dict[str, EmittedModul
     files = {}
     for record in records:
         for transform, (stem, target) in zip(record.transforms, record.targets()):
+            record.check_transform(transform)
             if isinstance(target, Pmapped):   # written as its semantics on NumPy, as emit_python does
                 target = target.reference()
             staged = staged_or_error(target, record.example_args(transform), {})
