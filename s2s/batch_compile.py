@@ -19,7 +19,7 @@ sources give the same bytes in any checkout.
 Every run stages and lowers every export; an entry whose key (s2s/build_plan.py: the
 StableHLO text, the constants, versions and flags) matches the manifest's, and whose files
 still have their recorded hashes, is skipped. Otherwise it is compiled (through the disk
-cache), written, then loaded with `s2s_runtime.manifest.load_from` and run once on zeros of
+cache), written, then loaded with `s2s_runtime.manifest.load_flat_from` and run once on zeros of
 its input avals before it is reported ok: it must return plain NumPy arrays of its output
 avals (`--no-verify` skips that run). An exported pmap is compiled as the pmap runs it (its
 SPMD module, one replica per device; see `build_plan.stage_target`), on as many CPU devices
@@ -150,12 +150,12 @@ def _file_sha256(path: str) -> str | None:
 
 
 def verify(out_dir: str, entry: dict) -> None:
-    """Loads `entry` as a user would (`s2s_runtime.manifest.load_from`, a manifest holding
+    """Loads `entry` as a user would (`s2s_runtime.manifest.load_flat_from`, a manifest holding
     it alone, not yet written) and runs it on zeros of its inputs; raises unless it returns
     plain NumPy arrays of the entry's output avals."""
     name = entry["name"]
     alone = {"format": MANIFEST_FORMAT, **versions(), "entries": {name: entry}}
-    call = runtime_manifest.load_from(alone, os.path.join(out_dir, MANIFEST), name)
+    call = runtime_manifest.load_flat_from(alone, os.path.join(out_dir, MANIFEST), name)
     seeds = [np.zeros(2, np.uint64)] * len(entry.get("generators", ()))   # (a fixed seed: nothing drawn from the user's)
     results = call(*[np.zeros(a["shape"], a["dtype"]) for a in entry["inputs"]], generators=seeds or None)
     got = [(type(r).__name__, getattr(r, "dtype", None), getattr(r, "shape", None)) for r in results] \

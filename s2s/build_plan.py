@@ -296,9 +296,13 @@ def stage_target(name: str, module: Module, record, transform: str, fn) -> Targe
     generators = host_objects(jaxpr)   # each a state input after the arguments (see manifest.load)
     whole = replicas or {"count": 1, "in_axes": [None] * len(jaxpr.invars),
                          "out_axes": [None] * len(jaxpr.outvars)}
+    static_leaves = tree_util.tree_leaves(staged.example_args)
     fields = {"spec": export_spec(record, transform), "params": list(staged.param_names),
               "in_tree": repr(staged.in_tree), "staged_mask": list(staged.staged_mask),
               "out_tree": repr(staged.out_tree),
+              "in_structure": tree_structure(staged.in_tree, iter(zip(staged.staged_mask, static_leaves)), "input"),
+              "out_structure": tree_structure(staged.out_tree, iter([(True, None)] * staged.out_tree.num_leaves),
+                                              "output"),
               "inputs": [_aval(v.aval, axis, whole["count"]) for v, axis in zip(jaxpr.invars, whole["in_axes"])],
               "outputs": [_aval(a, axis, whole["count"]) for a, axis in zip(staged.closed.out_avals, whole["out_axes"])],
               "in_dtypes": [np.dtype(v.aval.dtype).name for v in jaxpr.constvars + jaxpr.invars]
@@ -309,6 +313,34 @@ def stage_target(name: str, module: Module, record, transform: str, fn) -> Targe
     if replicas:
         fields["replicas"] = replicas
     return Target(name, module, record.fn.__qualname__, transform, text, consts, fields)
+
+
+def tree_structure(treedef, leaves, kind: str, counter=None):
+    """A pytree's structure as the JSON `s2s_runtime.manifest.load` rebuilds it (see
+    `s2s_runtime.manifest.STRUCTURES`): containers by kind, each staged leaf `{kind: i}`
+    (its place among the flat inputs or outputs), each static leaf `{"static": value}`
+    when JSON holds it exactly (else `{"static_repr": repr}`, which a structured call
+    cannot check, and refuses). `leaves` yields (staged, value) per leaf, in order."""
+    counter = counter if counter is not None else iter(range(treedef.num_leaves))
+    if treedef.is_leaf:
+        staged, value = next(leaves)
+        if staged:
+            return {kind: next(counter)}
+        if value is None or type(value) in (bool, int, float, str):
+            return {"static": value}
+        return {"static_repr": repr(value)}
+    children = [tree_structure(child, leaves, kind, counter) for child in treedef.children]
+    node = treedef.node_type
+    if node is tuple or node is list:
+        return {node.__name__: children}
+    if node is dict:
+        return {"dict": [[key, child] for key, child in zip(treedef.aux, children)]}
+    if node is type(None):
+        return {"none": True}
+    fields = getattr(node, "_fields", None) or (treedef.aux if dataclasses.is_dataclass(node) else None)
+    if fields is not None:
+        return {"record": node.__qualname__, "fields": list(fields), "children": children}
+    return {"node": node.__qualname__, "children": children}
 
 
 def plan(modules: list[Module]) -> tuple[list[Target], list[dict]]:

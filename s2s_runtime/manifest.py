@@ -2,7 +2,9 @@
 
     from s2s_runtime import manifest
     grad_loss = manifest.load("build/manifest.json", "pkg.models.dense.grad_loss")
-    (dW, db) = grad_loss(W, b, x, y)      # flat NumPy arrays in, a list of NumPy arrays out
+    grads = grad_loss(params, x, y)       # the exported function's own arguments and result tree
+    flat = manifest.load_flat("build/manifest.json", "pkg.models.dense.grad_loss")
+    [dW, db] = flat(W, b, x, y)           # the same on flat arrays (the entry's `inputs`, `outputs`)
 
 Entries are named by their module's dotted name and the export's stem. Arguments must have
 the entry's input dtypes and shapes exactly (see `argument`): a float64 array for a float32
@@ -37,6 +39,7 @@ must be those of the executable itself.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import io
 import json
@@ -53,8 +56,9 @@ from s2s_runtime.ops import generator_seed
 from s2s_runtime.replicated import ReplicatedExecutable, first_devices
 from jaxlib import xla_client
 
-MANIFEST_FORMAT = 3   # 2: entries named by module (`pkg.mod.loss`), paths relative;
-#                       3: an entry may run as XLA replicas over several devices (`replicas`)
+MANIFEST_FORMAT = 4   # 2: entries named by module (`pkg.mod.loss`), paths relative;
+#                       3: an entry may run as XLA replicas over several devices (`replicas`);
+#                       4: entries record their arguments' and results' structures
 
 
 class ManifestError(Exception):
@@ -260,15 +264,176 @@ def _seeds(name: str, expected: list, generators) -> list[np.ndarray]:
 
 
 def load(manifest_path: str, name: str, device=None):
-    """`name`'s compiled executable as `f(*flat_arrays) -> list[np.ndarray]`, on `device`
-    (default: the first), or for an exported pmap (an entry with `replicas`) on the first
-    that many devices, called with whole arrays as the pmap is."""
+    """`name`'s compiled executable as the exported function: it takes the function's own
+    arguments (dicts, lists, tuples, namedtuples and dataclasses of arrays, as the manifest
+    records them; static arguments as they were compiled) and returns its own result tree.
+    On `device` (default: the first), or for an exported pmap (an entry with `replicas`) on
+    the first that many devices, called with whole arrays as the pmap is. `load_flat` gives
+    the same executable on flat arrays, for callers that have no Python containers."""
     return load_from(read(manifest_path), manifest_path, name, device)
 
 
 def load_from(manifest: dict, manifest_path: str, name: str, device=None):
-    """`load` of an entry of `manifest`, a manifest as `read` gives it, whose files lie beside
-    `manifest_path`: `s2s compile` checks what it wrote before its manifest names it."""
+    """`load` of an entry of `manifest` (as `read` gives it), whose files lie beside
+    `manifest_path`."""
+    flat = load_flat_from(manifest, manifest_path, name, device)
+    where = f"{manifest_path} entry {name!r}"
+    params = _field(where, flat.entry, "params", list, "a list of parameter names")
+    in_structure = _checked_structure(f"{where} in_structure", _field(where, flat.entry, "in_structure", dict,
+                                                                       "an argument structure"),
+                                      "input", len(flat.entry["inputs"]))
+    out_structure = _checked_structure(f"{where} out_structure", _field(where, flat.entry, "out_structure", dict,
+                                                                         "a result structure"),
+                                       "output", len(flat.entry["outputs"]))
+    arguments = in_structure.get("tuple")
+    if arguments is None or len(arguments) != len(params) or not all(isinstance(p, str) for p in params):
+        raise ManifestError(f"{where}: 'params' does not match the argument structure; the manifest is damaged: "
+                            f"recompile with `s2s compile`")
+
+    def call(*args, generators=None, **kwargs):
+        if len(args) > len(params):
+            raise TypeError(f"{name} takes {len(params)} arguments ({', '.join(params)}), got {len(args)}")
+        bound = dict(zip(params, args))
+        for key, value in kwargs.items():
+            if key not in params or key in bound:
+                raise TypeError(f"{name} got an unexpected or repeated argument {key!r}; it takes "
+                                f"({', '.join(params)})")
+            bound[key] = value
+        missing = [p for p in params if p not in bound]
+        if missing:
+            raise TypeError(f"{name} is missing the argument(s) {', '.join(missing)}; it takes ({', '.join(params)})")
+        flat_args: list = []
+        for param, structure in zip(params, arguments):
+            _flatten(name, param, structure, bound[param], flat_args)
+        return _rebuild(out_structure, flat(*[a for _, a in sorted(flat_args, key=lambda p: p[0])],
+                                            generators=generators))
+
+    call.__name__ = name
+    call.entry, call.executable, call.flat = flat.entry, flat.executable, flat
+    return call
+
+
+# The structures `load` rebuilds (`s2s.build_plan.tree_structure` writes them):
+#   {"input": i} / {"output": i}    a leaf: the i-th flat input or output
+#   {"static": value}               a static leaf, compiled for this JSON value
+#   {"static_repr": text}           a static leaf JSON cannot hold: no structured call
+#   {"tuple": [...]}, {"list": [...]}, {"dict": [[key, child], ...]}, {"none": true}
+#   {"record": qualname, "fields": [...], "children": [...]}   a namedtuple or dataclass:
+#                                   read by attribute, returned as a namedtuple of its fields
+#   {"node": qualname, "children": [...]}   another registered container: no structured call
+STRUCTURES = ("input", "output", "static", "static_repr", "tuple", "list", "dict", "none", "record", "node")
+
+
+def _checked_structure(where: str, structure: dict, leaf: str, count: int) -> dict:
+    """`structure` once every node is one of `STRUCTURES` with fields of their types and its
+    `leaf` indices are each of range(count) once; else a ManifestError."""
+    seen: list[int] = []
+
+    def damaged(node):
+        return ManifestError(f"{where}: {node!r} is not a structure node ({', '.join(STRUCTURES)}); the manifest "
+                             "is damaged: recompile with `s2s compile`")
+
+    def check(node) -> None:
+        if not isinstance(node, dict) or len(node) != (3 if "record" in node else 2 if "node" in node else 1):
+            raise damaged(node)
+        (kind, value), *rest = node.items()
+        if kind == leaf and isinstance(value, int) and not isinstance(value, bool):
+            seen.append(value)
+        elif kind == "static" and (value is None or type(value) in (bool, int, float, str)):
+            pass
+        elif kind == "static_repr" and isinstance(value, str) or kind == "none" and value is True:
+            pass
+        elif kind in ("tuple", "list") and isinstance(value, list):
+            for child in value:
+                check(child)
+        elif kind == "dict" and isinstance(value, list) and all(
+                isinstance(p, list) and len(p) == 2 and (p[0] is None or type(p[0]) in (bool, int, float, str))
+                for p in value):
+            for _, child in value:
+                check(child)
+        elif kind in ("record", "node") and isinstance(value, str) and value.rpartition(".")[2].isidentifier() \
+                and isinstance(node.get("children"), list) \
+                and (kind == "node" or isinstance(node.get("fields"), list)
+                     and all(isinstance(f, str) and f.isidentifier() for f in node["fields"])
+                     and len(node["fields"]) == len(node["children"]) == len(set(node["fields"]))):
+            for child in node["children"]:
+                check(child)
+        else:
+            raise damaged(node)
+    check(structure)
+    if sorted(seen) != list(range(count)):
+        raise ManifestError(f"{where}: its leaves do not number the entry's {count} {leaf}s once each; the manifest "
+                            "is damaged: recompile with `s2s compile`")
+    return structure
+
+
+def _flatten(name: str, path: str, structure: dict, value, out: list) -> None:
+    """Appends (flat index, array) for each staged leaf of `value` (the argument at `path`)
+    laid out as `structure`; a container of another kind or size, or a static leaf other
+    than the compiled one, is a TypeError naming the path."""
+    def wrong(what: str):
+        return TypeError(f"{name}: argument {path} {what}")
+    if "input" in structure:
+        out.append((structure["input"], value))
+    elif "static" in structure:
+        if value != structure["static"] or type(value) is not type(structure["static"]):
+            raise wrong(f"is {value!r}, but the entry was compiled for {structure['static']!r} (static): "
+                        "compile an export for that value")
+    elif "static_repr" in structure or "node" in structure:
+        raise wrong(f"holds {structure.get('static_repr') or structure['node']}, which the manifest cannot "
+                    "check or rebuild: call `manifest.load_flat` with the flat arrays")
+    elif "none" in structure:
+        if value is not None:
+            raise wrong(f"is {type(value).__name__}, not None as compiled")
+    elif "dict" in structure:
+        pairs = structure["dict"]
+        if not isinstance(value, dict) or sorted(map(repr, value)) != sorted(repr(k) for k, _ in pairs):
+            raise wrong(f"must be a dict with the keys {[k for k, _ in pairs]}")
+        for key, child in pairs:
+            _flatten(name, f"{path}[{key!r}]", child, value[key], out)
+    elif "record" in structure:
+        for field, child in zip(structure["fields"], structure["children"]):
+            if not hasattr(value, field):
+                raise wrong(f"must have the fields {structure['fields']} (a {structure['record']})")
+            _flatten(name, f"{path}.{field}", child, getattr(value, field), out)
+    else:
+        kind = "tuple" if "tuple" in structure else "list"
+        children = structure.get(kind)
+        if not isinstance(value, (tuple, list)) or len(value) != len(children):
+            raise wrong(f"must be a {kind} of {len(children)} items")
+        for i, (child, item) in enumerate(zip(children, value)):
+            _flatten(name, f"{path}[{i}]", child, item, out)
+
+
+def _rebuild(structure: dict, outputs: list):
+    """The result tree laid out as `structure`, its leaves from the flat `outputs`."""
+    if "output" in structure:
+        return outputs[structure["output"]]
+    if "none" in structure:
+        return None
+    if "static" in structure:
+        return structure["static"]
+    if "dict" in structure:
+        return {key: _rebuild(child, outputs) for key, child in structure["dict"]}
+    if "record" in structure:
+        record = collections.namedtuple(structure["record"].rpartition(".")[2], structure["fields"])
+        return record(*[_rebuild(child, outputs) for child in structure["children"]])
+    if "tuple" in structure:
+        return tuple(_rebuild(child, outputs) for child in structure["tuple"])
+    return [_rebuild(child, outputs) for child in structure["list"]]
+
+
+def load_flat(manifest_path: str, name: str, device=None):
+    """`name`'s compiled executable on flat arrays: `f(*arrays) -> list[np.ndarray]`, the
+    arguments' staged leaves in the order of the entry's `inputs` (a dict's leaves in its
+    sorted keys, static arguments left out), the results' leaves in the order of its
+    `outputs`: for callers in other languages, or that keep their own layout."""
+    return load_flat_from(read(manifest_path), manifest_path, name, device)
+
+
+def load_flat_from(manifest: dict, manifest_path: str, name: str, device=None):
+    """`load_flat` of an entry of `manifest`, a manifest as `read` gives it, whose files lie
+    beside `manifest_path`: `s2s compile` checks what it wrote before its manifest names it."""
     entries = _field(manifest_path, manifest, "entries", dict, "an object of entries")
     if name not in entries:
         raise ManifestError(f"{manifest_path} has no entry {name!r}; it has: "

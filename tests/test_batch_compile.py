@@ -151,17 +151,19 @@ def test_compile_package_reports_failures_skips_unchanged_and_loads_without_s2s(
         from s2s_runtime import manifest
         W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
         x = np.array([0.5, -1.0, 2.0, 0.25], dtype=np.float32)
-        (value,) = manifest.load({str(out / 'manifest.json')!r}, "good.loss")(W, x)
+        value = manifest.load({str(out / 'manifest.json')!r}, "good.loss")(W, x)
         assert value.dtype == np.float32 and value.shape == ()
         assert np.allclose(value, np.sum(np.tanh(W @ x)), rtol=1e-5), value
-        (dW,) = manifest.load({str(out / 'manifest.json')!r}, "good.grad_loss")(W, x)
+        dW = manifest.load({str(out / 'manifest.json')!r}, "good.grad_loss")(W, x)
         expected = np.outer(1 - np.tanh(W @ x) ** 2, x)
         assert np.allclose(dW, expected, rtol=1e-5, atol=1e-6), (dW, expected)
         a, b = np.array([1.0, 2.0]), np.array([5.0, 7.0])
-        first, second = manifest.load({str(out / 'manifest.json')!r}, "good.combine")(a, b)
+        first, second = manifest.load({str(out / 'manifest.json')!r}, "good.combine")({{"a": a, "b": b}})
+        flat_first, _ = manifest.load_flat({str(out / 'manifest.json')!r}, "good.combine")(a, b)
+        assert np.array_equal(first, flat_first)
         assert np.allclose(first, a * 2 + np.array([1.0, 2.0])) and np.allclose(second, b - a)
         x2 = np.linspace(-1, 1, 8).reshape(2, 4)
-        (proj,) = manifest.load({str(out / 'manifest.json')!r}, "good.project")(x2)
+        proj = manifest.load({str(out / 'manifest.json')!r}, "good.project")(x2)
         assert np.allclose(proj, np.tanh(x2 @ (np.arange(12.0).reshape(4, 3) / 10.0)))
         try:
             manifest.load({str(out / 'manifest.json')!r}, "nonexistent")
@@ -248,9 +250,10 @@ def fused_expected(W, x):
 
 
 def loads_and_runs(build, module: str, expected: dict) -> None:
-    """Every entry of `module` in `build` runs, through manifest.load, to `expected`."""
+    """Every entry of `module` in `build` runs, through manifest.load_flat (arrays in, a list
+    of arrays out), to `expected`."""
     for stem, values in expected.items():
-        results = manifest.load(str(build / "manifest.json"), f"{module}.{stem}")(W, X)
+        results = manifest.load_flat(str(build / "manifest.json"), f"{module}.{stem}")(W, X)
         assert all(type(r) is np.ndarray for r in results), results
         for got, want in zip(results, values):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -316,7 +319,7 @@ def test_helper_module_change_rebuilds_the_entries_that_use_it(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "model.uses_helper ok" in again.stderr and "model.no_helper skipped" in again.stderr
     x = np.array([0.1, -0.7, 2.0])
-    (value,) = manifest.load(str(out / "manifest.json"), "model.uses_helper")(x)
+    value = manifest.load(str(out / "manifest.json"), "model.uses_helper")(x)
     np.testing.assert_allclose(value, np.sin(x) * 2.0)
 
 
@@ -335,9 +338,9 @@ def test_package_modules_import_each_other_relatively_and_absolutely(tmp_path):
     assert compile_paths([str(tmp_path / "imports_pkg")], str(out)) == 0
     x = np.array([0.3, -1.2, 0.8])
     for module in ("imports_pkg.models.relative", "imports_pkg.models.absolute"):
-        (value,) = manifest.load(str(out / "manifest.json"), f"{module}.loss")(x)
+        value = manifest.load(str(out / "manifest.json"), f"{module}.loss")(x)
         np.testing.assert_allclose(value, np.sum(np.tanh(x) * x))
-        (gradient,) = manifest.load(str(out / "manifest.json"), f"{module}.grad_loss")(x)
+        gradient = manifest.load(str(out / "manifest.json"), f"{module}.grad_loss")(x)
         np.testing.assert_allclose(gradient, np.tanh(x) + x * (1 - np.tanh(x) ** 2))
 
 
@@ -503,11 +506,11 @@ def test_an_exported_pmap_compiles_to_its_spmd_module_and_loads_on_as_many_devic
         each = np.mean([np.tanh(x[i] @ w) ** 2 for i in range(2)], axis=0)
         assert np.allclose(loss, np.stack([each, each], axis=1))
         assert np.array_equal(scaled, np.stack([x[0] * 0, x[1] * 1], axis=1))
-        (dw,) = manifest.load({str(out / 'manifest.json')!r}, "parallel.grad_pmap_local_loss")(w, x)
+        dw = manifest.load({str(out / 'manifest.json')!r}, "parallel.grad_pmap_local_loss")(w, x)
         h = np.tanh(x @ w)   # d/dw of the mean over devices of sum(tanh(x w)^2)
         assert np.allclose(dw, np.einsum("dbi,db->i", x, 2 * h * (1 - h ** 2)) / 2)
         v = np.arange(12.0).reshape(2, 2, 3)
-        (both,) = manifest.load({str(out / 'manifest.json')!r}, "parallel.pmap_pmap_inner")(v)
+        both = manifest.load({str(out / 'manifest.json')!r}, "parallel.pmap_pmap_inner")(v)
         assert np.array_equal(both, v.sum(axis=1, keepdims=True) * np.array([1.0, 2.0])[:, None, None]
                               + 0 * v)
         assert not any(m.split(".")[0] in ("s2s", "jax") for m in sys.modules), "s2s or jax imported"
@@ -567,12 +570,86 @@ def test_an_exported_function_that_draws_takes_its_generators_as_documented_inpu
     first = grad(w, generators=[np.random.default_rng(5)])
     again = grad(w, generators=[np.random.default_rng(5)])
     other = grad(w, generators=[np.random.default_rng(6)])
-    np.testing.assert_array_equal(first[0], again[0])          # reproducible from the generator's state
-    assert not np.array_equal(first[0], other[0])
+    np.testing.assert_array_equal(first, again)          # reproducible from the generator's state
+    assert not np.array_equal(first, other)
     seeded = grad(w, generators=[np.array([1, 2], np.uint64)])   # or the seed itself
-    np.testing.assert_array_equal(seeded[0], grad(w, generators=[np.array([1, 2], np.uint64)])[0])
+    np.testing.assert_array_equal(seeded, grad(w, generators=[np.array([1, 2], np.uint64)]))
     # d/dw sum((w + eps)^2) = 2 (w + eps): the primal drawn from the same seed gives eps
     value = manifest.load(path, "drawing_module.noisy_loss")
-    total = value(w, generators=[np.array([1, 2], np.uint64)])[0]
-    eps = seeded[0] / 2 - w
+    total = value(w, generators=[np.array([1, 2], np.uint64)])
+    eps = seeded / 2 - w
     np.testing.assert_allclose(total, np.sum((w + eps) ** 2))
+
+
+STRUCTURED = '''
+import collections
+
+import numpy as np
+import s2s
+
+Parts = collections.namedtuple("Parts", "total doubled")
+
+
+@s2s.export("{'W': f64[2,3], 'b': f64[3]}, f64[4,2], 3", transforms=("primal", "grad"))
+def model(params, x, power):
+    return np.sum(np.tanh(x @ params['W'] + params['b']) ** power)
+
+
+@s2s.export("{'W': f64[2,3], 'b': f64[3]}, f64[4,2]", transforms=("primal",))
+def parts(params, x):
+    return Parts(np.sum(x @ params['W']), [x * 2.0, None])
+'''
+
+
+def test_a_loaded_entry_takes_the_functions_own_arguments_and_returns_its_own_result_tree(tmp_path):
+    """`manifest.load`: dict parameters in (by position or keyword, static arguments as
+    compiled), the gradient's dict out, a namedtuple result rebuilt by its fields; the
+    flat form beside it; mistakes named by the argument's path."""
+    import s2s
+    (tmp_path / "structured.py").write_text(STRUCTURED)
+    assert compile_paths([str(tmp_path / "structured.py")], str(tmp_path / "build")) == 0
+    path = str(tmp_path / "build" / "manifest.json")
+    rng = np.random.default_rng(0)
+    params = {"W": rng.standard_normal((2, 3)), "b": rng.standard_normal(3)}
+    x = rng.standard_normal((4, 2))
+
+    def model(params, x, power):
+        return np.sum(np.tanh(x @ params['W'] + params['b']) ** power)
+    grad = manifest.load(path, "structured.grad_model")(params, x, 3)
+    assert sorted(grad) == ["W", "b"]
+    expected = s2s.grad(model)(params, x, 3)
+    for key in grad:
+        np.testing.assert_allclose(grad[key], expected[key], rtol=1e-12)
+    value = manifest.load(path, "structured.model")(x=x, params=params, power=3)
+    np.testing.assert_allclose(value, model(params, x, 3), rtol=1e-12)
+    flat = manifest.load_flat(path, "structured.grad_model")(params["W"], params["b"], x)
+    np.testing.assert_allclose(flat[0], expected["W"], rtol=1e-12)
+
+    result = manifest.load(path, "structured.parts")(params, x)
+    assert type(result).__name__ == "Parts" and result._fields == ("total", "doubled")
+    np.testing.assert_allclose(result.total, np.sum(x @ params["W"]), rtol=1e-12)
+    assert result.doubled[1] is None and np.array_equal(result.doubled[0], x * 2.0)
+
+    loaded = manifest.load(path, "structured.model")
+    with pytest.raises(TypeError, match=r"argument power is 2, but the entry was compiled for 3"):
+        loaded(params, x, 2)
+    with pytest.raises(TypeError, match=r"argument params must be a dict with the keys \['W', 'b'\]"):
+        loaded({"W": params["W"]}, x, 3)
+    with pytest.raises(TypeError, match=r"missing the argument\(s\) power"):
+        loaded(params, x)
+
+
+def test_a_damaged_structure_is_a_manifest_error(tmp_path):
+    (tmp_path / "structured.py").write_text(STRUCTURED)
+    assert compile_paths([str(tmp_path / "structured.py")], str(tmp_path / "build")) == 0
+    path = tmp_path / "build" / "manifest.json"
+    document = json.loads(path.read_text())
+    entry = document["entries"]["structured.grad_model"]
+    entry["out_structure"]["dict"][0][1] = {"output": 1}   # two leaves numbered 1, none 0
+    path.write_text(json.dumps(document))
+    with pytest.raises(manifest.ManifestError, match="do not number the entry's 2 outputs once each"):
+        manifest.load(str(path), "structured.grad_model")
+    entry["out_structure"] = {"tuple": [{"output": 0}, {"weird": 1}]}
+    path.write_text(json.dumps(document))
+    with pytest.raises(manifest.ManifestError, match="is not a structure node"):
+        manifest.load(str(path), "structured.grad_model")

@@ -63,7 +63,7 @@ def version_served(build, names=NAMES) -> str:
     an entry is refused, computes neither, or the entries disagree)."""
     served = set()
     for name in names:
-        (got,) = manifest.load(str(build / "manifest.json"), name)(X)
+        got = manifest.load(str(build / "manifest.json"), name)(X)
         matches = [v for v in VERSIONS if np.allclose(got, expected(v)[name], rtol=1e-12, atol=0)]
         assert matches, f"{name} computes neither version: {got}"
         served.update(matches)

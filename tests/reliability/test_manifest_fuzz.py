@@ -47,7 +47,8 @@ def load_and_check(path, name):
     except manifest.ManifestError as e:
         assert str(e)
         return "refused"
-    results = call(X)
+    result = call(X)   # (the function's own result: one array, or a tuple of them)
+    results = list(result) if isinstance(result, tuple) else [result]
     assert len(results) == len(EXPECTED[name])
     for got, want in zip(results, EXPECTED[name]):
         np.testing.assert_allclose(got, want, rtol=1e-12)
