@@ -143,7 +143,7 @@ def _diff_leaves(staged: Staged, call: BoundCall, argnums, allow_int: bool,
         differentiable = aval is not None and dtypes.is_differentiable(aval.dtype)
         if index in wanted and not differentiable and not allow_int:
             kind = "a static value" if aval is None else f"dtype {aval.dtype}"
-            raise StagingError(
+            raise TransformTypeError(   # a TypeError, as JAX's and autograd's
                 f"{what} with respect to positional argument {wanted[index]} "
                 f"({staged.param_names[min(wanted[index], len(staged.param_names) - 1)]!r}), which "
                 f"holds {kind}: only floating-point inputs have gradients",
