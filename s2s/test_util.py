@@ -21,7 +21,7 @@ from s2s.errors import api_boundary
 from s2s.tree import tree_flatten, tree_map
 
 
-def _random_like(rng, tree):
+def random_like(rng, tree):
     """Standard normal values in the structure, shapes and dtypes of `tree` (both parts
     of a complex leaf)."""
     def draw(x):
@@ -72,7 +72,7 @@ def check_jvp(f, args, atol=1e-5, rtol=1e-5, eps=1e-6, seed=0):
     """jvp(f) against central differences of f along a random direction."""
     rng = np.random.default_rng(seed)
     args = _float64(args)
-    tangents = _random_like(rng, args)
+    tangents = random_like(rng, args)
     _, t_out = autodiff.jvp(f, args, tangents)
     _assert_close(t_out, _numeric_jvp(f, args, tangents, eps), atol, rtol,
                   "jvp vs central finite differences")
@@ -84,9 +84,9 @@ def check_vjp(f, args, atol=1e-5, rtol=1e-5, eps=1e-6, seed=0):
     used, so a function with only a reverse rule, a custom_vjp, is checked too)."""
     rng = np.random.default_rng(seed + 1)
     args = _float64(args)
-    tangents = _random_like(rng, args)
+    tangents = random_like(rng, args)
     out, vjp_fn = autodiff.vjp(f, *args)
-    cotangent = _random_like(rng, out)
+    cotangent = random_like(rng, out)
     cts = vjp_fn(cotangent)
     lhs, rhs = _inner(cts, tangents), _inner(cotangent, _numeric_jvp(f, args, tangents, eps))
     np.testing.assert_allclose(lhs, rhs, atol=atol, rtol=rtol,
@@ -105,13 +105,13 @@ def check_grads(f, args, order: int = 1, modes=("fwd", "rev"), atol=1e-5, rtol=1
         check_vjp(f, args, atol, rtol, eps, seed)
     if order > 1:
         rng = np.random.default_rng(seed + 2)
-        directions = _random_like(rng, args)
+        directions = random_like(rng, args)
         if "fwd" in modes:
             def tangent_of_f(*primals):
                 return autodiff.jvp(f, primals, directions)[1]
             check_grads(tangent_of_f, args, order - 1, ("fwd",), atol, rtol, eps, seed + 3)
         if "rev" in modes:
-            cotangent = _random_like(rng, f(*args))
+            cotangent = random_like(rng, f(*args))
 
             def cotangent_of_f(*primals):
                 return autodiff.vjp(f, *primals)[1](cotangent)

@@ -22,6 +22,7 @@ SWITCHED_MODULES = [(importlib.import_module(ours), importlib.import_module(thei
     ("scipy.special", "autograd.scipy.special"),
     ("s2s.autograd", "autograd"),
     ("s2s.autograd.wrap_util", "autograd.wrap_util"),
+    ("s2s.autograd.test_util", "autograd.test_util"),
 ]]
 
 
