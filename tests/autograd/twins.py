@@ -23,6 +23,8 @@ SWITCHED_MODULES = [(importlib.import_module(ours), importlib.import_module(thei
     ("s2s.autograd", "autograd"),
     ("s2s.autograd.wrap_util", "autograd.wrap_util"),
     ("s2s.autograd.test_util", "autograd.test_util"),
+    ("s2s.autograd.misc", "autograd.misc"),
+    ("s2s.autograd.misc.flatten", "autograd.misc.flatten"),
 ]]
 
 

@@ -1,0 +1,4 @@
+"""autograd.misc on s2s: `flatten` and `flatten_func` (`misc.flatten`)."""
+from s2s.autograd.misc.flatten import flatten, flatten_func
+
+__all__ = ["flatten", "flatten_func"]
