@@ -5,7 +5,8 @@
 The operators keep autograd's names, arguments (`argnum`, an int or a tuple) and results;
 s2s stages the plain NumPy functions they are given and derives them by its transforms
 (`differential_operators`). `test_util.check_grads` checks s2s's derivatives against
-finite differences, and `misc.flatten` flattens parameters, inside staged model code too.
+finite differences, `misc.flatten` flattens parameters (inside staged model code too), and
+`misc.optimizers` holds autograd's sgd, rmsprop and adam.
 """
 from s2s.autograd.differential_operators import (checkpoint, deriv, elementwise_grad, grad, grad_and_aux,
                                                  grad_named, hessian, hessian_tensor_product,

@@ -25,6 +25,7 @@ SWITCHED_MODULES = [(importlib.import_module(ours), importlib.import_module(thei
     ("s2s.autograd.test_util", "autograd.test_util"),
     ("s2s.autograd.misc", "autograd.misc"),
     ("s2s.autograd.misc.flatten", "autograd.misc.flatten"),
+    ("s2s.autograd.misc.optimizers", "autograd.misc.optimizers"),
 ]]
 
 
