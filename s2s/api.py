@@ -57,6 +57,8 @@ def devices() -> list:
 
 
 def device_count() -> int:
+    """How many devices s2s's XLA backend sees (jax.device_count): the CPU devices asked for
+    with S2S_NUM_CPU_DEVICES, across every process of a distributed run."""
     return len(devices())
 
 
@@ -66,6 +68,7 @@ def local_devices() -> list:
 
 
 def local_device_count() -> int:
+    """How many of `device_count()`'s devices belong to this process (jax.local_device_count)."""
     return len(local_devices())
 
 

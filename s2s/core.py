@@ -206,6 +206,9 @@ def host_objects(jaxpr: "Jaxpr") -> list[HostObject]:
 
 
 class Jaxpr:
+    """A staged program: its constants' and inputs' variables, its equations in order (SSA:
+    each variable defined once), and the atoms it returns. `ClosedJaxpr` pairs it with the
+    constants' values; `make_jaxpr` prints one in jax's notation."""
     __slots__ = ("constvars", "invars", "outvars", "eqns")
 
     def __init__(self, constvars, invars, outvars, eqns):

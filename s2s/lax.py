@@ -34,6 +34,11 @@ __all__ = ["all_gather", "all_to_all", "axis_index", "cond", "custom_linear_solv
            "while_loop", "checkpointed"]
 
 
+def __dir__() -> list[str]:
+    """`dir(s2s.lax)` lists the API, not the names this module imports to build it."""
+    return sorted(__all__)
+
+
 def _staging(fn) -> Direct:
     """The user's `fn` as a function of staged values: each call stages it with call_user."""
     return Direct(lambda *args: call_user(fn, args, {}), param_names(fn))

@@ -149,6 +149,8 @@ def _hashable(aux):
 
 
 def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None) -> tuple[list, PyTreeDef]:
+    """The leaves of `tree` in order (dicts by sorted key, as jax.tree_util) and its
+    structure; `is_leaf(node)` true stops the descent there."""
     leaves: list = []
     try:
         return leaves, _flatten_into(tree, leaves, is_leaf)
@@ -195,10 +197,12 @@ def register_array_type(cls: type) -> None:
 
 
 def tree_unflatten(treedef: PyTreeDef, leaves):
+    """The tree of structure `treedef` holding `leaves` (the inverse of tree_flatten)."""
     return treedef.unflatten(leaves)
 
 
 def tree_leaves(tree, is_leaf=None) -> list:
+    """The leaves of `tree`, in tree_flatten's order."""
     return tree_flatten(tree, is_leaf)[0]
 
 
@@ -207,6 +211,8 @@ def tree_structure(tree, is_leaf=None) -> PyTreeDef:
 
 
 def tree_map(fn: Callable, tree, *rest, is_leaf=None):
+    """`tree` with each leaf replaced by `fn(leaf, *the leaves at the same place in rest)`;
+    the trees in `rest` have `tree`'s structure (a ValueError otherwise)."""
     leaves, treedef = tree_flatten(tree, is_leaf)
     others = [_flatten_like(treedef, r) for r in rest]
     return treedef.unflatten(fn(*xs) for xs in zip(leaves, *others))

@@ -108,3 +108,14 @@ def test_source_comments_can_be_turned_off():
     assert "# test_api.py" not in source
 
 
+
+
+def test_every_public_name_says_what_it_does():
+    """help(s2s.x) shows a docstring for every name s2s exports, and for s2s.lax's."""
+    undocumented = [name for name in s2s.__all__ if not (getattr(s2s, name).__doc__ or "").strip()]
+    undocumented += [f"lax.{name}" for name in s2s.lax.__all__ if not (getattr(s2s.lax, name).__doc__ or "").strip()]
+    assert not undocumented
+
+
+def test_dir_of_s2s_lax_is_its_api():
+    assert dir(s2s.lax) == sorted(s2s.lax.__all__)

@@ -1,6 +1,8 @@
 """The README stays true: its quick start matches CI, and its table lists every supported function."""
 import os
 import re
+import subprocess
+import sys
 
 import s2s
 from s2s.numpy_api import NUMPY_IMPLS
@@ -53,3 +55,16 @@ def test_layout_names_every_module():
                 if not listed_in_folder:
                     missing.append(folder + filename)
     assert not missing, f"add these to README's Layout: {sorted(missing)}"
+
+
+def test_the_readme_pmap_example_runs_as_shown(tmp_path):
+    """The data-parallel example, run as its first line says, prints what its comment says."""
+    block = readme().split("## Several devices", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    command = block.splitlines()[1]
+    assert command.startswith("# data_parallel.py: run as `S2S_NUM_CPU_DEVICES=8 python data_parallel.py`")
+    (tmp_path / "data_parallel.py").write_text(block)
+    env = {**os.environ, "S2S_NUM_CPU_DEVICES": "8", "PYTHONPATH": ROOT}
+    run = subprocess.run([sys.executable, "data_parallel.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "{'W': True, 'b': True}"
