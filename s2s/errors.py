@@ -14,6 +14,7 @@ import functools
 import os
 import sys
 import types
+import warnings
 
 import s2s_runtime
 from s2s.source_info import SourceInfo
@@ -120,6 +121,17 @@ USER_ERRORS = (S2SError, DonatedBufferError, ProgramMismatchError)
 
 # Where s2s's frames come from: its two packages.
 _OWN_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, s2s_runtime.__file__))
+
+
+def warn_at_user_code(message: str, category=UserWarning) -> None:
+    """Warns at the line of the user's code that called into s2s (the nearest frame outside
+    s2s's packages), as a traceback would show it: never at a line of s2s's own."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_OWN_DIRS):
+        frame = frame.f_back
+    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"),
+                           registry=frame.f_globals.setdefault("__warningregistry__", {}))
 
 
 def api_boundary(fn):

@@ -19,7 +19,6 @@ import dataclasses
 import functools
 import sys
 import threading
-import warnings
 import weakref
 from typing import Callable
 
@@ -31,7 +30,8 @@ from s2s.donation import donated_leaves, refuse_donating_twice
 from s2s.eager import emitted_call_args, emitted_function, emitted_module, function_name, host_leaves
 from s2s.emit.signature import emitted_signature
 from s2s.emit.stablehlo import Lowered, device_dtypes, donation_aliases, lower, replicas_needed
-from s2s.errors import USER_ERRORS, api_boundary, errors_shown_clean, marks_boundary, shown_to_user
+from s2s.errors import (USER_ERRORS, api_boundary, errors_shown_clean, marks_boundary, shown_to_user,
+                        warn_at_user_code)
 from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call, staging_receiver
 from s2s.frontend.args import normalize_argnums
 from s2s.pmap import ReplicatedProgram
@@ -379,8 +379,8 @@ class XlaBackend:
         jitted = self.jitted()
         if replicas_needed(staged.closed.jaxpr) > 1:
             if donated_leaves(staged, call, jitted.donate_argnums):
-                warnings.warn("Some donated buffers were not usable: a function that calls a pmap gives "
-                              "every replica a copy of each input, so none is donated", UserWarning, stacklevel=5)
+                warn_at_user_code("Some donated buffers were not usable: a function that calls a pmap gives "
+                                  "every replica a copy of each input, so none is donated")
             return _replicated_runner(staged)
         donated = donated_leaves(staged, call, jitted.donate_argnums)
         device = jitted.device or devices()[0]
@@ -489,8 +489,8 @@ def _lowered_text(staged: Staged, donated: dict[int, str]) -> str:
     aliases = donation_aliases(staged.closed, [i in donated for i in range(len(invars))])
     unusable = [f"{invars[i].aval.str_short()} ({label})" for i, label in donated.items() if i not in aliases]
     if unusable:
-        warnings.warn("Some donated buffers were not usable (no output has the same shape and "
-                      f"dtype): {', '.join(unusable)}", UserWarning, stacklevel=4)
+        warn_at_user_code("Some donated buffers were not usable (no output has the same shape and "
+                          f"dtype): {', '.join(unusable)}")
     return lower(staged.closed, aliases=aliases)
 
 

@@ -1,5 +1,6 @@
 """jit(backend="xla"): staged, lowered to StableHLO, compiled and run by jaxlib alone."""
 import inspect
+import linecache
 import os
 import re
 import subprocess
@@ -193,9 +194,11 @@ def repr_of_values(a):
 def test_donation_that_no_output_can_alias_warns():
     def total(x, y):
         return (x * y).sum()
-    with pytest.warns(UserWarning, match=r"Some donated buffers were not usable.*f64\[3\] \(`x` of total\)"):
+    with pytest.warns(UserWarning, match=r"Some donated buffers were not usable.*f64\[3\] \(`x` of total\)") as shown:
         out = s2s.jit(total, donate_argnums=0)(np.ones(3), np.ones(3))
     assert float(out) == 3.0
+    # at the user's call, never at a line of s2s's own
+    assert shown[0].filename == __file__ and "s2s.jit(total" in linecache.getline(__file__, shown[0].lineno)
 
 
 def test_donation_and_device_options_are_checked():

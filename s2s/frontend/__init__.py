@@ -393,7 +393,7 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
         closed = builder.build(out_leaves)
     example_args = in_tree.unflatten([aval_of_arg(l) if m else l for l, m in zip(in_leaves, mask)])
     description, location = _description_and_location(fn)
-    guards = reads.result(f"{description} ({location[0]}:{location[1]})")
+    guards = reads.result(description, location)
     include(guards, receiver)
     result = Staged(closed, names, in_tree, mask, out_tree, example_args, signature_of(fn),
                     getattr(fn, "__name__", "f"), description, location, guards)

@@ -206,18 +206,20 @@ class recording:
     def __exit__(self, *exc):
         _stack().pop()
 
-    def result(self, where: str) -> Guards:
+    def result(self, description: str, location: tuple[str, int]) -> Guards:
         """The guards, fingerprinted as the values are when staging ends: a function that
-        changes what it reads while staged (appends to a closure list) is not stale."""
+        changes what it reads while staged (appends to a closure list) is not stale. A
+        warning about a read is shown at `location` (the staged function's file and line),
+        the user's code, never s2s's."""
         recorder = self.recorder
         large_arrays: list = []
         guards = [_Guard(*read, large_arrays) for read in recorder.reads]
         for name, shape, nbytes in large_arrays:
-            warnings.warn(
-                f"{where} reads {name}, an array of shape {shape} ({nbytes} bytes), as a constant: it is captured "
-                f"by identity, and a change made to it in place will not be seen (arrays up to "
+            warnings.warn_explicit(
+                f"{description} reads {name}, an array of shape {shape} ({nbytes} bytes), as a constant: it is "
+                f"captured by identity, and a change made to it in place will not be seen (arrays up to "
                 f"{SMALL_ARRAY_BYTES} bytes are checked by content); pass it as an argument, or "
-                "assign a new array to the name after changing it", UserWarning, stacklevel=2)
+                "assign a new array to the name after changing it", UserWarning, location[0], location[1])
         return Guards(guards + recorder.guards)
 
 

@@ -200,8 +200,11 @@ def test_a_small_global_array_changed_in_place_is_restaged():
 
 def test_a_large_global_array_is_captured_by_identity_with_a_warning():
     with pytest.warns(UserWarning, match=r"reads the global 'LARGE', an array of shape .* captured "
-                                         r"by identity"):
+                                         r"by identity") as shown:
         staged = stage(plus_large_head, (X,))
+    # shown at the user's function, never at s2s's own lines
+    assert shown[0].filename == __file__
+    assert shown[0].lineno == plus_large_head.__code__.co_firstlineno
     assert not staged.guards.stable
     # Rebinding the name is still seen: the guard is on identity.
     with warnings.catch_warnings():
