@@ -58,13 +58,13 @@ import time
 import numpy as np
 
 from s2s.build_plan import Target, discover, error_text, plan, sha256, versions
+from s2s.errors import CommandLineError
 from s2s.export import write_npz
 from s2s_runtime import manifest as runtime_manifest
 from s2s_runtime.replicated import ReplicatedExecutable, first_devices
 from s2s_runtime.xla import Executable, hlo_text, set_num_cpu_devices
 
 MANIFEST = "manifest.json"
-MANIFEST_LOCK = "manifest.json.lock"   # held while a compile reads, writes and sweeps the folder
 MANIFEST_FORMAT = runtime_manifest.MANIFEST_FORMAT
 SUFFIXES = {"mlir": ".mlir", "hlo": ".hlo.txt", "exe": ".exe", "consts": ".consts.npz"}   # by kind
 OUTPUT_SUFFIXES = tuple(SUFFIXES.values())   # of every file an entry lists
@@ -105,18 +105,20 @@ def compile_target(target: Target) -> dict:
 
 @contextlib.contextmanager
 def folder_lock(out_dir: str):
-    """Holds the build folder's lock, saying so when another compile holds it first."""
-    with open(os.path.join(out_dir, MANIFEST_LOCK), "a") as lock:
+    """Holds the build folder's lock, saying so when another compile holds it first. The
+    lock is on the folder itself (flock of its descriptor), so a compile leaves no lock
+    file among the build's files, and no compile can remove the lock another one waits on."""
+    descriptor = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
         try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             print(f"s2s compile: waiting for another s2s compile into {out_dir} to finish",
                   file=sys.stderr, flush=True)
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)   # releases the lock
 
 
 def _write(out_dir: str, name: str, data: bytes | str) -> None:
@@ -391,5 +393,5 @@ def _build(out_dir: str, compiled_modules: set[str], targets: list[Target], fail
 
 def cmd_compile(args) -> int:
     if args.jobs < 1:
-        raise SystemExit("s2s compile: -j needs a positive number of workers")
+        raise CommandLineError("s2s compile: -j needs a positive number of workers")
     return compile_paths(args.paths, args.out, args.jobs, args.force, not args.no_verify)

@@ -54,6 +54,12 @@ class S2SError(Exception):
         return "\n".join(parts)
 
 
+class CommandLineError(Exception):
+    """A command line the `s2s` command refuses (a path that does not exist, a target it
+    cannot parse, a file it must not overwrite): exit status 2, as for argparse's own
+    refusals, so a CI step tells a mistyped command from stale derivatives (status 1)."""
+
+
 class ShapeError(S2SError, ValueError):
     """Operands whose shapes or dtypes a primitive cannot accept."""
 

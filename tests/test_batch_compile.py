@@ -290,7 +290,7 @@ def test_verification_fails_an_entry_whose_executable_does_not_run(tmp_path, mon
     entries = batch_compile.read_manifest(str(tmp_path / "build"))["entries"]
     assert {e["status"] for e in entries.values()} == {"failed"}
     assert "sabotaged_module.fused FAILED" in capsys.readouterr().err
-    assert sorted(os.listdir(tmp_path / "build")) == ["manifest.json", "manifest.json.lock"]
+    assert sorted(os.listdir(tmp_path / "build")) == ["manifest.json"]
 
 
 def test_no_verify_writes_without_running_and_a_later_verified_build_checks(tmp_path, monkeypatch):
@@ -372,7 +372,7 @@ def test_removed_export_files_are_deleted_and_reported_and_unlisted_files_kept(t
     assert again.returncode == 0, again.stderr
     assert f"removed {', '.join(dropped)} (shrinking.dropped: no longer exported)" in again.stderr
     assert sorted(os.listdir(out)) == sorted(
-        ["manifest.json", "manifest.json.lock", "notes.txt", "stray.exe"]
+        ["manifest.json", "notes.txt", "stray.exe"]
         + built_files(out, "shrinking.fused") + built_files(out, "shrinking.grad_fused"))
     assert sorted(json.loads((out / "manifest.json").read_text())["entries"]) == [
         "shrinking.fused", "shrinking.grad_fused"]
@@ -449,7 +449,7 @@ def test_module_that_stops_importing_has_its_entries_files_removed_and_says_why(
     assert f"removed {', '.join(fused)} (breaking.fused: its module failed to import)" in broken.stderr
     entries = json.loads((out / "manifest.json").read_text())["entries"]
     assert list(entries) == ["breaking.<module>"] and "boom" in entries["breaking.<module>"]["error"]
-    assert sorted(os.listdir(out)) == ["manifest.json", "manifest.json.lock"]
+    assert sorted(os.listdir(out)) == ["manifest.json"]
 
 
 PMAPPED = '''\
