@@ -11,9 +11,9 @@ import functools
 from s2s import tree as tree_util
 from s2s.core import ClosedJaxpr, eval_jaxpr as _eval_jaxpr
 from s2s.eager import emitted_module
-from s2s.transformed import staged_or_error
+from s2s.transformed import required_parameters, staged_or_error
 from s2s.emit.python import EmitOptions
-from s2s.errors import api_boundary
+from s2s.errors import StagingError, api_boundary
 from s2s.pmap import Pmapped
 from s2s.primitives.elementwise import stop_gradient as stop_gradient_p
 from s2s_runtime import distributed, xla
@@ -45,6 +45,14 @@ def emit_python(fn, *example_args, static_argnums=(), static_argnames=(), dynami
     """
     if isinstance(fn, Pmapped):   # its semantics on NumPy: the vmapped function, no devices
         name, fn = name or fn.__name__, fn.reference()
+    needed = required_parameters(fn) if not example_args and not example_kwargs else []
+    if needed:
+        raise StagingError(
+            f"emit_python({getattr(fn, '__name__', 'fn')}) was given no example arguments, and it "
+            f"takes {', '.join(needed)}",
+            f"pass arguments like those it will be called with after the function: "
+            f"emit_python(fn, {', '.join(needed)}), each an array, an s2s.ShapeDtype(shape, dtype) "
+            f"or a static value")
     staged = staged_or_error(fn, example_args, example_kwargs, static_argnums, static_argnames,
                              dynamic_argnums)
     return emitted_module(staged, name, EmitOptions(source_comments=source_comments)).source

@@ -16,9 +16,9 @@ from __future__ import annotations
 import functools
 
 from s2s.errors import api_boundary
-from s2s.frontend import Staged, stage, transform_description
+from s2s.frontend import Staged, signature_of, stage, transform_description
 
-__all__ = ["TransformedFunction", "staged_or_error"]
+__all__ = ["TransformedFunction", "required_parameters", "staged_or_error"]
 
 
 class TransformedFunction:
@@ -67,3 +67,11 @@ def staged_or_error(fn, args, kwargs, static_argnums=(), static_argnames=(),
     one (a transform's call) it lets errors through to it."""
     return stage(fn, args, kwargs, static_argnums=static_argnums,
                  static_argnames=static_argnames, dynamic_argnums=dynamic_argnums)
+
+
+def required_parameters(fn) -> list[str]:
+    """The parameters of `fn` that a call must fill (no default, not `*args`/`**kwargs`).
+    An emitter given no example arguments at all asks for these by name (`--args` on the
+    command line, example arguments to `emit_python`) instead of reporting a bad call."""
+    return [p.name for p in signature_of(fn).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
