@@ -41,7 +41,7 @@ from s2s import tree as tree_util
 from s2s.transformed import staged_or_error
 from s2s.core import host_objects
 from s2s.emit.stablehlo import RNG_STATE_DTYPE, lower, path_inside, replicas_needed
-from s2s.errors import S2SError
+from s2s.errors import CommandLineError, S2SError
 from s2s.export import exports_of
 from s2s.frontend.args import ShapeDtype
 from s2s.pmap import Pmapped
@@ -117,7 +117,7 @@ def discover(paths) -> list[Module]:
                     if name.endswith(".py") and _mentions_export(full):
                         found.setdefault(full, _module(full, folder))
         else:
-            raise SystemExit(f"s2s compile: no such file or folder: {path}")
+            raise CommandLineError(f"s2s: no such file or folder: {path}")
     return list(found.values())
 
 
@@ -137,6 +137,24 @@ def forget_imported(folder: str, package: str | None = None) -> None:
                 "." not in name and isinstance(path, str)
                 and os.path.dirname(os.path.realpath(path)) == folder):
             del sys.modules[name]
+
+
+def import_afresh(modules: list[Module]) -> None:
+    """Makes `import_module` import `modules` (with their packages and the plain modules
+    beside them) from their files as they are now, not as this process imported them before."""
+    _imported.clear()
+    for module in modules:
+        forget_imported(os.path.dirname(module.path), module.name.split(".")[0] if module.in_package else None)
+
+
+def load(paths) -> list[tuple[Module, object]]:
+    """Each module under `paths` (`discover`) with the module object, imported afresh. The
+    one way every `s2s` command loads the user's code: a package module by its dotted name
+    with the package root's parent on sys.path (so its relative and absolute imports work
+    with no PYTHONPATH, from any working folder), a plain module from its file."""
+    modules = discover(paths)
+    import_afresh(modules)
+    return [(module, import_module(module)) for module in modules]
 
 
 def import_module(module: Module):
@@ -347,9 +365,7 @@ def plan(modules: list[Module]) -> tuple[list[Target], list[dict]]:
     """The targets of the modules, and failed entries for modules that do not import, exports
     that do not stage, and names that two modules would both give."""
     targets, failures = [], []
-    _imported.clear()
-    for module in modules:
-        forget_imported(os.path.dirname(module.path), module.name.split(".")[0] if module.in_package else None)
+    import_afresh(modules)
     for module in modules:
         try:
             records = exports_of(import_module(module))

@@ -1,79 +1,145 @@
 """The `s2s` command line: `s2s jaxpr`, `s2s emit`, `s2s check` and `s2s compile`.
 
     s2s jaxpr path/to/mod.py:fn --args 'f32[128,784], f32[784]'
-    s2s emit  path/to/mod.py:fn --args 'f32[128,784], f32[784]' --out generated/
+    s2s jaxpr path/to/mod.py                               # every @s2s.export, as declared
+    s2s emit  path/to/mod.py:fn --args 'f32[128,784], f32[784]' --transform grad --out generated/
     s2s emit  path/to/mod.py --out derivatives/            # every @s2s.export; removes orphans
-    s2s check path/to/mod.py --against derivatives/        # exit 1 with a diff if stale
+    s2s check path/to/pkg/ other.py:loss --against derivatives/   # exit 1 with a diff if stale
     s2s compile path/to/pkg/ --out build/ -j 4             # .mlir, .hlo.txt, .exe + manifest.json
 
+Every command loads the user's code the way `s2s compile` does (`build_plan.load`): a module
+in a package is imported by its dotted name with the package root's parent on sys.path, so
+relative imports work without PYTHONPATH, from any working folder.
+
 Argument specs are `dtype[dims]` (f32, f64, i32, i64, bool, ...), Python numbers for
-static arguments, and dicts/lists/tuples of those for pytree arguments. A mistake in the
-user's code is printed as a compiler error (file:line:col, the line, a caret) with exit
-status 1; a bad command line exits with status 2.
+static arguments, and dicts/lists/tuples of those for pytree arguments. A function given
+without --args is staged with the arguments of its @s2s.export. A mistake in the user's
+code is printed as a compiler error (file:line:col, the line, a caret) with exit status 1,
+as are stale derivatives; a bad command line exits with status 2.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
-import importlib.util
 import os
+import re
 import sys
 
+import s2s
 from s2s.api import make_jaxpr
 from s2s.batch_compile import cmd_compile
-from s2s.build_plan import forget_imported
+from s2s.build_plan import discover, load
 from s2s.eager import emitted_module
-from s2s.transformed import staged_or_error
 from s2s.emit.python import EmitOptions
 from s2s.emit.signature import generated_from, is_generated_source, source_label
-from s2s.errors import S2SError
-from s2s.export import NAME_HELP, emit_exports, is_valid_name, write_npz
+from s2s.errors import CommandLineError, S2SError
+from s2s.export import NAME_HELP, TRANSFORMS, Export, emit_exports, exports_of, is_valid_name, write_npz
 from s2s.frontend.args import parse_arg_specs
+from s2s.transformed import required_parameters, staged_or_error
 
 
-def load_module(path: str):
-    """Imports a module from its file path (its folder goes on sys.path for its imports)."""
-    if not os.path.exists(path):
-        raise SystemExit(f"s2s: no such file: {path}")
-    module_name = os.path.splitext(os.path.basename(path))[0]
-    directory = os.path.dirname(os.path.abspath(path))
-    if directory not in sys.path:
-        sys.path.insert(0, directory)
-    forget_imported(directory)   # its helpers are imported again too, from the files as they are
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+def split_target(target: str) -> tuple[str, str | None]:
+    """`path/to/mod.py:fn` → (path, 'fn'); a module file or folder alone → (path, None)."""
+    path, sep, attr = target.rpartition(":")
+    if not sep:
+        return target, None
+    if not path or not attr:
+        raise CommandLineError(f"s2s: expected MODULE.py:FUNCTION or MODULE.py, got {target!r}")
+    return path, attr
+
+
+def load_file(path: str):
+    """The module of one file, loaded as every command loads modules (`build_plan.load`)."""
+    if not os.path.isfile(path):
+        raise CommandLineError(f"s2s: no such file: {path}" if not os.path.exists(path)
+                               else f"s2s: {path} is a folder; this command takes one module file")
+    [(_, module)] = load([path])
     return module
 
 
-def load_target(target: str):
-    """`path/to/mod.py:fn` → the function object (the module is imported from its path)."""
-    path, sep, attr = target.rpartition(":")
-    if not sep or not path or not attr:
-        raise SystemExit(f"s2s: expected MODULE.py:FUNCTION, got {target!r}")
-    module = load_module(path)
+def attribute(module, path: str, attr: str):
+    """`attr` (dotted: `Model.loss`) of the module loaded from `path`."""
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise SystemExit(f"s2s: {path} has no attribute {attr!r}")
+            raise CommandLineError(f"s2s: {path} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def shown(path: str) -> str:
+    """A path as the user would type it from here: relative to the working folder when
+    inside it (what a fix command and a CI annotation name), else absolute."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.pardir) else relative
 
 
 def _static_argnums(text: str | None) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(",") if p.strip()) if text else ()
 
 
+def _arg_specs(text: str) -> tuple:
+    """The --args option parsed; a spec that does not parse is a bad command line."""
+    try:
+        return tuple(parse_arg_specs(text))
+    except S2SError as error:
+        raise CommandLineError(f"s2s: --args {text!r}: {error}") from None
+
+
+def function_target(command: str, target: str, args) -> tuple[str, object, tuple]:
+    """(name, function to stage, its example arguments) for `jaxpr`/`emit` of one function:
+    `--transform` of it (an `Export` of one transform, so the same functions and example
+    arguments as `@s2s.export` gives), with the arguments of --args, else those of the
+    function's own @s2s.export."""
+    path, attr = split_target(target)
+    fn = attribute(load_file(path), path, attr)
+    declared = getattr(fn, "__s2s_exports__", None)
+    if args.args:
+        example, argnums = _arg_specs(args.args), 0
+    elif declared:
+        example, argnums = declared[0].args, declared[0].argnums
+    else:
+        needed = required_parameters(fn)
+        if needed:
+            raise CommandLineError(
+                f"s2s {command}: {target} takes {', '.join(needed)}, and has no @s2s.export to "
+                f"take argument types from: pass them with --args, e.g. --args 'f32[128,784], f32[784]'")
+        example, argnums = (), 0
+    transform = args.transform or "primal"
+    record = Export(fn, example, (transform,), fn.__name__, argnums)
+    [(stem, staged_fn)] = record.targets()
+    return stem, staged_fn, record.example_args(transform)
+
+
+def module_only(command: str, args) -> None:
+    """Refuses the options that choose how to stage one function, given a whole module
+    (whose @s2s.export declarations say that)."""
+    given = [f"--{name.replace('_', '-')}" for name in ("args", "static_argnums", "transform", "name")
+             if getattr(args, name, None) not in (None, "")]
+    if given:
+        raise CommandLineError(f"s2s {command}: {', '.join(given)} apply to one function "
+                               f"(MODULE.py:FUNCTION); a module's @s2s.export declarations say "
+                               f"what to stage")
+
+
 def cmd_jaxpr(args) -> int:
-    fn = load_target(args.target)
-    example = parse_arg_specs(args.args or "")
+    path, attr = split_target(args.target)
+    if attr is None:   # a module: each target of each of its exports
+        module_only("jaxpr", args)
+        module = load_file(path)
+        records = exports_of(module)
+        if not records:
+            raise CommandLineError(f"s2s jaxpr: {path} declares no @s2s.export: name a function "
+                                   f"(MODULE.py:FUNCTION) and its --args")
+        for record in records:
+            for transform, (stem, fn) in zip(record.transforms, record.targets()):
+                print(f"# {stem}: {transform} of {record.fn.__qualname__}")
+                print(make_jaxpr(fn)(*record.example_args(transform)))
+        return 0
+    _, fn, example = function_target("jaxpr", args.target, args)
     print(make_jaxpr(fn, static_argnums=_static_argnums(args.static_argnums))(*example))
     return 0
-
-
-class CommandLineError(Exception):
-    """A request the CLI refuses (a bad name, a file it must not overwrite): exit status 2."""
 
 
 def _refusal(path: str, sources: list[str]) -> str | None:
@@ -156,19 +222,20 @@ def _remove_orphans(folder: str, module_path: str, files: dict) -> None:
 
 
 def cmd_emit(args) -> int:
-    if ":" not in args.target:   # a module: everything it declares with @s2s.export
+    path, attr = split_target(args.target)
+    if attr is None:   # a module: everything it declares with @s2s.export
+        module_only("emit", args)
         if args.out is None:
-            raise SystemExit("s2s: emitting a module's exports needs --out DIR")
-        files = emit_exports(load_module(args.target), not args.no_comments)
-        _write_files(args.out, files, [args.target])
-        _remove_orphans(args.out, args.target, files)
+            raise CommandLineError("s2s emit: emitting a module's exports needs --out DIR")
+        files = emit_exports(load_file(path), not args.no_comments)
+        _write_files(args.out, files, [path])
+        _remove_orphans(args.out, path, files)
         return 0
-    fn = load_target(args.target)
-    name = fn.__name__ if args.name is None else args.name
+    stem, fn, example = function_target("emit", args.target, args)
+    name = stem if args.name is None else args.name
     if not is_valid_name(name):
         raise CommandLineError(f"s2s emit: {name!r} cannot name the emitted function and its "
                                f"file: pass --name: {NAME_HELP}")
-    example = parse_arg_specs(args.args or "")
     staged = staged_or_error(fn, example, {}, _static_argnums(args.static_argnums))
     options = EmitOptions(source_comments=not args.no_comments, const_mode="sidecar",
                           sidecar_name=f"{name}.npz")
@@ -179,66 +246,230 @@ def cmd_emit(args) -> int:
             print("s2s: large constants need --out DIR to be written", file=sys.stderr)
             return 2
         return 0
-    _write_files(args.out, {f"{name}.py": module}, [args.target.rpartition(":")[0]])
+    _write_files(args.out, {f"{name}.py": module}, [path])
     return 0
 
 
-def cmd_check(args) -> int:
-    """Regenerates a module's exports in memory; exit 1 with a diff if any file is stale or
-    missing, naming each orphan (a generated file of this module no export produces)."""
-    files = emit_exports(load_module(args.target), not args.no_comments)
+# ---------------------------------------------------------------------------------------
+# s2s check
+
+
+def check_selection(targets: list[str]) -> dict[str, set[str] | None]:
+    """Module file (absolute) → the functions of it to check (None: all its exports), for
+    targets that are module files, folders (their modules that use @s2s.export) or
+    MODULE.py:FUNCTION."""
+    selection: dict[str, set[str] | None] = {}
+    for target in targets:
+        path, attr = split_target(target)
+        if attr is not None and not os.path.isfile(path):
+            raise CommandLineError(f"s2s: no such file: {path}")
+        modules = discover([path])
+        if not modules:
+            raise CommandLineError(f"s2s check: no module under {path} uses @s2s.export, so there "
+                                   f"is nothing to check")
+        for module in modules:
+            if attr is None or selection.get(module.path, set()) is None:
+                selection[module.path] = None
+            else:
+                selection.setdefault(module.path, set()).add(attr)
+    return selection
+
+
+_COMMENT = re.compile(r"  # (?:(?P<file>\S+) (?P<function>[\w.<>]+)\+(?P<offset>\d+)|(?P<short>\S+):(?P<line>\d+))$")
+
+
+def _def_line(path: str, qualname: str) -> int | None:
+    """The line of the `def` of `qualname` (`loss`, `Model.loss`, `loss.<locals>.inner` or
+    `loss.inner`) in the file at `path`, read from its syntax tree."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            scope = ast.parse(f.read())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    node = None
+    for part in (p for p in qualname.split(".") if p != "<locals>"):
+        node = next((n for n in ast.walk(scope) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == part), None)
+        if node is None:
+            return None
+        scope = node
+    return node.lineno if node is not None else None
+
+
+def _source_of(basename: str, module_path: str) -> str | None:
+    """The file a `# model.py loss+3` comment names: beside the exporting module, else any
+    loaded module's file of that name (a helper imported from elsewhere)."""
+    beside = os.path.join(os.path.dirname(module_path), basename)
+    if os.path.isfile(beside):
+        return beside
+    for loaded in list(sys.modules.values()):
+        path = getattr(loaded, "__file__", None)
+        if isinstance(path, str) and os.path.basename(path) == basename:
+            return path
+    return None
+
+
+def source_line(line: str, module_path: str) -> tuple[str, int] | None:
+    """(file, line) of the user's source that an emitted line's location comment names."""
+    match = _COMMENT.search(line.rstrip("\n"))
+    if match is None:
+        return None
+    path = _source_of(match["file"] or match["short"], module_path)
+    if path is None:
+        return None
+    if match["line"]:
+        return path, int(match["line"])
+    def_line = _def_line(path, match["function"])
+    return (path, def_line + int(match["offset"])) if def_line is not None else None
+
+
+def changed_source_lines(committed: str, regenerated: str, module_path: str,
+                         fallback: tuple[str, int]) -> list[tuple[str, int]]:
+    """The source lines whose derivative changed, in order without repeats: for each run
+    of changed emitted lines, the lines their location comments name (of the regenerated
+    file, which follows the source as it is now), else the nearest commented line before
+    the run (a statement's continuation lines have no comment), else `fallback`."""
+    old, new = committed.splitlines(True), regenerated.splitlines(True)
+    found: list[tuple[str, int]] = []
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        lines = [where for where in (source_line(line, module_path) for line in new[j1:j2]) if where]
+        if not lines:
+            before = (source_line(line, module_path) for line in reversed(new[:j1]))
+            lines = [next((where for where in before if where), fallback)]
+        found.extend(where for where in lines if where not in found)
+    return found
+
+
+def _escaped(text: str, property_value: bool = False) -> str:
+    """Text as a GitHub Actions workflow command carries it (its `%`, newlines, and in a
+    property `:` and `,`, percent-encoded)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if property_value else text
+
+
+def annotation(where: tuple[str, int] | str, message: str) -> str:
+    """A GitHub Actions error annotation at (file, line), or on a whole file."""
+    path, line = where if isinstance(where, tuple) else (where, None)
+    place = f"file={_escaped(shown(path), True)}" + (f",line={line}" if line else "")
+    return f"::error {place},title=s2s check::{_escaped(message)}\n"
+
+
+def _export_line(record: Export) -> tuple[str, int]:
+    code = record.fn.__code__
+    return code.co_filename, _def_line(code.co_filename, record.fn.__qualname__) or code.co_firstlineno
+
+
+def check_module(module_path: str, module, functions: set[str] | None, against: str,
+                 comments: bool, github: bool) -> tuple[int, int]:
+    """Checks one module's generated files in `against` (all of them, or those of the
+    exports of `functions`); prints each problem. Returns (problems, files expected)."""
+    records = exports_of(module)
+    if functions is not None:
+        for name in sorted(functions):
+            if not any(r.fn.__qualname__ == name or r.name == name for r in records):
+                raise CommandLineError(f"s2s check: {shown(module_path)}:{name} is not an @s2s.export "
+                                       f"of that module, so it has no generated files to check")
+        records = [r for r in records if r.fn.__qualname__ in functions or r.name in functions]
+    files = emit_exports(module, comments, records)
+    made_by = {f"{stem}.py": record for record in records for stem, _ in record.targets()}
+    fix = f"run `s2s emit {shown(module_path)} --out {against}`"
+
+    def annotate(where, message: str) -> None:
+        if github:
+            sys.stdout.write(annotation(where, message))
+
     problems = 0
-    for path in orphans(args.against, args.target, files):
-        print(f"s2s check: orphan {path}: generated from {args.target} by an export that no longer "
-              f"exists (delete it, or run `s2s emit {args.target} --out {args.against}`)")
-        problems += 1
-    for filename, module in files.items():
-        path = os.path.join(args.against, filename)
+    if functions is None:   # orphans belong to the module as a whole
+        for path in orphans(against, module_path, files):
+            annotate(path, f"orphan: generated from {shown(module_path)} by an export that no longer exists; {fix}")
+            print(f"s2s check: orphan {path}: generated from {shown(module_path)} by an export that "
+                  f"no longer exists (delete it, or {fix})")
+            problems += 1
+    for filename, emitted in files.items():
+        path = os.path.join(against, filename)
+        export_line = _export_line(made_by[filename])
         if not os.path.exists(path):
-            print(f"s2s check: missing {path} (run `s2s emit {args.target} --out {args.against}`)")
+            annotate(export_line, f"{path} is missing; {fix}")
+            print(f"s2s check: missing {path} ({fix})")
             problems += 1
             continue
         try:
             with open(path, encoding="utf-8") as f:   # as `s2s emit` writes it
                 committed = f.read()
         except (OSError, UnicodeDecodeError) as error:   # so not what s2s wrote: stale
-            print(f"s2s check: cannot read {path} as the UTF-8 text s2s writes ({error}); "
-                  f"run `s2s emit {args.target} --out {args.against}`")
+            annotate(path, f"cannot be read as UTF-8; {fix}")
+            print(f"s2s check: cannot read {path} as the UTF-8 text s2s writes ({error}); {fix}")
             problems += 1
             continue
-        if committed != module.source:
+        if committed != emitted.source:
             problems += 1
+            if github:
+                for where in changed_source_lines(committed, emitted.source, module_path, export_line):
+                    annotate(where, f"the derivative in {path} changed with this line and is stale; "
+                                    f"{fix}, review and commit it")
             sys.stdout.writelines(difflib.unified_diff(
-                committed.splitlines(True), module.source.splitlines(True),
+                committed.splitlines(True), emitted.source.splitlines(True),
                 fromfile=f"{path} (committed)", tofile=f"{path} (regenerated)"))
+    return problems, len(files)
+
+
+def cmd_check(args) -> int:
+    """Regenerates the exports of the given modules in memory; exit 1 with a diff if any
+    file is stale or missing, naming each orphan (a generated file of a module that no
+    export of it produces)."""
+    selection = check_selection(args.targets)
+    loaded = {entry.path: module for entry, module in load(list(selection))}
+    problems = expected = 0
+    stale_modules = []
+    for path, functions in selection.items():
+        found, files = check_module(path, loaded[path], functions, args.against,
+                                    not args.no_comments, args.format == "github")
+        problems, expected = problems + found, expected + files
+        if found:
+            stale_modules.append(shown(path))
     if problems:
-        print(f"s2s check: {problems} generated files are stale, missing or orphaned ({len(files)} expected); "
-              f"regenerate with `s2s emit {args.target} --out {args.against}`")
+        fixes = "; ".join(f"`s2s emit {module} --out {args.against}`" for module in stale_modules)
+        print(f"s2s check: {problems} generated files are stale, missing or orphaned ({expected} expected); "
+              f"regenerate with {fixes}")
         return 1
-    print(f"s2s check: {len(files)} generated files are up to date")
+    print(f"s2s check: {expected} generated files are up to date")
     return 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="s2s", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"s2s {s2s.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help in [("jaxpr", "print the jaxpr a function stages into"),
+    for name, help in [("jaxpr", "print the jaxpr a function stages into, or those of every "
+                                 "@s2s.export of a module"),
                        ("emit", "write readable Python for a function, or for every "
-                                "@s2s.export of a module"),
-                       ("check", "fail with a diff when a module's generated files are stale")]:
+                                "@s2s.export of a module")]:
         p = sub.add_parser(name, help=help)
         p.add_argument("target", help="path/to/module.py:function, or path/to/module.py "
                                       "(its @s2s.export declarations)")
-        if name != "check":
-            p.add_argument("--args", default="", help="argument specs, e.g. 'f32[128,784], f32[784]'")
-            p.add_argument("--static-argnums", default=None, help="comma-separated argument indices")
+        p.add_argument("--args", default="", help="argument specs, e.g. 'f32[128,784], f32[784]' "
+                                                  "(default: those of the function's @s2s.export)")
+        p.add_argument("--static-argnums", default=None, help="comma-separated argument indices")
+        p.add_argument("--transform", choices=TRANSFORMS, default=None,
+                       help="what of the function to stage, as @s2s.export names it (default: "
+                            "primal, the function itself)")
         if name == "emit":
             p.add_argument("--out", default=None, help="directory to write NAME.py (and NAME.npz)")
-            p.add_argument("--name", default=None, help="name of the emitted function")
-        if name == "check":
-            p.add_argument("--against", required=True, help="directory of committed generated files")
-        if name != "jaxpr":
-            p.add_argument("--no-comments", action="store_true", help="omit the # file function+N location comments")
+            p.add_argument("--name", default=None, help="name of the emitted function and its file")
+            p.add_argument("--no-comments", action="store_true",
+                           help="omit the `# file function+N` location comments")
+    p = sub.add_parser("check", help="fail with a diff when generated derivatives are stale")
+    p.add_argument("targets", nargs="+", metavar="target",
+                   help="path/to/module.py, a folder (its modules that use @s2s.export), or "
+                        "path/to/module.py:function (that function's exports)")
+    p.add_argument("--against", required=True, help="directory of committed generated files")
+    p.add_argument("--format", choices=("text", "github"), default="text",
+                   help="github: also an error annotation at each source line whose "
+                        "derivative changed, for GitHub Actions")
+    p.add_argument("--no-comments", action="store_true",
+                   help="the files were emitted with --no-comments")
     p = sub.add_parser("compile", help="compile every @s2s.export of modules or package folders "
                                         "to StableHLO, HLO and XLA executables, with a manifest")
     p.add_argument("paths", nargs="+", help="module files, or folders searched for them")

@@ -170,10 +170,13 @@ def export(*args, transforms=DEFAULT_TRANSFORMS, name: str | None = None, argnum
     return declare
 
 
-def emit_exports(module, source_comments: bool = True) -> dict[str, EmittedModule]:
-    """File name -> emitted module, for every (function, transform) `module` exports. A
-    module that exports nothing is an error: checking it would pass having checked nothing."""
-    records = exports_of(module)
+def emit_exports(module, source_comments: bool = True,
+                 records: list[Export] | None = None) -> dict[str, EmittedModule]:
+    """File name -> emitted module, for every (function, transform) `module` exports, or
+    for `records` alone (of the module's exports: `s2s check mod.py:loss`). A module that
+    exports nothing is an error: checking it would pass having checked nothing."""
+    if records is None:
+        records = exports_of(module)
     if not records:
         raise StagingError(f"{module.__file__} declares no @s2s.export, so there is nothing to emit or check",
                            "decorate the functions whose derivatives you review with "
