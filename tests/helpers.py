@@ -8,7 +8,8 @@ as static values), then checks:
   3. the emitted Python module, executed, equals it too.
 It returns the ClosedJaxpr so a test can also assert on its equations.
 
-`run_s2s(*args)` runs the `s2s` command in a subprocess, as a user would.
+`run_s2s(*args)` runs the `s2s` command in a subprocess, as a user would; `run_s2s_in(repo,
+*args)` runs it from a user's repository as the console script runs, with no path tricks.
 """
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ def run_s2s(*args, pythonpath: str = ROOT, cwd: str = ROOT) -> subprocess.Comple
     `cwd` must not be a checkout, since `python -m` looks there first)."""
     env = dict(os.environ, PYTHONPATH=pythonpath)
     return subprocess.run([sys.executable, "-m", "s2s", *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def run_s2s_in(repository, *args) -> subprocess.CompletedProcess:
+    """Runs `s2s` in a subprocess from the user's `repository` as the installed console
+    script runs there: s2s importable (PYTHONPATH names only this checkout), and neither the
+    working folder nor the user's package on sys.path (`-P`, as for a console script), so
+    that what finds the user's modules is s2s's loading alone."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-P", "-m", "s2s", *args], cwd=str(repository), env=env,
+                          capture_output=True, text=True)
 
 
 def _is_array_arg(a) -> bool:

@@ -6,8 +6,11 @@ import subprocess
 import sysconfig
 
 import numpy as np
+import pytest
 
 import s2s
+import s2s.errors
+from s2s.cli import main
 from s2s.emit.python import load_source
 from tests.fixtures import cli_module
 from tests.helpers import run_s2s as run_cli
@@ -77,10 +80,127 @@ def test_user_error_is_a_compiler_message_not_a_traceback():
     assert "cli_module.py:" in result.stderr and "^" in result.stderr
 
 
-def test_bad_command_lines_exit_2():
-    assert run_cli("jaxpr", "no_such_file.py:f").returncode != 0
-    assert run_cli("jaxpr", f"{MODULE}:affine", "--args", "f32[3").returncode == 1
-    assert run_cli("bogus").returncode == 2
+def in_process(capsys, *argv) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `s2s ARGV` run by `s2s.cli.main` in this process:
+    the same code as the command, without a second interpreter's start-up per call."""
+    try:
+        status = main(list(argv))
+    except SystemExit as exit:   # argparse's refusals, --version
+        status = exit.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_bad_command_lines_exit_2(tmp_path, capsys):
+    """A command line s2s refuses exits 2, a mistake in the user's code 1 (above): a CI step
+    tells a mistyped command from stale derivatives."""
+    exporting = exporting_module(tmp_path, "f")
+    refused = {
+        "no such module": ["jaxpr", "no_such_file.py:f"],
+        "no such function": ["jaxpr", f"{MODULE}:no_such_function"],
+        "no function after the colon": ["emit", f"{MODULE}:"],
+        "an --args spec that does not parse": ["jaxpr", f"{MODULE}:affine", "--args", "f32[3"],
+        "a module without --out": ["emit", exporting],
+        "--args for a whole module": ["emit", exporting, "--args", "f64[3]", "--out", str(tmp_path / "o")],
+        "an unknown transform": ["emit", f"{MODULE}:affine", "--transform", "hessian"],
+        "check of no module": ["check", "--against", str(tmp_path)],
+        "check of a missing folder": ["check", str(tmp_path / "nowhere"), "--against", str(tmp_path)],
+        "check of a function that is not exported": ["check", f"{exporting}:np", "--against", str(tmp_path)],
+        "compile of a missing path": ["compile", "nonexistent", "--out", str(tmp_path / "build")],
+        "compile with no workers": ["compile", exporting, "--out", str(tmp_path / "build"), "-j", "0"],
+        "an unknown command": ["bogus"],
+    }
+    for what, argv in refused.items():
+        status, _, err = in_process(capsys, *argv)
+        assert status == 2 and err.startswith(("s2s", "usage: s2s")), (what, err)
+    result = run_cli("compile", "nonexistent", "--out", str(tmp_path / "build"))   # the command itself
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+
+
+def test_version(capsys):
+    status, out, _ = in_process(capsys, "--version")
+    assert status == 0 and out.strip() == f"s2s {s2s.__version__}"
+
+
+def test_a_function_without_args_or_export_is_asked_for_args(capsys):
+    status, _, err = in_process(capsys, "jaxpr", f"{MODULE}:affine")
+    assert status == 2
+    assert "takes x, w, b" in err and "pass them with --args" in err
+
+
+def test_emit_python_without_example_arguments_asks_for_them():
+    with pytest.raises(s2s.errors.StagingError, match="given no example arguments, and it takes x, w, b"):
+        s2s.emit_python(s2s.grad(cli_module.affine))
+
+
+def test_jaxpr_of_a_module_prints_each_export_and_a_function_uses_its_export_spec(tmp_path, capsys):
+    """`s2s jaxpr mod.py` prints the jaxpr of each export's transforms; `mod.py:f` with no
+    --args stages f with its @s2s.export's arguments: both agree with --args given by hand."""
+    module = exporting_module(tmp_path, "f")
+    whole = in_process(capsys, "jaxpr", module)
+    by_hand = in_process(capsys, "jaxpr", f"{module}:f", "--args", "f64[3]", "--transform", "grad")
+    assert whole[0] == 0 and by_hand[0] == 0, whole[2] + by_hand[2]
+    assert whole[1] == "# grad_f: grad of f\n" + by_hand[1]
+    assert "cos" in by_hand[1]
+    status, primal, err = in_process(capsys, "jaxpr", f"{module}:f")
+    assert status == 0, err
+    assert primal.startswith("{ lambda ; a:f64[3]. let") and "cos" not in primal
+
+
+def test_emit_transform_of_a_function_that_is_not_exported(tmp_path):
+    """`--transform vjp` writes vjp_affine(x, w, b, out_bar) -> (out, (x_bar, w_bar, b_bar));
+    checked against the vjp of tanh(x @ w + b) written out in NumPy."""
+    result = run_cli("emit", f"{MODULE}:affine", "--args", "f64[4,3], f64[3,2], f64[2]",
+                     "--transform", "vjp", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    module = load_source((tmp_path / "vjp_affine.py").read_text(), "vjp_affine")
+    rng = np.random.default_rng(2)
+    x, w, b, out_bar = (rng.standard_normal(s) for s in ((4, 3), (3, 2), (2,), (4, 2)))
+    out, (x_bar, w_bar, b_bar) = module.vjp_affine(x, w, b, out_bar)
+    y = np.tanh(x @ w + b)
+    g = out_bar * (1 - y ** 2)
+    for actual, expected in [(out, y), (x_bar, g @ w.T), (w_bar, x.T @ g), (b_bar, g.sum(0))]:
+        np.testing.assert_allclose(actual, expected, rtol=1e-12)
+
+
+TWO_EXPORTS = '''\
+import numpy as np
+import s2s
+
+
+@s2s.export("f64[3]", transforms=("grad",))
+def f(x):
+    return np.sin(x).sum()
+
+
+@s2s.export("f64[3]", transforms=("grad",))
+def g(x):
+    return np.cos(x).sum()
+'''
+
+
+def test_check_takes_folders_several_paths_and_one_function(tmp_path, capsys):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "two.py").write_text(TWO_EXPORTS)
+    exporting_module(source, "h")
+    (source / "plain.py").write_text("import numpy as np\n")   # no exports: not checked
+    out = str(tmp_path / "derivatives")
+    for module in ("two.py", "exporting.py"):
+        assert in_process(capsys, "emit", str(source / module), "--out", out)[0] == 0
+    status, stdout, _ = in_process(capsys, "check", str(source), "--against", out)
+    assert status == 0 and "3 generated files are up to date" in stdout, stdout
+    status, stdout, _ = in_process(capsys, "check", str(source / "two.py"), str(source / "exporting.py"),
+                                   "--against", out)
+    assert status == 0 and "3 generated files are up to date" in stdout, stdout
+
+    os.remove(os.path.join(out, "grad_g.py"))
+    status, stdout, _ = in_process(capsys, "check", f"{source / 'two.py'}:f", "--against", out)
+    assert status == 0 and "1 generated files are up to date" in stdout, stdout
+    status, stdout, _ = in_process(capsys, "check", f"{source / 'two.py'}:g", "--against", out)
+    assert status == 1 and f"missing {os.path.join(out, 'grad_g.py')}" in stdout, stdout
+    status, stdout, _ = in_process(capsys, "check", str(source), "--against", out)
+    assert status == 1 and "1 generated files are stale, missing or orphaned (3 expected)" in stdout, stdout
 
 
 def test_console_script_is_installed():
