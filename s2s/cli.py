@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import inspect
 import os
 import re
 import sys
@@ -357,8 +358,10 @@ def annotation(where: tuple[str, int] | str, message: str) -> str:
 
 
 def _export_line(record: Export) -> tuple[str, int]:
-    code = record.fn.__code__
-    return code.co_filename, _def_line(code.co_filename, record.fn.__qualname__) or code.co_firstlineno
+    """Where the exported function's `def` is: the place of a change no comment locates."""
+    fn = inspect.unwrap(record.fn)
+    path = inspect.getsourcefile(fn)
+    return path, _def_line(path, fn.__qualname__) or inspect.getsourcelines(fn)[1]
 
 
 def check_module(module_path: str, module, functions: set[str] | None, against: str,
@@ -389,9 +392,8 @@ def check_module(module_path: str, module, functions: set[str] | None, against: 
             problems += 1
     for filename, emitted in files.items():
         path = os.path.join(against, filename)
-        export_line = _export_line(made_by[filename])
         if not os.path.exists(path):
-            annotate(export_line, f"{path} is missing; {fix}")
+            annotate(_export_line(made_by[filename]), f"{path} is missing; {fix}")
             print(f"s2s check: missing {path} ({fix})")
             problems += 1
             continue
@@ -406,7 +408,8 @@ def check_module(module_path: str, module, functions: set[str] | None, against: 
         if committed != emitted.source:
             problems += 1
             if github:
-                for where in changed_source_lines(committed, emitted.source, module_path, export_line):
+                for where in changed_source_lines(committed, emitted.source, module_path,
+                                                  _export_line(made_by[filename])):
                     annotate(where, f"the derivative in {path} changed with this line and is stale; "
                                     f"{fix}, review and commit it")
             sys.stdout.writelines(difflib.unified_diff(

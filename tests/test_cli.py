@@ -199,6 +199,9 @@ def test_check_takes_folders_several_paths_and_one_function(tmp_path, capsys):
     assert status == 0 and "1 generated files are up to date" in stdout, stdout
     status, stdout, _ = in_process(capsys, "check", f"{source / 'two.py'}:g", "--against", out)
     assert status == 1 and f"missing {os.path.join(out, 'grad_g.py')}" in stdout, stdout
+    status, stdout, _ = in_process(capsys, "check", "--format", "github", f"{source / 'two.py'}:g", "--against", out)
+    assert status == 1 and stdout.startswith(   # at g's def, the line below its @s2s.export
+        f"::error file={source / 'two.py'},line=11,title=s2s check::{os.path.join(out, 'grad_g.py')} is missing"), stdout
     status, stdout, _ = in_process(capsys, "check", str(source), "--against", out)
     assert status == 1 and "1 generated files are stale, missing or orphaned (3 expected)" in stdout, stdout
 
