@@ -1,6 +1,6 @@
 """`s2s compile` end to end, as a team uses it: the CLI in a subprocess on a small package
 (relative and absolute imports of a helpers module, one export name in two modules), a
-helper edited between builds, and every entry loaded with `s2s_runtime.manifest.load` and
+helper edited between builds, and every entry loaded with `s2s_runtime.manifest.load_flat` and
 checked against NumPy. Once with an empty disk cache, once with it warm."""
 import os
 import re
@@ -79,7 +79,7 @@ def compile_cli(source, out, cache, *options) -> dict[str, str]:
 
 def check_every_entry(out, activation: str) -> None:
     for name, (args, wanted) in expected(activation).items():
-        results = manifest.load(str(out / "manifest.json"), name)(*args)
+        results = manifest.load_flat(str(out / "manifest.json"), name)(*args)
         assert all(type(r) is np.ndarray for r in results), (name, results)
         assert [r.dtype for r in results] == [w.dtype for w in wanted], name
         for got, want in zip(results, wanted):
