@@ -12,6 +12,7 @@ from s2s.pmap import pmap
 from s2s.autodiff import (grad, hessian, jacfwd, jacrev, jvp, linear_transpose, linearize,
                           value_and_grad, vjp)
 from s2s.custom_derivatives import custom_jvp, custom_vjp
+from s2s.autograd import extend as _autograd_extend  # noqa: F401  (stages autograd's primitives by their rules)
 from s2s.remat import checkpoint, checkpoint_name, checkpoint_policies, print_saved_residuals, remat
 from s2s.export import export
 from s2s import lax

@@ -34,6 +34,7 @@ import numpy as np
 
 from s2s.errors import (ConcretizationError, S2SError, StagingError, UnsupportedFunctionError,
                         UnsupportedSyntaxError)
+from s2s.frontend.autograd_calls import autograd_callee
 from s2s.frontend.control_flow import FLAG_HINTS, Break, Continue, ControlFlow, Return
 from s2s.frontend.expressions import Expressions, is_array_constant
 from s2s.frontend.guards import (record_builtin, record_cached_call, record_cell, record_defaults,
@@ -477,7 +478,9 @@ def call_user(fn, args, kwargs):
     Python functions, methods (of callable objects too: `__call__`) and the function of a
     `functools.partial` are staged from their source, with the partial's arguments;
     functions defined in a staged function stage their body in place; s2s's own functions
-    and transforms, builtins and other callables are called as they are."""
+    and transforms, builtins and other callables are called as they are. autograd's
+    wrappers stage as what they stand for (`autograd_calls.py`): `anp.sin` as `np.sin`, a
+    program's own autograd primitive by its rules, never through the wrapper's source."""
     numpy_impl = NUMPY_IMPLS.get(fn) if _hashable(fn) else None
     if numpy_impl is not None:
         # (A staged positional argument, the common case, makes the call staged at once.)
@@ -489,6 +492,9 @@ def call_user(fn, args, kwargs):
         return numpy_impl(*args, **kwargs)
     if getattr(fn, "__s2s_transform__", False):   # of a NumPy function too, whose __module__ it has
         return fn(*args, **kwargs)
+    callee = autograd_callee(fn)   # autograd.numpy's functions, a program's own autograd primitives
+    if callee is not None:
+        return call_user(callee, args, kwargs)
     module = getattr(fn, "__module__", None) or ""
     if isinstance(getattr(fn, "__self__", None), GENERATOR_CLASSES):   # np.random.randn, rng.normal
         return random_call(fn.__self__, fn.__name__, args, kwargs)
@@ -587,9 +593,12 @@ def _is_user_function(fn) -> bool:
 
 
 def _static_key(value):
-    """A hashable stand-in for an argument, for detecting unbounded recursion."""
+    """A hashable stand-in for an argument, for detecting unbounded recursion (a tuple's
+    staged items by their types too: comparing the arrays themselves would stage `==`)."""
     if isinstance(value, Tracer):
         return ("staged", value.aval)
+    if type(value) is tuple:
+        return tuple(_static_key(v) for v in value)
     try:
         hash(value)
         return value

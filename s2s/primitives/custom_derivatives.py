@@ -78,8 +78,9 @@ def _lin_abstract(*avals, rule, num_residuals, out_avals):
 def _lin_impl(*args, rule, num_residuals, out_avals):
     raise StagingError(
         f"forward-mode differentiation (jvp, linearize, jacfwd) of the custom_vjp function "
-        f"{rule.name} is not supported: it only defines a backward rule",
-        "use reverse mode (grad, vjp, jacrev), or define the derivative with custom_jvp")
+        f"{rule.name} is not supported: it is differentiated by its backward rule",
+        "use reverse mode (grad, vjp, jacrev), or define the derivative with custom_jvp (an "
+        "s2s.autograd.extend primitive: by defjvp alone)")
 
 
 custom_vjp_lin = Primitive("custom_vjp_lin", _lin_abstract, _lin_impl, multiple_results=True)
