@@ -444,7 +444,8 @@ def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params
 
     Variable names (hints) and source locations carry over, so a jaxpr built by a pass and
     inlined into a user's function still reads with the user's names and lines. Equations
-    of the call primitives in `expand_calls` are replaced by their `call` jaxpr's equations,
+    of the call primitives in `expand_calls` are replaced by their `call` jaxpr's equations
+    (where it is not None),
     and `map_params` (if given) rewrites every other equation's parameters.
 
     `lent`: the caller vouches that `closed` is its own, made in another builder for this
@@ -464,13 +465,14 @@ def inline_jaxpr(closed: ClosedJaxpr, args, expand_calls=frozenset(), map_params
     env.update(zip(jaxpr.invars, args))
     for eqn in jaxpr.eqns:
         ins = [v if type(v) is Literal else env[v] for v in eqn.invars]
-        if map_params is None and eqn.primitive not in expand_calls:
+        expand = eqn.primitive in expand_calls and eqn.params["call"] is not None
+        if map_params is None and not expand:
             outs = builder.restage(eqn, ins)
             if outs is not None:
                 env.update(zip(eqn.outvars, outs))
                 continue
         with builder.at(eqn.source_info):
-            if eqn.primitive in expand_calls:
+            if expand:
                 outs = inline_jaxpr(eqn.params["call"], ins, expand_calls, map_params)
             else:
                 params = eqn.params if map_params is None else map_params(eqn.params)

@@ -21,12 +21,15 @@ none.
 Called on NumPy values, a primitive just runs. Called on staged values, it binds one of
 s2s's custom-derivative calls (`s2s/primitives/custom_derivatives.py`) whose body is the
 function and whose rule is a `_RuleSite` applying the makers, staged from their source
-only when a derivative is taken (as JAX's custom rules are): with vjps, a
-`custom_vjp_call`, so reverse mode (grad, vjp, jacrev, hessian) runs the vjps, and
-forward mode is refused as autograd refuses it; with jvps alone, a `custom_jvp_call`, so
-forward mode runs the jvps, and reverse mode transposes them. vmap batches what they
-stage, and jit and the emitted module run it. A rule's output of the wrong structure or
-shape is an error at the primitive's call.
+only when a derivative is taken (as JAX's custom rules are). With vjps it is a
+`custom_vjp_call`: reverse mode (grad, vjp, jacrev) runs the vjps, and forward mode runs
+the jvps given beside them (the custom_vjp_lin's forward map), or is refused without
+any, as autograd refuses it. With jvps alone it is a `custom_jvp_call`: forward mode runs
+them, and reverse mode transposes them (autograd would refuse). A vjp reads the output
+as the primitive's own (the forward pass calls the primitive again), so its derivative is
+the rule's too, to any order. vmap batches what the rules stage, and jit and the emitted
+module run it. A rule's output of the wrong structure or shape is an error at the
+primitive's call.
 
 The same translation honours the rules a program registered with autograd itself, for its
 own `autograd.extend.primitive`s: the front end meets one in staged code and asks
@@ -184,9 +187,26 @@ class _RuleSite:
                         per_leaf[j] = leaf_ct
         return [ct for ct, s in zip(per_leaf, self.staged) if s]
 
+    @property
+    def has_forward(self) -> bool:
+        """Whether forward mode has a rule: the jvps, given beside the vjps (`apply_lin`)."""
+        return self.prim.jvp_rule is not None
+
     def apply_jvp(self, primals: list, tangents: list):
         args, kwargs = self.arguments(primals)
         ans = self.prim(*args, **kwargs)
+        return tree_leaves(ans), self._output_tangents(args, kwargs, ans, tangents)
+
+    def apply_lin(self, residuals: list, tangents: list) -> list:
+        """The output's tangents from the residuals `apply_fwd` made (forward mode of a
+        primitive with vjps and jvps)."""
+        n = sum(self.staged)
+        args, kwargs = self.arguments(residuals[:n])
+        return self._output_tangents(args, kwargs, self.out_tree.unflatten(residuals[n:]), tangents)
+
+    def _output_tangents(self, args: tuple, kwargs: dict, ans, tangents: list) -> list:
+        """The jvps applied to the tangents of the staged leaves (zero for the other
+        numbers of an argument differentiated)."""
         it = iter(tangents)
         per_leaf = [next(it) if s else None for s in self.staged]
         arg_trees = self.tree.children[0].children
@@ -196,7 +216,7 @@ class _RuleSite:
             out_tangent = call_user(self.prim.jvp_rule, (tuple(self.argnums), gs, ans, args, kwargs), {})
             if out_tangent is None:   # no argument's jvp contributes: the tangent is zero
                 out_tangent = tree_map(lambda leaf: call_user(np.zeros_like, (leaf,), {}), ans)
-            return tree_leaves(ans), self._matched(out_tangent, ans, "jvp", "the output")
+            return self._matched(out_tangent, ans, "jvp", "the output")
 
     def _matched(self, derivative, value, kind: str, what: str) -> list:
         """The leaves of the `kind` rule's cotangent or tangent of `value` (the argument or
@@ -209,8 +229,8 @@ class _RuleSite:
         matched = []
         for leaf, of in zip(leaves, value_leaves):
             want = tangent_aval(of.aval) if isinstance(of, Tracer) else None
-            if want is None or not np.issubdtype(want.dtype, np.inexact):
-                matched.append(None if want is None else Zero(want))   # no derivative: a constant, an integer
+            if want is None or not np.issubdtype(want.dtype, np.inexact):   # a constant, an integer
+                matched.append(Zero(want) if kind == "jvp" else None)   # (an output is always staged)
                 continue
             got = aval_of_arg(leaf) if isinstance(leaf, (Tracer, np.ndarray, np.generic, float, int, complex)) else None
             if got is None or got.shape != want.shape:
@@ -362,7 +382,7 @@ def _checked(prim, what: str) -> primitive:
 def _makers(prim: primitive, makers: tuple, argnums, what: str) -> dict:
     found = dict(zip(itertools.count() if argnums is None else argnums, makers))
     for i, maker in found.items():
-        if not (maker is None or callable(maker) or (what == "defjvp" and maker == "same")):
+        if not (maker is None or callable(maker) or (what == "defjvp" and isinstance(maker, str) and maker == "same")):
             raise StagingError(f"{what}({prim.name}, ...) got {maker!r} for argument {i}, which is not a function",
                                "give a function (None for an argument without a derivative)")
     return found

@@ -6,7 +6,8 @@ cond's branches) are inlined too, so a call inside a loop is written out as well
 
 A call primitive (custom_jvp_call ...) carries the jaxpr it calls in its `call` parameter;
 its family declares it with `register_call`, and the emitters, which inline first, need no
-rule for it.
+rule for it. One whose `call` is None (a custom_vjp_lin without a forward map) is left for
+its own emission rule.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _has_calls(closed: ClosedJaxpr) -> bool:
     """Whether `closed` or a body in it has a call (asked of every jaxpr emitted: a loop
     rather than nested generators, and only parameters that can hold jaxprs looked into)."""
     for eqn in closed.jaxpr.eqns:
-        if eqn.primitive in call_primitives:
+        if eqn.primitive in call_primitives and eqn.params["call"] is not None:
             return True
         if eqn.params:   # (most equations have none)
             for value in eqn.params.values():

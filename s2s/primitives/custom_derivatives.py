@@ -7,6 +7,12 @@ user's jvp function, staged from its source; a custom_vjp_call becomes the user'
 function plus `custom_vjp_lin`, a linear primitive over the tangents whose transpose is the
 user's backward function. After differentiation no call is left for transpose to see.
 
+Forward mode runs what a custom_vjp_lin computes: a rule with a jvp beside its vjp (an
+`s2s.autograd.extend` primitive given both, as autograd takes them: `has_forward`,
+`apply_lin`) gives it as the lin's `call`, the map from residuals and tangents to the
+output's tangents, inlined when emitted and differentiated when differentiated again;
+without one (`call` None, JAX's custom_vjp) forward mode is refused.
+
 `rule` is the call site `s2s.custom_derivatives` binds (it lives in the layer above and is
 never imported here): `apply_jvp`, `apply_fwd` and `apply_bwd` stage the user's rules,
 with call_user, on the values the passes give them. They are staged only when a derivative
@@ -64,34 +70,52 @@ def _custom_vjp_rule(primals, tangents, *, call, rule):
     tangents = [instantiate(t) for t in tangents]
     out_avals = tuple(call.out_avals)
     lin = custom_vjp_lin.bind(*residuals, *tangents, rule=rule, num_residuals=len(residuals),
-                              out_avals=out_avals)
+                              out_avals=out_avals, call=_forward_map(rule, residuals, tangents))
     return outs, lin
 
 
 _jvp.register(custom_vjp_call, _custom_vjp_rule)
 
 
-def _lin_abstract(*avals, rule, num_residuals, out_avals):
+def _forward_map(rule, residuals: list, tangents: list):
+    """The jaxpr from residuals and tangents to the output's tangents that a rule with a
+    jvp beside its vjp stages (`apply_lin`), or None for a rule without one."""
+    if not getattr(rule, "has_forward", False):
+        return None
+    with JaxprBuilder() as builder:
+        args = [builder.new_arg(_vmap.aval_of(x)) for x in (*residuals, *tangents)]
+        return builder.build(rule.apply_lin(args[:len(residuals)], args[len(residuals):]))
+
+
+def _lin_abstract(*avals, rule, num_residuals, out_avals, call):
     return list(out_avals)
 
 
-def _lin_impl(*args, rule, num_residuals, out_avals):
+def _lin_impl(*args, rule, num_residuals, out_avals, call):
+    if call is not None:
+        return eval_jaxpr(call, *args)
+    _refuse_forward_mode(rule)
+
+
+def _refuse_forward_mode(rule):
     raise StagingError(
         f"forward-mode differentiation (jvp, linearize, jacfwd) of the custom_vjp function "
         f"{rule.name} is not supported: it is differentiated by its backward rule",
         "use reverse mode (grad, vjp, jacrev), or define the derivative with custom_jvp (an "
-        "s2s.autograd.extend primitive: by defjvp alone)")
+        "s2s.autograd.extend primitive: give it a jvp too, with defjvp)")
 
 
 custom_vjp_lin = Primitive("custom_vjp_lin", _lin_abstract, _lin_impl, multiple_results=True)
 
 
-def _lin_jvp(primals, tangents, **params):
-    """Differentiating the backward rule itself (a second derivative through it)."""
-    _lin_impl(**params)
+def _lin_jvp(primals, tangents, *, rule, call, **params):
+    """Forward mode over a custom_vjp_lin left by forward mode: the jvp of its forward map."""
+    if call is None:
+        _refuse_forward_mode(rule)
+    return _jvp.jvp_eqns(call, list(primals), list(tangents))
 
 
-def _lin_transpose(cts, *args, rule, num_residuals, out_avals):
+def _lin_transpose(cts, *args, rule, num_residuals, out_avals, call):
     residuals = args[:num_residuals]
     cts = [instantiate(c) for c in cts]
     in_cts = rule.apply_bwd(residuals, cts)
@@ -103,11 +127,14 @@ _transpose.register(custom_vjp_lin, _lin_transpose)
 
 
 def _emit_lin(eqn, *operands):
-    """Only forward mode would ever need to emit (or lower) custom_vjp_lin."""
-    _lin_impl(**eqn.params)
+    """Only forward mode would ever need to emit (or lower) custom_vjp_lin: one with a
+    forward map is inlined as a call is, one without is refused."""
+    _refuse_forward_mode(eqn.params["rule"])
 
 
-# Call primitives are inlined before emission; custom_vjp_lin only runs in reverse mode.
+# Call primitives are inlined before emission; custom_vjp_lin only runs in reverse mode, or
+# in forward mode where it has a forward map (`call`), inlined too.
+_inline.register_call(custom_vjp_lin)
 _register_python(custom_vjp_lin, _emit_lin)
 _hlo.register(custom_vjp_lin, lambda ctx, eqn, *operands: _emit_lin(eqn))
 
@@ -142,6 +169,7 @@ class BatchedCallSite:
 
     def __init__(self, site, axis, in_avals, in_dims, out_avals, out_dims):
         self.site, self.axis, self.name = site, axis, site.name
+        self.has_forward = getattr(site, "has_forward", False)
         self.in_avals, self.in_dims = list(in_avals), list(in_dims)
         self.out_avals, self.out_dims = list(out_avals), list(out_dims)
         self.residual_avals = self.residual_dims = None    # known once apply_fwd has run
@@ -169,6 +197,15 @@ class BatchedCallSite:
         outs, dims = _batched_apply(fwd, self.in_avals, list(primals), self.in_dims, self.axis, self.out_dims)
         self.residual_dims = dims[n_out:]
         return outs[:n_out], outs[n_out:]
+
+    def apply_lin(self, residuals: list, tangents: list) -> list:
+        """The output's tangents (the site's forward map), batched where the outputs are."""
+        def lin(*args):
+            return list(self.site.apply_lin(list(args[:len(residuals)]), list(args[len(residuals):])))
+        outs, _ = _batched_apply(lin, self.residual_avals + [tangent_aval(a) for a in self.in_avals],
+                                 list(residuals) + list(tangents), self.residual_dims + self.in_dims,
+                                 self.axis, self.out_dims)
+        return outs
 
     def apply_bwd(self, residuals: list, cts: list) -> list:
         """Each input's cotangent (None for none) batched where the input is; summed over
@@ -209,15 +246,17 @@ def _call_batch(primitive: Primitive):
     _vmap.register(primitive, rule)
 
 
-def _lin_batch(axis, args, dims, *, rule, num_residuals, out_avals):
+def _lin_batch(axis, args, dims, *, rule, num_residuals, out_avals, call):
     """A custom_vjp_lin with every output batched at 0; its transpose runs the user's
-    backward rule per example through a `BatchedCallSite`."""
+    backward rule per example through a `BatchedCallSite`, its forward map is batched."""
     example_avals = [_vmap.example_aval(_vmap.aval_of(x), d) for x, d in zip(args, dims)]
     out_dims = [0] * len(out_avals)
     site = BatchedCallSite(rule, axis, example_avals[num_residuals:], dims[num_residuals:], out_avals, out_dims)
     site.residual_avals, site.residual_dims = example_avals[:num_residuals], list(dims[:num_residuals])
     batched_out = tuple(batched_aval(a, 0, axis.size) for a in out_avals)
-    return custom_vjp_lin.bind(*args, rule=site, num_residuals=num_residuals, out_avals=batched_out), out_dims
+    batched_call = None if call is None else batch_jaxpr(call, dims, axis, out_dims)[0]
+    return custom_vjp_lin.bind(*args, rule=site, num_residuals=num_residuals, out_avals=batched_out,
+                               call=batched_call), out_dims
 
 
 _call_batch(custom_jvp_call)

@@ -100,5 +100,5 @@ def test_a_staged_custom_jvp_function_is_written_out_as_its_primal():
 
 
 def test_every_call_primitive_is_registered_for_inlining():
-    assert call_primitives == {CD.custom_jvp_call, CD.custom_vjp_call,
+    assert call_primitives == {CD.custom_jvp_call, CD.custom_vjp_call, CD.custom_vjp_lin,
                                implicit.custom_root, implicit.custom_linear_solve}
