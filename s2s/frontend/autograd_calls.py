@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import sys
 import types
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -67,10 +68,25 @@ def autograd_callee(fn):
     return _translator(fn)
 
 
+# autograd's function -> the NumPy or SciPy function it stands for, once found (autograd's
+# modules do not change; one imported later can only add functions).
+_counterparts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _library_counterpart(fn, is_primitive: bool):
     """The NumPy or SciPy function `fn` stands for, if it is one of autograd's NumPy and
     SciPy modules; else None. A primitive there that wraps a function of autograd's own
     (`anp.make_diagonal`) has none: its rules are autograd's."""
+    found = _counterparts.get(fn)
+    if found is None:
+        found = _find_counterpart(fn, is_primitive)
+        if found is not None:
+            _counterparts[fn] = found
+    return found
+
+
+def _find_counterpart(fn, is_primitive: bool):
+    """`_library_counterpart`, looked for in autograd's NumPy and SciPy modules loaded now."""
     for module_name, module in list(sys.modules.items()):
         if not module_name.startswith(_LIBRARY_PREFIXES) or not isinstance(module, types.ModuleType):
             continue
@@ -79,9 +95,9 @@ def _library_counterpart(fn, is_primitive: bool):
             continue
         if is_primitive:
             return fn.fun if _is_library_function(fn.fun) else None
-        counterpart = _counterpart_of(module_name)
-        found = None if counterpart is None else vars(counterpart).get(name) if isinstance(
-            counterpart, types.ModuleType) else getattr(counterpart, name, None)
+        counterpart = _counterpart_of(module_name)   # (a module's own names only: no deprecated aliases)
+        found = vars(counterpart).get(name) if isinstance(counterpart, types.ModuleType) else \
+            getattr(counterpart, name, None)
         if found is not None:
             return found
     return None

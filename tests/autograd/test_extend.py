@@ -220,6 +220,7 @@ def test_with_both_rules_forward_mode_runs_the_jvp_and_reverse_mode_the_vjp(api)
     assert s2s.jit(s2s.jacfwd(cube))(2.0) == 12.0
     assert python_backend(s2s.jacfwd(cube))(2.0) == 12.0
     np.testing.assert_array_equal(s2s.vmap(s2s.jacfwd(cube))(X), 3.0 * X ** 2)
+    assert s2s.eval_jaxpr(s2s.make_jaxpr(s2s.jacfwd(cube))(2.0), 2.0) == [12.0]   # the reference interpreter
     assert s2s.grad(lambda x: cube(x))(2.0) == 0.0
 
 
