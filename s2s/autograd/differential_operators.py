@@ -97,9 +97,10 @@ def jacobian(fun, argnum=0):
 
 
 def hessian(fun, argnum=0):
-    """The Hessian, shaped `output.shape + input.shape + input.shape` (forward over
-    reverse mode; autograd's reverse over reverse gives the same values)."""
-    return autodiff.hessian(fun, argnums=argnum)
+    """The Hessian, shaped `output.shape + input.shape + input.shape`: reverse over reverse
+    mode, as autograd's `jacobian(jacobian(fun))`, so a primitive with only a vjp
+    (`s2s.autograd.extend.defvjp`) has one, as it has in autograd."""
+    return autodiff.jacrev(autodiff.jacrev(fun, argnums=argnum), argnums=argnum)
 
 
 def _tensordot_leaves(a, b, axes_of):

@@ -474,3 +474,25 @@ def test_new_rules_stage_again(api):
     assert grad(2.0) == jitted(2.0) == 1.0
     api[1](cube, lambda ans, x: lambda g: g * 3.0 * x ** 2)
     assert grad(2.0) == jitted(2.0) == 13.0
+
+
+def test_the_hessian_of_a_primitive_with_only_a_vjp_is_autograds():
+    """s2s.autograd.hessian is reverse over reverse, as autograd's: a vjp-only primitive has one."""
+    from s2s.autograd import hessian as s2s_hessian
+    from s2s.autograd.extend import defvjp as s2s_defvjp, primitive as s2s_primitive
+    import autograd
+    from autograd.extend import defvjp as ag_defvjp, primitive as ag_primitive
+
+    def make(primitive, defvjp):
+        @primitive
+        def softplus(x):
+            return np.log1p(np.exp(x))
+        defvjp(softplus, lambda ans, x: lambda g: g / (1.0 + np.exp(-x)))
+
+        def loss(x):
+            return np.sum(softplus(x) * x)
+        return loss
+    x = np.array([0.3, -1.2, 2.0])
+    ours = s2s_hessian(make(s2s_primitive, s2s_defvjp))(x)
+    theirs = autograd.hessian(make(ag_primitive, ag_defvjp))(x)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
