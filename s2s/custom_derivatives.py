@@ -150,10 +150,28 @@ class _CustomBase(TransformedFunction):
             return self.fun(*args)   # plain NumPy values: just run it
         self._check_rule()
         staged = staged_or_error(self.fun, args, {}, static_argnums=self.nondiff_argnums)
+        self._check_closes_over_nothing_staged(staged)
         site = _CallSite(self, staged, args)
         flat = [l for l, m in zip(tree_leaves(args), staged.staged_mask) if m]
         outs = self.primitive.bind(*flat, call=staged.closed, rule=site)
         return staged.out_tree.unflatten(outs)
+
+
+    def _check_closes_over_nothing_staged(self, staged: Staged):
+        """Refuses a function that reads a staged value of the function around it (a def
+        inside a staged function, using that function's `x`): staged into its `call` as a
+        constant, the value would be differentiated as if constant, and the user's rules,
+        staged when a derivative is taken, would read it after its staging has ended.
+        JAX refuses to differentiate such a value too."""
+        closed_over = [c for c in staged.closed.consts if isinstance(c, Tracer)]
+        if closed_over:
+            hint = closed_over[0].variable.hint
+            what = f"`{hint}`" if hint else "a value"
+            raise StagingError(
+                f"{type(self).__name__} function {self.name} reads {what} computed by the function "
+                "being staged around it: its rules define no derivative for such a value",
+                "pass the value to the function as an argument (listed in nondiff_argnums if "
+                "it is not to be differentiated), and to its rules with it")
 
 
 class custom_jvp(_CustomBase):

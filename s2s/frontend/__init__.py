@@ -36,8 +36,8 @@ from s2s.errors import StagingError
 from s2s.frontend.args import (ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, unsupported_argument_error,
                                unsupported_leaf_reason)
 from s2s.frontend.guards import Guards, include, recording
-from s2s.frontend.source import function_source
-from s2s.frontend.walker import call_user
+from s2s.frontend.source import FunctionSource, function_source
+from s2s.frontend.walker import StagedFunction, call_user
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import JaxprBuilder, Tracer, axis_env, paused_gc
 from s2s.tree import PyTreeDef, leaf_paths, tree_flatten
@@ -145,9 +145,11 @@ def staging_receiver(fn):
 
 def underlying_function(fn):
     """The Python function whose source is staged, and the `self` to prepend, if any. s2s
-    transforms, `functools.partial` objects and NumPy functions s2s implements
-    (`s2s.grad(np.sqrt)`) are their own (call_user calls them)."""
-    if getattr(fn, "__s2s_transform__", False) or isinstance(fn, functools.partial) or is_numpy_function(fn):
+    transforms, `functools.partial` objects, NumPy functions s2s implements
+    (`s2s.grad(np.sqrt)`) and functions defined in a function being staged
+    (`StagedFunction`s, with signatures of their own) are their own (call_user calls them)."""
+    if getattr(fn, "__s2s_transform__", False) or isinstance(fn, (functools.partial, StagedFunction)) \
+            or is_numpy_function(fn):
         return fn, None
     if isinstance(fn, types.MethodType):
         return fn.__func__, fn.__self__
@@ -338,7 +340,8 @@ def stage(fn, args=(), kwargs=None, *, static_argnums=(), static_argnames=(),
 def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
                dynamic_argnums=()) -> Staged:
     """`fn` staged for a bound call (from the staging cache when staged for this kind of
-    call before and what it read still holds)."""
+    call before and what it read still holds; a function defined in a function being
+    staged, every time)."""
     names, passed = list(call.names), call.passed
     # Defaults the caller did not pass are part of the function, not inputs: static.
     if isinstance(static_argnames, str):   # one name, as jax takes it (not its letters)
@@ -355,21 +358,25 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
             path = call.paths[path]   # (the leaves' paths, only worked out for a message or a staging)
             raise unsupported_argument_error([(leaf, f"`{leaf_expression(names[i], path[1:]) or names[i]}`")])
     owner, fn_key, receiver = _cache_owner_and_key(fn)
-    key = (fn_key, in_tree,
-           tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))
-                 for l, m, i in zip(in_leaves, mask, param_of_leaf)),
-           config.cache_key(), axis_env())
-    with _cache_lock:
-        hit = _cache_entries(owner).get(key)
-    if hit is not None and hit.guards.hold(receiver):
-        include(hit.guards, receiver)
-        return hit
+    defining = _defining_function(fn)
+    # A function defined in a function being staged reads that function's variables, which
+    # change as it runs and which no guard watches: it is staged again on every call.
+    cached = not isinstance(defining, StagedFunction)
+    hit = None
+    if cached:
+        key = (fn_key, in_tree,
+               tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))
+                     for l, m, i in zip(in_leaves, mask, param_of_leaf)),
+               config.cache_key(), axis_env())
+        with _cache_lock:
+            hit = _cache_entries(owner).get(key)
+        if hit is not None and hit.guards.hold(receiver):
+            include(hit.guards, receiver)
+            return hit
     transformed = getattr(fn, "__s2s_transform__", False)
     with paused_gc():   # (reading a big file's source allocates as much as staging it)
         # A clear error now if the source cannot be read.
-        source = None if transformed or is_numpy_function(_defining_function(fn)) else function_source(
-            _defining_function(fn))
-    defining = _defining_function(fn)
+        source = None if transformed else _source_of(defining)
     with paused_gc(), recording(receiver, defining if isinstance(defining, types.FunctionType) else None) as reads, \
             JaxprBuilder() as builder:
         builder.shares_inlined = transformed   # (a transform's call names nothing it stages)
@@ -397,6 +404,8 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
     include(guards, receiver)
     result = Staged(closed, names, in_tree, mask, out_tree, example_args, signature_of(fn),
                     getattr(fn, "__name__", "f"), description, location, guards)
+    if not cached:
+        return result
     with _cache_lock:
         # Threads that staged the same thing at once all use the first result; a stale
         # entry (`hit`, whose guards failed) is replaced, and what was built from it goes.
@@ -418,10 +427,18 @@ def _description_and_location(fn) -> tuple[str, tuple[str, int]]:
     """'grad(loss)' or 'loss', and the file and line where the user's function is defined."""
     description = fn.describe() if getattr(fn, "__s2s_transform__", False) else None
     defining = _defining_function(fn)
-    if is_numpy_function(defining):          # no source: NumPy's own function
+    source = _source_of(defining)
+    if source is None:          # NumPy's own function
         return description or defining.__name__, ("numpy", 0)
-    source = function_source(defining)
     return description or source.name, (source.filename, source.node.lineno)
+
+
+def _source_of(defining) -> FunctionSource | None:
+    """The source a staging of the user's function `defining` walks: a def or lambda met
+    while staging keeps its own; a NumPy function has none."""
+    if isinstance(defining, StagedFunction):
+        return defining.source
+    return None if is_numpy_function(defining) else function_source(defining)
 
 
 def _qualname(fn) -> str:

@@ -118,17 +118,30 @@ class Scope:
 
 
 class StagedFunction:
-    """A def or lambda created while staging: calling it stages its body in place."""
+    """A def or lambda created while staging: calling it stages its body in place.
+
+    It is a function to the code around it: it has a name, a qualified name and a
+    signature (`inspect.signature`, which the transforms bind calls with), and takes the
+    attributes a decorator sets. What it runs is in slots, not in its `__dict__`, because a
+    `functools.wraps` decorator copies the wrapped function's `__dict__` onto its wrapper:
+    the wrapper gets the names and `__wrapped__`, never the wrapped function's body.
+    """
+
+    __slots__ = ("source", "parent", "__signature__", "__dict__", "__weakref__")
 
     def __init__(self, source: FunctionSource, parent: Scope, defaults: list, kw_defaults: dict):
         self.source = source
         self.parent = parent
-        self.signature = signature_from_ast(source.node.args, defaults, kw_defaults)
+        self.__signature__ = signature_from_ast(source.node.args, defaults, kw_defaults)
+        self.__name__ = getattr(source.node, "name", "<lambda>")
+        self.__qualname__ = source.name
+        self.__module__ = parent.globals.get("__name__")
+        self.__doc__ = None if isinstance(source.node, ast.Lambda) else ast.get_docstring(source.node)
 
     def __call__(self, *args, **kwargs):
-        bound = _bind(self.signature, args, kwargs, self.source.name)
+        bound = _bind(self.__signature__, args, kwargs, self.source.name)
         scope = Scope(self.source, self.parent.globals, {}, self.parent)
-        return FunctionWalker(scope).run(bound)
+        return FunctionWalker(scope).run(bound, self)
 
     def __repr__(self):
         return f"<staged function {self.source.name}>"
@@ -204,14 +217,14 @@ def stage_python_function(fn, args, kwargs, self_arg=None):
     signature = inspect.signature(fn, follow_wrapped=False)
     bound = _bind(signature, args, kwargs, source.name)
     scope = Scope(source, fn.__globals__, closure, None, cells)
-    return FunctionWalker(scope).run(bound)
+    return FunctionWalker(scope).run(bound, fn)
 
 
 _staging_state = threading.local()
 
 
 def _call_stack() -> list:
-    """(function node, static arguments) of the calls being staged, innermost last."""
+    """(function node, function, static arguments) of the calls being staged, innermost last."""
     if not hasattr(_staging_state, "stack"):
         _staging_state.stack = []
     return _staging_state.stack
@@ -252,12 +265,18 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
 
     # --- entry -------------------------------------------------------------------------
 
-    def run(self, bound_args: dict):
+    def run(self, bound_args: dict, function):
+        """Stages a call of `function` (whose source this walker walks) on `bound_args`.
+
+        A call is recursion when the same function is called again with the same static
+        arguments inside it: the same function object, not just the same source, since
+        closures made by one def or lambda (a factory's `lambda x: f(g(x))` composed with
+        itself) differ in what they close over and may call one another."""
         node = self.source.node
         for name, value in bound_args.items():
             self.assign_name(name, value)
         self.arguments = {id(v) for v in bound_args.values() if isinstance(v, Tracer)}
-        key = (id(node), tuple((k, _static_key(v)) for k, v in bound_args.items()))
+        key = (id(node), id(function), tuple((k, _static_key(v)) for k, v in bound_args.items()))
         stack = _call_stack()
         if key in stack:
             raise UnsupportedSyntaxError(
@@ -349,10 +368,28 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
         raise error
 
     def stmt_FunctionDef(self, node):
-        if node.decorator_list:
-            raise UnsupportedSyntaxError("decorators on nested functions are not supported",
-                                         "apply the decorator at module level")
-        self.assign_name(node.name, self._make_function(node))
+        """A def, with its decorators: as Python does, their expressions are evaluated
+        first, then the defaults; the innermost decorator is applied first. Each is called
+        as any call in the function is (`call_user`: a decorator written in Python is
+        staged from its source, so a `functools.wraps` wrapper it defines is a
+        StagedFunction too), and must give back a function s2s can stage when it is
+        called, which is checked here, at the decorator's line, not at a later call."""
+        decorators = [self.expr(decorator) for decorator in node.decorator_list]
+        function = self._make_function(node)
+        for decorator, decorator_node in reversed(list(zip(decorators, node.decorator_list))):
+            where = self.source.info(decorator_node)
+            try:
+                function = self.call(decorator, [function], {})
+            except S2SError as e:
+                raise e.at(where)
+            if not stages_when_called(function):
+                raise UnsupportedSyntaxError(
+                    f"the decorator `{ast.unparse(decorator_node)}` turns {node.name} into "
+                    f"{'None' if function is None else 'a ' + type(function).__name__}, which s2s cannot stage",
+                    "s2s stages a def or lambda, an s2s transform of one (s2s.jit, s2s.checkpoint, "
+                    "s2s.custom_jvp ...), a functools.partial of one, or what a decorator written in "
+                    "Python returns of these; apply this decorator outside the staged function", where)
+        self.assign_name(node.name, function)
 
     def stmt_Import(self, node):
         for alias in node.names:
@@ -558,6 +595,19 @@ def call_user(fn, args, kwargs):
 
 
 _LRU_CACHE_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
+
+
+def stages_when_called(fn) -> bool:
+    """Whether `call_user` stages a call of `fn` (rather than running it as Python): a def
+    or lambda met while staging, an s2s transform, a NumPy function s2s implements, a user's
+    function, method or callable object, or a `functools.partial` of one of these."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
+    return (isinstance(fn, StagedFunction) or getattr(fn, "__s2s_transform__", False)
+            or (_hashable(fn) and fn in NUMPY_IMPLS) or _is_user_function(fn)
+            or (not isinstance(fn, type) and _is_user_function(getattr(type(fn), "__call__", None))))
 
 
 def _read_through_builtin(fn, args):
