@@ -35,7 +35,7 @@ from s2s.errors import (USER_ERRORS, api_boundary, errors_shown_clean, marks_bou
 from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call, staging_receiver
 from s2s.frontend.args import normalize_argnums
 from s2s.pmap import ReplicatedProgram
-from s2s.staging import Tracer, current_builder, inline_jaxpr
+from s2s.staging import current_builder, inline_jaxpr
 from s2s.transformed import TransformedFunction
 from s2s_runtime.array import Array
 from s2s_runtime.ops import generator_seed
@@ -70,8 +70,8 @@ class Jitted(Caller, TransformedFunction):
     directly). It is the boundary of a jitted call: an error that is the user's to fix is
     shown without the frames it came through (`_clean`).
 
-    Called on staged values (inside grad, vmap, another jit ...) it is inlined (see
-    `_inlined`). It keeps the function's name, as jax.jit does.
+    Called while a function is staged (inside grad, vmap, another jit ...) it is inlined
+    (see `_inlined`). It keeps the function's name, as jax.jit does.
     """
 
     keeps_name = True
@@ -127,6 +127,8 @@ class Jitted(Caller, TransformedFunction):
         and in the Caller: here an error that is the user's leaves as `api_boundary` makes
         it leave, without a frame more on the way; the Caller drops the frames between."""
         try:
+            if current_builder() is not None:   # called while a function is staged
+                return self._inlined(bind_function_call(self.fn, args, kwargs)), None
             by_position = not (kwargs or self.static_argnums or self.static_argnames)
             fast, call = _arrays_signature(args) if by_position else None, None
             if fast is None:
@@ -141,8 +143,6 @@ class Jitted(Caller, TransformedFunction):
                         return run(fast[1], args, kwargs)
                     self._fast.pop(fast[0], None)   # stale: staged again below
             call = call or bind_function_call(self.fn, args, kwargs)
-            if current_builder() is not None and any(isinstance(leaf, Tracer) for leaf in call.leaves):
-                return self._inlined(call), None
             staged = self._staged(call)
             runner = self._backend.runner(staged, call)
             if fast is not None and runner.call_with_inputs is not None and \
@@ -159,9 +159,13 @@ class Jitted(Caller, TransformedFunction):
                               static_argnames=self.static_argnames, dynamic_argnums=self.dynamic_argnums)
 
     def _inlined(self, call: BoundCall):
-        """Called on staged values, inside a function being staged (`jit(f)` called in
-        another jitted or differentiated function): its equations join that function's, as
-        jax inlines a nested jit; the backend, device and donation are the outer call's."""
+        """Called inside a function being staged (`jit(f)` called in another jitted or
+        differentiated function): its equations join that function's, as jax inlines a
+        nested jit and as every other transform called there is (`eager.run`); the backend,
+        device and donation are the outer call's. So it is whatever its arguments are: a
+        closure over the staged function's values (`jit(lambda: x * 2)()`, `jit(partial(f,
+        x))(2.0)`) reads them as the inner staging's constants, which inlining makes the
+        outer values again, where running it on its own would need them concrete."""
         staged = self._staged(call)
         return staged.out_tree.unflatten(inline_jaxpr(staged.closed, staged.inputs(call)))
 

@@ -1,19 +1,24 @@
 """jit, both backends: compiled once per kind of arguments, caches that live as long as the
 function, the fast path for array arguments, threads, static arguments."""
+import functools
 import gc
 import importlib
 import os
 import subprocess
 import sys
 import textwrap
+import types
 import weakref
 
 import numpy as np
 import pytest
 
 import s2s
+from s2s import StagingError
 from s2s.transformed import staged_or_error
 from tests.concurrency import run_together
+from tests.frontend.test_errors import expect_error
+from tests.frontend.test_walker import assert_matches_jax
 
 JIT_MODULE = importlib.import_module("s2s.jit")   # `s2s.jit` is the function
 
@@ -234,3 +239,67 @@ def test_dispatcher_refuses_a_matrix_after_plain_arrays():
         squared(np.ones((2, 2)))
     with pytest.raises(s2s.errors.StagingError, match=r"argument `a` is a numpy.matrix"):
         squared(m)
+
+
+# --- called while another function is staged: inlined, whatever it closes over -----------
+# Each program is written against a library (`t` = s2s or jax, `np` = numpy or jax.numpy):
+# JAX runs the same source as the oracle (tests/frontend/test_walker.py).
+
+def no_argument_closure(t, np):
+    return lambda x: t.jit(lambda: x * 2.0)()
+
+
+def def_closing_over_the_argument(t, np):
+    def f(x):
+        def g():
+            return np.sin(x) * x
+        return t.jit(g)()
+    return f
+
+
+def partial_over_the_argument(t, np):
+    return lambda x: t.jit(functools.partial(np.multiply, x))(3.0)
+
+
+def closure_called_on_a_constant(t, np):
+    return lambda x: t.jit(lambda y: y * np.cos(x))(2.5)
+
+
+@pytest.mark.parametrize("program", [no_argument_closure, def_closing_over_the_argument, partial_over_the_argument,
+                                     closure_called_on_a_constant])
+def test_a_jitted_closure_called_while_staging_is_inlined(program):
+    assert_matches_jax(program)
+
+
+def closure_whose_names_are_rebound_between_calls(t, np):
+    def f(x):
+        g = t.jit(lambda y: y * c * d)
+        c, d = x, 2.0
+        first = g(x)
+        c, d = np.sin(x), 3.0
+        return first + g(x)
+    return f
+
+
+def test_a_jitted_closure_reads_the_names_it_closes_over_at_each_call():
+    """The second call must not be served the first call's staging (it was, from the
+    staging cache: 2x*x + 2x*x, not 2x*x + 3x sin x). JAX's jit serves it so (its cache
+    is keyed by the function object), so the oracle is the program without jit, as
+    Python runs it, differentiated by JAX."""
+    without_jit = types.SimpleNamespace(jit=lambda fn: fn)
+    assert_matches_jax(closure_whose_names_are_rebound_between_calls, transforms=without_jit)
+    np.testing.assert_allclose(s2s.jit(closure_whose_names_are_rebound_between_calls(s2s, np))(0.7),
+                               2 * 0.7 * 0.7 + 3 * np.sin(0.7) * 0.7, rtol=1e-12)
+
+
+def test_an_inlined_jit_leaves_no_call_in_the_emitted_module():
+    source = s2s.emit_python(s2s.grad(def_closing_over_the_argument(s2s, np)), 0.7)
+    assert source.count("def ") == 1 and "np.cos" in source   # g's derivative, inline
+
+
+def called_with_an_argument_too_many(x):
+    return s2s.jit(lambda: x * 2.0)(x)  # ERROR
+
+
+def test_a_jitted_closure_called_with_the_wrong_arguments_is_refused_at_the_call():
+    expect_error(called_with_an_argument_too_many, StagingError, 0.7, contains="called with the wrong arguments")
