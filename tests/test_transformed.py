@@ -1,5 +1,7 @@
 """s2s.transformed: the one base of the user-level transforms, the one staging entry point
 for tools, and each call's arguments bound and flattened once (`frontend.BoundCall`)."""
+import functools
+
 import numpy as np
 import pytest
 
@@ -136,3 +138,57 @@ def test_custom_rules_read_nondiff_argnums_as_every_transform_reads_argnums():
     np.testing.assert_allclose(s2s.grad(lambda x: custom(3.0, x))(2.0), 3.0)
     with pytest.raises(TypeError):
         s2s.custom_jvp(scaled, nondiff_argnums="k")
+
+
+# --- NumPy's functions passed to a transform, as JAX takes jax.numpy's -------------------
+# Each case is written against a library (`t` = s2s or jax, `np` = numpy or jax.numpy), so
+# JAX runs the same expression as the oracle.
+
+M = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+CUBE = np.linspace(-1.0, 1.0, 24).reshape(2, 3, 4)
+V = np.linspace(0.1, 0.9, 3)
+
+NUMPY_FUNCTIONS = {
+    "vmap(sum)": (lambda t, np: t.vmap(np.sum), (M,)),
+    "grad(sum)": (lambda t, np: t.grad(np.sum), (M,)),
+    "jit(tanh)": (lambda t, np: t.jit(np.tanh), (M,)),
+    "vmap(dot)": (lambda t, np: t.vmap(np.dot), (M, M)),
+    "vmap(add, in_axes=(0, None))": (lambda t, np: t.vmap(np.add, in_axes=(0, None)), (M, M[0])),
+    "vmap(partial(sum, axis=0))": (lambda t, np: t.vmap(functools.partial(np.sum, axis=0)), (CUBE,)),
+    "jit(partial(mean, axis=1))": (lambda t, np: t.jit(functools.partial(np.mean, axis=1)), (CUBE,)),
+    "vmap(max)": (lambda t, np: t.vmap(np.max), (M,)),
+    "vmap(var)": (lambda t, np: t.vmap(np.var), (M,)),
+    "vmap(cumsum)": (lambda t, np: t.vmap(np.cumsum), (M,)),
+    "grad(linalg.norm)": (lambda t, np: t.grad(np.linalg.norm), (M,)),
+    "value_and_grad(prod)": (lambda t, np: t.value_and_grad(np.prod), (V,)),
+    "jacfwd(sin)": (lambda t, np: t.jacfwd(np.sin), (V,)),
+    "jacrev(tanh)": (lambda t, np: t.jacrev(np.tanh), (V,)),
+    "hessian(prod)": (lambda t, np: t.hessian(np.prod), (V,)),
+    "vmap(grad(tanh))": (lambda t, np: t.vmap(t.grad(np.tanh)), (V,)),
+    "grad(checkpoint(sin)) in a function": (
+        lambda t, np: t.grad(lambda x: np.sum(t.checkpoint(np.sin)(x) * x)), (V,)),
+}
+
+
+@pytest.mark.parametrize("name", NUMPY_FUNCTIONS)
+def test_a_numpy_function_passed_to_a_transform_computes_as_jax_numpys(name):
+    """On NumPy values (the emitted module), under jit (XLA) and by jit's Python backend,
+    which calls the emitted module with the user's signature: NumPy's, whose defaults
+    (`keepdims=<no value>`) it could not write before."""
+    import jax
+    import jax.numpy as jnp
+    make, args = NUMPY_FUNCTIONS[name]
+    ours, expected = make(s2s, np), make(jax, jnp)(*args)
+    for run in (ours, s2s.jit(ours), s2s.jit(ours, backend="python")):
+        (got, got_tree), (wanted, wanted_tree) = s2s.tree_flatten(run(*args)), s2s.tree_flatten(expected)
+        assert got_tree == wanted_tree
+        for g, e in zip(got, wanted, strict=True):
+            np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-14)
+    compile(s2s.emit_python(ours, *args), "<emitted>", "exec")
+
+
+def test_a_numpy_function_s2s_does_not_implement_is_named_when_passed_to_a_transform():
+    """It said "s2s can only stage Python functions, not _ArrayFunctionDispatcher"."""
+    for transform in (s2s.vmap, s2s.grad, s2s.jit):
+        with pytest.raises(s2s.UnsupportedFunctionError, match=r"np\.lexsort is not supported by s2s"):
+            transform(np.lexsort)(M)

@@ -89,7 +89,9 @@ def emitted_signature(staged) -> Signature:
     precede a parameter without one) and the function checks it on every call, raising a
     `ValueError` that says to regenerate rather than computing with a value it was not
     built for. Static leaves of a parameter that also holds arrays (`cfg['n']`) are
-    checked the same way. Parameters keep their kinds (`kinds`): keyword-only ones stay
+    checked the same way. A parameter left to a default no literal can write (NumPy's
+    `np.sum(a, keepdims=<no value>)`, a sentinel object) is left out: a call that passes
+    it is refused by Python itself, and one that does not is what the module was built for. Parameters keep their kinds (`kinds`): keyword-only ones stay
     keyword-only, `*args` and `**kwargs` stay variadic (`args[0]`, `kwargs['a']` reach
     their leaves) and are left out when the specialization passed nothing through them.
     """
@@ -111,6 +113,8 @@ def emitted_signature(staged) -> Signature:
             continue
         if not staged_indices:   # static: the parameter is checked against its value
             value = staged.example_args[param_index]
+            if name in declared and value is declared[name].default and _literal(value) is None:
+                continue   # a default no source can write (NumPy's `keepdims=<no value>`): left out
             params.append(name)
             if _is_generator(value):   # drawn from where the code draws: the parameter itself
                 host_expressions[id(value)] = name

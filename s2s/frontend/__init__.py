@@ -32,7 +32,7 @@ import numpy as np
 from s2s import config
 from s2s.core import ClosedJaxpr
 from s2s.emit.signature import leaf_expression
-from s2s.errors import StagingError
+from s2s.errors import StagingError, UnsupportedFunctionError
 from s2s.frontend.args import (ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, unsupported_argument_error,
                                unsupported_leaf_reason)
 from s2s.frontend.guards import Guards, include, recording
@@ -158,6 +158,12 @@ def underlying_function(fn):
     call = getattr(type(fn), "__call__", None)
     if isinstance(call, types.FunctionType):
         return call, fn
+    module = getattr(fn, "__module__", None) or ""
+    if module == "numpy" or module.startswith("numpy.") or isinstance(fn, np.ufunc):
+        name = f"np.{fn.__name__}" if module in ("numpy", "") else f"{module}.{fn.__name__}"
+        raise UnsupportedFunctionError(f"{name} is not supported by s2s",
+                                       "see the README's table of supported NumPy functions; "
+                                       "write the computation with supported ones in a def or lambda")
     raise StagingError(f"s2s can only stage Python functions, not {type(fn).__name__}",
                        "pass a function defined with def or lambda")
 

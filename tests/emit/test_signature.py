@@ -216,6 +216,29 @@ def test_a_static_value_that_cannot_be_written_as_a_literal_is_refused_at_emit_t
     assert "takes activation = <ufunc 'tanh'> as a static value" in str(e.value)
 
 
+_UNSET = object()
+
+
+def optionally_scaled(x, scale=_UNSET, power=2):
+    return x ** power if scale is _UNSET else scale * x ** power
+
+
+def test_a_default_no_literal_can_write_is_left_out_when_the_caller_left_it_alone():
+    """NumPy's own defaults (`np.sum(a, keepdims=<no value>)`) and a user's sentinel: the
+    module leaves the parameter out (a call passing it is refused by Python), where it
+    refused to emit at all, so `emit_python(np.sum, x)` and `jit(np.sum, backend="python")`
+    failed."""
+    fn = emitted(optionally_scaled, np.arange(3.0))
+    assert list(inspect.signature(fn).parameters) == ["x", "power"]
+    np.testing.assert_allclose(fn(np.arange(3.0)), np.arange(3.0) ** 2)
+    with pytest.raises(TypeError):
+        fn(np.arange(3.0), 2.0, 2)
+    summed = emitted(np.sum, np.ones((2, 3)))
+    assert list(inspect.signature(summed).parameters) == ["a", "axis", "dtype", "out"]
+    np.testing.assert_allclose(summed(np.ones((2, 3))), 6.0)
+    np.testing.assert_allclose(s2s.jit(np.sum, backend="python")(np.ones((2, 3)), 1, keepdims=True), [[3.0], [3.0]])
+
+
 def test_a_jvp_or_vjp_export_of_star_args_is_refused_with_what_to_write_instead():
     """Tangents and cotangents are parameters named after the primals': `*rest` has none."""
     for make in (jvp_function, vjp_function):
