@@ -60,7 +60,7 @@ class Direct:
 
 def param_names(fn) -> list[str]:
     """`fn`'s parameter names (hints for a body's inputs): from the `signature` that a
-    `Direct` and a def made while staging carry, else from inspect."""
+    `Direct` carries, else from inspect (which a def made while staging answers too)."""
     signature = getattr(fn, "signature", None)
     try:
         return list((signature or inspect.signature(fn)).parameters)

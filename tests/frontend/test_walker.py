@@ -307,7 +307,15 @@ def one_lambda_folded_over_a_list(t, np):
     return f
 
 
-@pytest.mark.parametrize("program", [nested_factory, module_level_compositions, one_lambda_folded_over_a_list])
+def lambdas_of_one_comprehension(t, np):
+    def f(x):
+        fs = [lambda y, k=k: np.sin(y) * k for k in range(3)]
+        return sum(g(x) for g in fs) + fs[2](fs[1](x))
+    return f
+
+
+@pytest.mark.parametrize("program", [nested_factory, module_level_compositions, one_lambda_folded_over_a_list,
+                                     lambdas_of_one_comprehension])
 def test_closures_of_one_def_calling_one_another_are_not_recursion(program):
     assert_matches_jax(program)
 
