@@ -156,7 +156,6 @@ class _CustomBase(TransformedFunction):
         outs = self.primitive.bind(*flat, call=staged.closed, rule=site)
         return staged.out_tree.unflatten(outs)
 
-
     def _check_closes_over_nothing_staged(self, staged: Staged):
         """Refuses a function that reads a staged value of the function around it (a def
         inside a staged function, using that function's `x`): staged into its `call` as a

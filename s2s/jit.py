@@ -162,10 +162,11 @@ class Jitted(Caller, TransformedFunction):
         """Called inside a function being staged (`jit(f)` called in another jitted or
         differentiated function): its equations join that function's, as jax inlines a
         nested jit and as every other transform called there is (`eager.run`); the backend,
-        device and donation are the outer call's. So it is whatever its arguments are: a
-        closure over the staged function's values (`jit(lambda: x * 2)()`, `jit(partial(f,
-        x))(2.0)`) reads them as the inner staging's constants, which inlining makes the
-        outer values again, where running it on its own would need them concrete."""
+        device and donation are the outer call's. It is inlined whatever its arguments
+        are: a closure over the staged function's values (`jit(lambda: x * 2)()`,
+        `jit(partial(f, x))(2.0)`) reads them as the inner staging's constants, which
+        inlining makes the outer values again, where running it on its own would need them
+        concrete."""
         staged = self._staged(call)
         return staged.out_tree.unflatten(inline_jaxpr(staged.closed, staged.inputs(call)))
 

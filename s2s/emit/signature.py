@@ -91,9 +91,10 @@ def emitted_signature(staged) -> Signature:
     built for. Static leaves of a parameter that also holds arrays (`cfg['n']`) are
     checked the same way. A parameter left to a default no literal can write (NumPy's
     `np.sum(a, keepdims=<no value>)`, a sentinel object) is left out: a call that passes
-    it is refused by Python itself, and one that does not is what the module was built for. Parameters keep their kinds (`kinds`): keyword-only ones stay
-    keyword-only, `*args` and `**kwargs` stay variadic (`args[0]`, `kwargs['a']` reach
-    their leaves) and are left out when the specialization passed nothing through them.
+    it is refused by Python itself, and one that does not is what the module was built
+    for. Parameters keep their kinds (`kinds`): keyword-only ones stay keyword-only,
+    `*args` and `**kwargs` stay variadic (`args[0]`, `kwargs['a']` reach their leaves)
+    and are left out when the specialization passed nothing through them.
     """
     paths = leaf_paths(staged.in_tree)
     leaves_of: dict[int, list[int]] = {i: [] for i in range(len(staged.param_names))}
