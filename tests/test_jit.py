@@ -292,6 +292,24 @@ def test_a_jitted_closure_reads_the_names_it_closes_over_at_each_call():
                                2 * 0.7 * 0.7 + 3 * np.sin(0.7) * 0.7, rtol=1e-12)
 
 
+def warmed_function_without_arguments(t, np):
+    doubled = t.jit(lambda: np.ones(3) * 2.0)
+    doubled()   # its later calls are made by jaxlib's dispatcher, those while staging too
+    return lambda x: np.sum(doubled() * x)
+
+
+def jitted_result_read_as_a_constant(t, np):
+    weights = t.jit(lambda y: y * 2.0)(np.arange(3.0))
+    return lambda x: np.sum(np.sin(weights * x))
+
+
+@pytest.mark.parametrize("program", [warmed_function_without_arguments, jitted_result_read_as_a_constant])
+def test_a_jitted_result_is_read_as_a_constant_while_staging(program):
+    """An s2s.Array (a jitted call's result) met while staging is a constant, as an ndarray
+    is: it was refused ("expected an array, got Array")."""
+    assert_matches_jax(program)
+
+
 def test_an_inlined_jit_leaves_no_call_in_the_emitted_module():
     source = s2s.emit_python(s2s.grad(def_closing_over_the_argument(s2s, np)), 0.7)
     assert source.count("def ") == 1 and "np.cos" in source   # g's derivative, inline

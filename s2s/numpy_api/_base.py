@@ -21,6 +21,7 @@ from s2s.errors import ShapeError
 from s2s.primitives import elementwise as ew
 from s2s.primitives import ops
 from s2s.staging import Tracer
+from s2s_runtime.array import Array
 
 
 class DispatchTable(dict):
@@ -129,6 +130,8 @@ def asarray(x):
     if isinstance(x, (list, tuple)):
         if has_tracer(x):
             return stack_operands([operand(asarray(e)) for e in x], 0)
+        return np.asarray(x)
+    if isinstance(x, Array):   # a jitted call's result read while staging: a constant, as an ndarray is
         return np.asarray(x)
     raise TypeError(f"expected an array, got {type(x).__name__}: {x!r}")
 
