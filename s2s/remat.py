@@ -71,6 +71,14 @@ def save_anything_except_these_names(*names) -> Policy:
                    f"save_anything_except_these_names({_names_text(names)})")
 
 
+def save_any_names_but_these(*names) -> Policy:
+    """Saves only the values tagged by `checkpoint_name`, but not those tagged with one of
+    `names` (JAX's meaning: unlike save_anything_except_these_names, nothing untagged)."""
+    refused = frozenset(names)
+    return Policy(lambda primitive, *avals, **params: primitive is name_p and params["name"] not in refused,
+                   f"save_any_names_but_these({_names_text(names)})")
+
+
 def save_from_both_policies(first, second) -> Policy:
     """Saves what either policy saves."""
     for policy in (first, second):
@@ -79,14 +87,15 @@ def save_from_both_policies(first, second) -> Policy:
                    f"save_from_both_policies({first!r}, {second!r})")
 
 
-# JAX's names, its older aliases included (`checkpoint_dots`, `save_any_names_but_these`), so
-# code written for jax.checkpoint_policies runs as written.
+# JAX's names, its older aliases included (`checkpoint_dots`,
+# `checkpoint_dots_with_no_batch_dims`), so code written for jax.checkpoint_policies runs as
+# written. (JAX's offloading policies have no counterpart: s2s has no host memory space.)
 checkpoint_policies = types.SimpleNamespace(
     everything_saveable=everything_saveable, nothing_saveable=nothing_saveable, dots_saveable=dots_saveable,
     checkpoint_dots=dots_saveable, dots_with_no_batch_dims_saveable=dots_with_no_batch_dims_saveable,
     checkpoint_dots_with_no_batch_dims=dots_with_no_batch_dims_saveable, save_only_these_names=save_only_these_names,
     save_anything_except_these_names=save_anything_except_these_names,
-    save_any_names_but_these=save_anything_except_these_names, save_from_both_policies=save_from_both_policies)
+    save_any_names_but_these=save_any_names_but_these, save_from_both_policies=save_from_both_policies)
 
 
 def _check_policy(policy) -> None:

@@ -434,4 +434,40 @@ def test_the_policies_have_jaxs_names_and_aliases():
                  "save_from_both_policies"):
         assert hasattr(jax.checkpoint_policies, name) and hasattr(policies, name), name
     assert policies.checkpoint_dots is policies.dots_saveable
-    assert policies.save_any_names_but_these is policies.save_anything_except_these_names
+    assert policies.checkpoint_dots_with_no_batch_dims is policies.dots_with_no_batch_dims_saveable
+
+
+def _two_named_values(lib):
+    """Two tagged values ("a", "b") among untagged dots and tanh."""
+    np_, name = lib.np, lib.name
+
+    def block(x, W):
+        h = name(np_.tanh(x @ W), "a")
+        g = name(np_.sin(h @ W), "b")
+        return np_.tanh(g @ W) @ W
+
+    def loss(x, W):
+        return lib.checkpoint(block)(x, W).sum()
+    return loss
+
+
+@pytest.mark.parametrize("make_policy", [
+    lambda policies: policies.save_any_names_but_these("b"),
+    lambda policies: policies.save_only_these_names("b"),
+    lambda policies: policies.checkpoint_dots_with_no_batch_dims,
+    lambda policies: policies.save_from_both_policies(policies.nothing_saveable, policies.save_only_these_names("a")),
+], ids=["save_any_names_but_these", "save_only_these_names", "checkpoint_dots_with_no_batch_dims",
+        "save_from_both_policies"])
+def test_the_name_policies_save_what_jaxs_save(make_policy):
+    """save_any_names_but_these("b") saves the tagged values other than "b" and nothing
+    untagged (it is not save_anything_except_these_names, which saves every untagged value
+    too): here "a" alone, besides the inputs."""
+    shapes = [(64, 32), (32, 32)]
+    ours = _s2s_residuals(_two_named_values(Library("s2s", make_policy(cp))),
+                          *[s2s.ShapeDtype(s, "float32") for s in shapes])
+    theirs = _jax_residuals(_two_named_values(Library("jax", make_policy(jcp))),
+                            *[jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes])
+    assert sorted(ours) == sorted(theirs)
+    args = model_args(rnn)[:2]
+    _close(s2s.grad(_two_named_values(Library("s2s", make_policy(cp))), (0, 1))(*args),
+           jax.grad(_two_named_values(Library("jax", make_policy(jcp))), (0, 1))(*args))
