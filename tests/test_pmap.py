@@ -243,6 +243,25 @@ def test_psum_scatter_and_all_to_all_against_numpy(split, concat, tiled):
 
 
 @on_devices
+@pytest.mark.parametrize("names", [("i", "j"), ("j", "i")], ids="".join)
+def test_exchanges_over_both_names_of_nested_pmaps_against_numpy(names):
+    """Over a tuple of names the replicas are numbered as axis_index numbers them, the first
+    name major: the same exchange as over one axis of the 8 examples in that order."""
+    from tests.test_lax_collectives import numpy_all_to_all, numpy_ppermute, numpy_psum_scatter
+    y = Y.reshape(2, 4, 8, 16)                                  # (i, j, ...)
+    in_order = y if names == ("i", "j") else np.swapaxes(y, 0, 1)
+    cases = [(lambda v: lax.ppermute(v, names, RING[2:]), lambda g: numpy_ppermute(g, RING[2:])),
+             (lambda v: lax.psum_scatter(v, names, scatter_dimension=1, tiled=True),
+              lambda g: numpy_psum_scatter(g, 1, True)),
+             (lambda v: lax.all_to_all(v, names, 0, 1), lambda g: numpy_all_to_all(g, 0, 1, False))]
+    for exchange, expected in cases:
+        want = expected(in_order.reshape((N,) + y.shape[2:]))
+        want = want.reshape(in_order.shape[:2] + want.shape[1:])
+        out = s2s.pmap(s2s.pmap(exchange, "j"), "i")(y)
+        np.testing.assert_allclose(out, want if names == ("i", "j") else np.swapaxes(want, 0, 1), rtol=1e-12)
+
+
+@on_devices
 @pytest.mark.parametrize("groups", PMAP_GROUPS[:2], ids=str)
 @pytest.mark.parametrize("split, concat, tiled", [(0, 1, False), (1, 0, True)])
 def test_grouped_psum_scatter_and_all_to_all_against_numpy(groups, split, concat, tiled):

@@ -22,18 +22,23 @@ names the axes it runs over with their sizes, as bound where it was staged:
              concat_axis]               sent to example j, the parts received concatenated
                                         along `concat_axis` (JAX's tiled primitive)
 
-ppermute, psum_scatter and all_to_all run over one axis name. All but axis_index and
-ppermute also take `groups` (JAX's axis_index_groups, a tuple of tuples of indices along one
-axis name, or None): each example combines only with the examples of its group, positions
-(all_gather's order, psum_scatter's and all_to_all's parts) counted within the group.
+All but axis_index and ppermute also take `groups` (JAX's axis_index_groups, a tuple of
+tuples of indices along one axis name, or None): each example combines only with the
+examples of its group, positions (all_gather's order, psum_scatter's and all_to_all's parts)
+counted within the group.
 
 `axes` is a tuple of (name, size) pairs. Over several names, examples are numbered as
 JAX numbers them: the first name is the major one (`axis_index(("i", "j"))` is
-i * size_j + j), and all_gather stacks in that order.
+i * size_j + j); all_gather stacks in that order, ppermute's perm names examples by it, and
+psum_scatter's and all_to_all's parts go to examples in it.
 
 Batching over one of the names computes the collective over that axis and binds it again
 over the names left; batching over another (an outer vmap's) name binds it again on the
-batched value, its batch axis kept. Nested vmaps thus peel a collective name by name.
+batched value, its batch axis kept. Nested vmaps thus peel a collective name by name:
+psum_scatter and all_to_all reorder their parts so that the batched name's are the major
+ones, exchange over it, bind again over the names left and put what arrives back in the
+order of all the names; ppermute, whose perm need not split name by name, gathers every
+example of the names left and takes each destination's source from them.
 
 Derivatives follow JAX: psum, all_gather, ppermute, psum_scatter and all_to_all are linear;
 psum's transpose is a psum of the cotangent, all_gather's is this example's slice of the psum
@@ -170,22 +175,15 @@ def _axis_index_abstract(*, axes):
     return ShapedArray((), dtypes.int32)
 
 
-def _single_axis(name: str, axes) -> int:
-    """The size of the one axis `axes` names (ppermute, psum_scatter, all_to_all)."""
-    _check_axes(name, axes)
-    if len(axes) != 1:
-        raise StagingError(f"{name} over {_describe(axes)}: it runs over a single axis name here",
-                           "give one axis name")
-    return axes[0][1]
-
-
 def check_perm(axes, perm) -> None:
-    """`perm`: (source, destination) pairs along the axis, no source or destination twice."""
-    size = _single_axis("ppermute", axes)
+    """`perm`: (source, destination) pairs of example indices over `axes` (the first name
+    major, as axis_index numbers them), no source or destination twice."""
+    _check_axes("ppermute", axes)
+    size = axes_size(axes)
     sources, destinations = [p[0] for p in perm], [p[1] for p in perm]
     if not all(0 <= i < size for i in sources + destinations):
-        raise StagingError(f"ppermute: perm {[list(p) for p in perm]} names an example outside axis "
-                           f"{_names(axes)[0]!r} (size {size})", f"give indices in 0..{size - 1}")
+        raise StagingError(f"ppermute: perm {[list(p) for p in perm]} names an example outside "
+                           f"{_describe(axes)} (size {size})", f"give indices in 0..{size - 1}")
     if len(set(sources)) != len(sources) or len(set(destinations)) != len(destinations):
         raise StagingError(f"ppermute: perm {[list(p) for p in perm]} repeats a source or a destination",
                            "each example sends to at most one and receives from at most one")
@@ -211,7 +209,7 @@ def _scatter_shape(name: str, x: ShapedArray, n: int, dimension: int, tiled: boo
 
 
 def _psum_scatter_abstract(x: ShapedArray, *, axes, dimension, tiled, groups=None):
-    _single_axis("psum_scatter", axes)
+    _check_axes("psum_scatter", axes)
     check_groups("psum_scatter", axes, groups)
     shape = _scatter_shape("psum_scatter", x, group_size(axes, groups), dimension, tiled)
     if np.dtype(x.dtype).kind == "b":
@@ -224,7 +222,7 @@ def _all_to_all_abstract(x: ShapedArray, *, axes, split_axis, concat_axis, group
     """Tiled, as JAX's primitive: axis `split_axis` cut into one part per example (of the
     group), the parts received concatenated along `concat_axis` (s2s.lax.all_to_all adds
     and drops axes)."""
-    _single_axis("all_to_all", axes)
+    _check_axes("all_to_all", axes)
     check_groups("all_to_all", axes, groups)
     n = group_size(axes, groups)
     shape = list(_scatter_shape("all_to_all", x, n, split_axis, True))
@@ -461,30 +459,68 @@ def _axis_index_rule(axis, args, dims, *, axes):
 
 def _ppermute_rule(axis, args, dims, *, axes, perm):
     """Over the mapped axis: the batch gathered from each destination's source, zeros where
-    no example sends (batched at 0)."""
+    no example sends (batched at 0). Over more names than the mapped one, the sources may
+    lie at other coordinates of the names left: every example of those is gathered first
+    (the batch kept as an axis), and each destination (whose index over every name the
+    names left know) takes its source's row and batch entry."""
     (x,), (d,) = args, dims
-    if _around(axes, axis.name) is None:
+    split = _around(axes, axis.name)
+    if split is None:
         return ppermute.bind(x, axes=axes, perm=perm), d
     x = _vmap.to_front(x, d, axis.size)
-    source = np.zeros(axis.size, np.int32)
-    received = np.zeros(axis.size, bool)
+    source = np.zeros(axes_size(axes), np.int32)
+    received = np.zeros(axes_size(axes), bool)
     for src, dst in perm:
         source[dst], received[dst] = src, True
-    y = ops.gather(x, source, axes=(0,))
+    before, after = split
+    if before or after:
+        gathered = all_gather.bind(x, axes=before + after, dimension=0, tiled=False)  # (rest, batch, ...)
+        destination, _ = _axis_index_rule(axis, (), (), axes=axes)
+        src_before, src_here, src_after = np.unravel_index(source, (axes_size(before), axis.size, axes_size(after)))
+        rest_row = (src_before * axes_size(after) + src_after).astype(np.int32)
+        y = ops.gather(gathered, ops.gather(rest_row, destination, axes=(0,)),
+                       ops.gather(src_here.astype(np.int32), destination, axes=(0,)), axes=(0, 1))
+        received_here = ops.gather(received, destination, axes=(0,))
+    else:
+        y, received_here = ops.gather(x, source, axes=(0,)), received
     if received.all():
         return y, 0
     shape = tuple(y.shape)
-    mask = ops.broadcast_in_dim(received, shape, (0,))
+    mask = ops.broadcast_in_dim(received_here, shape, (0,))
     return ops.select(mask, y, ops.full(shape, 0, y.aval.dtype)), 0
+
+
+def _reordered(x, dimension: int, blocks: tuple, order: tuple):
+    """`x` with its axis `dimension` read as `blocks` (sizes, the first major) and laid out
+    again in `order` of them: parts numbered over several names put with the batched name's
+    major, and received parts put back in the order of all the names."""
+    moved = [k for k in order if blocks[k] != 1]
+    if moved == sorted(moved):   # only blocks of size 1 move: the layout is the same
+        return x
+    shape = tuple(x.shape)
+    split = ops.reshape(x, shape[:dimension] + tuple(blocks) + shape[dimension + 1:])
+    perm = (tuple(range(dimension)) + tuple(dimension + k for k in order)
+            + tuple(range(dimension + len(blocks), len(shape) + len(blocks) - 1)))
+    return ops.reshape(ops.transpose(split, perm), shape)
+
+
+def _parts_here_major(x, dimension: int, before, here: int, after):
+    """`x`'s axis `dimension` of parts for every example of (before, here, after) (the
+    first major), reordered so that this name's parts are the major ones."""
+    size_before = axes_size(before)
+    blocks = (size_before, here, tuple(x.shape)[dimension] // (size_before * here))
+    return _reordered(x, dimension, blocks, (1, 0, 2))
 
 
 def _psum_scatter_rule(axis, args, dims, *, axes, dimension, tiled, groups=None):
     """Over the mapped axis: the batch summed, its axis `dimension` then being the batch
-    (tiled: split into (examples, part)). With groups: each group summed, its axis
-    `dimension` split into the members' parts, each example gathering its group's part at
-    its position (batched at 0)."""
+    (tiled: split into (examples, part)). Over more names, the parts reordered first so that
+    the batch's are major, and what is left of each example's part scattered over the other
+    names. With groups: each group summed, its axis `dimension` split into the members'
+    parts, each example gathering its group's part at its position (batched at 0)."""
     (x,), (d,) = args, dims
-    if _around(axes, axis.name) is None:
+    split = _around(axes, axis.name)
+    if split is None:
         dim = dimension if d is None else _vmap.batched_axis(dimension, d)
         out_d = d if d is None or d <= dimension or tiled else d - 1
         return psum_scatter.bind(x, axes=axes, dimension=dim, tiled=tiled, groups=groups), out_d
@@ -495,24 +531,34 @@ def _psum_scatter_rule(axis, args, dims, *, axes, dimension, tiled, groups=None)
             sums = _split_gathered(sums, dimension + 1, len(groups[0]))
         parts = _vmap.move_axis(sums, dimension + 1, 1)                       # (group, part, ...)
         return ops.gather(parts, number, position, axes=(0, 1)), 0
+    before, after = split
     y = _times(x, axis.size) if d is None else ops.reduce_sum(x, (d,))
+    if before or after:
+        y = _split_gathered(_parts_here_major(y, dimension, before, axis.size, after), dimension, axis.size)
+        return psum_scatter.bind(y, axes=before + after, dimension=dimension + 1, tiled=tiled), dimension
     return (_split_gathered(y, dimension, axis.size) if tiled else y), dimension
 
 
 def _all_to_all_rule(axis, args, dims, *, axes, split_axis, concat_axis, groups=None):
     """Over the mapped axis: (source, ...) with axis `split_axis` split into (destination,
     part); the destination moved to the front as the batch, the source in front of axis
-    `concat_axis` and merged with it. With groups: (group, source, ...) split the same way,
-    each example gathering its group's parts for its position as destination."""
+    `concat_axis` and merged with it. Over more names, the parts reordered first so that the
+    batch's are major, then what each destination got exchanged over the other names, and
+    the sources received put back in the order of all the names. With groups: (group,
+    source, ...) split the same way, each example gathering its group's parts for its
+    position as destination."""
     (x,), (d,) = args, dims
-    if _around(axes, axis.name) is None:
+    split = _around(axes, axis.name)
+    if split is None:
         if d is None:
             return all_to_all.bind(x, axes=axes, split_axis=split_axis, concat_axis=concat_axis,
                                    groups=groups), None
         return all_to_all.bind(x, axes=axes, split_axis=_vmap.batched_axis(split_axis, d),
                                concat_axis=_vmap.batched_axis(concat_axis, d), groups=groups), d
+    before, after = split
     y = _vmap.to_front(x, d, axis.size)
     if groups is None:
+        y = _parts_here_major(y, split_axis + 1, before, axis.size, after)
         y = _split_gathered(y, split_axis + 1, axis.size)
         y = _vmap.move_axis(y, split_axis + 1, 0)         # (destination, source, ...)
     else:
@@ -521,7 +567,16 @@ def _all_to_all_rule(axis, args, dims, *, axes, split_axis, concat_axis, groups=
         y = _vmap.move_axis(y, split_axis + 2, 1)         # (group, destination, source, ...)
         y = ops.gather(y, number, position, axes=(0, 1))  # (example, source, ...)
     y = _vmap.move_axis(y, 1, concat_axis + 1)            # the source before concat_axis
-    return _merge_pair(y, concat_axis + 1), 0
+    y = _merge_pair(y, concat_axis + 1)
+    if not (before or after):
+        return y, 0
+    rest, concat = axes_size(before + after), concat_axis + 1
+    if split_axis == concat_axis:   # (source here, destinations left, part): those major to be sent
+        y = _reordered(y, concat, (axis.size, rest, tuple(y.shape)[concat] // (axis.size * rest)), (1, 0, 2))
+    y = all_to_all.bind(y, axes=before + after, split_axis=split_axis + 1, concat_axis=concat)
+    # received: (sources before, sources after, source here, ...), put back in that order
+    blocks = (axes_size(before), axes_size(after), axis.size)
+    return _reordered(y, concat, blocks + (tuple(y.shape)[concat] // math.prod(blocks),), (0, 2, 1, 3)), 0
 
 
 _vmap.register(psum, _reducing_rule(psum, ops.reduce_sum, _times), reads_axis=True)
