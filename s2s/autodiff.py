@@ -27,9 +27,9 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from s2s.eager import run
-from s2s.errors import StagingError, TransformTypeError, api_boundary
+from s2s.errors import StagingError, StagingTypeError, StagingValueError, TransformTypeError, api_boundary
 from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call
-from s2s.frontend.args import normalize_argnums
+from s2s.frontend.args import aval_of_arg, normalize_argnums
 from s2s.frontend.source import last_return_info
 from s2s.passes.vmap import Axis, batch_jaxpr
 from s2s.primitives import ops
@@ -228,8 +228,8 @@ def _check_scalar_output(staged: Staged, has_aux: bool, what: str, fn):
         _raise_container_output(staged, what, fn)
     if has_aux:
         if not (staged.out_tree.node_type in (tuple, list) and len(staged.out_tree.children) == 2):
-            raise StagingError(f"{what}(has_aux=True) needs the function to return a pair "
-                               "(output, aux)", "return `value, aux`")
+            raise StagingTypeError(f"{what}(has_aux=True) needs the function to return a pair "
+                                   "(output, aux)", "return `value, aux`")
         n_primary = staged.out_tree.children[0].num_leaves
     else:
         n_primary = len(out_avals)
@@ -343,18 +343,48 @@ def _staged_primals(fn, primals) -> tuple[Staged, BoundCall]:
     return stage_call(fn, call), call
 
 
+def _check_tuples(primals, tangents) -> None:
+    """jvp takes its primals and tangents as tuples (or lists) of positional arguments, as
+    JAX's does: an array passed bare would be read as one argument per row."""
+    for what, value in (("primals", primals), ("tangents", tangents)):
+        if type(value) not in (tuple, list):
+            raise StagingTypeError(f"jvp takes the {what} as a tuple or list with one entry per positional "
+                                   f"argument, got {type(value).__name__}",
+                                   "write s2s.jvp(f, (x,), (dx,)) for one argument")
+
+
 def _tangent_leaves(staged: Staged, call: BoundCall, tangents) -> list:
+    """The tangents of the staged inputs: one per primal leaf, in the primals' structure
+    (else a TypeError, as JAX raises), each shaped like its primal (else a ValueError) and
+    of a floating dtype where the primal is (else a TypeError)."""
     leaves, treedef = tree_flatten(tuple(tangents))
     if list(treedef.children) != call.positional_trees:
         primal_tree = PyTreeDef(tuple, None, tuple(call.positional_trees))
-        raise StagingError(f"tangents have structure {treedef} but primals have {primal_tree}",
-                           "pass one tangent per primal leaf, in the same structure")
-    return [t for t, m in zip(leaves, staged.staged_mask) if m]
+        raise StagingTypeError(f"tangents have structure {treedef} but primals have {primal_tree}",
+                               "pass one tangent per primal leaf, in the same structure")
+    staged_tangents = [t for t, m in zip(leaves, staged.staged_mask) if m]
+    for tangent, aval in zip(staged_tangents, staged.closed.in_avals):
+        _check_like(tangent, aval, "tangent", "primal", StagingValueError, StagingTypeError)
+    return staged_tangents
+
+
+def _check_like(value, aval: ShapedArray, what: str, like: str, shape_error, dtype_error) -> None:
+    """`value` (a tangent or cotangent) has `aval`'s shape and, where `aval` is of a
+    floating dtype, a floating dtype too: a tangent of another shape would be broadcast
+    into a wrong derivative, and an integer one is no tangent."""
+    given = aval_of_arg(value)
+    if given.shape != aval.shape:
+        raise shape_error(f"a {what} of shape {given.shape} for a {like} of shape {aval.shape}",
+                          f"give each {what} its {like}'s shape")
+    if dtypes.is_inexact(aval.dtype) and not dtypes.is_inexact(given.dtype):
+        raise dtype_error(f"a {what} of dtype {np.dtype(given.dtype).name} for a {like} of dtype "
+                          f"{np.dtype(aval.dtype).name}", f"give each {what} its {like}'s floating dtype")
 
 
 @api_boundary
 def jvp(fn, primals, tangents):
     """`(fn(*primals), tangent of fn at primals along tangents)`, as pytrees."""
+    _check_tuples(primals, tangents)
     staged, call = _staged_primals(fn, primals)
     closed = staged.closed
     diff = _float_mask(closed.in_avals)
@@ -414,9 +444,11 @@ def vjp(fn, *primals, has_aux: bool = False):
     def vjp_fn(cotangent):
         ct_leaves, ct_tree = tree_flatten(cotangent)
         if ct_tree != out_tree:
-            raise StagingError(f"vjp_fn got a cotangent of structure {ct_tree}, but the "
-                               f"function's output has structure {out_tree}",
-                               "pass a cotangent with the output's structure")
+            raise StagingValueError(f"vjp_fn got a cotangent of structure {ct_tree}, but the "
+                                    f"function's output has structure {out_tree}",
+                                    "pass a cotangent with the output's structure")
+        for ct, aval in zip(ct_leaves, closed.out_avals):
+            _check_like(ct, aval, "cotangent", "output", StagingValueError, StagingValueError)
         cts = [c for c, d in zip(ct_leaves, diff_out) if d]
         in_cts = run(staged, (key, "backward"), parts.backward, list(residuals) + cts)
         return tuple(arg_cotangents(in_cts))
@@ -516,8 +548,8 @@ def _check_jacobian_dtypes(staged: Staged, in_avals, out_avals, holomorphic: boo
     outputs of a holomorphic function."""
     for a in out_avals:
         if not dtypes.is_inexact(a.dtype):
-            raise StagingError(f"{mode} needs floating-point outputs, got {a.str_short()}",
-                               "convert the output to a float type")
+            raise TransformTypeError(f"{mode} needs floating-point outputs, got {a.str_short()}",
+                                     "convert the output to a float type")
     promise = "for a holomorphic function of complex inputs pass holomorphic=True"
     if holomorphic:
         if not all(dtypes.is_complex(a.dtype) for a in out_avals):
@@ -547,8 +579,8 @@ def _jac_derive(argnums, mode: str, holomorphic: bool, has_aux: bool):
         out_tree = staged.out_tree
         if has_aux:   # (out, aux): the Jacobian of `out`, and `aux` as it is, as JAX's
             if not (out_tree.node_type in (tuple, list) and len(out_tree.children) == 2):
-                raise StagingError(f"{mode}(has_aux=True) needs the function to return a pair (output, aux)",
-                                   "return `value, aux`")
+                raise StagingTypeError(f"{mode}(has_aux=True) needs the function to return a pair (output, aux)",
+                                       "return `value, aux`")
             out_tree = out_tree.children[0]
         n_primary = out_tree.num_leaves
         primary = _select_outputs(staged.closed, [i < n_primary for i in range(n_out)])

@@ -17,9 +17,9 @@ whose derivative is the user's rule, itself staged from source when differentiat
 from __future__ import annotations
 
 
-from s2s.errors import StagingError
+from s2s.errors import StagingError, StagingTypeError
 from s2s.frontend import Staged
-from s2s.frontend.args import normalize_argnums
+from s2s.frontend.args import aval_of_arg, normalize_argnums
 from s2s.frontend.walker import call_user
 from s2s.primitives.custom_derivatives import custom_jvp_call, custom_vjp_call
 from s2s.staging import Tracer, current_builder
@@ -59,9 +59,9 @@ class _CallSite:
     def flat_outputs(self, tree, what: str) -> list:
         leaves, treedef = tree_flatten(tree)
         if treedef != self.staged.out_tree:
-            raise StagingError(f"{what} of {self.name} returns structure {treedef}, but the "
-                               f"function returns {self.staged.out_tree}",
-                               "return values with the same structure as the function's output")
+            raise StagingTypeError(f"{what} of {self.name} returns structure {treedef}, but the "
+                                   f"function returns {self.staged.out_tree}",
+                                   "return values with the same structure as the function's output")
         return leaves
 
     # --- used by the rules in s2s/primitives/custom_derivatives.py -------------------
@@ -71,7 +71,8 @@ class _CallSite:
         owner = self.owner
         if owner.jvp is not None:
             out, out_tangent = call_user(owner.jvp, (*self.nondiff(), primal_args, tangent_args), {})
-            return self.flat_outputs(out, "the jvp rule"), self.flat_outputs(out_tangent, "the jvp rule")
+            return self.flat_outputs(out, "the jvp rule"), self._shaped_like_outputs(
+                self.flat_outputs(out_tangent, "the jvp rule"))
         # defjvps: one rule per differentiable argument, jvp_i(t_i, ans, *primals), summed.
         out = self.owner(*self._full_args(primal_args))
         total = None
@@ -80,7 +81,18 @@ class _CallSite:
                 continue
             term = call_user(rule, (t, out, *primal_args), {})
             total = term if total is None else total + term
-        return self.flat_outputs(out, "the function"), self.flat_outputs(total, "a defjvps rule")
+        return self.flat_outputs(out, "the function"), self._shaped_like_outputs(
+            self.flat_outputs(total, "a defjvps rule"))
+
+    def _shaped_like_outputs(self, tangents: list) -> list:
+        """The rule's tangents, each of its output's shape (else JAX's TypeError): one of
+        another shape would be broadcast into a wrong derivative."""
+        for tangent, aval in zip(tangents, self.staged.closed.out_avals):
+            if aval_of_arg(tangent).shape != aval.shape:
+                raise StagingTypeError(f"the jvp rule of {self.name} gives a tangent of shape "
+                                       f"{aval_of_arg(tangent).shape} for an output of shape {aval.shape}",
+                                       "give each output's tangent that output's shape")
+        return tangents
 
     def _full_args(self, primal_args: tuple) -> tuple:
         it = iter(primal_args)
@@ -91,8 +103,8 @@ class _CallSite:
         # fwd takes f's own arguments in f's order (nondiff ones where they are), as in JAX.
         result = call_user(self.owner.fwd, self._full_args(self.primal_args(primals)), {})
         if not (isinstance(result, tuple) and len(result) == 2):
-            raise StagingError(f"the fwd rule of {self.name} must return (output, residuals)",
-                               "return a pair: the function's output and what bwd needs")
+            raise StagingTypeError(f"the fwd rule of {self.name} must return (output, residuals)",
+                                   "return a pair: the function's output and what bwd needs")
         out, residuals = result
         res_leaves, self.residual_tree = tree_flatten(residuals)
         return self.flat_outputs(out, "the fwd rule"), res_leaves
@@ -102,14 +114,14 @@ class _CallSite:
         ct = self.staged.out_tree.unflatten(cts)
         in_cts = call_user(self.owner.bwd, (*self.nondiff(), residuals, ct), {})
         if not isinstance(in_cts, tuple):
-            raise StagingError(f"the bwd rule of {self.name} must return a tuple with one "
-                               "cotangent per differentiable argument", "return `(x_bar,)`")
+            raise StagingTypeError(f"the bwd rule of {self.name} must return a tuple with one "
+                                   "cotangent per differentiable argument", "return `(x_bar,)`")
         nondiff = self.owner.nondiff_argnums
         n_diff = len(self.args) - len(nondiff)
         if len(in_cts) != n_diff:
-            raise StagingError(f"the bwd rule of {self.name} returned {len(in_cts)} cotangents "
-                               f"for {n_diff} differentiable arguments",
-                               "return one cotangent per argument (None for none)")
+            raise StagingTypeError(f"the bwd rule of {self.name} returned {len(in_cts)} cotangents "
+                                   f"for {n_diff} differentiable arguments",
+                                   "return one cotangent per argument (None for none)")
         per_leaf, it = [], iter(in_cts)
         for i, arg in enumerate(self.args):
             n_leaves = len(tree_leaves(arg))

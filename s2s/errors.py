@@ -60,15 +60,17 @@ class CommandLineError(Exception):
     refusals, so a CI step tells a mistyped command from stale derivatives (status 1)."""
 
 
-class ShapeError(S2SError, ValueError):
-    """Operands whose shapes or dtypes a primitive cannot accept."""
+class ShapeError(S2SError, ValueError, TypeError):
+    """Operands whose shapes or dtypes a primitive cannot accept: a ValueError, as NumPy
+    raises for the code s2s stages, and a TypeError, as jax.numpy and jax.lax raise."""
 
     default_help = ("the operands' shapes or dtypes do not fit this operation: check them "
                     "(x.shape, x.dtype), and reshape, transpose or convert explicitly")
 
 
-class ConcretizationError(S2SError):
-    """A staged value was used where Python needs a concrete value (bool, int, range)."""
+class ConcretizationError(S2SError, TypeError):
+    """A staged value was used where Python needs a concrete value (bool, int, range): a
+    TypeError, as JAX's ConcretizationTypeError."""
 
 
 class UnsupportedSyntaxError(S2SError):
@@ -89,20 +91,43 @@ class StagingError(S2SError):
     """Any other mistake found while staging (an undefined name, a wrong argument ...)."""
 
 
-class TransformTypeError(StagingError, TypeError):
+# Code written for JAX catches JAX's exception classes: where JAX raises a TypeError or a
+# ValueError for a mistake, s2s's error for it is also one, with its location and help.
+
+class StagingTypeError(StagingError, TypeError):
+    """A value of the wrong kind for where it is given, where JAX raises a TypeError: a
+    transform of something not callable, in_axes holding a string, a string mapped as an
+    array, a call with the wrong arguments, a loop carry or a branch result of another
+    structure, tangents of another structure than the primals."""
+
+
+class StagingValueError(StagingError, ValueError):
+    """Values of the right kind that do not fit together, where JAX raises a ValueError:
+    mapped axes of different sizes, an axis out of range, in_axes that are not a tree
+    prefix of the arguments, a cotangent unlike the output, more devices than there are."""
+
+
+class UnboundAxisError(StagingError, NameError):
+    """A collective over an axis name no enclosing vmap or pmap binds: a NameError, as JAX
+    raises."""
+
+
+class TransformTypeError(StagingTypeError):
     """A transform applied where JAX raises a TypeError for the outputs or dtypes involved:
     grad of a non-scalar, integer or boolean output, or of a complex one without
-    holomorphic=True; holomorphic=True with real inputs or outputs."""
+    holomorphic=True; holomorphic=True with real inputs or outputs; differentiation with
+    respect to an integer input."""
 
 
-class ArgnumsTypeError(StagingError, TypeError):
+class ArgnumsTypeError(StagingTypeError):
     """Argument numbers (`argnums`, `static_argnums`, ...) that are not an int or a sequence
     of ints: a TypeError, as JAX raises."""
 
 
-class ArgnumsRangeError(StagingError, ValueError):
+class ArgnumsRangeError(StagingValueError, TypeError):
     """An argument number outside the arguments a call has: a ValueError, as JAX's jit,
-    pmap and checkpoint raise."""
+    pmap, checkpoint and jacfwd raise, and a TypeError, as its grad and value_and_grad
+    raise."""
 
 
 class StaleSourceError(StagingError):

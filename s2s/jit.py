@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import inspect
 import sys
 import threading
 import weakref
@@ -30,9 +31,9 @@ from s2s.donation import donated_leaves, refuse_donating_twice
 from s2s.eager import emitted_call_args, emitted_function, emitted_module, function_name, host_leaves
 from s2s.emit.signature import emitted_signature
 from s2s.emit.stablehlo import Lowered, device_dtypes, donation_aliases, lower, replicas_needed
-from s2s.errors import (USER_ERRORS, api_boundary, errors_shown_clean, marks_boundary, shown_to_user,
-                        warn_at_user_code)
-from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call, staging_receiver
+from s2s.errors import (USER_ERRORS, StagingValueError, api_boundary, errors_shown_clean, marks_boundary,
+                        shown_to_user, warn_at_user_code)
+from s2s.frontend import BoundCall, Staged, bind_function_call, signature_of, stage_call, staging_receiver
 from s2s.frontend.args import normalize_argnums
 from s2s.pmap import ReplicatedProgram
 from s2s.staging import current_builder, inline_jaxpr
@@ -88,6 +89,7 @@ class Jitted(Caller, TransformedFunction):
         self.backend = backend
         TransformedFunction.__init__(self, fn, "jit", (self.static_argnums, _argnames(static_argnames),
                                                        self.dynamic_argnums))
+        _check_static_against_signature(fn, self.static_argnums, _argnames(static_argnames))
         self._backend = BACKENDS[backend](self)
         self._target = self._backend.call
         # Calls whose positional arguments are all arrays skip the staging-cache lookup:
@@ -198,6 +200,28 @@ def jit(fn=None, *, static_argnums=(), static_argnames=(), dynamic_argnums=(), d
 def _argnames(value) -> tuple:
     """Argument names as a tuple: one alone may be given bare."""
     return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _check_static_against_signature(fn, static_argnums: tuple, static_argnames: tuple) -> None:
+    """static_argnums and static_argnames checked against `fn`'s parameters when jit is
+    built, as JAX checks them (a ValueError either way): a number past the positional
+    parameters (unless `*args` takes any count), a name no parameter has (unless
+    `**kwargs` takes any). A function without a signature to read is checked at its calls."""
+    try:
+        parameters = list(signature_of(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    kinds = {p.kind for p in parameters}
+    if inspect.Parameter.VAR_POSITIONAL not in kinds:
+        positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        normalize_argnums(static_argnums, len(positional), "static_argnums")
+    if inspect.Parameter.VAR_KEYWORD not in kinds:
+        names = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        unknown = [name for name in static_argnames if name not in names]
+        if unknown:
+            raise StagingValueError(f"static_argnames names {', '.join(map(repr, unknown))}, but "
+                                    f"{getattr(fn, '__name__', 'the function')} has no such parameter",
+                                    f"name parameters it has: {', '.join(sorted(names)) or 'none'}")
 
 
 class _RefusedArgument(Exception):

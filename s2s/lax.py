@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from s2s.core import ClosedJaxpr
-from s2s.errors import StagingError, api_boundary
+from s2s.errors import StagingError, StagingTypeError, UnboundAxisError, api_boundary
 from s2s.frontend import structured
 from s2s.frontend.args import aval_of_arg
 from s2s.frontend.checkpointed import checkpointed
@@ -57,8 +57,8 @@ def cond(pred, true_fun, false_fun, *operands):
     if not isinstance(pred, (Tracer, np.ndarray, np.generic)):
         return call_user(true_fun if pred else false_fun, operands, {})
     if aval_of_arg(pred).shape != ():
-        raise StagingError(f"cond needs a scalar predicate, got shape {aval_of_arg(pred).shape}",
-                           "reduce it to one bool (e.g. with .any() or .all())")
+        raise StagingTypeError(f"cond needs a scalar predicate, got shape {aval_of_arg(pred).shape}",
+                               "reduce it to one bool (e.g. with .any() or .all())")
     return switch(pred, [false_fun, true_fun], *operands)
 
 
@@ -150,8 +150,8 @@ def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
     solve_body = StagedBody(Direct(lambda x0: call_user(solve, (f, x0), {}), ["x0"]), (initial_guess,),
                             "custom_root's solve")
     if solve_body.out_tree != x_tree:
-        raise StagingError(f"custom_root's solve returns {solve_body.out_tree}, but the initial "
-                           f"guess is {x_tree}", "return x in the structure of the initial guess")
+        raise StagingTypeError(f"custom_root's solve returns {solve_body.out_tree}, but the initial "
+                               f"guess is {x_tree}", "return x in the structure of the initial guess")
     theta_avals = f_body.jaxpr.in_avals[:len(f_body.consts)]
     x_avals = solve_body.out_avals
 
@@ -190,7 +190,7 @@ def _staged_solver(solve, linear_map: ClosedJaxpr, consts: list, b, what: str) -
     what = f"custom_linear_solve's {what}"
     body = StagedBody(Direct(lambda rhs: call_user(solve, (Direct(apply, ["x"]), rhs), {}), ["b"]), (b,), what)
     if body.out_tree != b_tree:
-        raise StagingError(f"{what} returns {body.out_tree}, but b is {b_tree}", "return x in the structure of b")
+        raise StagingTypeError(f"{what} returns {body.out_tree}, but b is {b_tree}", "return x in the structure of b")
     return body
 
 
@@ -202,8 +202,8 @@ def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False)
     _, b_tree = tree_flatten(b)
     matvec_body = StagedBody(_staging(matvec), (b,), "custom_linear_solve's matvec")
     if matvec_body.out_tree != b_tree:
-        raise StagingError(f"custom_linear_solve's matvec returns {matvec_body.out_tree} for b of "
-                           f"structure {b_tree}", "matvec must map x to a value shaped like b")
+        raise StagingTypeError(f"custom_linear_solve's matvec returns {matvec_body.out_tree} for b of "
+                               f"structure {b_tree}", "matvec must map x to a value shaped like b")
     consts, n_consts, n_b = matvec_body.consts, len(matvec_body.consts), len(tree_leaves(b))
     solve_body = _staged_solver(solve, matvec_body.jaxpr, consts, b, "solve")
     transpose_solve = solve if symmetric else transpose_solve
@@ -236,7 +236,7 @@ def _bound_axes(what: str, axis_name) -> tuple:
     for name in names:
         if name is None or name not in bound:
             listed = ", ".join(repr(n) for n in bound if n is not None)
-            raise StagingError(
+            raise UnboundAxisError(
                 f"unbound axis name: {what} over axis {name!r}, but "
                 + (f"only {listed} {'is' if len(bound) == 1 else 'are'} bound here" if listed
                    else "no enclosing vmap binds an axis name"),

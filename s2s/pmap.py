@@ -46,14 +46,14 @@ from s2s import dtypes
 from s2s.core import ClosedJaxpr, host_objects
 from s2s.donation import donated_leaves, refuse_donating_twice
 from s2s.emit.stablehlo import Lowered, device_dtype, device_dtypes, donation_aliases, lower, replicas_needed
-from s2s.errors import StagingError, api_boundary
+from s2s.errors import StagingError, StagingTypeError, StagingValueError, api_boundary
 from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf, normalize_argnums
 from s2s.passes.vmap import axis_readers_in
 from s2s.primitives.pmapped import bind_pmap
 from s2s.staging import JaxprBuilder, current_builder, named_axis
 from s2s.transformed import TransformedFunction
-from s2s.vmapped import MappedCall, axis_spec_tree, axes_per_leaf, hashable_axes, split_call, vmap
+from s2s.vmapped import MappedCall, axes_per_leaf, check_axes_specs, hashable_axes, split_call, vmap
 from s2s_runtime.distributed import process_count, replica_count, replica_devices, several_processes
 from s2s_runtime.replicated import ReplicatedExecutable, ShardedArray, device_shards
 from s2s_runtime.array import Array
@@ -87,7 +87,7 @@ class Pmapped(TransformedFunction):
         mapped = split_call("pmap", self.fn, self.in_axes, call, self._static_positions(call.n_args))
         size = mapped.size("pmap", "every mapped argument needs one slice per device along its in_axes axis")
         if size is None:
-            raise StagingError("pmap maps no argument (in_axes is None for all of them), so it "
+            raise StagingValueError("pmap maps no argument (in_axes is None for all of them), so it "
                                "cannot tell how many devices to use",
                                "map at least one argument along its device axis")
         if devices_needed:
@@ -95,7 +95,7 @@ class Pmapped(TransformedFunction):
             exactly = self.devices is not None or process_count() > 1   # across processes: all local devices
             if (exactly and size != len(available)) or size > len(available):
                 name = mapped.sizes[0][0]
-                raise StagingError(f"pmap's mapped axis of {name} has size {size}, but "
+                raise StagingValueError(f"pmap's mapped axis of {name} has size {size}, but "
                                    f"{len(available)} device(s) are "
                                    f"{'given' if self.devices is not None else 'available'}",
                                    "the mapped axis needs one slice per device: give it that size "
@@ -117,7 +117,7 @@ class Pmapped(TransformedFunction):
         axes = axes_per_leaf(self.out_axes, staged.out_tree, "out_axes", f"the results of {self.__name__}", "pmap")
         for axis, aval in zip(axes, staged.closed.out_avals):
             if axis is not None and not -(aval.ndim + 1) <= axis <= aval.ndim:
-                raise StagingError(f"pmap out_axes {axis} is out of range for a result of rank {aval.ndim} "
+                raise StagingValueError(f"pmap out_axes {axis} is out of range for a result of rank {aval.ndim} "
                                    f"(with the device axis, rank {aval.ndim + 1})",
                                    f"give an axis from {-(aval.ndim + 1)} to {aval.ndim}, or None for a "
                                    "result that is the same on every device")
@@ -296,7 +296,7 @@ class ReplicatedProgram:
     def __init__(self, closed: ClosedJaxpr, devices: list):
         replicas = replicas_needed(closed.jaxpr)
         if replicas > len(devices):
-            raise StagingError(f"the pmaps in this function need {replicas} devices together, "
+            raise StagingValueError(f"the pmaps in this function need {replicas} devices together, "
                                f"but {len(devices)} are available",
                                "map axes whose sizes multiply to at most the device count (set "
                                "S2S_NUM_CPU_DEVICES or s2s.config num_cpu_devices for more CPU devices)")
@@ -337,13 +337,10 @@ def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_a
         return lambda f: pmap(f, axis_name, in_axes=in_axes, out_axes=out_axes,
                               static_broadcasted_argnums=static_broadcasted_argnums, devices=devices,
                               donate_argnums=donate_argnums)
-    if not callable(fn):
-        raise TypeError(f"pmap needs a function, got {type(fn).__name__}")
-    axis_spec_tree(in_axes, "in_axes", "pmap")
-    axis_spec_tree(out_axes, "out_axes", "pmap")
+    check_axes_specs(in_axes, out_axes, "pmap")
     try:
         hash(axis_name)
     except TypeError:
-        raise StagingError(f"pmap axis_name must be hashable, got {axis_name!r}",
+        raise StagingTypeError(f"pmap axis_name must be hashable, got {axis_name!r}",
                            "name the axis with a string, e.g. axis_name='devices'") from None
     return Pmapped(fn, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices, donate_argnums)

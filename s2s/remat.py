@@ -22,7 +22,7 @@ import types
 from s2s import dtypes
 from s2s.autodiff import vjp_parts
 from s2s.transformed import TransformedFunction, staged_or_error
-from s2s.errors import StagingError, api_boundary
+from s2s.errors import StagingError, StagingTypeError, api_boundary
 from s2s.frontend.args import normalize_argnums
 from s2s.frontend.structured import Direct, StagedBody, param_names
 from s2s.frontend.walker import call_user
@@ -100,9 +100,9 @@ checkpoint_policies = types.SimpleNamespace(
 
 def _check_policy(policy) -> None:
     if not callable(policy):
-        raise StagingError(f"a checkpoint policy must be callable, got {type(policy).__name__} {policy!r}",
-                           "pass one of s2s.checkpoint_policies (e.g. dots_saveable), or a function "
-                           "policy(primitive, *avals, **params) -> bool that says what to save")
+        raise StagingTypeError(f"a checkpoint policy must be callable, got {type(policy).__name__} {policy!r}",
+                               "pass one of s2s.checkpoint_policies (e.g. dots_saveable), or a function "
+                               "policy(primitive, *avals, **params) -> bool that says what to save")
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-from s2s.errors import api_boundary
+from s2s.errors import StagingTypeError, api_boundary
 from s2s.frontend import Staged, signature_of, stage, transform_description
 
 __all__ = ["TransformedFunction", "required_parameters", "staged_or_error"]
@@ -36,6 +36,9 @@ class TransformedFunction:
     keeps_name = False
 
     def __init__(self, fn, transform: str, params: tuple = ()):
+        if not callable(fn):   # refused when the transform is built, as JAX refuses it
+            raise StagingTypeError(f"{transform} needs a function, got {type(fn).__name__} {fn!r}",
+                                   f"pass the function itself: {transform}(f), not {transform}(f(x))")
         functools.update_wrapper(self, fn, updated=())
         self.fn = fn
         self.transform = transform

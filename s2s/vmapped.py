@@ -24,7 +24,7 @@ import numpy as np
 from s2s.core import ClosedJaxpr
 from s2s.eager import run
 from s2s.emit.signature import leaf_expression
-from s2s.errors import StagingError, api_boundary
+from s2s.errors import StagingTypeError, StagingValueError, api_boundary
 from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call
 from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.simplify import tidy
@@ -44,14 +44,27 @@ def is_axis(spec) -> bool:
 
 
 def axis_spec_tree(spec, what: str, transform: str = "vmap") -> tuple[list, PyTreeDef]:
-    """The axes of `spec` (ints and Nones) and the tree they sit in; a refused entry (a
-    string, a float, True) is an error naming it."""
+    """The axes of `spec` (ints and Nones) and the tree they sit in (any pytree: tuples,
+    lists, dicts, OrderedDicts, registered classes); a refused entry (a string, a float,
+    True) is an error naming it."""
     leaves, treedef = tree_flatten(spec, is_leaf=is_axis)
     for leaf in leaves:
         if not is_axis(leaf):
-            raise StagingError(f"{transform} {what} must hold ints and None, got {leaf!r}",
+            raise StagingTypeError(f"{transform} {what} must hold ints and None, got {leaf!r}",
                                f"write {what} like 0, None, or (0, None, {{'W': None, 'b': 0}})")
     return [None if a is None else int(a) for a in leaves], treedef
+
+
+def check_axes_specs(in_axes, out_axes, transform: str) -> None:
+    """vmap's and pmap's in_axes and out_axes checked when the transform is built, as JAX
+    checks them: in_axes an int, None, or a tuple (or list) with one entry per positional
+    argument; every entry of either an int, None or a container of them."""
+    if not (is_axis(in_axes) or type(in_axes) in (tuple, list)):
+        raise StagingTypeError(f"{transform} in_axes must be an int, None, or a tuple with one entry per "
+                               f"positional argument, got {in_axes!r}",
+                               f"wrap a tree of axes for one argument in a tuple: in_axes=({in_axes!r},)")
+    axis_spec_tree(in_axes, "in_axes", transform)
+    axis_spec_tree(out_axes, "out_axes", transform)
 
 
 def axes_per_leaf(spec, tree: PyTreeDef, what: str, where: str, transform: str = "vmap") -> list:
@@ -61,7 +74,7 @@ def axes_per_leaf(spec, tree: PyTreeDef, what: str, where: str, transform: str =
     try:
         counts = prefix_leaf_counts(spec_def, tree)
     except ValueError as e:
-        raise StagingError(f"{transform} {what} {spec!r} is not a tree prefix of {where}: {e}",
+        raise StagingValueError(f"{transform} {what} {spec!r} is not a tree prefix of {where}: {e}",
                            f"give {what} the containers of {where} down to where one axis "
                            "applies to a whole subtree, or one int/None for all of it") from None
     return [a for a, n in zip(axes, counts) for _ in range(n)]
@@ -95,7 +108,7 @@ class MappedCall:
         distinct = {n for _, n in self.sizes}
         if len(distinct) > 1:
             listed = ", ".join(f"{name} has size {n}" for name, n in self.sizes)
-            raise StagingError(f"{transform} got mapped axes of different sizes: {listed}", help)
+            raise StagingValueError(f"{transform} got mapped axes of different sizes: {listed}", help)
         return distinct.pop() if distinct else None
 
 
@@ -110,7 +123,7 @@ def split_call(transform: str, fn, in_axes, call: BoundCall, static: frozenset =
         in_axes = tuple(in_axes)
     name = getattr(fn, "__name__", "f")
     if isinstance(in_axes, tuple) and len(in_axes) != call.n_args:
-        raise StagingError(f"{transform} in_axes has {len(in_axes)} entries but {name} was called with "
+        raise StagingValueError(f"{transform} in_axes has {len(in_axes)} entries but {name} was called with "
                            f"{call.n_args} positional arguments", _AXIS_HELP)
     names = positional_names(fn, call.n_args)
     if isinstance(in_axes, tuple):   # one entry per argument, each matched with it (and named by it)
@@ -130,15 +143,15 @@ def split_call(transform: str, fn, in_axes, call: BoundCall, static: frozenset =
             continue
         leaf, described = call.leaves[i], _described_leaf(call, names, i)
         if not (isinstance(leaf, (Tracer, int, float)) or is_staged_leaf(leaf)):
-            raise StagingError(f"{transform} cannot map {described}: {describe_arg(leaf)} is not an array",
+            raise StagingTypeError(f"{transform} cannot map {described}: {describe_arg(leaf)} is not an array",
                                "pass arrays for mapped arguments, or None in in_axes")
         aval = aval_of_arg(leaf)
         if aval.ndim == 0:
-            raise StagingError(f"{transform} was asked to map {described} along axis "
+            raise StagingValueError(f"{transform} was asked to map {described} along axis "
                                f"{axis}, but it is a scalar (rank 0)",
                                "pass an array with a batch axis, or None in in_axes for this argument")
         if not -aval.ndim <= axis < aval.ndim:
-            raise StagingError(f"{transform} in_axes {axis} for {described} is out of range for an array "
+            raise StagingValueError(f"{transform} in_axes {axis} for {described} is out of range for an array "
                                f"of rank {aval.ndim} (the batch axis may be at 0..{aval.ndim - 1} or "
                                f"-{aval.ndim}..-1)", "map an axis the argument has, or pass None to not map it")
         in_dims[i] = axis % aval.ndim
@@ -165,7 +178,7 @@ def _described_leaf(call: BoundCall, names: list[str], index: int) -> str:
 
 def _normalize_out_axis(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
-        raise StagingError(f"vmap out_axes {axis} is out of range for an array of rank {rank} "
+        raise StagingValueError(f"vmap out_axes {axis} is out of range for an array of rank {rank} "
                            f"(the batch axis may be at 0..{rank - 1} or -{rank}..-1)",
                            "map an axis the argument has, or pass None to not map it")
     return axis % rank
@@ -204,11 +217,11 @@ class Vmapped(TransformedFunction):
         size = mapped.size("vmap", "every mapped argument needs the same batch size along its in_axes axis")
         if size is None:
             if self.axis_size is None:
-                raise StagingError("vmap maps no argument (in_axes is None for all of them), so it "
+                raise StagingValueError("vmap maps no argument (in_axes is None for all of them), so it "
                                    "cannot tell the batch size", "pass axis_size=N")
             return int(self.axis_size)
         if self.axis_size is not None and self.axis_size != size:
-            raise StagingError(f"vmap axis_size={self.axis_size}, but the mapped arguments have size "
+            raise StagingValueError(f"vmap axis_size={self.axis_size}, but the mapped arguments have size "
                                f"{size}", "drop axis_size, or make them agree")
         return size
 
@@ -224,12 +237,12 @@ class Vmapped(TransformedFunction):
 def _check_axis(axis_name, axis_size) -> None:
     if axis_size is not None and (not isinstance(axis_size, (int, np.integer)) or isinstance(axis_size, bool)
                                   or axis_size < 0):
-        raise StagingError(f"vmap axis_size must be a non-negative int, got {axis_size!r}",
+        raise StagingTypeError(f"vmap axis_size must be a non-negative int, got {axis_size!r}",
                            "pass the number of examples, e.g. axis_size=8")
     try:
         hash(axis_name)
     except TypeError:
-        raise StagingError(f"vmap axis_name must be hashable, got {axis_name!r}",
+        raise StagingTypeError(f"vmap axis_name must be hashable, got {axis_name!r}",
                            "name the axis with a string, e.g. axis_name='batch'") from None
 
 
@@ -239,9 +252,6 @@ def vmap(fn=None, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
     bare or with arguments."""
     if fn is None:
         return lambda f: vmap(f, in_axes, out_axes, axis_name, axis_size)
-    if not callable(fn):
-        raise TypeError(f"vmap needs a function, got {type(fn).__name__}")
-    axis_spec_tree(in_axes, "in_axes")
-    axis_spec_tree(out_axes, "out_axes")
+    check_axes_specs(in_axes, out_axes, "vmap")
     _check_axis(axis_name, axis_size)
     return Vmapped(fn, in_axes, out_axes, axis_name, axis_size)

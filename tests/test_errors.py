@@ -1,9 +1,14 @@
 """The error boundary (`errors.api_boundary`): a user's mistake leaves every entry point
 without the frames of s2s's it came through, the user's own frames kept; a user's own
-exception keeps every frame; only the outermost boundary of a call cleans."""
+exception keeps every frame; only the outermost boundary of a call cleans. And the error's
+class: for the same mistake, an instance of the class jax raises (TypeError, ValueError,
+NameError), raised when the transform is built where jax raises it then."""
 import os
 import traceback
+import types
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -196,3 +201,182 @@ def test_a_mistake_leaves_without_the_exceptions_it_was_raised_during(transform)
         transform(constructs_checking_while_handling)(X)
     assert isinstance(info.value.__context__, KeyError) and info.value.__suppress_context__
     assert info.value.__cause__ is None
+
+
+# ---------------------------------------------------------------------------------------
+# JAX's exception classes: code written for JAX catches TypeError or ValueError (NameError
+# for an unbound axis name); s2s's error for the same mistake is also one, and is raised
+# when the transform is built where JAX raises it then.
+
+JAX_LIB = types.SimpleNamespace(api=jax, np=jnp, lax=jax.lax)
+S2S_LIB = types.SimpleNamespace(api=s2s, np=np, lax=lax)
+V3, V4 = np.arange(3.0), np.arange(4.0)
+
+
+def _add(a, b):
+    return a + b
+
+
+def _custom_vjp_with_two_cotangents(api):
+    @api.custom_vjp
+    def double(x):
+        return x * 2.0
+    double.defvjp(lambda x: (x * 2.0, x), lambda residual, ct: (ct, ct))
+    return double
+
+
+def _custom_jvp_with_a_misshapen_tangent(api):
+    @api.custom_jvp
+    def double(x):
+        return x * 2.0
+    double.defjvp(lambda primals, tangents: (primals[0] * 2.0, np.ones(3)))
+    return double
+
+
+# (what, lambda lib: (build the transform, call what was built)); the same program for both.
+SAME_MISTAKES = {
+    "vmap in_axes a string": lambda L: (lambda: L.api.vmap(squares, in_axes="a"), lambda f: f(V3)),
+    "vmap in_axes a float": lambda L: (lambda: L.api.vmap(squares, in_axes=1.5), lambda f: f(V3)),
+    "vmap in_axes True": lambda L: (lambda: L.api.vmap(squares, in_axes=True), lambda f: f(V3)),
+    "vmap in_axes a dict for all arguments": lambda L: (lambda: L.api.vmap(squares, in_axes={"a": 0}),
+                                                        lambda f: f(V3)),
+    "vmap in_axes holding a string": lambda L: (lambda: L.api.vmap(_add, in_axes=(0, "a")), lambda f: f(V3, V3)),
+    "vmap out_axes a string": lambda L: (lambda: L.api.vmap(squares, out_axes="a"), lambda f: f(V3)),
+    "vmap of a non-function": lambda L: (lambda: L.api.vmap(3), lambda f: f(V3)),
+    "vmap in_axes of another length": lambda L: (lambda: L.api.vmap(squares, in_axes=(0, 0)), lambda f: f(V3)),
+    "vmap of inconsistent sizes": lambda L: (lambda: L.api.vmap(_add), lambda f: f(V3, V4)),
+    "vmap of inconsistent keyword sizes": lambda L: (lambda: L.api.vmap(_add), lambda f: f(V3, b=V4)),
+    "vmap in_axes out of range": lambda L: (lambda: L.api.vmap(squares, in_axes=1), lambda f: f(V3)),
+    "vmap of a scalar": lambda L: (lambda: L.api.vmap(squares), lambda f: f(3.0)),
+    "vmap mapping nothing": lambda L: (lambda: L.api.vmap(squares, in_axes=None), lambda f: f(V3)),
+    "vmap axis_size unlike the sizes": lambda L: (lambda: L.api.vmap(squares, axis_size=5), lambda f: f(V3)),
+    "vmap in_axes not a prefix": lambda L: (lambda: L.api.vmap(lambda p: p["a"], in_axes=({"b": 0},)),
+                                            lambda f: f({"a": V3})),
+    "vmap out_axes out of range": lambda L: (lambda: L.api.vmap(squares, out_axes=2), lambda f: f(V3)),
+    "vmap out_axes None of a batched result": lambda L: (lambda: L.api.vmap(squares, out_axes=None),
+                                                         lambda f: f(V3)),
+    "vmap out_axes not a prefix": lambda L: (lambda: L.api.vmap(lambda x: (x, x), out_axes=(0,)), lambda f: f(V3)),
+    "vmap of a string": lambda L: (lambda: L.api.vmap(lambda s: 1.0), lambda f: f("abc")),
+    "vmap bool of a mapped value": lambda L: (lambda: L.api.vmap(lambda x: x if x > 0 else -x), lambda f: f(V3)),
+    "grad of a non-scalar": lambda L: (lambda: L.api.grad(squares), lambda f: f(V3)),
+    "grad argnums a string": lambda L: (lambda: L.api.grad(total, argnums="a"), lambda f: f(V3)),
+    "grad argnums past the arguments": lambda L: (lambda: L.api.grad(total, argnums=5), lambda f: f(V3)),
+    "grad argnums before the arguments": lambda L: (lambda: L.api.grad(total, argnums=-5), lambda f: f(V3)),
+    "grad of an int input": lambda L: (lambda: L.api.grad(lambda x: x * 2.0), lambda f: f(3)),
+    "grad of an int array input": lambda L: (lambda: L.api.grad(lambda x: (x * 2.0).sum()), lambda f: f(np.arange(3))),
+    "grad has_aux of no pair": lambda L: (lambda: L.api.grad(total, has_aux=True), lambda f: f(V3)),
+    "grad of a non-function": lambda L: (lambda: L.api.grad(3), lambda f: f(V3)),
+    "grad of no arguments": lambda L: (lambda: L.api.grad(lambda: 1.0), lambda f: f()),
+    "jacrev of an int output": lambda L: (lambda: L.api.jacrev(lambda x: (x > 0).astype(L.np.int32)),
+                                          lambda f: f(V3)),
+    "jacfwd of an int input": lambda L: (lambda: L.api.jacfwd(lambda x: x * 2), lambda f: f(np.arange(3))),
+    "jacfwd argnums past the arguments": lambda L: (lambda: L.api.jacfwd(squares, argnums=5), lambda f: f(V3)),
+    "jit static_argnums a string": lambda L: (lambda: L.api.jit(squares, static_argnums="a"), lambda f: f(V3)),
+    "jit static_argnums past the parameters": lambda L: (lambda: L.api.jit(squares, static_argnums=5),
+                                                         lambda f: f(V3)),
+    "jit static_argnames no parameter has": lambda L: (lambda: L.api.jit(squares, static_argnames="zz"),
+                                                       lambda f: f(V3)),
+    "jit of a non-function": lambda L: (lambda: L.api.jit(3), lambda f: f(V3)),
+    "jit bool of a staged value": lambda L: (lambda: L.api.jit(lambda x: x if x.sum() > 0 else -x),
+                                             lambda f: f(V3)),
+    "jit int of a staged value": lambda L: (lambda: L.api.jit(lambda x: L.np.zeros(int(x.sum()))),
+                                            lambda f: f(V3)),
+    "jit called with too many arguments": lambda L: (lambda: L.api.jit(squares), lambda f: f(V3, V3)),
+    "jit of mismatched shapes": lambda L: (lambda: L.api.jit(_add), lambda f: f(V3, V4)),
+    "jit of a reshape that does not fit": lambda L: (lambda: L.api.jit(lambda x: x.reshape(5)), lambda f: f(V3)),
+    "jvp with more tangents than primals": lambda L: (lambda: None, lambda _: L.api.jvp(squares, (V3,), (V3, V3))),
+    "jvp of a misshapen tangent": lambda L: (lambda: None, lambda _: L.api.jvp(squares, (V3,), (V4,))),
+    "jvp of an int tangent": lambda L: (lambda: None, lambda _: L.api.jvp(squares, (V3,), (np.arange(3),))),
+    "jvp of primals not in a tuple": lambda L: (lambda: None, lambda _: L.api.jvp(squares, V3, V3)),
+    "vjp of a misshapen cotangent": lambda L: (lambda: None, lambda _: L.api.vjp(squares, V3)[1](V4)),
+    "vjp of a cotangent of another structure": lambda L: (lambda: None,
+                                                          lambda _: L.api.vjp(squares, V3)[1]((V3, V3))),
+    "vjp of an int cotangent": lambda L: (lambda: None, lambda _: L.api.vjp(squares, V3)[1](np.arange(3))),
+    "linearize of a misshapen tangent": lambda L: (lambda: None, lambda _: L.api.linearize(squares, V3)[1](V4)),
+    "cond of a non-scalar predicate": lambda L: (lambda: None, lambda _: L.api.jit(
+        lambda x: L.lax.cond(x > 0, lambda: 1.0, lambda: 2.0))(V3)),
+    "cond of branches of other structures": lambda L: (lambda: None, lambda _: L.api.jit(
+        lambda x: L.lax.cond(x.sum() > 0, lambda: (x, x), lambda: x))(V3)),
+    "scan of xs shorter than length": lambda L: (lambda: None, lambda _: L.lax.scan(lambda c, x: (c, x), 0.0, V3,
+                                                                                    length=5)),
+    "scan of no xs and no length": lambda L: (lambda: None, lambda _: L.lax.scan(lambda c, x: (c, x), 0.0, None)),
+    "scan of a carry of another structure": lambda L: (lambda: None, lambda _: L.lax.scan(
+        lambda c, x: ((c, c), x), 0.0, V3)),
+    "scan of a carry of another shape": lambda L: (lambda: None, lambda _: L.lax.scan(
+        lambda c, x: (c * V3, x), 0.0, V3)),
+    "while_loop of a carry of another structure": lambda L: (lambda: None, lambda _: L.lax.while_loop(
+        lambda c: c < 3, lambda c: (c, c), 0.0)),
+    "while_loop of a non-scalar condition": lambda L: (lambda: None, lambda _: L.lax.while_loop(
+        lambda c: c < 3, lambda c: c + 1, V3)),
+    "fori_loop of a carry of another shape": lambda L: (lambda: None, lambda _: L.lax.fori_loop(
+        0, 3, lambda i, c: c * V3, 0.0)),
+    "psum over an unbound name": lambda L: (lambda: None, lambda _: L.api.jit(lambda x: L.lax.psum(x, "i"))(V3)),
+    "psum over a name vmap does not bind": lambda L: (lambda: None, lambda _: L.api.vmap(
+        lambda x: L.lax.psum(x, "j"), axis_name="i")(V3)),
+    "checkpoint static_argnums past the arguments": lambda L: (
+        lambda: L.api.checkpoint(squares, static_argnums=(3,)), lambda f: L.api.grad(lambda x: f(x).sum())(V3)),
+    "pmap over more devices than there are": lambda L: (lambda: L.api.pmap(squares),
+                                                        lambda f: f(np.ones((9, 3)))),
+    "pmap in_axes a string": lambda L: (lambda: L.api.pmap(squares, in_axes="a"), lambda f: f(np.ones((1, 3)))),
+    "pmap of inconsistent sizes": lambda L: (lambda: L.api.pmap(_add), lambda f: f(np.ones((1, 3)), np.ones((2, 3)))),
+    "pmap of a scalar": lambda L: (lambda: L.api.pmap(squares), lambda f: f(3.0)),
+    "pmap static argument past the arguments": lambda L: (
+        lambda: L.api.pmap(squares, static_broadcasted_argnums=(3,)), lambda f: f(np.ones((1, 3)))),
+    "pmap static argument a string": lambda L: (lambda: L.api.pmap(squares, static_broadcasted_argnums="a"),
+                                                lambda f: f(np.ones((1, 3)))),
+    "custom_vjp bwd of too many cotangents": lambda L: (lambda: None, lambda _: L.api.grad(
+        _custom_vjp_with_two_cotangents(L.api))(1.0)),
+    "custom_jvp of a misshapen tangent": lambda L: (lambda: None, lambda _: L.api.grad(
+        _custom_jvp_with_a_misshapen_tangent(L.api))(1.0)),
+    "make_jaxpr static_argnums a string": lambda L: (lambda: None, lambda _: L.api.make_jaxpr(
+        squares, static_argnums="a")(V3)),
+}
+
+JAX_CLASSES = (TypeError, ValueError, NameError)
+
+
+def _raised(build, call) -> tuple[str, Exception]:
+    """When (at "build" or at the "call") and what the program raises."""
+    stage = "build"
+    try:
+        made = build()
+        stage = "call"
+        call(made)
+    except Exception as error:   # noqa: BLE001 (what is raised is what is compared)
+        return stage, error
+    raise AssertionError("the program raised nothing")
+
+
+@pytest.mark.parametrize("mistake", SAME_MISTAKES.values(), ids=SAME_MISTAKES)
+def test_the_same_mistake_raises_an_instance_of_jaxs_class(mistake):
+    jax_stage, jax_error = _raised(*mistake(JAX_LIB))
+    stage, error = _raised(*mistake(S2S_LIB))
+    assert isinstance(error, s2s.S2SError), error              # with its location and help
+    wanted = [cls for cls in JAX_CLASSES if isinstance(jax_error, cls)]
+    assert wanted, jax_error
+    assert all(isinstance(error, cls) for cls in wanted), (type(error).__mro__, type(jax_error).__mro__)
+    if jax_stage == "build":
+        assert stage == "build", error
+
+
+def test_errors_of_jaxs_classes_keep_their_location_and_help():
+    with pytest.raises(ValueError) as info:
+        s2s.vmap(lambda a, b: a + b)(np.ones(2), np.ones(3))
+    assert isinstance(info.value, s2s.StagingError) and "help: every mapped argument" in str(info.value)
+    with pytest.raises(TypeError) as info:
+        s2s.jit(lambda x: x if x.sum() > 0 else -x)(X)
+    assert isinstance(info.value, s2s.errors.ConcretizationError)
+    assert str(info.value).startswith(f"{__file__}:") and "^" in str(info.value)
+
+
+def adds_a_string(x):
+    return x + "a"
+
+
+def test_a_python_error_raised_while_staging_keeps_its_class():
+    """A TypeError the user's expression raises (a string added to an array) stays one, as
+    it is under jax.jit, with the line it came from."""
+    with pytest.raises(TypeError) as info:
+        s2s.jit(adds_a_string)(X)
+    assert isinstance(info.value, s2s.StagingError)
+    assert str(info.value).startswith(f"{__file__}:{adds_a_string.__code__.co_firstlineno + 1}:")

@@ -32,7 +32,7 @@ import numpy as np
 from s2s import config
 from s2s.core import ClosedJaxpr
 from s2s.emit.signature import leaf_expression
-from s2s.errors import StagingError, UnsupportedFunctionError
+from s2s.errors import StagingError, StagingTypeError, UnsupportedFunctionError
 from s2s.frontend.args import (ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, unsupported_argument_error,
                                unsupported_leaf_reason)
 from s2s.frontend.guards import Guards, include, recording
@@ -304,8 +304,8 @@ def _bind(signature: inspect.Signature, name: str, args, kwargs,
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as e:
-        raise StagingError(f"{name}() called with the wrong arguments: {e}",
-                           f"call it as {name}{signature}") from None
+        raise StagingTypeError(f"{name}() called with the wrong arguments: {e}",
+                               f"call it as {name}{signature}") from None
     if explicit is not None:
         explicit.update(bound.arguments)
     bound.apply_defaults()

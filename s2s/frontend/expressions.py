@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError,
-                        UnsupportedFunctionError, UnsupportedSyntaxError)
+from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingError, StagingTypeError,
+                        StagingValueError, UnsupportedFunctionError, UnsupportedSyntaxError)
 from s2s.frontend.guards import record_attribute, record_items, record_module_attribute
 from s2s.frontend.source import FunctionSource
 from s2s.numpy_api import NUMPY_IMPLS
@@ -109,9 +109,12 @@ class Expressions:
             raise e.at(self.source.info(node))
         except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError,
                 OverflowError, RecursionError) as e:
-            error = StagingError(f"{type(e).__name__}: {e}",
-                                 "this Python error was raised while s2s ran the expression "
-                                 "above; fix the expression (or the values it was given)")
+            # a TypeError or ValueError stays one (as it would be in JAX), with the location
+            kind = StagingTypeError if isinstance(e, TypeError) else \
+                StagingValueError if isinstance(e, ValueError) else StagingError
+            error = kind(f"{type(e).__name__}: {e}",
+                         "this Python error was raised while s2s ran the expression "
+                         "above; fix the expression (or the values it was given)")
             error.original = e
             raise error.at(self.source.info(node)) from None
         finally:

@@ -16,7 +16,7 @@ import numpy as np
 
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
-from s2s.errors import StagingError
+from s2s.errors import StagingError, StagingTypeError, StagingValueError
 from s2s.frontend.args import aval_of_arg
 from s2s.frontend.checkpointed import bind_scan, schedule
 from s2s.primitives import loops as primitive_loops
@@ -82,8 +82,8 @@ class StagedBody:
             out_leaves, self.out_tree = tree_flatten(out)
             for leaf in out_leaves:
                 if not (isinstance(leaf, (Tracer, np.ndarray, np.generic, bool, int, float, complex))):
-                    raise StagingError(f"{what} returns a {type(leaf).__name__}, which is not an array",
-                                       "return arrays, numbers, or tuples/lists/dicts of them")
+                    raise StagingTypeError(f"{what} returns a {type(leaf).__name__}, which is not an array",
+                                           "return arrays, numbers, or tuples/lists/dicts of them")
             closed = builder.build(out_leaves)
         self.jaxpr, self.consts = closure_convert(closed)
         self.in_tree = in_tree
@@ -126,9 +126,9 @@ def _matching(init_leaves: list, out_avals: list[ShapedArray]) -> list:
 
 def _check_carry(what: str, init_tree: PyTreeDef, out_tree: PyTreeDef):
     if init_tree != out_tree:
-        raise StagingError(f"{what} must return a carry with the structure of the initial value: "
-                           f"it starts as {init_tree} and the function returns {out_tree}",
-                           "return the carry in the same structure (same tuple/dict/list nesting)")
+        raise StagingTypeError(f"{what} must return a carry with the structure of the initial value: "
+                               f"it starts as {init_tree} and the function returns {out_tree}",
+                               "return the carry in the same structure (same tuple/dict/list nesting)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def switch(index, branches, *operands):
     """`branches[index](*operands)`, with `index` clamped into range (jax.lax.switch)."""
     branches = list(branches)
     if not branches:
-        raise StagingError("switch needs at least one branch", "pass a list of functions")
+        raise StagingValueError("switch needs at least one branch", "pass a list of functions")
     if not isinstance(index, (Tracer, np.ndarray, np.generic)):
         chosen = min(max(int(index), 0), len(branches) - 1)   # static: just call it
         return branches[chosen](*operands)
@@ -153,10 +153,10 @@ def switch(index, branches, *operands):
               else StagedBody(b, operands, f"branch {i} of switch") for i, b in enumerate(branches)]
     for body in bodies[1:]:
         if body.out_tree != bodies[0].out_tree:
-            raise StagingError(f"the branches give different structures: "
-                               f"{bodies[0].out_tree} and {body.out_tree}",
-                               "make every branch give the same tuple/dict/list structure (a path "
-                               "through a function that ends without `return` returns None)")
+            raise StagingTypeError(f"the branches give different structures: "
+                                   f"{bodies[0].out_tree} and {body.out_tree}",
+                                   "make every branch give the same tuple/dict/list structure (a path "
+                                   "through a function that ends without `return` returns None)")
     bodies = _weak_results_promoted(bodies, operands)
     # Every branch takes every branch's constants, so that all share one signature.
     all_consts = [c for body in bodies for c in body.consts]
@@ -213,9 +213,9 @@ def _as_dtype(value, dtype):
     except OverflowError:
         converted = None
     if converted is None or converted != value:
-        raise StagingError(f"one branch gives {value!r}, which {dtype.name}, the type another branch "
-                           "gives, cannot hold", f"make every branch give the same type (e.g. cast "
-                           f"the other branch with .astype(...)), or give a value that fits {dtype.name}")
+        raise StagingTypeError(f"one branch gives {value!r}, which {dtype.name}, the type another branch "
+                               "gives, cannot hold", f"make every branch give the same type (e.g. cast "
+                               f"the other branch with .astype(...)), or give a value that fits {dtype.name}")
     return converted
 
 
@@ -245,8 +245,8 @@ def while_loop(cond_fun, body_fun, init_val, max_iters=None):
     condition = StagedBody(cond_fun, (init_val,), "while_loop's condition")
     (pred,) = condition.out_avals if len(condition.out_avals) == 1 else (None,)
     if pred is None or pred.shape != () or pred.dtype != dtypes.bool_:
-        raise StagingError("while_loop's condition must return one scalar bool",
-                           "return a comparison such as `val[0] < n`")
+        raise StagingTypeError("while_loop's condition must return one scalar bool",
+                               "return a comparison such as `val[0] < n`")
     outs = primitive_loops.while_loop.bind(*condition.consts, *body.consts, *init_leaves,
                                            cond_jaxpr=condition.jaxpr, body_jaxpr=body.jaxpr,
                                            cond_nconsts=len(condition.consts), body_nconsts=len(body.consts),
@@ -286,17 +286,17 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, checkpoints=Non
     x_leaves, x_tree = tree_flatten(xs)
     lengths = {aval_of_arg(x).shape[0] if aval_of_arg(x).shape else None for x in x_leaves}
     if None in lengths:
-        raise StagingError("scan slices its xs along their leading axis: a scalar has none",
-                           "pass arrays with at least one dimension")
+        raise StagingValueError("scan slices its xs along their leading axis: a scalar has none",
+                                "pass arrays with at least one dimension")
     if length is None:
         if len(lengths) != 1:
-            raise StagingError(f"scan's xs have different leading sizes {sorted(lengths)}"
-                               if lengths else "scan needs `length` when there are no xs",
-                               "pass xs of one length, or `length=`")
+            raise StagingValueError(f"scan's xs have different leading sizes {sorted(lengths)}"
+                                    if lengths else "scan needs `length` when there are no xs",
+                                    "pass xs of one length, or `length=`")
         (length,) = lengths
     elif lengths - {length}:
-        raise StagingError(f"scan was given length={length} but xs of leading sizes {sorted(lengths)}",
-                           "make `length` match the xs")
+        raise StagingValueError(f"scan was given length={length} but xs of leading sizes {sorted(lengths)}",
+                                "make `length` match the xs")
     length = int(length)
     if isinstance(unroll, bool):
         unroll = length if unroll else 1
@@ -310,8 +310,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, checkpoints=Non
         return StagedBody(f, (carry, x_slices), "scan's function")
     body = staged_body(init)
     if not (body.out_tree.node_type in (tuple, list) and len(body.out_tree.children) == 2):
-        raise StagingError("scan's function must return a pair (carry, y)",
-                           "return `new_carry, y` (y may be None)")
+        raise StagingTypeError("scan's function must return a pair (carry, y)",
+                               "return `new_carry, y` (y may be None)")
     carry_tree = body.out_tree.children[0]
     _check_carry("scan's function", init_tree, carry_tree)
     init_leaves = _matching(init_leaves, body.out_avals[:len(init_leaves)])

@@ -32,7 +32,7 @@ from typing import Any
 import ast
 import numpy as np
 
-from s2s.errors import (ConcretizationError, S2SError, StagingError, UnsupportedFunctionError,
+from s2s.errors import (ConcretizationError, S2SError, StagingError, StagingTypeError, UnsupportedFunctionError,
                         UnsupportedSyntaxError)
 from s2s.frontend.autograd_calls import autograd_callee
 from s2s.frontend.control_flow import FLAG_HINTS, Break, Continue, ControlFlow, Return
@@ -171,8 +171,8 @@ def _bind(signature: inspect.Signature, args, kwargs, name: str) -> dict:
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as e:
-        raise StagingError(f"{name}() called with the wrong arguments: {e}",
-                           f"call it as {name}{signature}") from None
+        raise StagingTypeError(f"{name}() called with the wrong arguments: {e}",
+                               f"call it as {name}{signature}") from None
     bound.apply_defaults()
     return dict(bound.arguments)
 

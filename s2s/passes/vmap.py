@@ -27,7 +27,7 @@ import dataclasses
 from typing import Callable, Hashable
 
 from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, aval_of_value, sub_jaxprs
-from s2s.errors import StagingError
+from s2s.errors import StagingValueError
 from s2s.passes import lax_ops
 from s2s.staging import JaxprBuilder, Primitive, Tracer, current_builder, paused_gc
 
@@ -263,7 +263,7 @@ def batch_jaxpr(closed: ClosedJaxpr, in_dims: list, axis: Axis, out_dims: list |
     Inputs with a non-None `in_dims` entry take a batch of size `axis.size` at that
     position. `out_dims` says where each output's batch must be: an int moves it there
     (broadcasting an unbatched output), None requires an unbatched output (else a
-    StagingError), `ANYWHERE` leaves it where it is; None for the whole list is
+    StagingValueError), `ANYWHERE` leaves it where it is; None for the whole list is
     `ANYWHERE` for every output.
     """
     jaxpr = closed.jaxpr
@@ -280,7 +280,7 @@ def batch_jaxpr(closed: ClosedJaxpr, in_dims: list, axis: Axis, out_dims: list |
                 final_dims.append(d)
             elif want is None:
                 if d is not None:
-                    raise StagingError(f"output {index} varies over the mapped axis, but its "
+                    raise StagingValueError(f"output {index} varies over the mapped axis, but its "
                                        "out_axes entry is None",
                                        "give it an out_axes entry (0), or return a value that "
                                        "is the same for every example")
