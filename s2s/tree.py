@@ -1,11 +1,14 @@
 """Pytrees: nested containers of arrays that every s2s API takes and returns.
 
 Containers are tuple, list, dict (keys in sorted order, as JAX does, so the flattened
-order never depends on insertion order), None (no leaves), namedtuples, dataclasses,
-and any class registered with `register_pytree_node`. Everything else is a leaf.
+order never depends on insertion order), OrderedDict (in its own order, as JAX keeps it),
+defaultdict (sorted, its default factory kept), None (no leaves), namedtuples,
+dataclasses, and any class registered with `register_pytree_node`. Everything else is a
+leaf.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Callable, NamedTuple
 
@@ -48,6 +51,22 @@ register_pytree_node(
     lambda d: ([d[k] for k in _sorted_keys(d)], tuple(_sorted_keys(d))),
     lambda keys, ch: dict(zip(keys, ch)),
 )
+
+register_pytree_node(
+    collections.OrderedDict,
+    lambda d: (list(d.values()), tuple(d)),
+    lambda keys, ch: collections.OrderedDict(zip(keys, ch)),
+)
+register_pytree_node(
+    collections.defaultdict,
+    lambda d: ([d[k] for k in _sorted_keys(d)], (d.default_factory, tuple(_sorted_keys(d)))),
+    lambda aux, ch: collections.defaultdict(aux[0], zip(aux[1], ch)),
+)
+
+
+def _dict_keys(node: "PyTreeDef") -> tuple:
+    """The keys of a dict node's children, in their order."""
+    return node.aux[1] if node.node_type is collections.defaultdict else node.aux
 
 
 def _node_kind(value) -> _NodeKind | None:
@@ -110,8 +129,9 @@ class PyTreeDef:
             return f"({inner}{',' if len(self.children) == 1 else ''})"
         if self.node_type is list:
             return f"[{inner}]"
-        if self.node_type is dict:
-            return "{" + ", ".join(f"{k!r}: {c._describe()}" for k, c in zip(self.aux, self.children)) + "}"
+        if self.node_type in (dict, collections.OrderedDict, collections.defaultdict):
+            items = "{" + ", ".join(f"{k!r}: {c._describe()}" for k, c in zip(_dict_keys(self), self.children)) + "}"
+            return items if self.node_type is dict else f"{self.node_type.__qualname__}({items})"
         if self.node_type is type(None):
             return "None"
         return f"{self.node_type.__qualname__}({inner})"
@@ -258,8 +278,8 @@ def leaf_paths(treedef: PyTreeDef) -> list[tuple]:
         if node.is_leaf:
             paths.append(prefix)
             return
-        if node.node_type is dict:
-            keys = node.aux
+        if node.node_type in (dict, collections.OrderedDict, collections.defaultdict):
+            keys = _dict_keys(node)
         elif hasattr(node.node_type, "_fields"):
             keys = node.node_type._fields
         elif dataclasses.is_dataclass(node.node_type):

@@ -39,6 +39,24 @@ def test_dict_leaves_in_sorted_key_order():
     assert tree_flatten({"b": 2, "a": 1})[0] == [1, 2]
 
 
+def test_ordered_and_default_dicts_are_containers_as_in_jax():
+    """An OrderedDict keeps its own order (two orders are two structures), a defaultdict
+    sorts its keys and keeps its default factory; neither is the same structure as a dict.
+    jax.tree_util flattens them the same way."""
+    import jax
+    ordered = collections.OrderedDict([("b", 2), ("a", 1)])
+    default = collections.defaultdict(list, {"b": 2, "a": 1})
+    for tree, leaves, keys in ((ordered, [2, 1], "ba"), (default, [1, 2], "ab")):
+        assert tree_flatten(tree)[0] == leaves == jax.tree_util.tree_leaves(tree)
+        rebuilt = tree_unflatten(tree_structure(tree), [10, 20])
+        assert type(rebuilt) is type(tree) and list(rebuilt.items()) == list(zip(keys, [10, 20]))
+    assert tree_unflatten(tree_structure(default), [1, 2]).default_factory is list
+    assert tree_structure(ordered) != tree_structure(collections.OrderedDict([("a", 1), ("b", 2)]))
+    assert tree_structure(ordered) != tree_structure({"b": 2, "a": 1}) != tree_structure(default)
+    assert [[k for _, k in p] for p in leaf_paths(tree_structure(ordered))] == [["b"], ["a"]]
+    assert repr(tree_structure(ordered)) == "PyTreeDef(OrderedDict({'b': *, 'a': *}))"
+
+
 def test_registered_node():
     leaves, treedef = tree_flatten(Pair(1, (2, 3)))
     assert leaves == [1, 2, 3]

@@ -10,11 +10,14 @@ transforms against jax, pytree and negative axes, and the user's mistakes as cle
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import types
 from typing import Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -398,6 +401,40 @@ def test_in_axes_is_a_tree_prefix_of_the_arguments():
     ours = s2s.vmap(affine, in_axes=({"W": None, "b": 0}, 0))(p, xs)
     expected = np.stack([affine({"W": p["W"], "b": p["b"][i]}, xs[i]) for i in range(4)])
     assert_matches(ours, expected, rtol=1e-12)
+
+
+class Affine:
+    """A registered pytree holding a layer's parameters (as a user's class would)."""
+
+    def __init__(self, W, b):
+        self.W, self.b = W, b
+
+
+s2s.register_pytree_node(Affine, lambda p: ((p.W, p.b), None), lambda _, children: Affine(*children))
+jax.tree_util.register_pytree_node(Affine, lambda p: ((p.W, p.b), None), lambda _, children: Affine(*children))
+
+
+def affine_of(p, x):
+    return np.tanh(p.W * x + p.b) if isinstance(p, Affine) else np.tanh(p["W"] * x + p["b"])
+
+
+@pytest.mark.parametrize("container", [
+    lambda W, b: collections.OrderedDict([("W", W), ("b", b)]),
+    lambda W, b: collections.OrderedDict([("b", b), ("W", W)]),   # in its own order, as JAX keeps it
+    Affine], ids=["OrderedDict", "OrderedDict_b_first", "registered"])
+def test_in_axes_of_an_ordered_dict_or_a_registered_pytree_matches_its_argument_as_jax(container):
+    """in_axes holds the argument's own container (an OrderedDict, a registered class)
+    down to where one axis applies; vmap and pmap read it as jax.vmap does."""
+    rng = np.random.default_rng(8)
+    W, b, xs = rng.standard_normal(3), rng.standard_normal((3, 4)), rng.standard_normal((4, 3))
+    p = container(W, b)
+    in_axes = (container(None, 1), 0)
+    theirs = jax.vmap(with_numpy(affine_of, jnp), in_axes=in_axes)(p, xs)
+    assert_matches(s2s.vmap(affine_of, in_axes=in_axes)(p, xs), theirs, rtol=1e-12)
+    assert_matches(s2s.jit(s2s.vmap(affine_of, in_axes=in_axes))(p, xs), theirs, rtol=1e-12)
+    assert_matches(s2s.pmap(affine_of, in_axes=in_axes)(container(W, b[:, :1]), xs[:1]), theirs[:1], rtol=1e-12)
+    with pytest.raises(ValueError, match="not a tree prefix"):   # a plain dict is another container
+        s2s.vmap(affine_of, in_axes=({"W": None, "b": 1}, 0))(p, xs)
 
 
 def stats(x):
