@@ -27,7 +27,7 @@ import numpy as np
 from s2s import dtypes
 from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from s2s.eager import run
-from s2s.errors import StagingError, StagingTypeError, StagingValueError, TransformTypeError, api_boundary
+from s2s.errors import StagingTypeError, StagingValueError, TransformTypeError, api_boundary
 from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call
 from s2s.frontend.args import aval_of_arg, normalize_argnums
 from s2s.frontend.source import last_return_info
