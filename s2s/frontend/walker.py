@@ -535,6 +535,12 @@ def call_user(fn, args, kwargs):
     module = getattr(fn, "__module__", None) or ""
     if isinstance(getattr(fn, "__self__", None), GENERATOR_CLASSES):   # np.random.randn, rng.normal
         return random_call(fn.__self__, fn.__name__, args, kwargs)
+    if (module == "jax" or module.startswith(("jax.", "jaxlib."))) and _is_staged((args, kwargs)):
+        name = getattr(fn, "__name__", "?")
+        raise UnsupportedFunctionError(
+            f"{module}.{name} is JAX's function, and s2s stages NumPy code",
+            f"write np.{name} (import numpy as np): s2s's transforms take NumPy as JAX's take jax.numpy"
+            if hasattr(np, name) else "write it with NumPy's functions (see the README's table)")
     if module == "numpy.random" or module.startswith("numpy.random."):
         raise UnsupportedFunctionError(
             f"np.random.{getattr(fn, '__name__', '?')} inside a staged function would make or seed a "

@@ -386,3 +386,12 @@ def test_a_nested_function_is_staged_again_at_each_call(program):
     runs, and no guard watches it: the staging cache served the first call's staging to
     the second (x * x twice instead of x * x + x sin x)."""
     assert_matches_jax(program)
+
+
+def test_a_jax_numpy_function_in_staged_code_says_to_write_numpy_at_its_line():
+    def loss(x):
+        return np.sum(jnp.tanh(x) ** 2)
+    with pytest.raises(s2s.errors.UnsupportedFunctionError, match=r"jax\.numpy\.tanh is JAX's function") as info:
+        s2s.grad(loss)(np.ones(3))
+    assert "write np.tanh" in str(info.value)
+    assert info.value.where.line == loss.__code__.co_firstlineno + 1
