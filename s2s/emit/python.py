@@ -422,6 +422,14 @@ class Block:
         return Block(self.names, self.options, [] if apart else self.lines, self.indent + "    ",
                      self.origins, self.literal_texts)
 
+    def pass_if_empty(self, since: int) -> None:
+        """Writes `pass` where nothing was written in these lines since line `since`: the
+        body of a `for`, `while` or `if` must hold a statement, and one whose equations
+        all leave the carry as it was (`lax.scan(lambda c, _: (c, None), ...)`, and its
+        transpose) writes none."""
+        if len(self.lines) == since:
+            self.line("pass")
+
     def comment(self, eqn) -> str:
         return _source_comment(eqn.source_info) if self.options.source_comments else ""
 

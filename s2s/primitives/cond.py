@@ -103,8 +103,7 @@ def _emit_cond(block, eqn, operands, names):
         results = inner.write(body, args, targets=dict(zip(body.outvars, outs)))
         pending = [(o, r) for o, r in zip(outs, results) if r.text != o]
         write_assignment(inner, [o for o, _ in pending], [r for _, r in pending], comment)
-        if not outs:
-            inner.line("pass")
+        inner.pass_if_empty(0)
         if test == "else:" and _is_one_if_chain(inner.lines, inner.indent):
             # `else:` holding nothing but another `if` chain is written `elif`.
             block.line("el" + inner.lines[0][len(inner.indent):])

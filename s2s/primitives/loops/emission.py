@@ -80,6 +80,7 @@ def _emit_while(block, eqn, operands, names):
         inner.line(f"if not {pred.wrap(8)}:")
         inner.nested().line("break")
     write_assignment(inner, carry, inner.write(p["body_jaxpr"].jaxpr, body_consts + carry_exprs), comment)
+    inner.pass_if_empty(header_at + 1)   # `while pred:` over a body that changes nothing
     return carry_exprs
 
 
@@ -289,8 +290,7 @@ def _emit_scan(block, eqn, operands, names):
     for name, y in zip(ys, y_results):   # before the carry changes: y may read it
         inner.line(f"{name}[{index}] = {y.text}{comment}")
     write_assignment(inner, carry, carry_results, comment)
-    if not carry and not ys and len(block.lines) == header_at + 1:
-        inner.line("pass")
+    inner.pass_if_empty(header_at + len(ys) + 1)   # (the buffers are allocated above the header)
     final = iter(Expr(c) for c in carry)
     return ([typed_scalar(Expr(str(start + length)), counter.aval.dtype) if k == counter_carry else next(final)
              for k in range(n_carry)] + [Expr(y) for y in ys])
@@ -345,11 +345,13 @@ def _emit_while_reverse(block, eqn, operands, names):
                      comment)
     targets = ", ".join(r.text for r in taped) if taped else "_"
     block.line(f"for {targets} in reversed({tape}):{comment}")
+    body_at = len(block.lines)
     inner = block.nested()
     outs = inner.write(p["transposed"].jaxpr, invariant + residuals + [Expr(c) for c in cts])
     for name, d in zip(acc, outs[:n_acc]):
         inner.line(f"{name} += {d.text}{comment}")
     write_assignment(inner, cts, outs[n_acc:], comment)
+    inner.pass_if_empty(body_at)
     block.line(f"del {tape}")
     return [Expr(r) for r in results]
 

@@ -373,3 +373,56 @@ def test_a_buffer_read_inside_a_nested_body_is_not_deleted_there(fn, reverse_mod
     for target in (fn, s2s.grad(fn)) if reverse_mode else (fn,):
         source, emitted_fn = emitted(target, xs)
         np.testing.assert_allclose(emitted_fn(xs), s2s.jit(target)(xs), rtol=1e-12, err_msg=source)
+
+
+# Loops and branches whose body leaves every carry as it was: Python needs a statement in
+# the body all the same (issue 42: `grad(checkpoint(f))` of such a scan wrote a `for` with
+# nothing under it, an IndentationError when the module was loaded).
+
+
+def _scan_keeping_its_carry(x):
+    c, _ = lax.scan(lambda c, _: (c, None), x, xs=None, length=1)
+    return np.sum(np.sin(c))
+
+
+def _fori_keeping_its_carry(x):
+    return np.sum(np.sin(lax.fori_loop(0, 3, lambda i, c: c, x)))
+
+
+def _while_never_running(x):
+    # a zero-step loop: a `while` over a body that changes nothing must not run forever
+    return np.sum(np.sin(lax.while_loop(lambda c: np.sum(c) > 100.0, lambda c: c, x)))
+
+
+def _bounded_while_keeping_its_carry(x):
+    c = x
+    for _ in range(3):
+        if np.sum(c) > 100.0:
+            break
+    return np.sum(np.sin(c))
+
+
+def _cond_passing_through(x):
+    return np.sum(np.sin(lax.cond(np.sum(x) > 0, lambda c: c, lambda c: c, x)))
+
+
+def _sin_sum_jax(x):
+    return jax.numpy.sum(jax.numpy.sin(x))
+
+
+@pytest.mark.parametrize("fn", [_scan_keeping_its_carry, _fori_keeping_its_carry, _while_never_running,
+                                _bounded_while_keeping_its_carry, _cond_passing_through])
+@pytest.mark.parametrize("transform", ["plain", "grad", "grad(checkpoint)", "checkpoint(grad)"])
+def test_a_body_that_changes_nothing_still_compiles(fn, transform):
+    """Every loop and branch form, forward and differentiated (a checkpointed body is
+    written again in the backward pass), gives a module Python loads; each equals jax's
+    value of sum(sin(x)) and its gradient cos(x), emitted and under jit."""
+    target = {"plain": fn, "grad": s2s.grad(fn), "grad(checkpoint)": s2s.grad(s2s.checkpoint(fn)),
+              "checkpoint(grad)": s2s.checkpoint(s2s.grad(fn))}[transform]
+    expected = (_sin_sum_jax if transform == "plain" else jax.grad(_sin_sum_jax))(np.linspace(-1.0, 1.0, 3))
+    x = np.linspace(-1.0, 1.0, 3)
+    source, emitted_fn = emitted(target, x)
+    compile(source, "emitted.py", "exec")
+    np.testing.assert_allclose(emitted_fn(x), expected, rtol=1e-12, err_msg=source)
+    np.testing.assert_allclose(s2s.jit(target)(x), expected, rtol=1e-12)
+    np.testing.assert_allclose(target(x), expected, rtol=1e-12)
