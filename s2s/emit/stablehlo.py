@@ -187,6 +187,12 @@ class LoweringContext:
                          f"{tensor_type(ShapedArray((), dtype))}", "c")
         return self.broadcast(scalar, ShapedArray((), dtype), tuple(shape)) if shape else scalar
 
+    def array_constant(self, value, aval: ShapedArray) -> str:
+        """`value`, an array of `aval`, written into the module (as its bytes, exactly)."""
+        data = np.ascontiguousarray(value, device_dtype(aval.dtype))
+        data = data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes().hex().upper()
+        return self.op(f'stablehlo.constant dense<"0x{data}"> : {tensor_type(aval)}', "c")
+
     def broadcast(self, name: str, aval: ShapedArray, shape: tuple[int, ...]) -> str:
         """NumPy broadcasting of `name` (of `aval`) to `shape`, as one broadcast_in_dim."""
         shape = tuple(shape)
@@ -234,6 +240,7 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
     replicas (`mhlo.num_replicas`), and collectives over those names run across them;
     times what the pmaps inside `closed` need (`replicas_needed`).
     """
+    given = closed
     closed = inline_calls(closed)
     jaxpr = closed.jaxpr
     replicas = math.prod(size for _, size in replica_axes) * replicas_needed(jaxpr)
@@ -241,11 +248,12 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
     env: dict[Var, str] = {}
     params = []
     aliases = aliases or {}
-    for i, v in enumerate(list(jaxpr.constvars) + list(jaxpr.invars)):
+    for i, v in enumerate(list(given.jaxpr.constvars) + list(jaxpr.invars)):
         env[v] = ctx.fresh(v.hint or "arg")
-        alias = aliases.get(i - len(jaxpr.constvars))
+        alias = aliases.get(i - len(given.jaxpr.constvars))
         attribute = f" {{tf.aliasing_output = {alias} : i32}}" if alias is not None else ""
         params.append(f"{env[v]}: {tensor_type(v.aval)}{attribute}")
+    _bind_inlined_constants(ctx, given, closed, env)
 
     drawn = host_objects(jaxpr)
     for obj in drawn:   # (after the jaxpr's own inputs: `device_dtypes`)
@@ -260,6 +268,21 @@ def lower(closed: ClosedJaxpr, name: str = "main", aliases: dict[int, int] | Non
     return (f"module @{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = {replicas} : i32}} {{\n"
             f"  func.func public @main({', '.join(params)}) -> ({', '.join(out_types)}) {{\n"
             f"{body}\n{ret}\n  }}\n}}\n")
+
+
+def _bind_inlined_constants(ctx: LoweringContext, given: ClosedJaxpr, inlined: ClosedJaxpr, env: dict) -> None:
+    """Points each constant of `inlined` (`given` with its calls inlined) at the parameter
+    `given`'s caller passes it in: inlining lists constants in the order its equations
+    first read them, not `given`'s, and a call's body may bring constants of its own
+    (a custom_jvp function reading a global array), which no caller passes: those are
+    written into the module."""
+    if inlined is given:
+        return
+    parameter = {}
+    for var, value in zip(given.jaxpr.constvars, given.consts):
+        parameter.setdefault(id(value), env[var])
+    for var, value in zip(inlined.jaxpr.constvars, inlined.consts):
+        env[var] = parameter.get(id(value)) or ctx.array_constant(value, var.aval)
 
 
 def lower_jaxpr(ctx: LoweringContext, jaxpr, in_names: list[str], env: dict | None = None) -> list[str]:

@@ -218,6 +218,35 @@ def test_jit_grad_on_both_backends():
             assert_same(g, e, rtol=1e-9, atol=1e-12)
 
 
+# A state and times the model reads as globals (issue 42): jit's program took them as its
+# constants in another order than it was passed them (f64[15] expected, f64[2] given).
+GLOBAL_Y0 = np.array([1.0, 0.5])
+GLOBAL_T = np.linspace(0.0, 1.0, 15)
+
+
+def damped_rotation(y, t, a):
+    return np.stack([-a * y[1], a * y[0]]) * 0.5 - 0.1 * y
+
+
+def energy_from_globals(a):
+    return np.sum(integrate.odeint(damped_rotation, GLOBAL_Y0, GLOBAL_T, args=(a,), rtol=1e-10, atol=1e-10)
+                  * np.array([1.0, 2.0]))
+
+
+def jax_energy_from_globals(a):
+    def func(y, t, a):
+        return jnp.stack([-a * y[1], a * y[0]]) * 0.5 - 0.1 * y
+    return jnp.sum(jax_odeint(func, GLOBAL_Y0, GLOBAL_T, a, rtol=1e-10, atol=1e-10) * jnp.array([1.0, 2.0]))
+
+
+def test_y0_and_t_read_from_globals_under_jit():
+    a = np.float64(1.3)
+    check_function(energy_from_globals, a, rtol=1e-7, atol=1e-9)   # SciPy, eval_jaxpr, emitted, jit
+    expected = jax.grad(jax_energy_from_globals)(a)
+    for backend in ("xla", "python"):
+        assert_same(s2s.jit(s2s.grad(energy_from_globals), backend=backend)(a), np.asarray(expected), rtol=1e-6)
+
+
 def test_closure_over_a_staged_value_gets_its_gradient():
     def loss(y0, rate):
         return np.sum(integrate.odeint(lambda y, t: -rate * y, y0, np.array([0.0, 1.0, 2.0])))
