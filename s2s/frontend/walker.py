@@ -23,6 +23,7 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import itertools
 import sys
 import sysconfig
 import threading
@@ -597,7 +598,30 @@ def call_user(fn, args, kwargs):
         raise ConcretizationError(
             f"math.{fn.__name__} needs a Python number, but got a staged array",
             f"use np.{fn.__name__} for arrays")
+    if _hashable(fn) and fn in CALLING_LIBRARY_FUNCTIONS:
+        args = [_staged_when_called(a) for a in args]
+        kwargs = {k: _staged_when_called(v) for k, v in kwargs.items()}
     return fn(*args, **kwargs)
+
+
+# Library functions that call a function they are given, on the items they walk
+# (`sum(map(partial(f, a), data))`, `reduce(np.add, xs)`, `sorted(xs, key=...)`): that
+# function is staged as a call written in the source is, rather than run as plain Python
+# on staged values (where NumPy's ufuncs refuse them).
+CALLING_LIBRARY_FUNCTIONS = frozenset({
+    builtins.map, builtins.filter, builtins.sorted, builtins.min, builtins.max, functools.reduce,
+    itertools.starmap, itertools.accumulate, itertools.filterfalse, itertools.takewhile,
+    itertools.dropwhile, itertools.groupby})
+
+
+def _staged_when_called(value):
+    """`value`, or where it is callable, a function that stages each call of it."""
+    if not callable(value):
+        return value
+
+    def staged(*args, **kwargs):
+        return call_user(value, args, kwargs)
+    return staged
 
 
 _LRU_CACHE_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
