@@ -26,7 +26,7 @@ from s2s.core import ClosedJaxpr, Jaxpr, ShapedArray, check_jaxpr
 from s2s.errors import (ConcretizationError, S2SError, ShapeError, StagingError, StaleSourceError,
                         UnsupportedFunctionError, UnsupportedSyntaxError)
 from s2s.frontend.args import ShapeDtype
-from s2s.tree import register_pytree_node, tree_flatten, tree_leaves, tree_map, tree_unflatten
+from s2s.tree import register_pytree_node, register_pytree_node_class, tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 __version__ = "0.1.0"
 
@@ -38,6 +38,6 @@ __all__ = [
     "ClosedJaxpr", "ConcretizationError", "Jaxpr", "Jitted", "S2SError", "ShapeDtype",
     "ShapeError", "ShapedArray", "remat", "StagingError", "StaleSourceError", "UnsupportedFunctionError",
     "UnsupportedSyntaxError", "check_jaxpr", "config", "dtypes", "emit_python", "eval_jaxpr",
-    "jit", "make_jaxpr", "register_pytree_node", "stop_gradient", "tree_flatten", "tree_leaves", "tree_map",
+    "jit", "make_jaxpr", "register_pytree_node", "register_pytree_node_class", "stop_gradient", "tree_flatten", "tree_leaves", "tree_map",
     "tree_unflatten", "tree_util", "unroll",
 ]

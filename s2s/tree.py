@@ -3,8 +3,8 @@
 Containers are tuple, list, dict (keys in sorted order, as JAX does, so the flattened
 order never depends on insertion order), OrderedDict (in its own order, as JAX keeps it),
 defaultdict (sorted, its default factory kept), None (no leaves), namedtuples,
-dataclasses, and any class registered with `register_pytree_node`. Everything else is a
-leaf.
+dataclasses, and any class registered with `register_pytree_node` (or decorated with
+`register_pytree_node_class`). Everything else is a leaf.
 """
 from __future__ import annotations
 
@@ -34,6 +34,23 @@ def register_pytree_node(cls: type, flatten_fn: Callable, unflatten_fn: Callable
     """
     _registry[cls] = _NodeKind(cls.__qualname__, lambda v: tuple(flatten_fn(v)),
                                lambda aux, ch: unflatten_fn(aux, list(ch)))
+
+
+def register_pytree_node_class(cls: type) -> type:
+    """Registers `cls` as a container through its own methods, as JAX's decorator of the
+    same name does: `tree_flatten(self) -> (children, aux_data)` and the classmethod
+    `tree_unflatten(aux_data, children)`. Returns `cls`, so it decorates the class:
+
+        @s2s.register_pytree_node_class
+        class Params:
+            def __init__(self, W, b): self.W, self.b = W, b
+            def tree_flatten(self): return (self.W, self.b), None
+            @classmethod
+            def tree_unflatten(cls, aux, children): return cls(*children)
+    """
+    register_pytree_node(cls, lambda value: value.tree_flatten(),
+                         lambda aux, children: cls.tree_unflatten(aux, children))
+    return cls
 
 
 def _sorted_keys(d: dict) -> list:

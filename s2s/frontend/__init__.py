@@ -33,8 +33,8 @@ from s2s import config
 from s2s.core import ClosedJaxpr
 from s2s.emit.signature import leaf_expression
 from s2s.errors import StagingError, StagingTypeError, UnsupportedFunctionError
-from s2s.frontend.args import (ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, unsupported_argument_error,
-                               unsupported_leaf_reason)
+from s2s.frontend.args import (ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, object_holding_arrays_error,
+                               unsupported_argument_error, unsupported_leaf_reason)
 from s2s.frontend.guards import Guards, include, recording
 from s2s.frontend.source import FunctionSource, function_source
 from s2s.frontend.walker import StagedFunction, call_user
@@ -359,10 +359,16 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
     param_of_leaf = call.param_of_leaf
     mask = [_leaf_mode(i, names[i], leaf, static_argnums, static_argnames, dynamic_argnums)
             for i, leaf in zip(param_of_leaf, in_leaves)]
-    for leaf, staged, i, path in zip(in_leaves, mask, param_of_leaf, range(len(in_leaves))):
-        if staged and unsupported_leaf_reason(leaf) is not None:   # named as the function reads it: params['W1']
-            path = call.paths[path]   # (the leaves' paths, only worked out for a message or a staging)
-            raise unsupported_argument_error([(leaf, f"`{leaf_expression(names[i], path[1:]) or names[i]}`")])
+    for leaf, staged, i, at in zip(in_leaves, mask, param_of_leaf, range(len(in_leaves))):
+        # (the leaves' paths are only worked out for a message or a staging)
+        def name() -> str:   # as the function reads it: params['W1']
+            return leaf_expression(names[i], call.paths[at][1:]) or names[i]
+        if staged and unsupported_leaf_reason(leaf) is not None:
+            raise unsupported_argument_error([(leaf, f"`{name()}`")])
+        if not staged and i not in static_argnums and names[i] not in static_argnames:
+            opaque = object_holding_arrays_error(name, leaf)
+            if opaque is not None:
+                raise opaque
     owner, fn_key, receiver = _cache_owner_and_key(fn)
     defining = _defining_function(fn)
     # A function defined in a function being staged reads that function's variables, which

@@ -14,14 +14,18 @@ something it is not.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import re
+import types
+from collections.abc import Callable
 
 import numpy as np
 
 from s2s import dtypes
 from s2s.core import ShapedArray
 from s2s.errors import ArgnumsRangeError, ArgnumsTypeError, StagingError, api_boundary
+from s2s.staging import Tracer
 from s2s.tree import node_children
 from s2s_runtime.array import Array
 
@@ -169,6 +173,65 @@ def unsupported_argument_error(leaves_with_names) -> StagingError | None:
         if reason is not None:
             return StagingError(f"argument {name} is {reason}", UNSUPPORTED_LEAF_HELP)
     return None
+
+
+# Objects whose attributes are never looked into for arrays: what they hold is code, not
+# a model's parameters.
+_NOT_CONTAINERS = (types.ModuleType, type, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+                   functools.partial)
+
+
+def array_inside(value, depth: int = 3) -> str | None:
+    """Where an object that is no pytree node (a plain `class Params` instance) holds an
+    array, as the path from it (`.W`, `.layers[0]`), looking `depth` objects deep; None
+    when it holds none. Such an object passed as an argument would be static, its arrays
+    baked into the staging as constants and read again only when it is a new object."""
+    attributes = getattr(value, "__dict__", None)
+    if depth == 0 or not isinstance(attributes, dict) or isinstance(value, _NOT_CONTAINERS):
+        return None
+    for name, attribute in attributes.items():
+        found = _array_path(attribute, depth - 1)
+        if found is not None:
+            return f".{name}{found}"
+    return None
+
+
+def _array_path(value, depth: int) -> str | None:
+    """"" where `value` is an array, else the path to an array inside it (through lists,
+    tuples, dicts and other objects' attributes), or None."""
+    if isinstance(value, (np.ndarray, Array, Tracer)):
+        return ""
+    if isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    elif isinstance(value, dict):
+        items = value.items()
+    else:
+        return array_inside(value, depth)
+    for key, item in items:
+        found = _array_path(item, depth)
+        if found is not None:
+            return f"[{key!r}]{found}"
+    return None
+
+
+def object_holding_arrays_error(name_of: Callable[[], str], leaf) -> StagingError | None:
+    """The error for the argument `name_of()` names, an object of a class s2s does not know as a pytree
+    that holds arrays, or None for any other leaf. Staged it cannot be (which attributes
+    are inputs, and how is another one built?); static, its arrays would be constants that
+    a change in place never reaches and that no gradient is taken of."""
+    if isinstance(leaf, (int, float, complex, str, bytes, np.ndarray, np.generic, Array, Tracer)) or leaf is None:
+        return None
+    where = array_inside(leaf)
+    if where is None:
+        return None
+    cls, name = type(leaf).__qualname__, name_of()
+    return StagingError(
+        f"argument `{name}` is a {cls} object holding arrays (`{name}{where}`), and {cls} is not a "
+        "pytree s2s can take apart: its arrays would be baked into the function as constants",
+        f"make {cls} a pytree: decorate it with @s2s.register_pytree_node_class and give it "
+        "`tree_flatten(self) -> (arrays, static_data)` and a classmethod "
+        "`tree_unflatten(cls, static_data, arrays)`; or make it a @dataclasses.dataclass; or call "
+        f"s2s.register_pytree_node({cls}, flatten, unflatten)")
 
 
 def is_staged_leaf(leaf) -> bool:
