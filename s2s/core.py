@@ -414,7 +414,11 @@ def eval_jaxpr(closed: ClosedJaxpr, *args) -> list:
     for v, value in zip(jaxpr.invars, args):
         env[v] = np.asarray(value, dtype=v.aval.dtype)
     for eqn in jaxpr.eqns:
-        outs = eqn.primitive.impl(*map(read, eqn.invars), **eqn.params)
+        if eqn.source_info.errstate:   # staged inside `with np.errstate(...)`
+            with np.errstate(**dict(eqn.source_info.errstate)):
+                outs = eqn.primitive.impl(*map(read, eqn.invars), **eqn.params)
+        else:
+            outs = eqn.primitive.impl(*map(read, eqn.invars), **eqn.params)
         if not eqn.primitive.multiple_results:
             outs = [outs]
         for v, value in zip(eqn.outvars, outs):

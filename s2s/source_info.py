@@ -21,6 +21,11 @@ class SourceInfo(NamedTuple):
     function: str      # the enclosing def as the source spells it: `predict`, `loss.helper`
     end_col: int | None = None  # 1-based, exclusive; on the same line as `col`
     def_line: int = 0  # the line of `function`'s `def` (0: unknown)
+    # The `np.errstate` the code ran under, as sorted (kind, handling) pairs over
+    # divide/over/under/invalid (none: the caller's): the line is inside a
+    # `with np.errstate(...)` block, or in a function called from one. Emitted Python
+    # writes the block again around the equations, and derivative equations share it.
+    errstate: tuple = ()
 
     def short(self) -> str:
         """`mlp.py:14`: the file's base name and the absolute line."""
@@ -50,11 +55,11 @@ class SourceInfo(NamedTuple):
 
 
 def source_info(file: str, line: int, col: int, function: str, end_col: int | None,
-                def_line: int) -> SourceInfo:
+                def_line: int, errstate: tuple = ()) -> SourceInfo:
     """`SourceInfo(file, line, ...)` with every field given, made by `tuple.__new__` alone:
     the front end makes one per expression it stages, and a NamedTuple's own constructor
     is a Python function around that call."""
-    return _new_tuple(SourceInfo, (file, line, col, function, end_col, def_line))
+    return _new_tuple(SourceInfo, (file, line, col, function, end_col, def_line, errstate))
 
 
 _new_tuple = tuple.__new__

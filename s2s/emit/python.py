@@ -546,6 +546,10 @@ class Block:
         summed_terms = {v for e in jaxpr.eqns if e.outvars and e.outvars[0] in in_place
                         for v in e.invars} if in_place else set()
         last_read = None   # variable -> the index of the last equation reading it, once a loop asks
+        # Equations staged under `with np.errstate(...)` are written in such a block again;
+        # a value is written in place where it is read only under the errstate it ran under.
+        pinned = _errstate_pinned(jaxpr)
+        open_errstate, errstate_at = (), -1   # the `with np.errstate` block written in, and its line
         source_comments = self.options.source_comments
         comments: dict = {}   # SourceInfo -> its comment
         lines, indent = self.lines, self.indent
@@ -575,16 +579,22 @@ class Block:
             rule = python_rules.get(primitive)
             if rule is None:
                 raise NotImplementedError(f"no Python emission rule for {primitive.name}")
-            if primitive in STATEMENT_RULES:
+            if primitive in STATEMENT_RULES:   # (at the block's indent: its body's lines under their errstate)
+                if open_errstate:
+                    open_errstate = ()
+                    indent, errstate_at = self._enter_errstate(open_errstate, errstate_at)
                 names = [targets.pop(v, None) for v in eqn.outvars]
                 exprs.update(zip(eqn.outvars, rule(self, eqn, operands, names)))
                 last_read = _last_reads(jaxpr) if last_read is None else last_read
                 self._drop_buffers(eqn, at, exprs, last_read)
                 continue
+            if eqn.source_info.errstate != open_errstate:
+                open_errstate = eqn.source_info.errstate
+                indent, errstate_at = self._enter_errstate(open_errstate, errstate_at)
             if in_place and eqn.outvars[0] in in_place:
                 name = in_place[eqn.outvars[0]]
                 (term,) = [o for o in operands if o.text != name]
-                self.line(f"{name} += {term.text}{self.comment(eqn)}")
+                lines.append(f"{indent}{name} += {term.text}{self.comment(eqn)}")
                 exprs[eqn.outvars[0]] = Expr(name)
                 continue
             # `1.0 * 2.0` would be a Python float: `np.float64(2.0)`
@@ -598,7 +608,7 @@ class Block:
                 # whose comment then says where it is computed); a draw where it is made, so
                 # draws stay in the program's order.
                 if out not in targets and (out.hint is None or out in summed_terms) and uses[out] == 1 \
-                        and len(expr.text) <= INLINE_MAX_CHARS and not primitive.effectful:
+                        and len(expr.text) <= INLINE_MAX_CHARS and not primitive.effectful and out not in pinned:
                     exprs[out] = expr
                     if out in returned:
                         comment = self.comment(eqn)
@@ -620,7 +630,7 @@ class Block:
                         exprs[v] = Expr(names[-1])
                     else:
                         names.append("_")
-                self.line(f"{', '.join(names)} = {expr.text}{comment}")
+                lines.append(f"{indent}{', '.join(names)} = {expr.text}{comment}")
                 continue
             if not uses[out]:   # a draw nothing reads
                 lines.append(f"{indent}{expr.text}{comment}")
@@ -628,7 +638,50 @@ class Block:
             local = targets.pop(out) if out in targets else self.temporary_name(eqn, out)
             lines.append(f"{indent}{local} = {expr.text}{comment}")   # (`line`)
             exprs[out] = Expr(local)
+        if open_errstate:
+            self._enter_errstate((), errstate_at)
         return [literal_expr(v, False) if isinstance(v, Literal) else exprs[v] for v in jaxpr.outvars]
+
+    def _enter_errstate(self, settings: tuple, header_at: int) -> tuple[str, int]:
+        """Starts writing under `settings` (SourceInfo.errstate; none: the block's own
+        state, which writing at the block's indent, after the `with` block, gives back).
+        Drops the `with` line at `header_at` if nothing was written under it (its first
+        equation went in place where it is read), then writes `with np.errstate(...):` for
+        `settings`. Returns the indent of the lines under it and where its line is (-1:
+        none)."""
+        if header_at >= 0 and header_at == len(self.lines) - 1:
+            self.lines.pop()
+        if not settings:
+            return self.indent, -1
+        values = {value for _, value in settings}
+        if len(settings) == len(ERRSTATE_KINDS) and len(values) == 1:
+            arguments = f"all={values.pop()!r}"
+        else:
+            arguments = ", ".join(f"{kind}={value!r}" for kind, value in settings)
+        self.line(f"with np.errstate({arguments}):")
+        return self.indent + "    ", len(self.lines) - 1
+
+
+# The kinds of floating-point error np.errstate sets (`all` sets each).
+ERRSTATE_KINDS = ("divide", "invalid", "over", "under")
+
+
+def _errstate_pinned(jaxpr) -> frozenset:
+    """The variables that must be named where they are computed rather than written in
+    place where they are read, because the equation reading them runs under another
+    `np.errstate` (a statement's operands and the returned values, under none)."""
+    if not any(eqn.source_info.errstate for eqn in jaxpr.eqns):
+        return frozenset()
+    produced_under: dict[Var, tuple] = {}
+    pinned = set()
+    for eqn in jaxpr.eqns:
+        reading_under = () if eqn.primitive in STATEMENT_RULES else eqn.source_info.errstate
+        for v in eqn.invars:
+            if type(v) is Var and produced_under.get(v, reading_under) != reading_under:
+                pinned.add(v)
+        produced_under.update((v, eqn.source_info.errstate) for v in eqn.outvars)
+    pinned.update(v for v in jaxpr.outvars if isinstance(v, Var) and produced_under.get(v))
+    return frozenset(pinned)
 
 
 def flat_signature(closed: ClosedJaxpr, arg_names=None) -> Signature:

@@ -36,7 +36,7 @@ from s2s.errors import StagingError, StagingTypeError, UnsupportedFunctionError
 from s2s.frontend.args import (ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, object_holding_arrays_error,
                                unsupported_argument_error, unsupported_leaf_reason)
 from s2s.frontend.guards import Guards, include, recording
-from s2s.frontend.source import FunctionSource, function_source
+from s2s.frontend.source import FunctionSource, function_source, staging_errstate
 from s2s.frontend.walker import StagedFunction, call_user
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import JaxprBuilder, Tracer, axis_env, paused_gc
@@ -379,7 +379,7 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
         key = (fn_key, in_tree,
                tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))
                      for l, m, i in zip(in_leaves, mask, param_of_leaf)),
-               config.cache_key(), axis_env())
+               config.cache_key(), axis_env(), staging_errstate())
         with _cache_lock:
             hit = _cache_entries(owner).get(key)
         if hit is not None and hit.guards.hold(receiver):

@@ -6,6 +6,7 @@ it, or by a loop's next iteration: the def-use chains say which) become the cond
 outputs; everything else a branch reads it takes from the enclosing function directly
 (closure conversion makes those explicit operands). An `if` on an array that can `return`
 takes the statements after it into its branches, so each path ends in its own `return`.
+A `with np.errstate(...)` block runs its body under that errstate (`stmt_With`).
 `return`, `break` and `continue` are exceptions (`Jump`) that leave the blocks being run;
 in a staged loop `break` and `continue` clear flags instead (see `FLAG_HINTS`). The loops
 themselves are in `loops.py`.
@@ -21,7 +22,7 @@ from s2s.errors import ConcretizationError, S2SError, StagingError, UnsupportedS
 from s2s.frontend import structured
 from s2s.frontend.in_place import (changes_existing_objects, mutates_containers, updated_arrays,
                                    walk_statements)
-from s2s.frontend.source import FunctionSource, walk_scope
+from s2s.frontend.source import FunctionSource, under_errstate, walk_scope
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
 from s2s.tree import tree_leaves, tree_map
@@ -104,6 +105,48 @@ class ControlFlow:
         taken = node.body if self.truth(test, node.test, "an `if` condition") else node.orelse
         # In a staged loop a jump under an array condition in here guards what follows it.
         self._guarded_block(taken) if self.in_staged_loop else self.block(taken)
+
+    def stmt_With(self, node):
+        """`with np.errstate(...):` stages its body as running under that errstate (every
+        equation it stages, in functions it calls too, records it: SourceInfo.errstate), so
+        the emitted Python writes the block again and the NumPy backend warns or raises as
+        NumPy would; XLA reports no floating-point errors. Other context managers would run
+        once, while staging: refused."""
+        settings = {}
+        for item in node.items:
+            settings.update(self._errstate_settings(item))
+        with under_errstate(settings):
+            self._guarded_block(node.body) if self.in_staged_loop else self.block(node.body)
+
+    def _errstate_settings(self, item) -> dict:
+        """The keyword arguments of `with np.errstate(...)`, checked as NumPy checks them."""
+        call = item.context_expr
+        if not (isinstance(call, ast.Call) and self.expr(call.func) is np.errstate):
+            raise UnsupportedSyntaxError(
+                "`with` blocks other than `with np.errstate(...)` are not supported in staged functions: "
+                "the context manager would run once, when the function is staged",
+                "move the `with` outside the staged function", self.source.info(call))
+        if call.args or item.optional_vars is not None:
+            raise UnsupportedSyntaxError("np.errstate takes its settings by keyword, and a staged "
+                                         "function cannot keep it under a name (`as`)",
+                                         "write `with np.errstate(divide='ignore'):`", self.source.info(call))
+        settings = {}
+        for keyword in call.keywords:
+            value = self.expr(keyword.value)
+            settings.update(value if keyword.arg is None else {keyword.arg: value})
+        if "call" in settings or not all(isinstance(v, str) or v is None for v in settings.values()):
+            raise UnsupportedSyntaxError(
+                "np.errstate in a staged function takes the handling of each kind of error as a "
+                "string ('ignore', 'warn', 'raise', 'print', 'log'), not `call=`",
+                "set the error callback outside the staged function", self.source.info(call))
+        try:
+            with np.errstate(**settings):
+                pass
+        except (TypeError, ValueError) as error:
+            raise StagingError(f"np.errstate refuses these settings: {error}",
+                               "write `np.errstate(divide='ignore', invalid='warn')`, each kind "
+                               "'ignore', 'warn', 'raise', 'print' or 'log'", self.source.info(call)) from None
+        return settings
 
     def _tail_block(self, statements):
         """Statements that end the function: its body, and the paths through an `if` that

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import bisect
 import builtins
+import contextlib
 import dataclasses
 import linecache
 import os
@@ -328,19 +329,51 @@ class FunctionSource:
         return False
 
     def info(self, node) -> SourceInfo:
-        """Where `node` is, as a SourceInfo (made once per node: staging asks often)."""
+        """Where `node` is, as a SourceInfo (made once per node: staging asks often), with
+        the `np.errstate` staging is under (`under_errstate`)."""
         info = self._infos.get(node)
         if info is None:
-            try:   # (every node the parser made has all four)
-                line, col, end_line, end_col = node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
-            except AttributeError:
-                line, col = getattr(node, "lineno", None), getattr(node, "col_offset", 0)
-                end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
-            line = line or self.node.lineno
-            end_col = end_col + 1 if end_col is not None and end_line == line else None
-            info = self._infos[node] = source_info(self.filename, line, col + 1, self.anchor_name, end_col,
-                                                   self.anchor_line)
-        return info
+            info = self._infos[node] = self._located(node)
+        return info._replace(errstate=_errstate.settings) if _errstate.settings else info
+
+    def _located(self, node) -> SourceInfo:
+        try:   # (every node the parser made has all four)
+            line, col, end_line, end_col = node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
+        except AttributeError:
+            line, col = getattr(node, "lineno", None), getattr(node, "col_offset", 0)
+            end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        line = line or self.node.lineno
+        end_col = end_col + 1 if end_col is not None and end_line == line else None
+        return source_info(self.filename, line, col + 1, self.anchor_name, end_col, self.anchor_line)
+
+
+class _ErrState(threading.local):
+    settings: tuple = ()   # SourceInfo.errstate of the code being staged now
+
+
+_errstate = _ErrState()
+ERRSTATE_KINDS = ("divide", "over", "under", "invalid")
+
+
+def staging_errstate() -> tuple:
+    """The `np.errstate` the code being staged now runs under (SourceInfo.errstate): part of
+    the staging-cache key of a function staged inside a `with np.errstate(...)` block."""
+    return _errstate.settings
+
+
+@contextlib.contextmanager
+def under_errstate(settings: dict):
+    """Stages the code inside as running under `np.errstate(**settings)`, within the
+    errstate staging is under already (`all` sets every kind, then each kind named)."""
+    state = dict(_errstate.settings)
+    if settings.get("all") is not None:
+        state.update(dict.fromkeys(ERRSTATE_KINDS, settings["all"]))
+    state.update((kind, settings[kind]) for kind in ERRSTATE_KINDS if settings.get(kind) is not None)
+    outer, _errstate.settings = _errstate.settings, tuple(sorted(state.items()))
+    try:
+        yield
+    finally:
+        _errstate.settings = outer
 
 
 def last_return_info(fn) -> SourceInfo | None:

@@ -61,7 +61,6 @@ CREATION_FUNCTIONS = {np.zeros, np.ones, np.full, np.empty, np.eye, np.identity,
 UNSUPPORTED_STATEMENTS = {
     ast.Try: ("try/except", "s2s stages the function once; errors cannot be caught at run time. "
                "Check conditions on static values before calling"),
-    ast.With: ("`with` blocks", "move the context manager outside the staged function"),
     ast.AsyncWith: ("`async with`", "staged functions are synchronous"),
     ast.AsyncFor: ("`async for`", "staged functions are synchronous"),
     ast.AsyncFunctionDef: ("async functions", "staged functions are synchronous"),
