@@ -316,7 +316,8 @@ def pp_jaxpr(jaxpr: Jaxpr) -> str:
             params = "[" + ", ".join(f"{k}={format_param(v)}"
                                      for k, v in sorted(eqn.params.items())) + "]"
         ins = " ".join(name(v) for v in eqn.invars)
-        lines.append(f"{outs} = {eqn.primitive.name}{params} {ins}".rstrip())
+        call = f"{eqn.primitive.name}{params} {ins}".rstrip()
+        lines.append(f"{outs} = {call}" if outs else call)   # (an equation run for its effect: a print)
     outs = ", ".join(name(v) for v in jaxpr.outvars)
     outs = f"({outs}{',' if len(jaxpr.outvars) == 1 else ''})"
     head = f"{{ lambda {consts + ' ' if consts else ''}; {args}."

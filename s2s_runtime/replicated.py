@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from s2s_runtime import disk_cache, distributed, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
+from s2s_runtime import disk_cache, distributed, printing, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
 from s2s_runtime.array import Array, device_copy
 from s2s_runtime.xla import Executable, _Aval, client, devices, disk_cache_key, install_sharding_hooks
 from jaxlib import xla_client
@@ -54,6 +54,9 @@ def _compile(mlir_text: str, devices: list, device_list, options):
     """(the executable, the bytes it was loaded from or None, whether it came from a cache):
     in memory, then on disk, else compiled. The bytes are kept because jaxlib cannot
     serialize an executable it deserialized (see `xla.Executable.serialize`)."""
+    if printing.callbacks_in(mlir_text):   # (run without its callbacks, the program would crash the process)
+        raise ValueError("a program run on several replicas cannot call back into Python: it prints while "
+                         "it runs (print() of staged values)")
     key = (mlir_text, tuple(d.id for d in devices))
     with _compiled_lock:
         cached = _compiled.get(key)

@@ -13,13 +13,15 @@ import threading
 
 import numpy as np
 
-from s2s_runtime import disk_cache, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
+from s2s_runtime import disk_cache, printing, quiet_logs  # noqa: F401  (quiet_logs: before jaxlib loads)
 from s2s_runtime.compile_options import placement
 from s2s_runtime.array import Array, _Aval
 from s2s_runtime.fastcall import set_jax_x64
 from s2s_runtime.hlo import entry_signature, hlo_text  # noqa: F401  (hlo_text: s2s imports it from here)
 from jaxlib import _jax, version as jaxlib_version, xla_client
 from jaxlib.cpu import _lapack
+from jaxlib.mlir import ir
+from jaxlib.mlir._mlir_libs import _jax_mlir_ext, _stablehlo
 
 _lock = threading.Lock()
 _client = None
@@ -232,6 +234,19 @@ def is_refused_call(error: BaseException) -> bool:
         reason in str(error) for reason in ("Non-hashable static arguments", "sorting pytree dictionary keys"))
 
 
+def _mlir_module(mlir_text: str):
+    """`mlir_text` parsed by jaxlib's MLIR, the form in which a program with host callbacks
+    is compiled (the text form takes none)."""
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)
+    context = ir.Context()
+    context.append_dialect_registry(registry)
+    context.load_all_available_dialects()
+    _stablehlo.register_dialect(context)
+    with context:
+        return ir.Module.parse(mlir_text)
+
+
 def disk_cache_key(mlir_text: str, device, options, placement: str | None = None) -> tuple:
     """The disk-cache key parts of compiling `mlir_text` for `device` with `options`:
     everything that changes the compiled code (DESIGN.md: never serve wrong code).
@@ -256,6 +271,13 @@ class Executable:
         device = device or devices()[0]
         cl = client()
         device_list, options = placement(device, mlir_text)
+        callbacks = printing.callbacks_in(mlir_text)
+        if callbacks:   # never on disk: a deserialized executable has no callbacks to call
+            executable = cl.compile_and_load(_mlir_module(mlir_text), executable_devices=device_list,
+                                             compile_options=options, host_callbacks=callbacks)
+            self._setup(executable, in_dtypes, device, mlir_text, False)
+            self._calls_back = True
+            return
         loaded = []   # the cached bytes a hit was deserialized from (see `serialize`)
         executable, cache_hit = disk_cache.get_or_compile(
             disk_cache_key(mlir_text, device, options),
@@ -265,6 +287,7 @@ class Executable:
 
     def _setup(self, executable, in_dtypes, device, text, cache_hit: bool, serialized=None) -> None:
         self._exe = executable
+        self._calls_back = False   # whether it calls Python while it runs (a staged print)
         self._serialized = serialized
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]
         self.device = device
@@ -290,6 +313,10 @@ class Executable:
         one gives the bytes it came from: jaxlib drops its kernels (`NOT_FOUND: Function`)."""
         if self._serialized is not None:
             return self._serialized
+        if self._calls_back:
+            raise ValueError("this program prints while it runs (print() of staged values), calling back into "
+                             "this Python process, so it cannot be saved and loaded elsewhere: drop the print "
+                             "from the function compiled ahead of time")
         return client().serialize_executable(self._exe)
 
     def parameter_types(self) -> list[tuple[tuple, np.dtype]]:

@@ -564,7 +564,7 @@ class Block:
         # need (no literal, one output, no in-place sum) is tested with the fewest steps.
         for at, eqn in enumerate(jaxpr.eqns):
             outvars = eqn.outvars
-            if live.isdisjoint(outvars):
+            if live.isdisjoint(outvars) and (outvars or not has_effects(eqn)):   # (a print has no results)
                 continue
             self._note_origins(eqn)
             primitive = eqn.primitive
@@ -622,6 +622,9 @@ class Block:
                     comment = comments[info] = _source_comment(info)
             else:
                 comment = ""
+            if not outvars:   # run for its effect alone: `print(i)`
+                lines.append(f"{indent}{expr.text}{comment}")
+                continue
             if primitive.multiple_results:
                 names = []
                 for v in outvars:

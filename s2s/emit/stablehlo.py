@@ -162,6 +162,7 @@ class LoweringContext:
         # draw replaces it with the state after it (`random_bits`). A region sees only the
         # states it threads (`drawn_in`), so a draw never reuses numbers an outer op drew.
         self.host_states: dict = {}
+        self.host_callbacks = 0   # how many ops call back into Python: the next one's index
 
     def fresh(self, hint: str | None = None) -> str:
         base = re.sub(r"\W", "_", hint) if hint else "v"

@@ -208,7 +208,9 @@ class Expressions:
         value = self.expr(node.value)
         if isinstance(value, Tracer):
             raise UnsupportedSyntaxError("formatting a staged array into a string is not supported",
-                                         "format static values (shapes, Python numbers) only")
+                                         "format static values (shapes, Python numbers) only; to print "
+                                         "an array when the function runs, pass it to print() as an "
+                                         "argument of its own: print('loss', loss)")
         spec = "" if node.format_spec is None else self.expr(node.format_spec)
         conv = {-1: lambda v: v, 115: str, 114: repr, 97: ascii}[node.conversion]
         return format(conv(value), spec)

@@ -47,6 +47,7 @@ from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope
                                  function_source, nested_function_source, walk_scope)
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api.random import GENERATOR_CLASSES, random_call
+from s2s.primitives.printing import print_at_run_time
 from s2s.staging import Tracer
 
 _STDLIB = sysconfig.get_paths()["stdlib"]
@@ -563,9 +564,7 @@ def call_user(fn, args, kwargs):
             "see the README's table of supported NumPy and SciPy functions; write it with "
             "supported functions")
     if fn is builtins.print and _is_staged((args, kwargs)):
-        raise UnsupportedSyntaxError(
-            "print() of a staged array: its value is only known when the function runs",
-            "print shapes and dtypes (x.shape, x.dtype) instead, or print the result outside")
+        return _print_when_run(args, kwargs)
     if fn is builtins.isinstance and len(args) == 2 and isinstance(args[0], Tracer):
         return numpy_isinstance(*args)
     if (fn is builtins.getattr or fn is builtins.type or fn is builtins.vars or fn is builtins.hasattr) \
@@ -637,6 +636,27 @@ def stages_when_called(fn) -> bool:
     return (isinstance(fn, StagedFunction) or getattr(fn, "__s2s_transform__", False)
             or (_hashable(fn) and fn in NUMPY_IMPLS) or _is_user_function(fn)
             or (not isinstance(fn, type) and _is_user_function(getattr(type(fn), "__call__", None))))
+
+
+def _print_when_run(args, kwargs) -> None:
+    """print() of staged arrays (`print(i)` in a loop that stays a loop): staged to print
+    their values each time the code runs, on every backend (primitives/printing.py); the
+    other arguments are printed as print shows them now."""
+    options = {"sep": " ", "end": "\n", "flush": False, **kwargs}
+    file = options.pop("file", None)
+    if file is not None and file is not sys.stdout or set(options) != {"sep", "end", "flush"} \
+            or _is_staged(list(options.values())):
+        raise UnsupportedSyntaxError(
+            "print() of staged arrays takes only sep=, end= and flush=, as static values, and prints "
+            "to sys.stdout", "print to the standard output, or return the values and print them outside")
+    for value in args:
+        if not isinstance(value, Tracer) and _is_staged(value):
+            raise UnsupportedSyntaxError(
+                "print() of a list, tuple or dict holding staged arrays: only arrays are printed "
+                "when the function runs", "print each array as an argument of its own: print(a, b)")
+    parts = tuple(... if isinstance(value, Tracer) else str(value) for value in args)
+    print_at_run_time(parts, [value for value in args if isinstance(value, Tracer)], str(options["sep"]),
+                      str(options["end"]), bool(options["flush"]))
 
 
 def _read_through_builtin(fn, args):

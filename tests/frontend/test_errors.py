@@ -137,7 +137,7 @@ def uses_global(x):
 
 
 def prints_array(x):
-    print(x)  # ERROR
+    print([x])  # ERROR
     return x
 
 
