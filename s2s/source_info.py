@@ -65,3 +65,7 @@ def source_info(file: str, line: int, col: int, function: str, end_col: int | No
 _new_tuple = tuple.__new__
 
 UNKNOWN = SourceInfo("<unknown>", 0, 0, "<unknown>")
+
+# The kinds of floating-point error `np.errstate` sets (its `all=` sets each): the keys of
+# SourceInfo.errstate.
+ERRSTATE_KINDS = ("divide", "invalid", "over", "under")

@@ -43,6 +43,7 @@ from s2s.core import ClosedJaxpr, Literal, Var, has_effects, host_objects, liter
 from s2s.emit.pyexpr import (ATOM, BARE_SCALAR_OK, STATEMENT_RULES, TEMP_NAMES, UNARY, Expr, dtype_text,
                              naming_host_objects, python_rules, typed_scalar)
 from s2s.passes.inline import inline_calls
+from s2s.source_info import ERRSTATE_KINDS
 
 INLINE_MAX_CHARS = 72          # longer expressions get a name of their own
 NAME_MAX_CHARS = 24            # a temporary's name is cut to this length
@@ -664,9 +665,6 @@ class Block:
         self.line(f"with np.errstate({arguments}):")
         return self.indent + "    ", len(self.lines) - 1
 
-
-# The kinds of floating-point error np.errstate sets (`all` sets each).
-ERRSTATE_KINDS = ("divide", "invalid", "over", "under")
 
 
 def _errstate_pinned(jaxpr) -> frozenset:

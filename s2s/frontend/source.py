@@ -39,7 +39,7 @@ import gast   # beniget's input: the def-use chains are made on a gast copy
 
 from s2s.errors import StagingError, StaleSourceError, UnsupportedSyntaxError
 from s2s.frontend.scopes import SCOPES, arguments_of, scope_of
-from s2s.source_info import SourceInfo, source_info
+from s2s.source_info import ERRSTATE_KINDS, SourceInfo, source_info
 
 
 @dataclasses.dataclass
@@ -352,7 +352,6 @@ class _ErrState(threading.local):
 
 
 _errstate = _ErrState()
-ERRSTATE_KINDS = ("divide", "over", "under", "invalid")
 
 
 def staging_errstate() -> tuple:

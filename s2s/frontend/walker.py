@@ -642,9 +642,9 @@ def _print_when_run(args, kwargs) -> None:
     """print() of staged arrays (`print(i)` in a loop that stays a loop): staged to print
     their values each time the code runs, on every backend (primitives/printing.py); the
     other arguments are printed as print shows them now."""
-    options = {"sep": " ", "end": "\n", "flush": False, **kwargs}
+    options = {"sep": None, "end": None, "flush": False, **kwargs}
     file = options.pop("file", None)
-    if file is not None and file is not sys.stdout or set(options) != {"sep", "end", "flush"} \
+    if (file is not None and file is not sys.stdout) or set(options) != {"sep", "end", "flush"} \
             or _is_staged(list(options.values())):
         raise UnsupportedSyntaxError(
             "print() of staged arrays takes only sep=, end= and flush=, as static values, and prints "
@@ -655,8 +655,9 @@ def _print_when_run(args, kwargs) -> None:
                 "print() of a list, tuple or dict holding staged arrays: only arrays are printed "
                 "when the function runs", "print each array as an argument of its own: print(a, b)")
     parts = tuple(... if isinstance(value, Tracer) else str(value) for value in args)
-    print_at_run_time(parts, [value for value in args if isinstance(value, Tracer)], str(options["sep"]),
-                      str(options["end"]), bool(options["flush"]))
+    sep, end = options["sep"], options["end"]   # (None: print's defaults)
+    print_at_run_time(parts, [value for value in args if isinstance(value, Tracer)], " " if sep is None else sep,
+                      "\n" if end is None else end, bool(options["flush"]))
 
 
 def _read_through_builtin(fn, args):
