@@ -181,3 +181,17 @@ def test_static_text_of_any_kind_prints_as_it_is_under_xla():
     expected = printed(tricky_text, X)[1]
     for run in (s2s.jit(tricky_text), s2s.jit(tricky_text, backend="python")):
         assert printed(run, X)[1] == expected
+
+
+def test_a_while_loop_whose_condition_prints_is_not_taken_for_one_that_draws(capsys):
+    """Reverse mode of a while loop without a bound runs it again; a print in its condition
+    prints again (as in JAX), and is no reason to refuse it as a drawing condition is."""
+    import s2s
+
+    def halvings(x):
+        def keep_going(c):
+            print("checking", c[1])
+            return c[1] < 3
+        return s2s.lax.while_loop(keep_going, lambda c: (c[0] * 0.5, c[1] + 1), (x, 0))[0]
+    assert s2s.grad(halvings)(2.0) == 0.125
+    assert "checking" in capsys.readouterr().out

@@ -29,7 +29,7 @@ such a loop is refused, with the fix.
 """
 from __future__ import annotations
 
-from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Var, has_effects, host_objects
+from s2s.core import ClosedJaxpr, Jaxpr, JaxprEqn, Var, host_objects
 from s2s.errors import StagingError
 from s2s.primitives import ops
 from s2s.primitives.loops.definitions import scan, while_loop
@@ -37,7 +37,9 @@ from s2s.primitives.random import state_words
 
 
 def draws_in(*bodies: ClosedJaxpr) -> bool:
-    return any(has_effects(e) for body in bodies for e in body.jaxpr.eqns)
+    """Whether the bodies draw from a generator (their other effects, a print, are run again
+    as they are: a step run again prints again, as in JAX)."""
+    return any(host_objects(body.jaxpr) for body in bodies)
 
 
 def replaying_partial_eval(eqn: JaxprEqn, unknown_ins: list[bool], split):
