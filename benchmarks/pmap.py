@@ -169,7 +169,8 @@ def main(argv=None):
         env = dict(os.environ, S2S_NUM_CPU_DEVICES=str(DEVICES),
                    XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") +
                               f" --xla_force_host_platform_device_count={DEVICES}").strip())
-        env["PYTHONPATH"] = os.path.dirname(HERE) + os.pathsep + env.get("PYTHONPATH", "")
+        root = os.path.dirname(HERE)   # this checkout's s2s, and s2s_runtime in runtime/
+        env["PYTHONPATH"] = os.pathsep.join((root, os.path.join(root, "runtime"), env.get("PYTHONPATH", "")))
         result = subprocess.run([sys.executable, os.path.join(HERE, "pmap.py"), *argv], env=env,
                                 capture_output=True, text=True, timeout=1200)
         sys.stdout.write(result.stdout)

@@ -27,10 +27,21 @@ from s2s.staging import JaxprBuilder
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_s2s(*args, pythonpath: str = ROOT, cwd: str = ROOT) -> subprocess.CompletedProcess:
-    """Runs the `s2s` command in a subprocess, as a user would, with the s2s of the checkout
-    at `pythonpath` (this one unless another is named, to compare against a baseline; then
-    `cwd` must not be a checkout, since `python -m` looks there first)."""
+def import_path(checkout: str) -> str:
+    """The PYTHONPATH that runs the code of the checkout at `checkout` uninstalled: s2s at
+    its root, s2s_runtime in runtime/ (a distribution of its own)."""
+    return os.pathsep.join((checkout, os.path.join(checkout, "runtime")))
+
+
+# What a subprocess puts on its PYTHONPATH to run this checkout's s2s and s2s_runtime.
+CHECKOUT_PATH = import_path(ROOT)
+
+
+def run_s2s(*args, pythonpath: str = CHECKOUT_PATH, cwd: str = ROOT) -> subprocess.CompletedProcess:
+    """Runs the `s2s` command in a subprocess, as a user would, with the s2s found on
+    `pythonpath` (this checkout's unless another is named, `import_path(baseline)`, to
+    compare against a baseline; then `cwd` must not be a checkout, since `python -m` looks
+    there first)."""
     env = dict(os.environ, PYTHONPATH=pythonpath)
     return subprocess.run([sys.executable, "-m", "s2s", *args], cwd=cwd, env=env, capture_output=True, text=True)
 

@@ -37,6 +37,7 @@ if __name__ == "__main__":   # a worker: before s2s and jaxlib load
 import s2s  # noqa: E402
 from s2s import lax  # noqa: E402
 from s2s_runtime.distributed import _difference, program_hash  # noqa: E402
+from tests.helpers import CHECKOUT_PATH  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROCESSES, LOCAL_DEVICES = 2, 2
@@ -224,7 +225,7 @@ def _free_port() -> int:
 
 
 def _start(scenario: str, process_id: int, port: int, out, **env_extra) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_extra)
+    env = dict(os.environ, PYTHONPATH=CHECKOUT_PATH + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_extra)
     env.pop("S2S_NUM_CPU_DEVICES", None)
     return subprocess.Popen([sys.executable, "-m", "tests.test_distributed", scenario, str(process_id), str(port), str(out)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -386,7 +387,7 @@ def test_the_readme_two_process_example_trains_as_one_process_on_the_full_batch(
     assert '"127.0.0.1:8476"' in example
     script = tmp_path / "train.py"
     script.write_text(example.replace('"127.0.0.1:8476"', f'"127.0.0.1:{_free_port()}"'))
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=CHECKOUT_PATH + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("S2S_NUM_CPU_DEVICES", None)
     workers = [subprocess.Popen([sys.executable, str(script), str(i)], cwd=tmp_path, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(PROCESSES)]

@@ -2,7 +2,7 @@
 and sit at the top of their module; a module grown long enough to hold more than one
 concern is warned of.
 
-Every module of `s2s/` and `s2s_runtime/` is parsed (never imported), and every import
+Every module of `s2s/` and `runtime/s2s_runtime/` is parsed (never imported), and every import
 statement is read, also those inside functions and classes, so a lazy import cannot hide
 an upward reach.
 """
@@ -45,11 +45,16 @@ NO_REGISTRY_READS = ("s2s.passes", "s2s.emit", "s2s.primitives")
 LONG_MODULE_LINES = 800
 
 
+# Each package and the folder its distribution builds from (s2s_runtime is a distribution
+# of its own, in runtime/).
+PACKAGE_ROOTS = {"s2s": ROOT, "s2s_runtime": ROOT / "runtime"}
+
+
 def _module_files() -> dict[str, pathlib.Path]:
     modules = {}
-    for package in ("s2s", "s2s_runtime"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for package, root in PACKAGE_ROOTS.items():
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             modules[".".join(parts)] = path

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import s2s
-from tests.helpers import BLOCK_JAX
+from tests.helpers import BLOCK_JAX, CHECKOUT_PATH
 from s2s import lax
 from s2s.errors import StagingError
 
@@ -34,7 +34,7 @@ def _child_env(**extra):
     env = dict(os.environ, S2S_NUM_CPU_DEVICES=str(N), **extra)
     # jax, the oracle, on as many CPU devices
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={N}").strip()
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = CHECKOUT_PATH + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 

@@ -6,6 +6,7 @@ import sys
 
 import s2s
 from s2s.numpy_api import NUMPY_IMPLS
+from tests.helpers import CHECKOUT_PATH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +44,7 @@ def test_the_readme_example_runs(tmp_path):
 def test_layout_names_every_module():
     block = readme().split("## Layout", 1)[1].split("```", 2)[1]
     missing = []
-    for package in ("s2s", "s2s_runtime"):
+    for package in ("s2s", "runtime/s2s_runtime"):
         for dirpath, _, filenames in os.walk(os.path.join(ROOT, package)):
             folder = os.path.relpath(dirpath, ROOT) + "/"
             for filename in filenames:
@@ -63,7 +64,7 @@ def test_the_readme_pmap_example_runs_as_shown(tmp_path):
     command = block.splitlines()[1]
     assert command.startswith("# data_parallel.py: run as `S2S_NUM_CPU_DEVICES=8 python data_parallel.py`")
     (tmp_path / "data_parallel.py").write_text(block)
-    env = {**os.environ, "S2S_NUM_CPU_DEVICES": "8", "PYTHONPATH": ROOT}
+    env = {**os.environ, "S2S_NUM_CPU_DEVICES": "8", "PYTHONPATH": CHECKOUT_PATH}
     run = subprocess.run([sys.executable, "data_parallel.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import s2s
 from s2s.errors import UnsupportedFunctionError
-from tests.helpers import BLOCK_JAX, ROOT, check_derivatives, check_function
+from tests.helpers import BLOCK_JAX, CHECKOUT_PATH, check_derivatives, check_function
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -289,7 +289,7 @@ def _run(script: str, folder) -> subprocess.CompletedProcess:
     for name, source in MODELS.items():
         (folder / name).write_text(source)
     return subprocess.run([sys.executable, "-c", script], cwd=folder, capture_output=True, text=True,
-                          env={"PYTHONPATH": f"{ROOT}:{folder}", "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": f"{CHECKOUT_PATH}:{folder}", "PATH": "/usr/bin:/bin"})
 
 
 def expit_sum(x):

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.helpers import ROOT, run_s2s
+from tests.helpers import CHECKOUT_PATH, ROOT, import_path, run_s2s
 
 EXAMPLE = os.path.join(ROOT, "examples", "mlp.py")
 
@@ -106,7 +106,7 @@ def lines_changed(before: dict[str, list[str]], after: dict[str, list[str]]) -> 
     return total
 
 
-def emit_all(workdir: str, pythonpath: str = ROOT) -> list[dict[str, list[str]]]:
+def emit_all(workdir: str, pythonpath: str = CHECKOUT_PATH) -> list[dict[str, list[str]]]:
     """The emitted files of the original example and of each of EDITS, emitting with the
     s2s found on `pythonpath`."""
     with open(EXAMPLE) as f:
@@ -159,7 +159,7 @@ def main(argv: list[str]) -> None:
     columns, emitted_by = [], {}
     try:
         for code_only in (False, True):
-            for label, pythonpath in (("before", baseline), ("after", ROOT)):
+            for label, pythonpath in (("before", import_path(baseline)), ("after", CHECKOUT_PATH)):
                 if label not in emitted_by:
                     emitted_by[label] = emit_all(os.path.join(workdir, label), pythonpath)
                 columns.append(changes(emitted_by[label], code_only))

@@ -11,7 +11,7 @@ notebook user gives the new gradient.
 import subprocess
 import sys
 
-from tests.helpers import ROOT
+from tests.helpers import CHECKOUT_PATH
 
 LAYERS = '''\
 import numpy as np
@@ -116,6 +116,6 @@ def test_a_researcher_reads_runs_and_edits_a_gradient(tmp_path):
     (package / "model.py").write_text(MODEL)
     (tmp_path / "script.py").write_text(SCRIPT)
     result = subprocess.run([sys.executable, "-B", "script.py"], cwd=tmp_path, capture_output=True,
-                            text=True, env={"PYTHONPATH": f"{ROOT}:{tmp_path}", "PATH": "/usr/bin:/bin"})
+                            text=True, env={"PYTHONPATH": f"{CHECKOUT_PATH}:{tmp_path}", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("ok")
