@@ -4,7 +4,6 @@ Specialized for (params: {'W1': f32[784,512], 'W2': f32[512,10], 'b1': f32[512],
 Do not edit: regenerate with `s2s emit`.
 """
 import numpy as np
-import s2s_runtime as rt
 
 __all__ = ['loss']
 

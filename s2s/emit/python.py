@@ -1,6 +1,7 @@
 """ClosedJaxpr → the source of a standalone, readable Python module.
 
-The module imports only `numpy` and `s2s_runtime`. It reads like NumPy a person would
+The module imports only `numpy` and, when its code calls a helper, `s2s_runtime` (so a
+module that needs none runs with NumPy alone). It reads like NumPy a person would
 write: variables keep the user's names (`h`, `h_1`, ...), single-use temporaries are
 inlined into the expression that uses them (`h = np.tanh(x @ W1 + b1)`), and dead
 equations are not written at all. The output is deterministic byte for byte: nothing
@@ -22,6 +23,7 @@ that depend on it (derivative files are reviewed as diffs):
 """
 from __future__ import annotations
 
+import ast
 import base64
 import functools
 import inspect
@@ -260,18 +262,26 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
     else:
         body.line(f"return {', '.join(outs)}{comment}" if outs else "return ()")
 
-    lines = [docstring_literal(header), "import numpy as np", "import s2s_runtime as rt", "",
-             f"__all__ = [{name!r}]", ""]
+    code_lines = []
     if sidecar:
-        lines += [f"_consts = rt.load_npz(__file__, {options.sidecar_name!r})"]
+        code_lines += [f"_consts = rt.load_npz(__file__, {options.sidecar_name!r})"]
     if const_lines:
-        lines += const_lines + [""]
+        code_lines += const_lines + [""]
     declaration = ", ".join(signature.params) if signature.declaration is None else signature.declaration
     declaration = _with_keyword_only(declaration, signature.kinds, list(taken_as_parameters.values()))
-    lines += ["", f"def {name}({declaration}):"]
-    lines += [f"    {line}" for line in body.lines]
-    source = "\n".join(lines) + "\n"
+    code_lines += ["", f"def {name}({declaration}):"]
+    code_lines += [f"    {line}" for line in body.lines]
+    code = "\n".join(code_lines) + "\n"
+    imports = ["import numpy as np"] + (["import s2s_runtime as rt"] if _reads_runtime(code) else [])
+    source = "\n".join([docstring_literal(header), *imports, "", f"__all__ = [{name!r}]", ""]) + "\n" + code
     return EmittedModule(source, sidecar, {param: obj.value for obj, param in taken_as_parameters.items()})
+
+
+def _reads_runtime(code: str) -> bool:
+    """Whether the module's code (not a docstring or comment quoting source) reads `rt`,
+    a name no variable may take (`_RESERVED`): only then does the module import
+    s2s_runtime, so a module that calls no helper runs where NumPy alone is installed."""
+    return any(isinstance(node, ast.Name) and node.id == "rt" for node in ast.walk(ast.parse(code)))
 
 
 def _generator_parameters_text(parameters: dict) -> str:

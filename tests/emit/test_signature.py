@@ -116,7 +116,7 @@ def test_a_default_the_caller_left_alone_is_a_parameter_with_that_default():
     assert "def rnn(W, xs, n_steps=4, scale=0.5):" in source
     assert "Specialized for (W: f64[3,3], xs: f64[6,3], n_steps: 4, scale: 0.5)." in source
     imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
-    assert imports == ["import numpy as np", "import s2s_runtime as rt"]
+    assert imports == ["import numpy as np"]   # (it calls no runtime helper)
 
 
 def test_every_transform_keeps_the_static_parameter_with_export_args():

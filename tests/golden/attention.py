@@ -4,7 +4,6 @@ Specialized for (q: f32[6,8], k: f32[6,8], v: f32[6,8]).
 Do not edit: regenerate with `s2s emit`.
 """
 import numpy as np
-import s2s_runtime as rt
 
 __all__ = ['attention']
 

@@ -4,7 +4,6 @@ Specialized for (coeffs: (f64[] (weak), f64[] (weak), f64[] (weak), f64[] (weak)
 Do not edit: regenerate with `s2s emit`.
 """
 import numpy as np
-import s2s_runtime as rt
 
 __all__ = ['horner']
 

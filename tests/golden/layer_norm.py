@@ -4,7 +4,6 @@ Specialized for (x: f32[4,16], gamma: f32[16], beta: f32[16], eps: 1e-05).
 Do not edit: regenerate with `s2s emit`.
 """
 import numpy as np
-import s2s_runtime as rt
 
 __all__ = ['layer_norm']
 

@@ -4,7 +4,6 @@ Specialized for (params: {'W1': f32[8,16], 'W2': f32[16,4], 'b1': f32[16], 'b2':
 Do not edit: regenerate with `s2s emit`.
 """
 import numpy as np
-import s2s_runtime as rt
 
 __all__ = ['mlp_loss']
 

@@ -4,7 +4,6 @@ Specialized for (W: f32[4,4], xs: f32[6,4], n_steps: 5, scale: 0.5).
 Do not edit: regenerate with `s2s emit`.
 """
 import numpy as np
-import s2s_runtime as rt
 
 __all__ = ['rnn']
 

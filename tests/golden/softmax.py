@@ -4,7 +4,6 @@ Specialized for (x: f32[4,10]).
 Do not edit: regenerate with `s2s emit`.
 """
 import numpy as np
-import s2s_runtime as rt
 
 __all__ = ['softmax']
 
