@@ -51,6 +51,7 @@ INLINE_MAX_CHARS = 72          # longer expressions get a name of their own
 NAME_MAX_CHARS = 24            # a temporary's name is cut to this length
 LARGE_CONST_ELEMENTS = 1000    # larger constants are never written as literals
 _RESERVED = {"np", "rt"} | set(keyword.kwlist)
+_RUNTIME_ATTRIBUTE = re.compile(r"\brt\.")
 _NUMBER_SUFFIX = re.compile(r"_\d+$")   # `h_2` -> `h`
 _PLAIN_NAME = re.compile(r"[A-Za-z_]\w*")
 
@@ -278,9 +279,13 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
 
 
 def _reads_runtime(code: str) -> bool:
-    """Whether the module's code (not a docstring or comment quoting source) reads `rt`,
-    a name no variable may take (`_RESERVED`): only then does the module import
-    s2s_runtime, so a module that calls no helper runs where NumPy alone is installed."""
+    """Whether the module's code (not a comment or string quoting source) reads `rt`, a
+    name no variable may take (`_RESERVED`): only then does the module import s2s_runtime,
+    so a module that calls no helper runs where NumPy alone is installed. Every read is an
+    attribute (`rt.gather(`), so code without the text `rt.` is answered without parsing
+    it (parsing costs as much as emitting a small module)."""
+    if _RUNTIME_ATTRIBUTE.search(code) is None:
+        return False
     return any(isinstance(node, ast.Name) and node.id == "rt" for node in ast.walk(ast.parse(code)))
 
 
