@@ -51,7 +51,7 @@ def run_s2s_in(repository, *args) -> subprocess.CompletedProcess:
     script runs there: s2s importable (PYTHONPATH names only this checkout), and neither the
     working folder nor the user's package on sys.path (`-P`, as for a console script), so
     that what finds the user's modules is s2s's loading alone."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=CHECKOUT_PATH)
     return subprocess.run([sys.executable, "-P", "-m", "s2s", *args], cwd=str(repository), env=env,
                           capture_output=True, text=True)
 
