@@ -18,6 +18,7 @@ that once per staging, and kept with the derived jaxpr.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 from typing import Any, Callable
@@ -303,6 +304,13 @@ def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what)
     return derive
 
 
+def _argnums_param(argnums) -> tuple:
+    """`argnums` as it keys a derivative's caches: the numbers, and whether they were given
+    bare (`argnums=0` gives the gradient itself, `argnums=(0,)` a tuple of one: the two must
+    never share a cached derivative)."""
+    return normalize_argnums(argnums), not isinstance(argnums, collections.abc.Iterable)
+
+
 @api_boundary
 def grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False, allow_int: bool = False):
     """The gradient of a scalar function with respect to argument(s) `argnums`.
@@ -318,7 +326,7 @@ def grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False, a
         return functools.partial(grad, argnums=argnums, has_aux=has_aux, holomorphic=holomorphic,
                                  allow_int=allow_int)
     return Transformed(fn, "grad", _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, False, "grad"),
-                       (normalize_argnums(argnums), has_aux, holomorphic, allow_int))
+                       (*_argnums_param(argnums), has_aux, holomorphic, allow_int))
 
 
 @api_boundary
@@ -330,7 +338,7 @@ def value_and_grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool 
                                  holomorphic=holomorphic, allow_int=allow_int)
     return Transformed(fn, "value_and_grad",
                        _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, True, "value_and_grad"),
-                       (normalize_argnums(argnums), has_aux, holomorphic, allow_int))
+                       (*_argnums_param(argnums), has_aux, holomorphic, allow_int))
 
 
 # ---------------------------------------------------------------------------------------
@@ -616,7 +624,7 @@ def jacrev(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
     Real outputs, as jax.jacrev, unless `holomorphic=True` (then df/dz of complex z). With
     `has_aux`, fn returns `(out, aux)` and the result is `(jacobian of out, aux)`."""
     return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev", holomorphic, has_aux),
-                       (normalize_argnums(argnums), holomorphic, has_aux))
+                       (*_argnums_param(argnums), holomorphic, has_aux))
 
 
 @api_boundary
@@ -625,7 +633,7 @@ def jacfwd(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
     Real inputs, as jax.jacfwd, unless `holomorphic=True` (then df/dz of complex z). With
     `has_aux`, fn returns `(out, aux)` and the result is `(jacobian of out, aux)`."""
     return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd", holomorphic, has_aux),
-                       (normalize_argnums(argnums), holomorphic, has_aux))
+                       (*_argnums_param(argnums), holomorphic, has_aux))
 
 
 def hessian(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):

@@ -663,3 +663,16 @@ def test_jacobians_and_the_hessian_take_has_aux_as_jax_does(name):
 def test_has_aux_needs_a_pair():
     with pytest.raises(s2s.StagingError, match=r"jacrev\(has_aux=True\) needs the function to return a pair"):
         s2s.jacrev(np.sin, has_aux=True)(np.ones(2))
+
+
+def test_argnums_bare_and_as_a_tuple_of_one_never_share_a_derivative():
+    """grad(f, 0) gives the gradient, grad(f, (0,)) a tuple of it, in either order of first
+    use (they once shared a cached derivative, and the second got the first's structure)."""
+    def f(x):
+        return np.sum(np.sin(x) ** 2)
+    x = np.linspace(0.1, 1.0, 4)
+    for first, second in ((0, (0,)), ((0,), 0)):
+        results = [transform(f, argnums)(x) for argnums in (first, second)
+                   for transform in (s2s.grad, s2s.jacrev, s2s.jacfwd)]
+        for argnums, result in zip([first] * 3 + [second] * 3, results):
+            assert isinstance(result, tuple) == isinstance(argnums, tuple)
