@@ -380,3 +380,11 @@ def test_a_python_error_raised_while_staging_keeps_its_class():
         s2s.jit(adds_a_string)(X)
     assert isinstance(info.value, s2s.StagingError)
     assert str(info.value).startswith(f"{__file__}:{adds_a_string.__code__.co_firstlineno + 1}:")
+
+
+def test_a_result_that_is_not_an_array_is_a_type_error_as_jaxs():
+    def greeting(x):
+        return "hello"
+    for transform in (s2s.vmap, s2s.jit, s2s.grad):
+        with pytest.raises(TypeError, match="returns a str, which is not an array"):
+            transform(greeting)(np.ones(3))

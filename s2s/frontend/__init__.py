@@ -405,7 +405,7 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
         out_leaves, out_tree = tree_flatten(out)
         for leaf in out_leaves:
             if not (isinstance(leaf, Tracer) or is_staged_leaf(leaf) or isinstance(leaf, (bool, int))):
-                raise StagingError(
+                raise StagingTypeError(   # (a TypeError, as JAX raises for a result that is not an array)
                     f"{_qualname(fn)} returns a {type(leaf).__name__}, which is not an array",
                     "return arrays, numbers, or tuples/lists/dicts of them",
                     None if source is None else source.info(source.node))
