@@ -1,6 +1,19 @@
-"""Hypothesis strategies shared by the test packages."""
+"""Hypothesis strategies shared by the test packages, and how many examples a slow
+property test draws."""
+import os
+
 import numpy as np
+from hypothesis import settings
 from hypothesis import strategies as st
+
+# S2S_EXHAUSTIVE=1 runs the slow property tests with their full example counts (a sweep
+# before a release); the suite CI runs keeps them small, within its time on 2 cores.
+EXHAUSTIVE = os.environ.get("S2S_EXHAUSTIVE") == "1"
+
+
+def examples(default: int, exhaustive: int) -> settings:
+    """Hypothesis settings drawing `default` examples, or `exhaustive` with S2S_EXHAUSTIVE=1."""
+    return settings(max_examples=exhaustive if EXHAUSTIVE else default, deadline=None)
 
 
 def small_values(dtype, specials=()):

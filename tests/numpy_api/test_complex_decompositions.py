@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import s2s
@@ -26,8 +26,9 @@ from s2s.errors import ShapeError
 from s2s.numpy_api import decompositions as D
 from s2s.test_util import check_grads
 from tests.helpers import check_derivatives, check_numpy_and_jax, with_numpy
+from tests.strategies import examples
 
-SETTINGS = settings(max_examples=6, deadline=None)
+SETTINGS = examples(3, 15)
 batches = st.sampled_from([(), (2,), (2, 1)])
 dims = st.integers(1, 4)
 seeds = st.integers(0, 2**32 - 1)

@@ -12,15 +12,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import s2s
 from s2s.errors import S2SError, ShapeError, UnsupportedFunctionError
 from s2s.numpy_api import decompositions as D
 from tests.helpers import check_derivatives, check_numpy_and_jax, with_numpy
+from tests.strategies import examples
 
-SETTINGS = settings(max_examples=6, deadline=None)
+SETTINGS = examples(3, 15)
 batches = st.sampled_from([(), (2,), (2, 1)])
 dims = st.integers(1, 4)
 seeds = st.integers(0, 2**32 - 1)

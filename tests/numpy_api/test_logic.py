@@ -5,12 +5,13 @@ from __future__ import annotations
 import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import s2s
 from s2s.errors import S2SError
 from tests.helpers import check_numpy_and_jax
+from tests.strategies import examples
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -32,7 +33,7 @@ def closeness(x, y):
             np.array_equal(x, y), np.array_equal(x, x), np.array_equal(x, y, equal_nan=True))
 
 
-@settings(max_examples=10, deadline=None)
+@examples(4, 25)
 @given(data=st.data())
 def test_select_and_closeness(data):
     shape = data.draw(hnp.array_shapes(max_dims=3, max_side=4), label="shape")
