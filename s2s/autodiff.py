@@ -40,7 +40,7 @@ from s2s.passes.partial_eval import partial_eval_jaxpr, splits_by_rule
 from s2s.passes.simplify import tidy
 from s2s.passes.transpose import transpose_jaxpr
 from s2s.staging import JaxprBuilder, inline_jaxpr, paused_gc
-from s2s.transformed import TransformedFunction
+from s2s.transformed import TransformedFunction, function_name
 from s2s.tree import PyTreeDef, tree_flatten
 
 __all__ = ["grad", "hessian", "jacfwd", "jacrev", "jvp", "linear_transpose", "linearize",
@@ -100,8 +100,9 @@ class Transformed(TransformedFunction):
     transform's parameters, which with the transform's name key its caches. `derive`
     builds the derivative of one staging for one kind of call."""
 
-    def __init__(self, fn, name: str, derive: Callable[[Staged, BoundCall], "Derived"], params: tuple = ()):
-        super().__init__(fn, name, params)
+    def __init__(self, fn, name: str, derive: Callable[[Staged, BoundCall], "Derived"], params: tuple = (),
+                 summary: str | None = None):
+        super().__init__(fn, name, params, summary)
         self._derive = derive
 
     @api_boundary
@@ -326,7 +327,9 @@ def grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False, a
         return functools.partial(grad, argnums=argnums, has_aux=has_aux, holomorphic=holomorphic,
                                  allow_int=allow_int)
     return Transformed(fn, "grad", _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, False, "grad"),
-                       (*_argnums_param(argnums), has_aux, holomorphic, allow_int))
+                       (*_argnums_param(argnums), has_aux, holomorphic, allow_int),
+                       _derivative_summary("Gradient", fn, argnums,
+                                           "the gradient, shaped as the arguments it is taken for"))
 
 
 @api_boundary
@@ -338,7 +341,16 @@ def value_and_grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool 
                                  holomorphic=holomorphic, allow_int=allow_int)
     return Transformed(fn, "value_and_grad",
                        _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, True, "value_and_grad"),
-                       (*_argnums_param(argnums), has_aux, holomorphic, allow_int))
+                       (*_argnums_param(argnums), has_aux, holomorphic, allow_int),
+                       _derivative_summary("Value and gradient", fn, argnums,
+                                           f"the pair ({function_name(fn)}'s value, its gradient)"))
+
+
+def _derivative_summary(what: str, fn, argnums, returns: str) -> str:
+    """The head of a derivative's docstring: what it is of, and what a call returns."""
+    name = function_name(fn)
+    return (f"{what} of {name} with respect to positional argument(s) {argnums}. "
+            f"Called with {name}'s arguments, it returns {returns}.")
 
 
 # ---------------------------------------------------------------------------------------
@@ -624,7 +636,9 @@ def jacrev(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
     Real outputs, as jax.jacrev, unless `holomorphic=True` (then df/dz of complex z). With
     `has_aux`, fn returns `(out, aux)` and the result is `(jacobian of out, aux)`."""
     return Transformed(fn, "jacrev", _jac_derive(argnums, "jacrev", holomorphic, has_aux),
-                       (*_argnums_param(argnums), holomorphic, has_aux))
+                       (*_argnums_param(argnums), holomorphic, has_aux),
+                       _derivative_summary("Jacobian", fn, argnums,
+                                           "the Jacobian: the result's shape followed by the argument's"))
 
 
 @api_boundary
@@ -633,7 +647,9 @@ def jacfwd(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
     Real inputs, as jax.jacfwd, unless `holomorphic=True` (then df/dz of complex z). With
     `has_aux`, fn returns `(out, aux)` and the result is `(jacobian of out, aux)`."""
     return Transformed(fn, "jacfwd", _jac_derive(argnums, "jacfwd", holomorphic, has_aux),
-                       (*_argnums_param(argnums), holomorphic, has_aux))
+                       (*_argnums_param(argnums), holomorphic, has_aux),
+                       _derivative_summary("Jacobian", fn, argnums,
+                                           "the Jacobian: the result's shape followed by the argument's"))
 
 
 def hessian(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):

@@ -18,7 +18,7 @@ import functools
 from s2s.errors import StagingTypeError, api_boundary
 from s2s.frontend import Staged, signature_of, stage, transform_description
 
-__all__ = ["TransformedFunction", "required_parameters", "staged_or_error"]
+__all__ = ["TransformedFunction", "function_name", "required_parameters", "staged_or_error"]
 
 
 class TransformedFunction:
@@ -29,17 +29,22 @@ class TransformedFunction:
     a transform that keeps the function's own name, as `jax.jit` does, sets
     `keeps_name`. `fn`'s docstring, module and `__wrapped__` are copied, not its
     `__dict__`: copying that would overwrite these attributes when `fn` is itself
-    transformed (`grad(grad(f))`).
+    transformed (`grad(grad(f))`). A transform that says what it makes of `fn` passes that
+    as `summary`: it heads the docstring, with `fn`'s own below it, as JAX's transforms
+    lay out theirs (`help(vmap(f))` says what the call takes before what f does).
     """
 
     __s2s_transform__ = True
     keeps_name = False
 
-    def __init__(self, fn, transform: str, params: tuple = ()):
+    def __init__(self, fn, transform: str, params: tuple = (), summary: str | None = None):
         if not callable(fn):   # refused when the transform is built, as JAX refuses it
             raise StagingTypeError(f"{transform} needs a function, got {type(fn).__name__} {fn!r}",
                                    f"pass the function itself: {transform}(f), not {transform}(f(x))")
         functools.update_wrapper(self, fn, updated=())
+        if summary is not None:
+            own = fn.__doc__
+            self.__doc__ = summary + (f"\n\nOriginal documentation:\n\n{own}" if own else "")
         self.fn = fn
         self.transform = transform
         self._params = params
@@ -60,6 +65,13 @@ class TransformedFunction:
 
     def __repr__(self):
         return f"<s2s {self.describe()}>"
+
+
+def function_name(fn) -> str:
+    """The name a docstring or message calls `fn` by: its own, or its type's for a callable
+    object without one (a `functools.partial`)."""
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
 
 
 @api_boundary

@@ -30,7 +30,7 @@ from s2s.frontend.args import aval_of_arg, describe_arg, is_staged_leaf
 from s2s.passes.simplify import tidy
 from s2s.passes.vmap import Axis, batch_jaxpr, example_aval
 from s2s.staging import Tracer, named_axis, paused_gc
-from s2s.transformed import TransformedFunction
+from s2s.transformed import TransformedFunction, function_name
 from s2s.tree import PyTreeDef, prefix_leaf_counts, tree_flatten
 
 __all__ = ["vmap"]
@@ -194,7 +194,11 @@ class Vmapped(TransformedFunction):
     """`vmap(fn, ...)`: called like `fn`, on a batch."""
 
     def __init__(self, fn, in_axes, out_axes, axis_name, axis_size):
-        super().__init__(fn, "vmap", (hashable_axes(in_axes), hashable_axes(out_axes), axis_name, axis_size))
+        name = function_name(fn)
+        super().__init__(fn, "vmap", (hashable_axes(in_axes), hashable_axes(out_axes), axis_name, axis_size),
+                         f"Vectorized version of {name}. Called with {name}'s arguments, each carrying an "
+                         f"extra axis where in_axes says ({in_axes!r}), it maps {name} over that axis "
+                         f"and stacks the results along out_axes ({out_axes!r}).")
         self.in_axes, self.out_axes = in_axes, out_axes
         self.axis_name, self.axis_size = axis_name, axis_size
 

@@ -21,6 +21,7 @@ def test_staged_or_error_raises_the_users_mistake_without_internal_frames():
 
 
 def loss(w, x):
+    """The loss every transform here is taken of."""
     return np.sum(np.tanh(w * x))
 
 
@@ -54,10 +55,27 @@ def test_every_user_level_transform_is_a_transformed_function(name):
     assert transformed.__name__ == expected_name
     assert transformed.describe() == description
     assert repr(transformed) == f"<s2s {description}>"
-    assert transformed.__wrapped__ is loss and transformed.__doc__ == loss.__doc__
+    assert transformed.__wrapped__ is loss and transformed.__doc__.endswith(loss.__doc__)
     # Rebuilding the transform keys the same staging-cache entries.
     assert hash(transformed.cache_params) == hash(make(loss).cache_params)
     assert transformed.cache_params == make(loss).cache_params
+
+
+@pytest.mark.parametrize("make, head", [
+    (s2s.vmap, "Vectorized version of loss."), (s2s.grad, "Gradient of loss with respect to"),
+    (s2s.value_and_grad, "Value and gradient of loss"), (s2s.jacrev, "Jacobian of loss"),
+    (s2s.jacfwd, "Jacobian of loss")])
+def test_a_transform_heads_the_docstring_with_what_it_makes_of_the_function(make, head):
+    """As JAX lays out its transforms' docstrings (its test_vmap_preserves_docstr): what the
+    call takes and returns, then the function's own documentation below it."""
+    doc = make(loss).__doc__
+    assert doc.startswith(head)
+    assert doc.endswith(f"\n\nOriginal documentation:\n\n{loss.__doc__}")
+
+
+def test_a_function_without_a_docstring_gets_the_transforms_summary_alone():
+    assert s2s.vmap(lambda x: x).__doc__.startswith("Vectorized version of <lambda>.")
+    assert "Original documentation" not in s2s.grad(lambda x: x).__doc__
 
 
 def test_a_chain_of_transforms_is_described_from_the_outside_in():
