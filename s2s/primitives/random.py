@@ -145,15 +145,20 @@ _jvp.defzero(generator_swap)
 
 
 def _state_batch(axis, ins, dims, **params):
-    """The generator is one for every example: its state is never batched."""
-    if any(d is not None for d in dims):
+    """The generator is one for every example: the state read has no batch axis."""
+    return generator_state.bind(**params), None
+
+
+def _swap_batch(axis, ins, dims, **params):
+    """A state given per example would need a generator per example, and there is one."""
+    if dims[0] is not None:
         raise UnsupportedFunctionError("a generator's state taken per example",
                                        "draw from the generator itself; vmap gives each example its own numbers")
-    return (generator_swap if ins else generator_state).bind(*ins, **params), None
+    return generator_swap.bind(*ins, **params), None
 
 
 _vmap.register(generator_state, _state_batch)
-_vmap.register(generator_swap, _state_batch)
+_vmap.register(generator_swap, _swap_batch)
 
 # ---------------------------------------------------------------------------------------
 # StableHLO lowering
