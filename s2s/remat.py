@@ -138,23 +138,41 @@ class Checkpointed(TransformedFunction):
         return staged.out_tree.unflatten(outs)
 
     def _static_positions(self, count: int) -> frozenset[int]:
-        return frozenset(normalize_argnums(self.static_argnums, count, "static_argnums"))
+        """The static positions among the `count` given positionally; a static argument
+        passed by keyword is read from the call's keywords, as every keyword is."""
+        parameters = max(count, len(param_names(self.fn)))
+        return frozenset(i for i in normalize_argnums(self.static_argnums, parameters, "static_argnums")
+                         if i < count)
+
+
+_REMOVED = object()   # `concrete=`'s default: told apart from any value a caller passes
 
 
 @api_boundary
-def checkpoint(fn=None, *, policy=None, prevent_cse: bool = True, static_argnums=()):
+def checkpoint(fn=None, *, policy=None, prevent_cse: bool = True, static_argnums=(), static_argnames=(),
+               concrete=_REMOVED):
     """`fn`, made to save for reverse mode only what `policy` saves (and its inputs),
     recomputing the rest in the backward pass (jax.checkpoint). Usable as a decorator,
     bare or with arguments. `policy` is one of `checkpoint_policies` or any
     `policy(primitive, *avals, **params) -> bool`; None saves nothing. `prevent_cse` keeps
-    XLA from merging the recomputation into the forward pass. `static_argnums` are
-    positions of arguments that are not arrays (Python values fixed at staging)."""
+    XLA from merging the recomputation into the forward pass. `static_argnums` and
+    `static_argnames` name arguments that are not arrays (Python values fixed at staging;
+    Python ints and bools are static anyway). `concrete=`, which JAX removed in 0.10, is
+    refused with JAX's replacement, as JAX refuses it."""
+    if concrete is not _REMOVED:
+        raise StagingTypeError("checkpoint's `concrete` option was removed from JAX in 0.10 and s2s never had it",
+                               "branch on Python values passed as static arguments instead: "
+                               "checkpoint(f, static_argnums=...) (ints and bools are static anyway)")
     policy = nothing_saveable if policy is None else policy
     _check_policy(policy)
     static_argnums = normalize_argnums(static_argnums, what="static_argnums")
+    static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
     if fn is None:
-        return functools.partial(checkpoint, policy=policy, prevent_cse=prevent_cse, static_argnums=static_argnums)
-    return Checkpointed(fn, policy, bool(prevent_cse), static_argnums)
+        return functools.partial(checkpoint, policy=policy, prevent_cse=prevent_cse, static_argnums=static_argnums,
+                                 static_argnames=static_argnames)
+    names = param_names(fn)
+    by_name = tuple(names.index(name) for name in static_argnames if name in names)
+    return Checkpointed(fn, policy, bool(prevent_cse), tuple(sorted({*static_argnums, *by_name})))
 
 
 remat = checkpoint

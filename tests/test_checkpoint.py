@@ -176,6 +176,33 @@ def test_static_argnums_are_python_values_fixed_at_staging():
     assert got == pytest.approx(s2s.grad(lambda x: power(x, 3))(x))
 
 
+def _scaled_power(x, n, scale):
+    """Branches on `scale`, a Python float: a value fixed at staging, named static."""
+    if scale > 0:
+        return np.sin(x) ** n * scale
+    return np.cos(x)
+
+
+@pytest.mark.parametrize("statics", [dict(static_argnames="scale"), dict(static_argnames=("scale", "n")),
+                                     dict(static_argnums=2)])
+@pytest.mark.parametrize("by_keyword", [False, True])
+def test_static_arguments_by_name_or_position_given_either_way_match_jax(statics, by_keyword):
+    checkpointed = s2s.checkpoint(_scaled_power, **statics)
+    theirs = jax.checkpoint(lambda x, n, scale: jnp.sin(x) ** n * scale, **statics)
+
+    def loss(x):
+        return checkpointed(x, 3, scale=2.0) if by_keyword else checkpointed(x, 3, 2.0)
+    expected = jax.grad(lambda x: theirs(x, 3, 2.0))(0.7)
+    assert s2s.grad(loss)(0.7) == pytest.approx(float(expected), rel=1e-12)
+    assert float(s2s.jit(s2s.grad(loss))(0.7)) == pytest.approx(float(expected), rel=1e-12)
+
+
+def test_concrete_which_jax_removed_is_refused_with_its_replacement():
+    with pytest.raises(TypeError, match="`concrete` option was removed from JAX") as caught:
+        s2s.checkpoint(_scaled_power, concrete=True)
+    assert "static_argnums" in str(caught.value)
+
+
 # ---------------------------------------------------------------------------------------
 # Nesting
 
