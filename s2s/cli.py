@@ -5,11 +5,17 @@
     s2s emit  path/to/mod.py:fn --args 'f32[128,784], f32[784]' --transform grad --out generated/
     s2s emit  path/to/mod.py --out derivatives/            # every @s2s.export; removes orphans
     s2s check path/to/pkg/ other.py:loss --against derivatives/   # exit 1 with a diff if stale
+    s2s check path/to/pkg/ --against derivatives/ --html review.html   # and a page to review it
     s2s compile path/to/pkg/ --out build/ -j 4             # .mlir, .hlo.txt, .exe + manifest.json
 
 Every command loads the user's code the way `s2s compile` does (`build_plan.load`): a module
 in a package is imported by its dotted name with the package root's parent on sys.path, so
 relative imports work without PYTHONPATH, from any working folder.
+
+`--html PAGE.html` (emit and check) also writes the review page of `review_page`: each
+source function beside its derivative, every statement linked to its source line, and for
+check the changed lines marked with the source lines they changed with; check writes it
+also when it exits 1.
 
 Argument specs are `dtype[dims]` (f32, f64, i32, i64, bool, ...), Python numbers for
 static arguments, and dicts/lists/tuples of those for pytree arguments. A function given
@@ -20,11 +26,9 @@ as are stale derivatives; a bad command line exits with status 2.
 from __future__ import annotations
 
 import argparse
-import ast
 import difflib
 import inspect
 import os
-import re
 import sys
 
 import s2s
@@ -37,6 +41,8 @@ from s2s.emit.signature import generated_from, is_generated_source, source_label
 from s2s.errors import CommandLineError, S2SError
 from s2s.export import NAME_HELP, TRANSFORMS, Export, emit_exports, exports_of, is_valid_name, write_npz
 from s2s.frontend.args import parse_arg_specs
+from s2s.provenance import changed_source_lines, def_line, shown
+from s2s.review_page import GeneratedFile, is_review_page, write_review_page
 from s2s.transformed import required_parameters, staged_or_error
 
 
@@ -69,13 +75,6 @@ def attribute(module, path: str, attr: str):
     return obj
 
 
-def shown(path: str) -> str:
-    """A path as the user would type it from here: relative to the working folder when
-    inside it (what a fix command and a CI annotation name), else absolute."""
-    relative = os.path.relpath(path)
-    return path if relative.startswith(os.pardir) else relative
-
-
 def _static_argnums(text: str | None) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(",") if p.strip()) if text else ()
 
@@ -88,8 +87,8 @@ def _arg_specs(text: str) -> tuple:
         raise CommandLineError(f"s2s: --args {text!r}: {error}") from None
 
 
-def function_target(command: str, target: str, args) -> tuple[str, object, tuple]:
-    """(name, function to stage, its example arguments) for `jaxpr`/`emit` of one function:
+def function_target(command: str, target: str, args) -> tuple[Export, str, object, tuple]:
+    """(its Export, name, function to stage, its example arguments) for `jaxpr`/`emit` of one function:
     `--transform` of it (an `Export` of one transform, so the same functions and example
     arguments as `@s2s.export` gives), with the arguments of --args, else those of the
     function's own @s2s.export."""
@@ -110,7 +109,7 @@ def function_target(command: str, target: str, args) -> tuple[str, object, tuple
     transform = args.transform or "primal"
     record = Export(fn, example, (transform,), fn.__name__, argnums)
     [(stem, staged_fn)] = record.targets()
-    return stem, staged_fn, record.example_args(transform)
+    return record, stem, staged_fn, record.example_args(transform)
 
 
 def module_only(command: str, args) -> None:
@@ -138,7 +137,7 @@ def cmd_jaxpr(args) -> int:
                 print(f"# {stem}: {transform} of {record.fn.__qualname__}")
                 print(make_jaxpr(fn)(*record.example_args(transform)))
         return 0
-    _, fn, example = function_target("jaxpr", args.target, args)
+    _, _, fn, example = function_target("jaxpr", args.target, args)
     print(make_jaxpr(fn, static_argnums=_static_argnums(args.static_argnums))(*example))
     return 0
 
@@ -224,15 +223,21 @@ def _remove_orphans(folder: str, module_path: str, files: dict) -> None:
 
 def cmd_emit(args) -> int:
     path, attr = split_target(args.target)
+    refuse_review_page(args.html)
     if attr is None:   # a module: everything it declares with @s2s.export
         module_only("emit", args)
         if args.out is None:
             raise CommandLineError("s2s emit: emitting a module's exports needs --out DIR")
-        files = emit_exports(load_file(path), not args.no_comments)
+        module = load_file(path)
+        files = emit_exports(module, not args.no_comments)
         _write_files(args.out, files, [path])
         _remove_orphans(args.out, path, files)
+        made_by = _made_by(exports_of(module))
+        write_review(args.html, f"s2s emit {shown(path)}", [
+            GeneratedFile(os.path.join(args.out, filename), path, "written", emitted.source,
+                          definition=_export_line(made_by[filename])) for filename, emitted in files.items()])
         return 0
-    stem, fn, example = function_target("emit", args.target, args)
+    record, stem, fn, example = function_target("emit", args.target, args)
     name = stem if args.name is None else args.name
     if not is_valid_name(name):
         raise CommandLineError(f"s2s emit: {name!r} cannot name the emitted function and its "
@@ -241,14 +246,40 @@ def cmd_emit(args) -> int:
     options = EmitOptions(source_comments=not args.no_comments, const_mode="sidecar",
                           sidecar_name=f"{name}.npz")
     module = emitted_module(staged, name, options)
+    definition = _export_line(record) if inspect.isfunction(inspect.unwrap(record.fn)) else None
+    page = [GeneratedFile(os.path.join(args.out or "", f"{name}.py"), path, "written", module.source,
+                          definition=definition)]
     if args.out is None:
         sys.stdout.write(module.source)
         if module.sidecar:
             print("s2s: large constants need --out DIR to be written", file=sys.stderr)
             return 2
-        return 0
-    _write_files(args.out, {f"{name}.py": module}, [path])
+    else:
+        _write_files(args.out, {f"{name}.py": module}, [path])
+    write_review(args.html, f"s2s emit {shown(path)}:{attr}", page)
     return 0
+
+
+def refuse_review_page(html_path: str | None) -> None:
+    """Refuses --html PATH before any work when PATH holds something other than a review
+    page s2s wrote (a source file, a page of the team's, a link): it is written over."""
+    if html_path is None or not os.path.lexists(html_path):
+        return
+    if os.path.islink(html_path) or not os.path.isfile(html_path) or not is_review_page(html_path):
+        raise CommandLineError(f"s2s: refusing to overwrite {html_path}: it is not a review page s2s "
+                               f"wrote. Move it away, or choose another --html path")
+
+
+def write_review(html_path: str | None, title: str, files: list[GeneratedFile]) -> None:
+    """Writes the review page of this run's files when --html asked for one, and says where
+    on stderr (stdout stays what it was: the emitted module, the diff, the annotations)."""
+    if html_path is None:
+        return
+    folder = os.path.dirname(html_path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    write_review_page(html_path, title, files)
+    print(f"s2s: review page {html_path}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------
@@ -276,73 +307,6 @@ def check_selection(targets: list[str]) -> dict[str, set[str] | None]:
     return selection
 
 
-_COMMENT = re.compile(r"  # (?:(?P<file>\S+) (?P<function>[\w.<>]+)\+(?P<offset>\d+)|(?P<short>\S+):(?P<line>\d+))$")
-
-
-def _def_line(path: str, qualname: str) -> int | None:
-    """The line of the `def` of `qualname` (`loss`, `Model.loss`, `loss.<locals>.inner` or
-    `loss.inner`) in the file at `path`, read from its syntax tree."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            scope = ast.parse(f.read())
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-    node = None
-    for part in (p for p in qualname.split(".") if p != "<locals>"):
-        node = next((n for n in ast.walk(scope) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                     and n.name == part), None)
-        if node is None:
-            return None
-        scope = node
-    return node.lineno if node is not None else None
-
-
-def _source_of(basename: str, module_path: str) -> str | None:
-    """The file a `# model.py loss+3` comment names: beside the exporting module, else any
-    loaded module's file of that name (a helper imported from elsewhere)."""
-    beside = os.path.join(os.path.dirname(module_path), basename)
-    if os.path.isfile(beside):
-        return beside
-    for loaded in list(sys.modules.values()):
-        path = getattr(loaded, "__file__", None)
-        if isinstance(path, str) and os.path.basename(path) == basename:
-            return path
-    return None
-
-
-def source_line(line: str, module_path: str) -> tuple[str, int] | None:
-    """(file, line) of the user's source that an emitted line's location comment names."""
-    match = _COMMENT.search(line.rstrip("\n"))
-    if match is None:
-        return None
-    path = _source_of(match["file"] or match["short"], module_path)
-    if path is None:
-        return None
-    if match["line"]:
-        return path, int(match["line"])
-    def_line = _def_line(path, match["function"])
-    return (path, def_line + int(match["offset"])) if def_line is not None else None
-
-
-def changed_source_lines(committed: str, regenerated: str, module_path: str,
-                         fallback: tuple[str, int]) -> list[tuple[str, int]]:
-    """The source lines whose derivative changed, in order without repeats: for each run
-    of changed emitted lines, the lines their location comments name (of the regenerated
-    file, which follows the source as it is now), else the nearest commented line before
-    the run (a statement's continuation lines have no comment), else `fallback`."""
-    old, new = committed.splitlines(True), regenerated.splitlines(True)
-    found: list[tuple[str, int]] = []
-    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        lines = [where for where in (source_line(line, module_path) for line in new[j1:j2]) if where]
-        if not lines:
-            before = (source_line(line, module_path) for line in reversed(new[:j1]))
-            lines = [next((where for where in before if where), fallback)]
-        found.extend(where for where in lines if where not in found)
-    return found
-
-
 def _escaped(text: str, property_value: bool = False) -> str:
     """Text as a GitHub Actions workflow command carries it (its `%`, newlines, and in a
     property `:` and `,`, percent-encoded)."""
@@ -361,13 +325,19 @@ def _export_line(record: Export) -> tuple[str, int]:
     """Where the exported function's `def` is: the place of a change no comment locates."""
     fn = inspect.unwrap(record.fn)
     path = inspect.getsourcefile(fn)
-    return path, _def_line(path, fn.__qualname__) or inspect.getsourcelines(fn)[1]
+    return path, def_line(path, fn.__qualname__) or inspect.getsourcelines(fn)[1]
+
+
+def _made_by(records: list[Export]) -> dict[str, Export]:
+    """Generated file name → the export that writes it."""
+    return {f"{stem}.py": record for record in records for stem, _ in record.targets()}
 
 
 def check_module(module_path: str, module, functions: set[str] | None, against: str,
-                 comments: bool, github: bool) -> tuple[int, int]:
+                 comments: bool, github: bool) -> list[GeneratedFile]:
     """Checks one module's generated files in `against` (all of them, or those of the
-    exports of `functions`); prints each problem. Returns (problems, files expected)."""
+    exports of `functions`); prints each problem. Returns every file expected, and each
+    orphan, in the state it found it."""
     records = exports_of(module)
     if functions is not None:
         for name in sorted(functions):
@@ -376,26 +346,27 @@ def check_module(module_path: str, module, functions: set[str] | None, against: 
                                        f"of that module, so it has no generated files to check")
         records = [r for r in records if r.fn.__qualname__ in functions or r.name in functions]
     files = emit_exports(module, comments, records)
-    made_by = {f"{stem}.py": record for record in records for stem, _ in record.targets()}
+    made_by = _made_by(records)
     fix = f"run `s2s emit {shown(module_path)} --out {against}`"
 
     def annotate(where, message: str) -> None:
         if github:
             sys.stdout.write(annotation(where, message))
 
-    problems = 0
+    found = []
     if functions is None:   # orphans belong to the module as a whole
         for path in orphans(against, module_path, files):
             annotate(path, f"orphan: generated from {shown(module_path)} by an export that no longer exists; {fix}")
             print(f"s2s check: orphan {path}: generated from {shown(module_path)} by an export that "
                   f"no longer exists (delete it, or {fix})")
-            problems += 1
+            found.append(GeneratedFile(path, module_path, "orphan"))
     for filename, emitted in files.items():
         path = os.path.join(against, filename)
+        definition = _export_line(made_by[filename])
         if not os.path.exists(path):
-            annotate(_export_line(made_by[filename]), f"{path} is missing; {fix}")
+            annotate(definition, f"{path} is missing; {fix}")
             print(f"s2s check: missing {path} ({fix})")
-            problems += 1
+            found.append(GeneratedFile(path, module_path, "missing", emitted.source, definition=definition))
             continue
         try:
             with open(path, encoding="utf-8") as f:   # as `s2s emit` writes it
@@ -403,19 +374,20 @@ def check_module(module_path: str, module, functions: set[str] | None, against: 
         except (OSError, UnicodeDecodeError) as error:   # so not what s2s wrote: stale
             annotate(path, f"cannot be read as UTF-8; {fix}")
             print(f"s2s check: cannot read {path} as the UTF-8 text s2s writes ({error}); {fix}")
-            problems += 1
+            found.append(GeneratedFile(path, module_path, "unreadable", emitted.source, definition=definition))
             continue
-        if committed != emitted.source:
-            problems += 1
-            if github:
-                for where in changed_source_lines(committed, emitted.source, module_path,
-                                                  _export_line(made_by[filename])):
-                    annotate(where, f"the derivative in {path} changed with this line and is stale; "
-                                    f"{fix}, review and commit it")
-            sys.stdout.writelines(difflib.unified_diff(
-                committed.splitlines(True), emitted.source.splitlines(True),
-                fromfile=f"{path} (committed)", tofile=f"{path} (regenerated)"))
-    return problems, len(files)
+        if committed == emitted.source:
+            found.append(GeneratedFile(path, module_path, "up to date", emitted.source, definition=definition))
+            continue
+        if github:
+            for where in changed_source_lines(committed, emitted.source, module_path, definition):
+                annotate(where, f"the derivative in {path} changed with this line and is stale; "
+                                f"{fix}, review and commit it")
+        sys.stdout.writelines(difflib.unified_diff(
+            committed.splitlines(True), emitted.source.splitlines(True),
+            fromfile=f"{path} (committed)", tofile=f"{path} (regenerated)"))
+        found.append(GeneratedFile(path, module_path, "stale", emitted.source, committed, definition))
+    return found
 
 
 def cmd_check(args) -> int:
@@ -423,15 +395,22 @@ def cmd_check(args) -> int:
     file is stale or missing, naming each orphan (a generated file of a module that no
     export of it produces)."""
     selection = check_selection(args.targets)
+    refuse_review_page(args.html)
     loaded = {entry.path: module for entry, module in load(list(selection))}
     problems = expected = 0
     stale_modules = []
+    reviewed = []
     for path, functions in selection.items():
-        found, files = check_module(path, loaded[path], functions, args.against,
-                                    not args.no_comments, args.format == "github")
-        problems, expected = problems + found, expected + files
-        if found:
+        found = check_module(path, loaded[path], functions, args.against,
+                             not args.no_comments, args.format == "github")
+        reviewed += found
+        bad = sum(generated.status != "up to date" for generated in found)
+        problems, expected = problems + bad, expected + sum(generated.status != "orphan" for generated in found)
+        if bad:
             stale_modules.append(shown(path))
+    verdict = (f"{problems} generated files stale, missing or orphaned ({expected} expected)" if problems
+               else f"{expected} generated files up to date")
+    write_review(args.html, f"s2s check --against {args.against}: {verdict}", reviewed)
     if problems:
         fixes = "; ".join(f"`s2s emit {module} --out {args.against}`" for module in stale_modules)
         print(f"s2s check: {problems} generated files are stale, missing or orphaned ({expected} expected); "
@@ -463,6 +442,9 @@ def main(argv=None) -> int:
             p.add_argument("--name", default=None, help="name of the emitted function and its file")
             p.add_argument("--no-comments", action="store_true",
                            help="omit the `# file function+N` location comments")
+            p.add_argument("--html", default=None, metavar="PAGE.html",
+                           help="also write a self-contained page showing each source function "
+                                "beside its derivative, each statement linked to its source line")
     p = sub.add_parser("check", help="fail with a diff when generated derivatives are stale")
     p.add_argument("targets", nargs="+", metavar="target",
                    help="path/to/module.py, a folder (its modules that use @s2s.export), or "
@@ -473,6 +455,10 @@ def main(argv=None) -> int:
                         "derivative changed, for GitHub Actions")
     p.add_argument("--no-comments", action="store_true",
                    help="the files were emitted with --no-comments")
+    p.add_argument("--html", default=None, metavar="PAGE.html",
+                   help="also write a self-contained page (also when check fails) showing each "
+                        "source function beside its derivative, the changed lines marked with "
+                        "the source lines they changed with")
     p = sub.add_parser("compile", help="compile every @s2s.export of modules or package folders "
                                         "to StableHLO, HLO and XLA executables, with a manifest")
     p.add_argument("paths", nargs="+", help="module files, or folders searched for them")

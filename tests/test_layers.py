@@ -32,7 +32,8 @@ LAYERS = [
     ("transforms", ["s2s.transformed", "s2s.lax", "s2s.autodiff", "s2s.vmapped", "s2s.pmap",
                     "s2s.custom_derivatives", "s2s.eager", "s2s.donation", "s2s.remat", "s2s.ode"]),
     ("user_api", ["s2s.jit", "s2s.api", "s2s.distributed", "s2s.export", "s2s.test_util", "s2s.autograd"]),
-    ("tools", ["s2s.cli", "s2s.batch_compile", "s2s.build_plan", "s2s.__main__", "s2s"]),
+    ("tools", ["s2s.cli", "s2s.review_page", "s2s.provenance", "s2s.batch_compile", "s2s.build_plan",
+               "s2s.__main__", "s2s"]),
 ]
 
 # The one module below the families that reads the primitive registry: passes, backends and
