@@ -18,7 +18,7 @@ import pytest
 import yaml   # pre-commit's own dependency (pre-commit is a test extra)
 
 from tests.helpers import CHECKOUT_PATH, ROOT, run_s2s_in
-from tests.workflows.test_user_repository import committed, git   # noqa: F401 (a fixture)
+from tests.workflows.test_user_repository import committed, git, repository   # noqa: F401 (fixtures)
 
 def readme_yaml(after: str) -> dict | list:
     """The first YAML block in README after the text `after`."""
@@ -28,16 +28,20 @@ def readme_yaml(after: str) -> dict | list:
     return yaml.safe_load(block.group(1))
 
 
-def test_readme_workflow_checks_the_package_as_its_job_runs(committed):   # noqa: F811
+def test_readme_workflow_checks_the_package_as_its_job_runs(repository):   # noqa: F811
     workflow = readme_yaml("`.github/workflows/derivatives.yml`")
     [job] = workflow["jobs"].values()
     [check] = [step for step in job["steps"] if step.get("run", "").startswith("s2s check")]
     installs = " ".join(step.get("run", "") for step in job["steps"])
     assert "#subdirectory=runtime" in installs and "pip install -e ." in installs
     command = shlex.split(check["run"])
-    result = run_s2s_in(committed, *command[1:])
+    result = run_s2s_in(repository, *command[1:])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "generated files are up to date" in result.stdout
+    [upload] = [step for step in job["steps"] if "upload-artifact" in step.get("uses", "")]
+    assert upload["if"] == "failure()"
+    page = repository / upload["with"]["path"]
+    assert page.is_file() and "grad_loss" in page.read_text()
 
 
 @pytest.fixture
