@@ -25,7 +25,7 @@ still differentiated by the user's rules.
 """
 from __future__ import annotations
 
-from s2s.core import eval_jaxpr
+from s2s.core import Literal, eval_jaxpr, literal_value
 from s2s.emit import stablehlo as _hlo
 from s2s.emit.pyexpr import register as _register_python
 from s2s.errors import StagingError
@@ -52,10 +52,17 @@ _inline.register_call(custom_jvp_call)
 _inline.register_call(custom_vjp_call)
 
 
+def _for_user_code(values: list) -> list:
+    """The values a rule hands the user's functions: a literal operand (a constant the
+    passes folded into the equation) as the NumPy scalar it stands for, which user code
+    computes with, as it does with any constant."""
+    return [literal_value(v) if type(v) is Literal else v for v in values]
+
+
 def _custom_jvp_rule(primals, tangents, *, call, rule):
     """Stages the user's jvp function on the primals and (instantiated) tangents."""
     tangents = [instantiate(t) for t in tangents]
-    outs, out_tangents = rule.apply_jvp(primals, tangents)
+    outs, out_tangents = rule.apply_jvp(_for_user_code(primals), tangents)
     return outs, out_tangents
 
 
@@ -64,7 +71,7 @@ _jvp.register(custom_jvp_call, _custom_jvp_rule)
 
 def _custom_vjp_rule(primals, tangents, *, call, rule):
     """The user's forward function, then a linear custom_vjp_lin over the tangents."""
-    outs, residuals = rule.apply_fwd(primals)
+    outs, residuals = rule.apply_fwd(_for_user_code(primals))
     if all(is_zero(t) for t in tangents):
         return outs, [Zero(tangent_aval(o.aval)) for o in outs]
     tangents = [instantiate(t) for t in tangents]
@@ -118,7 +125,7 @@ def _lin_jvp(primals, tangents, *, rule, call, **params):
 def _lin_transpose(cts, *args, rule, num_residuals, out_avals, call):
     residuals = args[:num_residuals]
     cts = [instantiate(c) for c in cts]
-    in_cts = rule.apply_bwd(residuals, cts)
+    in_cts = rule.apply_bwd(_for_user_code(residuals), cts)
     return [None] * num_residuals + list(in_cts)
 
 
