@@ -528,6 +528,25 @@ def test_custom_vjp_fwd_takes_the_arguments_in_their_order_with_a_later_nondiff_
     np.testing.assert_allclose(grads[1], 3 * v)
 
 
+def scaled_by_square(a, c):
+    return a * c ** 2
+
+
+def test_custom_rules_compute_with_an_argument_the_passes_made_a_constant():
+    """A default argument reaches the call as a constant the jvp pass folds into a literal;
+    fwd, bwd and jvp get it as the number it stands for (arithmetic on it works)."""
+    by_vjp = s2s.custom_vjp(scaled_by_square)
+    by_vjp.defvjp(lambda a, c: (by_vjp(a, c), (a, c)),
+                  lambda res, g: (g * res[1] ** 2, 2 * g * res[0] * res[1]))
+    by_jvp = s2s.custom_jvp(scaled_by_square)
+    by_jvp.defjvp(lambda primals, tangents: (by_jvp(*primals),
+                                             tangents[0] * primals[1] ** 2 + 2 * tangents[1] * primals[0] * primals[1]))
+    for custom in (by_vjp, by_jvp):
+        def loss(a, c=3.0):
+            return custom(a, c)
+        assert s2s.grad(loss)(2.0) == 9.0
+
+
 def test_forward_mode_of_custom_vjp_is_a_clear_error():
     with pytest.raises(s2s.S2SError, match="custom_vjp"):
         s2s.jvp(lambda x: clip_gradient(x, -1.0, 1.0), (np.ones(2),), (np.ones(2),))
