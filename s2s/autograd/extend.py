@@ -37,8 +37,10 @@ own `autograd.extend.primitive`s: the front end meets one in staged code and ask
 (`autograd.core.primitive_vjps`, `primitive_jvps`) are read where the program put them,
 never imported. Rules made with `defvjp`, `defjvp` and their `_argnum` forms are read
 from the closures autograd keeps them in; a rule s2s cannot read or stage (one that runs
-autograd's own tracing, as `autograd.misc.fixed_points` does) is refused at the call with
-what to write instead.
+autograd's own tracing) is refused at the call with what to write instead. autograd's own
+primitives are written with its tracing too: those s2s has its own versions of
+(`autograd.scipy.signal.convolve`, `autograd.misc.fixed_points.fixed_point`) stage as
+those, the rest are refused.
 """
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ import weakref
 
 import numpy as np
 
+from s2s.autograd.misc.fixed_points import fixed_point
+from s2s.autograd.scipy.signal import convolve
 from s2s.errors import S2SError, ShapeError, StagingError, UnsupportedFunctionError, api_boundary
 from s2s.frontend.args import aval_of_arg
 from s2s.frontend.autograd_calls import translate_autograd_primitives
@@ -440,9 +444,21 @@ def defjvp_argnums(prim, jvpmaker) -> None:
 _translated: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def translate_autograd_primitive(wrapped) -> primitive:
-    """An s2s primitive of the function autograd's primitive `wrapped` wraps, with the
-    rules autograd holds for it (read again when autograd is given new ones)."""
+# autograd's own primitives (by the module and name of the function they wrap) -> s2s's
+# versions of them, written with NumPy and s2s's transforms.
+_S2S_VERSIONS = {
+    ("autograd.scipy.signal", "convolve"): convolve,
+    ("autograd.misc.fixed_points", "fixed_point"): fixed_point,
+}
+
+
+def translate_autograd_primitive(wrapped):
+    """What a call of autograd's primitive `wrapped` stages as: s2s's version of one of
+    autograd's own, or an s2s primitive of the function it wraps, with the rules autograd
+    holds for it (read again when autograd is given new ones)."""
+    own = _S2S_VERSIONS.get((getattr(wrapped.fun, "__module__", None), getattr(wrapped.fun, "__qualname__", None)))
+    if own is not None:
+        return own
     core = sys.modules.get("autograd.core")
     vjp = core.primitive_vjps.get(wrapped) if core is not None else None
     jvp = core.primitive_jvps.get(wrapped) if core is not None else None

@@ -370,12 +370,6 @@ def test_a_fixed_point_solver_matches_autograds_to_second_order():
     np.testing.assert_allclose([first, second], [0.5 / np.sqrt(a), -0.25 * a ** -1.5], rtol=1e-9)
 
 
-def test_autograds_own_fixed_point_is_refused_with_the_fix():
-    with pytest.raises(s2s.UnsupportedFunctionError, match="primitive of autograd's own") as error:
-        s2s.grad(ag_sqrt_by_fixed_point)(2.0)
-    assert "s2s.autograd.extend.primitive" in str(error.value) and "ag_fixed_points.fixed_point(" in str(error.value)
-
-
 @ag_extend.primitive
 def ag_square(x):
     return x * x
