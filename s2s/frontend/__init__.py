@@ -35,6 +35,7 @@ from s2s.emit.signature import leaf_expression
 from s2s.errors import StagingError, StagingTypeError, UnsupportedFunctionError
 from s2s.frontend.args import (ShapeDtype, aval_of_arg, is_staged_leaf, normalize_argnums, object_holding_arrays_error,
                                unsupported_argument_error, unsupported_leaf_reason)
+from s2s.frontend.generators import StagedGenerator, generator_result_error, is_generator_function
 from s2s.frontend.guards import Guards, include, recording
 from s2s.frontend.source import FunctionSource, function_source, staging_errstate
 from s2s.frontend.walker import StagedFunction, call_user
@@ -402,6 +403,8 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
         call_args, call_kwargs = _split_by_kind(signature_of(fn), dict(zip(names, staged_values)),
                                                 call.n_args, passed)
         out = call_user(fn, call_args, call_kwargs)
+        if isinstance(out, StagedGenerator) and source is not None and is_generator_function(source.node):
+            raise generator_result_error(source)
         out_leaves, out_tree = tree_flatten(out)
         for leaf in out_leaves:
             if not (isinstance(leaf, Tracer) or is_staged_leaf(leaf) or isinstance(leaf, (bool, int))):

@@ -88,6 +88,10 @@ class Expressions:
     """The walker's expressions (a mixin of FunctionWalker, needing `ExpressionsNeeds` of
     it): `expr(node)` returns the node's value."""
 
+    # The variables of the comprehensions whose step is running, outermost first: each a
+    # (names, values) pair, the values its own (see `_comprehension_items`).
+    comprehensions_running: tuple = ()
+
     def expr(self, node):
         # Equations staged while `node` is walked come from it; names and constants stage
         # nothing, so they are not located (they are half of the nodes staging walks). A
@@ -269,44 +273,62 @@ class Expressions:
         raise UnsupportedSyntaxError("a starred expression is only allowed in calls, lists and tuples")
 
     def expr_ListComp(self, node):
-        return self._comprehension(node, lambda out, n: out.append(self.expr(n.elt)), [])
+        return list(self._comprehension_items(node, lambda: self.expr(node.elt)))
 
     def expr_SetComp(self, node):
-        return self._comprehension(node, lambda out, n: out.add(self.expr(n.elt)), set())
-
-    def expr_GeneratorExp(self, node):
-        # Evaluated eagerly: `sum(x ** 2 for x in xs)` means the same with a list.
-        return iter(self.expr_ListComp(node))
+        return set(self._comprehension_items(node, lambda: self.expr(node.elt)))
 
     def expr_DictComp(self, node):
-        def add(out, n):
-            out[self.expr(n.key)] = self.expr(n.value)
-        return self._comprehension(node, add, {})
+        return dict(self._comprehension_items(node, lambda: (self.expr(node.key), self.expr(node.value))))
 
-    def _comprehension(self, node, add, out):
-        # Comprehension variables are local to the comprehension, as in Python 3.
-        saved = dict(self.scope.vars)
+    def _comprehension_items(self, node, element):
+        """What `element()` gives at each innermost step of a comprehension, step by step
+        as they are asked for (a generator expression's are asked for later, by the code
+        using it: generators.py). The first iterable is evaluated now, in the enclosing
+        scope, as Python does. The comprehension's variables are its own, as in Python 3:
+        bound only while one of its steps runs, so the code between two steps of a lazy
+        generator expression sees its own variables of the same names. A generator
+        expression made in a step of another comprehension reads that one's variables
+        as they are when its items are asked for, as a Python closure reads them: its
+        steps bind those too."""
+        first = iter(self.expr(node.generators[0].iter))
+        names = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        layers = (*self.comprehensions_running, (names, {}))
 
-        def loop(generators):
-            if not generators:
-                add(out, node)
-                return
-            gen = generators[0]
-            for item in self.expr(gen.iter):
-                self.assign(gen.target, item)
-                if all(self.truth(self.expr(c), c, "a comprehension filter") for c in gen.ifs):
-                    loop(generators[1:])
-        try:
-            loop(node.generators)
-        finally:
-            targets = {n.id for g in node.generators for n in ast.walk(g.target)
-                       if isinstance(n, ast.Name)}
-            for name in targets:
-                if name in saved:
-                    self.scope.vars[name] = saved[name]
+        def bound(run):
+            running = self.comprehensions_running
+            enclosing = {name: self.scope.vars[name] for names, _ in layers for name in names
+                         if name in self.scope.vars}
+            for _, values in layers:
+                self.scope.vars.update(values)
+            self.comprehensions_running = layers
+            try:
+                return run()
+            finally:
+                self.comprehensions_running = running
+                for k, (names, values) in enumerate(layers):   # each name to the innermost that has it
+                    inner = set().union(*(n for n, _ in layers[k + 1:]))
+                    values.update((name, self.scope.vars[name]) for name in names - inner
+                                  if name in self.scope.vars)
+                for names, _ in layers:
+                    for name in names:
+                        self.scope.vars.pop(name, None)
+                self.scope.vars.update(enclosing)
+
+        def steps(generators, iterator):
+            generator = generators[0]
+
+            def admits(item):
+                self.assign(generator.target, item)
+                return all(self.truth(self.expr(c), c, "a comprehension filter") for c in generator.ifs)
+            for item in iterator:
+                if not bound(lambda: admits(item)):
+                    continue
+                if len(generators) == 1:
+                    yield bound(element)
                 else:
-                    self.scope.vars.pop(name, None)
-        return out
+                    yield from steps(generators[1:], bound(lambda: iter(self.expr(generators[1].iter))))
+        return steps(node.generators, first)
 
     def expr_NamedExpr(self, node):
         value = self.expr(node.value)
@@ -314,8 +336,12 @@ class Expressions:
         return value
 
     def expr_Yield(self, node):
-        raise UnsupportedSyntaxError("generators (`yield`) cannot be staged",
-                                     "return a list or tuple instead")
+        """(A `yield` standing as a statement suspends the walk: generators.py.)"""
+        raise UnsupportedSyntaxError(
+            "a `yield` inside an expression cannot be staged: s2s suspends a generator only "
+            "between statements",
+            "write the `yield` as a statement of its own (`yield value`, `name = yield value`) "
+            "and use the name")
 
     expr_YieldFrom = expr_Yield
 

@@ -203,9 +203,6 @@ class Loops:
                               f"{unstaged_because.what}; fix that and the jump works")
                     e.unrolled_jump = None     # said by the loop the jump belongs to
                 raise
-        if isinstance(iterable, Tracer) and not iterable.shape:
-            raise StagingError("iteration over a 0-d array",
-                               "loop over a 1-d or higher array, or over range(n)")
         self._unrolled_for(node, iterable)
 
     def _checkpointed_for(self, node, iterable):
@@ -224,14 +221,23 @@ class Loops:
                                "fix that, or drop s2s.checkpointed to let the loop unroll",
                                self.source.info(node))
 
-    def _unrolled_for(self, node, iterable):
+    def _static_iterator(self, iterable):
+        """The items of a loop run while staging (a generator's `yield from` too), a list's
+        or tuple's guarded (`for layer in self.layers`: each layer's attributes)."""
+        if isinstance(iterable, Tracer) and not iterable.shape:
+            raise StagingError("iteration over a 0-d array",
+                               "loop over a 1-d or higher array, or over range(n)")
         try:
             iterator = iter(iterable)
         except TypeError as e:
             raise StagingError(f"cannot loop over this value: {e}",
                                "loop over a list, tuple, range or array") from None
-        if isinstance(iterable, (list, tuple)):   # (`for layer in self.layers`: each layer's attributes)
+        if isinstance(iterable, (list, tuple)):
             record_items(iterable, enumerate(iterable))
+        return iterator
+
+    def _unrolled_for(self, node, iterable):
+        iterator = self._static_iterator(iterable)
         if loop_jumps(node.body) and not can_return(node.body):
             return self._masked_unrolled_for(node, iterator)
         for item in iterator:

@@ -15,8 +15,8 @@ staged raises UnsupportedSyntaxError at its line.
 This module is the walker's core: a function activation (`Scope`), statement dispatch,
 assignment, nested functions, and `call_user`, the one way a user callable is staged (it
 and the walker call each other). Its rooms are mixins: expressions (`expressions.py`),
-in-place updates (`in_place.py`), branches and jumps (`control_flow.py`) and loops
-(`loops.py`).
+in-place updates (`in_place.py`), branches and jumps (`control_flow.py`), loops
+(`loops.py`) and generators, staged as their items are asked for (`generators.py`).
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from s2s.errors import (ConcretizationError, S2SError, StagingError, StagingType
 from s2s.frontend.autograd_calls import autograd_callee
 from s2s.frontend.control_flow import FLAG_HINTS, Break, Continue, ControlFlow, Return
 from s2s.frontend.expressions import Expressions, is_array_constant
+from s2s.frontend.generators import Generators, is_generator_function
 from s2s.frontend.guards import (record_builtin, record_cached_call, record_cell, record_defaults,
                                  record_derived, record_global, record_module_attribute, record_receiver)
 from s2s.frontend.in_place import InPlaceUpdates
@@ -178,31 +179,24 @@ def _bind(signature: inspect.Signature, args, kwargs, name: str) -> dict:
     return dict(bound.arguments)
 
 
-_SUSPENDING = {ast.Yield: "`yield`", ast.YieldFrom: "`yield from`", ast.Await: "`await`"}
-
-
-def _generator_error(source: FunctionSource) -> UnsupportedSyntaxError:
-    """A generator or coroutine, refused at its first `yield` (or `await`): calling it runs
-    none of its body, so what it yields could never be staged as a value."""
-    first = next((node for node in walk_scope(source.node.body) if type(node) in _SUSPENDING), None)
+def _coroutine_error(source: FunctionSource) -> UnsupportedSyntaxError:
+    """An `async def`, refused at its first `await`: calling it runs none of its body, and
+    staged code has no event loop to run it on."""
+    first = next((node for node in walk_scope(source.node.body) if isinstance(node, ast.Await)), None)
     if first is None:   # `async def` without an `await`
         return UnsupportedSyntaxError(f"{source.name} is a coroutine (`async def`), which cannot be "
                                       "staged", "staged functions are synchronous: use `def`",
                                       source.info(source.node))
-    return UnsupportedSyntaxError(
-        f"{_SUSPENDING[type(first)]} makes {source.name} a "
-        f"{'coroutine' if type(first) is ast.Await else 'generator'}, which cannot be staged",
-        "return a list or tuple of the values instead of yielding them"
-        if type(first) is not ast.Await else "staged functions are synchronous: use `def`",
-        source.info(first))
+    return UnsupportedSyntaxError(f"`await` makes {source.name} a coroutine, which cannot be staged",
+                                  "staged functions are synchronous: use `def`", source.info(first))
 
 
 def stage_python_function(fn, args, kwargs, self_arg=None):
     """Stages a call of a plain Python function (module-level, nested, lambda, method)."""
     source = function_source(fn)
     check_supported_scope(source)
-    if fn.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        raise _generator_error(source)
+    if fn.__code__.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        raise _coroutine_error(source)
     closure, cells = {}, {}
     if fn.__closure__:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -250,7 +244,7 @@ def _is_static_scalar_tree(value) -> bool:
     return not (isinstance(value, Tracer) or is_array_constant(value))
 
 
-class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
+class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops, Generators):
     """Walks one function body. Statements are executed; expressions return values.
 
     This class is the core (state, statement dispatch, assignment, calls) over the rooms
@@ -272,11 +266,18 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops):
         A call is recursion when the same function is called again with the same static
         arguments inside it: the same function object, not just the same source, since
         closures made by one def or lambda (a factory's `lambda x: f(g(x))` composed with
-        itself) differ in what they close over and may call one another."""
+        itself) differ in what they close over and may call one another.
+
+        A generator function's call returns the Python generator that stages its body as
+        its items are asked for (`generators.py`), outside this recursion check: a
+        generator delegating to itself (`yield from walk(n)`) nests only as deep as the
+        items taken."""
         node = self.source.node
         for name, value in bound_args.items():
             self.assign_name(name, value)
         self.arguments = {id(v) for v in bound_args.values() if isinstance(v, Tracer)}
+        if is_generator_function(node):   # its body is staged as its items are asked for
+            return self.generate(node.body)
         key = (id(node), id(function), tuple((k, _static_key(v)) for k, v in bound_args.items()))
         stack = _call_stack()
         if key in stack:
