@@ -117,8 +117,23 @@ def takes_with_next(x):
     return first * second + sum(items)
 
 
-def test_yield_from_and_next():
-    check_values_and_gradient(takes_with_next, X)
+def running_total(x):
+    total = x
+    while True:
+        step = yield total          # what the consumer sends
+        total = total + step
+
+
+def sends_steps(x):
+    totals = running_total(x)
+    next(totals)
+    totals.send(x * 2.0)
+    return totals.send(np.sin(x))
+
+
+@pytest.mark.parametrize("fn", [takes_with_next, sends_steps])
+def test_yield_from_next_and_send(fn):
+    check_values_and_gradient(fn, X)
 
 
 # --- lazily: an endless generator, zipped with a finite range ---------------------------------
@@ -226,6 +241,13 @@ def range_of_an_array(x):
         yield x * k
 
 
+def break_on_an_array(x):
+    for k in range(3):
+        if x[k] > 0:
+            break  # ERROR
+        yield x
+
+
 def yield_in_an_expression(x):
     y = np.sin((yield x))  # ERROR
     yield y
@@ -241,22 +263,23 @@ def marked_line(fn) -> int:
     return start + next(k for k, line in enumerate(lines) if "# ERROR" in line)
 
 
-@pytest.mark.parametrize("generator, error, says", [
-    (while_on_an_array, UnsupportedSyntaxError, "this `while` holding a `yield` tests an array"),
-    (if_on_an_array, UnsupportedSyntaxError, "this `if` on an array holds a `yield`"),
-    (range_of_an_array, UnsupportedSyntaxError, "runs over a range with an array bound"),
-    (yield_in_an_expression, UnsupportedSyntaxError, "a `yield` inside an expression"),
-    (yield_in_a_with, UnsupportedSyntaxError, "a `yield` inside a `with` block"),
+@pytest.mark.parametrize("generator, says, advice", [
+    (while_on_an_array, "this `while` holding a `yield` tests an array", "for _ in range(max_items):"),
+    (if_on_an_array, "this `if` on an array holds a `yield`", "np.where(condition, a, b)"),
+    (range_of_an_array, "runs over a range with an array bound", "test a Python value there"),
+    (break_on_an_array, "`break` inside an `if` on an array", "a loop holding a `yield` runs while staging"),
+    (yield_in_an_expression, "a `yield` inside an expression", "`name = yield value`"),
+    (yield_in_a_with, "a `yield` inside a `with` block", "move the `yield` out of the block"),
 ], ids=lambda v: getattr(v, "__name__", None))
-def test_refusals_point_at_the_line_and_say_what_to_write(generator, error, says):
+def test_refusals_point_at_the_line_and_say_what_to_write(generator, says, advice):
     def consumer(x):
         return sum(generator(x))
-    with pytest.raises(error) as info:
+    with pytest.raises(UnsupportedSyntaxError) as info:
         s2s.jit(consumer)(X)
     message = str(info.value)
     first = message.splitlines()[0]
     assert f"test_generators.py:{marked_line(generator)}:" in first and says in first, message
-    assert "^" in message and "\nhelp: " in message, message
+    assert "^" in message and "\nhelp: " in message and advice in message, message
 
 
 def test_an_item_asked_for_in_a_branch_on_an_array_is_refused():
