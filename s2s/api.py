@@ -7,6 +7,7 @@ one clean compiler-style message, without s2s's internal frames.
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from s2s import tree as tree_util
 from s2s.core import ClosedJaxpr, eval_jaxpr as _eval_jaxpr
@@ -20,7 +21,11 @@ from s2s_runtime import distributed, xla
 from s2s_runtime.array import Array
 
 
-def make_jaxpr(fn, static_argnums=(), static_argnames=(), dynamic_argnums=()):
+# block_until_ready and stop_gradient give back what they are given, of the same type.
+T = TypeVar("T")
+
+def make_jaxpr(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (), static_argnames: str | Iterable[str] = (),
+               dynamic_argnums: int | Sequence[int] = ()) -> Callable[..., ClosedJaxpr]:
     """`make_jaxpr(f)(*args)` → the ClosedJaxpr s2s stages `f` into for those arguments."""
     @api_boundary
     @functools.wraps(fn)
@@ -29,14 +34,15 @@ def make_jaxpr(fn, static_argnums=(), static_argnames=(), dynamic_argnums=()):
     return make
 
 
-def eval_jaxpr(closed: ClosedJaxpr, *args) -> list:
+def eval_jaxpr(closed: ClosedJaxpr, *args: Any) -> list:
     """Runs a ClosedJaxpr with the NumPy reference implementations; returns flat outputs."""
     return _eval_jaxpr(closed, *args)
 
 
 @api_boundary
-def emit_python(fn, *example_args, static_argnums=(), static_argnames=(), dynamic_argnums=(),
-                name: str | None = None, source_comments: bool = True, **example_kwargs) -> str:
+def emit_python(fn: Callable[..., Any], *example_args: Any, static_argnums: int | Sequence[int] = (),
+                static_argnames: str | Iterable[str] = (), dynamic_argnums: int | Sequence[int] = (),
+                name: str | None = None, source_comments: bool = True, **example_kwargs: Any) -> str:
     """The source of a standalone module computing `fn` for arguments like the examples.
 
     Example arguments may be arrays, `s2s.ShapeDtype`s, or static Python values. Large
@@ -91,7 +97,7 @@ def process_count() -> int:
 
 
 @api_boundary
-def block_until_ready(tree):
+def block_until_ready(tree: T) -> T:
     """Waits until every `s2s.Array` in `tree` is computed (jit returns before XLA is done,
     like jax); returns `tree`."""
     for leaf in tree_util.tree_leaves(tree):
@@ -100,6 +106,6 @@ def block_until_ready(tree):
     return tree
 
 
-def stop_gradient(x):
+def stop_gradient(x: T) -> T:
     """The value of `x` (a pytree), treated as a constant by differentiation."""
     return tree_util.tree_map(stop_gradient_p.bind, x)

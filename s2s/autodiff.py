@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -313,7 +313,8 @@ def _argnums_param(argnums) -> tuple:
 
 
 @api_boundary
-def grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False, allow_int: bool = False):
+def grad(fn: Callable[..., Any] | None = None, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False, allow_int: bool = False) -> Callable[..., Any]:
     """The gradient of a scalar function with respect to argument(s) `argnums`.
 
     Usable as `s2s.grad(f)` or as a decorator, bare (`@s2s.grad`) or with arguments
@@ -333,8 +334,9 @@ def grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False, a
 
 
 @api_boundary
-def value_and_grad(fn=None, argnums=0, has_aux: bool = False, holomorphic: bool = False,
-                   allow_int: bool = False):
+def value_and_grad(fn: Callable[..., Any] | None = None, argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False) -> Callable[..., Any]:
     """`(f(x), grad(f)(x))` in one pass; with `has_aux`, `((value, aux), grads)`."""
     if fn is None:
         return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux,
@@ -402,7 +404,7 @@ def _check_like(value, aval: ShapedArray, what: str, like: str, shape_error, dty
 
 
 @api_boundary
-def jvp(fn, primals, tangents):
+def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
     """`(fn(*primals), tangent of fn at primals along tangents)`, as pytrees."""
     _check_tuples(primals, tangents)
     staged, call = _staged_primals(fn, primals)
@@ -416,7 +418,7 @@ def jvp(fn, primals, tangents):
 
 
 @api_boundary
-def linearize(fn, *primals):
+def linearize(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]:
     """`(fn(*primals), f_jvp)` where `f_jvp(*tangents)` evaluates only the linear part."""
     staged, call = _staged_primals(fn, primals)
     closed = staged.closed
@@ -441,7 +443,7 @@ def linearize(fn, *primals):
 
 
 @api_boundary
-def vjp(fn, *primals, has_aux: bool = False):
+def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple[Any, ...]:
     """`(fn(*primals), vjp_fn)`; `vjp_fn(cotangent)` returns one cotangent per primal.
 
     With `has_aux`, fn returns `(out, aux)` and vjp returns `(out, vjp_fn, aux)`.
@@ -480,7 +482,7 @@ def vjp(fn, *primals, has_aux: bool = False):
 
 
 @api_boundary
-def linear_transpose(fn, *primals):
+def linear_transpose(fn: Callable[..., Any], *primals: Any) -> Callable[..., tuple[Any, ...]]:
     """The transpose of a linear `fn`, evaluated at example `primals` (only their types matter)."""
     staged, call = _staged_primals(fn, primals)
     closed = staged.closed
@@ -631,7 +633,8 @@ def _jac_derive(argnums, mode: str, holomorphic: bool, has_aux: bool):
 
 
 @api_boundary
-def jacrev(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
+def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False) -> Callable[..., Any]:
     """The Jacobian by reverse mode: one backward pass, batched over the output elements.
     Real outputs, as jax.jacrev, unless `holomorphic=True` (then df/dz of complex z). With
     `has_aux`, fn returns `(out, aux)` and the result is `(jacobian of out, aux)`."""
@@ -642,7 +645,8 @@ def jacrev(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
 
 
 @api_boundary
-def jacfwd(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
+def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False) -> Callable[..., Any]:
     """The Jacobian by forward mode: one tangent pass, batched over the input elements.
     Real inputs, as jax.jacfwd, unless `holomorphic=True` (then df/dz of complex z). With
     `has_aux`, fn returns `(out, aux)` and the result is `(jacobian of out, aux)`."""
@@ -652,7 +656,8 @@ def jacfwd(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
                                            "the Jacobian: the result's shape followed by the argument's"))
 
 
-def hessian(fn, argnums=0, has_aux: bool = False, holomorphic: bool = False):
+def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+            holomorphic: bool = False) -> Callable[..., Any]:
     """The Hessian: forward over reverse, `jacfwd(jacrev(fn))`; with `has_aux`, fn returns
     `(out, aux)` and the result is `(hessian of out, aux)`, as jax.hessian's."""
     return jacfwd(jacrev(fn, argnums, has_aux=has_aux, holomorphic=holomorphic), argnums, has_aux=has_aux,

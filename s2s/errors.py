@@ -15,12 +15,17 @@ import os
 import sys
 import types
 import warnings
+from typing import Callable, ParamSpec, TypeVar
 
 import s2s_runtime
 from s2s.source_info import SourceInfo
 from s2s_runtime.array import DonatedBufferError
 from s2s_runtime.distributed import ProgramMismatchError
 
+
+# What an api_boundary keeps of the function it wraps: its parameters and result, for type checkers.
+P = ParamSpec("P")
+R = TypeVar("R")
 
 class S2SError(Exception):
     """Base class of every error that is the user's to fix."""
@@ -165,7 +170,7 @@ def warn_at_user_code(message: str, category=UserWarning) -> None:
                            registry=frame.f_globals.setdefault("__warningregistry__", {}))
 
 
-def api_boundary(fn):
+def api_boundary(fn: Callable[P, R]) -> Callable[P, R]:
     """`fn` as an entry point a user calls: an error of USER_ERRORS leaves it without the
     frames of s2s's it came through (theirs, of code s2s ran as Python, stay), its message
     and location as they were. Only the outermost boundary of a call does so: one that
@@ -174,7 +179,7 @@ def api_boundary(fn):
     other class, passes untouched, with every frame. What is left of s2s's in the
     traceback is this boundary's own frame (`user_api_boundary`), where the error leaves."""
     @functools.wraps(fn)
-    def user_api_boundary(*args, **kwargs):
+    def user_api_boundary(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as error:

@@ -26,6 +26,7 @@ import linecache
 import sys
 import unicodedata
 import zipfile
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -138,7 +139,8 @@ DEFAULT_TRANSFORMS = ("primal", "grad")
 
 
 @api_boundary
-def export(*args, transforms=DEFAULT_TRANSFORMS, name: str | None = None, argnums=0):
+def export(*args: Any, transforms: str | Sequence[str] = DEFAULT_TRANSFORMS, name: str | None = None,
+           argnums: int | Sequence[int] = 0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declares a function for `s2s emit`, `s2s check` and `s2s compile`. `args`: one spec
     string ('f32[128,784], f32[784]') or example arguments (ShapeDtypes, arrays, static
     values: Python ints stay static, as everywhere). `transforms`: a tuple of the names in

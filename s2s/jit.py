@@ -21,7 +21,7 @@ import inspect
 import sys
 import threading
 import weakref
-from typing import Callable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -182,8 +182,9 @@ class Jitted(Caller, TransformedFunction):
 
 
 @api_boundary
-def jit(fn=None, *, static_argnums=(), static_argnames=(), dynamic_argnums=(), donate_argnums=(),
-        device=None, backend: str = "xla"):
+def jit(fn: Callable[..., Any] | None = None, *, static_argnums: int | Sequence[int] = (),
+        static_argnames: str | Iterable[str] = (), dynamic_argnums: int | Sequence[int] = (),
+        donate_argnums: int | Sequence[int] = (), device: Any = None, backend: str = "xla") -> Callable[..., Any]:
     """`@s2s.jit` or `s2s.jit(f, static_argnums=..., donate_argnums=..., device=...)`.
 
     Donated positional arguments give their buffers to outputs of the same shape and

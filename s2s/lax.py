@@ -12,6 +12,8 @@ mistake in what it is given is shown at the user's call.
 """
 from __future__ import annotations
 
+from typing import Any, Callable, Hashable, Sequence
+
 import numpy as np
 
 from s2s.core import ClosedJaxpr
@@ -34,6 +36,9 @@ __all__ = ["all_gather", "all_to_all", "axis_index", "cond", "custom_linear_solv
            "while_loop", "checkpointed"]
 
 
+# A collective's axis: a name given to vmap or pmap, or a tuple of them (the axes together).
+AxisName = Hashable | tuple[Hashable, ...]
+
 def __dir__() -> list[str]:
     """`dir(s2s.lax)` lists the API, not the names this module imports to build it."""
     return sorted(__all__)
@@ -45,13 +50,13 @@ def _staging(fn) -> Direct:
 
 
 @api_boundary
-def switch(index, branches, *operands):
+def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -> Any:
     """`branches[index](*operands)`, with `index` clamped into range (jax.lax.switch)."""
     return structured.switch(index, [_staging(b) for b in branches], *operands)
 
 
 @api_boundary
-def cond(pred, true_fun, false_fun, *operands):
+def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
     """`true_fun(*operands) if pred else false_fun(*operands)`, staged as one `cond`
     (jax.lax.cond); a static `pred` just calls the branch it picks."""
     if not isinstance(pred, (Tracer, np.ndarray, np.generic)):
@@ -63,7 +68,8 @@ def cond(pred, true_fun, false_fun, *operands):
 
 
 @api_boundary
-def while_loop(cond_fun, body_fun, init_val, max_iters=None):
+def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any,
+               max_iters: int | None = None) -> Any:
     """`while cond_fun(val): val = body_fun(val)`, staged as one `while_loop`.
 
     With `max_iters` (beyond jax.lax.while_loop) the loop also stops after `max_iters`
@@ -76,7 +82,8 @@ def while_loop(cond_fun, body_fun, init_val, max_iters=None):
 
 
 @api_boundary
-def scan(f, init, xs=None, length=None, reverse=False, unroll=1, checkpoints=None):
+def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, length: int | None = None,
+         reverse: bool = False, unroll: int | bool = 1, checkpoints: int | None = None) -> tuple[Any, Any]:
     """jax.lax.scan: `carry, y = f(carry, x)` over the leading axis of `xs` (a pytree, or
     None with `length`); returns the final carry and the stacked ys.
 
@@ -97,7 +104,7 @@ def _from_source(helper) -> Direct:
 
 
 @api_boundary
-def fori_loop(lower, upper, body_fun, init_val):
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_val: Any) -> Any:
     """`for i in range(lower, upper): val = body_fun(i, val)`. With static bounds it is a
     scan (so reverse mode works, as in JAX); with staged bounds a while_loop."""
     if not any(isinstance(b, Tracer) for b in (lower, upper)):
@@ -123,7 +130,7 @@ def fori_loop(lower, upper, body_fun, init_val):
 
 
 @api_boundary
-def map(f, xs):
+def map(f: Callable[[Any], Any], xs: Any) -> Any:
     """`np.stack([f(x) for x in xs])` over the leading axis (of every leaf), as a scan."""
     def step(carry, x):
         return carry, f(x)
@@ -137,7 +144,8 @@ def map(f, xs):
 
 
 @api_boundary
-def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
+def custom_root(f: Callable[[Any], Any], initial_guess: Any, solve: Callable[[Callable[[Any], Any], Any], Any],
+                tangent_solve: Callable[[Callable[[Any], Any], Any], Any], has_aux: bool = False) -> Any:
     """x with f(x) = 0, found by `solve(f, initial_guess)` (any code: a Newton while loop);
     differentiated by the implicit function theorem with `tangent_solve(g, y)`, which solves
     g(x) = y for the linear map g = ∂f/∂x (jax.lax.custom_root). Derivatives flow to what f
@@ -195,7 +203,9 @@ def _staged_solver(solve, linear_map: ClosedJaxpr, consts: list, b, what: str) -
 
 
 @api_boundary
-def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False):
+def custom_linear_solve(matvec: Callable[[Any], Any], b: Any, solve: Callable[[Callable[[Any], Any], Any], Any],
+                        transpose_solve: Callable[[Callable[[Any], Any], Any], Any] | None = None,
+                        symmetric: bool = False) -> Any:
     """x = A⁻¹ b for the linear map `matvec`, computed by `solve(matvec, b)` and
     differentiated implicitly: forward mode solves again, reverse mode solves with Aᵀ
     (`transpose_solve(vecmat, b)`, or `solve` when `symmetric`) — jax.lax.custom_linear_solve."""
@@ -260,7 +270,7 @@ def _groups(what: str, axes, axis_index_groups):
 
 
 @api_boundary
-def psum(x, axis_name, *, axis_index_groups=None):
+def psum(x: Any, axis_name: AxisName, *, axis_index_groups: Sequence[Sequence[int]] | None = None) -> Any:
     """The sum of `x` over every example of the named axis (or axes), the same for each
     example (jax.lax.psum); `x` may be a pytree. `axis_index_groups` (lists of example
     indices covering one axis in groups of equal size): each group's sum, in its members."""
@@ -270,7 +280,7 @@ def psum(x, axis_name, *, axis_index_groups=None):
 
 
 @api_boundary
-def pmean(x, axis_name, *, axis_index_groups=None):
+def pmean(x: Any, axis_name: AxisName, *, axis_index_groups: Sequence[Sequence[int]] | None = None) -> Any:
     """The mean of `x` over the named axis (or axes, or each group): a psum divided by their
     size, as in JAX (an integer `x` gives a float mean)."""
     axes = _bound_axes("pmean", axis_name)
@@ -280,7 +290,7 @@ def pmean(x, axis_name, *, axis_index_groups=None):
 
 
 @api_boundary
-def pmax(x, axis_name, *, axis_index_groups=None):
+def pmax(x: Any, axis_name: AxisName, *, axis_index_groups: Sequence[Sequence[int]] | None = None) -> Any:
     """The elementwise maximum of `x` over the named axis (or axes, or each group)
     (jax.lax.pmax)."""
     axes = _bound_axes("pmax", axis_name)
@@ -289,7 +299,7 @@ def pmax(x, axis_name, *, axis_index_groups=None):
 
 
 @api_boundary
-def pmin(x, axis_name, *, axis_index_groups=None):
+def pmin(x: Any, axis_name: AxisName, *, axis_index_groups: Sequence[Sequence[int]] | None = None) -> Any:
     """The elementwise minimum of `x` over the named axis (or axes, or each group)
     (jax.lax.pmin)."""
     axes = _bound_axes("pmin", axis_name)
@@ -298,7 +308,8 @@ def pmin(x, axis_name, *, axis_index_groups=None):
 
 
 @api_boundary
-def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
+def all_gather(x: Any, axis_name: AxisName, *, axis_index_groups: Sequence[Sequence[int]] | None = None,
+               axis: int = 0, tiled: bool = False) -> Any:
     """Every example's `x`, stacked along a new axis `axis` (tiled: concatenated along
     `x`'s axis `axis`) in the order of the named axis (jax.lax.all_gather); with
     `axis_index_groups`, the members of the example's group, in the group's order."""
@@ -317,7 +328,7 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
 
 
 @api_boundary
-def axis_index(axis_name):
+def axis_index(axis_name: AxisName) -> Any:
     """This example's position along the named axis (int32; over a tuple of names, the
     first is the major one) (jax.lax.axis_index)."""
     return collectives.axis_index.bind(axes=_bound_axes("axis_index", axis_name))
@@ -333,7 +344,7 @@ def _axis_of(what: str, leaf, axis: int) -> int:
 
 
 @api_boundary
-def ppermute(x, axis_name, perm):
+def ppermute(x: Any, axis_name: AxisName, perm: Sequence[tuple[int, int]]) -> Any:
     """`x` sent along the named axis by `perm`, (source, destination) pairs: example
     `destination` gets `source`'s `x`, examples no pair sends to get zeros (jax.lax.ppermute)."""
     axes = _bound_axes("ppermute", axis_name)
@@ -347,7 +358,8 @@ def ppermute(x, axis_name, perm):
 
 
 @api_boundary
-def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
+def psum_scatter(x: Any, axis_name: AxisName, *, scatter_dimension: int = 0,
+                 axis_index_groups: Sequence[Sequence[int]] | None = None, tiled: bool = False) -> Any:
     """The sum of `x` over the named axis, split along `scatter_dimension` among the
     examples: example i gets part i (that axis, of the axis's size, dropped; tiled: the
     i-th of its equal parts) (jax.lax.psum_scatter); with `axis_index_groups`, the sum over
@@ -360,7 +372,8 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
 
 
 @api_boundary
-def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
+def all_to_all(x: Any, axis_name: AxisName, split_axis: int, concat_axis: int, *,
+               axis_index_groups: Sequence[Sequence[int]] | None = None, tiled: bool = False) -> Any:
     """`x` split along `split_axis` into one part per example, part j sent to example j,
     the parts received stacked along a new axis `concat_axis` in the examples' order (the
     split axis, of the axis's size, dropped; tiled: concatenated along `concat_axis`)

@@ -22,6 +22,8 @@ This lives in the transforms layer, not in numpy_api: it stages the user's `func
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from s2s import dtypes
@@ -288,7 +290,8 @@ def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None,
 
 
 @api_boundary
-def lax_odeint(func, y0, t, *args, rtol=1.4e-8, atol=1.4e-8, mxstep=np.inf):
+def lax_odeint(func: Callable[..., Any], y0: Any, t: Any, *args: Any, rtol: float = 1.4e-8, atol: float = 1.4e-8,
+               mxstep: float = np.inf) -> Any:
     """`s2s.lax.odeint`, with jax.experimental.ode.odeint's signature (`args` may be pytrees; `mxstep` counts the
     steps between two times of `t`): the same integration as `scipy.integrate.odeint`."""
     return _odeint_user(func, y0, t, args, rtol, atol, mxstep)

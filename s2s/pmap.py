@@ -40,6 +40,8 @@ on each call, the same on every device, and each device folds its index into it
 """
 from __future__ import annotations
 
+from typing import Any, Callable, Hashable, Sequence
+
 import numpy as np
 
 from s2s import dtypes
@@ -329,8 +331,9 @@ def _with_axis(shape: tuple, axis: int, size: int) -> tuple:
 
 
 @api_boundary
-def pmap(fn=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(), devices=None,
-         donate_argnums=()):
+def pmap(fn: Callable[..., Any] | None = None, axis_name: Hashable | None = None, *, in_axes: Any = 0,
+         out_axes: Any = 0, static_broadcasted_argnums: int | Sequence[int] = (), devices: Sequence[Any] | None = None,
+         donate_argnums: int | Sequence[int] = ()) -> Callable[..., Any]:
     """`fn` run on several devices at once, each on its slice of the mapped arguments
     (jax.pmap); usable as a decorator, bare or with arguments."""
     if fn is None:

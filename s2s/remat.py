@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import types
+from typing import Any, Callable, Iterable, Sequence
 
 from s2s import dtypes
 from s2s.autodiff import vjp_parts
@@ -149,8 +150,9 @@ _REMOVED = object()   # `concrete=`'s default: told apart from any value a calle
 
 
 @api_boundary
-def checkpoint(fn=None, *, policy=None, prevent_cse: bool = True, static_argnums=(), static_argnames=(),
-               concrete=_REMOVED):
+def checkpoint(fn: Callable[..., Any] | None = None, *, policy: Callable[..., bool] | None = None,
+               prevent_cse: bool = True, static_argnums: int | Sequence[int] = (),
+               static_argnames: str | Iterable[str] = (), concrete: Any = _REMOVED) -> Callable[..., Any]:
     """`fn`, made to save for reverse mode only what `policy` saves (and its inputs),
     recomputing the rest in the backward pass (jax.checkpoint). Usable as a decorator,
     bare or with arguments. `policy` is one of `checkpoint_policies` or any
@@ -179,7 +181,7 @@ remat = checkpoint
 
 
 @api_boundary
-def checkpoint_name(x, name: str):
+def checkpoint_name(x: Any, name: str) -> Any:
     """`x` (every array of a pytree), tagged `name` for `save_only_these_names` and
     `save_anything_except_these_names` (jax.ad_checkpoint.checkpoint_name)."""
     if not isinstance(name, str):
@@ -223,7 +225,7 @@ def saved_residuals(fn, *args) -> list[SavedResidual]:
 
 
 @api_boundary
-def print_saved_residuals(fn, *args) -> list[SavedResidual]:
+def print_saved_residuals(fn: Callable[..., Any], *args: Any) -> list[SavedResidual]:
     """Prints what reverse mode of `fn` at `args` saves: each residual's type, size and
     the line that computed it (or the argument it is), then the total; returns the list
     (jax.ad_checkpoint.print_saved_residuals)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
 
@@ -185,7 +185,7 @@ def _hashable(aux):
         return repr(aux)
 
 
-def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None) -> tuple[list, PyTreeDef]:
+def tree_flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> tuple[list, PyTreeDef]:
     """The leaves of `tree` in order (dicts by sorted key, as jax.tree_util) and its
     structure; `is_leaf(node)` true stops the descent there."""
     leaves: list = []
@@ -233,12 +233,12 @@ def register_array_type(cls: type) -> None:
     _ARRAY_TYPES.add(cls)
 
 
-def tree_unflatten(treedef: PyTreeDef, leaves):
+def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Any]) -> Any:
     """The tree of structure `treedef` holding `leaves` (the inverse of tree_flatten)."""
     return treedef.unflatten(leaves)
 
 
-def tree_leaves(tree, is_leaf=None) -> list:
+def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
     """The leaves of `tree`, in tree_flatten's order."""
     return tree_flatten(tree, is_leaf)[0]
 
@@ -247,7 +247,7 @@ def tree_structure(tree, is_leaf=None) -> PyTreeDef:
     return tree_flatten(tree, is_leaf)[1]
 
 
-def tree_map(fn: Callable, tree, *rest, is_leaf=None):
+def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] | None = None) -> Any:
     """`tree` with each leaf replaced by `fn(leaf, *the leaves at the same place in rest)`;
     the trees in `rest` have `tree`'s structure (a ValueError otherwise)."""
     leaves, treedef = tree_flatten(tree, is_leaf)

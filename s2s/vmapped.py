@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from typing import Any, Callable, Hashable
 
 import numpy as np
 
@@ -251,7 +252,8 @@ def _check_axis(axis_name, axis_size) -> None:
 
 
 @api_boundary
-def vmap(fn=None, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
+def vmap(fn: Callable[..., Any] | None = None, in_axes: Any = 0, out_axes: Any = 0, axis_name: Hashable | None = None,
+         axis_size: int | None = None) -> Callable[..., Any]:
     """`fn` mapped over a batch axis of its arguments (jax.vmap); usable as a decorator,
     bare or with arguments."""
     if fn is None:
