@@ -475,7 +475,8 @@ class PythonBackend:
     def runner(self, staged: Staged, call: BoundCall) -> Runner:
         """Runs the module `emit_python` shows. Without x64, 64-bit inputs run as the 32-bit
         types they were staged as, so only calls with x64 on take arrays as they come."""
-        run = emitted_function(staged, "module", function_name(staged), lambda name: emitted_module(staged, name))
+        run = emitted_function(staged, "module", function_name(staged),
+                               lambda name, options: emitted_module(staged, name, options))
         signature = staged.artifact("emitted signature", lambda: emitted_signature(staged))
         if signature.output_builder is None:   # the module returns the flat leaves
             run = _rebuilding_output_tree(run, staged.out_tree)

@@ -16,7 +16,7 @@ def tanh_sum(x):
 def test_transforms_emit_their_module_once_and_keep_it_in_the_staged_artifacts(monkeypatch):
     loaded = []
     original = eager.load_source
-    monkeypatch.setattr(eager, "load_source", lambda *a: loaded.append(a[1]) or original(*a))
+    monkeypatch.setattr(eager, "load_source", lambda *a, **k: loaded.append(a[1]) or original(*a, **k))
     x = np.linspace(-1.0, 1.0, 4)
 
     def loss(v):   # fresh for this test: nothing emitted for it yet
@@ -31,7 +31,7 @@ def test_transforms_emit_their_module_once_and_keep_it_in_the_staged_artifacts(m
 def test_jit_python_and_vjp_share_the_runner(monkeypatch):
     loaded = []
     original = eager.load_source
-    monkeypatch.setattr(eager, "load_source", lambda *a: loaded.append(a[1]) or original(*a))
+    monkeypatch.setattr(eager, "load_source", lambda *a, **k: loaded.append(a[1]) or original(*a, **k))
     x = np.linspace(-1.0, 1.0, 4)
 
     def scale(v):

@@ -60,7 +60,10 @@ _PLAIN_NAME = re.compile(r"[A-Za-z_]\w*")
 class EmitOptions:
     source_comments: bool = True
     # "embed": large constants inline as base64; "sidecar": loaded from an .npz beside the
-    # module (the name given in `sidecar_name`), whose arrays are returned in `sidecar`.
+    # module (the name given in `sidecar_name`), whose arrays are returned in `sidecar`;
+    # "memory": read from the `_consts` dict the module is executed with (`load_source`'s
+    # `module_globals`), the arrays returned in `sidecar`: for a module run in the process
+    # that staged it, where writing a big constant out as text and compiling it cost seconds.
     const_mode: str = "embed"
     sidecar_name: str | None = None
 
@@ -202,7 +205,7 @@ def _const_source(name: str, value: np.ndarray, options: EmitOptions, sidecar: d
                                  formatter={"float_kind": _float_text, "complex_kind": _complex_text})
         listed = listed.replace("\n", "\n" + " " * (len(name) + 13))
         return f"{name} = np.array({listed}, dtype={dtype_text(value.dtype)})"
-    if options.const_mode == "sidecar":
+    if options.const_mode in ("sidecar", "memory"):
         sidecar[name] = value
         return f"{name} = _consts[{name!r}]"
     raw = base64.b64encode(np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<")).tobytes()).decode()
@@ -264,7 +267,7 @@ def emit_module(closed: ClosedJaxpr, name: str, signature: Signature, header: st
         body.line(f"return {', '.join(outs)}{comment}" if outs else "return ()")
 
     code_lines = []
-    if sidecar:
+    if sidecar and options.const_mode == "sidecar":
         code_lines += [f"_consts = rt.load_npz(__file__, {options.sidecar_name!r})"]
     if const_lines:
         code_lines += const_lines + [""]
@@ -721,10 +724,13 @@ def emit_jaxpr_source(closed: ClosedJaxpr, name: str = "f", arg_names=None,
     return emit_jaxpr_module(closed, name, arg_names, options).source
 
 
-def load_source(source: str, name: str, filename: str | None = None) -> types.ModuleType:
-    """Executes emitted source as a module, registered with linecache for tracebacks."""
+def load_source(source: str, name: str, filename: str | None = None,
+                module_globals: dict | None = None) -> types.ModuleType:
+    """Executes emitted source as a module, registered with linecache for tracebacks;
+    `module_globals` are set in the module first (`_consts` for `const_mode="memory"`)."""
     filename = filename or f"<s2s generated {name}>"
     module = types.ModuleType(f"s2s_generated_{name}")
+    module.__dict__.update(module_globals or {})
     module.__file__ = filename
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), module.__dict__)

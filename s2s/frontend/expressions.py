@@ -51,6 +51,38 @@ def is_array_constant(value) -> bool:
     return isinstance(value, np.ndarray) and value.ndim > 0
 
 
+def static_part(constant: np.ndarray, index):
+    """`constant[index]` read now, where `index` is basic indexing by static values only
+    (ints, slices of ints, None, `...`) and the part is an array: the staging then captures
+    that part alone, not all of `constant`. A minibatch `train_images[k * 256:(k + 1) * 256]`
+    of a global training set captures 256 rows, where staging the subscript would bake the
+    whole set into every staging (one per static `k`) and emit it again. Not folded (None):
+    any staged or array index, a bool (a new axis, in NumPy), an index NumPy refuses (the
+    staged subscript says what is wrong), and a single element (a 0-d result stages as the
+    subscript always has). The part is a view: what reads it later sees what the global
+    holds then, as reading the global itself would."""
+    entries = index if type(index) is tuple else (index,)
+    if not all(_static_basic_entry(e) for e in entries):
+        return None
+    try:
+        part = constant[index]
+    except IndexError:
+        return None
+    return part if is_array_constant(part) else None
+
+
+def _static_basic_entry(entry) -> bool:
+    if entry is None or entry is Ellipsis:
+        return True
+    if type(entry) is slice:
+        return all(_static_int(b) for b in (entry.start, entry.stop, entry.step) if b is not None)
+    return _static_int(entry)
+
+
+def _static_int(value) -> bool:
+    return type(value) is int or isinstance(value, np.integer)   # (a bool's type is not int)
+
+
 def _unsupported(walker, node):
     raise UnsupportedSyntaxError(
         f"`{type(node).__name__}` expressions are not supported in staged functions",
@@ -165,7 +197,8 @@ class Expressions:
                                                    for i in (index if isinstance(index, tuple) else (index,))):
             return index_concatenation(obj, index)
         if is_array_constant(obj) and current_builder() is not None:
-            return getitem(obj, index)
+            part = static_part(obj, index)
+            return getitem(obj, index) if part is None else part
         item = obj[index]
         if type(index) is int or type(index) is str:
             record_items(obj, ((index, item),))

@@ -219,8 +219,15 @@ class recording:
                 f"{description} reads {name}, an array of shape {shape} ({nbytes} bytes), as a constant: it is "
                 f"captured by identity, and a change made to it in place will not be seen (arrays up to "
                 f"{SMALL_ARRAY_BYTES} bytes are checked by content); pass it as an argument, or "
-                "assign a new array to the name after changing it", UserWarning, location[0], location[1])
+                "assign a new array to the name after changing it", UserWarning, location[0], location[1],
+                registry=_shown_warnings)
         return Guards(guards + recorder.guards)
+
+
+# The warnings shown, for Python's once-per-location rule: a function staged again for each
+# new static argument (an optimizer's step number) warns of its large global once, not at
+# every step (`warn_explicit` with no registry shows a warning every time).
+_shown_warnings: dict = {}
 
 
 def include(guards: Guards, receiver=None) -> None:
