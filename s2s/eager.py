@@ -20,7 +20,7 @@ from s2s.emit.signature import emitted_docstring, emitted_signature
 from s2s.frontend import BoundCall, Staged
 from s2s.frontend.args import describe_arg
 from s2s.staging import Tracer, current_builder, inline_jaxpr, paused_gc
-from s2s.tree import leaf_paths, register_array_type
+from s2s.tree import leaf_paths, register_array_type, tree_map
 from s2s_runtime.array import Array
 
 # What jit returns is an array, a leaf of every pytree (as NumPy arrays are): results can
@@ -57,9 +57,9 @@ def _param_descriptions(staged: Staged, signature: Signature) -> list[str | None
 
 
 # How a module run in this process is emitted: its large constants are handed to it as the
-# arrays staging captured, not written out as base64 text to be compiled and decoded again
-# (a training set read by the function, 60 MB, took 5 s per emission). They are the arrays
-# the jaxpr holds, as they would be arguments: emitted code never writes into either.
+# arrays staging captured (a global, or the part of one a static slice read), not written
+# out as base64 text to be compiled and decoded again (a 60 MB training set read by the
+# function took 5 s per emission). They are the user's arrays: see `_unaliased`.
 IN_PROCESS = EmitOptions(const_mode="memory")
 
 
@@ -71,9 +71,35 @@ def emitted_function(staged: Staged, key, name: str,
     process's own."""
     def load():
         module = write_module(name, IN_PROCESS)
-        function = getattr(load_source(module.source, name, module_globals={"_consts": module.sidecar}), name)
+        consts = {const_name: _read_only(value) for const_name, value in module.sidecar.items()}
+        function = getattr(load_source(module.source, name, module_globals={"_consts": consts}), name)
+        if consts:
+            function = _unaliased(function, list(consts.values()))
         return functools.partial(function, **module.host_parameters) if module.host_parameters else function
     return staged.artifact(("python", key), load)
+
+
+def _read_only(value) -> np.ndarray:
+    """A view of a constant the emitted code may read but not write: a write (which emitted
+    code never makes) would change the user's global array."""
+    view = np.asarray(value).view()
+    view.flags.writeable = False
+    return view
+
+
+def _unaliased(function: Callable, consts: list) -> Callable:
+    """`function` returning a copy of each output that may share memory with one of the
+    module's constants (a gradient that is a global array, a slice of one): what a caller
+    gets is its own array, never the global nor a constant later calls read."""
+    def copy_if_shared(leaf):
+        if isinstance(leaf, np.ndarray) and any(np.may_share_memory(leaf, c) for c in consts):
+            return leaf.copy()
+        return leaf
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        return tree_map(copy_if_shared, function(*args, **kwargs))
+    return call
 
 
 def run_emitted_jaxpr(staged: Staged, key, closed: ClosedJaxpr, flat_args: list) -> list:

@@ -1,5 +1,7 @@
 """s2s.eager: one runner that emits a staged function's module once and keeps it in the
 Staged's artifacts (jit(backend="python") and the transforms called on NumPy values)."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -112,3 +114,54 @@ def test_python_backend_takes_python_numbers_nested_in_pytrees():
     np.testing.assert_allclose(grads["c"], [3.0])
     np.testing.assert_allclose(s2s.jit(weighted_sin_sum, backend="python")(params),
                                s2s.jit(weighted_sin_sum)(params))
+
+
+BIG = np.arange(4000.0)   # it and its halves: more elements than a module writes as a literal
+
+
+def times_big(x):
+    return np.sum(x * BIG)
+
+
+def big_rows(x, k):
+    return np.sum(x * BIG[k * 2000:(k + 1) * 2000])
+
+
+@pytest.fixture
+def big(monkeypatch):
+    """This module's BIG as a fresh array for one test (so a test may change it in place)."""
+    array = np.arange(4000.0)
+    monkeypatch.setattr(sys.modules[__name__], "BIG", array)
+    return array
+
+
+pytestmark = pytest.mark.filterwarnings("ignore:.* reads the global 'BIG'")
+
+
+def test_a_large_constant_is_handed_to_the_module_not_written_out(monkeypatch, big):
+    sources = []
+    original = eager.load_source
+    monkeypatch.setattr(eager, "load_source", lambda *a, **k: sources.append(a[0]) or original(*a, **k))
+    np.testing.assert_array_equal(s2s.grad(times_big)(np.ones(4000)), big)
+    assert "_consts[" in sources[0] and "base64" not in sources[0]
+
+
+def test_a_gradient_that_is_a_global_array_is_the_callers_own(big):
+    gradient = s2s.grad(times_big)(np.ones(4000))
+    gradient *= 2.0
+    np.testing.assert_array_equal(big, np.arange(4000.0))
+    np.testing.assert_array_equal(s2s.grad(times_big)(np.ones(4000)), np.arange(4000.0))
+    rows = s2s.jit(lambda x: BIG[2000:], backend="python")(np.ones(3))
+    rows[:] = 0.0
+    np.testing.assert_array_equal(big, np.arange(4000.0))
+
+
+@pytest.mark.parametrize("run", [lambda x, k: s2s.grad(big_rows)(x, k),
+                                 lambda x, k: s2s.grad(s2s.jit(big_rows, backend="python"))(x, k),
+                                 lambda x, k: s2s.value_and_grad(big_rows)(x, k)[1]])
+def test_a_large_global_changed_in_place_is_seen_by_the_python_backend(run, big):
+    x = np.ones(2000)
+    np.testing.assert_array_equal(run(x, 1), big[2000:])
+    big[2000:] *= -3.0   # the same call again: the same staging, reading the array as it is now
+    np.testing.assert_array_equal(run(x, 1), big[2000:])
+    np.testing.assert_array_equal(run(x, 0), big[:2000])

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import s2s
 from s2s.core import Literal, ShapedArray
-from s2s.emit.python import _source_comment, escaped, literal_expr, load_source
+from s2s.emit.python import (LARGE_CONST_ELEMENTS, EmitOptions, _source_comment, emit_jaxpr_module, escaped,
+                             literal_expr, load_source)
 from s2s.source_info import SourceInfo
 
 SOFTMAX_XENT = '''\
@@ -194,3 +195,18 @@ def test_a_statements_comment_is_its_escaped_relative_location(file, function, l
 def test_literals_are_written_bare_only_where_numpy_gives_them_their_dtype(value, dtype, weak, bare_ok, text):
     literal = Literal(np.asarray(value, dtype)[()], ShapedArray((), dtype, weak))
     assert literal_expr(literal, bare_ok).text == text
+
+
+@pytest.mark.filterwarnings("ignore:.*reads the closure variable 'table'")
+def test_memory_const_mode_hands_large_constants_to_the_module():
+    table = np.linspace(0.0, 1.0, LARGE_CONST_ELEMENTS + 1)
+
+    def shifted(x):
+        return x + table
+    closed = s2s.make_jaxpr(shifted)(np.ones_like(table))
+    module = emit_jaxpr_module(closed, "f", options=EmitOptions(const_mode="memory"))
+    assert "base64" not in module.source and "load_npz" not in module.source
+    [held] = module.sidecar.values()
+    assert held is closed.consts[0]
+    f = load_source(module.source, "f", module_globals={"_consts": module.sidecar}).f
+    np.testing.assert_array_equal(f(np.ones_like(table)), 1.0 + table)
