@@ -198,7 +198,11 @@ class Expressions:
             return index_concatenation(obj, index)
         if is_array_constant(obj) and current_builder() is not None:
             part = static_part(obj, index)
-            return getitem(obj, index) if part is None else part
+            if part is None:
+                return getitem(obj, index)
+            if isinstance(node.value, ast.Name):   # emitted code reads `TRAIN_part`, not a partial `TRAIN`
+                current_builder().name_constant(part, f"{node.value.id}_part")
+            return part
         item = obj[index]
         if type(index) is int or type(index) is str:
             record_items(obj, ((index, item),))

@@ -88,3 +88,20 @@ def test_static_basic_indexing_is_read_now(index):
 ])
 def test_other_subscripts_are_staged(index):
     assert static_part(np.arange(24.0).reshape(4, 6), index) is None
+
+
+def test_emitted_code_names_the_part_after_its_array():
+    source = s2s.emit_python(loss, W, 3)
+    assert "TRAIN_part" in source and "TRAIN[" not in source
+
+
+def updated_batch(w, step):
+    rows = TRAIN[batch_rows(step)]
+    rows += 1.0   # rebinds `rows` (s2s's rule for `+=`): the global is not written
+    return np.sum(np.dot(rows, w))
+
+
+def test_updating_a_part_never_writes_the_global():
+    before = TRAIN.copy()
+    np.testing.assert_allclose(s2s.grad(updated_batch)(W, 1), np.sum(TRAIN[4:8] + 1.0, axis=0), rtol=1e-12)
+    np.testing.assert_array_equal(TRAIN, before)
