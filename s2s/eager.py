@@ -71,10 +71,12 @@ def emitted_function(staged: Staged, key, name: str,
     process's own."""
     def load():
         module = write_module(name, IN_PROCESS)
-        consts = {const_name: _read_only(value) for const_name, value in module.sidecar.items()}
-        function = getattr(load_source(module.source, name, module_globals={"_consts": consts}), name)
+        handed = {const_name: _read_only(value) for const_name, value in module.sidecar.items()}
+        loaded = load_source(module.source, name, module_globals={"_consts": handed})
+        function = getattr(loaded, name)
+        consts = [value for value in vars(loaded).values() if isinstance(value, np.ndarray)]
         if consts:
-            function = _unaliased(function, list(consts.values()))
+            function = _unaliased(function, consts)
         return functools.partial(function, **module.host_parameters) if module.host_parameters else function
     return staged.artifact(("python", key), load)
 
@@ -89,8 +91,10 @@ def _read_only(value) -> np.ndarray:
 
 def _unaliased(function: Callable, consts: list) -> Callable:
     """`function` returning a copy of each output that may share memory with one of the
-    module's constants (a gradient that is a global array, a slice of one): what a caller
-    gets is its own array, never the global nor a constant later calls read."""
+    module's constants (a gradient that is a global array, a slice of one, or a small
+    constant written in the module): what a caller gets is its own array, never the global
+    nor a constant later calls read (changing a gradient returned as such a constant
+    changed every later gradient)."""
     def copy_if_shared(leaf):
         if isinstance(leaf, np.ndarray) and any(np.may_share_memory(leaf, c) for c in consts):
             return leaf.copy()
@@ -98,7 +102,12 @@ def _unaliased(function: Callable, consts: list) -> Callable:
 
     @functools.wraps(function)
     def call(*args, **kwargs):
-        return tree_map(copy_if_shared, function(*args, **kwargs))
+        out = function(*args, **kwargs)
+        if type(out) is np.ndarray:   # (the common results first: a flat tree_map costs more than the call)
+            return copy_if_shared(out)
+        if type(out) is tuple and all(type(leaf) is np.ndarray for leaf in out):
+            return tuple(map(copy_if_shared, out))
+        return tree_map(copy_if_shared, out)
     return call
 
 

@@ -165,3 +165,16 @@ def test_a_large_global_changed_in_place_is_seen_by_the_python_backend(run, big)
     big[2000:] *= -3.0   # the same call again: the same staging, reading the array as it is now
     np.testing.assert_array_equal(run(x, 1), big[2000:])
     np.testing.assert_array_equal(run(x, 0), big[:2000])
+
+
+SMALL = np.arange(5.0)   # written in the module as a literal
+
+
+def times_small(x):
+    return np.sum(x * SMALL)
+
+
+def test_a_gradient_that_is_a_small_constant_is_the_callers_own_too():
+    gradient = s2s.grad(times_small)(np.ones(5))
+    gradient[:] = 0.0
+    np.testing.assert_array_equal(s2s.grad(times_small)(np.ones(5)), np.arange(5.0))

@@ -13,7 +13,7 @@ import s2s
 from s2s.frontend import stage
 from s2s.frontend.expressions import static_part
 
-pytestmark = pytest.mark.filterwarnings("ignore:loss reads the global 'TRAIN'")
+pytestmark = pytest.mark.filterwarnings("ignore:.* reads the global 'TRAIN'")
 
 BATCH = 4
 TRAIN = np.random.RandomState(0).randn(40, 300)   # 10 minibatches of 4 rows (1200 elements each)
