@@ -217,7 +217,7 @@ class recording:
         for name, shape, nbytes in large_arrays:
             warnings.warn_explicit(
                 f"{description} reads {name}, an array of shape {shape} ({nbytes} bytes), as a constant: it is "
-                f"captured by identity, and a change made to it in place will not be seen (arrays up to "
+                f"captured by identity, and s2s does not look for a change made to it in place (arrays up to "
                 f"{SMALL_ARRAY_BYTES} bytes are checked by content); pass it as an argument, or "
                 "assign a new array to the name after changing it", UserWarning, location[0], location[1],
                 registry=_shown_warnings)
