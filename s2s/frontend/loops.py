@@ -259,8 +259,6 @@ class Loops:
         try:
             for item in iterator:
                 running = self.scope.vars[RUNNING]
-                if not isinstance(running, Tracer) and not running:
-                    break
                 if isinstance(running, Tracer):
                     self._check_loop_variable_unread(node)
                 self.assign(node.target, item)
@@ -271,6 +269,9 @@ class Loops:
                                          guard=True)
                 else:
                     self._run_block(node.body, "a loop")
+                stopped = self.scope.vars[RUNNING]
+                if not isinstance(stopped, Tracer) and not stopped:
+                    break   # before taking the next item, which Python's `break` leaves in an iterator
             running = self.scope.vars[RUNNING]
         finally:
             for flag in FLAG_HINTS:

@@ -116,6 +116,19 @@ def test_a_break_on_a_python_value_still_stops_while_staging():
     assert not any(eqn.primitive.name == "cond" for eqn in closed.jaxpr.eqns)
 
 
+def break_leaves_the_rest_of_an_iterator(x):
+    items = iter([1.0, 10.0, 100.0, 1000.0])
+    for scale in items:     # a Python iterator: the loop unrolls
+        x = x * scale
+        if scale > 5.0:
+            break
+    return x + next(items)   # Python's `break` took no item after 10.0
+
+
+def test_a_break_on_a_python_value_takes_no_further_item_from_an_iterator():
+    check_function(break_leaves_the_rest_of_an_iterator, np.ones(2))
+
+
 def break_in_unrolled_loop(x, layers):
     for i in range(len(layers)):   # layers[i] of a list: the loop unrolls
         x = np.tanh(layers[i] @ x)
