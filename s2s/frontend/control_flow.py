@@ -23,6 +23,7 @@ from s2s.frontend import structured
 from s2s.frontend.in_place import (changes_existing_objects, mutates_containers, updated_arrays,
                                    walk_statements)
 from s2s.frontend.source import FunctionSource, under_errstate, walk_scope
+from s2s.frontend.staged_once import staging_once
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
 from s2s.tree import tree_leaves, tree_map
@@ -181,7 +182,8 @@ class ControlFlow:
             def run():
                 saved = dict(self.scope.vars)
                 try:
-                    self._tail_block(statements)
+                    with staging_once("a path through an `if` on an array"):
+                        self._tail_block(statements)
                 except Return as returned:
                     return returned.value
                 finally:
@@ -261,8 +263,9 @@ class ControlFlow:
             try:
                 for name, value in zip(names, values):
                     self.assign_name(name, value)
-                self._run_block(statements, what)
-                return results()
+                with staging_once(what):
+                    self._run_block(statements, what)
+                    return results()
             finally:
                 self.scope.vars = saved
         return direct_body(run, hints_of(names))

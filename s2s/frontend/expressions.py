@@ -18,6 +18,7 @@ from s2s.errors import (CONCRETE_HELP, ConcretizationError, S2SError, StagingErr
                         StagingValueError, UnsupportedFunctionError, UnsupportedSyntaxError)
 from s2s.frontend.guards import record_attribute, record_items, record_module_attribute
 from s2s.frontend.source import FunctionSource
+from s2s.frontend.staged_once import checked_iterable, made_in_body
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api.indexing import getitem
 from s2s.numpy_api.shaping import index_concatenation
@@ -216,10 +217,10 @@ class Expressions:
         return tuple(self._elements(node.elts))
 
     def expr_List(self, node):
-        return list(self._elements(node.elts))
+        return made_in_body(list(self._elements(node.elts)))
 
     def expr_Set(self, node):
-        return set(self._elements(node.elts))
+        return made_in_body(set(self._elements(node.elts)))
 
     def _elements(self, elts):
         out = []
@@ -237,7 +238,7 @@ class Expressions:
                 out.update(self.expr(v))
             else:
                 out[self.expr(k)] = self.expr(v)
-        return out
+        return made_in_body(out)
 
     def expr_JoinedStr(self, node):
         parts = []
@@ -310,13 +311,14 @@ class Expressions:
         raise UnsupportedSyntaxError("a starred expression is only allowed in calls, lists and tuples")
 
     def expr_ListComp(self, node):
-        return list(self._comprehension_items(node, lambda: self.expr(node.elt)))
+        return made_in_body(list(self._comprehension_items(node, lambda: self.expr(node.elt))))
 
     def expr_SetComp(self, node):
-        return set(self._comprehension_items(node, lambda: self.expr(node.elt)))
+        return made_in_body(set(self._comprehension_items(node, lambda: self.expr(node.elt))))
 
     def expr_DictComp(self, node):
-        return dict(self._comprehension_items(node, lambda: (self.expr(node.key), self.expr(node.value))))
+        items = self._comprehension_items(node, lambda: (self.expr(node.key), self.expr(node.value)))
+        return made_in_body(dict(items))
 
     def _comprehension_items(self, node, element):
         """What `element()` gives at each innermost step of a comprehension, step by step
@@ -328,7 +330,7 @@ class Expressions:
         expression made in a step of another comprehension reads that one's variables
         as they are when its items are asked for, as a Python closure reads them: its
         steps bind those too."""
-        first = iter(self.expr(node.generators[0].iter))
+        first = iter(checked_iterable(self.expr(node.generators[0].iter)))
         names = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
         layers = (*self.comprehensions_running, (names, {}))
 
@@ -364,7 +366,8 @@ class Expressions:
                 if len(generators) == 1:
                     yield bound(element)
                 else:
-                    yield from steps(generators[1:], bound(lambda: iter(self.expr(generators[1].iter))))
+                    inner = bound(lambda: iter(checked_iterable(self.expr(generators[1].iter))))
+                    yield from steps(generators[1:], inner)
         return steps(node.generators, first)
 
     def expr_NamedExpr(self, node):

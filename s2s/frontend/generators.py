@@ -24,6 +24,7 @@ import ast
 from s2s.errors import StagingError, UnsupportedSyntaxError
 from s2s.frontend.control_flow import Break, Continue, Return
 from s2s.frontend.source import FunctionSource, walk_scope
+from s2s.frontend.staged_once import ChecksItsOwnStaging
 from s2s.staging import Tracer, current_builder
 
 _YIELDS = (ast.Yield, ast.YieldFrom)
@@ -60,7 +61,7 @@ def _count_depends_on_array(what: str) -> UnsupportedSyntaxError:
         "array with a staged loop and return it")
 
 
-class StagedGenerator:
+class StagedGenerator(ChecksItsOwnStaging):
     """What calling a generator function in a staged function gives: a Python iterator
     (`send`, `throw` and `close` too) over the items its body stages as they are asked for.
 

@@ -18,6 +18,7 @@ import numpy as np
 from s2s.errors import StagingError, UnsupportedSyntaxError
 from s2s.frontend.expressions import BINARY_OPERATORS
 from s2s.frontend.source import FunctionSource, walk_scope
+from s2s.frontend.staged_once import check_store
 from s2s.numpy_api.indexing import setitem
 from s2s.primitives.structural import NUMPY_VIEWS
 from s2s.staging import CopiedTracer, Tracer
@@ -61,10 +62,12 @@ class InPlaceUpdates:
                 self._store(target, obj, index, updated)
                 return
             self._reject_array_store(obj, target)
+            check_store(obj, f"`{ast.unparse(node)}`")
             obj[index] = updated
             return
         if isinstance(target, ast.Attribute):
             obj = self.expr(target.value)
+            check_store(obj, f"`{ast.unparse(node)}`")
             setattr(obj, target.attr, self.operate(python_op, numpy_fn, getattr(obj, target.attr),
                                                    self.expr(node.value), node))
             return

@@ -26,6 +26,7 @@ from s2s.frontend.control_flow import (FLAG_HINTS, LIVE, RUNNING, Break, Continu
 from s2s.frontend.guards import record_items
 from s2s.frontend.in_place import mutates_containers, updated_arrays, walk_statements
 from s2s.frontend.source import FunctionSource
+from s2s.frontend.staged_once import checked_iterable, staging_once
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
 
@@ -119,7 +120,8 @@ class Loops:
             if "break" not in jumps:
                 return holds
             return NUMPY_IMPLS[np.logical_and](self.scope.vars[RUNNING], holds)
-        keep_going = direct_body(lambda values: self._body(carry, (), condition, "")(*values), hints_of(carry))
+        test = self._body(carry, (), condition, "the test of a `while` on an array")
+        keep_going = direct_body(lambda values: test(*values), hints_of(carry))
         step = direct_body(lambda values: self._iteration(node, carry, jumps, values), hints_of(carry))
         with current_builder().at(self.source.info(node)):
             results = structured.while_loop(keep_going, step, init)
@@ -140,7 +142,8 @@ class Loops:
             if item is not None:
                 self.assign(node.target, item)
             self.in_staged_loop = True
-            self._run_block(node.body, "a staged loop")
+            with staging_once("a loop staged as one loop"):
+                self._run_block(node.body, "a staged loop")
             return tuple(self.scope.lookup(n, node) for n in carry)
         finally:
             self.scope.vars, self.in_staged_loop = saved, in_staged_loop
@@ -228,7 +231,7 @@ class Loops:
             raise StagingError("iteration over a 0-d array",
                                "loop over a 1-d or higher array, or over range(n)")
         try:
-            iterator = iter(iterable)
+            iterator = iter(checked_iterable(iterable))
         except TypeError as e:
             raise StagingError(f"cannot loop over this value: {e}",
                                "loop over a list, tuple, range or array") from None
@@ -301,8 +304,9 @@ class Loops:
         can `break`), so a long loop stays one equation. When the loop must be unrolled
         instead, nothing is staged and the reason is returned: its index is used as a
         Python value (`params[i]` of a list, `range(i)`), its values change type from one
-        iteration to the next, it mutates Python containers or carries Python ints, or it
-        can `return`."""
+        iteration to the next, it mutates Python containers or carries Python ints, it
+        can `return`, or staging it would change a Python object made before it once
+        rather than on every pass (`next(it)`: staged_once.py)."""
         length = len(iterable) if isinstance(iterable, range) else iterable.shape[0]
         targets = self.source.stored_names([node.target])
         carry = self._loop_carry(node, node.body, targets)

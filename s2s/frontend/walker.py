@@ -46,6 +46,7 @@ from s2s.frontend.loops import Loops
 from s2s.frontend.python_types import numpy_isinstance
 from s2s.frontend.source import (BUILTINS, FunctionSource, check_supported_scope,
                                  function_source, nested_function_source, walk_scope)
+from s2s.frontend.staged_once import check_call, check_store, record_call_result
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api.random import GENERATOR_CLASSES, random_call
 from s2s.primitives.printing import print_at_run_time
@@ -419,6 +420,7 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops, Generators
             else:
                 obj = self.expr(target.value)
                 self._reject_array_store(obj, target)
+                check_store(obj, f"`del {ast.unparse(target)}`")
                 del obj[self.expr(target.slice)]
 
     # --- assignment --------------------------------------------------------------------
@@ -434,6 +436,7 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops, Generators
                 self._store(target, obj, self.expr(target.slice), value)
                 return
             self._reject_array_store(obj, target)
+            check_store(obj, f"`{ast.unparse(target)} = ...`")
             obj[self.expr(target.slice)] = value
         elif isinstance(target, ast.Attribute):
             obj = self.expr(target.value)
@@ -442,6 +445,7 @@ class FunctionWalker(Expressions, InPlaceUpdates, ControlFlow, Loops, Generators
                     f"cannot assign to `.{target.attr}` of an array s2s stages: NumPy changes the array in "
                     "place there, and a staged array is a value",
                     _ATTRIBUTE_STORE_HELP.get(target.attr, "compute a new array and assign it to the name"))
+            check_store(obj, f"`{ast.unparse(target)} = ...`")
             setattr(obj, target.attr, value)
         elif isinstance(target, ast.Starred):
             raise UnsupportedSyntaxError("a starred target must be inside a tuple or list")
@@ -597,10 +601,11 @@ def call_user(fn, args, kwargs):
         raise ConcretizationError(
             f"math.{fn.__name__} needs a Python number, but got a staged array",
             f"use np.{fn.__name__} for arrays")
+    check_call(fn, args, kwargs)   # run as Python: in a body staged once, it must change nothing made before
     if _hashable(fn) and fn in CALLING_LIBRARY_FUNCTIONS:
         args = [_staged_when_called(a) for a in args]
         kwargs = {k: _staged_when_called(v) for k, v in kwargs.items()}
-    return fn(*args, **kwargs)
+    return record_call_result(fn, args, fn(*args, **kwargs))
 
 
 # Library functions that call a function they are given, on the items they walk
