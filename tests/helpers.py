@@ -211,6 +211,21 @@ def with_numpy(fn, np_module):
     return types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
+def check_values_and_gradient(fn, *args):
+    """`fn` against itself run by Python on every backend (eval_jaxpr, the emitted module,
+    jit on XLA and on the Python backend), and the gradient of its sum in its first
+    argument against autograd's of the same source run by autograd.numpy."""
+    import autograd
+    import autograd.numpy as anp
+    import s2s
+    check_function(fn, *args)
+    assert_same(s2s.jit(fn, backend="python")(*args), fn(*args), what="jit (Python backend): ")
+    with_autograd = with_numpy(fn, anp)
+    expected = autograd.grad(lambda x: anp.sum(with_autograd(x, *args[1:])))(args[0])
+    got = s2s.grad(lambda x: np.sum(fn(x, *args[1:])))(args[0])
+    assert_same(got, expected, rtol=1e-10, atol=1e-12, what="grad: ")
+
+
 def check_lowered(s2s_fn, numpy_fn, *args, rtol=1e-6, atol=1e-6):
     """Stages `s2s_fn`, lowers it to StableHLO, compiles it with jaxlib, runs it, and
     compares every output with `numpy_fn(*args)` (values and shapes; dtypes too)."""

@@ -19,23 +19,10 @@ import pytest
 
 import s2s
 from s2s import StagingError
-from tests.helpers import assert_same, check_function, with_numpy
+from tests.helpers import check_values_and_gradient
 
-autograd = pytest.importorskip("autograd")
-anp = pytest.importorskip("autograd.numpy")
 
 X = np.array([0.5, -1.5, 2.0])
-
-
-def check_values_and_gradient(fn, *args):
-    """`fn` against Python running it on every backend, and the gradient of its sum against
-    autograd's of the same source run by autograd.numpy."""
-    check_function(fn, *args)
-    assert_same(s2s.jit(fn, backend="python")(*args), fn(*args), what="jit (Python backend): ")
-    with_autograd = with_numpy(fn, anp)
-    expected = autograd.grad(lambda x: anp.sum(with_autograd(x, *args[1:])))(args[0])
-    got = s2s.grad(lambda x: np.sum(fn(x, *args[1:])))(args[0])
-    assert_same(got, expected, rtol=1e-10, atol=1e-12, what="grad: ")
 
 
 def scans_in(fn, *args) -> int:
