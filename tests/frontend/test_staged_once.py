@@ -21,7 +21,6 @@ import s2s
 from s2s import StagingError
 from tests.helpers import check_values_and_gradient
 
-
 X = np.array([0.5, -1.5, 2.0])
 
 
