@@ -1,6 +1,5 @@
 """s2s.eager: one runner that emits a staged function's module once and keeps it in the
 Staged's artifacts (jit(backend="python") and the transforms called on NumPy values)."""
-import sys
 
 import numpy as np
 import pytest
@@ -131,7 +130,7 @@ def big_rows(x, k):
 def big(monkeypatch):
     """This module's BIG as a fresh array for one test (so a test may change it in place)."""
     array = np.arange(4000.0)
-    monkeypatch.setattr(sys.modules[__name__], "BIG", array)
+    monkeypatch.setitem(globals(), "BIG", array)   # (another test may drop this module from sys.modules)
     return array
 
 
