@@ -377,10 +377,8 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
     cached = not isinstance(defining, StagedFunction)
     hit = None
     if cached:
-        unread = _unread_parameters(fn, defining) if not all(mask) else frozenset()
         key = (fn_key, in_tree,
-               tuple(aval_of_arg(l) if m else ("unread",) if names[i] in unread
-                     else ("static", _hashable_static(l, names, i))
+               tuple(aval_of_arg(l) if m else ("static", _hashable_static(l, names, i))
                      for l, m, i in zip(in_leaves, mask, param_of_leaf)),
                config.cache_key(), axis_env(), staging_errstate())
         with _cache_lock:
@@ -431,19 +429,6 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
         if current is None or current is hit:
             current = entries[key] = result
         return current
-
-
-def _unread_parameters(fn, defining) -> frozenset[str]:
-    """The parameters of the user's function `fn` that it never reads, whose static values
-    need not key its stagings (`FunctionSource.unread_parameters`); none for anything but
-    a plain function (a method or a partial names its parameters otherwise) or one whose
-    source cannot be read (staging it says why)."""
-    if defining is not fn or not isinstance(fn, types.FunctionType) or is_numpy_function(fn):
-        return frozenset()
-    try:
-        return function_source(fn).unread_parameters
-    except StagingError:
-        return frozenset()
 
 
 def transform_description(transform: str, fn) -> str:

@@ -27,7 +27,6 @@ import bisect
 import builtins
 import contextlib
 import dataclasses
-import functools
 import linecache
 import os
 import struct
@@ -269,10 +268,6 @@ def _stale_source_error(fn, filename: str) -> StaleSourceError:
         SourceInfo(filename, code.co_firstlineno, 1, name))
 
 
-# Builtins through which a function reads its variables without naming them.
-_READS_EVERY_NAME = frozenset({"locals", "vars", "eval", "exec"})
-
-
 @dataclasses.dataclass
 class FunctionSource:
     """A function's AST node, the file it is in, and the names its body binds."""
@@ -288,22 +283,6 @@ class FunctionSource:
     anchor_line: int = 0
     _infos: dict = dataclasses.field(default_factory=dict, repr=False)
     nested: dict = dataclasses.field(default_factory=dict, repr=False)   # AST node -> FunctionSource
-
-    @functools.cached_property
-    def unread_parameters(self) -> frozenset[str]:
-        """The parameters that nothing in the function reads (its body, nested functions,
-        their defaults and decorators): a value passed for one cannot change what the
-        function computes, so a staging serves every value of it (autograd's optimizers
-        pass the step number to a loss that ignores it). None when the function could read
-        a name without writing it (`locals()`, `vars()`, `eval`, `exec`)."""
-        names = {parameter.arg for parameter in arguments_of(self.node.args)}
-        for node in ast.walk(self.node):
-            if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Load) and node.id in _READS_EVERY_NAME:
-                    return frozenset()
-                if not isinstance(node.ctx, ast.Store):
-                    names.discard(node.id)
-        return frozenset(names)
 
     def stored_names(self, statements) -> list[str]:
         """Names the statements assign (in order of first assignment), not looking into

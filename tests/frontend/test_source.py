@@ -60,24 +60,3 @@ def test_equations_are_located_at_the_expression_that_stages_them():
     assert located["mul"] == span("x.T * 2.0")
     assert located["sqrt"] == span("np.linalg.norm(x)")
     assert located["add"] == span("np.sin(x) + x.T * 2.0")
-
-
-def _ignores_step(params, i, *rest, scale=1.0, **options):
-    def nested(x, default=scale):
-        return x * default
-    return nested(np.sum(params))
-
-
-def _reads_step_in_a_nested_function(params, i):
-    return (lambda x: x * i)(np.sum(params))
-
-
-def _reads_every_name(params, i):
-    return np.sum(params) * len(locals())
-
-
-def test_unread_parameters_are_those_nothing_in_the_function_reads():
-    """Nested functions' bodies, defaults and lambdas count as reads; `locals()` reads all."""
-    assert function_source(_ignores_step).unread_parameters == {"i", "rest", "options"}
-    assert function_source(_reads_step_in_a_nested_function).unread_parameters == set()
-    assert function_source(_reads_every_name).unread_parameters == set()

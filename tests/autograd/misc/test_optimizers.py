@@ -75,30 +75,3 @@ def test_a_tree_of_parameters_comes_back_as_a_tree():
     result = adam(grad(objective), INITIAL, num_iters=3)
     assert isinstance(result, dict) and isinstance(result["b"], list)
     assert flatten(result)[0].shape == flatten(INITIAL)[0].shape
-
-
-def test_a_loss_that_ignores_the_step_number_is_staged_once_and_one_that_reads_it_per_step(monkeypatch):
-    """autograd's examples pass the step `i` (a static int) to losses that never read it
-    (lstm.py's `training_loss(params, iter)`): it must not key a staging of its own at
-    every step. A loss reading it is staged for each value it reads, as static ints are."""
-    import s2s.frontend
-    stagings = []
-    real = s2s.frontend.call_user
-
-    def counting(fn, args, kwargs):
-        if getattr(fn, "__name__", "") in ("ignores_step", "reads_step"):
-            stagings.append(fn.__name__)
-        return real(fn, args, kwargs)
-    monkeypatch.setattr(s2s.frontend, "call_user", counting)
-
-    def ignores_step(params, i):
-        prediction = np.tanh(params["w"] @ params["b"][0]) * params["b"][1]
-        return np.sum((prediction - TARGET) ** 2)
-    ours = adam(grad(ignores_step), INITIAL, num_iters=10)
-    theirs = autograd.misc.optimizers.adam(autograd.grad(autograd_twin(ignores_step)), INITIAL, num_iters=10)
-    assert_trees_close(ours, theirs, rtol=1e-10, atol=1e-12, what="result")
-    assert stagings == ["ignores_step"]
-    def reads_step(params, i):
-        return objective(params, i)
-    adam(grad(reads_step), INITIAL, num_iters=10)
-    assert stagings.count("reads_step") == 10
