@@ -408,9 +408,12 @@ def stage_call(fn, call: BoundCall, *, static_argnums=(), static_argnames=(),
         out_leaves, out_tree = tree_flatten(out)
         for leaf in out_leaves:
             if not (isinstance(leaf, Tracer) or is_staged_leaf(leaf) or isinstance(leaf, (bool, int))):
+                generator = isinstance(leaf, StagedGenerator)
                 raise StagingTypeError(   # (a TypeError, as JAX raises for a result that is not an array)
-                    f"{_qualname(fn)} returns a {type(leaf).__name__}, which is not an array",
-                    "return arrays, numbers, or tuples/lists/dicts of them",
+                    f"{_qualname(fn)} returns a {'generator' if generator else type(leaf).__name__}, which "
+                    "is not an array",
+                    "return a tuple of its items: `tuple(x * k for k in ks)`" if generator
+                    else "return arrays, numbers, or tuples/lists/dicts of them",
                     None if source is None else source.info(source.node))
         closed = builder.build(out_leaves)
     example_args = in_tree.unflatten([aval_of_arg(l) if m else l for l, m in zip(in_leaves, mask)])

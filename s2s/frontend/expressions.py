@@ -63,8 +63,8 @@ def static_part(constant: np.ndarray, index):
     subscript always has). The part is a view: what reads it later sees what the global
     holds then, as reading the global itself would."""
     entries = index if type(index) is tuple else (index,)
-    if not all(_static_basic_entry(e) for e in entries):
-        return None
+    if type(constant) is not np.ndarray or not all(_static_basic_entry(e) for e in entries):
+        return None   # (a subclass, np.matrix, indexes by rules of its own)
     try:
         part = constant[index]
     except IndexError:

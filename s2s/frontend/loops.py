@@ -11,6 +11,8 @@ the loop's carry.
 """
 from __future__ import annotations
 
+import itertools
+import types
 import warnings
 from typing import Any, Protocol
 
@@ -26,7 +28,7 @@ from s2s.frontend.control_flow import (FLAG_HINTS, LIVE, RUNNING, Break, Continu
 from s2s.frontend.guards import record_items
 from s2s.frontend.in_place import mutates_containers, updated_arrays, walk_statements
 from s2s.frontend.source import FunctionSource
-from s2s.frontend.staged_once import checked_iterable, staging_once
+from s2s.frontend.staged_once import ChecksItsOwnStaging, checked_iterable, staging_once
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
 
@@ -39,6 +41,10 @@ _PYTHON_WHILE_JUMP_HELP = {
                 "pass on an array: put that rest under `if not skip:` instead",
 }
 
+
+# Iterators whose items are made as they are taken, possibly without end: a loop over one
+# that stops on an array condition cannot take them all while staging.
+_ENDLESS_OR_LAZY = (types.GeneratorType, ChecksItsOwnStaging, itertools.count, itertools.cycle, itertools.repeat)
 
 class LoopsNeeds(Protocol):
     """What Loops calls on the walker's core (the rule is in FunctionWalker's docstring)."""
@@ -242,14 +248,25 @@ class Loops:
     def _unrolled_for(self, node, iterable):
         iterator = self._static_iterator(iterable)
         if loop_jumps(node.body) and not can_return(node.body):
-            return self._masked_unrolled_for(node, iterator)
+            return self._masked_unrolled_for(node, iterator, self._items_outlive_loop(node, iterable))
         for item in iterator:
             self.assign(node.target, item)
             if not self._loop_body(node.body):
                 return
         self.block(node.orelse)
 
-    def _masked_unrolled_for(self, node, iterator):
+    def _items_outlive_loop(self, node, iterable) -> bool:
+        """Whether a `break` must leave the items after it to Python: the loop runs over an
+        iterator that may be read after it (`for c in it:`, `enumerate(it)`), or one that
+        may never end (a generator, `itertools.count()`)."""
+        if not hasattr(type(iterable), "__next__"):
+            return False   # a container: a new iterator of it, which nothing else sees
+        if not isinstance(node.iter, ast.Call) or isinstance(iterable, _ENDLESS_OR_LAZY):
+            return True
+        return any(isinstance(arg, ast.Name) and hasattr(type(self.scope.vars.get(arg.id)), "__next__")
+                   for arg in node.iter.args)
+
+    def _masked_unrolled_for(self, node, iterator, items_outlive_loop: bool):
         """An unrolled `for` (its steps are known while staging) that can `break` or
         `continue`, under array conditions too. Each step runs as a staged loop's body does,
         its jumps clearing the `running` and `live` flags; once `running` is an array (a
@@ -264,6 +281,15 @@ class Loops:
                 running = self.scope.vars[RUNNING]
                 if isinstance(running, Tracer):
                     self._check_loop_variable_unread(node)
+                    if items_outlive_loop:
+                        raise UnsupportedSyntaxError(
+                            "a loop over an iterator (a generator, or one the code can read after the "
+                            "loop) that can `break` on an array condition: staging it takes every item, "
+                            "where Python leaves those after the break in the iterator (and one that "
+                            "never ends would be staged without end)",
+                            "loop over a list of the items (`for c in list(it)`, or "
+                            "`itertools.islice(gen, n)` for an endless one), or over `range(n)`",
+                            self.source.info(node))
                 self.assign(node.target, item)
                 if "continue" in jumps:
                     self.scope.vars[LIVE] = np.bool_(True)

@@ -21,6 +21,7 @@ an instance of a class) are its own to change: `made_in_body` records them.
 from __future__ import annotations
 
 import builtins
+import copy
 import threading
 import types
 from contextlib import contextmanager
@@ -36,6 +37,16 @@ READ_ONLY_METHODS = frozenset({
     "get", "keys", "values", "items", "copy", "index", "count", "union", "intersection",
     "difference", "symmetric_difference", "issubset", "issuperset", "isdisjoint", "fromkeys",
     "__getitem__", "__len__", "__contains__", "__iter__"})
+
+# Functions s2s runs as Python that read their arguments and never change them (besides
+# classes, whose constructors copy or wrap what they are given: `list(xs)`, `deque(xs)`).
+# Any other such call given a changeable object made before the body (`heapq.heappop(h)`,
+# `bisect.insort(xs, v)`, `setattr(obj, ...)`, `list.append(xs, v)`) may change it.
+READ_ONLY_CALLS = frozenset({
+    builtins.len, builtins.isinstance, builtins.issubclass, builtins.id, builtins.hash, builtins.repr,
+    builtins.format, builtins.abs, builtins.min, builtins.max, builtins.sum, builtins.sorted, builtins.any,
+    builtins.all, builtins.round, builtins.divmod, builtins.pow, builtins.print, builtins.callable,
+    builtins.getattr, builtins.hasattr, builtins.iter, copy.copy, copy.deepcopy})
 
 # Values that no Python operation changes (or that s2s stages rather than runs).
 _UNCHANGING = (bool, int, float, complex, str, bytes, tuple, frozenset, range, slice, type(None),
@@ -120,8 +131,9 @@ _TAKE_BEFORE = ("take what you need from it before the loop (`items = list(it)`,
 def check_call(fn, args, kwargs) -> None:
     """Refuses an opaque call (one s2s runs as Python rather than stages) that would change
     a Python object made before the body staged once: a method of it that is not read-only
-    (`stack.pop()`, `rng.random()`, `f.readline()`), or an iterator given to the call,
-    which may advance it (`next(it)`, `sum(it)`, `zip(it, ys)`)."""
+    (`stack.pop()`, `rng.random()`, `f.readline()`), an iterator given to the call, which
+    may advance it (`next(it)`, `sum(it)`, `zip(it, ys)`), or any changeable object given
+    to a call not known to read only (`heapq.heappop(h)`, `setattr(obj, "n", v)`)."""
     if not _bodies():
         return
     receiver = getattr(fn, "__self__", None)
@@ -129,10 +141,25 @@ def check_call(fn, args, kwargs) -> None:
             and getattr(fn, "__name__", "") not in READ_ONLY_METHODS:
         _refuse(f"`.{fn.__name__}()` may change the {type(receiver).__name__} it is called on, made before "
                 "it", "call it before the loop and keep the values it gives; " + _TAKE_BEFORE)
+    reads_only = isinstance(fn, type) or _is_read_only_call(fn)
     for value in (*args, *kwargs.values()):
-        if _is_iterator(value) and _made_before(value):
+        if not _made_before(value):
+            continue
+        if _is_iterator(value):
             _refuse(f"{getattr(fn, '__name__', 'this call')}() advances a {type(value).__name__} made "
                     "before it", _TAKE_BEFORE)
+        if not reads_only:
+            _refuse(f"{getattr(fn, '__name__', 'this call')}() may change the {type(value).__name__} made "
+                    "before it that it is given",
+                    "make the calls before the loop and keep what they give; or loop over a static "
+                    "`range(n)`, which s2s then unrolls")
+
+
+def _is_read_only_call(fn) -> bool:
+    try:
+        return fn in READ_ONLY_CALLS
+    except TypeError:   # (an unhashable callable)
+        return False
 
 
 def record_call_result(fn, args, result):

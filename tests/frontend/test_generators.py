@@ -290,3 +290,15 @@ def test_a_generator_function_transformed_itself_is_refused_at_its_yield():
 def marked_line_of(fn, text: str) -> int:
     lines, start = inspect.getsourcelines(fn)
     return start + next(k for k, line in enumerate(lines) if text in line)
+
+
+def returns_a_generator_expression(x):
+    return (x * k for k in range(3))
+
+
+def test_a_generator_expression_returned_is_a_type_error_saying_to_make_a_tuple():
+    with pytest.raises(TypeError) as info:
+        s2s.jit(returns_a_generator_expression)(X)
+    message = str(info.value)
+    assert "returns_a_generator_expression returns a generator, which is not an array" in message
+    assert "tuple(x * k for k in ks)" in message and "StagedGenerator" not in message

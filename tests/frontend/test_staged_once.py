@@ -8,9 +8,11 @@ module, jit on XLA and on the Python backend) and its gradient to autograd's of 
 source: such loops unroll when their trip count is static. Where it is not (a `while` on
 an array, a range with an array bound) and in an `if` on an array, the effect is refused
 at its line. Loops that change nothing made before them still stage as one loop."""
+import heapq
 import inspect
 import io
 import itertools
+import operator
 import random
 from collections import deque
 
@@ -18,7 +20,7 @@ import numpy as np
 import pytest
 
 import s2s
-from s2s import StagingError
+from s2s import StagingError, UnsupportedSyntaxError
 from tests.helpers import check_values_and_gradient
 
 X = np.array([0.5, -1.5, 2.0])
@@ -174,11 +176,31 @@ def a_helper_deleting_from_a_dict(x):
     return total
 
 
+def a_library_function_changing_its_argument(x):
+    heap = [100.0, 1.0, 10.0, 1000.0]
+    heapq.heapify(heap)
+    total = np.zeros_like(x)
+    for _ in range(3):
+        total = total + heapq.heappop(heap) * x
+    return total
+
+
+def an_unbound_method_and_setitem(x):
+    seen, table = [], {"n": 1.0}
+    total = np.zeros_like(x)
+    for _ in range(3):
+        list.append(seen, 1.0)
+        operator.setitem(table, "n", table["n"] * 10.0)
+        total = total + len(seen) * table["n"] * x
+    return total
+
+
 @pytest.mark.parametrize("fn", [dunder_next, lines_of_a_file, over_the_rows_of_an_array,
                                 an_inner_loop_over_an_outer_iterator, a_comprehension_over_an_outer_iterator,
                                 pythons_random, pythons_module_random, a_method_storing_an_attribute,
                                 a_method_popping_a_list, a_helper_storing_into_a_dict,
-                                a_helper_deleting_from_a_dict], ids=lambda fn: fn.__name__)
+                                a_helper_deleting_from_a_dict, a_library_function_changing_its_argument,
+                                an_unbound_method_and_setitem], ids=lambda fn: fn.__name__)
 def test_each_pass_changes_the_object_as_python_does(fn):
     check_values_and_gradient(fn, X)
     assert scans_in(fn, X) == 0     # unrolled: its trip count is static
@@ -192,6 +214,7 @@ PARAMS = {"scale": 0.5, "weights": [1.0, 2.0, 3.0]}
 def reads_outer_containers(x):
     total = np.zeros_like(x)
     for _ in range(4):
+        total = total + len(PARAMS["weights"]) * min(PARAMS["weights"]) * sorted(PARAMS["weights"])[-1] * x
         for w, v in zip(PARAMS["weights"], PARAMS.get("weights")):   # zip made in the body
             total = total + w * v * np.sin(x + total) * PARAMS.get("scale")
         total = total + sum(weight * x for weight in PARAMS["weights"]) + len(PARAMS) * 0.1
@@ -280,3 +303,70 @@ def test_refusals_point_at_the_change_and_say_what_to_write(fn, where, says, adv
     assert f".py:{line}:{column}: OnceStagedEffect: " in first and says in first, message
     assert "stages once, not each time it runs" in first, message
     assert "^" in message and "\nhelp: " in message and advice in message, message
+
+
+# --- a `break` on an array condition in a loop over an iterator --------------------------------
+
+def three_items():
+    yield 1.0
+    yield 2.0
+    yield 3.0
+
+
+def endless_counts():
+    k = 0.0
+    while True:
+        k = k + 1.0
+        yield k
+
+
+def breaks_then_reads_the_rest(x):
+    it = iter([1.0, 2.0, 3.0])
+    for c in it:
+        if np.sum(x) > c:
+            break
+    return x * next(it, 10.0)
+
+
+def breaks_out_of_a_generator(x):
+    total = np.zeros_like(x)
+    for c in three_items():
+        if np.sum(x) < c:
+            break
+        total = total + c * x
+    return total
+
+
+def breaks_out_of_an_endless_generator(x):
+    total = np.zeros_like(x)
+    for c in endless_counts():
+        if np.sum(x) < c:
+            break
+        total = total + c * x
+    return total
+
+
+@pytest.mark.parametrize("fn", [breaks_then_reads_the_rest, breaks_out_of_a_generator,
+                                breaks_out_of_an_endless_generator], ids=lambda fn: fn.__name__)
+def test_a_break_on_an_array_in_a_loop_over_an_iterator_is_refused(fn):
+    """Staging the loop would take every item (all of an endless generator's: without end),
+    where Python leaves those after the break in the iterator, which may be read later."""
+    with pytest.raises(UnsupportedSyntaxError) as info:
+        s2s.jit(fn)(X)
+    message = str(info.value)
+    line = inspect.getsourcelines(fn)[1] + next(k for k, text in enumerate(inspect.getsourcelines(fn)[0])
+                                              if text.lstrip().startswith("for c in"))
+    assert f".py:{line}:5: UnsupportedSyntaxError: a loop over an iterator" in message.splitlines()[0], message
+    assert "for c in list(it)" in message and "itertools.islice" in message
+
+
+def test_a_break_on_an_array_in_a_loop_over_zip_of_lists_is_staged():
+    """zip of lists, made by the loop itself: nothing can read its items after the loop."""
+    def fn(x):
+        total = np.zeros_like(x)
+        for a, b in zip([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]):
+            if np.sum(x) < a:
+                break
+            total = total + a * b * x
+        return total
+    check_values_and_gradient(fn, X)

@@ -41,7 +41,9 @@ class _Operand:
 
     def __init__(self, name: str, value, conv_axes, dot_axes):
         self.value, self.shape = value, np.shape(value)
-        self.conv_axes, self.dot_axes = [int(a) for a in conv_axes], [int(a) for a in dot_axes]
+        ndim = len(self.shape)   # (negative axes count from the end, as NumPy's do)
+        self.conv_axes = [int(a) % ndim for a in conv_axes]
+        self.dot_axes = [int(a) % ndim for a in dot_axes]
         self.labels = [f"{name}{axis}" for axis in range(len(self.shape))]
         for pair, axis in enumerate(self.conv_axes):
             self.labels[axis] = f"conv{pair}"

@@ -88,6 +88,15 @@ def test_axes_none_convolves_every_axis():
         np.testing.assert_allclose(convolve(A, B, mode=mode), ag_signal.convolve(A, B, mode=mode), rtol=1e-13)
 
 
+@pytest.mark.parametrize("mode", ["valid", "full"])
+def test_negative_axes_count_from_the_end_as_numpys_do(mode):
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((2, 3, 6, 5)), rng.standard_normal((3, 4, 3, 2))
+    got = convolve(A, B, axes=([-2, -1], [-2, -1]), dot_axes=([-3], [0]), mode=mode)
+    expected = ag_signal.convolve(A, B, axes=([2, 3], [2, 3]), dot_axes=([1], [0]), mode=mode)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
 def test_full_mode_where_each_operand_is_larger_along_one_axis():
     """Where autograd's convolve recurses without end (`autograds`), SciPy's is the oracle:
     with no contracted axes, they are the same convolution."""
