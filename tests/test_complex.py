@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
@@ -14,11 +14,12 @@ from s2s.errors import ShapeError, UnsupportedFunctionError
 from s2s.primitives import complex_parts as cx
 from tests.helpers import (check_derivatives, check_function, check_lowered, check_numpy_and_jax,
                            check_staged, with_numpy)
+from tests.strategies import examples
 
 Z = np.array([0.3 + 0.7j, -1.2 + 0.1j, 2.0 - 0.5j, 0.5 + 2.0j])
 W = np.array([1.0 - 1.0j, 0.5j, -0.25 + 0.3j, 1.5 + 0.0j])
 M = np.array([[1.0 + 2.0j, -0.5j], [0.25 - 1.0j, 3.0 + 0.5j], [-1.0 + 0.0j, 0.75 + 0.75j]])
-SETTINGS = settings(max_examples=12, deadline=None)
+SETTINGS = examples(5, 12)
 
 
 def jax_numpy():

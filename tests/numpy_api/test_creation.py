@@ -20,6 +20,7 @@ from s2s.numpy_api import creation as c
 from s2s.staging import JaxprBuilder, Tracer
 from tests.helpers import assert_same, check_numpy_and_jax, check_staged, stage
 from tests.numpy_api.test_math import primitive_names
+from tests.strategies import examples
 
 SETTINGS = settings(max_examples=30, deadline=None)
 
@@ -247,7 +248,7 @@ def weighted_grid_sum(x, y):
     return np.sum(gx * gy ** 2)
 
 
-@settings(max_examples=10, deadline=None)
+@examples(4, 10)
 @given(st.lists(st.integers(1, 4), min_size=3, max_size=3), st.integers(0, 5))
 def test_meshgrid(sizes, seed):
     rng = np.random.default_rng(seed)

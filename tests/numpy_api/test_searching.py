@@ -87,7 +87,7 @@ def interp_periodic(x, xp, fp):
     return np.interp(x, xp, fp, period=360.0) + np.interp(x, xp, fp, period=-90.0)
 
 
-@settings(max_examples=8, deadline=None)
+@examples(3, 8)
 @given(data=st.data())
 def test_interp_with_a_period_is_numpys_and_differentiates_as_jax(data):
     """Angles in any order and any turn: x and xp wrap into one period, xp is sorted with

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -23,8 +23,9 @@ from s2s.passes.jvp import jvp_rules
 from s2s.passes.transpose import transpose_rules
 from s2s.primitives import indexing as ix
 from tests.helpers import check_derivatives
+from tests.strategies import examples
 
-SETTINGS = settings(max_examples=15, deadline=None)
+SETTINGS = examples(6, 15)
 
 LINEAR_PRIMITIVES = {"broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims",
                      "concatenate", "pad", "slice", "dynamic_slice", "dynamic_update_slice",
