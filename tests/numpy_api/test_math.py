@@ -29,6 +29,7 @@ from s2s.numpy_api import NUMPY_IMPLS
 from s2s.numpy_api import math as m
 from s2s.staging import JaxprBuilder
 from tests.helpers import assert_same, check_derivatives, check_lowered, check_staged, stage
+from tests.strategies import examples
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -575,7 +576,7 @@ def test_derivatives_exact_at_ties_on_both_backends(f):
 
 
 @pytest.mark.parametrize("f", [logaddexp_sum, logaddexp2_sum, hypot_sum], ids=lambda f: f.__name__)
-@settings(max_examples=5, deadline=None)
+@examples(3, 5)
 @given(data=st.data())
 def test_derivatives_with_drawn_ties(f, data):
     """Drawn shapes and values, about half of them tied (y = x, or y = -x for hypot)."""

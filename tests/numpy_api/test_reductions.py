@@ -491,7 +491,7 @@ def gradient_at_coordinates_second_order_edges(f, xs):
     return np.gradient(f, xs, 0.5, edge_order=2)
 
 
-@settings(max_examples=5, deadline=None)
+@examples(2, 5)
 @given(data=st.data(), n=st.integers(3, 6), m=st.integers(3, 5))
 def test_gradient_at_sample_coordinates(data, n, m):
     """Uneven coordinates per axis (staged, so derivatives reach them too): NumPy's
