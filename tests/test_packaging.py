@@ -14,7 +14,8 @@ import zipfile
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import ROOT
+
 # Each distribution's folder (relative to the checkout) and the package it ships.
 DISTRIBUTIONS = {".": "s2s", "runtime": "s2s_runtime"}
 

@@ -28,7 +28,7 @@ from s2s.frontend.control_flow import (FLAG_HINTS, LIVE, RUNNING, Break, Continu
 from s2s.frontend.guards import record_items
 from s2s.frontend.in_place import mutates_containers, updated_arrays, walk_statements
 from s2s.frontend.source import FunctionSource
-from s2s.frontend.staged_once import ChecksItsOwnStaging, checked_iterable, staging_once
+from s2s.frontend.staged_once import ChecksItsOwnStaging, checked_iterable, is_iterator, staging_once
 from s2s.numpy_api import NUMPY_IMPLS
 from s2s.staging import Tracer, current_builder
 
@@ -259,11 +259,11 @@ class Loops:
         """Whether a `break` must leave the items after it to Python: the loop runs over an
         iterator that may be read after it (`for c in it:`, `enumerate(it)`), or one that
         may never end (a generator, `itertools.count()`)."""
-        if not hasattr(type(iterable), "__next__"):
+        if not is_iterator(iterable):
             return False   # a container: a new iterator of it, which nothing else sees
         if not isinstance(node.iter, ast.Call) or isinstance(iterable, _ENDLESS_OR_LAZY):
             return True
-        return any(isinstance(arg, ast.Name) and hasattr(type(self.scope.vars.get(arg.id)), "__next__")
+        return any(isinstance(arg, ast.Name) and is_iterator(self.scope.vars.get(arg.id))
                    for arg in node.iter.args)
 
     def _masked_unrolled_for(self, node, iterator, items_outlive_loop: bool):

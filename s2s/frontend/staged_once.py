@@ -114,7 +114,8 @@ def _made_before(value) -> bool:
     return not isinstance(value, (_UNCHANGING, ChecksItsOwnStaging)) and id(value) not in _bodies()[-1].made
 
 
-def _is_iterator(value) -> bool:
+def is_iterator(value) -> bool:
+    """Whether taking items from `value` moves it on (a container gives a new iterator each time)."""
     return hasattr(type(value), "__next__")
 
 
@@ -145,7 +146,7 @@ def check_call(fn, args, kwargs) -> None:
     for value in (*args, *kwargs.values()):
         if not _made_before(value):
             continue
-        if _is_iterator(value):
+        if is_iterator(value):
             _refuse(f"{getattr(fn, '__name__', 'this call')}() advances a {type(value).__name__} made "
                     "before it", _TAKE_BEFORE)
         if not reads_only:
@@ -174,7 +175,7 @@ def checked_iterable(iterable):
     """`iterable`, which the walker is about to iterate (`for v in it:`, `[v for v in it]`);
     refused, in a body staged once, when it is an iterator made before the body: each pass
     would take the next items in Python."""
-    if _bodies() and _is_iterator(iterable) and _made_before(iterable):
+    if _bodies() and is_iterator(iterable) and _made_before(iterable):
         _refuse(f"this loop takes the items of a {type(iterable).__name__} made before it", _TAKE_BEFORE)
     return iterable
 

@@ -18,13 +18,13 @@ import pytest
 import yaml   # pre-commit's own dependency (pre-commit is a test extra)
 
 from tests.helpers import CHECKOUT_PATH, ROOT, run_s2s_in
+from tests.test_readme import readme
 from tests.workflows.test_user_repository import committed, git, repository   # noqa: F401 (fixtures)
 
 def readme_yaml(after: str) -> dict | list:
     """The first YAML block in README after the text `after`."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    block = re.search(r"```yaml\n(.*?)```", readme[readme.index(after):], re.S)
+    text = readme()
+    block = re.search(r"```yaml\n(.*?)```", text[text.index(after):], re.S)
     return yaml.safe_load(block.group(1))
 
 
