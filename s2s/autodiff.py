@@ -18,7 +18,6 @@ that once per staging, and kept with the derived jaxpr.
 """
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import functools
 from typing import Any, Callable, Sequence
@@ -30,7 +29,7 @@ from s2s.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from s2s.eager import run
 from s2s.errors import StagingTypeError, StagingValueError, TransformTypeError, api_boundary
 from s2s.frontend import BoundCall, Staged, bind_function_call, stage_call
-from s2s.frontend.args import aval_of_arg, normalize_argnums
+from s2s.frontend.args import aval_of_arg, is_bare_argnums, normalize_argnums
 from s2s.frontend.source import last_return_info
 from s2s.passes.vmap import Axis, batch_jaxpr
 from s2s.primitives import ops
@@ -293,7 +292,7 @@ def _grad_derive(fn, argnums, has_aux, allow_int, holomorphic, with_value, what)
         def assemble(staged, flat):
             values, cts = flat[:n_values], flat[n_values:]
             grads = arg_cotangents(cts)
-            grads = grads[0] if isinstance(argnums, int) else tuple(grads)
+            grads = grads[0] if is_bare_argnums(argnums) else tuple(grads)
             if with_value:
                 out = staged.out_tree.unflatten(values)
                 return (out, grads) if not has_aux else ((out[0], out[1]), grads)
@@ -309,7 +308,7 @@ def _argnums_param(argnums) -> tuple:
     """`argnums` as it keys a derivative's caches: the numbers, and whether they were given
     bare (`argnums=0` gives the gradient itself, `argnums=(0,)` a tuple of one: the two must
     never share a cached derivative)."""
-    return normalize_argnums(argnums), not isinstance(argnums, collections.abc.Iterable)
+    return normalize_argnums(argnums), is_bare_argnums(argnums)
 
 
 @api_boundary
@@ -623,7 +622,7 @@ def _jac_derive(argnums, mode: str, holomorphic: bool, has_aux: bool):
             per_out = []
             for o in range(n_primary):
                 trees = arg_cotangents(flat[o * n_in:(o + 1) * n_in])
-                per_out.append(trees[0] if isinstance(argnums, int) else tuple(trees))
+                per_out.append(trees[0] if is_bare_argnums(argnums) else tuple(trees))
             jacobian = out_tree.unflatten(per_out)
             if has_aux:
                 return jacobian, staged.out_tree.children[1].unflatten(flat[n_primary * n_in:])

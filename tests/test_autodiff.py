@@ -695,3 +695,19 @@ def test_argnums_bare_and_as_a_tuple_of_one_never_share_a_derivative():
                    for transform in (s2s.grad, s2s.jacrev, s2s.jacfwd)]
         for argnums, result in zip([first] * 3 + [second] * 3, results):
             assert isinstance(result, tuple) == isinstance(argnums, tuple)
+
+
+@pytest.mark.parametrize("name", ["grad", "jacfwd"])
+def test_a_numpy_int_argnums_is_bare_as_in_jax(name):
+    """argnums=np.int64(1) names one argument, as 1 does in JAX (operator.index): its
+    derivative comes bare. (jax.jacrev alone gives a tuple of one for it; s2s's jacrev
+    gives it bare too, one rule for every transform and for its cache key.)"""
+    def f(x, y):
+        return np.sum(np.sin(x) * y)
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    x = np.linspace(0.1, 1.0, 3)
+    ours = getattr(s2s, name)(f, np.int64(1))(x, x)
+    theirs = getattr(jax, name)(lambda x, y: jnp.sum(jnp.sin(x) * y), np.int64(1))(x, x)
+    assert not isinstance(ours, tuple) and not isinstance(theirs, tuple)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)

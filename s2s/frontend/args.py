@@ -61,6 +61,13 @@ def normalize_argnums(argnums, count: int | None = None, what: str = "argnums") 
     return tuple(a % count for a in items)
 
 
+def is_bare_argnums(argnums) -> bool:
+    """Whether `argnums` names one argument bare (`0`, `np.int64(0)`): the derivative is then
+    that argument's itself, not a tuple of one as for `(0,)`. One test for a result's shape
+    and its cache key, so the two never disagree."""
+    return _index(argnums) is not None
+
+
 def _index(value) -> int | None:
     """`value` as an argument number (NumPy's ints and bools too, as JAX takes them through
     `operator.index`), or None for a float, a string or a sequence."""
