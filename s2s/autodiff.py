@@ -385,17 +385,18 @@ def _tangent_leaves(staged: Staged, call: BoundCall, tangents) -> list:
                                "pass one tangent per primal leaf, in the same structure")
     staged_tangents = [t for t, m in zip(leaves, staged.staged_mask) if m]
     for tangent, aval in zip(staged_tangents, staged.closed.in_avals):
-        _check_like(tangent, aval, "tangent", "primal", StagingValueError, StagingTypeError)
+        _check_like(tangent, aval, "tangent", "primal", StagingTypeError)
     return staged_tangents
 
 
-def _check_like(value, aval: ShapedArray, what: str, like: str, shape_error, dtype_error) -> None:
+def _check_like(value, aval: ShapedArray, what: str, like: str, dtype_error) -> None:
     """`value` (a tangent or cotangent) has `aval`'s shape and, where `aval` is of a
     floating dtype, a floating dtype too: a tangent of another shape would be broadcast
-    into a wrong derivative, and an integer one is no tangent."""
+    into a wrong derivative, and an integer one is no tangent. A wrong shape is JAX's
+    ValueError; a wrong dtype its TypeError for a tangent, ValueError for a cotangent."""
     given = aval_of_arg(value)
     if given.shape != aval.shape:
-        raise shape_error(f"a {what} of shape {given.shape} for a {like} of shape {aval.shape}",
+        raise StagingValueError(f"a {what} of shape {given.shape} for a {like} of shape {aval.shape}",
                           f"give each {what} its {like}'s shape")
     if dtypes.is_inexact(aval.dtype) and not dtypes.is_inexact(given.dtype):
         raise dtype_error(f"a {what} of dtype {np.dtype(given.dtype).name} for a {like} of dtype "
@@ -469,7 +470,7 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple[A
                                     f"function's output has structure {out_tree}",
                                     "pass a cotangent with the output's structure")
         for ct, aval in zip(ct_leaves, closed.out_avals):
-            _check_like(ct, aval, "cotangent", "output", StagingValueError, StagingValueError)
+            _check_like(ct, aval, "cotangent", "output", StagingValueError)
         cts = [c for c, d in zip(ct_leaves, diff_out) if d]
         in_cts = run(staged, (key, "backward"), parts.backward, list(residuals) + cts)
         return tuple(arg_cotangents(in_cts))

@@ -661,9 +661,8 @@ def _print_when_run(args, kwargs) -> None:
                 "print() of a list, tuple or dict holding staged arrays: only arrays are printed "
                 "when the function runs", "print each array as an argument of its own: print(a, b)")
     parts = tuple(... if isinstance(value, Tracer) else str(value) for value in args)
-    sep, end = options["sep"], options["end"]   # (None: print's defaults)
-    print_at_run_time(parts, [value for value in args if isinstance(value, Tracer)], " " if sep is None else sep,
-                      "\n" if end is None else end, bool(options["flush"]))
+    print_at_run_time(parts, [value for value in args if isinstance(value, Tracer)], options["sep"], options["end"],
+                      bool(options["flush"]))
 
 
 def _read_through_builtin(fn, args):

@@ -37,9 +37,11 @@ def _impl(*values, parts, sep, end, flush):
 debug_print = Primitive("debug_print", lambda *avals, **params: [], _impl, multiple_results=True, effectful=True)
 
 
-def print_at_run_time(parts: tuple, values: list, sep: str = " ", end: str = "\n", flush: bool = False) -> None:
-    """Stages print() of `parts` (see the module docstring), `values` filling its `...`."""
-    debug_print.bind(*values, parts=tuple(parts), sep=sep, end=end, flush=flush)
+def print_at_run_time(parts: tuple, values: list, sep: str | None, end: str | None, flush: bool) -> None:
+    """Stages print() of `parts` (see the module docstring), `values` filling its `...`;
+    `sep` and `end` None are print's own defaults, as print takes them."""
+    debug_print.bind(*values, parts=tuple(parts), sep=" " if sep is None else sep, end="\n" if end is None else end,
+                     flush=flush)
 
 
 # ---------------------------------------------------------------------------------------
